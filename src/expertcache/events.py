@@ -1,0 +1,597 @@
+"""EventStream: what a cache sees under a service discipline (§2.1, DESIGN.md §1, §4).
+
+An event ``(s, l)`` is a scheduling step at one MoE layer; its expert set
+``E(s, l)`` is the union of the top-k selections of the active requests, with
+per-member multiplicity (how many active requests chose the expert) and gate
+mass (the sum of their gate weights). Events are stored in compressed-sparse-row
+form ordered by ``(s, l)``: the members of event ``i`` are
+``expert[offsets[i]:offsets[i + 1]]``, in ascending expert id.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import ValidationError
+from .storage import atomic_directory, read_manifest, read_table, require_columns, write_manifest, write_table
+from .trace import DECODE, RoutingTrace, _int_field, _int_list, _json_object
+
+__all__ = ["EventStream", "ArrivalOffsets", "build_events", "import_events_jsonl", "read_events"]
+
+_KIND = "event_stream"
+_EVENTS = "events.parquet"
+
+
+@dataclass(frozen=True, eq=False)
+class EventStream:
+    """Ordered events ``(s, l)`` with their expert sets, in CSR form.
+
+    Attributes
+    ----------
+    n_layers, n_experts, top_k
+        Model shape ``L, N, k``.
+    step
+        ``int64[n_events]``: scheduler step of each event (gaps allowed).
+    layer
+        ``int32[n_events]``: MoE layer of each event; ``(step, layer)`` strictly increasing.
+    active
+        ``int32[n_events]``: ``|A(s)|``, the number of active requests.
+    logical
+        ``int64[n_events]``: pre-deduplication expert assignments (``|A(s)|*k`` for decode).
+    offsets
+        ``int64[n_events + 1]``: CSR offsets into the member arrays.
+    expert
+        ``int16[n_union]``: member expert ids, ascending within an event.
+    multiplicity
+        ``int32[n_union]``: active requests that selected each member.
+    gate_mass
+        ``float32[n_union]`` summed gate weights of each member, or ``None`` if unknown.
+    provenance
+        Build parameters and source, stored in the manifest.
+    """
+
+    n_layers: int
+    n_experts: int
+    top_k: int
+    step: np.ndarray
+    layer: np.ndarray
+    active: np.ndarray
+    logical_per_event: np.ndarray
+    offsets: np.ndarray
+    expert: np.ndarray
+    multiplicity: np.ndarray
+    gate_mass: np.ndarray | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _validate_stream(self, "EventStream")
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def n_events(self) -> int:
+        """Number of events."""
+        return int(self.step.shape[0])
+
+    @property
+    def n_blocks(self) -> int:
+        """Size of the block universe, ``L*N``."""
+        return self.n_layers * self.n_experts
+
+    @property
+    def union(self) -> int:
+        """``sum |E(s,l)|``: distinct blocks touched, summed over events."""
+        return int(self.expert.shape[0])
+
+    @property
+    def logical(self) -> int:
+        """Expert assignments before intra-event deduplication (§2.4)."""
+        return int(self.logical_per_event.sum())
+
+    @property
+    def event_size(self) -> np.ndarray:
+        """``int64[n_events]``: ``|E(s,l)|`` of each event."""
+        return np.diff(self.offsets)
+
+    @property
+    def event_of_access(self) -> np.ndarray:
+        """``int64[n_union]``: the event index of every union access."""
+        return np.repeat(np.arange(self.n_events, dtype=np.int64), self.event_size)
+
+    @property
+    def block(self) -> np.ndarray:
+        """``int64[n_union]``: global block id ``l*N + e`` of every union access."""
+        return np.repeat(self.layer.astype(np.int64), self.event_size) * self.n_experts + self.expert
+
+    def members(self, i: int) -> np.ndarray:
+        """Expert ids of event ``i`` (ascending)."""
+        return self.expert[self.offsets[i]:self.offsets[i + 1]]
+
+    # ----------------------------------------------------------- construction
+    @classmethod
+    def from_lists(
+        cls,
+        n_layers: int,
+        n_experts: int,
+        top_k: int,
+        steps: Sequence[int],
+        layers: Sequence[int],
+        experts: Sequence[Sequence[int]],
+        active: Sequence[int],
+        multiplicity: Sequence[Sequence[int]] | None = None,
+        gate_mass: Sequence[Sequence[float]] | None = None,
+        provenance: dict[str, Any] | None = None,
+    ) -> EventStream:
+        """Build a stream from plain per-event lists (events must be in ``(step, layer)`` order).
+
+        Members of each event may come in any order; they are stored ascending,
+        with multiplicity and gate mass permuted alongside. Without
+        ``multiplicity`` each member counts once and ``logical`` is still
+        ``active*k`` per event.
+        """
+        sizes = np.array([len(e) for e in experts], dtype=np.int64)
+        offsets = np.zeros(len(experts) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        flat = np.array([x for e in experts for x in e], dtype=np.int64)
+        order = _sort_within(flat, offsets)
+        mult = (np.array([x for m in multiplicity for x in m], dtype=np.int64)
+                if multiplicity is not None else np.ones(flat.shape[0], dtype=np.int64))
+        if mult.shape != flat.shape:
+            raise ValidationError("multiplicity must have one entry per expert of each event", field="multiplicity")
+        gm = None
+        if gate_mass is not None:
+            gm = np.array([x for g in gate_mass for x in g], dtype=np.float64)
+            if gm.shape != flat.shape:
+                raise ValidationError("gate_mass must have one entry per expert of each event", field="gate_mass")
+            gm = gm[order].astype(np.float32)
+        act = np.asarray(active, dtype=np.int64)
+        if flat.size and (flat.min() < np.iinfo(np.int16).min or flat.max() > np.iinfo(np.int16).max):
+            raise ValidationError(f"expert id must be in [0, {n_experts})", field="experts")
+        return cls(
+            int(n_layers), int(n_experts), int(top_k),
+            np.asarray(steps, dtype=np.int64), np.asarray(layers, dtype=np.int32),
+            act.astype(np.int32), act * int(top_k), offsets, flat[order].astype(np.int16),
+            mult[order].astype(np.int32), gm, dict(provenance or {}),
+        )
+
+    # ---------------------------------------------------------------- storage
+    def save(self, out: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+        """Write ``events.parquet`` + ``manifest.json`` to ``out``, atomically."""
+        cols: dict[str, pa.Array] = {
+            "step": pa.array(self.step, pa.int64()),
+            "layer": pa.array(self.layer, pa.int32()),
+            "active": pa.array(self.active, pa.int32()),
+            "logical": pa.array(self.logical_per_event, pa.int64()),
+            "experts": pa.ListArray.from_arrays(pa.array(self.offsets.astype(np.int32)),
+                                                pa.array(self.expert, pa.int16())),
+            "multiplicity": pa.ListArray.from_arrays(pa.array(self.offsets.astype(np.int32)),
+                                                     pa.array(self.multiplicity, pa.int32())),
+        }
+        if self.gate_mass is not None:
+            cols["gate_mass"] = pa.ListArray.from_arrays(pa.array(self.offsets.astype(np.int32)),
+                                                         pa.array(self.gate_mass, pa.float32()))
+        table = pa.table(cols)
+        with atomic_directory(out, overwrite=overwrite) as tmp:
+            entry = write_table(tmp, _EVENTS, table)
+            write_manifest(tmp, {
+                "kind": _KIND,
+                "n_layers": self.n_layers, "n_experts": self.n_experts, "top_k": self.top_k,
+                "n_events": self.n_events, "union": self.union, "logical": self.logical,
+                "has_gate_mass": self.gate_mass is not None,
+                "provenance": self.provenance,
+                "files": {_EVENTS: entry},
+            })
+        return Path(out)
+
+
+def _sort_within(flat: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Permutation sorting ``flat`` ascending inside each CSR segment."""
+    seg = np.repeat(np.arange(offsets.shape[0] - 1), np.diff(offsets))
+    return np.lexsort((flat, seg))
+
+
+def _validate_stream(s: EventStream, source: str) -> None:
+    L, N, k = s.n_layers, s.n_experts, s.top_k
+    for name, value in (("n_layers", L), ("n_experts", N), ("top_k", k)):
+        if not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValidationError(f"must be a positive integer; got {value!r}", source=source, field=name)
+    if N > np.iinfo(np.int16).max:
+        raise ValidationError(f"at most {np.iinfo(np.int16).max} experts per layer are supported; got {N}",
+                              source=source, field="n_experts")
+    n = s.step.shape[0]
+    for name in ("layer", "active", "logical_per_event"):
+        if getattr(s, name).shape != (n,):
+            raise ValidationError(f"expected shape ({n},)", source=source, field=name)
+    if s.offsets.shape != (n + 1,) or s.offsets[0] != 0 or s.offsets[-1] != s.expert.shape[0]:
+        raise ValidationError("offsets must be a CSR offset array over expert", source=source, field="offsets")
+    for name in ("multiplicity",) + (("gate_mass",) if s.gate_mass is not None else ()):
+        if getattr(s, name).shape != s.expert.shape:
+            raise ValidationError("expected one entry per member", source=source, field=name)
+    if n == 0:
+        raise ValidationError("the stream holds no events", source=source)
+    _check_events(s.step, s.layer, s.active, s.offsets, s.expert, s.multiplicity, s.gate_mass,
+                  s.logical_per_event, L, N, k, source, row_offset=1)
+
+
+def _check_events(step, layer, active, offsets, expert, mult, gate_mass, logical, L, N, k, source,
+                  row_offset: int, record_no: np.ndarray | None = None) -> None:
+    """Vectorised checks of event arrays; errors name the 1-based record."""
+    def rec(i: int) -> int:
+        return int(record_no[i]) if record_no is not None else i + row_offset
+
+    def first(mask: np.ndarray) -> int | None:
+        idx = np.flatnonzero(mask)
+        return int(idx[0]) if idx.size else None
+
+    i = first(step < 0)
+    if i is not None:
+        raise ValidationError(f"step must be >= 0; got {step[i]}", source=source, record=rec(i), field="step")
+    i = first((layer < 0) | (layer >= L))
+    if i is not None:
+        raise ValidationError(f"layer must be in [0, {L}); got {layer[i]}", source=source, record=rec(i), field="layer")
+    i = first(active < 1)
+    if i is not None:
+        raise ValidationError(f"active must be >= 1; got {active[i]}", source=source, record=rec(i), field="active")
+    if step.shape[0] > 1:
+        d_step = step[1:] - step[:-1]
+        same = (d_step == 0) & (layer[1:] == layer[:-1])
+        i = first(same)
+        if i is not None:
+            raise ValidationError(f"duplicate (step, layer) = ({step[i + 1]}, {layer[i + 1]})", source=source,
+                                  record=rec(i + 1), field="layer")
+        i = first((d_step < 0) | ((d_step == 0) & (layer[1:] < layer[:-1])))
+        if i is not None:
+            raise ValidationError(f"events must be ordered by (step, layer); ({step[i + 1]}, {layer[i + 1]}) "
+                                  f"follows ({step[i]}, {layer[i]})", source=source, record=rec(i + 1), field="step")
+    sizes = np.diff(offsets)
+    i = first(sizes < 1)
+    if i is not None:
+        raise ValidationError("an event needs at least one expert", source=source, record=rec(i), field="experts")
+    i = first(sizes > np.minimum(N, logical))
+    if i is not None:
+        raise ValidationError(f"{sizes[i]} distinct experts exceed min(N, active*k) = {min(N, int(logical[i]))}",
+                              source=source, record=rec(i), field="experts")
+    seg = np.repeat(np.arange(sizes.shape[0]), sizes)
+    j = first((expert < 0) | (expert >= N))
+    if j is not None:
+        raise ValidationError(f"expert id must be in [0, {N}); got {expert[j]}", source=source,
+                              record=rec(seg[j]), field="experts")
+    if expert.shape[0] > 1:
+        j = first((seg[1:] == seg[:-1]) & (expert[1:] <= expert[:-1]))
+        if j is not None:
+            raise ValidationError(f"expert ids of an event must be distinct; {expert[j + 1]} repeats",
+                                  source=source, record=rec(seg[j + 1]), field="experts")
+    j = first((mult < 1) | (mult > np.repeat(active, sizes)))
+    if j is not None:
+        raise ValidationError(f"multiplicity must be in [1, active]; got {mult[j]}", source=source,
+                              record=rec(seg[j]), field="multiplicity")
+    if gate_mass is not None:
+        j = first(~np.isfinite(gate_mass))
+        if j is not None:
+            raise ValidationError("gate mass must be finite (NaN or inf found)", source=source,
+                                  record=rec(seg[j]), field="gate_mass")
+
+
+def read_events(directory: str | os.PathLike[str]) -> EventStream:
+    """Load a stream directory written by :meth:`EventStream.save`, verifying hashes and contents."""
+    directory = Path(directory)
+    manifest = read_manifest(directory, _KIND)
+    L, N, k = manifest["n_layers"], manifest["n_experts"], manifest["top_k"]
+    table = read_table(directory, manifest, _EVENTS)
+    src = str(directory / _EVENTS)
+    require_columns(table, {"step": "int", "layer": "int", "active": "int", "logical": "int",
+                            "experts": "list of ints", "multiplicity": "list of ints"}, src)
+    try:
+        experts = table["experts"].combine_chunks()
+        if experts.null_count:
+            raise ValidationError("null event", source=src, field="experts")
+        offsets = experts.offsets.to_numpy().astype(np.int64)
+        offsets = offsets - offsets[0]
+        flat = experts.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+
+        def flat_list(name: str, dtype) -> np.ndarray:
+            col = table[name].combine_chunks()
+            if col.null_count or not np.array_equal(col.offsets.to_numpy() - col.offsets.to_numpy()[0], offsets):
+                raise ValidationError("must have one entry per expert of each event", source=src, field=name)
+            return col.flatten().to_numpy(zero_copy_only=False).astype(dtype)
+
+        mult = flat_list("multiplicity", np.int32)
+        gm = flat_list("gate_mass", np.float32) if "gate_mass" in table.column_names else None
+        arrays = {name: table[name].to_numpy() for name in ("step", "layer", "active", "logical")}
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+        if isinstance(exc, ValidationError):
+            raise
+        raise ValidationError(f"unexpected column type ({exc})", source=src) from None
+    _check_events(arrays["step"], arrays["layer"], arrays["active"], offsets, flat, mult, gm,
+                  arrays["logical"], L, N, k, src, row_offset=1)
+    return EventStream(L, N, k, arrays["step"].astype(np.int64), arrays["layer"].astype(np.int32),
+                       arrays["active"].astype(np.int32), arrays["logical"].astype(np.int64), offsets,
+                       flat.astype(np.int16), mult, gm, manifest.get("provenance", {}))
+
+
+# --------------------------------------------------------------------------- building
+@dataclass(frozen=True)
+class ArrivalOffsets:
+    """Arrival steps of requests under continuous batching (DESIGN.md §4).
+
+    Attributes
+    ----------
+    kind
+        ``"zero"`` (all arrive at step 0), ``"stagger"`` (request ``i`` arrives
+        at ``i*stagger``) or ``"random"`` (uniform integers in ``[low, high]``
+        drawn from ``numpy.random.default_rng(seed)``).
+    stagger, low, high, seed
+        Parameters of the respective kinds.
+    """
+
+    kind: str = "zero"
+    stagger: int = 0
+    low: int = 0
+    high: int = 0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("zero", "stagger", "random"):
+            raise ValidationError(f"offsets kind must be zero, stagger or random; got {self.kind!r}", field="offsets")
+        if self.stagger < 0:
+            raise ValidationError(f"stagger must be >= 0; got {self.stagger}", field="offsets")
+        if self.kind == "random" and not 0 <= self.low <= self.high:
+            raise ValidationError(f"random offsets need 0 <= low <= high; got {self.low}:{self.high}", field="offsets")
+
+    @classmethod
+    def parse(cls, text: str, seed: int = 0) -> ArrivalOffsets:
+        """Parse ``zero``, ``stagger:D`` or ``random:LO:HI`` (CLI syntax)."""
+        parts = text.strip().split(":")
+        try:
+            if parts == ["zero"]:
+                return cls("zero")
+            if parts[0] == "stagger" and len(parts) == 2:
+                return cls("stagger", stagger=int(parts[1]))
+            if parts[0] == "random" and len(parts) == 3:
+                return cls("random", low=int(parts[1]), high=int(parts[2]), seed=seed)
+        except ValueError:
+            pass
+        raise ValidationError(f"expected zero, stagger:D or random:LO:HI (integers); got {text!r}", field="offsets")
+
+    def arrivals(self, n_requests: int) -> np.ndarray:
+        """``int64[n_requests]`` arrival step of each request, in input order."""
+        if self.kind == "zero":
+            return np.zeros(n_requests, dtype=np.int64)
+        if self.kind == "stagger":
+            return np.arange(n_requests, dtype=np.int64) * self.stagger
+        rng = np.random.default_rng(self.seed)
+        return rng.integers(self.low, self.high, size=n_requests, endpoint=True).astype(np.int64)
+
+    def describe(self) -> str:
+        return {"zero": "zero", "stagger": f"stagger:{self.stagger}",
+                "random": f"random:{self.low}:{self.high}"}[self.kind]
+
+
+def fcfs_schedule(lengths: np.ndarray, arrivals: np.ndarray, batch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """FCFS continuous batching: which request executes which of its tokens at which step.
+
+    Requests are ordered by ``(arrival, input order)``; at step ``s`` running
+    requests stay and free slots up to ``batch`` are filled by arrived waiting
+    requests; each active request executes its next token; it leaves after its
+    last. Steps with no active request produce nothing (time jumps to the next
+    arrival).
+
+    Returns
+    -------
+    step, request, token
+        ``int64`` arrays, one entry per executed token, ordered by step.
+    """
+    order = np.lexsort((np.arange(lengths.shape[0]), arrivals))
+    order = order[lengths[order] > 0]
+    out_step: list[np.ndarray] = []
+    out_req: list[np.ndarray] = []
+    out_tok: list[np.ndarray] = []
+    running: list[tuple[int, int, int]] = []  # (request, start_step, length)
+    queue = 0
+    s = 0
+    while queue < order.shape[0] or running:
+        if not running and arrivals[order[queue]] > s:
+            s = int(arrivals[order[queue]])
+        while len(running) < batch and queue < order.shape[0] and arrivals[order[queue]] <= s:
+            r = int(order[queue])
+            running.append((r, s, int(lengths[r])))
+            queue += 1
+        # advance to the next change: a completion or (if slots are free) an arrival
+        until = min(start + n for _, start, n in running)
+        if len(running) < batch and queue < order.shape[0]:
+            until = min(until, max(s + 1, int(arrivals[order[queue]])))
+        span = until - s
+        for r, start, _ in running:
+            out_step.append(np.arange(s, until, dtype=np.int64))
+            out_req.append(np.full(span, r, dtype=np.int64))
+            out_tok.append(np.arange(s - start, until - start, dtype=np.int64))
+        s = until
+        running = [x for x in running if x[1] + x[2] > s]
+    step = np.concatenate(out_step)
+    req = np.concatenate(out_req)
+    tok = np.concatenate(out_tok)
+    idx = np.lexsort((req, step))
+    return step[idx], req[idx], tok[idx]
+
+
+def build_events(trace: RoutingTrace, batch: int, offsets: ArrivalOffsets | None = None) -> EventStream:
+    """Turn the decode routing of ``trace`` into events under FCFS continuous batching.
+
+    Parameters
+    ----------
+    trace
+        The routing trace; only decode tokens are scheduled.
+    batch
+        Concurrency ``B`` (maximum active requests per step), ``>= 1``.
+    offsets
+        Arrival offsets; all zero by default.
+
+    Returns
+    -------
+    EventStream
+        One event per (step, layer) with an active request; multiplicity and
+        gate mass summed over the active requests (gate mass only if the trace
+        has gates).
+    """
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+        raise ValidationError(f"batch must be a positive integer; got {batch!r}", field="batch")
+    offsets = offsets or ArrivalOffsets()
+    L, N, k = trace.n_layers, trace.n_experts, trace.top_k
+    decode = trace.phase == DECODE
+    rows = np.flatnonzero(decode)
+    if rows.size == 0:
+        raise ValidationError("the trace has no decode tokens to schedule")
+    req_of_row = trace.request[rows]
+    lengths = np.bincount(req_of_row, minlength=trace.n_requests).astype(np.int64)
+    first_row = np.zeros(trace.n_requests, dtype=np.int64)
+    # rows are grouped by request and position-sorted, so decode rows of request r are contiguous
+    starts = np.r_[0, np.cumsum(lengths)[:-1]]
+    first_row[:] = starts
+    step, req, tok = fcfs_schedule(lengths, offsets.arrivals(trace.n_requests), int(batch))
+    exec_rows = rows[first_row[req] + tok]
+    n_exec = exec_rows.shape[0]
+    # one entry per (executed token, layer, slot): sort by (step, layer, expert)
+    ex = trace.experts[exec_rows].astype(np.int64)          # (n_exec, L, k)
+    st = np.repeat(step, L * k)
+    ly = np.tile(np.repeat(np.arange(L, dtype=np.int64), k), n_exec)
+    e = ex.reshape(-1)
+    key = (st * L + ly) * N + e
+    order = np.argsort(key, kind="stable")
+    key_sorted = key[order]
+    new = np.r_[True, key_sorted[1:] != key_sorted[:-1]]
+    starts_u = np.flatnonzero(new)
+    mult = np.diff(np.r_[starts_u, key_sorted.shape[0]]).astype(np.int32)
+    uk = key_sorted[starts_u]
+    expert = (uk % N).astype(np.int16)
+    ev_key = uk // N
+    ev_new = np.r_[True, ev_key[1:] != ev_key[:-1]]
+    ev_starts = np.flatnonzero(ev_new)
+    ev_ids = ev_key[ev_starts]
+    csr = np.r_[ev_starts, uk.shape[0]].astype(np.int64)
+    gm = None
+    if trace.gates is not None:
+        g = trace.gates[exec_rows].astype(np.float64).reshape(-1)[order]
+        gm = np.add.reduceat(g, starts_u).astype(np.float32)
+    active_per_step = np.bincount(np.searchsorted(np.unique(step), step))
+    ev_step = ev_ids // L
+    active = active_per_step[np.searchsorted(np.unique(step), ev_step)].astype(np.int32)
+    prov = {
+        "source": "routing_trace",
+        "trace_provenance": trace.provenance,
+        "discipline": "fcfs-continuous-batching",
+        "batch": int(batch),
+        "offsets": offsets.describe(),
+        "offsets_seed": offsets.seed if offsets.kind == "random" else None,
+        "phase": "decode",
+        "n_requests": int((lengths > 0).sum()),
+    }
+    return EventStream(L, N, k, ev_step.astype(np.int64), (ev_ids % L).astype(np.int32), active,
+                       active.astype(np.int64) * k, csr, expert, mult, gm, prov)
+
+
+def import_events_jsonl(path: str | os.PathLike[str], n_layers: int, n_experts: int, top_k: int) -> EventStream:
+    """Read event records ``{"step", "layer", "experts", "active"}`` (+ optional
+    ``"multiplicity"``, ``"gate_mass"``) from JSON Lines, e.g. a hand-written stream.
+
+    Records may come in any order; they are sorted by ``(step, layer)``.
+    Logical assignments are ``active*k`` per event; given multiplicities must
+    sum to it.
+    """
+    src = str(path)
+    L, N, k = n_layers, n_experts, top_k
+    for name, value in (("--layers", L), ("--experts", N), ("--top-k", k)):
+        if value < 1:
+            raise ValidationError(f"{name} must be a positive integer; got {value}")
+    steps, layers, actives, lines = [], [], [], []
+    experts: list[np.ndarray] = []
+    mults: list[np.ndarray] = []
+    gms: list[np.ndarray] = []
+    has_gm: bool | None = None
+    seen: dict[tuple[int, int], int] = {}
+    try:
+        handle = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise ValidationError(f"cannot open ({exc.strerror})", source=src) from None
+    with handle:
+        for line_no, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            rec = _json_object(line, src, line_no)
+            step = rec.get("step")
+            if isinstance(step, int) and not isinstance(step, bool) and step < 0:
+                raise ValidationError(f"step must be >= 0; got {step}", source=src, record=line_no, field="step")
+            step = _int_field(rec, "step", src, line_no, lo=0)
+            layer = _int_field(rec, "layer", src, line_no, lo=0, hi=L)
+            active = _int_field(rec, "active", src, line_no, lo=1)
+            ex = _int_list(rec, "experts", src, line_no, None, N)
+            if ex.shape[0] > min(N, active * k):
+                raise ValidationError(f"{ex.shape[0]} distinct experts exceed min(N, active*k) = {min(N, active * k)}",
+                                      source=src, record=line_no, field="experts")
+            if (step, layer) in seen:
+                raise ValidationError(f"duplicate (step, layer) = ({step}, {layer}); first on line {seen[(step, layer)]}",
+                                      source=src, record=line_no, field="layer")
+            seen[(step, layer)] = line_no
+            m = rec.get("multiplicity")
+            if m is None:
+                m_arr = np.ones(ex.shape[0], dtype=np.int32)
+            else:
+                if (not isinstance(m, list) or len(m) != ex.shape[0]
+                        or any(isinstance(v, bool) or not isinstance(v, int) for v in m)):
+                    raise ValidationError(f"expected {ex.shape[0]} integers (one per expert)", source=src,
+                                          record=line_no, field="multiplicity")
+                m_arr = np.array(m, dtype=np.int64)
+                if (m_arr < 1).any() or (m_arr > active).any():
+                    raise ValidationError(f"each multiplicity must be in [1, active={active}]", source=src,
+                                          record=line_no, field="multiplicity")
+                if int(m_arr.sum()) != active * k:
+                    raise ValidationError(f"multiplicities must sum to active*k = {active * k}; got {int(m_arr.sum())}",
+                                          source=src, record=line_no, field="multiplicity")
+            g = rec.get("gate_mass")
+            if has_gm is None:
+                has_gm = g is not None
+            elif has_gm != (g is not None):
+                raise ValidationError("gate_mass must be given on every record or on none", source=src,
+                                      record=line_no, field="gate_mass")
+            if g is not None:
+                if not isinstance(g, list) or len(g) != ex.shape[0] or any(
+                        isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in g):
+                    raise ValidationError(f"expected {ex.shape[0]} finite numbers (one per expert)", source=src,
+                                          record=line_no, field="gate_mass")
+                gms.append(np.array(g, dtype=np.float64))
+            steps.append(step)
+            layers.append(layer)
+            actives.append(active)
+            lines.append(line_no)
+            experts.append(ex)
+            mults.append(m_arr)
+    if not steps:
+        raise ValidationError("no event records found; expected one JSON object per line", source=src)
+    order = np.lexsort((np.array(layers), np.array(steps)))
+    return EventStream.from_lists(
+        L, N, k, np.array(steps)[order], np.array(layers)[order], [experts[i] for i in order],
+        np.array(actives)[order], multiplicity=[mults[i] for i in order],
+        gate_mass=[gms[i] for i in order] if has_gm else None,
+        provenance={"source": os.path.basename(src), "format": "events-jsonl"},
+    )
+
+
+def dump_events_jsonl(stream: EventStream) -> str:
+    """Render a stream as event-record JSON Lines (the inverse of :func:`import_events_jsonl`)."""
+    lines = []
+    for i in range(stream.n_events):
+        sl = slice(stream.offsets[i], stream.offsets[i + 1])
+        rec: dict[str, Any] = {"step": int(stream.step[i]), "layer": int(stream.layer[i]),
+                               "experts": stream.expert[sl].tolist(), "active": int(stream.active[i]),
+                               "multiplicity": stream.multiplicity[sl].tolist()}
+        if stream.gate_mass is not None:
+            rec["gate_mass"] = [round(float(x), 6) for x in stream.gate_mass[sl]]
+        lines.append(json.dumps(rec))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,87 @@
+"""The policy registry: names from the literature mapped onto engine keys (§2.3).
+
+A policy scores; the engine decides and counts. Dynamic policies are one key
+code of :mod:`._kernels` plus one :func:`register_policy` line here. Static
+policies have no key: the engine pins a set and never changes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ValidationError
+from . import _kernels as K
+
+__all__ = ["Policy", "register_policy", "get_policy", "policy_names", "POLICIES"]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A registered replay policy.
+
+    Attributes
+    ----------
+    name
+        Registry name (CLI choice).
+    kind
+        ``"dynamic"`` (a key over candidates), ``"static"`` (pinned set) or ``"demand"`` (no cache).
+    key_code
+        Kernel key code for dynamic policies (and ``demand``, which runs at capacity 0).
+    needs_next_use
+        Whether the key reads the oracle next-use array.
+    needs_calibration
+        Whether a calibration stream must be supplied (``static``).
+    causal
+        Whether the policy uses only past information (eligible as "best causal", §7.1).
+    description
+        One line for help texts and reports.
+    """
+
+    name: str
+    kind: str
+    key_code: int
+    needs_next_use: bool = False
+    needs_calibration: bool = False
+    causal: bool = True
+    description: str = ""
+
+
+POLICIES: dict[str, Policy] = {}
+
+
+def register_policy(policy: Policy) -> Policy:
+    """Add ``policy`` to the registry; a duplicate name raises ``ValueError``."""
+    if policy.name in POLICIES:
+        raise ValueError(f"policy {policy.name!r} is already registered")
+    POLICIES[policy.name] = policy
+    return policy
+
+
+def get_policy(name: str) -> Policy:
+    """Look a policy up by name, with a helpful error listing the choices."""
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise ValidationError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}",
+                              field="policy") from None
+
+
+def policy_names() -> tuple[str, ...]:
+    """Registered policy names, in registration order."""
+    return tuple(POLICIES)
+
+
+register_policy(Policy("demand", "demand", K.KEY_LRU, description="no cache: every union access transfers"))
+register_policy(Policy("static", "static", -1, needs_calibration=True,
+                       description="top-c experts per layer of a calibration stream, pinned"))
+register_policy(Policy("static-same-trace", "static", -1, causal=False,
+                       description="static pinned set fitted on the replayed stream (diagnostic only)"))
+register_policy(Policy("lru", "dynamic", K.KEY_LRU, description="least recently used (event clock)"))
+register_policy(Policy("lfu", "dynamic", K.KEY_LFU, description="least frequently used"))
+register_policy(Policy("lfru", "dynamic", K.KEY_LFRU, description="frequency / age"))
+register_policy(Policy("least-stale", "dynamic", K.KEY_LEAST_STALE,
+                       description="SpecMD least-stale: untouched in the current cycle first"))
+register_policy(Policy("belady", "dynamic", K.KEY_BELADY, needs_next_use=True, causal=False,
+                       description="offline optimum with bypass admission"))
+register_policy(Policy("belady-forced", "dynamic", K.KEY_BELADY_FORCED, needs_next_use=True, causal=False,
+                       description="Belady that must admit every miss (gap decomposition probe)"))

@@ -1,0 +1,460 @@
+"""RoutingTrace: what a model did, per request, position and MoE layer (DESIGN.md §1, §3).
+
+In memory a trace is columnar, one row per routed token (request, phase,
+position) with the per-layer top-k expert ids and gate weights as dense
+``(n_tokens, L, k)`` arrays. On disk it is a directory with ``routes.parquet``
+(one row per token and layer, the same fields as the JSON Lines interchange
+format) and ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import ValidationError
+from .storage import atomic_directory, read_manifest, read_table, require_columns, write_manifest, write_table
+
+__all__ = ["RoutingTrace", "PHASES", "read_trace", "import_routes_jsonl"]
+
+#: Phase codes stored in ``RoutingTrace.phase``.
+PHASES = ("prefill", "decode")
+PREFILL, DECODE = 0, 1
+_KIND = "routing_trace"
+_ROUTES = "routes.parquet"
+
+
+@dataclass(frozen=True, eq=False)
+class RoutingTrace:
+    """Per-token routing of a set of requests through ``L`` MoE layers.
+
+    Rows are grouped by request (in input order) and sorted by position
+    inside each request.
+
+    Attributes
+    ----------
+    n_layers, n_experts, top_k
+        ``L`` MoE layers, ``N`` routed experts per layer, ``k`` experts per token.
+    request_ids
+        Request identifiers, in input (arrival) order.
+    request
+        ``int32[n_tokens]``: index into ``request_ids`` of each row.
+    phase
+        ``int8[n_tokens]``: 0 = prefill, 1 = decode.
+    position
+        ``int32[n_tokens]``: token position inside its request (strictly increasing per request).
+    experts
+        ``int16[n_tokens, L, k]``: selected expert ids, distinct per (token, layer).
+    gates
+        ``float32[n_tokens, L, k]`` gate weights aligned with ``experts``, or ``None``.
+    token_id
+        ``int64[n_tokens]``: emitted token id, -1 where unknown.
+    provenance
+        Free-form metadata stored in the manifest (model id, revision, generator, ...).
+    """
+
+    n_layers: int
+    n_experts: int
+    top_k: int
+    request_ids: tuple[str, ...]
+    request: np.ndarray
+    phase: np.ndarray
+    position: np.ndarray
+    experts: np.ndarray
+    gates: np.ndarray | None
+    token_id: np.ndarray
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate_trace(self, source="RoutingTrace")
+
+    @property
+    def n_tokens(self) -> int:
+        """Number of routed token rows (all phases)."""
+        return int(self.request.shape[0])
+
+    @property
+    def n_requests(self) -> int:
+        """Number of requests."""
+        return len(self.request_ids)
+
+    def decode_rows(self, request_index: int) -> np.ndarray:
+        """Row indices of the decode tokens of one request, in position order."""
+        return np.flatnonzero((self.request == request_index) & (self.phase == DECODE))
+
+    def save(self, out: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+        """Write the trace as a directory (``routes.parquet`` + ``manifest.json``), atomically."""
+        n, L, k = self.n_tokens, self.n_layers, self.top_k
+        rows = n * L
+        req_idx = np.repeat(self.request, L)
+        columns: dict[str, pa.Array] = {
+            "request_id": pa.DictionaryArray.from_arrays(
+                pa.array(req_idx, pa.int32()), pa.array(list(self.request_ids), pa.string())
+            ),
+            "phase": pa.DictionaryArray.from_arrays(
+                pa.array(np.repeat(self.phase, L).astype(np.int32)), pa.array(list(PHASES))
+            ),
+            "position": pa.array(np.repeat(self.position, L), pa.int32()),
+            "layer": pa.array(np.tile(np.arange(L, dtype=np.int16), n), pa.int16()),
+            "experts": pa.FixedSizeListArray.from_arrays(
+                pa.array(self.experts.reshape(-1), pa.int16()), k
+            ),
+        }
+        if self.gates is not None:
+            columns["gates"] = pa.FixedSizeListArray.from_arrays(
+                pa.array(self.gates.reshape(-1), pa.float32()), k
+            )
+        tok = np.repeat(self.token_id, L)
+        columns["token_id"] = pa.array(tok, pa.int64(), mask=tok < 0)
+        table = pa.table(columns)
+        assert table.num_rows == rows
+        with atomic_directory(out, overwrite=overwrite) as tmp:
+            entry = write_table(tmp, _ROUTES, table)
+            write_manifest(
+                tmp,
+                {
+                    "kind": _KIND,
+                    "n_layers": L,
+                    "n_experts": self.n_experts,
+                    "top_k": k,
+                    "n_requests": self.n_requests,
+                    "n_tokens": n,
+                    "has_gates": self.gates is not None,
+                    "provenance": self.provenance,
+                    "files": {_ROUTES: entry},
+                },
+            )
+        return Path(out)
+
+
+def validate_trace(trace: RoutingTrace, source: str) -> None:
+    """Check shapes, dtypes and value ranges of a trace; raise ValidationError with the first fault."""
+    L, N, k = trace.n_layers, trace.n_experts, trace.top_k
+    for name, value in (("n_layers", L), ("n_experts", N), ("top_k", k)):
+        if not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValidationError(f"must be a positive integer; got {value!r}", source=source, field=name)
+    if k > N:
+        raise ValidationError(f"top_k must be <= n_experts ({N}); got {k}", source=source, field="top_k")
+    n = trace.request.shape[0]
+    expected = {
+        "request": (n,),
+        "phase": (n,),
+        "position": (n,),
+        "token_id": (n,),
+        "experts": (n, L, k),
+    }
+    if trace.gates is not None:
+        expected["gates"] = (n, L, k)
+    for name, shape in expected.items():
+        arr = getattr(trace, name)
+        if not isinstance(arr, np.ndarray) or arr.shape != shape:
+            got = getattr(arr, "shape", type(arr).__name__)
+            raise ValidationError(f"expected an array of shape {shape}; got {got}", source=source, field=name)
+    if n == 0:
+        raise ValidationError("the trace holds no routed tokens", source=source)
+    row = _first(~((trace.request >= 0) & (trace.request < len(trace.request_ids))))
+    if row is not None:
+        raise ValidationError("request index out of range", source=source, record=row + 1, field="request")
+    row = _first(~np.isin(trace.phase, (PREFILL, DECODE)))
+    if row is not None:
+        raise ValidationError("phase must be 0 (prefill) or 1 (decode)", source=source, record=row + 1, field="phase")
+    row = _first(trace.position < 0)
+    if row is not None:
+        raise ValidationError(f"position must be >= 0; got {trace.position[row]}", source=source,
+                              record=row + 1, field="position")
+    bad = (trace.experts < 0) | (trace.experts >= N)
+    row = _first(bad.any(axis=(1, 2)))
+    if row is not None:
+        raise ValidationError(f"expert id must be in [0, {N}); got {trace.experts[row][bad[row]][0]}",
+                              source=source, record=row + 1, field="experts")
+    srt = np.sort(trace.experts, axis=2)
+    row = _first((srt[:, :, 1:] == srt[:, :, :-1]).any(axis=(1, 2)))
+    if row is not None:
+        raise ValidationError("expert ids of one token and layer must be distinct", source=source,
+                              record=row + 1, field="experts")
+    if trace.gates is not None:
+        row = _first(~np.isfinite(trace.gates).all(axis=(1, 2)))
+        if row is not None:
+            raise ValidationError("gate weights must be finite numbers (NaN or inf found)", source=source,
+                                  record=row + 1, field="gates")
+    # Rows grouped by request, positions strictly increasing inside a request.
+    same = trace.request[1:] == trace.request[:-1]
+    row = _first(same & (trace.position[1:] <= trace.position[:-1]))
+    if row is not None:
+        raise ValidationError(
+            f"positions must strictly increase within a request; got {trace.position[row + 1]} "
+            f"after {trace.position[row]}", source=source, record=row + 2, field="position")
+    starts = trace.request[np.r_[True, ~same]]
+    if np.unique(starts).shape[0] != starts.shape[0]:
+        raise ValidationError("rows of a request must be contiguous", source=source, field="request")
+    row = _first(same & (trace.phase[1:] < trace.phase[:-1]))
+    if row is not None:
+        raise ValidationError("a prefill token cannot follow a decode token of the same request",
+                              source=source, record=row + 2, field="phase")
+
+
+def _first(mask: np.ndarray) -> int | None:
+    idx = np.flatnonzero(mask)
+    return int(idx[0]) if idx.size else None
+
+
+def read_trace(directory: str | os.PathLike[str]) -> RoutingTrace:
+    """Load a trace directory written by :meth:`RoutingTrace.save`, verifying hashes and contents."""
+    directory = Path(directory)
+    manifest = read_manifest(directory, _KIND)
+    L, N, k = manifest["n_layers"], manifest["n_experts"], manifest["top_k"]
+    table = read_table(directory, manifest, _ROUTES)
+    src = str(directory / _ROUTES)
+    require_columns(table, {"request_id": "request id", "phase": "prefill|decode", "position": "int",
+                            "layer": "int", "experts": f"list of {k} ints"}, src)
+    rows = table.num_rows
+    if rows % L:
+        raise ValidationError(f"expected a multiple of L={L} rows (one per token and layer); got {rows}", source=src)
+    n = rows // L
+    try:
+        layer = table["layer"].to_numpy()
+        expect_layer = np.tile(np.arange(L), n)
+        row = _first(layer != expect_layer)
+        if row is not None:
+            raise ValidationError(f"expected layer {expect_layer[row]} (rows are token-major, layers 0..L-1); "
+                                  f"got {layer[row]}", source=src, record=row + 1, field="layer")
+        experts = _fixed_list(table["experts"], k, src, "experts").reshape(n, L, k).astype(np.int16)
+        gates = None
+        if "gates" in table.column_names:
+            gates = _fixed_list(table["gates"], k, src, "gates").reshape(n, L, k).astype(np.float32)
+        req_col = table["request_id"].combine_chunks()
+        if pa.types.is_dictionary(req_col.type):
+            req_col = req_col.cast(pa.string())
+        req_strings = req_col.to_pylist()[::L]
+        request_ids = tuple(dict.fromkeys(req_strings))
+        lookup = {r: i for i, r in enumerate(request_ids)}
+        request = np.fromiter((lookup[r] for r in req_strings), dtype=np.int32, count=n)
+        phase_col = table["phase"].combine_chunks()
+        if pa.types.is_dictionary(phase_col.type):
+            phase_col = phase_col.cast(pa.string())
+        phase_names = phase_col.to_pylist()[::L]
+        bad = [i for i, p in enumerate(phase_names) if p not in PHASES]
+        if bad:
+            raise ValidationError(f"phase must be 'prefill' or 'decode'; got {phase_names[bad[0]]!r}",
+                                  source=src, record=bad[0] * L + 1, field="phase")
+        phase = np.array([PHASES.index(p) for p in phase_names], dtype=np.int8)
+        position = table["position"].to_numpy()[::L].astype(np.int32)
+        if "token_id" in table.column_names:
+            token_id = table["token_id"].fill_null(-1).to_numpy()[::L].astype(np.int64)
+        else:
+            token_id = np.full(n, -1, dtype=np.int64)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+        raise ValidationError(f"unexpected column type ({exc})", source=src) from None
+    return RoutingTrace(L, N, k, request_ids, request, phase, position, experts, gates, token_id,
+                        provenance=manifest.get("provenance", {}))
+
+
+def _fixed_list(column: pa.ChunkedArray, k: int, src: str, name: str) -> np.ndarray:
+    arr = column.combine_chunks()
+    if arr.null_count:
+        raise ValidationError("null entries are not allowed", source=src, field=name)
+    if pa.types.is_fixed_size_list(arr.type):
+        if arr.type.list_size != k:
+            raise ValidationError(f"expected lists of top_k={k}; got {arr.type.list_size}", source=src, field=name)
+        return arr.flatten().to_numpy(zero_copy_only=False)
+    if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+        lengths = arr.value_lengths().to_numpy(zero_copy_only=False)
+        row = _first(lengths != k)
+        if row is not None:
+            raise ValidationError(f"expected {k} entries (top_k); got {lengths[row]}", source=src,
+                                  record=row + 1, field=name)
+        return arr.flatten().to_numpy(zero_copy_only=False)
+    raise ValidationError(f"expected a list column; got {arr.type}", source=src, field=name)
+
+
+def import_routes_jsonl(
+    path: str | os.PathLike[str],
+    n_layers: int,
+    n_experts: int,
+    top_k: int,
+    provenance: dict[str, Any] | None = None,
+) -> RoutingTrace:
+    """Read routing records in the JSON Lines interchange format (DESIGN.md §3).
+
+    Each line is ``{"request_id", "phase": "decode"|"prefill", "position",
+    "layer", "experts": [k ids], "gates": [k floats]?, "token_id"?}``. Within a
+    request, records must come in non-decreasing position order, and every
+    (request, position) must carry each of the ``L`` layers exactly once.
+
+    Raises
+    ------
+    ValidationError
+        Naming the file, the 1-based line and the field of the first fault.
+    """
+    src = str(path)
+    L, N, k = n_layers, n_experts, top_k
+    for name, value in (("--layers", L), ("--experts", N), ("--top-k", k)):
+        if value < 1:
+            raise ValidationError(f"{name} must be a positive integer; got {value}")
+    if k > N:
+        raise ValidationError(f"--top-k must be <= --experts ({N}); got {k}")
+    tokens: dict[tuple[str, int], int] = {}   # (request, position) -> row
+    request_ids: dict[str, int] = {}
+    last_pos: dict[str, tuple[int, int]] = {}  # request -> (position, line)
+    rows_req: list[int] = []
+    rows_phase: list[int] = []
+    rows_pos: list[int] = []
+    rows_tok: list[int] = []
+    experts: list[np.ndarray] = []
+    gates: list[np.ndarray] = []
+    seen: list[np.ndarray] = []
+    has_gates: bool | None = None
+    try:
+        handle = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise ValidationError(f"cannot open ({exc.strerror})", source=src) from None
+    with handle:
+        for line_no, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            rec = _json_object(line, src, line_no)
+            rid = rec.get("request_id")
+            if isinstance(rid, bool) or not isinstance(rid, (str, int)):
+                raise ValidationError(f"expected a string or integer; got {rid!r}", source=src,
+                                      record=line_no, field="request_id")
+            rid = str(rid)
+            phase = rec.get("phase")
+            if phase not in PHASES:
+                raise ValidationError(f"expected 'decode' or 'prefill'; got {phase!r}", source=src,
+                                      record=line_no, field="phase")
+            pos = _int_field(rec, "position", src, line_no, lo=0)
+            layer = _int_field(rec, "layer", src, line_no, lo=0, hi=L)
+            ex = _int_list(rec, "experts", src, line_no, k, N)
+            g = rec.get("gates")
+            if has_gates is None:
+                has_gates = g is not None
+            elif has_gates != (g is not None):
+                raise ValidationError("gates must be given on every record or on none", source=src,
+                                      record=line_no, field="gates")
+            tok = rec.get("token_id", -1)
+            if tok is None:
+                tok = -1
+            if isinstance(tok, bool) or not isinstance(tok, int) or tok < -1:
+                raise ValidationError(f"expected a non-negative integer; got {tok!r}", source=src,
+                                      record=line_no, field="token_id")
+            prev = last_pos.get(rid)
+            if prev is not None and pos < prev[0]:
+                raise ValidationError(
+                    f"positions must not decrease within a request; got {pos} after {prev[0]} (line {prev[1]})",
+                    source=src, record=line_no, field="position")
+            last_pos[rid] = (pos, line_no)
+            key = (rid, pos)
+            row = tokens.get(key)
+            pcode = PHASES.index(phase)
+            if row is None:
+                row = len(rows_req)
+                tokens[key] = row
+                if rid not in request_ids:
+                    request_ids[rid] = len(request_ids)
+                elif rows_phase and _last_phase(rows_req, rows_phase, request_ids[rid]) > pcode:
+                    raise ValidationError("a prefill record cannot follow a decode record of the same request",
+                                          source=src, record=line_no, field="phase")
+                rows_req.append(request_ids[rid])
+                rows_phase.append(pcode)
+                rows_pos.append(pos)
+                rows_tok.append(tok)
+                experts.append(np.full((L, k), -1, dtype=np.int16))
+                gates.append(np.zeros((L, k), dtype=np.float32))
+                seen.append(np.zeros(L, dtype=bool))
+            else:
+                if rows_phase[row] != pcode:
+                    raise ValidationError(f"phase differs from another layer of the same position ({PHASES[rows_phase[row]]})",
+                                          source=src, record=line_no, field="phase")
+            if seen[row][layer]:
+                raise ValidationError(f"duplicate record for request {rid!r}, position {pos}, layer {layer}",
+                                      source=src, record=line_no, field="layer")
+            seen[row][layer] = True
+            experts[row][layer] = ex
+            if g is not None:
+                gates[row][layer] = _float_list(g, src, line_no, k)
+            if tok >= 0:
+                if rows_tok[row] >= 0 and rows_tok[row] != tok:
+                    raise ValidationError("token_id differs between layers of the same position",
+                                          source=src, record=line_no, field="token_id")
+                rows_tok[row] = tok
+    if not rows_req:
+        raise ValidationError("no routing records found; expected one JSON object per line", source=src)
+    for (rid, pos), row in tokens.items():
+        if not seen[row].all():
+            missing = int(np.flatnonzero(~seen[row])[0])
+            raise ValidationError(f"request {rid!r}, position {pos}: layer {missing} has no record "
+                                  f"(every position needs all {L} layers)", source=src, field="layer")
+    order = np.lexsort((np.array(rows_pos), np.array(rows_req)))
+    req = np.array(rows_req, dtype=np.int32)[order]
+    return RoutingTrace(
+        L, N, k, tuple(request_ids), req,
+        np.array(rows_phase, dtype=np.int8)[order],
+        np.array(rows_pos, dtype=np.int32)[order],
+        np.stack(experts)[order],
+        np.stack(gates)[order] if has_gates else None,
+        np.array(rows_tok, dtype=np.int64)[order],
+        provenance=dict(provenance or {"source": os.path.basename(src), "format": "routes-jsonl"}),
+    )
+
+
+def _last_phase(rows_req: list[int], rows_phase: list[int], req: int) -> int:
+    for r, p in zip(reversed(rows_req), reversed(rows_phase)):
+        if r == req:
+            return p
+    return PREFILL
+
+
+def _json_object(line: str, src: str, line_no: int) -> dict[str, Any]:
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValidationError(f"not valid JSON ({exc.msg}); the line may be truncated", source=src,
+                              record=line_no) from None
+    if not isinstance(rec, dict):
+        raise ValidationError(f"expected a JSON object; got {type(rec).__name__}", source=src, record=line_no)
+    return rec
+
+
+def _int_field(rec: dict[str, Any], name: str, src: str, line_no: int, lo: int, hi: int | None = None) -> int:
+    value = rec.get(name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(f"expected an integer; got {value!r}", source=src, record=line_no, field=name)
+    if value < lo or (hi is not None and value >= hi):
+        rng = f"[{lo}, {hi})" if hi is not None else f">= {lo}"
+        raise ValidationError(f"must be {rng}; got {value}", source=src, record=line_no, field=name)
+    return value
+
+
+def _int_list(rec: dict[str, Any], name: str, src: str, line_no: int, k: int | None, n: int) -> np.ndarray:
+    value = rec.get(name)
+    if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
+        raise ValidationError(f"expected a list of integers; got {value!r}", source=src, record=line_no, field=name)
+    if k is not None and len(value) != k:
+        raise ValidationError(f"expected {k} expert ids (top_k); got {len(value)}", source=src,
+                              record=line_no, field=name)
+    if not value:
+        raise ValidationError("expected at least one expert id", source=src, record=line_no, field=name)
+    bad = [v for v in value if v < 0 or v >= n]
+    if bad:
+        raise ValidationError(f"expert id must be in [0, {n}); got {bad[0]}", source=src, record=line_no, field=name)
+    if len(set(value)) != len(value):
+        raise ValidationError("expert ids must be distinct", source=src, record=line_no, field=name)
+    return np.array(value, dtype=np.int16)
+
+
+def _float_list(value: Any, src: str, line_no: int, k: int, name: str = "gates") -> np.ndarray:
+    if not isinstance(value, list) or len(value) != k:
+        raise ValidationError(f"expected a list of {k} numbers", source=src, record=line_no, field=name)
+    out = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValidationError(f"expected finite numbers; got {v!r}", source=src, record=line_no, field=name)
+        out.append(v)
+    return np.array(out, dtype=np.float32)
