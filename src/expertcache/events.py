@@ -22,7 +22,14 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import ValidationError
-from .storage import atomic_directory, read_manifest, read_table, require_columns, write_manifest, write_table
+from .storage import (
+    atomic_directory,
+    read_manifest,
+    read_table,
+    require_columns,
+    write_manifest,
+    write_table,
+)
 from .trace import DECODE, RoutingTrace, _int_field, _int_list, _json_object
 
 __all__ = ["EventStream", "ArrivalOffsets", "build_events", "import_events_jsonl", "read_events"]

@@ -20,9 +20,16 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import ValidationError
-from .storage import atomic_directory, read_manifest, read_table, require_columns, write_manifest, write_table
+from .storage import (
+    atomic_directory,
+    read_manifest,
+    read_table,
+    require_columns,
+    write_manifest,
+    write_table,
+)
 
-__all__ = ["RoutingTrace", "PHASES", "read_trace", "import_routes_jsonl"]
+__all__ = ["RoutingTrace", "PHASES", "read_trace", "import_routes_jsonl", "select_requests"]
 
 #: Phase codes stored in ``RoutingTrace.phase``.
 PHASES = ("prefill", "decode")
@@ -458,3 +465,20 @@ def _float_list(value: Any, src: str, line_no: int, k: int, name: str = "gates")
             raise ValidationError(f"expected finite numbers; got {v!r}", source=src, record=line_no, field=name)
         out.append(v)
     return np.array(out, dtype=np.float32)
+
+
+def select_requests(trace: RoutingTrace, indices: np.ndarray | list[int], note: str = "") -> RoutingTrace:
+    """A new trace holding only the requests ``indices`` (in the given order)."""
+    indices = [int(i) for i in indices]
+    if not indices or any(i < 0 or i >= trace.n_requests for i in indices):
+        raise ValidationError(f"request indices must be in [0, {trace.n_requests}) and non-empty", field="requests")
+    rows = np.concatenate([np.flatnonzero(trace.request == i) for i in indices])
+    remap = np.full(trace.n_requests, -1, dtype=np.int32)
+    remap[indices] = np.arange(len(indices), dtype=np.int32)
+    prov = dict(trace.provenance)
+    if note:
+        prov["selection"] = note
+    return RoutingTrace(trace.n_layers, trace.n_experts, trace.top_k,
+                        tuple(trace.request_ids[i] for i in indices), remap[trace.request[rows]],
+                        trace.phase[rows], trace.position[rows], trace.experts[rows],
+                        None if trace.gates is None else trace.gates[rows], trace.token_id[rows], prov)

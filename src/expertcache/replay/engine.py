@@ -6,7 +6,6 @@ See ``docs/semantics.md`` for the exact contract every rule here implements.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
