@@ -309,6 +309,7 @@ def import_routes_jsonl(
         raise ValidationError(f"--top-k must be <= --experts ({N}); got {k}")
     tokens: dict[tuple[str, int], int] = {}   # (request, position) -> row
     request_ids: dict[str, int] = {}
+    last_phase: dict[str, int] = {}  # request -> phase of its latest position
     last_pos: dict[str, tuple[int, int]] = {}  # request -> (position, line)
     rows_req: list[int] = []
     rows_phase: list[int] = []
@@ -365,9 +366,10 @@ def import_routes_jsonl(
                 tokens[key] = row
                 if rid not in request_ids:
                     request_ids[rid] = len(request_ids)
-                elif rows_phase and _last_phase(rows_req, rows_phase, request_ids[rid]) > pcode:
+                elif last_phase[rid] > pcode:
                     raise ValidationError("a prefill record cannot follow a decode record of the same request",
                                           source=src, record=line_no, field="phase")
+                last_phase[rid] = pcode
                 rows_req.append(request_ids[rid])
                 rows_phase.append(pcode)
                 rows_pos.append(pos)
@@ -409,13 +411,6 @@ def import_routes_jsonl(
         np.array(rows_tok, dtype=np.int64)[order],
         provenance=dict(provenance or {"source": os.path.basename(src), "format": "routes-jsonl"}),
     )
-
-
-def _last_phase(rows_req: list[int], rows_phase: list[int], req: int) -> int:
-    for r, p in zip(reversed(rows_req), reversed(rows_phase)):
-        if r == req:
-            return p
-    return PREFILL
 
 
 def _json_object(line: str, src: str, line_no: int) -> dict[str, Any]:
