@@ -101,18 +101,18 @@ def describe(stream):
 
 
 @st.composite
-def stream_rows(draw, L, N, k, max_events=10):
-    # (step, layer) positions: gaps in steps and missing layers allowed
-    max_step = draw(st.integers(0, 6))
-    keys = draw(
-        st.lists(
-            st.tuples(st.integers(0, max_step), st.integers(0, L - 1)),
-            min_size=1,
-            max_size=max_events,
-            unique=True,
-        )
-    )
-    keys.sort()
+def stream_rows(draw, L, N, k, max_steps=9):
+    # (step, layer) positions: a random subset (about 70%) of a steps x layers grid,
+    # so steps have gaps and layers go missing; ordered by (step, layer)
+    n_steps = draw(st.integers(1, max_steps))
+    keys = [
+        (step, layer)
+        for step in range(n_steps)
+        for layer in range(L)
+        if draw(st.integers(0, 9)) < 7
+    ]
+    if not keys:
+        keys = [(n_steps - 1, L - 1)]
     # a small popular subset per layer keeps streams skewed (reuse, ties, evictions)
     popular = [
         draw(st.lists(st.integers(0, N - 1), min_size=1, max_size=min(2, N), unique=True))
@@ -139,7 +139,7 @@ def streams(draw, with_calibration=False):
     stream = make_stream(L, N, k, draw(stream_rows(L, N, k)))
     if not with_calibration:
         return stream
-    cal = make_stream(L, N, k, draw(stream_rows(L, N, k, max_events=6)))
+    cal = make_stream(L, N, k, draw(stream_rows(L, N, k, max_steps=4)))
     return stream, cal
 
 

@@ -1,18 +1,26 @@
-"""Event-atomic and sequential replay of event streams against expert caches (§2, §4)."""
+"""Event-atomic and sequential replay of event streams against expert caches (§2, §4).
 
-from .engine import (
-    SCOPES,
-    SEMANTICS,
-    TIE_BREAKS,
-    ReplayConfig,
-    capacities_for_rho,
-    replay,
-    total_capacity,
-)
+The registry and result records load instantly; the engine (and numba) load
+on first use of :func:`replay` or another engine name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
 from .policies import POLICIES, Policy, get_policy, policy_names, register_policy
 from .result import LayerCounts, ReplayResult
 
-__all__ = [
-    "ReplayConfig", "ReplayResult", "LayerCounts", "replay", "capacities_for_rho", "total_capacity",
-    "SEMANTICS", "SCOPES", "TIE_BREAKS", "POLICIES", "Policy", "get_policy", "policy_names", "register_policy",
-]
+_ENGINE = ("ReplayConfig", "replay", "capacities_for_rho", "total_capacity", "SEMANTICS", "SCOPES", "TIE_BREAKS",
+           "static_pinned_set")
+
+__all__ = ["POLICIES", "Policy", "get_policy", "policy_names", "register_policy", "LayerCounts", "ReplayResult",
+           *_ENGINE]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ENGINE:
+        from . import engine
+
+        return getattr(engine, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

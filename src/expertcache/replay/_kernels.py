@@ -15,13 +15,7 @@ from .._jit import jit
 #: Next-use sentinel: "never again".
 NEVER = np.int64(1) << np.int64(62)
 
-# Key codes (see policies.py for the registry that maps names onto them).
-KEY_LRU = 0
-KEY_LEAST_STALE = 1
-KEY_LFU = 2
-KEY_LFRU = 3
-KEY_BELADY = 4
-KEY_BELADY_FORCED = 5
+from .keys import KEY_BELADY, KEY_BELADY_FORCED, KEY_LEAST_STALE, KEY_LFRU, KEY_LFU, KEY_LRU  # noqa: E402
 
 
 @jit
@@ -51,8 +45,9 @@ def _key(code, b, t, is_miss, last, freq, nxt, cycle, coff):
         return freq[b] / float(t - last[b] + 1), 0
     if code == KEY_BELADY:
         return -float(nxt[b]), 0
-    # KEY_BELADY_FORCED: misses of this unit first, then nearest next use
-    return 1.0 if is_miss else 0.0, -nxt[b]
+    if code == KEY_BELADY_FORCED:  # misses of this unit first, then nearest next use
+        return 1.0 if is_miss else 0.0, -nxt[b]
+    return 0.0, 0
 
 
 @jit

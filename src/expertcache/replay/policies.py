@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ValidationError
-from . import _kernels as K
+from . import keys as K
 
 __all__ = ["Policy", "register_policy", "get_policy", "policy_names", "POLICIES"]
 

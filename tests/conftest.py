@@ -1,0 +1,41 @@
+"""Shared fixtures: tiny hand-written inputs on disk."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+
+def write_jsonl(path: Path, records: list) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records))
+    return path
+
+
+def route_records(
+    n_requests: int = 3, n_tokens: int = 4, L: int = 2, N: int = 6, k: int = 2
+) -> list[dict]:
+    """Deterministic routing records: request r, token t, layer l picks experts (r+t+l+j) % N."""
+    out = []
+    for r in range(n_requests):
+        for t in range(n_tokens):
+            for layer in range(L):
+                experts = [(r + t + layer + j) % N for j in range(k)]
+                out.append(
+                    {
+                        "request_id": f"req{r}",
+                        "phase": "decode",
+                        "position": 10 + t,
+                        "layer": layer,
+                        "experts": experts,
+                        "gates": [1.0 / k] * k,
+                        "token_id": 100 + t,
+                    }
+                )
+    return out
+
+
+@pytest.fixture
+def routes_file(tmp_path: Path) -> Path:
+    return write_jsonl(tmp_path / "routes.jsonl", route_records())

@@ -1,0 +1,124 @@
+"""EventStream building under FCFS continuous batching, against hand-derived schedules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from expertcache.errors import ValidationError
+from expertcache.events import ArrivalOffsets, EventStream, build_events, fcfs_schedule
+from expertcache.trace import DECODE, RoutingTrace
+
+
+def _trace(lengths, L=1, N=8, k=2, experts=None, gates=True):
+    """Request r's token t at layer l routes to experts[r][t][l] (default: {r, r+1} mod N)."""
+    rows_req, rows_pos, ex = [], [], []
+    for r, n in enumerate(lengths):
+        for t in range(n):
+            rows_req.append(r)
+            rows_pos.append(t)
+            ex.append(
+                [experts[r][t][layer] if experts else [r % N, (r + 1) % N] for layer in range(L)]
+            )
+    n = len(rows_req)
+    ex = np.array(ex, dtype=np.int16).reshape(n, L, k)
+    g = np.full((n, L, k), 0.5, dtype=np.float32) if gates else None
+    return RoutingTrace(
+        L,
+        N,
+        k,
+        tuple(f"r{i}" for i in range(len(lengths))),
+        np.array(rows_req, dtype=np.int32),
+        np.full(n, DECODE, dtype=np.int8),
+        np.array(rows_pos, dtype=np.int32),
+        ex,
+        g,
+        np.full(n, -1, dtype=np.int64),
+    )
+
+
+def test_fcfs_schedule_hand_derived():
+    # lengths 3, 1, 2, 2 with B = 2, all arriving at 0:
+    # step 0: r0 r1; step 1: r0 r2 (r1 left); step 2: r0 r2; step 3: r3; step 4: r3
+    step, req, tok = fcfs_schedule(np.array([3, 1, 2, 2]), np.zeros(4, dtype=np.int64), 2)
+    got = list(zip(step.tolist(), req.tolist(), tok.tolist(), strict=True))
+    assert got == [
+        (0, 0, 0),
+        (0, 1, 0),
+        (1, 0, 1),
+        (1, 2, 0),
+        (2, 0, 2),
+        (2, 2, 1),
+        (3, 3, 0),
+        (4, 3, 1),
+    ]
+
+
+def test_fcfs_schedule_with_stagger_and_idle_gap():
+    # lengths 2, 1 arriving at 0 and 5 with B = 4: steps 0,1 (r0), nothing at 2..4, step 5 (r1)
+    step, req, tok = fcfs_schedule(np.array([2, 1]), np.array([0, 5]), 4)
+    assert step.tolist() == [0, 1, 5]
+    assert req.tolist() == [0, 0, 1]
+
+
+def test_fcfs_orders_by_arrival_then_input_order():
+    # r1 arrives first (step 0), r0 at step 1; B = 1: r1 runs steps 0..1, then r0 steps 2..3
+    step, req, _ = fcfs_schedule(np.array([2, 2]), np.array([1, 0]), 1)
+    assert list(zip(step.tolist(), req.tolist(), strict=True)) == [(0, 1), (1, 1), (2, 0), (3, 0)]
+
+
+def test_build_events_union_multiplicity_gate_mass():
+    # two requests, one token each, one layer: r0 -> {1, 2}, r1 -> {2, 5}
+    tr = _trace([1, 1], experts=[[[[1, 2]]], [[[2, 5]]]])
+    s = build_events(tr, batch=2)
+    assert s.n_events == 1
+    assert s.members(0).tolist() == [1, 2, 5]
+    assert s.multiplicity.tolist() == [1, 2, 1]
+    assert np.allclose(s.gate_mass, [0.5, 1.0, 0.5])
+    assert s.active.tolist() == [2]
+    assert (s.logical, s.union) == (4, 3)
+
+
+def test_build_events_per_layer_and_totals():
+    tr = _trace([3, 2, 2], L=2)
+    s = build_events(tr, batch=2)
+    # steps: 0 (r0, r1), 1 (r0, r1), 2 (r0, r2), 3 (r2) -> 4 steps x 2 layers
+    assert s.step.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert s.layer.tolist() == [0, 1] * 4
+    assert s.active.tolist() == [2, 2, 2, 2, 2, 2, 1, 1]
+    assert s.logical == 2 * (2 + 2 + 2 + 1) * 2
+    # r0 -> {0,1}, r1 -> {1,2}: union 3 at steps 0, 1; r0+r2 -> {0,1,2,3}: 4; r2 -> {2,3}: 2
+    assert s.event_size.tolist() == [3, 3, 3, 3, 4, 4, 2, 2]
+
+
+def test_batch_one_has_no_deduplication():
+    s = build_events(_trace([2, 3], L=3), batch=1)
+    assert s.union == s.logical
+
+
+def test_offsets_parse_and_arrivals():
+    assert ArrivalOffsets.parse("zero").arrivals(3).tolist() == [0, 0, 0]
+    assert ArrivalOffsets.parse("stagger:3").arrivals(3).tolist() == [0, 3, 6]
+    a = ArrivalOffsets.parse("random:2:9", seed=4).arrivals(50)
+    assert a.min() >= 2 and a.max() <= 9
+    assert np.array_equal(a, ArrivalOffsets.parse("random:2:9", seed=4).arrivals(50))
+    for bad in ("stagger", "random:5", "random:9:2", "stagger:-1", "nope"):
+        with pytest.raises(ValidationError):
+            ArrivalOffsets.parse(bad)
+
+
+def test_stagger_changes_the_stream():
+    tr = _trace([4, 4, 4], L=1)
+    a = build_events(tr, batch=3)
+    b = build_events(tr, batch=3, offsets=ArrivalOffsets.parse("stagger:2"))
+    assert a.n_events == 4 and b.n_events == 8
+    assert a.logical == b.logical
+
+
+def test_from_lists_sorts_members_and_rejects_duplicates():
+    s = EventStream.from_lists(1, 4, 1, [0], [0], [[3, 1]], [2], multiplicity=[[1, 1]])
+    assert s.members(0).tolist() == [1, 3]
+    with pytest.raises(ValidationError, match="distinct"):
+        EventStream.from_lists(1, 4, 1, [0], [0], [[1, 1]], [2])
+    with pytest.raises(ValidationError, match="duplicate"):
+        EventStream.from_lists(1, 4, 1, [0, 0], [0, 0], [[1], [2]], [1, 1])

@@ -1,0 +1,57 @@
+"""Traces and streams survive a save/load round trip exactly; writes are atomic."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from expertcache.demo import example_trace
+from expertcache.errors import OutputExistsError
+from expertcache.events import build_events, dump_events_jsonl, import_events_jsonl, read_events
+from expertcache.storage import atomic_directory
+from expertcache.trace import import_routes_jsonl, read_trace, select_requests
+
+
+def test_trace_roundtrip(tmp_path):
+    tr = select_requests(example_trace(), [5, 2, 9])
+    tr.save(tmp_path / "t")
+    back = read_trace(tmp_path / "t")
+    assert back.request_ids == tr.request_ids
+    for name in ("request", "phase", "position", "experts", "gates", "token_id"):
+        assert np.array_equal(getattr(back, name), getattr(tr, name)), name
+    assert back.provenance == tr.provenance
+
+
+def test_jsonl_import_matches_records(routes_file):
+    tr = import_routes_jsonl(routes_file, 2, 6, 2)
+    assert tr.request_ids == ("req0", "req1", "req2")
+    # request 1, token 2 (position 12), layer 1 routed to (1+2+1+j) % 6
+    row = 1 * 4 + 2
+    assert tr.position[row] == 12 and tr.experts[row, 1].tolist() == [4, 5]
+    assert tr.token_id[row] == 102
+
+
+def test_stream_roundtrip_and_jsonl_inverse(tmp_path):
+    s = build_events(select_requests(example_trace(), range(6)), 3)
+    s.save(tmp_path / "s")
+    back = read_events(tmp_path / "s")
+    for name in ("step", "layer", "active", "logical_per_event", "offsets", "expert", "multiplicity", "gate_mass"):
+        assert np.array_equal(getattr(back, name), getattr(s, name)), name
+    (tmp_path / "s.jsonl").write_text(dump_events_jsonl(s))
+    again = import_events_jsonl(tmp_path / "s.jsonl", s.n_layers, s.n_experts, s.top_k)
+    for name in ("step", "layer", "active", "offsets", "expert", "multiplicity"):
+        assert np.array_equal(getattr(again, name), getattr(s, name)), name
+    assert np.allclose(again.gate_mass, s.gate_mass, atol=1e-5)
+
+
+def test_atomic_directory_leaves_nothing_on_failure(tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError):
+        with atomic_directory(out) as tmp:
+            (tmp / "partial").write_text("x")
+            raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+    out.mkdir()
+    with pytest.raises(OutputExistsError):
+        with atomic_directory(out):
+            pass
