@@ -93,8 +93,11 @@ def total_capacity(rho: float, n_layers: int, n_experts: int) -> int:
 def capacities_for_rho(rho: float, n_layers: int, n_experts: int) -> np.ndarray:
     """Per-layer quotas: ``total // L`` each, plus one for the first ``total % L`` layers.
 
-    >>> capacities_for_rho(0.4, 48, 128)[:3].tolist(), int(capacities_for_rho(0.4, 48, 128).sum())
-    ([52, 52, 51], 2458)
+    Qwen3-30B-A3B (48 layers x 128 experts) at rho = 0.4: 2458 blocks, 52 for layers 0-9, 51 after.
+
+    >>> caps = capacities_for_rho(0.4, 48, 128)
+    >>> int(caps.sum()), caps[8:12].tolist()
+    (2458, [52, 52, 51, 51])
     """
     total = total_capacity(rho, n_layers, n_experts)
     caps = np.full(n_layers, total // n_layers, dtype=np.int64)
