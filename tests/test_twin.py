@@ -189,14 +189,14 @@ def _compare_all(data, stream, cal, semantics_list):
                         )
 
 
-@hyp(40)
+@hyp(200)
 @given(st.data(), streams(with_calibration=True))
 def test_twin_event_atomic(data, pair):
     stream, cal = pair
     _compare_all(data, stream, cal, ["event-atomic"])
 
 
-@hyp(40)
+@hyp(200)
 @given(st.data(), streams(with_calibration=True))
 def test_twin_sequential(data, pair):
     stream, cal = pair
@@ -217,7 +217,7 @@ def _modes(data, stream):
     return dict(scope=scope, semantics=semantics, tie_break=tie_break, seed=seed, **cap)
 
 
-@hyp(60)
+@hyp(250)
 @given(st.data(), streams(with_calibration=True))
 def test_belady_is_optimal(data, pair):
     stream, cal = pair
@@ -238,7 +238,7 @@ def test_belady_is_optimal(data, pair):
         assert best <= results[("belady-forced", False)]["transferred"]
 
 
-@hyp(60)
+@hyp(250)
 @given(st.data(), streams(with_calibration=True))
 def test_conservation_and_identities(data, pair):
     stream, cal = pair
@@ -283,7 +283,7 @@ def _quotas(L, N, scope, kw):
     return [base + (1 if layer < extra else 0) for layer in range(L)]
 
 
-@hyp(80)
+@hyp(300)
 @given(st.data(), streams())
 def test_static_same_trace_identity(data, stream):
     L, N = stream.n_layers, stream.n_experts
@@ -311,7 +311,7 @@ def test_static_same_trace_identity(data, stream):
     assert r["transferred"] == r["demand_misses"] + pinned
 
 
-@hyp(40)
+@hyp(150)
 @given(st.data(), streams())
 def test_unbounded_capacity_only_cold_misses(data, stream):
     L, N = stream.n_layers, stream.n_experts
