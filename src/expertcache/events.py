@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import ValidationError
+from .jsonl import check_shape, int_field, int_list, iter_records
 from .storage import (
     atomic_directory,
     read_manifest,
@@ -30,7 +31,7 @@ from .storage import (
     write_manifest,
     write_table,
 )
-from .trace import DECODE, RoutingTrace, _int_field, _int_list, _json_object
+from .trace import DECODE, RoutingTrace
 
 __all__ = ["EventStream", "ArrivalOffsets", "build_events", "import_events_jsonl", "read_events"]
 
@@ -514,71 +515,58 @@ def import_events_jsonl(path: str | os.PathLike[str], n_layers: int, n_experts: 
     """
     src = str(path)
     L, N, k = n_layers, n_experts, top_k
-    for name, value in (("--layers", L), ("--experts", N), ("--top-k", k)):
-        if value < 1:
-            raise ValidationError(f"{name} must be a positive integer; got {value}")
+    check_shape(L, N, k)
     steps, layers, actives, lines = [], [], [], []
     experts: list[np.ndarray] = []
     mults: list[np.ndarray] = []
     gms: list[np.ndarray] = []
     has_gm: bool | None = None
     seen: dict[tuple[int, int], int] = {}
-    try:
-        handle = open(path, encoding="utf-8")
-    except OSError as exc:
-        raise ValidationError(f"cannot open ({exc.strerror})", source=src) from None
-    with handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            rec = _json_object(line, src, line_no)
-            step = rec.get("step")
-            if isinstance(step, int) and not isinstance(step, bool) and step < 0:
-                raise ValidationError(f"step must be >= 0; got {step}", source=src, record=line_no, field="step")
-            step = _int_field(rec, "step", src, line_no, lo=0)
-            layer = _int_field(rec, "layer", src, line_no, lo=0, hi=L)
-            active = _int_field(rec, "active", src, line_no, lo=1)
-            ex = _int_list(rec, "experts", src, line_no, None, N)
-            if ex.shape[0] > min(N, active * k):
-                raise ValidationError(f"{ex.shape[0]} distinct experts exceed min(N, active*k) = {min(N, active * k)}",
-                                      source=src, record=line_no, field="experts")
-            if (step, layer) in seen:
-                raise ValidationError(f"duplicate (step, layer) = ({step}, {layer}); first on line {seen[(step, layer)]}",
-                                      source=src, record=line_no, field="layer")
-            seen[(step, layer)] = line_no
-            m = rec.get("multiplicity")
-            if m is None:
-                m_arr = np.ones(ex.shape[0], dtype=np.int32)
-            else:
-                if (not isinstance(m, list) or len(m) != ex.shape[0]
-                        or any(isinstance(v, bool) or not isinstance(v, int) for v in m)):
-                    raise ValidationError(f"expected {ex.shape[0]} integers (one per expert)", source=src,
-                                          record=line_no, field="multiplicity")
-                m_arr = np.array(m, dtype=np.int64)
-                if (m_arr < 1).any() or (m_arr > active).any():
-                    raise ValidationError(f"each multiplicity must be in [1, active={active}]", source=src,
-                                          record=line_no, field="multiplicity")
-                if int(m_arr.sum()) != active * k:
-                    raise ValidationError(f"multiplicities must sum to active*k = {active * k}; got {int(m_arr.sum())}",
-                                          source=src, record=line_no, field="multiplicity")
-            g = rec.get("gate_mass")
-            if has_gm is None:
-                has_gm = g is not None
-            elif has_gm != (g is not None):
-                raise ValidationError("gate_mass must be given on every record or on none", source=src,
+    for line_no, rec in iter_records(path):
+        step = int_field(rec, "step", src, line_no, lo=0)
+        layer = int_field(rec, "layer", src, line_no, lo=0, hi=L)
+        active = int_field(rec, "active", src, line_no, lo=1)
+        ex = int_list(rec, "experts", src, line_no, None, N)
+        if ex.shape[0] > min(N, active * k):
+            raise ValidationError(f"{ex.shape[0]} distinct experts exceed min(N, active*k) = {min(N, active * k)}",
+                                  source=src, record=line_no, field="experts")
+        if (step, layer) in seen:
+            raise ValidationError(f"duplicate (step, layer) = ({step}, {layer}); first on line {seen[(step, layer)]}",
+                                  source=src, record=line_no, field="layer")
+        seen[(step, layer)] = line_no
+        m = rec.get("multiplicity")
+        if m is None:
+            m_arr = np.ones(ex.shape[0], dtype=np.int32)
+        else:
+            if (not isinstance(m, list) or len(m) != ex.shape[0]
+                    or any(isinstance(v, bool) or not isinstance(v, int) for v in m)):
+                raise ValidationError(f"expected {ex.shape[0]} integers (one per expert)", source=src,
+                                      record=line_no, field="multiplicity")
+            m_arr = np.array(m, dtype=np.int64)
+            if (m_arr < 1).any() or (m_arr > active).any():
+                raise ValidationError(f"each multiplicity must be in [1, active={active}]", source=src,
+                                      record=line_no, field="multiplicity")
+            if int(m_arr.sum()) != active * k:
+                raise ValidationError(f"multiplicities must sum to active*k = {active * k}; got {int(m_arr.sum())}",
+                                      source=src, record=line_no, field="multiplicity")
+        g = rec.get("gate_mass")
+        if has_gm is None:
+            has_gm = g is not None
+        elif has_gm != (g is not None):
+            raise ValidationError("gate_mass must be given on every record or on none", source=src,
+                                  record=line_no, field="gate_mass")
+        if g is not None:
+            if not isinstance(g, list) or len(g) != ex.shape[0] or any(
+                    isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in g):
+                raise ValidationError(f"expected {ex.shape[0]} finite numbers (one per expert)", source=src,
                                       record=line_no, field="gate_mass")
-            if g is not None:
-                if not isinstance(g, list) or len(g) != ex.shape[0] or any(
-                        isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in g):
-                    raise ValidationError(f"expected {ex.shape[0]} finite numbers (one per expert)", source=src,
-                                          record=line_no, field="gate_mass")
-                gms.append(np.array(g, dtype=np.float64))
-            steps.append(step)
-            layers.append(layer)
-            actives.append(active)
-            lines.append(line_no)
-            experts.append(ex)
-            mults.append(m_arr)
+            gms.append(np.array(g, dtype=np.float64))
+        steps.append(step)
+        layers.append(layer)
+        actives.append(active)
+        lines.append(line_no)
+        experts.append(ex)
+        mults.append(m_arr)
     if not steps:
         raise ValidationError("no event records found; expected one JSON object per line", source=src)
     order = np.lexsort((np.array(layers), np.array(steps)))

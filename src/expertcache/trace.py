@@ -9,8 +9,6 @@ format) and ``manifest.json``.
 
 from __future__ import annotations
 
-import json
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import ValidationError
+from .jsonl import check_shape, float_list, int_field, int_list, iter_records
 from .storage import (
     atomic_directory,
     read_manifest,
@@ -302,11 +301,7 @@ def import_routes_jsonl(
     """
     src = str(path)
     L, N, k = n_layers, n_experts, top_k
-    for name, value in (("--layers", L), ("--experts", N), ("--top-k", k)):
-        if value < 1:
-            raise ValidationError(f"{name} must be a positive integer; got {value}")
-    if k > N:
-        raise ValidationError(f"--top-k must be <= --experts ({N}); got {k}")
+    check_shape(L, N, k)
     tokens: dict[tuple[str, int], int] = {}   # (request, position) -> row
     request_ids: dict[str, int] = {}
     last_phase: dict[str, int] = {}  # request -> phase of its latest position
@@ -319,80 +314,72 @@ def import_routes_jsonl(
     gates: list[np.ndarray] = []
     seen: list[np.ndarray] = []
     has_gates: bool | None = None
-    try:
-        handle = open(path, encoding="utf-8")
-    except OSError as exc:
-        raise ValidationError(f"cannot open ({exc.strerror})", source=src) from None
-    with handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            rec = _json_object(line, src, line_no)
-            rid = rec.get("request_id")
-            if isinstance(rid, bool) or not isinstance(rid, (str, int)):
-                raise ValidationError(f"expected a string or integer; got {rid!r}", source=src,
-                                      record=line_no, field="request_id")
-            rid = str(rid)
-            phase = rec.get("phase")
-            if phase not in PHASES:
-                raise ValidationError(f"expected 'decode' or 'prefill'; got {phase!r}", source=src,
-                                      record=line_no, field="phase")
-            pos = _int_field(rec, "position", src, line_no, lo=0)
-            layer = _int_field(rec, "layer", src, line_no, lo=0, hi=L)
-            ex = _int_list(rec, "experts", src, line_no, k, N)
-            g = rec.get("gates")
-            if has_gates is None:
-                has_gates = g is not None
-            elif has_gates != (g is not None):
-                raise ValidationError("gates must be given on every record or on none", source=src,
-                                      record=line_no, field="gates")
-            tok = rec.get("token_id", -1)
-            if tok is None:
-                tok = -1
-            if isinstance(tok, bool) or not isinstance(tok, int) or tok < -1:
-                raise ValidationError(f"expected a non-negative integer; got {tok!r}", source=src,
-                                      record=line_no, field="token_id")
-            prev = last_pos.get(rid)
-            if prev is not None and pos < prev[0]:
-                raise ValidationError(
-                    f"positions must not decrease within a request; got {pos} after {prev[0]} (line {prev[1]})",
-                    source=src, record=line_no, field="position")
-            last_pos[rid] = (pos, line_no)
-            key = (rid, pos)
-            row = tokens.get(key)
-            pcode = PHASES.index(phase)
-            if row is None:
-                row = len(rows_req)
-                tokens[key] = row
-                if rid not in request_ids:
-                    request_ids[rid] = len(request_ids)
-                elif last_phase[rid] > pcode:
-                    raise ValidationError("a prefill record cannot follow a decode record of the same request",
-                                          source=src, record=line_no, field="phase")
-                last_phase[rid] = pcode
-                rows_req.append(request_ids[rid])
-                rows_phase.append(pcode)
-                rows_pos.append(pos)
-                rows_tok.append(tok)
-                experts.append(np.full((L, k), -1, dtype=np.int16))
-                gates.append(np.zeros((L, k), dtype=np.float32))
-                seen.append(np.zeros(L, dtype=bool))
-            else:
-                if rows_phase[row] != pcode:
-                    raise ValidationError(f"phase differs from another layer of the same position ({PHASES[rows_phase[row]]})",
-                                          source=src, record=line_no, field="phase")
-            if seen[row][layer]:
-                raise ValidationError(f"duplicate record for request {rid!r}, position {pos}, layer {layer}",
-                                      source=src, record=line_no, field="layer")
-            seen[row][layer] = True
-            experts[row][layer] = ex
-            if g is not None:
-                gates[row][layer] = _float_list(g, src, line_no, k)
-            if tok >= 0:
-                if rows_tok[row] >= 0 and rows_tok[row] != tok:
-                    raise ValidationError("token_id differs between layers of the same position",
-                                          source=src, record=line_no, field="token_id")
-                rows_tok[row] = tok
+    for line_no, rec in iter_records(path):
+        rid = rec.get("request_id")
+        if isinstance(rid, bool) or not isinstance(rid, (str, int)):
+            raise ValidationError(f"expected a string or integer; got {rid!r}", source=src,
+                                  record=line_no, field="request_id")
+        rid = str(rid)
+        phase = rec.get("phase")
+        if phase not in PHASES:
+            raise ValidationError(f"expected 'decode' or 'prefill'; got {phase!r}", source=src,
+                                  record=line_no, field="phase")
+        pos = int_field(rec, "position", src, line_no, lo=0)
+        layer = int_field(rec, "layer", src, line_no, lo=0, hi=L)
+        ex = int_list(rec, "experts", src, line_no, k, N)
+        g = rec.get("gates")
+        if has_gates is None:
+            has_gates = g is not None
+        elif has_gates != (g is not None):
+            raise ValidationError("gates must be given on every record or on none", source=src,
+                                  record=line_no, field="gates")
+        tok = rec.get("token_id", -1)
+        if tok is None:
+            tok = -1
+        if isinstance(tok, bool) or not isinstance(tok, int) or tok < -1:
+            raise ValidationError(f"expected a non-negative integer; got {tok!r}", source=src,
+                                  record=line_no, field="token_id")
+        prev = last_pos.get(rid)
+        if prev is not None and pos < prev[0]:
+            raise ValidationError(
+                f"positions must not decrease within a request; got {pos} after {prev[0]} (line {prev[1]})",
+                source=src, record=line_no, field="position")
+        last_pos[rid] = (pos, line_no)
+        key = (rid, pos)
+        row = tokens.get(key)
+        pcode = PHASES.index(phase)
+        if row is None:
+            row = len(rows_req)
+            tokens[key] = row
+            if rid not in request_ids:
+                request_ids[rid] = len(request_ids)
+            elif last_phase[rid] > pcode:
+                raise ValidationError("a prefill record cannot follow a decode record of the same request",
+                                      source=src, record=line_no, field="phase")
+            last_phase[rid] = pcode
+            rows_req.append(request_ids[rid])
+            rows_phase.append(pcode)
+            rows_pos.append(pos)
+            rows_tok.append(tok)
+            experts.append(np.full((L, k), -1, dtype=np.int16))
+            gates.append(np.zeros((L, k), dtype=np.float32))
+            seen.append(np.zeros(L, dtype=bool))
+        else:
+            if rows_phase[row] != pcode:
+                raise ValidationError(f"phase differs from another layer of the same position ({PHASES[rows_phase[row]]})",
+                                      source=src, record=line_no, field="phase")
+        if seen[row][layer]:
+            raise ValidationError(f"duplicate record for request {rid!r}, position {pos}, layer {layer}",
+                                  source=src, record=line_no, field="layer")
+        seen[row][layer] = True
+        experts[row][layer] = ex
+        if g is not None:
+            gates[row][layer] = float_list(g, src, line_no, k)
+        if tok >= 0:
+            if rows_tok[row] >= 0 and rows_tok[row] != tok:
+                raise ValidationError("token_id differs between layers of the same position",
+                                      source=src, record=line_no, field="token_id")
+            rows_tok[row] = tok
     if not rows_req:
         raise ValidationError("no routing records found; expected one JSON object per line", source=src)
     for (rid, pos), row in tokens.items():
@@ -411,55 +398,6 @@ def import_routes_jsonl(
         np.array(rows_tok, dtype=np.int64)[order],
         provenance=dict(provenance or {"source": os.path.basename(src), "format": "routes-jsonl"}),
     )
-
-
-def _json_object(line: str, src: str, line_no: int) -> dict[str, Any]:
-    try:
-        rec = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise ValidationError(f"not valid JSON ({exc.msg}); the line may be truncated", source=src,
-                              record=line_no) from None
-    if not isinstance(rec, dict):
-        raise ValidationError(f"expected a JSON object; got {type(rec).__name__}", source=src, record=line_no)
-    return rec
-
-
-def _int_field(rec: dict[str, Any], name: str, src: str, line_no: int, lo: int, hi: int | None = None) -> int:
-    value = rec.get(name)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValidationError(f"expected an integer; got {value!r}", source=src, record=line_no, field=name)
-    if value < lo or (hi is not None and value >= hi):
-        rng = f"[{lo}, {hi})" if hi is not None else f">= {lo}"
-        raise ValidationError(f"must be {rng}; got {value}", source=src, record=line_no, field=name)
-    return value
-
-
-def _int_list(rec: dict[str, Any], name: str, src: str, line_no: int, k: int | None, n: int) -> np.ndarray:
-    value = rec.get(name)
-    if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
-        raise ValidationError(f"expected a list of integers; got {value!r}", source=src, record=line_no, field=name)
-    if k is not None and len(value) != k:
-        raise ValidationError(f"expected {k} expert ids (top_k); got {len(value)}", source=src,
-                              record=line_no, field=name)
-    if not value:
-        raise ValidationError("expected at least one expert id", source=src, record=line_no, field=name)
-    bad = [v for v in value if v < 0 or v >= n]
-    if bad:
-        raise ValidationError(f"expert id must be in [0, {n}); got {bad[0]}", source=src, record=line_no, field=name)
-    if len(set(value)) != len(value):
-        raise ValidationError("expert ids must be distinct", source=src, record=line_no, field=name)
-    return np.array(value, dtype=np.int16)
-
-
-def _float_list(value: Any, src: str, line_no: int, k: int, name: str = "gates") -> np.ndarray:
-    if not isinstance(value, list) or len(value) != k:
-        raise ValidationError(f"expected a list of {k} numbers", source=src, record=line_no, field=name)
-    out = []
-    for v in value:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ValidationError(f"expected finite numbers; got {v!r}", source=src, record=line_no, field=name)
-        out.append(v)
-    return np.array(out, dtype=np.float32)
 
 
 def select_requests(trace: RoutingTrace, indices: np.ndarray | list[int], note: str = "") -> RoutingTrace:
