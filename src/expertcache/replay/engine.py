@@ -13,6 +13,7 @@ import numpy as np
 from ..errors import ValidationError
 from ..events import EventStream
 from . import _kernels as K
+from .keys import KEY_STABLE
 from .policies import get_policy
 from .result import LayerCounts, ReplayResult
 
@@ -215,7 +216,8 @@ def replay(stream: EventStream, config: ReplayConfig, calibration: EventStream |
                        else np.zeros(unit_block.shape[0], dtype=np.int64))
         hits_l = np.zeros(L, dtype=np.int64)
         miss_l = np.zeros(L, dtype=np.int64)
-        K.replay_units(unit_off, unit_block, unit_part, stream.layer.astype(np.int64)[unit_event], unit_cycle, unit_coff, access_next, caps, tie,
+        kernel = K.replay_heap if policy.key_code in KEY_STABLE else K.replay_scan
+        kernel(unit_off, unit_block, unit_part, stream.layer.astype(np.int64)[unit_event], unit_cycle, unit_coff, access_next, caps, tie,
                        n_blocks, policy.key_code, bool(config.lfu_in_cache_counters and policy.name == "lfu"),
                        hits_l, miss_l)
     per_layer = tuple(
