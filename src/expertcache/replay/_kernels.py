@@ -1,5 +1,11 @@
 """numba kernels of the replay engine. They trust their inputs: no validation, no I/O.
 
+Every kernel walks the stream's CSR arrays directly (``offsets``, ``expert``,
+``ev_layer``, ``ev_step``) and forms *units* on the fly: one unit per event
+under event-atomic replay (``atomic=True``), one per access under sequential
+replay. Block ids are ``layer * n_experts + expert``; the cache partition of a
+unit is its layer, or 0 under global scope.
+
 The engine loop owns the cache, the counters and the retention decision; a
 policy contributes only a key (:func:`_key`). At the end of each unit the
 candidates ``C ∪ U`` are ranked by ``(key1, key2, tie)`` and the smallest
@@ -11,6 +17,10 @@ the same decision:
   unit costs ``O(|U| log c)``.
 * :func:`replay_scan` for keys that drift with time (``lfru``): every candidate's
   key is re-evaluated at each overflowing unit, ``O(c)`` per unit.
+
+:func:`stack_depths` computes, in one pass, every access's depth in the
+Mattson priority stack of a stack policy, from which the hits at every
+capacity follow (a miss-ratio curve).
 """
 
 from __future__ import annotations
@@ -20,21 +30,27 @@ import numpy as np
 from .._jit import jit
 from .keys import KEY_BELADY, KEY_BELADY_FORCED, KEY_LEAST_STALE, KEY_LFRU, KEY_LFU, KEY_LRU
 
-#: Next-use sentinel: "never again".
-NEVER = np.int64(1) << np.int64(62)
+#: Next-use sentinel: "never again" (next-use arrays are int32).
+NEVER = np.int32(2**31 - 1)
 
 
 @jit
-def next_use(unit_offsets, unit_block, n_blocks):
-    """``int64[n_access]``: for each access, the index of the next unit holding the same block (or NEVER)."""
-    n_units = unit_offsets.shape[0] - 1
-    out = np.empty(unit_block.shape[0], dtype=np.int64)
-    seen = np.full(n_blocks, NEVER, dtype=np.int64)
-    for u in range(n_units - 1, -1, -1):
-        for a in range(unit_offsets[u], unit_offsets[u + 1]):
-            b = unit_block[a]
+def next_use(offsets, expert, ev_layer, n_experts, n_layers, atomic):
+    """``int32[n_access]``: for each access, the index of the next unit holding the same block (or NEVER)."""
+    n_events = offsets.shape[0] - 1
+    out = np.empty(expert.shape[0], dtype=np.int32)
+    seen = np.full(n_layers * n_experts, NEVER, dtype=np.int32)
+    t = offsets[n_events] if not atomic else n_events
+    for i in range(n_events - 1, -1, -1):
+        base = ev_layer[i] * n_experts
+        if atomic:
+            t -= 1
+        for a in range(offsets[i + 1] - 1, offsets[i] - 1, -1):
+            if not atomic:
+                t -= 1
+            b = base + expert[a]
             out[a] = seen[b]
-            seen[b] = u
+            seen[b] = t
     return out
 
 
@@ -52,7 +68,7 @@ def _key(code, b, t, is_miss, last, freq, nxt, cycle, coff):
     if code == KEY_BELADY:
         return -float(nxt[b]), 0
     if code == KEY_BELADY_FORCED:  # misses of this unit first, then nearest next use
-        return 1.0 if is_miss else 0.0, -nxt[b]
+        return 1.0 if is_miss else 0.0, -np.int64(nxt[b])
     return 0.0, 0
 
 
@@ -67,13 +83,16 @@ def _less(a, b, k1, k2, tie):
 
 
 @jit
-def _sift(heap, p, i, n, pos, k1, k2, tie):
-    """Restore the min-heap property of ``heap[p, :n]`` around index ``i`` (up, then down)."""
+def _sift(heap, p, i, n, pos, k1, k2, tie, max_heap):
+    """Restore the heap property of ``heap[p, :n]`` around index ``i`` (up, then down).
+
+    A min-heap (lowest rank on top) unless ``max_heap``.
+    """
     b = heap[p, i]
     while i > 0:
         parent = (i - 1) >> 1
         q = heap[p, parent]
-        if not _less(b, q, k1, k2, tie):
+        if not (_less(q, b, k1, k2, tie) if max_heap else _less(b, q, k1, k2, tie)):
             break
         heap[p, i] = q
         pos[q] = i
@@ -82,10 +101,15 @@ def _sift(heap, p, i, n, pos, k1, k2, tie):
         child = 2 * i + 1
         if child >= n:
             break
-        if child + 1 < n and _less(heap[p, child + 1], heap[p, child], k1, k2, tie):
-            child += 1
+        c2 = child + 1
+        if c2 < n:
+            if max_heap:
+                if _less(heap[p, child], heap[p, c2], k1, k2, tie):
+                    child = c2
+            elif _less(heap[p, c2], heap[p, child], k1, k2, tie):
+                child = c2
         q = heap[p, child]
-        if not _less(q, b, k1, k2, tie):
+        if not (_less(b, q, k1, k2, tie) if max_heap else _less(q, b, k1, k2, tie)):
             break
         heap[p, i] = q
         pos[q] = i
@@ -95,35 +119,49 @@ def _sift(heap, p, i, n, pos, k1, k2, tie):
 
 
 @jit
-def _max_sizes(unit_offsets, capacity, n_blocks):
-    max_cap = 0
-    for p in range(capacity.shape[0]):
-        max_cap = max(max_cap, capacity[p])
-    max_unit = 1
-    for u in range(unit_offsets.shape[0] - 1):
-        max_unit = max(max_unit, unit_offsets[u + 1] - unit_offsets[u])
-    return min(max_cap, n_blocks), max_unit
+def _max_unit(offsets, atomic):
+    if not atomic:
+        return 1
+    m = 1
+    for i in range(offsets.shape[0] - 1):
+        m = max(m, offsets[i + 1] - offsets[i])
+    return m
 
 
 @jit
-def replay_heap(unit_offsets, unit_block, unit_part, unit_layer, unit_cycle, unit_coff, access_next,
-                capacity, tie, n_blocks, key_code, reset_freq_on_evict, hits, misses):
-    """Replay units with residents in per-partition min-heaps (keys in ``keys.KEY_STABLE``).
+def _touch(b, t, a, access_next, cycle_now, coff_now, last, freq, nxt, cycle, coff):
+    """Update the policy state of block ``b`` accessed by unit ``t`` (access index ``a``)."""
+    last[b] = t
+    freq[b] += 1
+    if access_next.shape[0]:
+        nxt[b] = access_next[a]
+    cycle[b] = cycle_now
+    coff[b] = coff_now
+
+
+@jit
+def replay_heap(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_scope, atomic, access_next,
+                capacity, tie, key_code, reset_freq_on_evict, hits, misses):
+    """Replay with residents in per-partition min-heaps (keys in ``keys.KEY_STABLE``).
 
     Parameters
     ----------
-    unit_offsets : int64[n_units + 1]
-        CSR offsets of each unit's members in ``unit_block``.
-    unit_block : int64[n_access]
-        Global block ids, in access order.
-    unit_part : int64[n_units]
-        Cache partition of each unit (its layer, or 0 under global scope).
-    unit_layer : int64[n_units]
-        Layer of each unit: the index of the counters it adds to.
-    unit_cycle, unit_coff : int64[n_units]
-        Scheduler step of each unit and its offset inside that step.
-    access_next : int64[n_access]
-        Next unit holding the same block (``NEVER`` if none); only Belady keys read it.
+    offsets : int64[n_events + 1]
+        CSR offsets of each event's members in ``expert``.
+    expert : int16[n_access]
+        Member expert ids, in access order (ascending, or permuted for sequential-random).
+    ev_layer : int32[n_events]
+        Layer of each event.
+    ev_step : int64[n_events]
+        Scheduler step of each event (non-decreasing).
+    n_experts, n_layers : int
+        ``N`` and ``L``.
+    global_scope : bool
+        One cache for all layers (partition 0) instead of one per layer.
+    atomic : bool
+        Event-atomic units (one per event) or sequential units (one per access).
+    access_next : int32[n_access] or empty
+        Next unit holding the same block (``NEVER`` if none); needed by Belady keys only.
     capacity : int64[n_parts]
         Blocks each partition may retain.
     tie : int64[n_blocks]
@@ -135,154 +173,303 @@ def replay_heap(unit_offsets, unit_block, unit_part, unit_layer, unit_cycle, uni
     hits, misses : int64[n_layers]
         Output counters per layer (accumulated).
     """
-    n_units = unit_offsets.shape[0] - 1
-    slots, max_unit = _max_sizes(unit_offsets, capacity, n_blocks)
-    heap = np.empty((capacity.shape[0], slots + max_unit), dtype=np.int64)
-    size = np.zeros(capacity.shape[0], dtype=np.int64)
+    n_blocks = n_layers * n_experts
+    n_events = offsets.shape[0] - 1
+    n_parts = capacity.shape[0]
+    max_unit = _max_unit(offsets, atomic)
+    slots = 0
+    for p in range(n_parts):
+        slots = max(slots, min(capacity[p], n_blocks))
+    heap = np.empty((n_parts, slots + max_unit), dtype=np.int64)
+    size = np.zeros(n_parts, dtype=np.int64)
     pos = np.full(n_blocks, -1, dtype=np.int64)        # heap index of a resident, -1 if absent
     last = np.full(n_blocks, -1, dtype=np.int64)
     freq = np.zeros(n_blocks, dtype=np.int64)
-    nxt = np.full(n_blocks, NEVER, dtype=np.int64)
+    nxt = np.full(n_blocks, NEVER, dtype=np.int32)
     cycle = np.full(n_blocks, -1, dtype=np.int64)
     coff = np.zeros(n_blocks, dtype=np.int64)
     k1 = np.zeros(n_blocks, dtype=np.float64)
     k2 = np.zeros(n_blocks, dtype=np.int64)
     miss_buf = np.empty(max_unit, dtype=np.int64)
-    for t in range(n_units):
-        p = unit_part[t]
+    t = 0
+    cur_step = -1
+    cycle_start = 0
+    for i in range(n_events):
+        layer = ev_layer[i]
+        p = 0 if global_scope else layer
         cap = capacity[p]
-        n_miss = 0
-        for a in range(unit_offsets[t], unit_offsets[t + 1]):
-            b = unit_block[a]
-            last[b] = t
-            freq[b] += 1
-            nxt[b] = access_next[a]
-            cycle[b] = unit_cycle[t]
-            coff[b] = unit_coff[t]
-            if pos[b] >= 0:
-                hits[unit_layer[t]] += 1
-                k1[b], k2[b] = _key(key_code, b, t, False, last, freq, nxt, cycle, coff)
-                _sift(heap, p, pos[b], size[p], pos, k1, k2, tie)
-            else:
-                misses[unit_layer[t]] += 1
-                miss_buf[n_miss] = b
-                n_miss += 1
-        if n_miss == 0:
-            continue
-        overflow = size[p] + n_miss > cap
-        for i in range(n_miss):
-            b = miss_buf[i]
-            k1[b], k2[b] = _key(key_code, b, t, overflow, last, freq, nxt, cycle, coff)
-            heap[p, size[p]] = b
-            pos[b] = size[p]
-            size[p] += 1
-            _sift(heap, p, size[p] - 1, size[p], pos, k1, k2, tie)
-        if not overflow:
-            continue
-        for _ in range(size[p] - cap):
-            b = heap[p, 0]
-            pos[b] = -1
-            size[p] -= 1
-            if size[p] > 0:
-                heap[p, 0] = heap[p, size[p]]
-                _sift(heap, p, 0, size[p], pos, k1, k2, tie)
-            if reset_freq_on_evict:
-                freq[b] = 0
-        if key_code == KEY_BELADY_FORCED:
-            # admitted misses rejoin the residents' ranking (their miss priority held for this unit only)
-            for i in range(n_miss):
-                b = miss_buf[i]
+        base = layer * n_experts
+        if ev_step[i] != cur_step:
+            cur_step = ev_step[i]
+            cycle_start = t
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        n_units = 1 if atomic else hi - lo
+        for u in range(n_units):
+            a_lo = lo if atomic else lo + u
+            a_hi = hi if atomic else lo + u + 1
+            n_miss = 0
+            for a in range(a_lo, a_hi):
+                b = base + expert[a]
+                _touch(b, t, a, access_next, cur_step, t - cycle_start, last, freq, nxt, cycle, coff)
                 if pos[b] >= 0:
+                    hits[layer] += 1
                     k1[b], k2[b] = _key(key_code, b, t, False, last, freq, nxt, cycle, coff)
-                    _sift(heap, p, pos[b], size[p], pos, k1, k2, tie)
+                    _sift(heap, p, pos[b], size[p], pos, k1, k2, tie, False)
+                else:
+                    misses[layer] += 1
+                    miss_buf[n_miss] = b
+                    n_miss += 1
+            if n_miss:
+                overflow = size[p] + n_miss > cap
+                for j in range(n_miss):
+                    b = miss_buf[j]
+                    k1[b], k2[b] = _key(key_code, b, t, overflow, last, freq, nxt, cycle, coff)
+                    heap[p, size[p]] = b
+                    pos[b] = size[p]
+                    size[p] += 1
+                    _sift(heap, p, size[p] - 1, size[p], pos, k1, k2, tie, False)
+                if overflow:
+                    for _ in range(size[p] - cap):
+                        b = heap[p, 0]
+                        pos[b] = -1
+                        size[p] -= 1
+                        if size[p] > 0:
+                            heap[p, 0] = heap[p, size[p]]
+                            _sift(heap, p, 0, size[p], pos, k1, k2, tie, False)
+                        if reset_freq_on_evict:
+                            freq[b] = 0
+                    if key_code == KEY_BELADY_FORCED:
+                        # admitted misses rejoin the residents' ranking (miss priority held for this unit only)
+                        for j in range(n_miss):
+                            b = miss_buf[j]
+                            if pos[b] >= 0:
+                                k1[b], k2[b] = _key(key_code, b, t, False, last, freq, nxt, cycle, coff)
+                                _sift(heap, p, pos[b], size[p], pos, k1, k2, tie, False)
+            t += 1
 
 
 @jit
-def replay_scan(unit_offsets, unit_block, unit_part, unit_layer, unit_cycle, unit_coff, access_next,
-                capacity, tie, n_blocks, key_code, reset_freq_on_evict, hits, misses):
-    """Replay units re-ranking every candidate at each overflowing unit (any key; used for ``lfru``).
+def replay_scan(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_scope, atomic, access_next,
+                capacity, tie, key_code, reset_freq_on_evict, hits, misses):
+    """Replay re-ranking every candidate at each overflowing unit (any key; used for ``lfru``).
 
     Parameters are those of :func:`replay_heap`.
     """
-    n_units = unit_offsets.shape[0] - 1
+    n_blocks = n_layers * n_experts
+    n_events = offsets.shape[0] - 1
     n_parts = capacity.shape[0]
-    slots, max_unit = _max_sizes(unit_offsets, capacity, n_blocks)
+    max_unit = _max_unit(offsets, atomic)
+    slots = 0
+    for p in range(n_parts):
+        slots = max(slots, min(capacity[p], n_blocks))
     res = np.empty((n_parts, max(slots, 1)), dtype=np.int64)
     n_res = np.zeros(n_parts, dtype=np.int64)
     in_cache = np.zeros(n_blocks, dtype=np.bool_)
     last = np.full(n_blocks, -1, dtype=np.int64)
     freq = np.zeros(n_blocks, dtype=np.int64)
-    nxt = np.full(n_blocks, NEVER, dtype=np.int64)
+    nxt = np.full(n_blocks, NEVER, dtype=np.int32)
     cycle = np.full(n_blocks, -1, dtype=np.int64)
     coff = np.zeros(n_blocks, dtype=np.int64)
     cand = np.empty(slots + max_unit, dtype=np.int64)
     k1 = np.zeros(n_blocks, dtype=np.float64)
     k2 = np.zeros(n_blocks, dtype=np.int64)
     miss_buf = np.empty(max_unit, dtype=np.int64)
-    for t in range(n_units):
-        p = unit_part[t]
+    t = 0
+    cur_step = -1
+    cycle_start = 0
+    for i in range(n_events):
+        layer = ev_layer[i]
+        p = 0 if global_scope else layer
         cap = capacity[p]
-        n_miss = 0
-        for a in range(unit_offsets[t], unit_offsets[t + 1]):
-            b = unit_block[a]
-            if in_cache[b]:
-                hits[unit_layer[t]] += 1
-            else:
-                misses[unit_layer[t]] += 1
-                miss_buf[n_miss] = b
-                n_miss += 1
-            last[b] = t
-            freq[b] += 1
-            nxt[b] = access_next[a]
-            cycle[b] = unit_cycle[t]
-            coff[b] = unit_coff[t]
-        if n_miss == 0:
-            continue
-        r = n_res[p]
-        if r + n_miss <= cap:
-            for i in range(n_miss):
-                b = miss_buf[i]
-                res[p, r + i] = b
-                in_cache[b] = True
-            n_res[p] = r + n_miss
-            continue
-        n_cand = r + n_miss
-        for i in range(r):
-            cand[i] = res[p, i]
-        for i in range(n_miss):
-            cand[r + i] = miss_buf[i]
-        for i in range(n_cand):
-            b = cand[i]
-            k1[b], k2[b] = _key(key_code, b, t, i >= r, last, freq, nxt, cycle, coff)
-        n_go = n_cand - cap
-        # selection: move the n_go lowest-ranked candidates to the front, one minimum at a time
-        # when few leave (the common case), else a full sort
-        if n_go <= 8:
-            for j in range(n_go):
-                m = j
-                for i in range(j + 1, n_cand):
-                    if _less(cand[i], cand[m], k1, k2, tie):
-                        m = i
-                cand[j], cand[m] = cand[m], cand[j]
-        else:
-            kk1 = np.empty(n_cand, dtype=np.float64)
-            kk2 = np.empty(n_cand, dtype=np.int64)
-            kt = np.empty(n_cand, dtype=np.int64)
-            for i in range(n_cand):
-                kk1[i] = k1[cand[i]]
-                kk2[i] = k2[cand[i]]
-                kt[i] = tie[cand[i]]
-            o = np.argsort(kt, kind="mergesort")
-            o = o[np.argsort(kk2[o], kind="mergesort")]
-            o = o[np.argsort(kk1[o], kind="mergesort")]
-            cand[:n_cand] = cand[:n_cand][o]
-        for j in range(n_go):
-            b = cand[j]
-            in_cache[b] = False
-            if reset_freq_on_evict:
-                freq[b] = 0
-        for j in range(n_go, n_cand):
-            b = cand[j]
-            in_cache[b] = True
-            res[p, j - n_go] = b
-        n_res[p] = cap
+        base = layer * n_experts
+        if ev_step[i] != cur_step:
+            cur_step = ev_step[i]
+            cycle_start = t
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        n_units = 1 if atomic else hi - lo
+        for u in range(n_units):
+            a_lo = lo if atomic else lo + u
+            a_hi = hi if atomic else lo + u + 1
+            n_miss = 0
+            for a in range(a_lo, a_hi):
+                b = base + expert[a]
+                if in_cache[b]:
+                    hits[layer] += 1
+                else:
+                    misses[layer] += 1
+                    miss_buf[n_miss] = b
+                    n_miss += 1
+                _touch(b, t, a, access_next, cur_step, t - cycle_start, last, freq, nxt, cycle, coff)
+            r = n_res[p]
+            if n_miss and r + n_miss <= cap:
+                for j in range(n_miss):
+                    b = miss_buf[j]
+                    res[p, r + j] = b
+                    in_cache[b] = True
+                n_res[p] = r + n_miss
+            elif n_miss:
+                n_cand = r + n_miss
+                for j in range(r):
+                    cand[j] = res[p, j]
+                for j in range(n_miss):
+                    cand[r + j] = miss_buf[j]
+                for j in range(n_cand):
+                    b = cand[j]
+                    k1[b], k2[b] = _key(key_code, b, t, j >= r, last, freq, nxt, cycle, coff)
+                n_go = n_cand - cap
+                if n_go <= 8:  # few leave (the common case): selection, one minimum at a time
+                    for j in range(n_go):
+                        m = j
+                        for q in range(j + 1, n_cand):
+                            if _less(cand[q], cand[m], k1, k2, tie):
+                                m = q
+                        cand[j], cand[m] = cand[m], cand[j]
+                else:
+                    kk1 = np.empty(n_cand, dtype=np.float64)
+                    kk2 = np.empty(n_cand, dtype=np.int64)
+                    kt = np.empty(n_cand, dtype=np.int64)
+                    for j in range(n_cand):
+                        kk1[j] = k1[cand[j]]
+                        kk2[j] = k2[cand[j]]
+                        kt[j] = tie[cand[j]]
+                    o = np.argsort(kt, kind="mergesort")
+                    o = o[np.argsort(kk2[o], kind="mergesort")]
+                    o = o[np.argsort(kk1[o], kind="mergesort")]
+                    cand[:n_cand] = cand[:n_cand][o]
+                for j in range(n_go):
+                    b = cand[j]
+                    in_cache[b] = False
+                    if reset_freq_on_evict:
+                        freq[b] = 0
+                for j in range(n_go, n_cand):
+                    b = cand[j]
+                    in_cache[b] = True
+                    res[p, j - n_go] = b
+                n_res[p] = cap
+            t += 1
+
+
+@jit
+def stack_depths(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_scope, atomic, access_next,
+                 depth_cap, tie, key_code, hist):
+    """One pass over a stack policy: histogram of every access's depth in the priority stack.
+
+    For a policy whose ranking of blocks at each unit boundary does not depend
+    on the capacity (lru, least-stale, lfu and lfru with persistent counters,
+    belady; fixed tie ranks), the caches of all capacities are nested: the
+    cache of capacity ``c`` holds the first ``c`` blocks of one stack per
+    partition (Mattson et al., 1970). An access at depth ``d`` hits exactly the
+    capacities ``c > d``. After each unit the new stack is rebuilt greedily:
+    the first ``c`` entries are the best ``c`` of (old first ``c``) ∪ U, taken
+    one at a time from a max-heap pool that receives old entries in order.
+
+    Parameters are those of :func:`replay_heap`, except
+    depth_cap : int
+        Stacks are kept to this depth (the largest capacity of interest);
+        deeper accesses count as depth ``depth_cap``.
+    hist : int64[n_layers, depth_cap + 1]
+        Output: ``hist[l, d]`` accesses of layer ``l`` at depth ``d`` (accumulated).
+    """
+    n_blocks = n_layers * n_experts
+    n_events = offsets.shape[0] - 1
+    n_parts = 1 if global_scope else n_layers
+    max_unit = _max_unit(offsets, atomic)
+    dcap = max(depth_cap, 1)
+    stack = np.empty((n_parts, dcap), dtype=np.int64)
+    new_stack = np.empty(dcap, dtype=np.int64)
+    size = np.zeros(n_parts, dtype=np.int64)
+    depth = np.full(n_blocks, -1, dtype=np.int64)       # position in its partition's stack, -1 if deeper/unseen
+    member = np.zeros(n_blocks, dtype=np.bool_)
+    pool = np.empty((1, max_unit + dcap + 1), dtype=np.int64)
+    pool_pos = np.full(n_blocks, -1, dtype=np.int64)
+    last = np.full(n_blocks, -1, dtype=np.int64)
+    freq = np.zeros(n_blocks, dtype=np.int64)
+    nxt = np.full(n_blocks, NEVER, dtype=np.int32)
+    cycle = np.full(n_blocks, -1, dtype=np.int64)
+    coff = np.zeros(n_blocks, dtype=np.int64)
+    k1 = np.zeros(n_blocks, dtype=np.float64)
+    k2 = np.zeros(n_blocks, dtype=np.int64)
+    t = 0
+    cur_step = -1
+    cycle_start = 0
+    for i in range(n_events):
+        layer = ev_layer[i]
+        p = 0 if global_scope else layer
+        base = layer * n_experts
+        if ev_step[i] != cur_step:
+            cur_step = ev_step[i]
+            cycle_start = t
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        n_units = 1 if atomic else hi - lo
+        for u in range(n_units):
+            a_lo = lo if atomic else lo + u
+            a_hi = hi if atomic else lo + u + 1
+            # 1. depths against the stack at the unit's start; the deepest member bounds the rebuild
+            deepest = -1
+            n_pool = 0
+            for a in range(a_lo, a_hi):
+                b = base + expert[a]
+                d = depth[b]
+                if d < 0:
+                    hist[layer, depth_cap] += 1
+                    deepest = size[p]          # a block from below the stack: everything shifts
+                else:
+                    hist[layer, d] += 1
+                    if d > deepest and deepest < size[p]:
+                        deepest = d
+                _touch(b, t, a, access_next, cur_step, t - cycle_start, last, freq, nxt, cycle, coff)
+                member[b] = True
+            if depth_cap == 0:
+                for a in range(a_lo, a_hi):
+                    member[base + expert[a]] = False
+                t += 1
+                continue
+            # 2. pool <- members, with their keys at this boundary
+            for a in range(a_lo, a_hi):
+                b = base + expert[a]
+                k1[b], k2[b] = _key(key_code, b, t, False, last, freq, nxt, cycle, coff)
+                pool[0, n_pool] = b
+                pool_pos[b] = n_pool
+                n_pool += 1
+                _sift(pool, 0, n_pool - 1, n_pool, pool_pos, k1, k2, tie, True)
+            # 3. rebuild positions 0..: push old entry c (non-members), pop the best
+            old = size[p]
+            grows = deepest >= old       # some member came from below the stack
+            limit = min(dcap, old + (a_hi - a_lo)) if grows else deepest + 1
+            n_new = 0
+            for c in range(limit):
+                if c < old:
+                    q = stack[p, c]
+                    if not member[q]:
+                        k1[q], k2[q] = _key(key_code, q, t, False, last, freq, nxt, cycle, coff)
+                        pool[0, n_pool] = q
+                        pool_pos[q] = n_pool
+                        n_pool += 1
+                        _sift(pool, 0, n_pool - 1, n_pool, pool_pos, k1, k2, tie, True)
+                if n_pool == 0:
+                    break
+                top = pool[0, 0]
+                n_pool -= 1
+                if n_pool > 0:
+                    pool[0, 0] = pool[0, n_pool]
+                    _sift(pool, 0, 0, n_pool, pool_pos, k1, k2, tie, True)
+                pool_pos[top] = -1
+                new_stack[n_new] = top
+                n_new += 1
+            # whatever is left in the pool fell below the kept depth
+            for j in range(n_pool):
+                q = pool[0, j]
+                pool_pos[q] = -1
+                depth[q] = -1
+            for c in range(n_new):
+                q = new_stack[c]
+                stack[p, c] = q
+                depth[q] = c
+            if grows:
+                size[p] = n_new
+            for a in range(a_lo, a_hi):
+                member[base + expert[a]] = False
+            t += 1

@@ -6,6 +6,7 @@ See ``docs/semantics.md`` for the exact contract every rule here implements.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +18,7 @@ from .keys import KEY_STABLE
 from .policies import get_policy
 from .result import LayerCounts, ReplayResult
 
-__all__ = ["ReplayConfig", "replay", "capacities_for_rho", "total_capacity", "SEMANTICS", "SCOPES",
+__all__ = ["ReplayConfig", "replay", "replay_curve", "one_pass_supported", "capacities_for_rho", "total_capacity", "SEMANTICS", "SCOPES",
            "TIE_BREAKS", "static_pinned_set"]
 
 SEMANTICS = ("event-atomic", "sequential-ascending", "sequential-random")
@@ -112,20 +113,31 @@ def _tie_ranks(tie_break: str, seed: int, n_blocks: int) -> np.ndarray:
     return np.random.default_rng(seed).permutation(n_blocks).astype(np.int64)
 
 
-def _units(stream: EventStream, semantics: str, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(unit_offsets, unit_block, unit_event) for the requested semantics."""
-    block = stream.block
-    if semantics == "event-atomic":
-        return stream.offsets, block, np.arange(stream.n_events, dtype=np.int64)
-    if semantics == "sequential-random":
-        rng = np.random.default_rng([seed, 1])
-        block = block.copy()
-        off = stream.offsets
-        for i in range(stream.n_events):
-            seg = block[off[i]:off[i + 1]]
-            block[off[i]:off[i + 1]] = seg[rng.permutation(seg.shape[0])]
-    n = block.shape[0]
-    return np.arange(n + 1, dtype=np.int64), block, stream.event_of_access
+def _member_order(stream: EventStream, semantics: str, seed: int) -> np.ndarray:
+    """Member expert ids in access order: ascending (as stored), or shuffled per event for sequential-random."""
+    if semantics != "sequential-random":
+        return stream.expert
+    rng = np.random.default_rng([seed, 1])
+    expert = stream.expert.copy()
+    off = stream.offsets
+    for i in range(stream.n_events):
+        seg = expert[off[i]:off[i + 1]]
+        expert[off[i]:off[i + 1]] = seg[rng.permutation(seg.shape[0])]
+    return expert
+
+
+def _kernel_inputs(stream: EventStream, config: ReplayConfig, needs_next_use: bool) -> tuple:
+    """The stream-side arguments shared by every kernel, for ``config``'s semantics and scope."""
+    atomic = config.semantics == "event-atomic"
+    n_units = stream.n_events if atomic else stream.union
+    if n_units >= int(K.NEVER):
+        raise ValidationError(f"streams of more than {int(K.NEVER) - 1} units are not supported; split the stream")
+    expert = _member_order(stream, config.semantics, int(config.seed))
+    layer = stream.layer
+    access_next = (K.next_use(stream.offsets, expert, layer, stream.n_experts, stream.n_layers, atomic)
+                   if needs_next_use else np.empty(0, dtype=np.int32))
+    return (stream.offsets, expert, layer, stream.step, stream.n_experts, stream.n_layers,
+            config.scope == "global", atomic, access_next)
 
 
 def static_pinned_set(calibration: EventStream, capacity: np.ndarray, scope: str, tie: np.ndarray) -> np.ndarray:
@@ -178,10 +190,8 @@ def replay(stream: EventStream, config: ReplayConfig, calibration: EventStream |
         caps = np.array([total_capacity(config.rho, L, N)], dtype=np.int64)
     else:
         caps = capacities_for_rho(config.rho, L, N)
-    capacity_total = int(caps.sum())
     tie = _tie_ranks(config.tie_break, int(config.seed), n_blocks)
     n_parts = caps.shape[0]
-    ev_part = np.zeros(stream.n_events, dtype=np.int64) if config.scope == "global" else stream.layer.astype(np.int64)
     layer_union = np.bincount(stream.layer, weights=stream.event_size, minlength=L).astype(np.int64)
     layer_logical = np.bincount(stream.layer, weights=stream.logical_per_event, minlength=L).astype(np.int64)
     initial = np.zeros(L, dtype=np.int64)
@@ -206,31 +216,85 @@ def replay(stream: EventStream, config: ReplayConfig, calibration: EventStream |
     else:
         if policy.kind == "demand":
             caps = np.zeros(n_parts, dtype=np.int64)
-            capacity_total = 0
-        unit_off, unit_block, unit_event = _units(stream, config.semantics, int(config.seed))
-        unit_part = ev_part[unit_event]
-        unit_cycle = stream.step[unit_event]
-        first_of_cycle = np.searchsorted(unit_cycle, unit_cycle, side="left")
-        unit_coff = np.arange(unit_cycle.shape[0], dtype=np.int64) - first_of_cycle
-        access_next = (K.next_use(unit_off, unit_block, n_blocks) if policy.needs_next_use
-                       else np.zeros(unit_block.shape[0], dtype=np.int64))
         hits_l = np.zeros(L, dtype=np.int64)
         miss_l = np.zeros(L, dtype=np.int64)
         kernel = K.replay_heap if policy.key_code in KEY_STABLE else K.replay_scan
-        kernel(unit_off, unit_block, unit_part, stream.layer.astype(np.int64)[unit_event], unit_cycle, unit_coff, access_next, caps, tie,
-                       n_blocks, policy.key_code, bool(config.lfu_in_cache_counters and policy.name == "lfu"),
-                       hits_l, miss_l)
+        kernel(*_kernel_inputs(stream, config, policy.needs_next_use), caps, tie, policy.key_code,
+               bool(config.lfu_in_cache_counters and policy.name == "lfu"), hits_l, miss_l)
+    return _result(stream, config, caps, hits_l, miss_l, initial, layer_union, layer_logical)
+
+
+def _result(stream: EventStream, config: ReplayConfig, caps: np.ndarray, hits_l: np.ndarray, miss_l: np.ndarray,
+            initial: np.ndarray, layer_union: np.ndarray, layer_logical: np.ndarray) -> ReplayResult:
+    """Assemble the record from per-layer counts."""
     per_layer = tuple(
         LayerCounts(l, int(caps[l]) if config.scope == "per-layer" else -1, int(hits_l[l]), int(miss_l[l]),
                     int(initial[l]), int(layer_union[l]), int(layer_logical[l]))
-        for l in range(L)
+        for l in range(stream.n_layers)
     )
     demand = int(miss_l.sum())
     init = int(initial.sum())
     return ReplayResult(
         policy=config.policy, semantics=config.semantics, scope=config.scope,
         rho=None if config.capacity is not None else float(config.rho),
-        tie_break=config.tie_break, seed=int(config.seed), capacity_total=capacity_total,
+        tie_break=config.tie_break, seed=int(config.seed), capacity_total=int(caps.sum()),
         transferred=demand + init, initial_load=init, demand_misses=demand, hits=int(hits_l.sum()),
         logical=stream.logical, union=stream.union, n_events=stream.n_events, per_layer=per_layer,
     )
+
+
+def one_pass_supported(config: ReplayConfig) -> bool:
+    """Whether :func:`replay_curve` computes every capacity of ``config`` in one pass.
+
+    True for stack policies (``Policy.stack``: a ranking independent of the
+    capacity, with fixed tie ranks) under per-layer scope, either semantics.
+    LFU with in-cache counters is not a stack policy (eviction resets depend on
+    the capacity); global scope falls back to one replay per capacity.
+    """
+    policy = get_policy(config.policy)
+    if not policy.stack or config.scope != "per-layer":
+        return False
+    return not (config.lfu_in_cache_counters and policy.name == "lfu")
+
+
+def replay_curve(stream: EventStream, config: ReplayConfig, rhos: Sequence[float],
+                 calibration: EventStream | None = None) -> tuple[ReplayResult, ...]:
+    """Replay ``stream`` at every residency fraction in ``rhos`` (a miss-ratio curve).
+
+    For stack policies under per-layer scope (:func:`one_pass_supported`) one
+    pass records each access's depth in the policy's priority stack (Mattson
+    et al., 1970): an access at depth ``d`` hits every capacity ``c > d``, so
+    all capacities follow from one histogram. Results are identical to
+    separate :func:`replay` calls (tests check this). Otherwise it loops.
+
+    Returns
+    -------
+    tuple of ReplayResult
+        One per ``rho``, in the given order (``config.rho`` is ignored).
+    """
+    configs = [ReplayConfig(**{**_fields(config), "rho": float(r), "capacity": None}) for r in rhos]
+    if not configs:
+        return ()
+    if not one_pass_supported(config) or len(configs) == 1:
+        return tuple(replay(stream, c, calibration) for c in configs)
+    policy = get_policy(config.policy)
+    L, N = stream.n_layers, stream.n_experts
+    caps = np.stack([capacities_for_rho(c.rho, L, N) for c in configs])       # (n_rho, L)
+    depth_cap = int(min(caps.max(), N))
+    hist = np.zeros((L, depth_cap + 1), dtype=np.int64)
+    tie = _tie_ranks(config.tie_break, int(config.seed), L * N)
+    K.stack_depths(*_kernel_inputs(stream, config, policy.needs_next_use), depth_cap, tie, policy.key_code, hist)
+    # hits at capacity c = accesses at depth < c
+    cum = np.concatenate([np.zeros((L, 1), dtype=np.int64), np.cumsum(hist[:, :depth_cap], axis=1)], axis=1)
+    layer_union = np.bincount(stream.layer, weights=stream.event_size, minlength=L).astype(np.int64)
+    layer_logical = np.bincount(stream.layer, weights=stream.logical_per_event, minlength=L).astype(np.int64)
+    out = []
+    for cfg, cap in zip(configs, caps, strict=True):
+        hits_l = cum[np.arange(L), np.minimum(cap, depth_cap)]
+        out.append(_result(stream, cfg, cap, hits_l, layer_union - hits_l, np.zeros(L, dtype=np.int64),
+                           layer_union, layer_logical))
+    return tuple(out)
+
+
+def _fields(config: ReplayConfig) -> dict:
+    return {f: getattr(config, f) for f in config.__dataclass_fields__}

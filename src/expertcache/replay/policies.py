@@ -33,6 +33,10 @@ class Policy:
         Whether a calibration stream must be supplied (``static``).
     causal
         Whether the policy uses only past information (eligible as "best causal", §7.1).
+    stack
+        Whether its ranking at each unit boundary is independent of the capacity, so that
+        caches of all capacities are nested (Mattson's stack property): one pass gives
+        every capacity (:func:`expertcache.replay.replay_curve`).
     description
         One line for help texts and reports.
     """
@@ -43,6 +47,7 @@ class Policy:
     needs_next_use: bool = False
     needs_calibration: bool = False
     causal: bool = True
+    stack: bool = False
     description: str = ""
 
 
@@ -76,12 +81,12 @@ register_policy(Policy("static", "static", -1, needs_calibration=True,
                        description="top-c experts per layer of a calibration stream, pinned"))
 register_policy(Policy("static-same-trace", "static", -1, causal=False,
                        description="static pinned set fitted on the replayed stream (diagnostic only)"))
-register_policy(Policy("lru", "dynamic", K.KEY_LRU, description="least recently used (event clock)"))
-register_policy(Policy("lfu", "dynamic", K.KEY_LFU, description="least frequently used"))
-register_policy(Policy("lfru", "dynamic", K.KEY_LFRU, description="frequency / age"))
-register_policy(Policy("least-stale", "dynamic", K.KEY_LEAST_STALE,
+register_policy(Policy("lru", "dynamic", K.KEY_LRU, stack=True, description="least recently used (event clock)"))
+register_policy(Policy("lfu", "dynamic", K.KEY_LFU, stack=True, description="least frequently used"))
+register_policy(Policy("lfru", "dynamic", K.KEY_LFRU, stack=True, description="frequency / age"))
+register_policy(Policy("least-stale", "dynamic", K.KEY_LEAST_STALE, stack=True,
                        description="SpecMD least-stale: untouched in the current cycle first"))
-register_policy(Policy("belady", "dynamic", K.KEY_BELADY, needs_next_use=True, causal=False,
+register_policy(Policy("belady", "dynamic", K.KEY_BELADY, needs_next_use=True, causal=False, stack=True,
                        description="offline optimum with bypass admission"))
 register_policy(Policy("belady-forced", "dynamic", K.KEY_BELADY_FORCED, needs_next_use=True, causal=False,
                        description="Belady that must admit every miss (gap decomposition probe)"))
