@@ -1,6 +1,6 @@
 """expertcache replay throughput against libCacheSim on a Qwen3-30B-A3B-shaped stream.
 
-    python benchmarks/bench_vs_libcachesim.py [--steps 5200 | --quick] [--json]
+    python benchmarks/bench_vs_libcachesim.py [--steps 5200 | --quick] [--json [PATH]]
 
 Needs ``pip install libcachesim==0.3.5`` next to expertcache.
 
@@ -24,7 +24,8 @@ What it does (see benchmarks/README.md for the full description):
    comparison table, memory figures and the JIT compile / cache-load cost
    (two subprocesses sharing a fresh ``NUMBA_CACHE_DIR``).
 
-With ``--json`` stdout carries exactly one JSON object with every figure;
+With a bare ``--json`` stdout carries exactly one JSON object with every
+figure (``--json PATH`` writes it to PATH and still prints the tables);
 progress lines always go to stderr.
 """
 
@@ -74,13 +75,14 @@ def maxrss_mib() -> float:
 
 # ---------------------------------------------------------------------------------------- stream
 def drifting_qwen_stream(steps: int, sample_seed: int, structure_seed: int = 0, alpha: float = 0.9,
-                         drift_every: int = 250, drift_window: int = 16) -> EventStream:
+                         drift_every: int = 250, drift_window: int = 16, chunk: int = 50) -> EventStream:
     """A Qwen3-30B-A3B-shaped decode stream with skewed, slowly drifting routing.
 
     The distribution of ``qwen_shaped_stream`` in ``benchmarks/replay_throughput.py``
     (per layer, a Zipf(``alpha``) popularity over a random ranking of the
     experts; each of the B requests draws k distinct experts by Gumbel top-k),
-    vectorised over ``drift_every`` steps at a time, plus drift: before each
+    vectorised over ``chunk`` steps at a time (small, so that building the
+    stream does not set the process's peak memory), plus drift: before each
     block of ``drift_every`` steps after the first, every layer's ranking has a
     random window of ``drift_window`` consecutive ranks rotated by one place.
 
@@ -93,12 +95,14 @@ def drifting_qwen_stream(steps: int, sample_seed: int, structure_seed: int = 0, 
     rng = np.random.default_rng(sample_seed)
     logw = -alpha * np.log(np.arange(1, N + 1, dtype=np.float64))
     experts, mult, sizes = [], [], []
-    for s0 in range(0, steps, drift_every):
-        if s0:
+    s0 = 0
+    while s0 < steps:
+        if s0 and s0 % drift_every == 0:
             for l in range(L):
                 r = int(rng.integers(0, N - drift_window + 1))
                 perm[l, r:r + drift_window] = np.roll(perm[l, r:r + drift_window], 1)
-        S = min(drift_every, steps - s0)
+        S = min(chunk, steps - s0, drift_every - s0 % drift_every)  # never straddles a drift boundary
+        s0 += S
         z = logw + rng.gumbel(size=(S, L, B, N))
         ranks = np.argpartition(-z, k - 1, axis=-1)[..., :k]
         picks = np.take_along_axis(np.broadcast_to(perm[None, :, None, :], (S, L, B, N)), ranks, axis=-1)
@@ -118,7 +122,7 @@ def drifting_qwen_stream(steps: int, sample_seed: int, structure_seed: int = 0, 
         active, active.astype(np.int64) * k, offsets, np.concatenate(experts), np.concatenate(mult), None,
         {"generator": "benchmarks/bench_vs_libcachesim.py:drifting_qwen_stream", "steps": steps,
          "sample_seed": sample_seed, "structure_seed": structure_seed, "alpha": alpha,
-         "drift_every": drift_every, "drift_window": drift_window},
+         "drift_every": drift_every, "drift_window": drift_window, "chunk": chunk},
     )
 
 
@@ -453,15 +457,16 @@ def comparison_rows(ours: list[OursRow], theirs: list[TheirsRow]) -> list[dict[s
     """The headline pairs: our policy under each semantics vs the libCacheSim policy, per scope."""
     out = []
     for scope in SCOPES:
-        for policy, lcs_policy in (("lru", "LRU"), ("belady", "Belady"), ("lfu", "LFU"),
-                                   ("belady-forced", "Belady")):
+        for policy, in_cache, lcs_policy in (("lru", False, "LRU"), ("belady", False, "Belady"),
+                                             ("lfu", False, "LFU"), ("lfu", True, "LFU"),
+                                             ("belady-forced", False, "Belady")):
             t = next((r for r in theirs if r.policy == lcs_policy and r.scope == scope), None)
             for sem in SEMANTICS:
                 o = next((r for r in ours if (r.policy, r.semantics, r.scope, r.lfu_in_cache_counters)
-                          == (policy, sem, scope, False)), None)
+                          == (policy, sem, scope, in_cache)), None)
                 if o is None or t is None:
                     continue
-                out.append({"configuration": f"{policy} {sem} {scope}", "theirs": f"{lcs_policy} {scope}",
+                out.append({"configuration": f"{o.label} {sem} {scope}", "theirs": f"{lcs_policy} {scope}",
                             "ours_m_acc_s": o.m_acc_per_s, "theirs_m_req_s": t.m_req_per_s,
                             "ratio": o.m_acc_per_s / t.m_req_per_s})
     return out
@@ -488,10 +493,10 @@ def print_report(fig: dict[str, Any], ours: list[OursRow], theirs: list[TheirsRo
           f"tie_break=random seed=0")
     print()
     print("Headline: million union accesses (= requests) per second; libCacheSim Belady includes its oracle prep")
-    print(f"{'configuration':44s} {'vs libCacheSim':18s} {'ours M acc/s':>12s} {'theirs M req/s':>14s} "
+    print(f"{'configuration':56s} {'vs libCacheSim':18s} {'ours M acc/s':>12s} {'theirs M req/s':>14s} "
           f"{'ours/theirs':>11s}")
     for r in fig["comparison"]:
-        print(f"{r['configuration']:44s} {r['theirs']:18s} {r['ours_m_acc_s']:12.2f} {r['theirs_m_req_s']:14.2f} "
+        print(f"{r['configuration']:56s} {r['theirs']:18s} {r['ours_m_acc_s']:12.2f} {r['theirs_m_req_s']:14.2f} "
               f"{r['ratio']:11.2f}")
     print()
     print("expertcache, every policy (M union acc/s; * = prefix timed, see --max-config-seconds)")
@@ -529,7 +534,8 @@ def print_report(fig: dict[str, Any], ours: list[OursRow], theirs: list[TheirsRo
           + ", ".join(f"{k} {v:.2f}x" for k, v in fig["scope_time_ratio"].items()))
     m = fig["memory"]
     print(f"memory: peak RSS {m['peak_rss_mib']:.0f} MiB (after stream build {m['rss_after_streams_mib']:.0f} MiB, "
-          f"after expertcache {m['rss_after_ours_mib']:.0f} MiB); stream arrays {m['stream_bytes'] / 2**20:.0f} MiB "
+          f"after expertcache {m['rss_after_ours_mib']:.0f} MiB, after libCacheSim "
+          f"{m['rss_after_libcachesim_mib']:.0f} MiB); stream arrays {m['stream_bytes'] / 2**20:.0f} MiB "
           f"= {m['bytes_per_union_access']:.2f} B per union access")
     j = fig.get("jit")
     if j:
@@ -546,7 +552,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=None,
                     help=f"scheduling steps (default {STEPS_FULL}, ~10 M union accesses; --quick: {STEPS_QUICK})")
     ap.add_argument("--quick", action="store_true", help=f"smoke run: {STEPS_QUICK} steps (~1 M accesses)")
-    ap.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of tables")
+    ap.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
+                    help="write every figure as one JSON object: to stdout instead of the tables (bare --json), "
+                         "or to PATH in addition to them")
     ap.add_argument("--policies", default=None, help="comma list of expertcache policies (default: all registered)")
     ap.add_argument("--max-config-seconds", type=float, default=60.0,
                     help="time only a prefix of the stream when a configuration would take longer (default 60)")
@@ -590,6 +598,7 @@ def main(argv: list[str] | None = None) -> None:
         log(f"  traces: flatten {traces.flatten_s:.2f} s, oracle {traces.oracle_per_layer_s:.2f} s per-layer / "
             f"{traces.oracle_global_s:.2f} s global, write {traces.write_s:.2f} s")
         theirs = time_theirs(traces, caps, total, not args.lcs_default_hashpower)
+    rss_theirs = maxrss_mib()
 
     jit = None if args.no_jit_probe else jit_costs()
     nbytes = stream_nbytes(stream)
@@ -614,14 +623,17 @@ def main(argv: list[str] | None = None) -> None:
         "cross_check": cross_checks(ours, theirs),
         "scope_time_ratio": scope_time_ratios(ours),
         "memory": {"peak_rss_mib": maxrss_mib(), "rss_after_streams_mib": rss_streams,
-                   "rss_after_ours_mib": rss_ours, "stream_bytes": nbytes,
+                   "rss_after_ours_mib": rss_ours, "rss_after_libcachesim_mib": rss_theirs,
+                   "stream_bytes": nbytes,
                    "bytes_per_union_access": nbytes / stream.union},
         "jit": jit,
     }
-    if args.json:
+    if args.json == "-":
         print(json.dumps(fig, indent=1, default=str))
-    else:
-        print_report(fig, ours, theirs)
+        return
+    if args.json:
+        Path(args.json).write_text(json.dumps(fig, indent=1, default=str) + "\n")
+    print_report(fig, ours, theirs)
 
 
 if __name__ == "__main__":

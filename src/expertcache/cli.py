@@ -62,6 +62,28 @@ def _console():
     return probe if probe.is_terminal else Console(width=160)
 
 
+def _rho_list(ctx: click.Context, param: click.Parameter, value: str) -> list[float]:
+    """Parse ``0.4``, ``0.2,0.3,0.4`` or a range ``START:STOP:STEP`` (inclusive), mixed with commas."""
+    out: list[float] = []
+    for item in (v.strip() for v in str(value).split(",")):
+        if not item:
+            continue
+        try:
+            if ":" in item:
+                start, stop, step = (float(x) for x in item.split(":"))
+                if step <= 0 or stop < start:
+                    raise ValueError
+                n = int(round((stop - start) / step)) + 1
+                out.extend(round(start + i * step, 10) for i in range(n))
+            else:
+                out.append(float(item))
+        except ValueError:
+            raise click.BadParameter(f"expected numbers or START:STOP:STEP ranges; got {item!r}") from None
+    if not out:
+        raise click.BadParameter("expected at least one residency fraction")
+    return out
+
+
 def _progress(total_hint: int | None = None):
     """A Rich progress bar on stderr when it is a terminal; a no-op otherwise."""
     from rich.console import Console
@@ -233,8 +255,10 @@ def _policy_help() -> str:
 @click.argument("stream_dir", type=click.Path())
 @click.option("--policy", "-p", "policies", default="lru", show_default=True, callback=_csv(str, "policy names"),
               help=_policy_help())
-@click.option("--rho", "rhos", default="0.4", show_default=True, callback=_csv(float, "numbers in [0, 1]"),
-              help="Residency fraction(s) of the L*N block universe, comma list.")
+@click.option("--rho", "rhos", default="0.4", show_default=True, callback=_rho_list,
+              help="Residency fraction(s) of the L*N block universe: a comma list and/or START:STOP:STEP "
+                   "ranges, e.g. 0.05:0.95:0.05. Stack policies (lru, least-stale, lfu, lfru, belady) "
+                   "compute a whole per-layer curve in one pass.")
 @click.option("--scope", type=click.Choice(["per-layer", "global"]), default="per-layer", show_default=True)
 @click.option("--semantics", "semantics", default="event-atomic", show_default=True,
               callback=_csv(str, "semantics"),
@@ -247,31 +271,44 @@ def _policy_help() -> str:
 @click.option("--lfu-in-cache-counters", is_flag=True, help="LFU counters restart on eviction.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run (JSON Lines).")
 @click.option("--per-layer", "show_layers", is_flag=True, help="Also print the per-layer table.")
+@click.option("--jobs", "-j", type=int, default=1, show_default=True,
+              help="Worker processes for independent runs (0 = all local cores); results are identical.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the miss-ratio curves to this .png/.pdf/.svg (needs matplotlib).")
 @_guard
 def replay_cmd(stream_dir: str, policies: list[str], rhos: list[float], scope: str, semantics: list[str],
                tie_break: str, seed: int, calibration: str | None, lfu_in_cache_counters: bool, as_json: bool,
-               show_layers: bool) -> None:
+               show_layers: bool, jobs: int, plot_path: str | None) -> None:
     """Replay STREAM_DIR for every (policy, semantics, rho) and report transfers (§2.4)."""
     from .events import read_events
-    from .replay import ReplayConfig, replay
+    from .replay import ReplayConfig
 
     configs = [ReplayConfig(policy=p, rho=r, scope=scope, semantics=s, tie_break=tie_break, seed=seed,
                             lfu_in_cache_counters=lfu_in_cache_counters)
-               for r in rhos for p in policies for s in semantics]   # validates before any work
+               for p in policies for s in semantics for r in rhos]   # validates before any work
+    if jobs < 0:
+        _fail(f"--jobs must be >= 0; got {jobs}")
+    if plot_path and not plot_path.lower().endswith((".png", ".pdf", ".svg")):
+        _fail(f"{plot_path}: --plot file must end in .png, .pdf or .svg")
+    from .replay import default_jobs, sweep
+
     stream = read_events(stream_dir)
     calib = read_events(calibration) if calibration else None
-    results = []
     with _progress() as bar:
-        task = bar.add_task("replay", total=len(configs))
-        for cfg in configs:
-            res = replay(stream, cfg, calibration=calib)
-            results.append(res)
-            bar.advance(task)
-            if as_json:
-                click.echo(json.dumps(res.to_dict(), sort_keys=True))
+        task = bar.add_task("replay", total=None)
+        results = sweep(stream, configs, calib, jobs=jobs or default_jobs(),
+                        progress=lambda done, total: bar.update(task, completed=done, total=total))
+    if plot_path:
+        from .plot import plot_miss_ratio_curves
+
+        plot_miss_ratio_curves(results, plot_path)
     if as_json:
+        for res in results:
+            click.echo(json.dumps(res.to_dict(), sort_keys=True))
         return
     _print_results(results, show_layers)
+    if plot_path:
+        click.echo(f"wrote {plot_path}")
 
 
 def _print_results(results: list, show_layers: bool) -> None:

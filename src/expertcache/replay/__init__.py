@@ -15,10 +15,14 @@ _ENGINE = ("ReplayConfig", "replay", "replay_curve", "one_pass_supported", "capa
            "static_pinned_set")
 
 __all__ = ["POLICIES", "Policy", "get_policy", "policy_names", "register_policy", "LayerCounts", "ReplayResult",
-           *_ENGINE]
+           "sweep", "default_jobs", *_ENGINE]
 
 
 def __getattr__(name: str) -> Any:
+    if name in ("sweep", "default_jobs"):
+        from . import sweeps as _sweeps
+
+        return getattr(_sweeps, name)
     if name in _ENGINE:
         from . import engine
 
