@@ -26,8 +26,11 @@ capacity follow (a miss-ratio curve).
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
-from .._jit import jit
+from .._jit import jit, jit_helper
 from .keys import KEY_BELADY, KEY_BELADY_FORCED, KEY_LEAST_STALE, KEY_LFRU, KEY_LFU, KEY_LRU
 
 #: Next-use sentinel: "never again" (next-use arrays are int32).
@@ -54,7 +57,7 @@ def next_use(offsets, expert, ev_layer, n_experts, n_layers, atomic):
     return out
 
 
-@jit
+@jit_helper
 def _key(code, b, t, is_miss, last, freq, nxt, cycle, coff):
     """The (primary, secondary) retention key of block ``b`` at the end of unit ``t``."""
     if code == KEY_LRU:
@@ -72,7 +75,7 @@ def _key(code, b, t, is_miss, last, freq, nxt, cycle, coff):
     return 0.0, 0
 
 
-@jit
+@jit_helper
 def _less(a, b, k1, k2, tie):
     """Whether block ``a`` ranks below block ``b`` (leaves first)."""
     if k1[a] != k1[b]:
@@ -82,7 +85,7 @@ def _less(a, b, k1, k2, tie):
     return tie[a] < tie[b]
 
 
-@jit
+@jit_helper
 def _sift(heap, p, i, n, pos, k1, k2, tie, max_heap):
     """Restore the heap property of ``heap[p, :n]`` around index ``i`` (up, then down).
 
@@ -128,7 +131,7 @@ def _max_unit(offsets, atomic):
     return m
 
 
-@jit
+@jit_helper
 def _touch(b, t, a, access_next, cycle_now, coff_now, last, freq, nxt, cycle, coff):
     """Update the policy state of block ``b`` accessed by unit ``t`` (access index ``a``)."""
     last[b] = t
@@ -473,3 +476,121 @@ def stack_depths(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global
             for a in range(a_lo, a_hi):
                 member[base + expert[a]] = False
             t += 1
+
+
+@intrinsic
+def _cttz(typingctx, x):
+    """Count trailing zeros of a non-zero uint64 (LLVM ``cttz``)."""
+    sig = types.uint64(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 1))
+
+    return sig, codegen
+
+
+@jit
+def replay_lru(offsets, expert, ev_layer, n_experts, n_layers, global_scope, atomic, capacity, tie_order,
+               tie_pos, hits, misses):
+    """LRU with residents in per-partition recency lists (a dedicated loop for the commonest policy).
+
+    The same decision as :func:`replay_heap` with the LRU key: members of a
+    unit share the newest clock, so they join the tail of the list in
+    ascending tie order (read off a bitset indexed by tie position); evictions
+    leave from the head (oldest clock, lowest tie rank). ``tie_order[l, j]`` is
+    the block of layer ``l`` with the ``j``-th lowest tie rank and
+    ``tie_pos[b]`` the inverse. Other parameters are those of :func:`replay_heap`.
+    """
+    n_blocks = n_layers * n_experts
+    n_events = offsets.shape[0] - 1
+    n_parts = capacity.shape[0]
+    n_words = (n_experts + 63) // 64
+    nxt = np.full(n_blocks, -1, dtype=np.int64)      # towards the tail (newer)
+    prv = np.full(n_blocks, -1, dtype=np.int64)      # towards the head (older)
+    head = np.full(n_parts, -1, dtype=np.int64)
+    tail = np.full(n_parts, -1, dtype=np.int64)
+    size = np.zeros(n_parts, dtype=np.int64)
+    in_cache = np.zeros(n_blocks, dtype=np.bool_)
+    bits = np.zeros(n_words, dtype=np.uint64)
+    for i in range(n_events):
+        layer = ev_layer[i]
+        p = 0 if global_scope else layer
+        cap = capacity[p]
+        base = layer * n_experts
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        n_units = 1 if atomic else hi - lo
+        for u in range(n_units):
+            a_lo = lo if atomic else lo + u
+            a_hi = hi if atomic else lo + u + 1
+            n_hit = 0
+            for a in range(a_lo, a_hi):
+                b = base + expert[a]
+                if in_cache[b]:
+                    n_hit += 1
+                    # unlink: the member rejoins at the tail below
+                    q = prv[b]
+                    r = nxt[b]
+                    if q >= 0:
+                        nxt[q] = r
+                    else:
+                        head[p] = r
+                    if r >= 0:
+                        prv[r] = q
+                    else:
+                        tail[p] = q
+                    size[p] -= 1
+                if atomic:
+                    tp = tie_pos[b]
+                    bits[tp >> 6] |= np.uint64(1) << np.uint64(tp & 63)
+            n_mem = a_hi - a_lo
+            hits[layer] += n_hit
+            misses[layer] += n_mem - n_hit
+            # residents outside the unit that must go: the oldest first
+            keep_old = max(cap - n_mem, 0)
+            while size[p] > keep_old:
+                b = head[p]
+                head[p] = nxt[b]
+                if head[p] >= 0:
+                    prv[head[p]] = -1
+                else:
+                    tail[p] = -1
+                in_cache[b] = False
+                size[p] -= 1
+            # members join the tail in ascending tie order; only the best `cap` of them stay
+            n_drop = max(n_mem - cap, 0)
+            if not atomic:
+                b = base + expert[a_lo]
+                if n_drop:
+                    in_cache[b] = False
+                else:
+                    _append(b, p, head, tail, nxt, prv)
+                    in_cache[b] = True
+                    size[p] += 1
+                continue
+            seen = 0
+            for w in range(n_words):
+                x = bits[w]
+                bits[w] = 0
+                while x:
+                    b = tie_order[layer, (w << 6) + np.int64(_cttz(x))]
+                    x &= x - np.uint64(1)
+                    seen += 1
+                    if seen <= n_drop:
+                        in_cache[b] = False
+                    else:
+                        _append(b, p, head, tail, nxt, prv)
+                        in_cache[b] = True
+                        size[p] += 1
+
+
+@jit_helper
+def _append(b, p, head, tail, nxt, prv):
+    """Link block ``b`` at the tail (newest end) of partition ``p``'s list."""
+    nxt[b] = -1
+    prv[b] = tail[p]
+    if tail[p] >= 0:
+        nxt[tail[p]] = b
+    else:
+        head[p] = b
+    tail[p] = b

@@ -218,9 +218,18 @@ def replay(stream: EventStream, config: ReplayConfig, calibration: EventStream |
             caps = np.zeros(n_parts, dtype=np.int64)
         hits_l = np.zeros(L, dtype=np.int64)
         miss_l = np.zeros(L, dtype=np.int64)
-        kernel = K.replay_heap if policy.key_code in KEY_STABLE else K.replay_scan
-        kernel(*_kernel_inputs(stream, config, policy.needs_next_use), caps, tie, policy.key_code,
-               bool(config.lfu_in_cache_counters and policy.name == "lfu"), hits_l, miss_l)
+        args = _kernel_inputs(stream, config, policy.needs_next_use)
+        if policy.name in ("lru", "demand"):
+            offsets, expert, layer, _, _, _, global_scope, atomic, _ = args
+            order = np.argsort(tie.reshape(L, N), axis=1, kind="stable")            # per layer, ascending tie
+            tie_pos = np.empty(L * N, dtype=np.int64)
+            tie_pos[(order + (np.arange(L) * N)[:, None]).ravel()] = np.tile(np.arange(N), L)
+            K.replay_lru(offsets, expert, layer, N, L, global_scope, atomic, caps,
+                         order + (np.arange(L) * N)[:, None], tie_pos, hits_l, miss_l)
+        else:
+            kernel = K.replay_heap if policy.key_code in KEY_STABLE else K.replay_scan
+            kernel(*args, caps, tie, policy.key_code, bool(config.lfu_in_cache_counters and policy.name == "lfu"),
+                   hits_l, miss_l)
     return _result(stream, config, caps, hits_l, miss_l, initial, layer_union, layer_logical)
 
 
