@@ -594,3 +594,79 @@ def _append(b, p, head, tail, nxt, prv):
     else:
         head[p] = b
     tail[p] = b
+
+
+@jit
+def stack_depths_lru(offsets, expert, ev_layer, n_experts, n_layers, global_scope, atomic, depth_cap,
+                     tie_order, tie_pos, hist):
+    """:func:`stack_depths` for LRU: the stack is the recency list itself.
+
+    Each partition keeps every block it has seen in recency order (the list
+    of :func:`replay_lru` with unbounded capacity); an access's depth is its
+    distance from the newest end, found by walking from the tail until every
+    member of the unit has been met (at most ``depth_cap`` steps).
+    """
+    n_blocks = n_layers * n_experts
+    n_events = offsets.shape[0] - 1
+    n_parts = 1 if global_scope else n_layers
+    n_words = (n_experts + 63) // 64
+    nxt = np.full(n_blocks, -1, dtype=np.int64)
+    prv = np.full(n_blocks, -1, dtype=np.int64)
+    head = np.full(n_parts, -1, dtype=np.int64)
+    tail = np.full(n_parts, -1, dtype=np.int64)
+    seen_block = np.zeros(n_blocks, dtype=np.bool_)
+    member = np.zeros(n_blocks, dtype=np.bool_)
+    bits = np.zeros(n_words, dtype=np.uint64)
+    for i in range(n_events):
+        layer = ev_layer[i]
+        p = 0 if global_scope else layer
+        base = layer * n_experts
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        n_units = 1 if atomic else hi - lo
+        for u in range(n_units):
+            a_lo = lo if atomic else lo + u
+            a_hi = hi if atomic else lo + u + 1
+            n_mem = a_hi - a_lo
+            for a in range(a_lo, a_hi):
+                member[base + expert[a]] = True
+            # depths: walk from the newest end until all members are met or the cap is reached
+            found = 0
+            d = 0
+            node = tail[p]
+            while node >= 0 and found < n_mem and d < depth_cap:
+                if member[node]:
+                    hist[layer, d] += 1
+                    found += 1
+                node = prv[node]
+                d += 1
+            hist[layer, depth_cap] += n_mem - found
+            # move every member to the newest end, in ascending tie order
+            for a in range(a_lo, a_hi):
+                b = base + expert[a]
+                member[b] = False
+                if seen_block[b]:
+                    q = prv[b]
+                    r = nxt[b]
+                    if q >= 0:
+                        nxt[q] = r
+                    else:
+                        head[p] = r
+                    if r >= 0:
+                        prv[r] = q
+                    else:
+                        tail[p] = q
+                seen_block[b] = True
+                if atomic:
+                    tp = tie_pos[b]
+                    bits[tp >> 6] |= np.uint64(1) << np.uint64(tp & 63)
+                else:
+                    _append(b, p, head, tail, nxt, prv)
+            if atomic:
+                for w in range(n_words):
+                    x = bits[w]
+                    bits[w] = 0
+                    while x:
+                        b = tie_order[layer, (w << 6) + np.int64(_cttz(x))]
+                        x &= x - np.uint64(1)
+                        _append(b, p, head, tail, nxt, prv)

@@ -113,6 +113,15 @@ def _tie_ranks(tie_break: str, seed: int, n_blocks: int) -> np.ndarray:
     return np.random.default_rng(seed).permutation(n_blocks).astype(np.int64)
 
 
+def _tie_order(tie: np.ndarray, n_layers: int, n_experts: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer, block ids by ascending tie rank (``int64[L, N]``), and each block's position there."""
+    local = np.argsort(tie.reshape(n_layers, n_experts), axis=1, kind="stable")
+    order = local + (np.arange(n_layers, dtype=np.int64) * n_experts)[:, None]
+    tie_pos = np.empty(n_layers * n_experts, dtype=np.int64)
+    tie_pos[order.ravel()] = np.tile(np.arange(n_experts, dtype=np.int64), n_layers)
+    return order, tie_pos
+
+
 def _member_order(stream: EventStream, semantics: str, seed: int) -> np.ndarray:
     """Member expert ids in access order: ascending (as stored), or shuffled per event for sequential-random."""
     if semantics != "sequential-random":
@@ -221,11 +230,8 @@ def replay(stream: EventStream, config: ReplayConfig, calibration: EventStream |
         args = _kernel_inputs(stream, config, policy.needs_next_use)
         if policy.name in ("lru", "demand"):
             offsets, expert, layer, _, _, _, global_scope, atomic, _ = args
-            order = np.argsort(tie.reshape(L, N), axis=1, kind="stable")            # per layer, ascending tie
-            tie_pos = np.empty(L * N, dtype=np.int64)
-            tie_pos[(order + (np.arange(L) * N)[:, None]).ravel()] = np.tile(np.arange(N), L)
-            K.replay_lru(offsets, expert, layer, N, L, global_scope, atomic, caps,
-                         order + (np.arange(L) * N)[:, None], tie_pos, hits_l, miss_l)
+            order, tie_pos = _tie_order(tie, L, N)
+            K.replay_lru(offsets, expert, layer, N, L, global_scope, atomic, caps, order, tie_pos, hits_l, miss_l)
         else:
             kernel = K.replay_heap if policy.key_code in KEY_STABLE else K.replay_scan
             kernel(*args, caps, tie, policy.key_code, bool(config.lfu_in_cache_counters and policy.name == "lfu"),
@@ -292,7 +298,13 @@ def replay_curve(stream: EventStream, config: ReplayConfig, rhos: Sequence[float
     depth_cap = int(min(caps.max(), N))
     hist = np.zeros((L, depth_cap + 1), dtype=np.int64)
     tie = _tie_ranks(config.tie_break, int(config.seed), L * N)
-    K.stack_depths(*_kernel_inputs(stream, config, policy.needs_next_use), depth_cap, tie, policy.key_code, hist)
+    args = _kernel_inputs(stream, config, policy.needs_next_use)
+    if policy.name == "lru":
+        order, tie_pos = _tie_order(tie, L, N)
+        offsets, expert, layer, _, _, _, global_scope, atomic, _ = args
+        K.stack_depths_lru(offsets, expert, layer, N, L, global_scope, atomic, depth_cap, order, tie_pos, hist)
+    else:
+        K.stack_depths(*args, depth_cap, tie, policy.key_code, hist)
     # hits at capacity c = accesses at depth < c
     cum = np.concatenate([np.zeros((L, 1), dtype=np.int64), np.cumsum(hist[:, :depth_cap], axis=1)], axis=1)
     layer_union = np.bincount(stream.layer, weights=stream.event_size, minlength=L).astype(np.int64)
