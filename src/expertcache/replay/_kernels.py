@@ -275,6 +275,8 @@ def replay_scan(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_
     cycle = np.full(n_blocks, -1, dtype=np.int64)
     coff = np.zeros(n_blocks, dtype=np.int64)
     cand = np.empty(slots + max_unit, dtype=np.int64)
+    sel = np.empty((1, slots + max_unit), dtype=np.int64)
+    sel_pos = np.full(n_blocks, -1, dtype=np.int64)
     k1 = np.zeros(n_blocks, dtype=np.float64)
     k2 = np.zeros(n_blocks, dtype=np.int64)
     miss_buf = np.empty(max_unit, dtype=np.int64)
@@ -322,34 +324,32 @@ def replay_scan(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_
                     b = cand[j]
                     k1[b], k2[b] = _key(key_code, b, t, j >= r, last, freq, nxt, cycle, coff)
                 n_go = n_cand - cap
-                if n_go <= 8:  # few leave (the common case): selection, one minimum at a time
-                    for j in range(n_go):
-                        m = j
-                        for q in range(j + 1, n_cand):
-                            if _less(cand[q], cand[m], k1, k2, tie):
-                                m = q
-                        cand[j], cand[m] = cand[m], cand[j]
-                else:
-                    kk1 = np.empty(n_cand, dtype=np.float64)
-                    kk2 = np.empty(n_cand, dtype=np.int64)
-                    kt = np.empty(n_cand, dtype=np.int64)
-                    for j in range(n_cand):
-                        kk1[j] = k1[cand[j]]
-                        kk2[j] = k2[cand[j]]
-                        kt[j] = tie[cand[j]]
-                    o = np.argsort(kt, kind="mergesort")
-                    o = o[np.argsort(kk2[o], kind="mergesort")]
-                    o = o[np.argsort(kk1[o], kind="mergesort")]
-                    cand[:n_cand] = cand[:n_cand][o]
-                for j in range(n_go):
+                # the n_go lowest-ranked candidates, kept in a max-heap (top = best of those leaving)
+                n_sel = 0
+                for j in range(n_cand):
                     b = cand[j]
-                    in_cache[b] = False
-                    if reset_freq_on_evict:
-                        freq[b] = 0
-                for j in range(n_go, n_cand):
+                    if n_sel < n_go:
+                        sel[0, n_sel] = b
+                        sel_pos[b] = n_sel
+                        n_sel += 1
+                        _sift(sel, 0, n_sel - 1, n_sel, sel_pos, k1, k2, tie, True)
+                    elif _less(b, sel[0, 0], k1, k2, tie):
+                        sel_pos[sel[0, 0]] = -1
+                        sel[0, 0] = b
+                        sel_pos[b] = 0
+                        _sift(sel, 0, 0, n_sel, sel_pos, k1, k2, tie, True)
+                kept = 0
+                for j in range(n_cand):
                     b = cand[j]
-                    in_cache[b] = True
-                    res[p, j - n_go] = b
+                    if sel_pos[b] >= 0:
+                        sel_pos[b] = -1
+                        in_cache[b] = False
+                        if reset_freq_on_evict:
+                            freq[b] = 0
+                    else:
+                        in_cache[b] = True
+                        res[p, kept] = b
+                        kept += 1
                 n_res[p] = cap
             t += 1
 
