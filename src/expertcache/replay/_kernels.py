@@ -670,3 +670,113 @@ def stack_depths_lru(offsets, expert, ev_layer, n_experts, n_layers, global_scop
                         b = tie_order[layer, (w << 6) + np.int64(_cttz(x))]
                         x &= x - np.uint64(1)
                         _append(b, p, head, tail, nxt, prv)
+
+
+@jit_helper
+def _up(heap, hk, p, i, b, key, pos):
+    """Max-heap: place block ``b`` with int64 ``key`` at index ``i`` of ``heap[p]`` and sift it up.
+
+    ``hk`` holds each slot's key beside ``heap``, so comparisons read contiguous memory.
+    """
+    while i > 0:
+        parent = (i - 1) >> 1
+        if hk[p, parent] >= key:
+            break
+        q = heap[p, parent]
+        heap[p, i] = q
+        hk[p, i] = hk[p, parent]
+        pos[q] = i
+        i = parent
+    heap[p, i] = b
+    hk[p, i] = key
+    pos[b] = i
+
+
+@jit_helper
+def _down(heap, hk, p, i, n, b, key, pos):
+    """Max-heap: place block ``b`` with ``key`` at index ``i`` of ``heap[p, :n]`` and sift it down."""
+    while True:
+        child = 2 * i + 1
+        if child >= n:
+            break
+        if child + 1 < n and hk[p, child + 1] > hk[p, child]:
+            child += 1
+        if hk[p, child] <= key:
+            break
+        q = heap[p, child]
+        heap[p, i] = q
+        hk[p, i] = hk[p, child]
+        pos[q] = i
+        i = child
+    heap[p, i] = b
+    hk[p, i] = key
+    pos[b] = i
+
+
+@jit
+def replay_belady(offsets, expert, ev_layer, n_experts, n_layers, global_scope, atomic, access_next, capacity,
+                  tie, forced, hits, misses):
+    """Belady (``forced=False``, bypass admission) or Belady-forced-admit, a dedicated loop.
+
+    The same decision as :func:`replay_heap` with the Belady keys, on one int64
+    per block: ``next_use << 23 | (2**23 - 1 - tie)``, larger leaves first (the
+    farthest next use, then the lower tie rank; ``tie < 2**23``). Under
+    ``forced`` the misses of the unit rank below every resident while the unit
+    is decided. Residents sit in a max-heap per partition. Other parameters
+    are those of :func:`replay_heap`.
+    """
+    n_blocks = n_layers * n_experts
+    n_events = offsets.shape[0] - 1
+    n_parts = capacity.shape[0]
+    max_unit = _max_unit(offsets, atomic)
+    slots = 0
+    for p in range(n_parts):
+        slots = max(slots, min(capacity[p], n_blocks))
+    heap = np.empty((n_parts, slots + max_unit), dtype=np.int64)
+    hk = np.empty((n_parts, slots + max_unit), dtype=np.int64)
+    size = np.zeros(n_parts, dtype=np.int64)
+    pos = np.full(n_blocks, -1, dtype=np.int64)
+    low = np.empty(n_blocks, dtype=np.int64)
+    for b in range(n_blocks):
+        low[b] = (1 << 23) - 1 - tie[b]
+    miss_buf = np.empty(max_unit, dtype=np.int64)
+    forced_shift = np.int64(1) << np.int64(56)
+    for i in range(n_events):
+        layer = ev_layer[i]
+        p = 0 if global_scope else layer
+        cap = capacity[p]
+        base = layer * n_experts
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        n_units = 1 if atomic else hi - lo
+        for u in range(n_units):
+            a_lo = lo if atomic else lo + u
+            a_hi = hi if atomic else lo + u + 1
+            n_miss = 0
+            for a in range(a_lo, a_hi):
+                b = base + expert[a]
+                key = (np.int64(access_next[a]) << 23) | low[b]
+                if pos[b] >= 0:
+                    _up(heap, hk, p, pos[b], b, key, pos)   # its next use moved later: it rises
+                else:
+                    miss_buf[n_miss] = b
+                    n_miss += 1
+                    n = size[p]
+                    size[p] = n + 1
+                    _up(heap, hk, p, n, b, key - forced_shift if forced else key, pos)
+            hits[layer] += (a_hi - a_lo) - n_miss
+            misses[layer] += n_miss
+            if n_miss == 0:
+                continue
+            while size[p] > cap:
+                b = heap[p, 0]
+                pos[b] = -1
+                n = size[p] - 1
+                size[p] = n
+                if n > 0:
+                    _down(heap, hk, p, 0, n, heap[p, n], hk[p, n], pos)
+            if forced:
+                for j in range(n_miss):
+                    b = miss_buf[j]
+                    if pos[b] >= 0:
+                        _up(heap, hk, p, pos[b], b, hk[p, pos[b]] + forced_shift, pos)

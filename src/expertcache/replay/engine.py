@@ -228,7 +228,11 @@ def replay(stream: EventStream, config: ReplayConfig, calibration: EventStream |
         hits_l = np.zeros(L, dtype=np.int64)
         miss_l = np.zeros(L, dtype=np.int64)
         args = _kernel_inputs(stream, config, policy.needs_next_use)
-        if policy.name in ("lru", "demand"):
+        if policy.name in ("belady", "belady-forced") and L * N < (1 << 23):
+            offsets, expert, layer, _, _, _, global_scope, atomic, access_next = args
+            K.replay_belady(offsets, expert, layer, N, L, global_scope, atomic, access_next, caps, tie,
+                            policy.name == "belady-forced", hits_l, miss_l)
+        elif policy.name in ("lru", "demand"):
             offsets, expert, layer, _, _, _, global_scope, atomic, _ = args
             order, tie_pos = _tie_order(tie, L, N)
             K.replay_lru(offsets, expert, layer, N, L, global_scope, atomic, caps, order, tie_pos, hits_l, miss_l)
