@@ -14,8 +14,8 @@ import numpy as np
 from ..errors import ValidationError
 from ..events import EventStream
 from . import _kernels as K
-from .keys import KEY_STABLE
-from .policies import get_policy
+from .keys import KEY_BELADY_FORCED, KEY_STABLE
+from .policies import Policy, get_policy
 from .result import LayerCounts, ReplayResult
 
 __all__ = ["ReplayConfig", "replay", "replay_curve", "one_pass_supported", "capacities_for_rho", "total_capacity", "SEMANTICS", "SCOPES",
@@ -206,7 +206,7 @@ def replay(stream: EventStream, config: ReplayConfig, calibration: EventStream |
     initial = np.zeros(L, dtype=np.int64)
 
     if policy.kind == "static":
-        if policy.name == "static":
+        if policy.needs_calibration:
             if calibration is None:
                 raise ValidationError("policy 'static' needs a calibration stream (--calibration STREAM_DIR); "
                                       "use 'static-same-trace' for the same-trace diagnostic", field="calibration")
@@ -228,19 +228,33 @@ def replay(stream: EventStream, config: ReplayConfig, calibration: EventStream |
         hits_l = np.zeros(L, dtype=np.int64)
         miss_l = np.zeros(L, dtype=np.int64)
         args = _kernel_inputs(stream, config, policy.needs_next_use)
-        if policy.name in ("belady", "belady-forced") and L * N < (1 << 23):
-            offsets, expert, layer, _, _, _, global_scope, atomic, access_next = args
-            K.replay_belady(offsets, expert, layer, N, L, global_scope, atomic, access_next, caps, tie,
-                            policy.name == "belady-forced", hits_l, miss_l)
-        elif policy.name in ("lru", "demand"):
-            offsets, expert, layer, _, _, _, global_scope, atomic, _ = args
-            order, tie_pos = _tie_order(tie, L, N)
-            K.replay_lru(offsets, expert, layer, N, L, global_scope, atomic, caps, order, tie_pos, hits_l, miss_l)
-        else:
-            kernel = K.replay_heap if policy.key_code in KEY_STABLE else K.replay_scan
-            kernel(*args, caps, tie, policy.key_code, bool(config.lfu_in_cache_counters and policy.name == "lfu"),
-                   hits_l, miss_l)
+        _LOOPS[policy.loop](args, config, policy, caps, tie, hits_l, miss_l)
     return _result(stream, config, caps, hits_l, miss_l, initial, layer_union, layer_logical)
+
+
+def _loop_list(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses) -> None:
+    offsets, expert, layer, _, n_experts, n_layers, global_scope, atomic, _ = args
+    order, tie_pos = _tie_order(tie, n_layers, n_experts)
+    K.replay_lru(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, caps, order, tie_pos,
+                 hits, misses)
+
+
+def _loop_belady(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses) -> None:
+    offsets, expert, layer, _, n_experts, n_layers, global_scope, atomic, access_next = args
+    if n_layers * n_experts >= (1 << 23):   # the int64 key packs the tie rank into 23 bits
+        return _loop_generic(args, config, policy, caps, tie, hits, misses)
+    K.replay_belady(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, access_next, caps, tie,
+                    policy.key_code == KEY_BELADY_FORCED, hits, misses)
+
+
+def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses) -> None:
+    kernel = K.replay_heap if policy.key_code in KEY_STABLE else K.replay_scan
+    kernel(*args, caps, tie, policy.key_code, bool(config.lfu_in_cache_counters and policy.name == "lfu"),
+           hits, misses)
+
+
+#: Policy.loop -> the function that runs it (all make the same decision for a key).
+_LOOPS = {"list": _loop_list, "belady": _loop_belady, "heap": _loop_generic, "scan": _loop_generic}
 
 
 def _result(stream: EventStream, config: ReplayConfig, caps: np.ndarray, hits_l: np.ndarray, miss_l: np.ndarray,
@@ -303,7 +317,7 @@ def replay_curve(stream: EventStream, config: ReplayConfig, rhos: Sequence[float
     hist = np.zeros((L, depth_cap + 1), dtype=np.int64)
     tie = _tie_ranks(config.tie_break, int(config.seed), L * N)
     args = _kernel_inputs(stream, config, policy.needs_next_use)
-    if policy.name == "lru":
+    if policy.loop == "list":
         order, tie_pos = _tie_order(tie, L, N)
         offsets, expert, layer, _, _, _, global_scope, atomic, _ = args
         K.stack_depths_lru(offsets, expert, layer, N, L, global_scope, atomic, depth_cap, order, tie_pos, hist)

@@ -33,6 +33,11 @@ class Policy:
         Whether a calibration stream must be supplied (``static``).
     causal
         Whether the policy uses only past information (eligible as "best causal", §7.1).
+    loop
+        Which engine loop replays it: ``"list"`` (recency list, LRU order), ``"belady"``
+        (int64 next-use heap), ``"heap"`` (generic key heap, keys that change only on
+        access), ``"scan"`` (re-rank every candidate; drifting keys) or ``"static"``.
+        All make the same decision for a given key (docs/performance.md).
     stack
         Whether its ranking at each unit boundary is independent of the capacity, so that
         caches of all capacities are nested (Mattson's stack property): one pass gives
@@ -48,6 +53,7 @@ class Policy:
     needs_calibration: bool = False
     causal: bool = True
     stack: bool = False
+    loop: str = "heap"
     description: str = ""
 
 
@@ -76,17 +82,19 @@ def policy_names() -> tuple[str, ...]:
     return tuple(POLICIES)
 
 
-register_policy(Policy("demand", "demand", K.KEY_LRU, description="no cache: every union access transfers"))
-register_policy(Policy("static", "static", -1, needs_calibration=True,
+register_policy(Policy("demand", "demand", K.KEY_LRU, loop="list", description="no cache: every union access transfers"))
+register_policy(Policy("static", "static", -1, needs_calibration=True, loop="static",
                        description="top-c experts per layer of a calibration stream, pinned"))
-register_policy(Policy("static-same-trace", "static", -1, causal=False,
+register_policy(Policy("static-same-trace", "static", -1, causal=False, loop="static",
                        description="static pinned set fitted on the replayed stream (diagnostic only)"))
-register_policy(Policy("lru", "dynamic", K.KEY_LRU, stack=True, description="least recently used (event clock)"))
+register_policy(Policy("lru", "dynamic", K.KEY_LRU, stack=True, loop="list", description="least recently used (event clock)"))
 register_policy(Policy("lfu", "dynamic", K.KEY_LFU, stack=True, description="least frequently used"))
-register_policy(Policy("lfru", "dynamic", K.KEY_LFRU, stack=True, description="frequency / age"))
+register_policy(Policy("lfru", "dynamic", K.KEY_LFRU, stack=True, loop="scan", description="frequency / age"))
 register_policy(Policy("least-stale", "dynamic", K.KEY_LEAST_STALE, stack=True,
                        description="SpecMD least-stale: untouched in the current cycle first"))
 register_policy(Policy("belady", "dynamic", K.KEY_BELADY, needs_next_use=True, causal=False, stack=True,
+                       loop="belady",
                        description="offline optimum with bypass admission"))
 register_policy(Policy("belady-forced", "dynamic", K.KEY_BELADY_FORCED, needs_next_use=True, causal=False,
+                       loop="belady",
                        description="Belady that must admit every miss (gap decomposition probe)"))
