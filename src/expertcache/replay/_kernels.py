@@ -131,6 +131,14 @@ def _max_unit(offsets, atomic):
     return m
 
 
+@jit
+def _policy_state(n_blocks):
+    """Fresh per-block policy state: last clock, frequency, next use, cycle and offset in cycle."""
+    return (np.full(n_blocks, -1, dtype=np.int64), np.zeros(n_blocks, dtype=np.int64),
+            np.full(n_blocks, NEVER, dtype=np.int32), np.full(n_blocks, -1, dtype=np.int64),
+            np.zeros(n_blocks, dtype=np.int64))
+
+
 @jit_helper
 def _touch(b, t, a, access_next, cycle_now, coff_now, last, freq, nxt, cycle, coff):
     """Update the policy state of block ``b`` accessed by unit ``t`` (access index ``a``)."""
@@ -186,11 +194,7 @@ def replay_heap(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_
     heap = np.empty((n_parts, slots + max_unit), dtype=np.int64)
     size = np.zeros(n_parts, dtype=np.int64)
     pos = np.full(n_blocks, -1, dtype=np.int64)        # heap index of a resident, -1 if absent
-    last = np.full(n_blocks, -1, dtype=np.int64)
-    freq = np.zeros(n_blocks, dtype=np.int64)
-    nxt = np.full(n_blocks, NEVER, dtype=np.int32)
-    cycle = np.full(n_blocks, -1, dtype=np.int64)
-    coff = np.zeros(n_blocks, dtype=np.int64)
+    last, freq, nxt, cycle, coff = _policy_state(n_blocks)
     k1 = np.zeros(n_blocks, dtype=np.float64)
     k2 = np.zeros(n_blocks, dtype=np.int64)
     miss_buf = np.empty(max_unit, dtype=np.int64)
@@ -269,11 +273,7 @@ def replay_scan(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_
     res = np.empty((n_parts, max(slots, 1)), dtype=np.int64)
     n_res = np.zeros(n_parts, dtype=np.int64)
     in_cache = np.zeros(n_blocks, dtype=np.bool_)
-    last = np.full(n_blocks, -1, dtype=np.int64)
-    freq = np.zeros(n_blocks, dtype=np.int64)
-    nxt = np.full(n_blocks, NEVER, dtype=np.int32)
-    cycle = np.full(n_blocks, -1, dtype=np.int64)
-    coff = np.zeros(n_blocks, dtype=np.int64)
+    last, freq, nxt, cycle, coff = _policy_state(n_blocks)
     cand = np.empty(slots + max_unit, dtype=np.int64)
     sel = np.empty((1, slots + max_unit), dtype=np.int64)
     sel_pos = np.full(n_blocks, -1, dtype=np.int64)
@@ -387,11 +387,7 @@ def stack_depths(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global
     member = np.zeros(n_blocks, dtype=np.bool_)
     pool = np.empty((1, max_unit + dcap + 1), dtype=np.int64)
     pool_pos = np.full(n_blocks, -1, dtype=np.int64)
-    last = np.full(n_blocks, -1, dtype=np.int64)
-    freq = np.zeros(n_blocks, dtype=np.int64)
-    nxt = np.full(n_blocks, NEVER, dtype=np.int32)
-    cycle = np.full(n_blocks, -1, dtype=np.int64)
-    coff = np.zeros(n_blocks, dtype=np.int64)
+    last, freq, nxt, cycle, coff = _policy_state(n_blocks)
     k1 = np.zeros(n_blocks, dtype=np.float64)
     k2 = np.zeros(n_blocks, dtype=np.int64)
     t = 0
