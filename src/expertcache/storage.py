@@ -27,6 +27,10 @@ from .errors import IntegrityError, OutputExistsError, ValidationError
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
+_KINDS = {
+    "routing_trace": "a routing trace directory (from `expertcache trace import`)",
+    "event_stream": "an event stream directory (from `expertcache events build` or `events import`)",
+}
 
 
 def sha256_file(path: Path) -> str:
@@ -100,7 +104,8 @@ def read_manifest(directory: str | os.PathLike[str], kind: str) -> dict[str, Any
     if not isinstance(manifest, dict):
         raise IntegrityError("expected a JSON object", source=str(path))
     if manifest.get("kind") != kind:
-        raise ValidationError(f"expected a {kind}; got {manifest.get('kind')!r}",
+        got = manifest.get("kind")
+        raise ValidationError(f"expected {_KINDS.get(kind, kind)}; got {_KINDS.get(got, repr(got))}",
                               source=str(path), field="kind")
     version = manifest.get("schema_version")
     if version != SCHEMA_VERSION:
