@@ -1,0 +1,18 @@
+"""Analyses of streams and replays: regime, gap decomposition, permutation ablation,
+static identity, concentration, absolute traffic (evaluation paper §6, §7, §9; CLR Fig. 2-3)."""
+
+from .concentration import ConcentrationStats, concentration, gate_mass_by_rank
+from .gap import GapResult, gap_decomposition
+from .permutation import PermutationResult, permutation_ablation, permute_steps
+from .regime import RegimeStats, expected_union_null, regime_stats
+from .static import access_histogram, access_share_table, static_misses_from_histogram
+from .traffic import REFERENCE_FRAME, TrafficReading, traffic_reading
+
+__all__ = [
+    "RegimeStats", "regime_stats", "expected_union_null",
+    "GapResult", "gap_decomposition",
+    "PermutationResult", "permute_steps", "permutation_ablation",
+    "access_histogram", "access_share_table", "static_misses_from_histogram",
+    "ConcentrationStats", "concentration", "gate_mass_by_rank",
+    "TrafficReading", "traffic_reading", "REFERENCE_FRAME",
+]
