@@ -391,6 +391,70 @@ def demo(batch: int, rho: float, seed: int, as_json: bool) -> None:
                   "contract; sequential replay counts artificial refetches of experts evicted mid-event.")
 
 
+# ---------------------------------------------------------------------------- report
+@main.command("report")
+@click.argument("source", type=click.Path(), required=False)
+@click.option("--example", is_flag=True, help="Report on the bundled (synthetic) example trace.")
+@click.option("-o", "--out", required=True, type=click.Path(file_okay=False), help="Report directory to create.")
+@click.option("--rho", type=float, default=0.4, show_default=True, help="Residency fraction.")
+@click.option("--scope", type=click.Choice(["per-layer", "global"]), default="per-layer", show_default=True)
+@click.option("--batch", "-B", type=int, default=8, show_default=True, help="Concurrency when SOURCE is a trace.")
+@click.option("--offsets", default="zero", show_default=True, help="Arrival offsets when SOURCE is a trace.")
+@click.option("--seeds", default="0,1,2,3,4", show_default=True, callback=_csv(int, "integers"),
+              help="Tie seeds for the gap (spread = implementation stability).")
+@click.option("--batches", default="1,2,4,8,16", show_default=True, callback=_csv(int, "integers"),
+              help="B sweep (traces only).")
+@click.option("--rhos", default="0.2,0.3,0.4", show_default=True, callback=_csv(float, "numbers"),
+              help="rho sweep.")
+@click.option("--permutations", type=int, default=5, show_default=True, help="Step permutations (§6.5).")
+@click.option("--block-bytes", type=float, default=None, help="Bytes per expert block (for bytes per token).")
+@click.option("--target-tokens-per-s", type=float, default=None, help="Target service rate (tokens/s).")
+@click.option("--bandwidth", type=float, default=None, help="Host-to-device bandwidth budget (bytes/s).")
+@click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Worker processes (0 = all cores).")
+@click.option("--no-figures", is_flag=True, help="Skip the figures (no matplotlib needed).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing output directory.")
+@_guard
+def report_cmd(source: str | None, example: bool, out: str, rho: float, scope: str, batch: int, offsets: str,
+               seeds: list[int], batches: list[int], rhos: list[float], permutations: int,
+               block_bytes: float | None, target_tokens_per_s: float | None, bandwidth: float | None, jobs: int,
+               no_figures: bool, overwrite: bool) -> None:
+    """Measure SOURCE (a trace or stream directory) and write the reporting block, tables and figures."""
+    import os
+    from importlib import resources
+
+    from .replay import default_jobs
+    from .report import ReportConfig, build_report, write_report
+
+    if bool(source) == example:
+        _fail("give either SOURCE (a trace or stream directory) or --example")
+    if os.path.exists(out) and not overwrite:
+        _fail(f"{out}: output already exists; choose another path or pass --overwrite")
+    cfg = ReportConfig(rho=rho, scope=scope, batch=batch, offsets=offsets, seeds=tuple(seeds),
+                       batches=tuple(batches), rhos=tuple(rhos), n_permutations=permutations,
+                       block_bytes=block_bytes, target_tokens_per_s=target_tokens_per_s,
+                       bandwidth_budget=bandwidth, jobs=jobs or default_jobs())
+    # the complete, canonical command (defaults spelled out), so the report can be regenerated exactly
+    command = " ".join([
+        "expertcache report", "--example" if example else source, "-o", out, "--rho", f"{rho:g}", "--scope", scope,
+        "--batch", str(batch), "--offsets", offsets, "--seeds", ",".join(map(str, seeds)),
+        "--batches", ",".join(map(str, batches)), "--rhos", ",".join(f"{r:g}" for r in rhos),
+        "--permutations", str(permutations),
+        *(["--block-bytes", f"{block_bytes:g}"] if block_bytes else []),
+        *(["--target-tokens-per-s", f"{target_tokens_per_s:g}"] if target_tokens_per_s else []),
+        *(["--bandwidth", f"{bandwidth:g}"] if bandwidth else []),
+    ])
+    with _progress() as bar:
+        bar.add_task("measuring", total=None)
+        if example:
+            with resources.as_file(resources.files("expertcache") / "data" / "example_trace") as path:
+                rep = build_report(path, cfg, command)
+        else:
+            rep = build_report(source, cfg, command)
+        write_report(rep, out, overwrite=overwrite, figures=not no_figures)
+    click.echo(rep.block, nl=False)
+    click.echo(f"wrote {out}/report.md, report.json, block.txt" + ("" if no_figures else " and figures/"))
+
+
 # ----------------------------------------------------------------------- conformance
 @main.command("conformance")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
