@@ -94,3 +94,17 @@ def test_report_bad_input(tmp_path):
     assert not (tmp_path / "r").exists()
     res = CliRunner().invoke(main, ["report", "-o", str(tmp_path / "r")])
     assert res.exit_code == 2 and "--example" in res.output
+
+
+def test_block_bytes_preset_is_labelled_a_projection(tmp_path):
+    res = CliRunner().invoke(main, ["report", "--example", "-o", str(tmp_path / "r"), "--no-figures",
+                                    "--permutations", "0", "--seeds", "0", "--batches", "8",
+                                    "--block-bytes-preset", "frontier-reference"])
+    assert res.exit_code == 0, res.output
+    data = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert data["traffic"]["projection"] is True
+    assert "projection" in data["traffic"]["block_bytes_source"]
+    assert data["traffic"]["block_bytes"] == pytest.approx(16.74 * 2**20)
+    assert "(projection)" in (tmp_path / "r" / "block.txt").read_text()
+    assert data["permutation"] == "not reported"
+    assert "projection" in data["reference_frame_projection"]["note"]

@@ -1,6 +1,7 @@
 """Analyses of streams and replays: regime, gap decomposition, permutation ablation,
 static identity, concentration, absolute traffic (evaluation paper §6, §7, §9; CLR Fig. 2-3)."""
 
+from .alignment import AlignmentRow, GridPoint, align, reference_frame_r_null, regime_grid
 from .concentration import ConcentrationStats, concentration, gate_mass_by_rank
 from .gap import GapResult, gap_decomposition
 from .permutation import PermutationResult, permutation_ablation, permute_steps
@@ -15,4 +16,5 @@ __all__ = [
     "access_histogram", "access_share_table", "static_misses_from_histogram",
     "ConcentrationStats", "concentration", "gate_mass_by_rank",
     "TrafficReading", "traffic_reading", "REFERENCE_FRAME",
+    "GridPoint", "AlignmentRow", "regime_grid", "align", "reference_frame_r_null",
 ]
