@@ -208,7 +208,8 @@ def build_report(source: str | os.PathLike[str], config: ReportConfig = ReportCo
             "r_mean_uniform_null": reference_frame_r_null(int(stream.provenance.get("batch", config.batch)), rho)},
         "synthetic_input": bool(prov.get("synthetic") or prov.get("trace_provenance", {}).get("synthetic")),
     }
-    block = _appendix_b(data, config)
+    block, block_fields = _appendix_b(data, config)
+    data["reporting_block"] = block_fields
     figures = {"fig1": fig1, "batch_sweep": batch_sweep, "rho_sweep": rho_sweep, "gap": gap, "perm": perm,
                "curves": curves, "ratio": ratio}
     return Report(data, block, figures)
@@ -224,7 +225,7 @@ def _fmt(x: Any, pct: bool = False) -> str:
     return str(x)
 
 
-def _appendix_b(d: dict[str, Any], c: ReportConfig) -> str:
+def _appendix_b(d: dict[str, Any], c: ReportConfig) -> tuple[str, dict[str, dict[str, str]]]:
     """The minimal reporting block of Appendix B.1, filled from the measurements and the manifest."""
     w, rg, gp, tr = d["declared_workload"], d["regime"], d["gap"], d["traffic"]
     rows = [
@@ -272,12 +273,17 @@ def _appendix_b(d: dict[str, Any], c: ReportConfig) -> str:
          if c.bandwidth_budget and c.target_tokens_per_s else NOT_REPORTED),
     ]
     out = []
+    structured: dict[str, dict[str, str]] = {}
+    section = ""
     for name, value in rows:
         if value is None:
             out.append(name)
+            section = name
+            structured[section] = {}
         else:
             out.append(f"  {name} {'.' * max(3, 40 - len(name))} {value}")
-    return "\n".join(out) + "\n"
+            structured[section][name] = value
+    return "\n".join(out) + "\n", structured
 
 
 def _figures(report: Report, out: Path) -> list[str]:
