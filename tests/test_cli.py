@@ -109,7 +109,7 @@ def test_replay_json_one_object_per_run(dirs):
         "replay",
         dirs / "stream",
         "--policy",
-        ",".join(policy_names()),
+        ",".join(policy_names(advice=False)),
         "--semantics",
         "event-atomic,sequential-ascending",
         "--calibration",
@@ -117,14 +117,14 @@ def test_replay_json_one_object_per_run(dirs):
         "--json",
     )
     rows = [json.loads(line) for line in out.strip().splitlines()]
-    assert len(rows) == len(policy_names()) * 2
+    assert len(rows) == len(policy_names(advice=False)) * 2
     for row in rows:
         assert REQUIRED_KEYS <= set(row)
         assert row["transferred"] == row["demand_misses"] + row["initial_load"]
         assert row["hits"] + row["demand_misses"] == row["union"]
         assert row["miss_fraction"] == pytest.approx(row["transferred"] / row["logical"])
     assert {(r["policy"], r["semantics"]) for r in rows} == {
-        (p, s) for p in policy_names() for s in ("event-atomic", "sequential-ascending")
+        (p, s) for p in policy_names(advice=False) for s in ("event-atomic", "sequential-ascending")
     }
 
 
@@ -147,4 +147,4 @@ def test_replay_table_and_global_scope(dirs):
 def test_demo_json_runs():
     out = json.loads(invoke("demo", "--json"))
     assert "synthetic" in out["data"]
-    assert {r["policy"] for r in out["rows"]} == set(policy_names())
+    assert {r["policy"] for r in out["rows"]} == set(policy_names(advice=False))

@@ -53,7 +53,7 @@ def test_engine_matches_twin_on_larger_streams(seed, scope, semantics):
     assert stream.event_size.max() > 20  # a unit can evict more than 8 blocks
     for rho in (0.05, 0.3, 0.7):
         for tie_break, tie_seed in (("id", 0), ("random", seed + 5)):
-            for policy in policy_names():
+            for policy in policy_names(advice=False):
                 kw = dict(rho=rho, scope=scope, semantics=semantics, tie_break=tie_break, seed=tie_seed)
                 got = replay(stream, ReplayConfig(policy, **kw), calibration=calib)
                 want = naive.naive_replay(stream, policy, calibration=calib, **kw)

@@ -269,6 +269,8 @@ def _policy_help() -> str:
 @click.option("--calibration", type=click.Path(), default=None,
               help="Stream directory the 'static' policy fits its pin list on (a disjoint trace).")
 @click.option("--lfu-in-cache-counters", is_flag=True, help="LFU counters restart on eviction.")
+@click.option("--advice", "advice_path", type=click.Path(dir_okay=False), default=None,
+              help="Advice .npz for predicted-next-use (from `expertcache nextuse eval --advice-out`).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run (JSON Lines).")
 @click.option("--per-layer", "show_layers", is_flag=True, help="Also print the per-layer table.")
 @click.option("--jobs", "-j", type=int, default=1, show_default=True,
@@ -277,8 +279,8 @@ def _policy_help() -> str:
               help="Write the miss-ratio curves to this .png/.pdf/.svg (needs matplotlib).")
 @_guard
 def replay_cmd(stream_dir: str, policies: list[str], rhos: list[float], scope: str, semantics: list[str],
-               tie_break: str, seed: int, calibration: str | None, lfu_in_cache_counters: bool, as_json: bool,
-               show_layers: bool, jobs: int, plot_path: str | None) -> None:
+               tie_break: str, seed: int, calibration: str | None, lfu_in_cache_counters: bool,
+               advice_path: str | None, as_json: bool, show_layers: bool, jobs: int, plot_path: str | None) -> None:
     """Replay STREAM_DIR for every (policy, semantics, rho) and report transfers (§2.4)."""
     from .events import read_events
     from .replay import ReplayConfig
@@ -294,10 +296,19 @@ def replay_cmd(stream_dir: str, policies: list[str], rhos: list[float], scope: s
 
     stream = read_events(stream_dir)
     calib = read_events(calibration) if calibration else None
+    from .replay import get_policy, replay
+
+    advice = None
+    if advice_path:
+        from .nextuse import load_advice
+
+        advice = load_advice(advice_path)
     with _progress() as bar:
         task = bar.add_task("replay", total=None)
-        results = sweep(stream, configs, calib, jobs=jobs or default_jobs(),
-                        progress=lambda done, total: bar.update(task, completed=done, total=total))
+        plain = [c for c in configs if not get_policy(c.policy).needs_advice]
+        done = dict(zip(map(id, plain), sweep(stream, plain, calib, jobs=jobs or default_jobs(),
+                        progress=lambda d, total: bar.update(task, completed=d, total=total)), strict=True))
+        results = [done[id(c)] if id(c) in done else replay(stream, c, calib, advice=advice) for c in configs]
     if plot_path:
         from .plot import plot_miss_ratio_curves
 
@@ -504,6 +515,83 @@ def align_cmd(traces: tuple[str, ...], batches: list[int], batch: int, rho: floa
     console.print(table)
     console.print(f"Analytical projection (not a measurement): the §3.2 reference frame at B = {batch} has "
                   f"r ~= {reference_frame_r_null(batch, rho):.3f} under the uniform routing null.")
+
+
+# --------------------------------------------------------------------------- nextuse
+@main.group()
+def nextuse() -> None:
+    """Next-use prediction (§7.3): fit on one stream, evaluate on a disjoint one."""
+
+
+@nextuse.command("fit")
+@click.argument("stream_dir", type=click.Path())
+@click.option("--model", "kind", type=click.Choice(["linear", "gbt"]), default="linear", show_default=True,
+              help="linear (the paper's) or gbt (gradient-boosted trees; needs scikit-learn).")
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False),
+              help="Model file: .json for linear, .npz for gbt.")
+@click.option("--max-rows", type=int, default=200_000, show_default=True, help="Rows sampled for fitting.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@_guard
+def nextuse_fit(stream_dir: str, kind: str, out: str, max_rows: int, seed: int) -> None:
+    """Fit a next-use-distance predictor on STREAM_DIR's access features."""
+    from .events import read_events
+    from .nextuse import GradientBoostedNextUse, LinearNextUse, access_features, transfer_r2
+
+    want = ".json" if kind == "linear" else ".npz"
+    if not out.endswith(want):
+        _fail(f"{out}: a {kind} model is written as {want}")
+    f = access_features(read_events(stream_dir))
+    model = (LinearNextUse.fit(f, max_rows, seed) if kind == "linear"
+             else GradientBoostedNextUse.fit(f, max_rows=max_rows, seed=seed))
+    model.save(out)
+    click.echo(f"wrote {out}: {kind} model, in-sample R2 {transfer_r2(model, f):.3f}")
+
+
+@nextuse.command("eval")
+@click.argument("model_path", type=click.Path(dir_okay=False))
+@click.argument("stream_dir", type=click.Path())
+@click.option("--rho", type=float, default=0.4, show_default=True)
+@click.option("--scope", type=click.Choice(["per-layer", "global"]), default="per-layer", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Tie seed.")
+@click.option("--advice-out", type=click.Path(dir_okay=False), default=None, help="Also write the advice .npz.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@_guard
+def nextuse_eval(model_path: str, stream_dir: str, rho: float, scope: str, seed: int, advice_out: str | None,
+                 as_json: bool) -> None:
+    """Transfer R2 on STREAM_DIR and the predicted-next-use policy against the baselines (Table 15 shape)."""
+    from .analysis.gap import CAUSAL_POLICIES
+    from .events import read_events
+    from .nextuse import (
+        access_features,
+        advice_from_predictions,
+        load_predictor,
+        save_advice,
+        transfer_r2,
+    )
+    from .replay import ReplayConfig, replay
+
+    model = load_predictor(model_path)
+    stream = read_events(stream_dir)
+    f = access_features(stream)
+    advice = advice_from_predictions(f, model.predict(f.X), {"model": model_path})
+    miss = {p: replay(stream, ReplayConfig(p, rho=rho, scope=scope, seed=seed)).miss_fraction
+            for p in (*CAUSAL_POLICIES, "belady")}
+    miss["predicted-next-use"] = replay(stream, ReplayConfig("predicted-next-use", rho=rho, scope=scope, seed=seed),
+                                        advice=advice).miss_fraction
+    best = min(CAUSAL_POLICIES, key=lambda p: (miss[p], p))
+    gap = miss[best] - miss["belady"]
+    out = {"transfer_r2": transfer_r2(model, f), "miss_fraction": miss, "best_causal": best,
+           "fraction_of_gap_recovered": (miss[best] - miss["predicted-next-use"]) / gap if gap > 0 else None}
+    if advice_out:
+        save_advice(advice, advice_out)
+    if as_json:
+        click.echo(json.dumps(out, sort_keys=True))
+        return
+    click.echo(f"transfer R2 on log next-use distance: {out['transfer_r2']:.3f}")
+    for p, m in miss.items():
+        click.echo(f"  {p:20s} {m:.2%}" + ("  (best causal)" if p == best else ""))
+    rec = out["fraction_of_gap_recovered"]
+    click.echo(f"fraction of the gap recovered: {'n/a' if rec is None else f'{rec:+.2%}'}")
 
 
 # ----------------------------------------------------------------------- conformance

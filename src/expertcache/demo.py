@@ -86,7 +86,7 @@ def run_demo(batch: int = 8, rho: float = 0.4, seed: int = 0, progress=None) -> 
     caps = capacities_for_rho(rho, stream.n_layers, stream.n_experts)
     ratio = stream.event_size / np.maximum(caps[stream.layer], 1)
     rows = []
-    names = policy_names()
+    names = policy_names(advice=False)
     total = len(names) * len(DEMO_SEMANTICS)
     for name in names:
         results = {}

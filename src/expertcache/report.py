@@ -118,7 +118,7 @@ def build_report(source: str | os.PathLike[str], config: ReportConfig = ReportCo
 
     regime = regime_stats(stream, rho, scope)
     configs = [ReplayConfig(p, rho=rho, scope=scope, semantics=s, seed=config.seeds[0])
-               for p in policy_names() if p != "static" for s in FIG_SEMANTICS]
+               for p in policy_names(advice=False) if p != "static" for s in FIG_SEMANTICS]
     results = sweep(stream, configs, jobs=config.jobs)
     fig1 = {(r.policy, r.semantics): r.miss_fraction for r in results}
     gap = gap_decomposition(stream, rho, scope, seeds=config.seeds, jobs=config.jobs)
@@ -300,7 +300,7 @@ def _figures(report: Report, out: Path) -> list[str]:
         names.append(name)
 
     # Fig. 1 shape: policy x replay semantics
-    pols = [p for p in policy_names() if p != "static"]
+    pols = [p for p in policy_names(advice=False) if p != "static"]
     fig, ax = plt.subplots(figsize=(8, 4), layout="constrained")
     x = np.arange(len(pols))
     for j, sem in enumerate(FIG_SEMANTICS):

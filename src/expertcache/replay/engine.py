@@ -113,6 +113,24 @@ def _tie_ranks(tie_break: str, seed: int, n_blocks: int) -> np.ndarray:
     return np.random.default_rng(seed).permutation(n_blocks).astype(np.int64)
 
 
+def _advice_next_use(stream: EventStream, config: ReplayConfig, advice) -> np.ndarray:
+    """Validate advice for ``stream`` and return its next-use array (the key Belady's machinery reads)."""
+    if advice is None:
+        raise ValidationError(f"policy {config.policy!r} needs advice from a predictor "
+                              "(expertcache nextuse eval ... --advice-out FILE, then replay --advice FILE)",
+                              field="advice")
+    if config.semantics != "event-atomic":
+        raise ValidationError("advice is defined per event-atomic unit; use --semantics event-atomic",
+                              field="semantics")
+    nxt = np.asarray(advice.next_use)
+    if nxt.shape != (stream.union,) or nxt.dtype != np.int32:
+        raise ValidationError(f"advice must be int32 with one entry per union access ({stream.union}); "
+                              f"got {nxt.dtype} {nxt.shape}", field="advice")
+    if (nxt <= stream.event_of_access).any():
+        raise ValidationError("advice next uses must lie after the access's own event", field="advice")
+    return nxt
+
+
 def _tie_order(tie: np.ndarray, n_layers: int, n_experts: int) -> tuple[np.ndarray, np.ndarray]:
     """Per layer, block ids by ascending tie rank (``int64[L, N]``), and each block's position there."""
     local = np.argsort(tie.reshape(n_layers, n_experts), axis=1, kind="stable")
@@ -166,7 +184,8 @@ def static_pinned_set(calibration: EventStream, capacity: np.ndarray, scope: str
     return pinned
 
 
-def replay(stream: EventStream, config: ReplayConfig, calibration: EventStream | None = None) -> ReplayResult:
+def replay(stream: EventStream, config: ReplayConfig, calibration: EventStream | None = None,
+           advice=None) -> ReplayResult:
     """Replay ``stream`` under ``config`` and return the counts.
 
     Parameters
@@ -177,6 +196,9 @@ def replay(stream: EventStream, config: ReplayConfig, calibration: EventStream |
         Policy, capacity, scope, semantics and ties.
     calibration
         Stream the ``static`` policy fits its pinned set on (same ``L, N``).
+    advice
+        :class:`expertcache.nextuse.Advice` for policies that read predictions
+        (``predicted-next-use``): a predicted next unit per access, event-atomic only.
 
     Examples
     --------
@@ -228,6 +250,8 @@ def replay(stream: EventStream, config: ReplayConfig, calibration: EventStream |
         hits_l = np.zeros(L, dtype=np.int64)
         miss_l = np.zeros(L, dtype=np.int64)
         args = _kernel_inputs(stream, config, policy.needs_next_use)
+        if policy.needs_advice:
+            args = (*args[:-1], _advice_next_use(stream, config, advice))
         _LOOPS[policy.loop](args, config, policy, caps, tie, hits_l, miss_l)
     return _result(stream, config, caps, hits_l, miss_l, initial, layer_union, layer_logical)
 

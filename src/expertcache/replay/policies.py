@@ -31,6 +31,8 @@ class Policy:
         Whether the key reads the oracle next-use array.
     needs_calibration
         Whether a calibration stream must be supplied (``static``).
+    needs_advice
+        Whether its key reads advice produced offline by a predictor (DESIGN.md §1).
     causal
         Whether the policy uses only past information (eligible as "best causal", §7.1).
     loop
@@ -51,6 +53,7 @@ class Policy:
     key_code: int
     needs_next_use: bool = False
     needs_calibration: bool = False
+    needs_advice: bool = False
     causal: bool = True
     stack: bool = False
     loop: str = "heap"
@@ -77,9 +80,9 @@ def get_policy(name: str) -> Policy:
                               field="policy") from None
 
 
-def policy_names() -> tuple[str, ...]:
-    """Registered policy names, in registration order."""
-    return tuple(POLICIES)
+def policy_names(advice: bool = True) -> tuple[str, ...]:
+    """Registered policy names, in registration order (``advice=False``: those that need no predictor)."""
+    return tuple(n for n, p in POLICIES.items() if advice or not p.needs_advice)
 
 
 register_policy(Policy("demand", "demand", K.KEY_LRU, loop="list", description="no cache: every union access transfers"))
@@ -98,3 +101,5 @@ register_policy(Policy("belady", "dynamic", K.KEY_BELADY, needs_next_use=True, c
 register_policy(Policy("belady-forced", "dynamic", K.KEY_BELADY_FORCED, needs_next_use=True, causal=False,
                        loop="belady",
                        description="Belady that must admit every miss (gap decomposition probe)"))
+register_policy(Policy("predicted-next-use", "dynamic", K.KEY_BELADY, needs_advice=True, loop="belady",
+                       description="Belady's machinery on predicted next uses (advice; §7.3)"))

@@ -1,0 +1,138 @@
+"""Next-use features, predictors and advice-driven replay (§7.3)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_twin_large import random_stream
+
+from expertcache.demo import example_trace
+from expertcache.errors import ValidationError
+from expertcache.events import build_events
+from expertcache.nextuse import (
+    Advice,
+    GradientBoostedNextUse,
+    LinearNextUse,
+    access_features,
+    advice_from_predictions,
+    load_predictor,
+    oracle_advice,
+    transfer_r2,
+)
+from expertcache.replay import ReplayConfig, replay
+from expertcache.trace import select_requests
+
+
+@pytest.fixture(scope="module")
+def splits():
+    tr = example_trace()
+    idx = np.arange(tr.n_requests)
+    return build_events(select_requests(tr, idx[0::2]), 8), build_events(select_requests(tr, idx[1::2]), 8)
+
+
+def test_features_by_hand():
+    from expertcache.events import EventStream
+
+    # layer 0: events 0 {1,2}, 1 {2}, 2 {1,2}; block 2 is accessed at units 0, 1, 2
+    s = EventStream.from_lists(1, 4, 2, [0, 1, 2], [0, 0, 0], [[1, 2], [2, 3], [1, 2]], [1, 1, 1])
+    f = access_features(s)
+    # accesses: (u0,e1) (u0,e2) (u1,e2) (u1,e3) (u2,e1) (u2,e2)
+    assert f.X[:, 1].tolist() == [1, 1, 0, 1, 0, 0]                      # first observation
+    assert np.allclose(f.X[:, 0], np.log1p([0, 0, 1, 0, 2, 1]))          # recency
+    assert np.allclose(f.X[:, 2], np.log1p([0, 0, 1, 0, 1, 2]))          # previous accesses
+    assert np.allclose(f.X[:, 3], np.log1p([0, 0, 0, 0, 0, 1]))          # previous gap
+    assert np.allclose(f.X[:, 7], [0, 0, 1.0, 0, 0.5, 1.0])              # accesses / prior layer events
+    assert f.never_again.tolist() == [False, False, False, True, True, True]
+    assert np.allclose(f.log_next_distance[:3], np.log([2, 1, 1]))
+
+
+@pytest.mark.parametrize("scope", ["per-layer", "global"])
+def test_perfect_predictor_reproduces_belady_exactly(splits, scope):
+    _, held = splits
+    adv = oracle_advice(access_features(held))
+    for rho in (0.1, 0.4):
+        a = replay(held, ReplayConfig("predicted-next-use", rho=rho, scope=scope), advice=adv)
+        b = replay(held, ReplayConfig("belady", rho=rho, scope=scope))
+        assert (a.transferred, [x.hits for x in a.per_layer]) == (b.transferred, [x.hits for x in b.per_layer])
+
+
+def test_linear_and_boosted_predictors_transfer_and_round_trip(splits, tmp_path):
+    pytest.importorskip("sklearn")
+    calib, held = splits
+    fc, fh = access_features(calib), access_features(held)
+    lin = LinearNextUse.fit(fc)
+    gbt = GradientBoostedNextUse.fit(fc, n_estimators=30, max_rows=20_000)
+    for model, name in ((lin, "m.json"), (gbt, "m.npz")):
+        r2 = transfer_r2(model, fh)
+        assert -1.0 < r2 < 1.0
+        back = load_predictor(model.save(tmp_path / name))
+        assert np.allclose(back.predict(fh.X[:500]), model.predict(fh.X[:500]))
+    # the numpy tree evaluator equals scikit-learn's own prediction
+    from sklearn.ensemble import GradientBoostingRegressor
+
+    ok = ~fc.never_again
+    X, y = fc.X[ok][:5000], fc.log_next_distance[ok][:5000]
+    sk = GradientBoostingRegressor(n_estimators=10, max_depth=3, subsample=0.8, random_state=0).fit(X, y)
+    mine = GradientBoostedNextUse.fit(type(fc)(X, y, np.zeros(len(y), bool), fc.unit[ok][:5000],
+                                               fc.next_unit[ok][:5000]), n_estimators=10, max_rows=None)
+    assert np.allclose(mine.predict(fh.X[:2000]), sk.predict(fh.X[:2000]))
+
+
+def test_predicted_policy_runs_through_advice(splits):
+    calib, held = splits
+    lin = LinearNextUse.fit(access_features(calib))
+    fh = access_features(held)
+    adv = advice_from_predictions(fh, lin.predict(fh.X), {"predictor": "linear"})
+    res = replay(held, ReplayConfig("predicted-next-use"), advice=adv)
+    belady = replay(held, ReplayConfig("belady"))
+    assert res.transferred >= belady.transferred
+    assert res.hits + res.demand_misses == held.union
+
+
+def test_advice_is_validated():
+    s = random_stream(1)
+    with pytest.raises(ValidationError, match="needs advice"):
+        replay(s, ReplayConfig("predicted-next-use"))
+    bad = Advice(np.zeros(s.union, dtype=np.int32))
+    with pytest.raises(ValidationError, match="after the access"):
+        replay(s, ReplayConfig("predicted-next-use"), advice=bad)
+    good = oracle_advice(access_features(s))
+    with pytest.raises(ValidationError, match="event-atomic"):
+        replay(s, ReplayConfig("predicted-next-use", semantics="sequential-ascending"), advice=good)
+
+
+def test_load_predictor_rejects_foreign_files(tmp_path):
+    (tmp_path / "x.json").write_text('{"kind": "other"}')
+    with pytest.raises(ValidationError):
+        load_predictor(tmp_path / "x.json")
+    np.save(tmp_path / "y.npy", np.array([1, 2]))
+    with pytest.raises(ValidationError):
+        load_predictor(tmp_path / "y.npy")
+
+
+def test_nextuse_commands(splits, tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from expertcache.cli import main
+
+    calib, held = splits
+    calib.save(tmp_path / "c")
+    held.save(tmp_path / "h")
+    run = CliRunner().invoke
+    res = run(main, ["nextuse", "fit", str(tmp_path / "c"), "-o", str(tmp_path / "m.json")])
+    assert res.exit_code == 0, res.output
+    res = run(main, ["nextuse", "eval", str(tmp_path / "m.json"), str(tmp_path / "h"), "--advice-out",
+                     str(tmp_path / "a.npz"), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert set(out["miss_fraction"]) >= {"predicted-next-use", "belady", "lfu"}
+    res = run(main, ["replay", str(tmp_path / "h"), "--policy", "predicted-next-use", "--advice",
+                     str(tmp_path / "a.npz"), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["miss_fraction"] == pytest.approx(out["miss_fraction"]["predicted-next-use"])
+    res = run(main, ["replay", str(tmp_path / "h"), "--policy", "predicted-next-use"])
+    assert res.exit_code == 2 and "needs advice" in res.output
+    res = run(main, ["nextuse", "fit", str(tmp_path / "c"), "-o", str(tmp_path / "m.npz")])
+    assert res.exit_code == 2 and ".json" in res.output
