@@ -136,3 +136,82 @@ def test_nextuse_commands(splits, tmp_path):
     assert res.exit_code == 2 and "needs advice" in res.output
     res = run(main, ["nextuse", "fit", str(tmp_path / "c"), "-o", str(tmp_path / "m.npz")])
     assert res.exit_code == 2 and ".json" in res.output
+
+
+def _constructed(never_tail: bool):
+    from expertcache.events import EventStream
+
+    # 1 layer x 5 experts, capacity 3 (rho 0.6): e0 fills {0,1,2}; e1 brings 3 -> the first eviction decision
+    # has candidates {0,1,2,3}. Next uses afterwards: 0 at e2, 1 at e3, then either 2 at e4 and 3 at e5
+    # (distinct: a unique optimal victim, 3) or nothing more (2 and 3 never again: a tied optimal set {2,3}).
+    events = [[0, 1, 2], [3], [0], [1]] + ([] if never_tail else [[2], [3]])
+    n = len(events)
+    return EventStream.from_lists(1, 5, 1, list(range(n)), [0] * n, events, [3] + [1] * (n - 1))
+
+
+@pytest.mark.parametrize("never_tail, opt_size", [(False, 1), (True, 2)])
+def test_optimal_victim_set_is_tie_aware_and_random_scores_its_share(never_tail, opt_size):
+    from expertcache.nextuse.victims import record_decisions, score_decisions
+
+    s = _constructed(never_tail)
+    dec = record_decisions(s, oracle_advice(access_features(s)), rho=0.6, every=1)
+    assert dec.length[0] == 4                                        # residents {0,1,2} + the miss 3
+    rep = score_decisions(dec, n_boot=50)
+    first_opt = opt_size
+    assert rep.mean_optimal_set >= 1
+    # at the first decision: random picks inside the optimal set with probability |opt| / |candidates|
+    from expertcache.nextuse import victims as V
+
+    one = V.VictimDecisions(dec.n_units, dec.unit[:1], dec.step[:1], dec.start[:1], dec.length[:1], dec.choice[:1],
+                            dec.block, dec.true_next, dec.pred_next, dec.last, dec.freq, dec.tie)
+    r1 = score_decisions(one, n_boot=10)
+    assert r1.mean_optimal_set == first_opt
+    assert r1.in_optimal_set["random candidate"][0] == pytest.approx(first_opt / 4)
+    assert r1.in_optimal_set["predicted next use"][0] == 1.0       # the perfect predictor
+
+
+def test_perfect_predictor_scores_100_percent_on_real_decisions(splits):
+    from expertcache.nextuse.victims import record_decisions, score_decisions
+
+    _, held = splits
+    rep = score_decisions(record_decisions(held, oracle_advice(access_features(held)), every=11), n_boot=100)
+    assert rep.n_decisions > 100
+    assert rep.in_optimal_set["predicted next use"] == (1.0, 1.0, 1.0)
+    assert rep.distance_regret["predicted next use"][0] == 0.0
+    lo, hi = rep.in_optimal_set["random candidate"][1:]
+    assert lo <= rep.in_optimal_set["random candidate"][0] <= hi
+
+
+def test_cluster_bootstrap_contains_the_estimate_and_shrinks():
+    from expertcache.nextuse.victims import cluster_bootstrap
+
+    rng = np.random.default_rng(0)
+    widths = []
+    for n_clusters in (20, 500):
+        clusters = np.repeat(np.arange(n_clusters), 10)
+        values = rng.normal(size=n_clusters)[clusters] + rng.normal(size=clusters.size)
+        mean, lo, hi = cluster_bootstrap(values, clusters, n_boot=500, seed=1)
+        assert lo <= mean <= hi
+        widths.append(hi - lo)
+    assert widths[1] < widths[0] / 2
+
+
+def test_victims_command(splits, tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from expertcache.cli import main
+
+    calib, held = splits
+    calib.save(tmp_path / "c")
+    held.save(tmp_path / "h")
+    run = CliRunner().invoke
+    assert run(main, ["nextuse", "fit", str(tmp_path / "c"), "-o", str(tmp_path / "m.json")]).exit_code == 0
+    res = run(main, ["nextuse", "victims", str(tmp_path / "m.json"), str(tmp_path / "h"), "--every", "13",
+                     "--bootstrap", "100", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert set(out["in_optimal_set"]) == {"random candidate", "predicted next use", "LRU", "LFRU"}
+    for m, lo, hi in out["in_optimal_set"].values():
+        assert lo <= m <= hi

@@ -112,3 +112,25 @@ def test_block_bytes_preset_is_labelled_a_projection(tmp_path):
     assert "(projection)" in (tmp_path / "r" / "block.txt").read_text()
     assert data["permutation"] == "not reported"
     assert "projection" in data["reference_frame_projection"]["note"]
+
+
+def test_report_with_a_nextuse_model(tmp_path):
+    import numpy as np
+
+    from expertcache.demo import example_trace
+    from expertcache.events import build_events
+    from expertcache.trace import select_requests
+
+    tr = example_trace()
+    idx = np.arange(tr.n_requests)
+    build_events(select_requests(tr, idx[0::2]), 8).save(tmp_path / "calib")
+    build_events(select_requests(tr, idx[1::2]), 8).save(tmp_path / "held")
+    run = CliRunner().invoke
+    assert run(main, ["nextuse", "fit", str(tmp_path / "calib"), "-o", str(tmp_path / "m.json")]).exit_code == 0
+    res = run(main, ["report", str(tmp_path / "held"), "-o", str(tmp_path / "r"), "--no-figures", "--permutations",
+                     "0", "--seeds", "0", "--nextuse-model", str(tmp_path / "m.json")])
+    assert res.exit_code == 0, res.output
+    data = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert set(data["nextuse"]["victims"]["in_optimal_set"]) == {"random candidate", "predicted next use", "LRU",
+                                                                  "LFRU"}
+    assert "Next-use prediction" in (tmp_path / "r" / "report.md").read_text()

@@ -424,6 +424,8 @@ def demo(batch: int, rho: float, seed: int, as_json: bool) -> None:
               help="Use the §3.2 reference frame's 16.74 MiB blocks; figures are labelled projections.")
 @click.option("--target-tokens-per-s", type=float, default=None, help="Target service rate (tokens/s).")
 @click.option("--bandwidth", type=float, default=None, help="Host-to-device bandwidth budget (bytes/s).")
+@click.option("--nextuse-model", type=click.Path(dir_okay=False), default=None,
+              help="A next-use model fitted on a disjoint stream: adds the Tables 15-16 section.")
 @click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Worker processes (0 = all cores).")
 @click.option("--no-figures", is_flag=True, help="Skip the figures (no matplotlib needed).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output directory.")
@@ -431,7 +433,8 @@ def demo(batch: int, rho: float, seed: int, as_json: bool) -> None:
 def report_cmd(source: str | None, example: bool, out: str, rho: float, scope: str, batch: int, offsets: str,
                seeds: list[int], batches: list[int], rhos: list[float], permutations: int,
                block_bytes: float | None, block_bytes_preset: str | None, target_tokens_per_s: float | None,
-               bandwidth: float | None, jobs: int, no_figures: bool, overwrite: bool) -> None:
+               bandwidth: float | None, nextuse_model: str | None, jobs: int, no_figures: bool,
+               overwrite: bool) -> None:
     """Measure SOURCE (a trace or stream directory) and write the reporting block, tables and figures."""
     import os
     from importlib import resources
@@ -447,7 +450,7 @@ def report_cmd(source: str | None, example: bool, out: str, rho: float, scope: s
                        batches=tuple(batches), rhos=tuple(rhos), n_permutations=permutations,
                        block_bytes=block_bytes, block_bytes_preset=block_bytes_preset,
                        target_tokens_per_s=target_tokens_per_s,
-                       bandwidth_budget=bandwidth, jobs=jobs or default_jobs())
+                       bandwidth_budget=bandwidth, nextuse_model=nextuse_model, jobs=jobs or default_jobs())
     # the complete, canonical command (defaults spelled out), so the report can be regenerated exactly
     command = " ".join([
         "expertcache report", "--example" if example else source, "-o", out, "--rho", f"{rho:g}", "--scope", scope,
@@ -458,6 +461,7 @@ def report_cmd(source: str | None, example: bool, out: str, rho: float, scope: s
         *(["--block-bytes-preset", block_bytes_preset] if block_bytes_preset else []),
         *(["--target-tokens-per-s", f"{target_tokens_per_s:g}"] if target_tokens_per_s else []),
         *(["--bandwidth", f"{bandwidth:g}"] if bandwidth else []),
+        *(["--nextuse-model", nextuse_model] if nextuse_model else []),
     ])
     with _progress() as bar:
         bar.add_task("measuring", total=None)
@@ -592,6 +596,45 @@ def nextuse_eval(model_path: str, stream_dir: str, rho: float, scope: str, seed:
         click.echo(f"  {p:20s} {m:.2%}" + ("  (best causal)" if p == best else ""))
     rec = out["fraction_of_gap_recovered"]
     click.echo(f"fraction of the gap recovered: {'n/a' if rec is None else f'{rec:+.2%}'}")
+
+
+@nextuse.command("victims")
+@click.argument("model_path", type=click.Path(dir_okay=False))
+@click.argument("stream_dir", type=click.Path())
+@click.option("--rho", type=float, default=0.4, show_default=True)
+@click.option("--scope", type=click.Choice(["per-layer", "global"]), default="per-layer", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Tie and bootstrap seed.")
+@click.option("--every", type=int, default=37, show_default=True, help="Sample every n-th eviction decision.")
+@click.option("--bootstrap", "n_boot", type=int, default=1000, show_default=True, help="Bootstrap resamples.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@_guard
+def nextuse_victims(model_path: str, stream_dir: str, rho: float, scope: str, seed: int, every: int, n_boot: int,
+                    as_json: bool) -> None:
+    """Victim-ranking quality at sampled eviction decisions, tie-aware (Table 16 shape)."""
+    from .events import read_events
+    from .nextuse import access_features, advice_from_predictions, load_predictor
+    from .nextuse.victims import record_decisions, score_decisions
+    from .replay import ReplayConfig
+
+    ReplayConfig(rho=rho)
+    if every < 1 or n_boot < 1:
+        _fail("--every and --bootstrap must be >= 1")
+    model = load_predictor(model_path)
+    stream = read_events(stream_dir)
+    f = access_features(stream)
+    advice = advice_from_predictions(f, model.predict(f.X), {"model": model_path})
+    rep = score_decisions(record_decisions(stream, advice, rho, scope, seed, every), n_boot, seed)
+    if as_json:
+        click.echo(json.dumps(rep.to_dict(), sort_keys=True))
+        return
+    click.echo(f"{rep.n_decisions} sampled decisions (every {every}th); mean candidate set {rep.mean_candidates:.1f}, "
+               f"mean optimal-victim set {rep.mean_optimal_set:.2f}; 95% CIs by cluster bootstrap over steps")
+    click.echo(f"{'victim chosen by':22s} {'in optimal set':>28s} {'distance regret':>16s}")
+    for k, (m, lo, hi) in rep.in_optimal_set.items():
+        click.echo(f"{k:22s} {m:9.2%} [{lo:7.2%}, {hi:7.2%}] {rep.distance_regret[k][0]:16.5f}")
+    for label, (m, lo, hi) in (("all candidates", rep.spearman_all),
+                               ("excluding never-again", rep.spearman_excluding_never)):
+        click.echo(f"Spearman predicted vs true next use, {label}: {m:+.3f} [{lo:+.3f}, {hi:+.3f}]")
 
 
 # ----------------------------------------------------------------------- conformance

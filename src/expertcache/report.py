@@ -62,6 +62,7 @@ class ReportConfig:
     block_bytes_preset: str | None = None
     target_tokens_per_s: float | None = None
     bandwidth_budget: float | None = None
+    nextuse_model: str | None = None
     jobs: int = 1
 
     def __post_init__(self) -> None:
@@ -208,11 +209,36 @@ def build_report(source: str | os.PathLike[str], config: ReportConfig = ReportCo
             "r_mean_uniform_null": reference_frame_r_null(int(stream.provenance.get("batch", config.batch)), rho)},
         "synthetic_input": bool(prov.get("synthetic") or prov.get("trace_provenance", {}).get("synthetic")),
     }
+    data["nextuse"] = _nextuse_section(stream, config) if config.nextuse_model else NOT_REPORTED
     block, block_fields = _appendix_b(data, config)
     data["reporting_block"] = block_fields
     figures = {"fig1": fig1, "batch_sweep": batch_sweep, "rho_sweep": rho_sweep, "gap": gap, "perm": perm,
                "curves": curves, "ratio": ratio}
     return Report(data, block, figures)
+
+
+def _nextuse_section(stream: EventStream, config: ReportConfig) -> dict[str, Any]:
+    """Table 15 and Table 16 shapes for a predictor fitted elsewhere (a disjoint stream)."""
+    from .analysis.gap import CAUSAL_POLICIES
+    from .nextuse import access_features, advice_from_predictions, load_predictor, transfer_r2
+    from .nextuse.victims import record_decisions, score_decisions
+    from .replay import replay
+
+    model = load_predictor(config.nextuse_model)
+    f = access_features(stream)
+    advice = advice_from_predictions(f, model.predict(f.X), {"model": config.nextuse_model})
+    seed = config.seeds[0]
+    miss = {p: replay(stream, ReplayConfig(p, rho=config.rho, scope=config.scope, seed=seed)).miss_fraction
+            for p in (*CAUSAL_POLICIES, "belady")}
+    miss["predicted-next-use"] = replay(stream, ReplayConfig("predicted-next-use", rho=config.rho,
+                                                             scope=config.scope, seed=seed), advice=advice).miss_fraction
+    best = min(CAUSAL_POLICIES, key=lambda p: (miss[p], p))
+    gap = miss[best] - miss["belady"]
+    victims = score_decisions(record_decisions(stream, advice, config.rho, config.scope, seed), 300, seed)
+    return {"model": config.nextuse_model, "model_sha256": sha256_file(Path(config.nextuse_model)),
+            "transfer_r2": transfer_r2(model, f), "miss_fraction": miss, "best_causal": best,
+            "fraction_of_gap_recovered": (miss[best] - miss["predicted-next-use"]) / gap if gap > 0 else None,
+            "victims": victims.to_dict()}
 
 
 def _fmt(x: Any, pct: bool = False) -> str:
@@ -415,6 +441,19 @@ def _markdown(report: Report, figures: list[str]) -> str:
               f"{c['overall_effective_experts']:.1f} of {d['shape']['n_experts']}."]
     gm = d["gate_mass_by_rank"]
     lines.append("Gate mass by rank: " + (", ".join(f"{x:.1%}" for x in gm) if isinstance(gm, list) else gm) + ".")
+    nu = d["nextuse"]
+    if isinstance(nu, dict):
+        v = nu["victims"]
+        lines += ["", "## Next-use prediction (§7.3; Tables 15-16 shape)", "",
+                  f"Model `{nu['model']}` (sha256 `{nu['model_sha256']}`), transfer R2 {nu['transfer_r2']:.3f}; "
+                  f"fraction of the gap recovered {_fmt(nu['fraction_of_gap_recovered'], True)} "
+                  f"(best causal {nu['best_causal']}).", "", "| policy | miss fraction |", "|---|---|"]
+        lines += [f"| {p} | {m:.2%} |" for p, m in nu["miss_fraction"].items()]
+        lines += ["", f"{v['n_decisions']} sampled eviction decisions; mean candidate set "
+                  f"{v['mean_candidates']:.1f}, mean optimal-victim set {v['mean_optimal_set']:.2f}.", "",
+                  "| victim chosen by | in optimal set [95% CI] | distance regret |", "|---|---|---|"]
+        lines += [f"| {k} | {m:.2%} [{lo:.2%}, {hi:.2%}] | {v['distance_regret'][k][0]:.5f} |"
+                  for k, (m, lo, hi) in v["in_optimal_set"].items()]
     t = d["traffic"]
     lines += ["", "## Absolute traffic (§6.6)", "", "```", json.dumps(t, indent=2, default=str), "```", "",
               "## Figures", ""]
