@@ -43,24 +43,11 @@ def _record(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_scop
     """Replay predicted-next-use with a max-heap on predicted keys; record every ``every``-th decision."""
     n_blocks = n_layers * n_experts
     n_events = offsets.shape[0] - 1
-    n_parts = capacity.shape[0]
-    max_unit = 1
-    for i in range(n_events):
-        max_unit = max(max_unit, offsets[i + 1] - offsets[i])
-    slots = 0
-    for p in range(n_parts):
-        slots = max(slots, min(capacity[p], n_blocks))
-    heap = np.empty((n_parts, slots + max_unit), dtype=np.int64)
-    hk = np.empty((n_parts, slots + max_unit), dtype=np.int64)
-    size = np.zeros(n_parts, dtype=np.int64)
-    pos = np.full(n_blocks, -1, dtype=np.int64)
+    heap, hk, size, pos, low = K.next_use_heaps(capacity, n_blocks, K._max_unit(offsets, True), tie)
     last = np.full(n_blocks, -1, dtype=np.int64)
     freq = np.zeros(n_blocks, dtype=np.int64)
     cur_true = np.zeros(n_blocks, dtype=np.int64)
     cur_pred = np.zeros(n_blocks, dtype=np.int64)
-    low = np.empty(n_blocks, dtype=np.int64)
-    for b in range(n_blocks):
-        low[b] = (1 << 23) - 1 - tie[b]
     n_dec = 0
     n_rows = 0
     pops = 0

@@ -715,6 +715,27 @@ def _down(heap, hk, p, i, n, b, key, pos):
 
 
 @jit
+def next_use_heaps(capacity, n_blocks, max_unit, tie):
+    """Empty per-partition 8-ary max-heaps (blocks and keys) and the tie part of each block's key.
+
+    Returns ``heap, hk, size, pos, low`` with ``low[b] = 2**23 - 1 - tie[b]``, the low
+    bits of an int64 key ``next_use << 23 | low`` (larger leaves first).
+    """
+    n_parts = capacity.shape[0]
+    slots = 0
+    for p in range(n_parts):
+        slots = max(slots, min(capacity[p], n_blocks))
+    heap = np.empty((n_parts, slots + max_unit), dtype=np.int64)
+    hk = np.empty((n_parts, slots + max_unit), dtype=np.int64)
+    size = np.zeros(n_parts, dtype=np.int64)
+    pos = np.full(n_blocks, -1, dtype=np.int64)
+    low = np.empty(n_blocks, dtype=np.int64)
+    for b in range(n_blocks):
+        low[b] = (1 << 23) - 1 - tie[b]
+    return heap, hk, size, pos, low
+
+
+@jit
 def replay_belady(offsets, expert, ev_layer, n_experts, n_layers, global_scope, atomic, access_next, capacity,
                   tie, forced, hits, misses):
     """Belady (``forced=False``, bypass admission) or Belady-forced-admit, a dedicated loop.
@@ -726,20 +747,9 @@ def replay_belady(offsets, expert, ev_layer, n_experts, n_layers, global_scope, 
     is decided. Residents sit in a max-heap per partition. Other parameters
     are those of :func:`replay_heap`.
     """
-    n_blocks = n_layers * n_experts
     n_events = offsets.shape[0] - 1
-    n_parts = capacity.shape[0]
     max_unit = _max_unit(offsets, atomic)
-    slots = 0
-    for p in range(n_parts):
-        slots = max(slots, min(capacity[p], n_blocks))
-    heap = np.empty((n_parts, slots + max_unit), dtype=np.int64)
-    hk = np.empty((n_parts, slots + max_unit), dtype=np.int64)
-    size = np.zeros(n_parts, dtype=np.int64)
-    pos = np.full(n_blocks, -1, dtype=np.int64)
-    low = np.empty(n_blocks, dtype=np.int64)
-    for b in range(n_blocks):
-        low[b] = (1 << 23) - 1 - tie[b]
+    heap, hk, size, pos, low = next_use_heaps(capacity, n_layers * n_experts, max_unit, tie)
     miss_buf = np.empty(max_unit, dtype=np.int64)
     forced_shift = np.int64(1) << np.int64(56)
     for i in range(n_events):
