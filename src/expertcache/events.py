@@ -452,19 +452,46 @@ def build_events(trace: RoutingTrace, batch: int, offsets: ArrivalOffsets | None
     if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
         raise ValidationError(f"batch must be a positive integer; got {batch!r}", field="batch")
     offsets = offsets or ArrivalOffsets()
-    L, N, k = trace.n_layers, trace.n_experts, trace.top_k
-    decode = trace.phase == DECODE
-    rows = np.flatnonzero(decode)
+    lengths, _ = decode_rows(trace)
+    step, req, tok = fcfs_schedule(lengths, offsets.arrivals(trace.n_requests), int(batch))
+    prov = {
+        "source": "routing_trace",
+        "trace_provenance": trace.provenance,
+        "discipline": "fcfs-continuous-batching",
+        "batch": int(batch),
+        "offsets": offsets.describe(),
+        "offsets_seed": offsets.seed if offsets.kind == "random" else None,
+        "phase": "decode",
+        "n_requests": int((lengths > 0).sum()),
+    }
+    return events_from_schedule(trace, step, req, tok, prov)
+
+
+def decode_rows(trace: RoutingTrace) -> tuple[np.ndarray, np.ndarray]:
+    """Decode tokens per request (``int64[n_requests]``) and each request's first decode row.
+
+    Rows are grouped by request and position-sorted, so the decode rows of a request are contiguous.
+    """
+    rows = np.flatnonzero(trace.phase == DECODE)
     if rows.size == 0:
         raise ValidationError("the trace has no decode tokens to schedule")
-    req_of_row = trace.request[rows]
-    lengths = np.bincount(req_of_row, minlength=trace.n_requests).astype(np.int64)
-    first_row = np.zeros(trace.n_requests, dtype=np.int64)
-    # rows are grouped by request and position-sorted, so decode rows of request r are contiguous
-    starts = np.r_[0, np.cumsum(lengths)[:-1]]
-    first_row[:] = starts
-    step, req, tok = fcfs_schedule(lengths, offsets.arrivals(trace.n_requests), int(batch))
-    exec_rows = rows[first_row[req] + tok]
+    lengths = np.bincount(trace.request[rows], minlength=trace.n_requests).astype(np.int64)
+    first = np.full(trace.n_requests, -1, dtype=np.int64)
+    has = lengths > 0
+    first[has] = rows[np.r_[0, np.cumsum(lengths)[:-1]][has]]
+    return lengths, first
+
+
+def events_from_schedule(trace: RoutingTrace, step: np.ndarray, req: np.ndarray, tok: np.ndarray,
+                         provenance: dict[str, Any]) -> EventStream:
+    """Events of a schedule: request ``req[i]`` executes its decode token ``tok[i]`` at ``step[i]``.
+
+    Any service discipline reduces to such a schedule; the union, multiplicity
+    and gate mass of each (step, layer) follow from it.
+    """
+    L, N, k = trace.n_layers, trace.n_experts, trace.top_k
+    _, first = decode_rows(trace)
+    exec_rows = first[req] + tok
     n_exec = exec_rows.shape[0]
     # one entry per (executed token, layer, slot): sort by (step, layer, expert)
     ex = trace.experts[exec_rows].astype(np.int64)          # (n_exec, L, k)
@@ -491,18 +518,8 @@ def build_events(trace: RoutingTrace, batch: int, offsets: ArrivalOffsets | None
     active_per_step = np.bincount(np.searchsorted(np.unique(step), step))
     ev_step = ev_ids // L
     active = active_per_step[np.searchsorted(np.unique(step), ev_step)].astype(np.int32)
-    prov = {
-        "source": "routing_trace",
-        "trace_provenance": trace.provenance,
-        "discipline": "fcfs-continuous-batching",
-        "batch": int(batch),
-        "offsets": offsets.describe(),
-        "offsets_seed": offsets.seed if offsets.kind == "random" else None,
-        "phase": "decode",
-        "n_requests": int((lengths > 0).sum()),
-    }
     return EventStream(L, N, k, ev_step.astype(np.int64), (ev_ids % L).astype(np.int32), active,
-                       active.astype(np.int64) * k, csr, expert, mult, gm, prov)
+                       active.astype(np.int64) * k, csr, expert, mult, gm, dict(provenance))
 
 
 def import_events_jsonl(path: str | os.PathLike[str], n_layers: int, n_experts: int, top_k: int) -> EventStream:
