@@ -1,0 +1,195 @@
+"""Deadline rotation and affinity schedulers (evaluation paper §8.3, §8.4, §9.3; DESIGN.md §4).
+
+Up to ``A`` sessions are admitted (FCFS by arrival, then input order; a
+finished session frees its slot); at most ``B`` of them are served per step;
+no admitted session waits more than ``W`` steps between services (its
+deadline). Every scheduler shares these admission, service and completion
+rules and differs only in which non-mandatory sessions fill the step. The
+mandatory sessions are the earliest deadlines that later steps could not
+absorb (for every horizon ``h < W``, those due within ``h`` steps beyond the
+``B*h`` later slots), so any scheduler keeps every deadline when ``A <= B*W``:
+
+* ``fcfs_deadline`` — earliest deadline first (least recently served, then admission order);
+* ``causal_prev_route`` — greedily minimise the predicted union, each session
+  predicted by its per-layer expert sets at its previous executed token (a
+  session not yet served is predicted to bring ``k`` new experts per layer);
+* ``oracle_current_route`` — the same greedy on the true sets of the tokens
+  about to execute, and never worse than the causal choice at the same state
+  (it evaluates that choice too and keeps the smaller true union): a rolling,
+  route-aware bound, not a global optimum.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .errors import ValidationError
+from .events import ArrivalOffsets, EventStream, decode_rows, events_from_schedule
+from .trace import RoutingTrace
+
+__all__ = ["SCHEDULERS", "RotationConfig", "RotationStats", "rotation_schedule", "rotation_events"]
+
+SCHEDULERS = ("fcfs_deadline", "causal_prev_route", "oracle_current_route")
+
+
+@dataclass(frozen=True)
+class RotationConfig:
+    """Deadline rotation: ``admitted`` sessions, ``batch`` served per step, deadline ``window`` steps."""
+
+    admitted: int = 24
+    batch: int = 8
+    window: int = 4
+    scheduler: str = "fcfs_deadline"
+
+    def __post_init__(self) -> None:
+        if self.batch < 1 or self.admitted < self.batch or self.window < 1:
+            raise ValidationError(f"need 1 <= batch <= admitted and window >= 1; got admitted={self.admitted}, "
+                                  f"batch={self.batch}, window={self.window}", field="rotation")
+        if self.scheduler not in SCHEDULERS:
+            raise ValidationError(f"scheduler must be one of {', '.join(SCHEDULERS)}; got {self.scheduler!r}",
+                                  field="scheduler")
+
+
+@dataclass(frozen=True)
+class RotationStats:
+    """Service quality of one schedule."""
+
+    mean_batch: float
+    max_interval: int
+    deadline_violations: int
+    p99_latency_steps: float
+    n_steps: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _union_cost(chosen_sets: list[np.ndarray], n_layers: int) -> int:
+    """Total union size over layers of a list of ``(L, k)`` expert-set arrays."""
+    if not chosen_sets:
+        return 0
+    stacked = np.stack(chosen_sets)                     # (m, L, k)
+    return int(sum(np.unique(stacked[:, layer]).shape[0] for layer in range(n_layers)))
+
+
+def _greedy(cands: list[int], base: list[int], sets: dict[int, np.ndarray | None], k: int, n_layers: int,
+            order_key: dict[int, tuple], top_k: int) -> list[int]:
+    """Greedily add ``k`` candidates minimising the union of known sets (unknown sets cost k per layer)."""
+    chosen = list(base)
+    union = [set() for _ in range(n_layers)]
+    for r in base:
+        if sets[r] is not None:
+            for layer in range(n_layers):
+                union[layer].update(sets[r][layer].tolist())
+    pool = [r for r in cands if r not in base]
+    for _ in range(k):
+        best, best_cost = None, None
+        for r in sorted(pool, key=lambda x: order_key[x]):
+            s = sets[r]
+            cost = (top_k * n_layers if s is None
+                    else sum(len(set(s[layer].tolist()) - union[layer]) for layer in range(n_layers)))
+            if best_cost is None or cost < best_cost:
+                best, best_cost = r, cost
+        if best is None:
+            break
+        chosen.append(best)
+        pool.remove(best)
+        if sets[best] is not None:
+            for layer in range(n_layers):
+                union[layer].update(sets[best][layer].tolist())
+    return chosen
+
+
+def rotation_schedule(trace: RoutingTrace, config: RotationConfig, offsets: ArrivalOffsets | None = None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, RotationStats]:
+    """Schedule the decode tokens of ``trace`` under deadline rotation.
+
+    Returns ``(step, request, token, stats)``: request ``request[i]`` executes its
+    decode token ``token[i]`` at ``step[i]``.
+    """
+    offsets = offsets or ArrivalOffsets()
+    lengths, first = decode_rows(trace)
+    arrivals = offsets.arrivals(trace.n_requests)
+    queue = [int(r) for r in np.lexsort((np.arange(trace.n_requests), arrivals)) if lengths[r] > 0]
+    L, k = trace.n_layers, trace.top_k
+    A, B, W = config.admitted, config.batch, config.window
+    admitted: list[int] = []
+    order: dict[int, int] = {}
+    last: dict[int, int] = {}
+    done_tok = np.zeros(trace.n_requests, dtype=np.int64)
+    prev_set: dict[int, np.ndarray | None] = {}
+    out_s: list[int] = []
+    out_r: list[int] = []
+    out_t: list[int] = []
+    intervals_max, violations, batches = 0, 0, []
+    finish: dict[int, int] = {}
+    s = 0
+    n_admitted = 0
+    while queue or admitted:
+        if not admitted and arrivals[queue[0]] > s:
+            s = int(arrivals[queue[0]])
+        while len(admitted) < A and queue and arrivals[queue[0]] <= s:
+            r = queue.pop(0)
+            admitted.append(r)
+            order[r] = n_admitted
+            n_admitted += 1
+            last[r] = s - 1                      # its first wait counts from admission
+            prev_set[r] = None
+        if len(admitted) <= B:
+            serve = list(admitted)
+        else:
+            edf = sorted(admitted, key=lambda x: (last[x], order[x]))
+            # serve now the earliest deadlines that later steps could not absorb: for every horizon h,
+            # the sessions due by s+h beyond the B*h slots of steps s+1..s+h (keeps every deadline feasible)
+            due = np.array([last[r] + W - s for r in edf])          # steps left until each deadline
+            need = max(int((due <= h).sum()) - B * h for h in range(W))
+            mandatory = edf[:min(B, max(0, need))]
+            room = B - len(mandatory)
+            keys = {r: (last[r], order[r]) for r in admitted}
+            if config.scheduler == "fcfs_deadline" or room == 0:
+                serve = mandatory + [r for r in edf if r not in mandatory][:room]
+            else:
+                causal = _greedy(admitted, mandatory, prev_set, room, L, keys, k)
+                if config.scheduler == "causal_prev_route":
+                    serve = causal
+                else:
+                    true_sets = {r: trace.experts[first[r] + done_tok[r]].astype(np.int64) for r in admitted}
+                    oracle = _greedy(admitted, mandatory, true_sets, room, L, keys, k)
+                    c_oracle = _union_cost([true_sets[r] for r in oracle], L)
+                    c_causal = _union_cost([true_sets[r] for r in causal], L)
+                    serve = oracle if c_oracle <= c_causal else causal
+        batches.append(len(serve))
+        for r in serve:
+            interval = s - last[r]
+            intervals_max = max(intervals_max, interval)
+            violations += interval > W
+            out_s.append(s)
+            out_r.append(r)
+            out_t.append(int(done_tok[r]))
+            prev_set[r] = trace.experts[first[r] + done_tok[r]].astype(np.int64)
+            done_tok[r] += 1
+            last[r] = s
+        for r in [r for r in admitted if done_tok[r] >= lengths[r]]:
+            admitted.remove(r)
+            finish[r] = s
+        s += 1
+    lat = np.array([finish[r] - arrivals[r] + 1 for r in finish], dtype=np.float64)
+    stats = RotationStats(float(np.mean(batches)), int(intervals_max), int(violations),
+                          float(np.percentile(lat, 99)), len(batches))
+    step, req, tok = (np.array(x, dtype=np.int64) for x in (out_s, out_r, out_t))
+    idx = np.lexsort((req, step))
+    return step[idx], req[idx], tok[idx], stats
+
+
+def rotation_events(trace: RoutingTrace, config: RotationConfig, offsets: ArrivalOffsets | None = None
+                    ) -> tuple[EventStream, RotationStats]:
+    """The event stream of a rotation schedule, with its service statistics."""
+    offsets = offsets or ArrivalOffsets()
+    step, req, tok, stats = rotation_schedule(trace, config, offsets)
+    prov = {"source": "routing_trace", "trace_provenance": trace.provenance,
+            "discipline": f"rotation(A={config.admitted}, B={config.batch}, W={config.window})",
+            "scheduler": config.scheduler, "batch": config.batch, "admitted": config.admitted,
+            "window": config.window, "offsets": offsets.describe(), "phase": "decode"}
+    return events_from_schedule(trace, step, req, tok, prov), stats
