@@ -472,7 +472,9 @@ def report_cmd(source: str | None, example: bool, out: str, rho: float, scope: s
             rep = build_report(source, cfg, command)
         write_report(rep, out, overwrite=overwrite, figures=not no_figures)
     click.echo(rep.block, nl=False)
-    click.echo(f"wrote {out}/report.md, report.json, block.txt" + ("" if no_figures else " and figures/"))
+    skipped = rep.data.get("figures")
+    click.echo(f"wrote {out}/report.md, report.json, block.txt"
+               + ("" if no_figures or skipped else " and figures/") + (f"; figures {skipped}" if skipped else ""))
 
 
 @main.command("align")

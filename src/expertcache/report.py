@@ -458,12 +458,20 @@ def _markdown(report: Report, figures: list[str]) -> str:
     lines += ["", "## Absolute traffic (§6.6)", "", "```", json.dumps(t, indent=2, default=str), "```", "",
               "## Figures", ""]
     lines += [f"![{n}](figures/{n}.png)" for n in figures]
+    if not figures:
+        lines.append(str(d.get("figures", "Figures were not requested (--no-figures).")))
     return "\n".join(lines) + "\n"
 
 
 def write_report(report: Report, out: str | os.PathLike[str], *, overwrite: bool = False,
                  figures: bool = True) -> Path:
     """Write ``report.md``, ``report.json``, ``block.txt`` and ``figures/`` into ``out`` atomically."""
+    if figures:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            figures = False
+            report.data["figures"] = NOT_REPORTED + " (matplotlib is not installed: pip install 'expertcache[plot]')"
     with atomic_directory(out, overwrite=overwrite) as tmp:
         names: list[str] = []
         if figures:
