@@ -58,3 +58,25 @@ def test_rotation_reports_service_statistics():
     assert stats.p99_latency_steps >= 1
     with pytest.raises(Exception, match="batch <= admitted"):
         RotationConfig(2, 4, 3)
+
+
+def test_oracle_union_is_never_worse_than_causal_on_the_same_candidates():
+    from expertcache.rotation import _union_cost, select_batch
+
+    rng = np.random.default_rng(0)
+    L, N, k = 3, 24, 4
+    for trial in range(200):
+        n = int(rng.integers(5, 14))
+        admitted = list(range(n))
+        s = 10
+        last = {r: int(s - rng.integers(1, 4)) for r in admitted}
+        order = {r: r for r in admitted}
+        true = {r: np.stack([rng.choice(N, size=k, replace=False) for _ in range(L)]) for r in admitted}
+        prev = {r: (None if rng.random() < 0.2 else np.stack([rng.choice(N, size=k, replace=False)
+                                                              for _ in range(L)])) for r in admitted}
+        cfgs = {name: RotationConfig(n + 2, 4, 4, name) for name in ("causal_prev_route", "oracle_current_route")}
+        picks = {name: select_batch(c, s, admitted, last, order, prev, lambda rs: {r: true[r] for r in rs}, L, k)
+                 for name, c in cfgs.items()}
+        cost = {name: _union_cost([true[r] for r in p], L) for name, p in picks.items()}
+        assert cost["oracle_current_route"] <= cost["causal_prev_route"], trial
+        assert len(picks["oracle_current_route"]) == len(picks["causal_prev_route"]) == 4

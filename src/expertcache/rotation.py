@@ -29,7 +29,7 @@ from .errors import ValidationError
 from .events import ArrivalOffsets, EventStream, decode_rows, events_from_schedule
 from .trace import RoutingTrace
 
-__all__ = ["SCHEDULERS", "RotationConfig", "RotationStats", "rotation_schedule", "rotation_events"]
+__all__ = ["SCHEDULERS", "RotationConfig", "RotationStats", "select_batch", "rotation_schedule", "rotation_events"]
 
 SCHEDULERS = ("fcfs_deadline", "causal_prev_route", "oracle_current_route")
 
@@ -102,6 +102,46 @@ def _greedy(cands: list[int], base: list[int], sets: dict[int, np.ndarray | None
     return chosen
 
 
+class _NextSets:
+    """``(sessions) -> {session: (L, k) expert sets of its next token}`` at the current state."""
+
+    def __init__(self, trace: RoutingTrace, first: np.ndarray, done_tok: np.ndarray) -> None:
+        self.trace, self.first, self.done_tok = trace, first, done_tok
+
+    def __call__(self, sessions: list[int]) -> dict[int, np.ndarray]:
+        return {r: self.trace.experts[self.first[r] + self.done_tok[r]].astype(np.int64) for r in sessions}
+
+
+def select_batch(config: RotationConfig, s: int, admitted: list[int], last: dict[int, int], order: dict[int, int],
+                 prev_set: dict[int, np.ndarray | None], true_sets, n_layers: int, top_k: int) -> list[int]:
+    """The sessions served at step ``s`` (the scheduler's only decision; shared rules around it).
+
+    ``true_sets(sessions)`` returns the ``(L, k)`` expert sets of each session's next token; only
+    ``oracle_current_route`` calls it.
+    """
+    B, W = config.batch, config.window
+    if len(admitted) <= B:
+        return list(admitted)
+    edf = sorted(admitted, key=lambda x: (last[x], order[x]))
+    # serve now the earliest deadlines that later steps could not absorb: for every horizon h,
+    # the sessions due by s+h beyond the B*h slots of steps s+1..s+h (keeps every deadline feasible)
+    due = np.array([last[r] + W - s for r in edf])          # steps left until each deadline
+    need = max(int((due <= h).sum()) - B * h for h in range(W))
+    mandatory = edf[:min(B, max(0, need))]
+    room = B - len(mandatory)
+    keys = {r: (last[r], order[r]) for r in admitted}
+    if config.scheduler == "fcfs_deadline" or room == 0:
+        return mandatory + [r for r in edf if r not in mandatory][:room]
+    causal = _greedy(admitted, mandatory, prev_set, room, n_layers, keys, top_k)
+    if config.scheduler == "causal_prev_route":
+        return causal
+    sets = true_sets(admitted)
+    oracle = _greedy(admitted, mandatory, sets, room, n_layers, keys, top_k)
+    c_oracle = _union_cost([sets[r] for r in oracle], n_layers)
+    c_causal = _union_cost([sets[r] for r in causal], n_layers)
+    return oracle if c_oracle <= c_causal else causal
+
+
 def rotation_schedule(trace: RoutingTrace, config: RotationConfig, offsets: ArrivalOffsets | None = None
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, RotationStats]:
     """Schedule the decode tokens of ``trace`` under deadline rotation.
@@ -114,7 +154,7 @@ def rotation_schedule(trace: RoutingTrace, config: RotationConfig, offsets: Arri
     arrivals = offsets.arrivals(trace.n_requests)
     queue = [int(r) for r in np.lexsort((np.arange(trace.n_requests), arrivals)) if lengths[r] > 0]
     L, k = trace.n_layers, trace.top_k
-    A, B, W = config.admitted, config.batch, config.window
+    A, W = config.admitted, config.window
     admitted: list[int] = []
     order: dict[int, int] = {}
     last: dict[int, int] = {}
@@ -137,29 +177,7 @@ def rotation_schedule(trace: RoutingTrace, config: RotationConfig, offsets: Arri
             n_admitted += 1
             last[r] = s - 1                      # its first wait counts from admission
             prev_set[r] = None
-        if len(admitted) <= B:
-            serve = list(admitted)
-        else:
-            edf = sorted(admitted, key=lambda x: (last[x], order[x]))
-            # serve now the earliest deadlines that later steps could not absorb: for every horizon h,
-            # the sessions due by s+h beyond the B*h slots of steps s+1..s+h (keeps every deadline feasible)
-            due = np.array([last[r] + W - s for r in edf])          # steps left until each deadline
-            need = max(int((due <= h).sum()) - B * h for h in range(W))
-            mandatory = edf[:min(B, max(0, need))]
-            room = B - len(mandatory)
-            keys = {r: (last[r], order[r]) for r in admitted}
-            if config.scheduler == "fcfs_deadline" or room == 0:
-                serve = mandatory + [r for r in edf if r not in mandatory][:room]
-            else:
-                causal = _greedy(admitted, mandatory, prev_set, room, L, keys, k)
-                if config.scheduler == "causal_prev_route":
-                    serve = causal
-                else:
-                    true_sets = {r: trace.experts[first[r] + done_tok[r]].astype(np.int64) for r in admitted}
-                    oracle = _greedy(admitted, mandatory, true_sets, room, L, keys, k)
-                    c_oracle = _union_cost([true_sets[r] for r in oracle], L)
-                    c_causal = _union_cost([true_sets[r] for r in causal], L)
-                    serve = oracle if c_oracle <= c_causal else causal
+        serve = select_batch(config, s, admitted, last, order, prev_set, _NextSets(trace, first, done_tok), L, k)
         batches.append(len(serve))
         for r in serve:
             interval = s - last[r]
