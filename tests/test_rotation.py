@@ -75,8 +75,30 @@ def test_oracle_union_is_never_worse_than_causal_on_the_same_candidates():
         prev = {r: (None if rng.random() < 0.2 else np.stack([rng.choice(N, size=k, replace=False)
                                                               for _ in range(L)])) for r in admitted}
         cfgs = {name: RotationConfig(n + 2, 4, 4, name) for name in ("causal_prev_route", "oracle_current_route")}
-        picks = {name: select_batch(c, s, admitted, last, order, prev, lambda rs: {r: true[r] for r in rs}, L, k)
+        picks = {name: select_batch(c, s, admitted, last, order, prev, lambda rs, t=true: {r: t[r] for r in rs}, L, k)
                  for name, c in cfgs.items()}
         cost = {name: _union_cost([true[r] for r in p], L) for name, p in picks.items()}
         assert cost["oracle_current_route"] <= cost["causal_prev_route"], trial
         assert len(picks["oracle_current_route"]) == len(picks["causal_prev_route"]) == 4
+
+
+def test_affinity_command_prints_scope_and_table(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from expertcache.cli import main
+
+    tr = _trace(5, n_requests=16)
+    tr.save(tmp_path / "t")
+    res = CliRunner().invoke(main, ["affinity", str(tmp_path / "t"), "-A", "6", "-B", "2", "-W", "3",
+                                    "--best-of", "20", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["scope"]["fairness"].startswith("W = 3") and out["scope"]["lossless"] is True
+    assert {r["policy"] for r in out["rows"]} == {"lfru", "static-same-trace"}
+    assert all(st["deadline_violations"] == 0 for st in out["stats"].values())
+    assert 0 <= out["best_of_n_upper_bound"] < 1
+    res = CliRunner().invoke(main, ["affinity", str(tmp_path / "t"), "-A", "6", "-B", "2", "-W", "3",
+                                    "--best-of", "10"])
+    assert res.exit_code == 0 and "UPPER BOUND" in res.output

@@ -29,7 +29,8 @@ from .errors import ValidationError
 from .events import ArrivalOffsets, EventStream, decode_rows, events_from_schedule
 from .trace import RoutingTrace
 
-__all__ = ["SCHEDULERS", "RotationConfig", "RotationStats", "select_batch", "rotation_schedule", "rotation_events"]
+__all__ = ["SCHEDULERS", "RotationConfig", "RotationStats", "select_batch", "rotation_schedule", "rotation_events",
+           "AffinityRow", "affinity_experiment", "best_of_n_estimate"]
 
 SCHEDULERS = ("fcfs_deadline", "causal_prev_route", "oracle_current_route")
 
@@ -211,3 +212,82 @@ def rotation_events(trace: RoutingTrace, config: RotationConfig, offsets: Arriva
             "scheduler": config.scheduler, "batch": config.batch, "admitted": config.admitted,
             "window": config.window, "offsets": offsets.describe(), "phase": "decode"}
     return events_from_schedule(trace, step, req, tok, prov), stats
+
+
+@dataclass(frozen=True)
+class AffinityRow:
+    """Table 18 shape: one residency policy under the three schedulers (full-trajectory replays)."""
+
+    policy: str
+    fcfs: float
+    causal: float
+    oracle: float
+    causal_gain: float
+    oracle_gain: float
+    share: float | None
+    delta_p99_causal: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def affinity_experiment(trace: RoutingTrace, config: RotationConfig, rho: float = 0.4,
+                        policies: tuple[str, ...] = ("lfru", "static-same-trace"), scope: str = "per-layer",
+                        calibration: EventStream | None = None, offsets: ArrivalOffsets | None = None
+                        ) -> tuple[list[AffinityRow], dict[str, RotationStats]]:
+    """Replay each policy on the complete trajectory of each scheduler (§8.3): gains, share and Δp99.
+
+    ``causal_gain = (m_fcfs - m_causal) / m_fcfs``; ``share = causal_gain / oracle_gain``;
+    ``delta_p99_causal`` = relative change of the p99 latency proxy, causal vs FCFS.
+    """
+    from .replay import ReplayConfig, replay
+
+    streams, stats = {}, {}
+    for name in SCHEDULERS:
+        cfg = RotationConfig(config.admitted, config.batch, config.window, name)
+        streams[name], stats[name] = rotation_events(trace, cfg, offsets)
+    rows = []
+    for policy in policies:
+        m = {name: replay(s, ReplayConfig(policy, rho=rho, scope=scope), calibration).miss_fraction
+             for name, s in streams.items()}
+        f, c, o = m["fcfs_deadline"], m["causal_prev_route"], m["oracle_current_route"]
+        cg = (f - c) / f if f else 0.0
+        og = (f - o) / f if f else 0.0
+        rows.append(AffinityRow(policy, f, c, o, cg, og, cg / og if og else None,
+                                stats["causal_prev_route"].p99_latency_steps / stats["fcfs_deadline"].p99_latency_steps
+                                - 1.0))
+    return rows, stats
+
+
+def best_of_n_estimate(trace: RoutingTrace, config: RotationConfig, n_draws: int = 300, n_steps: int = 20,
+                       seed: int = 0, offsets: ArrivalOffsets | None = None) -> float:
+    """The per-step best-of-N union reduction (§8.4): an UPPER BOUND, never an achievable gain.
+
+    At ``n_steps`` steps sampled along the ``fcfs_deadline`` trajectory, ``n_draws``
+    random compositions of ``B`` admitted sessions are drawn; the estimate is the
+    mean over steps of ``1 - best union / mean union``. It is an order statistic
+    and ignores conservation (deferred sessions must still be served), so it
+    overstates what a schedule achieves over a whole trajectory.
+    """
+    offsets = offsets or ArrivalOffsets()
+    lengths, first = decode_rows(trace)
+    step, req, tok, _ = rotation_schedule(trace, RotationConfig(config.admitted, config.batch, config.window),
+                                          offsets)
+    # the admitted set at a step: sessions that have started and not finished
+    start = {r: step[req == r].min() for r in np.unique(req)}
+    end = {r: step[req == r].max() for r in np.unique(req)}
+    rng = np.random.default_rng(seed)
+    steps = np.unique(step)
+    picks = rng.choice(steps, size=min(n_steps, steps.shape[0]), replace=False)
+    L = trace.n_layers
+    out = []
+    for s in picks:
+        live = [r for r in start if start[r] <= s <= end[r]]
+        if len(live) <= config.batch:
+            continue
+        served_before = {r: int((req[(step < s)] == r).sum()) for r in live}
+        sets = {r: trace.experts[first[r] + min(served_before[r], lengths[r] - 1)].astype(np.int64) for r in live}
+        unions = [_union_cost([sets[r] for r in rng.choice(live, size=config.batch, replace=False)], L)
+                  for _ in range(n_draws)]
+        out.append(1.0 - min(unions) / float(np.mean(unions)))
+    return float(np.mean(out)) if out else 0.0
