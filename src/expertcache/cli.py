@@ -691,6 +691,85 @@ def affinity_cmd(trace_dir: str, admitted: int, batch: int, window: int, rho: fl
                    "order statistics (§8.4), not an achievable gain; compare the trajectory gains above")
 
 
+@main.group()
+def experiment() -> None:
+    """Scoped experiments (§9): each prints its scope block (model, rho, concurrency, discipline, fairness)."""
+
+
+def _split_trace(trace_dir: str, calibration: str | None):
+    """The evaluated trace and its calibration: a separate trace, or the even/odd requests of one."""
+    import numpy as np
+
+    from .trace import read_trace, select_requests
+
+    trace = read_trace(trace_dir)
+    if calibration:
+        return trace, read_trace(calibration), "calibration trace " + calibration
+    idx = np.arange(trace.n_requests)
+    return (select_requests(trace, idx[1::2], "odd requests"), select_requests(trace, idx[0::2], "even requests"),
+            "even requests of the same trace (disjoint from the evaluated odd ones)")
+
+
+def _print_scope(scope: dict) -> None:
+    click.echo("scope: " + "; ".join(f"{k} {v}" for k, v in scope.items()))
+
+
+@experiment.command("static-vs-dynamic")
+@click.argument("trace_dir", type=click.Path())
+@click.option("--calibration", type=click.Path(), default=None,
+              help="Calibration trace for the pin list (default: even requests; odd ones are evaluated).")
+@click.option("--batches", default="2,4,8,16", show_default=True, callback=_csv(int, "integers"))
+@click.option("--rho", type=float, default=0.4, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@_guard
+def experiment_static(trace_dir: str, calibration: str | None, batches: list[int], rho: float,
+                      as_json: bool) -> None:
+    """Static pinned (calibration-frozen) vs LFRU and Belady across concurrency (Table 19 shape)."""
+    from .experiments import static_vs_dynamic
+    from .replay import ReplayConfig
+
+    ReplayConfig(rho=rho)
+    trace, calib, fit = _split_trace(trace_dir, calibration)
+    rows, scope = static_vs_dynamic(trace, calib, batches, rho)
+    scope["static_fit_source"] = fit
+    if as_json:
+        click.echo(json.dumps({"scope": scope, "rows": [r.to_dict() for r in rows]}, sort_keys=True))
+        return
+    _print_scope(scope)
+    click.echo(f"{'B':>4s} {'static':>9s} {'LFRU':>9s} {'Belady':>9s} {'static vs LFRU':>15s}")
+    for r in rows:
+        click.echo(f"{r.batch:4d} {r.static:9.2%} {r.lfru:9.2%} {r.belady:9.2%} {r.static_vs_lfru:+15.1%}")
+
+
+@experiment.command("disciplines")
+@click.argument("trace_dir", type=click.Path())
+@click.option("--calibration", type=click.Path(), default=None,
+              help="Calibration trace for the pin list (default: even requests; odd ones are evaluated).")
+@click.option("--batch", "-B", type=int, default=8, show_default=True)
+@click.option("--admitted", "-A", type=int, default=24, show_default=True)
+@click.option("--window", "-W", type=int, default=4, show_default=True)
+@click.option("--rho", type=float, default=0.4, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@_guard
+def experiment_disciplines(trace_dir: str, calibration: str | None, batch: int, admitted: int, window: int,
+                           rho: float, as_json: bool) -> None:
+    """The same requests under continuous batching and deadline rotation (Table 20 shape, §9.3)."""
+    from .experiments import service_disciplines
+    from .replay import ReplayConfig
+
+    ReplayConfig(rho=rho)
+    trace, calib, fit = _split_trace(trace_dir, calibration)
+    rows, scope = service_disciplines(trace, calib, batch, admitted, window, rho)
+    scope["static_fit_source"] = fit
+    if as_json:
+        click.echo(json.dumps({"scope": scope, "rows": [r.to_dict() for r in rows]}, sort_keys=True))
+        return
+    _print_scope(scope)
+    click.echo(f"{'service discipline':32s} {'mean batch':>10s} {'static':>9s} {'LFRU':>9s} {'static vs LFRU':>15s}")
+    for r in rows:
+        click.echo(f"{r.discipline:32s} {r.mean_batch:10.2f} {r.static:9.2%} {r.lfru:9.2%} {r.static_vs_lfru:+15.1%}")
+
+
 # ----------------------------------------------------------------------- conformance
 @main.command("conformance")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
