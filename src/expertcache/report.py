@@ -164,8 +164,6 @@ def build_report(source: str | os.PathLike[str], config: ReportConfig = ReportCo
             batch_sweep.append({"batch": b, "union_mean": rs.union_mean, "union_p95": rs.union_p95,
                                 "r_mean": rs.r_mean, "fraction_over_1": rs.r_fraction_over_1, "gap": g.gap,
                                 "best_causal": g.best_causal})
-    cap = ReplayConfig(rho=rho)  # for the record
-    del cap
     ratio = stream.event_size / np.maximum(regime.capacity_mean, 1e-12) if scope == "global" else \
         stream.event_size / np.maximum(np.asarray(regime.capacity_per_layer)[stream.layer], 1e-12)
     decode_steps = (int(np.max(np.bincount(trace.request[trace.phase == DECODE])))
