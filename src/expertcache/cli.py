@@ -770,6 +770,47 @@ def experiment_disciplines(trace_dir: str, calibration: str | None, batch: int, 
         click.echo(f"{r.discipline:32s} {r.mean_batch:10.2f} {r.static:9.2%} {r.lfru:9.2%} {r.static_vs_lfru:+15.1%}")
 
 
+@experiment.command("prefill-order")
+@click.argument("trace_dir", type=click.Path())
+@click.option("--chunk", type=int, default=16, show_default=True, help="Prefill chunk size in tokens.")
+@click.option("--rho", type=float, default=0.4, show_default=True)
+@click.option("--policies", default="lru,belady", show_default=True, callback=_csv(str, "policies"))
+@click.option("--json", "as_json", is_flag=True)
+@_guard
+def experiment_prefill(trace_dir: str, chunk: int, rho: float, policies: list[str], as_json: bool) -> None:
+    """Layer-major vs chunk-major prefill: total expert traffic on the same trace and cache (§8.5)."""
+    import numpy as np
+
+    from .experiments import scope_block
+    from .prefill import ORDERS, prefill_events, uniform_prefill_estimate
+    from .replay import ReplayConfig, replay
+    from .trace import PREFILL, read_trace
+
+    for p in policies:
+        ReplayConfig(p, rho=rho)
+    trace = read_trace(trace_dir)
+    streams = {o: prefill_events(trace, chunk, o) for o in ORDERS}
+    rows = [{"order": o, "scope": sc, "policy": p, "transferred": replay(s, ReplayConfig(p, rho=rho, scope=sc)).transferred,
+             "logical": s.logical}
+            for o, s in streams.items() for sc in ("per-layer", "global") for p in policies]
+    lengths = np.bincount(trace.request[trace.phase == PREFILL], minlength=trace.n_requests)
+    est = uniform_prefill_estimate(trace.n_layers, trace.n_experts, trace.top_k, int(lengths[lengths > 0].mean()),
+                                   chunk, rho)
+    scope = scope_block(trace, rho, "one request at a time", f"sequential prefill, chunks of {chunk} tokens",
+                        "n/a")
+    out = {"scope": scope, "rows": rows, "uniform_estimate_per_prompt": est}
+    if as_json:
+        click.echo(json.dumps(out, sort_keys=True))
+        return
+    click.echo("scope: " + "; ".join(f"{k} {v}" for k, v in scope.items()))
+    click.echo(f"{'order':12s} {'scope':10s} {'policy':8s} {'transferred':>12s} {'logical':>10s}")
+    for r in rows:
+        click.echo(f"{r['order']:12s} {r['scope']:10s} {r['policy']:8s} {r['transferred']:12d} {r['logical']:10d}")
+    click.echo(f"uniform-routing estimate per prompt (analytical, global pool): layer-major "
+               f"{est['layer_major']:.0f}, chunk-major {est['chunk_major']:.0f} blocks "
+               f"(x{est['ratio_chunk_over_layer']:.1f})")
+
+
 # ----------------------------------------------------------------------- conformance
 @main.command("conformance")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
