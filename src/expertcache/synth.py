@@ -105,6 +105,6 @@ def synthesize_trace(config: SynthConfig = SynthConfig()) -> RoutingTrace:
 
 
 #: The configuration of the bundled example trace (OLMoE-1B-7B-shaped: 16 layers, 64 experts, top-8).
-EXAMPLE_CONFIG = SynthConfig(n_layers=16, n_experts=64, top_k=8, n_requests=64, decode_tokens=80,
+EXAMPLE_CONFIG = SynthConfig(n_layers=16, n_experts=64, top_k=8, n_requests=64, decode_tokens=80, prefill_tokens=32,
                              zipf_s=0.8, working_set=12, affinity=2.0, drift_every=16, drift_fraction=0.25,
                              seed=2026)
