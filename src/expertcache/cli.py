@@ -24,6 +24,14 @@ def _fail(message: str) -> None:
     sys.exit(EXIT_USER_ERROR)
 
 
+def _require_new(out: str, overwrite: bool) -> None:
+    """Refuse an existing output before any work (the write itself is atomic too)."""
+    import os
+
+    if os.path.exists(out) and not overwrite:
+        _fail(f"{out}: output already exists; choose another path or pass --overwrite")
+
+
 def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn package errors into a one-line message and exit status 2."""
     import functools
@@ -124,11 +132,9 @@ def trace_import(routes: str, layers: int, experts: int, top_k: int, out: str, m
     """Import ROUTES (JSON Lines routing records, DESIGN.md §3) into a trace directory."""
     import os
 
-    from .storage import atomic_directory  # noqa: F401  (fail early on bad output before parsing)
     from .trace import import_routes_jsonl
 
-    if os.path.exists(out) and not overwrite:
-        _fail(f"{out}: output already exists; choose another path or pass --overwrite")
+    _require_new(out, overwrite)
     prov = {"source": os.path.basename(routes), "format": "routes-jsonl"}
     if model:
         prov["model"] = model
@@ -143,8 +149,6 @@ def trace_import(routes: str, layers: int, experts: int, top_k: int, out: str, m
 @_guard
 def trace_info(trace_dir: str, as_json: bool) -> None:
     """Validate TRACE_DIR and summarise it."""
-    import numpy as np
-
     from .trace import DECODE, read_trace
 
     tr = read_trace(trace_dir)
@@ -157,7 +161,6 @@ def trace_info(trace_dir: str, as_json: bool) -> None:
         return
     for key, value in info.items():
         click.echo(f"{key:16s} {value}")
-    del np
 
 
 # ---------------------------------------------------------------------------- events
@@ -177,13 +180,11 @@ def events() -> None:
 @_guard
 def events_build(trace_dir: str, batch: int, offsets: str, seed: int, out: str, overwrite: bool) -> None:
     """Schedule the decode routing of TRACE_DIR under FCFS continuous batching."""
-    import os
 
     from .events import ArrivalOffsets, build_events
     from .trace import read_trace
 
-    if os.path.exists(out) and not overwrite:
-        _fail(f"{out}: output already exists; choose another path or pass --overwrite")
+    _require_new(out, overwrite)
     if batch < 1:
         _fail(f"--batch must be a positive integer; got {batch}")
     offs = ArrivalOffsets.parse(offsets, seed=seed)
@@ -203,12 +204,10 @@ def events_build(trace_dir: str, batch: int, offsets: str, seed: int, out: str, 
 @_guard
 def events_import(events_jsonl: str, layers: int, experts: int, top_k: int, out: str, overwrite: bool) -> None:
     """Import EVENTS_JSONL (event records, DESIGN.md §3), e.g. a hand-written stream."""
-    import os
 
     from .events import import_events_jsonl
 
-    if os.path.exists(out) and not overwrite:
-        _fail(f"{out}: output already exists; choose another path or pass --overwrite")
+    _require_new(out, overwrite)
     stream = import_events_jsonl(events_jsonl, layers, experts, top_k)
     stream.save(out, overwrite=overwrite)
     click.echo(f"wrote {out}: {stream.n_events} events, union {stream.union}, logical {stream.logical}")
@@ -223,20 +222,18 @@ def events_info(stream_dir: str, rho: float, as_json: bool) -> None:
     """Validate STREAM_DIR and summarise it, with the event ratio r = |E|/c_l (§6.1)."""
     import numpy as np
 
+    from .analysis import regime_stats
     from .events import read_events
-    from .replay import capacities_for_rho
 
     if not 0.0 <= rho <= 1.0:
         _fail(f"--rho must be in [0, 1]; got {rho}")
     s = read_events(stream_dir)
-    caps = capacities_for_rho(rho, s.n_layers, s.n_experts)
-    size = s.event_size
-    ratio = size / np.maximum(caps[s.layer], 1)
+    rg = regime_stats(s, rho)
     info = {"n_layers": s.n_layers, "n_experts": s.n_experts, "top_k": s.top_k, "n_events": s.n_events,
             "n_steps": int(np.unique(s.step).shape[0]), "union": s.union, "logical": s.logical,
-            "union_over_logical": s.union / s.logical, "mean_union": float(size.mean()),
-            "p95_union": float(np.percentile(size, 95)), "rho": rho, "mean_event_ratio": float(ratio.mean()),
-            "fraction_events_over_capacity": float((ratio > 1).mean()), "provenance": s.provenance}
+            "union_over_logical": s.union / s.logical, "mean_union": rg.union_mean,
+            "p95_union": rg.union_p95, "rho": rho, "mean_event_ratio": rg.r_mean,
+            "fraction_events_over_capacity": rg.r_fraction_over_1, "provenance": s.provenance}
     if as_json:
         click.echo(json.dumps(info, sort_keys=True))
         return
@@ -436,7 +433,6 @@ def report_cmd(source: str | None, example: bool, out: str, rho: float, scope: s
                bandwidth: float | None, nextuse_model: str | None, jobs: int, no_figures: bool,
                overwrite: bool) -> None:
     """Measure SOURCE (a trace or stream directory) and write the reporting block, tables and figures."""
-    import os
     from importlib import resources
 
     from .replay import default_jobs
@@ -444,8 +440,7 @@ def report_cmd(source: str | None, example: bool, out: str, rho: float, scope: s
 
     if bool(source) == example:
         _fail("give either SOURCE (a trace or stream directory) or --example")
-    if os.path.exists(out) and not overwrite:
-        _fail(f"{out}: output already exists; choose another path or pass --overwrite")
+    _require_new(out, overwrite)
     cfg = ReportConfig(rho=rho, scope=scope, batch=batch, offsets=offsets, seeds=tuple(seeds),
                        batches=tuple(batches), rhos=tuple(rhos), n_permutations=permutations,
                        block_bytes=block_bytes, block_bytes_preset=block_bytes_preset,

@@ -14,8 +14,9 @@ from importlib import resources
 
 import numpy as np
 
+from .analysis.regime import regime_stats
 from .events import EventStream, build_events
-from .replay import ReplayConfig, ReplayResult, capacities_for_rho, policy_names, replay
+from .replay import ReplayConfig, ReplayResult, policy_names, replay
 from .trace import RoutingTrace, read_trace, select_requests
 
 __all__ = ["DemoRow", "DemoReport", "example_trace", "run_demo", "DEMO_SEMANTICS"]
@@ -83,8 +84,7 @@ def run_demo(batch: int = 8, rho: float = 0.4, seed: int = 0, progress=None) -> 
     idx = np.arange(trace.n_requests)
     calib = build_events(select_requests(trace, idx[0::2], "even requests (calibration)"), batch)
     stream = build_events(select_requests(trace, idx[1::2], "odd requests (evaluation)"), batch)
-    caps = capacities_for_rho(rho, stream.n_layers, stream.n_experts)
-    ratio = stream.event_size / np.maximum(caps[stream.layer], 1)
+    regime = regime_stats(stream, rho)
     rows = []
     names = policy_names(advice=False)
     total = len(names) * len(DEMO_SEMANTICS)
@@ -96,4 +96,4 @@ def run_demo(batch: int = 8, rho: float = 0.4, seed: int = 0, progress=None) -> 
             if progress is not None:
                 progress(total)
         rows.append(DemoRow(name, results))
-    return DemoReport(tuple(rows), stream, calib, batch, rho, seed, float(ratio.mean()), float((ratio > 1).mean()))
+    return DemoReport(tuple(rows), stream, calib, batch, rho, seed, regime.r_mean, regime.r_fraction_over_1)

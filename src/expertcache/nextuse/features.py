@@ -43,7 +43,7 @@ class AccessFeatures:
 
 
 @jit
-def _features(offsets, expert, ev_layer, n_experts, n_layers, gate_mass, multiplicity, nxt, X, unit):
+def _features(offsets, expert, ev_layer, n_experts, n_layers, gate_mass, multiplicity, X, unit):
     n_blocks = n_layers * n_experts
     last = np.full(n_blocks, -1, dtype=np.int64)
     prev_gap = np.zeros(n_blocks, dtype=np.int64)
@@ -82,7 +82,7 @@ def access_features(stream: EventStream) -> AccessFeatures:
     gm = stream.gate_mass.astype(np.float64) if stream.gate_mass is not None else np.empty(0, dtype=np.float64)
     nxt = K.next_use(stream.offsets, stream.expert, stream.layer, stream.n_experts, stream.n_layers, True)
     _features(stream.offsets, stream.expert, stream.layer, stream.n_experts, stream.n_layers, gm,
-              stream.multiplicity, nxt, X, unit)
+              stream.multiplicity, X, unit)
     never = nxt == K.NEVER
     dist = np.where(never, np.nan, nxt.astype(np.float64) - unit)
     return AccessFeatures(X, np.log(dist), never, unit, nxt)

@@ -140,6 +140,15 @@ def _policy_state(n_blocks):
 
 
 @jit_helper
+def _slots(capacity, n_blocks):
+    """Residents a partition can ever hold: the largest capacity, at most the universe."""
+    slots = 0
+    for p in range(capacity.shape[0]):
+        slots = max(slots, min(capacity[p], n_blocks))
+    return slots
+
+
+@jit_helper
 def _touch(b, t, a, access_next, cycle_now, coff_now, last, freq, nxt, cycle, coff):
     """Update the policy state of block ``b`` accessed by unit ``t`` (access index ``a``)."""
     last[b] = t
@@ -188,9 +197,7 @@ def replay_heap(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_
     n_events = offsets.shape[0] - 1
     n_parts = capacity.shape[0]
     max_unit = _max_unit(offsets, atomic)
-    slots = 0
-    for p in range(n_parts):
-        slots = max(slots, min(capacity[p], n_blocks))
+    slots = _slots(capacity, n_blocks)
     heap = np.empty((n_parts, slots + max_unit), dtype=np.int64)
     size = np.zeros(n_parts, dtype=np.int64)
     pos = np.full(n_blocks, -1, dtype=np.int64)        # heap index of a resident, -1 if absent
@@ -267,9 +274,7 @@ def replay_scan(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_
     n_events = offsets.shape[0] - 1
     n_parts = capacity.shape[0]
     max_unit = _max_unit(offsets, atomic)
-    slots = 0
-    for p in range(n_parts):
-        slots = max(slots, min(capacity[p], n_blocks))
+    slots = _slots(capacity, n_blocks)
     res = np.empty((n_parts, max(slots, 1)), dtype=np.int64)
     n_res = np.zeros(n_parts, dtype=np.int64)
     in_cache = np.zeros(n_blocks, dtype=np.bool_)
@@ -722,9 +727,7 @@ def next_use_heaps(capacity, n_blocks, max_unit, tie):
     bits of an int64 key ``next_use << 23 | low`` (larger leaves first).
     """
     n_parts = capacity.shape[0]
-    slots = 0
-    for p in range(n_parts):
-        slots = max(slots, min(capacity[p], n_blocks))
+    slots = _slots(capacity, n_blocks)
     heap = np.empty((n_parts, slots + max_unit), dtype=np.int64)
     hk = np.empty((n_parts, slots + max_unit), dtype=np.int64)
     size = np.zeros(n_parts, dtype=np.int64)

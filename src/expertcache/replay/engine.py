@@ -223,8 +223,7 @@ def replay(stream: EventStream, config: ReplayConfig, calibration: EventStream |
         caps = capacities_for_rho(config.rho, L, N)
     tie = _tie_ranks(config.tie_break, int(config.seed), n_blocks)
     n_parts = caps.shape[0]
-    layer_union = np.bincount(stream.layer, weights=stream.event_size, minlength=L).astype(np.int64)
-    layer_logical = np.bincount(stream.layer, weights=stream.logical_per_event, minlength=L).astype(np.int64)
+    layer_union, layer_logical = _layer_totals(stream)
     initial = np.zeros(L, dtype=np.int64)
 
     if policy.kind == "static":
@@ -279,6 +278,13 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
 
 #: Policy.loop -> the function that runs it (all make the same decision for a key).
 _LOOPS = {"list": _loop_list, "belady": _loop_belady, "heap": _loop_generic, "scan": _loop_generic}
+
+
+def _layer_totals(stream: EventStream) -> tuple[np.ndarray, np.ndarray]:
+    """Union and logical accesses per layer (``int64[L]`` each)."""
+    L = stream.n_layers
+    return (np.bincount(stream.layer, weights=stream.event_size, minlength=L).astype(np.int64),
+            np.bincount(stream.layer, weights=stream.logical_per_event, minlength=L).astype(np.int64))
 
 
 def _result(stream: EventStream, config: ReplayConfig, caps: np.ndarray, hits_l: np.ndarray, miss_l: np.ndarray,
@@ -349,8 +355,7 @@ def replay_curve(stream: EventStream, config: ReplayConfig, rhos: Sequence[float
         K.stack_depths(*args, depth_cap, tie, policy.key_code, hist)
     # hits at capacity c = accesses at depth < c
     cum = np.concatenate([np.zeros((L, 1), dtype=np.int64), np.cumsum(hist[:, :depth_cap], axis=1)], axis=1)
-    layer_union = np.bincount(stream.layer, weights=stream.event_size, minlength=L).astype(np.int64)
-    layer_logical = np.bincount(stream.layer, weights=stream.logical_per_event, minlength=L).astype(np.int64)
+    layer_union, layer_logical = _layer_totals(stream)
     out = []
     for cfg, cap in zip(configs, caps, strict=True):
         hits_l = cum[np.arange(L), np.minimum(cap, depth_cap)]
