@@ -293,8 +293,6 @@ def replay_cmd(stream_dir: str, policies: list[str], rhos: list[float], scope: s
 
     stream = read_events(stream_dir)
     calib = read_events(calibration) if calibration else None
-    from .replay import get_policy, replay
-
     advice = None
     if advice_path:
         from .nextuse import load_advice
@@ -302,10 +300,8 @@ def replay_cmd(stream_dir: str, policies: list[str], rhos: list[float], scope: s
         advice = load_advice(advice_path)
     with _progress() as bar:
         task = bar.add_task("replay", total=None)
-        plain = [c for c in configs if not get_policy(c.policy).needs_advice]
-        done = dict(zip(map(id, plain), sweep(stream, plain, calib, jobs=jobs or default_jobs(),
-                        progress=lambda d, total: bar.update(task, completed=d, total=total)), strict=True))
-        results = [done[id(c)] if id(c) in done else replay(stream, c, calib, advice=advice) for c in configs]
+        results = sweep(stream, configs, calib, jobs=jobs or default_jobs(), advice=advice,
+                        progress=lambda done, total: bar.update(task, completed=done, total=total))
     if plot_path:
         from .plot import plot_miss_ratio_curves
 

@@ -321,7 +321,7 @@ def one_pass_supported(config: ReplayConfig) -> bool:
 
 
 def replay_curve(stream: EventStream, config: ReplayConfig, rhos: Sequence[float],
-                 calibration: EventStream | None = None) -> tuple[ReplayResult, ...]:
+                 calibration: EventStream | None = None, advice=None) -> tuple[ReplayResult, ...]:
     """Replay ``stream`` at every residency fraction in ``rhos`` (a miss-ratio curve).
 
     For stack policies under per-layer scope (:func:`one_pass_supported`) one
@@ -339,7 +339,7 @@ def replay_curve(stream: EventStream, config: ReplayConfig, rhos: Sequence[float
     if not configs:
         return ()
     if not one_pass_supported(config) or len(configs) == 1:
-        return tuple(replay(stream, c, calibration) for c in configs)
+        return tuple(replay(stream, c, calibration, advice) for c in configs)
     policy = get_policy(config.policy)
     L, N = stream.n_layers, stream.n_experts
     caps = np.stack([capacities_for_rho(c.rho, L, N) for c in configs])       # (n_rho, L)

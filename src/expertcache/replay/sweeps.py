@@ -30,13 +30,14 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
-def _init(stream: EventStream, calibration: EventStream | None) -> None:
+def _init(stream: EventStream, calibration: EventStream | None, advice=None) -> None:
     _STATE["stream"] = stream
     _STATE["calibration"] = calibration
+    _STATE["advice"] = advice
 
 
 def _run(base: ReplayConfig, rhos: list[float]) -> tuple[ReplayResult, ...]:
-    return replay_curve(_STATE["stream"], base, rhos, _STATE["calibration"])
+    return replay_curve(_STATE["stream"], base, rhos, _STATE["calibration"], _STATE["advice"])
 
 
 def _tasks(configs: Sequence[ReplayConfig]) -> list[tuple[ReplayConfig, list[float], list[int]]]:
@@ -55,12 +56,12 @@ def _tasks(configs: Sequence[ReplayConfig]) -> list[tuple[ReplayConfig, list[flo
 
 
 def sweep(stream: EventStream, configs: Sequence[ReplayConfig], calibration: EventStream | None = None,
-          jobs: int = 1, progress: Callable[[int, int], None] | None = None) -> list[ReplayResult]:
+          jobs: int = 1, progress: Callable[[int, int], None] | None = None, advice=None) -> list[ReplayResult]:
     """Replay ``stream`` under every configuration; results in input order.
 
     Parameters
     ----------
-    stream, calibration
+    stream, calibration, advice
         As for :func:`expertcache.replay.replay`.
     configs
         The configurations; those differing only in ``rho`` share one curve pass.
@@ -80,7 +81,7 @@ def sweep(stream: EventStream, configs: Sequence[ReplayConfig], calibration: Eve
             progress(done, len(tasks))
 
     if jobs <= 1 or len(tasks) <= 1:
-        _init(stream, calibration)
+        _init(stream, calibration, advice)
         try:
             for done, task in enumerate(tasks, start=1):
                 base, rhos, _ = task
@@ -90,7 +91,7 @@ def sweep(stream: EventStream, configs: Sequence[ReplayConfig], calibration: Eve
             _STATE.clear()
     else:
         with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), initializer=_init,
-                                 initargs=(stream, calibration)) as pool:
+                                 initargs=(stream, calibration, advice)) as pool:
             futures = {}
             for task in tasks:
                 base, rhos, _ = task
@@ -105,4 +106,4 @@ def sweep(stream: EventStream, configs: Sequence[ReplayConfig], calibration: Eve
 def _replay_one(cfg: ReplayConfig) -> ReplayResult:
     from .engine import replay
 
-    return replay(_STATE["stream"], cfg, _STATE["calibration"])
+    return replay(_STATE["stream"], cfg, _STATE["calibration"], _STATE["advice"])
