@@ -31,7 +31,7 @@ from .storage import (
     write_manifest,
     write_table,
 )
-from .trace import DECODE, RoutingTrace
+from .trace import DECODE, RoutingTrace, _first
 
 __all__ = ["EventStream", "ArrivalOffsets", "build_events", "import_events_jsonl", "read_events"]
 
@@ -226,18 +226,15 @@ def _validate_stream(s: EventStream, source: str) -> None:
     if n == 0:
         raise ValidationError("the stream holds no events", source=source)
     _check_events(s.step, s.layer, s.active, s.offsets, s.expert, s.multiplicity, s.gate_mass,
-                  s.logical_per_event, L, N, k, source, row_offset=1)
+                  s.logical_per_event, L, N, k, source)
 
 
-def _check_events(step, layer, active, offsets, expert, mult, gate_mass, logical, L, N, k, source,
-                  row_offset: int, record_no: np.ndarray | None = None) -> None:
-    """Vectorised checks of event arrays; errors name the 1-based record."""
+def _check_events(step, layer, active, offsets, expert, mult, gate_mass, logical, L, N, k, source) -> None:
+    """Vectorised checks of event arrays; errors name the 1-based record (event row)."""
     def rec(i: int) -> int:
-        return int(record_no[i]) if record_no is not None else i + row_offset
+        return int(i) + 1
 
-    def first(mask: np.ndarray) -> int | None:
-        idx = np.flatnonzero(mask)
-        return int(idx[0]) if idx.size else None
+    first = _first
 
     i = first(step < 0)
     if i is not None:
@@ -319,7 +316,7 @@ def read_events(directory: str | os.PathLike[str]) -> EventStream:
             raise
         raise ValidationError(f"unexpected column type ({exc})", source=src) from None
     _check_events(arrays["step"], arrays["layer"], arrays["active"], offsets, flat, mult, gm,
-                  arrays["logical"], L, N, k, src, row_offset=1)
+                  arrays["logical"], L, N, k, src)
     return EventStream(L, N, k, arrays["step"].astype(np.int64), arrays["layer"].astype(np.int32),
                        arrays["active"].astype(np.int32), arrays["logical"].astype(np.int64), offsets,
                        flat.astype(np.int16), mult, gm, manifest.get("provenance", {}))
