@@ -868,5 +868,22 @@ def conformance(as_json: bool) -> None:
         sys.exit(1)
 
 
+# Command modules that live beside this one (each defines one click command or group named like the module's
+# suffix). They import their heavy dependencies (torch, transformers, ray) lazily, inside the commands.
+_PLUGINS = ("collect", "routers", "prefetch", "spec", "prereg", "probe", "audit")
+
+
+def _register_plugins() -> None:
+    import importlib
+    import importlib.util
+
+    for name in _PLUGINS:
+        if importlib.util.find_spec(f"expertcache.cli_{name}") is not None:
+            module = importlib.import_module(f"expertcache.cli_{name}")
+            main.add_command(getattr(module, name))
+
+
+_register_plugins()
+
 if __name__ == "__main__":  # pragma: no cover
     main()
