@@ -138,6 +138,7 @@ def naive_replay(
     capacity=None,
     lfu_in_cache_counters=False,
     calibration=None,
+    warmup_events=0,
 ):
     L = int(stream.n_layers)
     N = int(stream.n_experts)
@@ -150,6 +151,9 @@ def naive_replay(
         caps = [0 for _ in caps]
     tie = tie_ranks(L, N, tie_break, seed)
     units = units_of(stream, semantics, seed)
+    # the event each unit belongs to (units of warm-up events are replayed, not counted)
+    unit_event = [i for i, (_s, _l, m) in enumerate(events_of(stream))
+                  for _ in range(1 if semantics == "event-atomic" else len(m))]
 
     def part(block):
         return block // N if scope == "per-layer" else 0
@@ -205,8 +209,9 @@ def naive_replay(
         U = set(blocks)
         hit_set = U & C
         miss_set = U - C
-        hits[layer] += len(hit_set)
-        misses[layer] += len(miss_set)
+        if unit_event[t] >= warmup_events:
+            hits[layer] += len(hit_set)
+            misses[layer] += len(miss_set)
 
         if policy in ("static", "static-same-trace"):
             continue  # never changed; misses bypass
@@ -254,8 +259,8 @@ def naive_replay(
     initial_load = sum(pinned_count)
     total_hits = sum(hits)
     total_misses = sum(misses)
-    logical = sum(int(a) * k for a in stream.active)
-    union = sum(len(m) for _s, _l, m in events_of(stream))
+    logical = sum(int(a) * k for a in list(stream.active)[warmup_events:])
+    union = sum(len(m) for _s, _l, m in events_of(stream)[warmup_events:])
     return {
         "hits": total_hits,
         "demand_misses": total_misses,

@@ -16,6 +16,7 @@ from collections import Counter
 from fractions import Fraction
 
 import naive
+import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -201,6 +202,42 @@ def test_twin_event_atomic(data, pair):
 def test_twin_sequential(data, pair):
     stream, cal = pair
     _compare_all(data, stream, cal, ["sequential-ascending", "sequential-random"])
+
+
+@hyp(150)
+@given(st.data(), streams(with_calibration=True))
+def test_twin_warmup_events(data, pair):
+    """Warm-up events fill the cache but are not counted: engine == twin for every policy and semantics."""
+    stream, cal = pair
+    warm = data.draw(st.integers(0, stream.n_events))
+    scope = data.draw(st.sampled_from(naive.SCOPES))
+    cap = data.draw(capacity_kw(stream.n_layers, stream.n_experts, scope))
+    semantics = data.draw(st.sampled_from(naive.SEMANTICS))
+    tie_break, seed = data.draw(st.sampled_from(TIE_SEEDS))
+    for policy, in_cache in VARIANTS:
+        kw = dict(scope=scope, semantics=semantics, tie_break=tie_break, seed=seed,
+                  lfu_in_cache_counters=in_cache, warmup_events=warm, **cap)
+        cal_arg = cal if policy == "static" else None
+        want = twin(stream, policy, calibration=cal_arg, **kw)
+        got = engine(stream, policy, calibration=cal_arg, **kw)
+        assert got == want, f"policy={policy} {kw}\nstream: {describe(stream)}\nengine={got}\ntwin  ={want}"
+
+
+def test_warmup_causal_equals_full_minus_prefix():
+    """For a causal policy the counted window equals full-stream counts minus the prefix's (a second, independent relation)."""
+
+    rng = np.random.default_rng(5)
+    rows = [(s, l, sorted(rng.choice(8, size=3, replace=False).tolist())) for s in range(30) for l in range(2)]
+    def mk(rs):
+        return EventStream.from_lists(2, 8, 2, steps=[r[0] for r in rs], layers=[r[1] for r in rs],
+                                      experts=[r[2] for r in rs], active=[2] * len(rs))
+    full, prefix = mk(rows), mk(rows[:24])
+    for policy in ("lru", "lfu", "lfru", "least-stale"):
+        cfg = ReplayConfig(policy, capacity=(3, 3), tie_break="id")
+        a, b = replay(full, cfg), replay(prefix, cfg)
+        w = replay(full, ReplayConfig(policy, capacity=(3, 3), tie_break="id", warmup_events=24))
+        assert (w.hits, w.demand_misses) == (a.hits - b.hits, a.demand_misses - b.demand_misses)
+        assert w.union == full.union - prefix.union and w.n_events == full.n_events - 24
 
 
 # ---------------------------------------------------------------------------

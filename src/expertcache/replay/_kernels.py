@@ -161,7 +161,7 @@ def _touch(b, t, a, access_next, cycle_now, coff_now, last, freq, nxt, cycle, co
 
 @jit
 def replay_heap(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_scope, atomic, access_next,
-                capacity, tie, key_code, reset_freq_on_evict, hits, misses):
+                capacity, tie, key_code, reset_freq_on_evict, count_from, hits, misses):
     """Replay with residents in per-partition min-heaps (keys in ``keys.KEY_STABLE``).
 
     Parameters
@@ -190,8 +190,10 @@ def replay_heap(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_
         Policy key code.
     reset_freq_on_evict : bool
         LFU with in-cache counters: a block's count restarts when it leaves the cache.
+    count_from : int
+        Events before this index warm the cache but are not counted.
     hits, misses : int64[n_layers]
-        Output counters per layer (accumulated).
+        Output counters per layer (accumulated), over events ``>= count_from``.
     """
     n_blocks = n_layers * n_experts
     n_events = offsets.shape[0] - 1
@@ -227,11 +229,13 @@ def replay_heap(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_
                 b = base + expert[a]
                 _touch(b, t, a, access_next, cur_step, t - cycle_start, last, freq, nxt, cycle, coff)
                 if pos[b] >= 0:
-                    hits[layer] += 1
+                    if i >= count_from:
+                        hits[layer] += 1
                     k1[b], k2[b] = _key(key_code, b, t, False, last, freq, nxt, cycle, coff)
                     _sift(heap, p, pos[b], size[p], pos, k1, k2, tie, False)
                 else:
-                    misses[layer] += 1
+                    if i >= count_from:
+                        misses[layer] += 1
                     miss_buf[n_miss] = b
                     n_miss += 1
             if n_miss:
@@ -265,7 +269,7 @@ def replay_heap(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_
 
 @jit
 def replay_scan(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_scope, atomic, access_next,
-                capacity, tie, key_code, reset_freq_on_evict, hits, misses):
+                capacity, tie, key_code, reset_freq_on_evict, count_from, hits, misses):
     """Replay re-ranking every candidate at each overflowing unit (any key; used for ``lfru``).
 
     Parameters are those of :func:`replay_heap`.
@@ -306,9 +310,11 @@ def replay_scan(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_
             for a in range(a_lo, a_hi):
                 b = base + expert[a]
                 if in_cache[b]:
-                    hits[layer] += 1
+                    if i >= count_from:
+                        hits[layer] += 1
                 else:
-                    misses[layer] += 1
+                    if i >= count_from:
+                        misses[layer] += 1
                     miss_buf[n_miss] = b
                     n_miss += 1
                 _touch(b, t, a, access_next, cur_step, t - cycle_start, last, freq, nxt, cycle, coff)
@@ -492,7 +498,7 @@ def _cttz(typingctx, x):
 
 @jit
 def replay_lru(offsets, expert, ev_layer, n_experts, n_layers, global_scope, atomic, capacity, tie_order,
-               tie_pos, hits, misses):
+               tie_pos, count_from, hits, misses):
     """LRU with residents in per-partition recency lists (a dedicated loop for the commonest policy).
 
     The same decision as :func:`replay_heap` with the LRU key: members of a
@@ -545,8 +551,9 @@ def replay_lru(offsets, expert, ev_layer, n_experts, n_layers, global_scope, ato
                     tp = tie_pos[b]
                     bits[tp >> 6] |= np.uint64(1) << np.uint64(tp & 63)
             n_mem = a_hi - a_lo
-            hits[layer] += n_hit
-            misses[layer] += n_mem - n_hit
+            if i >= count_from:
+                hits[layer] += n_hit
+                misses[layer] += n_mem - n_hit
             # residents outside the unit that must go: the oldest first
             keep_old = max(cap - n_mem, 0)
             while size[p] > keep_old:
@@ -740,7 +747,7 @@ def next_use_heaps(capacity, n_blocks, max_unit, tie):
 
 @jit
 def replay_belady(offsets, expert, ev_layer, n_experts, n_layers, global_scope, atomic, access_next, capacity,
-                  tie, forced, hits, misses):
+                  tie, forced, count_from, hits, misses):
     """Belady (``forced=False``, bypass admission) or Belady-forced-admit, a dedicated loop.
 
     The same decision as :func:`replay_heap` with the Belady keys, on one int64
@@ -778,8 +785,9 @@ def replay_belady(offsets, expert, ev_layer, n_experts, n_layers, global_scope, 
                     n = size[p]
                     size[p] = n + 1
                     _up(heap, hk, p, n, b, key - forced_shift if forced else key, pos)
-            hits[layer] += (a_hi - a_lo) - n_miss
-            misses[layer] += n_miss
+            if i >= count_from:
+                hits[layer] += (a_hi - a_lo) - n_miss
+                misses[layer] += n_miss
             if n_miss == 0:
                 continue
             while size[p] > cap:

@@ -49,6 +49,11 @@ class ReplayConfig:
         per layer (per-layer scope); may exceed the universe.
     lfu_in_cache_counters
         LFU counters restart when a block leaves the cache (default: persist).
+    warmup_events
+        The first ``warmup_events`` events are replayed (they fill the cache)
+        but not counted: hits, misses, union and logical cover the rest. This
+        is how a prefill-initialised cache (CLR §4.1) and the measurement
+        window after a workload transition (§8.1) are expressed.
     """
 
     policy: str = "lru"
@@ -59,6 +64,7 @@ class ReplayConfig:
     seed: int = 0
     capacity: int | tuple[int, ...] | None = None
     lfu_in_cache_counters: bool = False
+    warmup_events: int = 0
 
     def __post_init__(self) -> None:
         get_policy(self.policy)
@@ -75,6 +81,10 @@ class ReplayConfig:
                                   field="tie_break")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
             raise ValidationError(f"seed must be a non-negative integer; got {self.seed!r}", field="seed")
+        if isinstance(self.warmup_events, bool) or not isinstance(self.warmup_events, (int, np.integer)) \
+                or self.warmup_events < 0:
+            raise ValidationError(f"warmup_events must be a non-negative integer; got {self.warmup_events!r}",
+                                  field="warmup_events")
         if self.capacity is not None:
             caps = (self.capacity,) if isinstance(self.capacity, (int, np.integer)) else tuple(self.capacity)
             if any(isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 0 for c in caps):
@@ -223,7 +233,10 @@ def replay(stream: EventStream, config: ReplayConfig, calibration: EventStream |
         caps = capacities_for_rho(config.rho, L, N)
     tie = _tie_ranks(config.tie_break, int(config.seed), n_blocks)
     n_parts = caps.shape[0]
-    layer_union, layer_logical = _layer_totals(stream)
+    if config.warmup_events > stream.n_events:
+        raise ValidationError(f"warmup_events ({config.warmup_events}) exceeds the stream's {stream.n_events} events",
+                              field="warmup_events")
+    layer_union, layer_logical = _layer_totals(stream, config.warmup_events)
     initial = np.zeros(L, dtype=np.int64)
 
     if policy.kind == "static":
@@ -238,7 +251,8 @@ def replay(stream: EventStream, config: ReplayConfig, calibration: EventStream |
         else:
             fit = stream
         pinned = static_pinned_set(fit, caps, config.scope, tie)
-        hit_mask = pinned[stream.block]
+        counted = np.repeat(np.arange(stream.n_events) >= config.warmup_events, stream.event_size)
+        hit_mask = pinned[stream.block] & counted
         layer_of_access = np.repeat(stream.layer, stream.event_size)
         hits_l = np.bincount(layer_of_access, weights=hit_mask, minlength=L).astype(np.int64)
         miss_l = layer_union - hits_l
@@ -259,7 +273,7 @@ def _loop_list(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hit
     offsets, expert, layer, _, n_experts, n_layers, global_scope, atomic, _ = args
     order, tie_pos = _tie_order(tie, n_layers, n_experts)
     K.replay_lru(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, caps, order, tie_pos,
-                 hits, misses)
+                 config.warmup_events, hits, misses)
 
 
 def _loop_belady(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses) -> None:
@@ -267,24 +281,25 @@ def _loop_belady(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, h
     if n_layers * n_experts >= (1 << 23):   # the int64 key packs the tie rank into 23 bits
         return _loop_generic(args, config, policy, caps, tie, hits, misses)
     K.replay_belady(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, access_next, caps, tie,
-                    policy.key_code == KEY_BELADY_FORCED, hits, misses)
+                    policy.key_code == KEY_BELADY_FORCED, config.warmup_events, hits, misses)
 
 
 def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses) -> None:
     kernel = K.replay_heap if policy.key_code in KEY_STABLE else K.replay_scan
     kernel(*args, caps, tie, policy.key_code, bool(config.lfu_in_cache_counters and policy.name == "lfu"),
-           hits, misses)
+           config.warmup_events, hits, misses)
 
 
 #: Policy.loop -> the function that runs it (all make the same decision for a key).
 _LOOPS = {"list": _loop_list, "belady": _loop_belady, "heap": _loop_generic, "scan": _loop_generic}
 
 
-def _layer_totals(stream: EventStream) -> tuple[np.ndarray, np.ndarray]:
-    """Union and logical accesses per layer (``int64[L]`` each)."""
+def _layer_totals(stream: EventStream, start: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Union and logical accesses per layer (``int64[L]`` each) over events ``>= start``."""
     L = stream.n_layers
-    return (np.bincount(stream.layer, weights=stream.event_size, minlength=L).astype(np.int64),
-            np.bincount(stream.layer, weights=stream.logical_per_event, minlength=L).astype(np.int64))
+    layer = stream.layer[start:]
+    return (np.bincount(layer, weights=stream.event_size[start:], minlength=L).astype(np.int64),
+            np.bincount(layer, weights=stream.logical_per_event[start:], minlength=L).astype(np.int64))
 
 
 def _result(stream: EventStream, config: ReplayConfig, caps: np.ndarray, hits_l: np.ndarray, miss_l: np.ndarray,
@@ -302,7 +317,8 @@ def _result(stream: EventStream, config: ReplayConfig, caps: np.ndarray, hits_l:
         rho=None if config.capacity is not None else float(config.rho),
         tie_break=config.tie_break, seed=int(config.seed), capacity_total=int(caps.sum()),
         transferred=demand + init, initial_load=init, demand_misses=demand, hits=int(hits_l.sum()),
-        logical=stream.logical, union=stream.union, n_events=stream.n_events, per_layer=per_layer,
+        logical=int(layer_logical.sum()), union=int(layer_union.sum()),
+        n_events=stream.n_events - config.warmup_events, per_layer=per_layer,
     )
 
 
@@ -312,10 +328,10 @@ def one_pass_supported(config: ReplayConfig) -> bool:
     True for stack policies (``Policy.stack``: a ranking independent of the
     capacity, with fixed tie ranks) under per-layer scope, either semantics.
     LFU with in-cache counters is not a stack policy (eviction resets depend on
-    the capacity); global scope falls back to one replay per capacity.
+    the capacity); global scope and warm-up events fall back to one replay per capacity.
     """
     policy = get_policy(config.policy)
-    if not policy.stack or config.scope != "per-layer":
+    if not policy.stack or config.scope != "per-layer" or config.warmup_events:
         return False
     return not (config.lfu_in_cache_counters and policy.name == "lfu")
 
