@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -175,10 +176,17 @@ def events() -> None:
 @click.option("--offsets", default="zero", show_default=True,
               help="Arrival offsets: zero, stagger:D (request i arrives at i*D) or random:LO:HI (seeded).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of random offsets.")
+@click.option("--prefill-init", is_flag=True,
+              help="Prefill-initialised cache (CLR §4.1): prepend the chunked prefill of the first batch as "
+                   "warm-up events, which replay fills the cache with but does not count.")
+@click.option("--prefill-chunk", type=int, default=128, show_default=True, help="Prefill chunk size in tokens.")
+@click.option("--prefill-order", type=click.Choice(["chunk-major", "layer-major"]), default="chunk-major",
+              show_default=True, help="Execution order of the warm-up prefill.")
 @click.option("-o", "--out", required=True, type=click.Path(file_okay=False), help="Stream directory to create.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output directory.")
 @_guard
-def events_build(trace_dir: str, batch: int, offsets: str, seed: int, out: str, overwrite: bool) -> None:
+def events_build(trace_dir: str, batch: int, offsets: str, seed: int, prefill_init: bool, prefill_chunk: int,
+                 prefill_order: str, out: str, overwrite: bool) -> None:
     """Schedule the decode routing of TRACE_DIR under FCFS continuous batching."""
 
     from .events import ArrivalOffsets, build_events
@@ -188,10 +196,17 @@ def events_build(trace_dir: str, batch: int, offsets: str, seed: int, out: str, 
     if batch < 1:
         _fail(f"--batch must be a positive integer; got {batch}")
     offs = ArrivalOffsets.parse(offsets, seed=seed)
-    stream = build_events(read_trace(trace_dir), batch, offs)
+    if prefill_init:
+        from .prefill import prefill_initialised_events
+
+        stream = prefill_initialised_events(read_trace(trace_dir), batch, prefill_chunk, prefill_order, offs)
+    else:
+        stream = build_events(read_trace(trace_dir), batch, offs)
     stream.save(out, overwrite=overwrite)
+    warm = int(stream.provenance.get("warmup_events", 0))
     click.echo(f"wrote {out}: {stream.n_events} events, union {stream.union}, logical {stream.logical} "
-               f"(union/logical {stream.union / stream.logical:.4f})")
+               f"(union/logical {stream.union / stream.logical:.4f})"
+               + (f"; the first {warm} are prefill warm-up events (not counted by replay)" if warm else ""))
 
 
 @events.command("import")
@@ -266,6 +281,9 @@ def _policy_help() -> str:
 @click.option("--calibration", type=click.Path(), default=None,
               help="Stream directory the 'static' policy fits its pin list on (a disjoint trace).")
 @click.option("--lfu-in-cache-counters", is_flag=True, help="LFU counters restart on eviction.")
+@click.option("--warmup-events", type=int, default=None,
+              help="Leading events that fill the cache but are not counted [default: the stream's own "
+                   "warm-up (streams built with --prefill-init), else 0].")
 @click.option("--advice", "advice_path", type=click.Path(dir_okay=False), default=None,
               help="Advice .npz for predicted-next-use (from `expertcache nextuse eval --advice-out`).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run (JSON Lines).")
@@ -277,13 +295,13 @@ def _policy_help() -> str:
 @_guard
 def replay_cmd(stream_dir: str, policies: list[str], rhos: list[float], scope: str, semantics: list[str],
                tie_break: str, seed: int, calibration: str | None, lfu_in_cache_counters: bool,
-               advice_path: str | None, as_json: bool, show_layers: bool, jobs: int, plot_path: str | None) -> None:
+               warmup_events: int | None, advice_path: str | None, as_json: bool, show_layers: bool, jobs: int, plot_path: str | None) -> None:
     """Replay STREAM_DIR for every (policy, semantics, rho) and report transfers (§2.4)."""
     from .events import read_events
     from .replay import ReplayConfig
 
     configs = [ReplayConfig(policy=p, rho=r, scope=scope, semantics=s, tie_break=tie_break, seed=seed,
-                            lfu_in_cache_counters=lfu_in_cache_counters)
+                            lfu_in_cache_counters=lfu_in_cache_counters, warmup_events=warmup_events or 0)
                for p in policies for s in semantics for r in rhos]   # validates before any work
     if jobs < 0:
         _fail(f"--jobs must be >= 0; got {jobs}")
@@ -292,6 +310,8 @@ def replay_cmd(stream_dir: str, policies: list[str], rhos: list[float], scope: s
     from .replay import default_jobs, sweep
 
     stream = read_events(stream_dir)
+    if warmup_events is None and stream.provenance.get("warmup_events"):
+        configs = [replace(c, warmup_events=int(stream.provenance["warmup_events"])) for c in configs]
     calib = read_events(calibration) if calibration else None
     advice = None
     if advice_path:
@@ -323,7 +343,9 @@ def _print_results(results: list, show_layers: bool) -> None:
         r = results[0]
         console.print(f"scope {r.scope}, tie-break {r.tie_break} (seed {r.seed}); {r.n_events} events, "
                       f"logical {r.logical}, union {r.union}, union/logical {r.union_over_logical:.4f} "
-                      "(deduplication: the scheduler's, never a policy's)")
+                      "(deduplication: the scheduler's, never a policy's)"
+                      + (f"; after {r.warmup_events} warm-up events (replayed, not counted)" if r.warmup_events
+                         else ""))
     table = Table(title="effective miss fraction m = transferred / logical (§2.4)")
     for col in ("policy", "semantics", "rho", "capacity", "transferred", "initial", "hits", "misses", "m"):
         text = col in ("policy", "semantics")

@@ -33,7 +33,7 @@ from .storage import (
 )
 from .trace import DECODE, RoutingTrace, _first
 
-__all__ = ["EventStream", "ArrivalOffsets", "build_events", "import_events_jsonl", "read_events"]
+__all__ = ["EventStream", "ArrivalOffsets", "build_events", "concat_streams", "import_events_jsonl", "read_events"]
 
 _KIND = "event_stream"
 _EVENTS = "events.parquet"
@@ -462,6 +462,31 @@ def build_events(trace: RoutingTrace, batch: int, offsets: ArrivalOffsets | None
         "n_requests": int((lengths > 0).sum()),
     }
     return events_from_schedule(trace, step, req, tok, prov)
+
+
+def concat_streams(first: EventStream, second: EventStream, provenance: dict[str, Any] | None = None) -> EventStream:
+    """``first`` then ``second`` as one stream; the steps of ``second`` follow the last step of ``first``.
+
+    The usual use is a warm-up prefix: replay the result with
+    ``ReplayConfig(warmup_events=first.n_events)`` to count only ``second``.
+    """
+    if (first.n_layers, first.n_experts, first.top_k) != (second.n_layers, second.n_experts, second.top_k):
+        raise ValidationError(f"cannot join streams of different shapes: L,N,k = {first.n_layers},"
+                              f"{first.n_experts},{first.top_k} and {second.n_layers},{second.n_experts},"
+                              f"{second.top_k}")
+    shift = (int(first.step[-1]) + 1 - int(second.step[0])) if first.n_events and second.n_events else 0
+    gm = (np.concatenate([first.gate_mass, second.gate_mass])
+          if first.gate_mass is not None and second.gate_mass is not None else None)
+    return EventStream(
+        first.n_layers, first.n_experts, first.top_k,
+        np.concatenate([first.step, second.step + shift]), np.concatenate([first.layer, second.layer]),
+        np.concatenate([first.active, second.active]),
+        np.concatenate([first.logical_per_event, second.logical_per_event]),
+        np.concatenate([first.offsets, second.offsets[1:] + first.offsets[-1]]),
+        np.concatenate([first.expert, second.expert]),
+        np.concatenate([first.multiplicity, second.multiplicity]), gm,
+        dict(provenance if provenance is not None else second.provenance),
+    )
 
 
 def decode_rows(trace: RoutingTrace) -> tuple[np.ndarray, np.ndarray]:

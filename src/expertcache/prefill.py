@@ -20,10 +20,17 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import ValidationError
-from .events import EventStream
-from .trace import PREFILL, RoutingTrace
+from .events import (
+    ArrivalOffsets,
+    EventStream,
+    build_events,
+    concat_streams,
+    decode_rows,
+    fcfs_schedule,
+)
+from .trace import PREFILL, RoutingTrace, select_requests
 
-__all__ = ["ORDERS", "prefill_events", "uniform_prefill_estimate"]
+__all__ = ["ORDERS", "prefill_events", "prefill_initialised_events", "uniform_prefill_estimate"]
 
 ORDERS = ("chunk-major", "layer-major")
 
@@ -64,6 +71,32 @@ def prefill_events(trace: RoutingTrace, chunk: int, order: str = "chunk-major") 
                                   provenance={"source": "routing_trace", "trace_provenance": trace.provenance,
                                               "phase": "prefill", "chunk": int(chunk), "order": order,
                                               "discipline": "sequential prefill, one request at a time"})
+
+
+def prefill_initialised_events(trace: RoutingTrace, batch: int, chunk: int = 128, order: str = "chunk-major",
+                               offsets: ArrivalOffsets | None = None) -> EventStream:
+    """Decode events preceded by a warm-up of prefill events: a prefill-initialised cache (CLR §4.1).
+
+    The warm-up is the chunked prefill (:func:`prefill_events`) of the requests
+    that the FCFS schedule has active at the first decode step, one after
+    another in admission order; then the decode stream of :func:`build_events`
+    follows. ``provenance["warmup_events"]`` holds the warm-up length, which
+    ``expertcache replay`` applies by default (``ReplayConfig.warmup_events``),
+    so only decode events are counted. Prefills of requests admitted later
+    are not modelled (decode-only aggregation); with ``batch=1`` and one
+    request this is exactly CLR's protocol.
+    """
+    decode = build_events(trace, batch, offsets)
+    offsets = offsets or ArrivalOffsets()
+    lengths, _ = decode_rows(trace)
+    step, req, _tok = fcfs_schedule(lengths, offsets.arrivals(trace.n_requests), int(batch))
+    first = np.unique(req[step == step.min()]) if step.size else np.array([], dtype=np.int64)
+    first = sorted(first.tolist(), key=lambda r: (offsets.arrivals(trace.n_requests)[r], r))
+    warm = prefill_events(select_requests(trace, first, note="prefill warm-up"), chunk, order)
+    prov = {**decode.provenance, "warmup_events": int(warm.n_events),
+            "warmup": {"kind": "prefill", "chunk": int(chunk), "order": order,
+                       "requests": [trace.request_ids[r] for r in first]}}
+    return concat_streams(warm, decode, prov)
 
 
 def uniform_prefill_estimate(n_layers: int, n_experts: int, top_k: int, prompt_tokens: int, chunk: int,

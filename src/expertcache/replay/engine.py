@@ -319,6 +319,7 @@ def _result(stream: EventStream, config: ReplayConfig, caps: np.ndarray, hits_l:
         transferred=demand + init, initial_load=init, demand_misses=demand, hits=int(hits_l.sum()),
         logical=int(layer_logical.sum()), union=int(layer_union.sum()),
         n_events=stream.n_events - config.warmup_events, per_layer=per_layer,
+        warmup_events=int(config.warmup_events),
     )
 
 

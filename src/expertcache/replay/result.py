@@ -40,9 +40,11 @@ class ReplayResult:
     logical, union
         Pre-deduplication assignments and distinct-block accesses (§2.4).
     n_events
-        Events in the stream.
+        Events counted (the stream's events after the warm-up).
     per_layer
         One :class:`LayerCounts` per layer.
+    warmup_events
+        Leading events replayed to fill the cache but not counted.
     """
 
     policy: str
@@ -60,6 +62,7 @@ class ReplayResult:
     union: int
     n_events: int
     per_layer: tuple[LayerCounts, ...]
+    warmup_events: int = 0
 
     @property
     def proactive_loads(self) -> int:
