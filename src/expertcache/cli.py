@@ -859,6 +859,90 @@ def experiment_prefill_gap(trace_dir: str, chunk: int, rhos: list[float], seeds:
                    f"{r['miss_fraction']['belady']:8.2%} {gap:>8s} {spread:>16s}")
 
 
+@experiment.command("transition")
+@click.argument("trace_dir", type=click.Path())
+@click.option("--labels", type=click.Path(dir_okay=False), default=None,
+              help="Request categories: CSV 'request_id,category' or JSON Lines [default: the trace's own].")
+@click.option("--windows", default="10,25,50,100", show_default=True, callback=_csv(int, "integers"),
+              help="Post-transition windows N (requests of the target category).")
+@click.option("--warm", type=int, default=None, help="Requests of the source category that warm the cache "
+              "[default: the largest window].")
+@click.option("--rhos", default="0.2,0.3,0.4", show_default=True, callback=_csv(float, "numbers"))
+@click.option("--seeds", default="0,1,2", show_default=True, callback=_csv(int, "integers"),
+              help="Request-order seeds.")
+@click.option("--batch", "-B", type=int, default=8, show_default=True)
+@click.option("--threshold", type=float, default=0.10, show_default=True, help="Criterion: gap >= threshold.")
+@click.option("--json", "as_json", is_flag=True)
+@_guard
+def experiment_transition(trace_dir: str, labels: str | None, windows: list[int], warm: int | None,
+                          rhos: list[float], seeds: list[int], batch: int, threshold: float, as_json: bool) -> None:
+    """Warm-cache workload transition A -> B over windows of N requests (§8.1): gap after a warm start."""
+    from .experiments import warm_transition
+    from .replay import ReplayConfig
+    from .trace import read_trace
+
+    for r in rhos:
+        ReplayConfig(rho=r)
+    if batch < 1:
+        _fail(f"--batch must be a positive integer; got {batch}")
+    trace = read_trace(trace_dir)
+    units, scope = warm_transition(trace, labels, windows, rhos, seeds, batch, warm, threshold=threshold)
+    if as_json:
+        click.echo(json.dumps({"scope": scope, "units": [u.to_dict() for u in units]}, sort_keys=True))
+        return
+    _print_scope(scope)
+    click.echo(f"{'A -> B':28s} {'N':>4s} {'rho':>5s} {'seed':>4s} {'best causal':>12s} {'m':>8s} {'belady':>8s} "
+               f"{'gap':>8s} {'cold m':>8s}")
+    for u in units:
+        click.echo(f"{(u.source + ' -> ' + u.target)[:28]:28s} {u.window:4d} {u.rho:5.2f} {u.seed:4d} "
+                   f"{u.best_causal:>12s} {u.miss_fraction[u.best_causal]:8.2%} {u.miss_fraction['belady']:8.2%} "
+                   f"{u.gap:8.2%} {u.cold:8.2%}")
+    click.echo(f"{scope['units_meeting']}/{len(units)} units meet {scope['criterion']}")
+
+
+@experiment.command("partition")
+@click.argument("trace_dir", type=click.Path())
+@click.option("--labels", type=click.Path(dir_okay=False), default=None,
+              help="Request categories: CSV 'request_id,category' or JSON Lines [default: the trace's own].")
+@click.option("--groups", required=True,
+              help="Partitions separated by ';', categories by ',', e.g. 'math;code;*' ('*' = every other).")
+@click.option("--slots", required=True, callback=_csv(int, "integers"),
+              help="Per-layer slots of every partition but the last (which takes the rest of the quota).")
+@click.option("--rho", type=float, default=0.4, show_default=True)
+@click.option("--batch", "-B", type=int, default=8, show_default=True)
+@click.option("--policy", default="lfru", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Tie seed.")
+@click.option("--json", "as_json", is_flag=True)
+@_guard
+def experiment_partition(trace_dir: str, labels: str | None, groups: str, slots: list[int], rho: float, batch: int,
+                         policy: str, seed: int, as_json: bool) -> None:
+    """Semantic category partitioning at equal total capacity vs one shared cache (§8.2), with the D5 guard."""
+    from .experiments import category_partition
+    from .replay import ReplayConfig
+    from .trace import read_trace
+
+    ReplayConfig(policy=policy, rho=rho)
+    if batch < 1:
+        _fail(f"--batch must be a positive integer; got {batch}")
+    parts = [[c.strip() for c in g.split(",") if c.strip()] for g in groups.split(";")]
+    if any(not p for p in parts):
+        _fail(f"--groups has an empty partition: {groups!r}; expected e.g. 'math;code;*'")
+    res, scope = category_partition(read_trace(trace_dir), labels, parts, slots, rho, batch, policy, seed)
+    if as_json:
+        click.echo(json.dumps({"scope": scope, "result": res.to_dict()}, sort_keys=True))
+        return
+    _print_scope(scope)
+    for g, sl, sh, u in zip(res.partitions, res.slots, res.logical_share, res.per_step_union, strict=True):
+        click.echo(f"  partition {','.join(g)[:40]:40s} slots/layer {sl:4d}  logical share {sh:6.1%}  "
+                   f"mean per-step union {u:6.1f}")
+    click.echo(f"shared cache m {res.shared:.2%}; partitioned m {res.measured:.2%} "
+               f"(transfer change {res.transfer_change:+.1%}); fragmentation-only prediction {res.predicted:.2%}")
+    if res.fragmentation_share is not None:
+        click.echo(f"capacity fragmentation explains {res.fragmentation_share:.0%} of the degradation")
+    for w in res.warnings:
+        click.echo(f"WARNING: {w}")
+
+
 # ----------------------------------------------------------------------- conformance
 @main.command("conformance")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")

@@ -84,3 +84,210 @@ def service_disciplines(trace: RoutingTrace, calibration: RoutingTrace, batch: i
     scope = scope_block(trace, rho, f"B = {batch}", "continuous batching vs deadline rotation",
                         f"rotation: W = {window}, max interval {stats.max_interval}")
     return rows, scope
+
+
+# ------------------------------------------------------------------ §8.1 warm-cache workload transition
+#: Causal policies whose best result is the reference of a transition gap.
+CAUSAL = ("lru", "lfu", "lfru")
+
+
+@dataclass(frozen=True)
+class TransitionUnit:
+    """One directed transition A -> B at one window size, rho and request-order seed (§8.1).
+
+    The stream is ``warm`` requests of A, then ``window`` requests of B, under FCFS continuous
+    batching; the cache is warmed by every event before the first step that serves a B request and
+    counted from that step on. ``miss_fraction`` holds ``m`` per policy over the counted window;
+    ``cold`` is the best causal ``m`` on the same B requests replayed alone (no warm cache).
+    ``gap = (m_best_causal - m_belady) / m_best_causal`` with Belady planning over the whole stream.
+    """
+
+    source: str
+    target: str
+    window: int
+    rho: float
+    seed: int
+    warmup_events: int
+    counted_events: int
+    miss_fraction: dict[str, float]
+    best_causal: str
+    gap: float
+    cold: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _best(m: dict[str, float]) -> str:
+    return min(CAUSAL, key=lambda p: (m[p], p))
+
+
+def warm_transition(trace: RoutingTrace, categories: Any, windows: Sequence[int] = (10, 25, 50, 100),
+                    rhos: Sequence[float] = (0.2, 0.3, 0.4), seeds: Sequence[int] = (0, 1, 2), batch: int = 8,
+                    warm: int | None = None, pairs: Sequence[tuple[str, str]] | None = None,
+                    threshold: float = 0.10) -> tuple[list[TransitionUnit], dict[str, Any]]:
+    """Directed A -> B transitions over windows of N requests (§8.1, Table 17 row 2).
+
+    ``categories`` is what :func:`expertcache.labels.request_categories` accepts (a mapping, a labels
+    file, or ``None`` for the trace's own). Every ordered pair of distinct categories is a transition
+    unless ``pairs`` names some. ``warm`` A requests warm the cache (default: the largest window).
+    Requests are drawn in a seeded order; a window larger than the target category is an error.
+    """
+    import numpy as np
+
+    from .errors import ValidationError
+    from .events import fcfs_schedule
+    from .labels import request_categories
+    from .trace import select_requests
+
+    codes, names = request_categories(trace, categories)
+    if len(names) < 2:
+        raise ValidationError(f"a transition needs two categories; the labels hold {len(names)}")
+    windows = sorted({int(w) for w in windows})
+    if not windows or windows[0] < 1:
+        raise ValidationError(f"windows must be positive request counts; got {windows}", field="windows")
+    n_warm = int(warm if warm is not None else windows[-1])
+    pairs = list(pairs) if pairs is not None else [(a, b) for a in names for b in names if a != b]
+    members = {n: np.flatnonzero(codes == i) for i, n in enumerate(names)}
+    for a, b in pairs:
+        for c, need in ((a, n_warm), (b, windows[-1])):
+            if c not in members:
+                raise ValidationError(f"unknown category {c!r}; the labels hold {', '.join(names)}")
+            if members[c].size < need:
+                raise ValidationError(f"category {c!r} has {members[c].size} requests; the transition needs "
+                                      f"{need} (lower --windows/--warm or collect more requests)")
+    units = []
+    for seed in seeds:
+        rng = np.random.default_rng([int(seed), 8, 1])
+        order = {n: rng.permutation(members[n]) for n in names}
+        for a, b in pairs:
+            for w in windows:
+                idx = np.concatenate([order[a][:n_warm], order[b][:w]])
+                sub = select_requests(trace, idx, note=f"transition {a}->{b}, window {w}, seed {seed}")
+                stream = build_events(sub, batch)
+                lengths = np.bincount(sub.request[sub.phase == 1], minlength=sub.n_requests)
+                step, req, _ = fcfs_schedule(lengths.astype(np.int64), np.zeros(sub.n_requests, np.int64), batch)
+                first_b = int(step[req >= n_warm].min())
+                n_warmup = int(np.searchsorted(stream.step, first_b, side="left"))
+                cold_stream = build_events(select_requests(trace, order[b][:w]), batch)
+                for rho in rhos:
+                    m = {p: replay(stream, ReplayConfig(p, rho=rho, warmup_events=n_warmup)).miss_fraction
+                         for p in (*CAUSAL, "belady")}
+                    best = _best(m)
+                    cold = min(replay(cold_stream, ReplayConfig(p, rho=rho)).miss_fraction for p in CAUSAL)
+                    gap = (m[best] - m["belady"]) / m[best] if m[best] else 0.0
+                    units.append(TransitionUnit(a, b, w, float(rho), int(seed), n_warmup,
+                                                stream.n_events - n_warmup, m, best, gap, cold))
+    scope = scope_block(trace, list(rhos), f"B = {batch}", "continuous batching (FCFS)", "n/a")
+    scope.update(transitions=len(pairs), windows=windows, warm_requests=n_warm, seeds=list(seeds),
+                 units=len(units), criterion=f"gap >= {threshold:.0%}",
+                 units_meeting=sum(u.gap >= threshold for u in units),
+                 offline_bound="belady over the whole stream (warm-up included), counted on the window")
+    return units, scope
+
+
+# ---------------------------------------------------------------- §8.2 semantic category partitioning
+@dataclass(frozen=True)
+class PartitionResult:
+    """Hard per-category cache partitions at equal total capacity vs one shared cache (§8.2, Appendix B.4).
+
+    ``slots[p]`` is partition ``p``'s per-layer capacity (layer 0; later layers differ by the
+    quota remainder only for the last partition). ``predicted`` is the capacity-fragmentation
+    estimate: the shared cache run at each partition's own slot count, weighted by the partition's
+    share of logical assignments; ``measured - predicted`` is what sharing and duplication explain.
+    ``warnings`` name partitions that cannot hold one request's top-k set (checklist D5).
+    """
+
+    partitions: tuple[tuple[str, ...], ...]
+    slots: tuple[int, ...]
+    shared_capacity: int
+    logical_share: tuple[float, ...]
+    per_step_union: tuple[float, ...]
+    shared: float
+    measured: float
+    predicted: float
+    transfer_change: float
+    fragmentation_share: float | None
+    warnings: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def category_partition(trace: RoutingTrace, categories: Any, groups: Sequence[Sequence[str]],
+                       slots: Sequence[int], rho: float = 0.4, batch: int = 8, policy: str = "lfru",
+                       seed: int = 0) -> tuple[PartitionResult, dict[str, Any]]:
+    """Semantic category partitioning at equal total capacity (§8.2).
+
+    ``groups`` lists the categories of each partition; every category must be in exactly one, or
+    in none if a final catch-all is wanted (then name it ``["*"]``). ``slots`` gives the per-layer
+    capacity of every partition but the last, which gets the rest of each layer's quota, so the
+    total equals the shared cache's exactly. The same FCFS schedule drives both: each partition
+    sees the events of its own requests (experts shared across partitions are loaded into each).
+    """
+    import numpy as np
+
+    from .errors import ValidationError
+    from .events import decode_rows, events_from_schedule, fcfs_schedule
+    from .labels import request_categories
+    from .replay import capacities_for_rho
+
+    codes, names = request_categories(trace, categories)
+    groups = [tuple(g) for g in groups]
+    if len(groups) < 2:
+        raise ValidationError("partitioning needs at least two partitions", field="groups")
+    if len(slots) != len(groups) - 1:
+        raise ValidationError(f"give the slots of every partition but the last ({len(groups) - 1} numbers); "
+                              f"got {len(slots)}", field="slots")
+    named = [c for g in groups for c in g if c != "*"]
+    unknown = sorted(set(named) - set(names))
+    if unknown:
+        raise ValidationError(f"unknown categories {unknown}; the labels hold {', '.join(names)}", field="groups")
+    if len(named) != len(set(named)):
+        raise ValidationError("a category appears in two partitions", field="groups")
+    rest = [c for c in names if c not in named]
+    if rest and groups[-1] != ("*",):
+        raise ValidationError(f"categories {rest} are in no partition; add them or end with the catch-all '*'",
+                              field="groups")
+    groups = [tuple(rest) if g == ("*",) else g for g in groups]
+    L, N, k = trace.n_layers, trace.n_experts, trace.top_k
+    caps = capacities_for_rho(rho, L, N)
+    fixed = np.array([int(s) for s in slots], dtype=np.int64)
+    if (fixed < 0).any() or (caps.min() - fixed.sum()) < 0:
+        raise ValidationError(f"slots {list(fixed)} exceed the per-layer quota {int(caps.min())} at rho={rho}",
+                              field="slots")
+    part_caps = [np.full(L, s, dtype=np.int64) for s in fixed] + [caps - fixed.sum()]
+
+    lengths, _ = decode_rows(trace)
+    step, req, tok = fcfs_schedule(lengths, np.zeros(trace.n_requests, dtype=np.int64), int(batch))
+    shared_stream = events_from_schedule(trace, step, req, tok, {"discipline": "fcfs-continuous-batching"})
+    shared = replay(shared_stream, ReplayConfig(policy, rho=rho, seed=seed))
+    cat_of_req = np.array([names[c] for c in codes])
+    measured_M, predicted, shares, unions, warnings = 0, 0.0, [], [], []
+    for g, cap in zip(groups, part_caps, strict=True):
+        mask = np.isin(cat_of_req[req], g)
+        if not mask.any():
+            raise ValidationError(f"partition {list(g)} has no decode tokens in this trace", field="groups")
+        s = events_from_schedule(trace, step[mask], req[mask], tok[mask], {"partition": list(g)})
+        measured_M += replay(s, ReplayConfig(policy, capacity=tuple(int(c) for c in cap), seed=seed)).transferred
+        share = s.logical / shared_stream.logical
+        alone = replay(shared_stream, ReplayConfig(policy, capacity=tuple(int(c) for c in cap), seed=seed))
+        predicted += share * alone.miss_fraction
+        shares.append(share)
+        unions.append(float(s.event_size.mean()))
+        if int(cap.min()) < k:
+            warnings.append(f"partition {list(g)} holds {int(cap.min())} slots per layer < top-k = {k}: it cannot "
+                            "retain one request's per-step expert set, so this design cannot produce a positive "
+                            "result (§8.2, checklist D5)")
+        elif cap.min() < unions[-1]:
+            warnings.append(f"partition {list(g)} holds {int(cap.min())} slots per layer, below its mean per-step "
+                            f"union {unions[-1]:.1f}: capacity, not sharing, will dominate")
+    measured = measured_M / shared_stream.logical
+    change = (measured - shared.miss_fraction) / shared.miss_fraction if shared.miss_fraction else 0.0
+    excess = measured - shared.miss_fraction
+    frag = (predicted - shared.miss_fraction) / excess if excess > 0 else None
+    res = PartitionResult(tuple(groups), tuple(int(c.min()) for c in part_caps), int(caps.sum()), tuple(shares),
+                          tuple(unions), shared.miss_fraction, measured, predicted, change, frag, tuple(warnings))
+    scope = scope_block(trace, rho, f"B = {batch}", "continuous batching (FCFS)", "n/a")
+    scope.update(policy=policy, capacity="equal total (the last partition takes each layer's remainder)")
+    return res, scope

@@ -11,6 +11,13 @@ traces exist (see ``expertcache collect`` in a later release for those).
   ``drift_every`` tokens a fraction ``drift_fraction`` of it is redrawn. A token
   routes to experts of its working set with a boost of ``affinity`` on their
   logits.
+* **Workload categories** (optional, ``n_categories > 0``): request ``r`` belongs
+  to category ``r % n_categories``; each category favours its own pool of
+  ``working_set`` experts per layer (log-weight boost ``category_affinity``)
+  when working sets are drawn, so requests of one category share experts.
+  Categories are written to ``provenance["categories"]`` (see
+  :mod:`expertcache.labels`); their draws use a separate generator, so
+  ``n_categories = 0`` reproduces the plain generator bit for bit.
 
 Selection is a Gumbel top-k over the log-weights (sampling without
 replacement); gates are the softmax of the selected perturbed logits. Everything
@@ -45,6 +52,8 @@ class SynthConfig:
     drift_every: int = 16
     drift_fraction: float = 0.25
     seed: int = 0
+    n_categories: int = 0
+    category_affinity: float = 3.0
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "n_experts", "top_k", "n_requests", "decode_tokens", "working_set",
@@ -67,11 +76,24 @@ def synthesize_trace(config: SynthConfig = SynthConfig()) -> RoutingTrace:
     base = -c.zipf_s * np.log(ranks + 1.0)                         # log-weights, shape (L, N)
     prob = np.exp(base)
     prob /= prob.sum(axis=1, keepdims=True)
+    if c.n_categories < 0:
+        raise ValidationError(f"n_categories must be >= 0; got {c.n_categories}", field="n_categories")
+    cat_prob = None
+    if c.n_categories:
+        crng = np.random.default_rng([c.seed, 77])
+        cat_prob = np.empty((c.n_categories, L, N))
+        for j in range(c.n_categories):
+            boost = np.zeros((L, N))
+            for l in range(L):
+                boost[l, crng.choice(N, size=c.working_set, replace=False)] = c.category_affinity
+            w = np.exp(base + boost)
+            cat_prob[j] = w / w.sum(axis=1, keepdims=True)
     n_tok = c.prefill_tokens + c.decode_tokens
     experts = np.empty((c.n_requests, n_tok, L, k), dtype=np.int16)
     gates = np.empty((c.n_requests, n_tok, L, k), dtype=np.float32)
     for r in range(c.n_requests):
-        ws = np.stack([rng.choice(N, size=c.working_set, replace=False, p=prob[l]) for l in range(L)])
+        p_ws = prob if cat_prob is None else cat_prob[r % c.n_categories]
+        ws = np.stack([rng.choice(N, size=c.working_set, replace=False, p=p_ws[l]) for l in range(L)])
         for t in range(n_tok):
             if t and t % c.drift_every == 0 and c.drift_fraction > 0:
                 n_new = max(1, int(round(c.drift_fraction * c.working_set)))
@@ -97,10 +119,14 @@ def synthesize_trace(config: SynthConfig = SynthConfig()) -> RoutingTrace:
     phase = np.tile(np.r_[np.full(c.prefill_tokens, PREFILL), np.full(c.decode_tokens, DECODE)].astype(np.int8),
                     c.n_requests)
     position = np.tile(np.arange(n_tok, dtype=np.int32), c.n_requests)
+    ids = tuple(f"synthetic-{r:04d}" for r in range(c.n_requests))
+    prov = {"generator": "expertcache.synth", "synthetic": True, "config": asdict(c)}
+    if c.n_categories:
+        prov["categories"] = {rid: f"category-{r % c.n_categories}" for r, rid in enumerate(ids)}
     return RoutingTrace(
-        L, N, k, tuple(f"synthetic-{r:04d}" for r in range(c.n_requests)), request, phase, position,
+        L, N, k, ids, request, phase, position,
         experts.reshape(-1, L, k), gates.reshape(-1, L, k), np.full(request.shape[0], -1, dtype=np.int64),
-        provenance={"generator": "expertcache.synth", "synthetic": True, "config": asdict(c)},
+        provenance=prov,
     )
 
 
