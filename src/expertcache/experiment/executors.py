@@ -1,0 +1,135 @@
+"""Executors: where tasks run. Local worker processes by default; Ray when sweeps outgrow one machine.
+
+Both yield each task's result as it completes; the runner stores results by
+condition ID, so completion order never changes the table. Ray is imported
+only when ``executor="ray"`` is asked for (the optional ``ray`` extra).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from typing import Any
+
+from ..errors import ValidationError
+from .runner import Task, run_task
+
+__all__ = ["EXECUTORS", "LocalExecutor", "RayExecutor", "make_executor"]
+
+EXECUTORS = ("local", "ray")
+
+_CONTEXT: dict[str, Any] = {}
+
+
+def _init_worker(context: dict[str, Any]) -> None:
+    _CONTEXT["context"] = context
+
+
+def _run_in_worker(task: Task) -> list:
+    return run_task(_CONTEXT["context"], task)
+
+
+class LocalExecutor:
+    """``jobs`` worker processes (``jobs == 1``: in this process, no pool)."""
+
+    def __init__(self, jobs: int, context: dict[str, Any]) -> None:
+        self.jobs = max(1, int(jobs))
+        self.context = context
+        self._pool: ProcessPoolExecutor | None = None
+
+    def __enter__(self) -> LocalExecutor:
+        if self.jobs > 1:
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs, initializer=_init_worker,
+                                             initargs=(self.context,))
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._pool is not None:
+            # on an interruption, do not wait for queued tasks: their conditions are simply not stored
+            self._pool.shutdown(wait=exc_type is None, cancel_futures=True)
+            self._pool = None
+
+    def imap_unordered(self, tasks: Sequence[Task]) -> Iterator[list]:
+        if self._pool is None:
+            for task in tasks:
+                yield run_task(self.context, task)
+            return
+        # keep a bounded window in flight, so an interruption abandons little work
+        todo = list(reversed(tasks))
+        running = set()
+        window = 4 * self.jobs
+        while todo or running:
+            while todo and len(running) < window:
+                running.add(self._pool.submit(_run_in_worker, todo.pop()))
+            finished, running = wait(running, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                yield fut.result()
+
+
+def _ray_task(context: dict[str, Any], task: Task) -> list:
+    return run_task(context, task)
+
+
+class RayExecutor:
+    """Tasks as Ray remote functions: a local instance (``num_cpus=jobs``) or a cluster at ``address``.
+
+    Every Ray worker must be able to import this version of expertcache (``pip install
+    expertcache[ray]`` on each node) and read the spec's input paths (a shared filesystem).
+    """
+
+    def __init__(self, jobs: int, context: dict[str, Any], address: str | None = None) -> None:
+        self.jobs = max(1, int(jobs))
+        self.context = context
+        self.address = address
+        self._started = False
+
+    def __enter__(self) -> RayExecutor:
+        try:
+            import ray
+        except ImportError:
+            raise ValidationError("the ray executor needs Ray: pip install 'expertcache[ray]'",
+                                  field="executor") from None
+        self._ray = ray
+        if not ray.is_initialized():
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            if self.address:
+                ray.init(address=self.address, log_to_driver=False)
+            else:
+                ray.init(num_cpus=self.jobs, include_dashboard=False, log_to_driver=False)
+            self._started = True
+        self._remote = ray.remote(_ray_task)
+        self._context_ref = ray.put(self.context)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        ray = self._ray
+        for ref in getattr(self, "_pending", ()):
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - already finished or gone
+                pass
+        if self._started:
+            ray.shutdown()
+
+    def imap_unordered(self, tasks: Sequence[Task]) -> Iterator[list]:
+        ray = self._ray
+        todo = list(reversed(tasks))
+        window = 4 * self.jobs if not self.address else max(64, 4 * self.jobs)
+        self._pending: list = []
+        while todo or self._pending:
+            while todo and len(self._pending) < window:
+                self._pending.append(self._remote.remote(self._context_ref, todo.pop()))
+            ready, self._pending = ray.wait(self._pending, num_returns=1)
+            yield ray.get(ready[0])
+
+
+def make_executor(name: str, jobs: int, context: dict[str, Any], address: str | None = None):
+    """The executor called ``name`` (:data:`EXECUTORS`)."""
+    if name == "local":
+        if address:
+            raise ValidationError("--address applies to the ray executor only", field="address")
+        return LocalExecutor(jobs, context)
+    if name == "ray":
+        return RayExecutor(jobs, context, address)
+    raise ValidationError(f"executor must be one of {', '.join(EXECUTORS)}; got {name!r}", field="executor")

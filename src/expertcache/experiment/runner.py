@@ -1,0 +1,343 @@
+"""Running a spec: pending conditions grouped into tasks, executed locally or on Ray, stored in chunks.
+
+Conditions that share an event stream (input, selection, order seed,
+discipline, batch, offsets) form one task, so each stream is built once per
+task; inside a task, conditions that differ only in ``rho`` are one
+:func:`expertcache.replay.replay_curve` call (one pass for stack policies).
+Every replay is a pure function of its condition, so the executor, the number
+of workers and the completion order never change a result; the consolidated
+table is written in condition order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ValidationError
+from .spec import ExperimentSpec, PlannedCondition, canonical_json, expand
+
+__all__ = ["Task", "RunReport", "METRICS", "plan_tasks", "run_task", "run_spec", "select_indices",
+           "build_condition_stream"]
+
+#: Metrics stored per condition (rotation conditions add the last four), in table order.
+METRICS = ("transferred", "demand_misses", "hits", "initial_load", "logical", "union", "n_events",
+           "capacity_total", "miss_fraction", "steady_miss_fraction", "union_over_logical",
+           "mean_batch", "max_interval", "deadline_violations", "p99_latency_steps")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of work: a stream (``stream``: the condition fields that define it) and its curves.
+
+    ``curves`` holds ``(replay fields, ((condition_id, rho), ...))`` per curve.
+    """
+
+    stream: tuple[tuple[str, Any], ...]
+    curves: tuple[tuple[tuple[tuple[str, Any], ...], tuple[tuple[str, float], ...]], ...]
+
+    @property
+    def n_conditions(self) -> int:
+        return sum(len(c[1]) for c in self.curves)
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """What one :func:`run_spec` call did.
+
+    Attributes
+    ----------
+    n_conditions
+        Conditions in the spec.
+    n_skipped
+        Already stored with the same hash (not recomputed).
+    ran
+        IDs of the conditions computed by this call, in plan order.
+    seconds
+        Wall time of the call.
+    complete
+        Whether every condition now has a stored result (the table was consolidated).
+    """
+
+    n_conditions: int
+    n_skipped: int
+    ran: tuple[str, ...]
+    seconds: float
+    complete: bool
+    store: str = ""
+    executor: str = "local"
+    jobs: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def conditions_per_minute(self) -> float:
+        return 60.0 * len(self.ran) / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"n_conditions": self.n_conditions, "n_skipped": self.n_skipped, "n_ran": len(self.ran),
+                "seconds": self.seconds, "conditions_per_minute": self.conditions_per_minute,
+                "complete": self.complete, "store": self.store, "executor": self.executor, "jobs": self.jobs}
+
+
+_STREAM_FIELDS = ("input", "selection", "order_seed", "discipline", "batch", "admitted", "window", "scheduler",
+                  "offsets", "offsets_seed")
+_CURVE_FIELDS = ("policy", "scope", "semantics", "tie_break", "tie_seed", "lfu_in_cache_counters")
+
+
+def plan_tasks(pending: Sequence[PlannedCondition], max_conditions: int = 64) -> list[Task]:
+    """Group pending conditions by stream, then by curve; split streams into tasks of at most
+    ``max_conditions`` conditions (a curve is never split). Deterministic in the input order."""
+    by_stream: OrderedDict[tuple, OrderedDict[tuple, list[tuple[str, float]]]] = OrderedDict()
+    for p in pending:
+        c = p.condition
+        sk = tuple((f, getattr(c, f)) for f in _STREAM_FIELDS)
+        ck = tuple((f, getattr(c, f)) for f in _CURVE_FIELDS)
+        by_stream.setdefault(sk, OrderedDict()).setdefault(ck, []).append((p.condition_id, c.rho))
+    tasks = []
+    for sk, curves in by_stream.items():
+        batch: list = []
+        n = 0
+        for ck, members in curves.items():
+            if batch and n + len(members) > max_conditions:
+                tasks.append(Task(sk, tuple(batch)))
+                batch, n = [], 0
+            batch.append((ck, tuple(members)))
+            n += len(members)
+        if batch:
+            tasks.append(Task(sk, tuple(batch)))
+    return tasks
+
+
+# ----------------------------------------------------------------------------- worker side
+_CACHE_LIMIT = 16
+_TRACES: OrderedDict[str, Any] = OrderedDict()
+_STREAMS: OrderedDict[tuple, Any] = OrderedDict()
+
+
+def _cached(cache: OrderedDict, key: Any, make: Callable[[], Any]) -> Any:
+    if key in cache:
+        cache.move_to_end(key)
+        return cache[key]
+    value = make()
+    cache[key] = value
+    while len(cache) > _CACHE_LIMIT:
+        cache.popitem(last=False)
+    return value
+
+
+def _trace(path: str):
+    from ..trace import read_trace
+
+    return _cached(_TRACES, path, lambda: read_trace(path))
+
+
+def select_indices(trace, selection: str, order_seed: int | None, selections: dict[str, dict]) -> np.ndarray:
+    """Request indices of ``selection`` in ``trace``, permuted by ``order_seed`` (within each concat part)."""
+    parts = _selection_parts(trace, selection, selections)
+    out = []
+    for i, (idx, head) in enumerate(parts):
+        if order_seed is not None:
+            idx = idx[np.random.default_rng([int(order_seed), i]).permutation(idx.shape[0])]
+        if head is not None:
+            if head > idx.shape[0]:
+                raise ValidationError(f"selection {selection!r} asks for the first {head} requests of a part "
+                                      f"holding {idx.shape[0]}", field="selection")
+            idx = idx[:head]
+        out.append(idx)
+    flat = np.concatenate(out)
+    if np.unique(flat).shape[0] != flat.shape[0]:
+        raise ValidationError(f"selection {selection!r} names a request twice (concat parts overlap)",
+                              field="selection")
+    return flat
+
+
+def _selection_parts(trace, name: str, selections: dict[str, dict]) -> list[tuple[np.ndarray, int | None]]:
+    sel = selections[name]
+    kind, params = sel["kind"], dict(sel["params"])
+    n = trace.n_requests
+    if kind == "all":
+        return [(np.arange(n, dtype=np.int64), None)]
+    if kind == "range":
+        a, b = params["range"]
+        if b > n:
+            raise ValidationError(f"selection {name!r} = range [{a}, {b}) exceeds the trace's {n} requests",
+                                  field="selection")
+        return [(np.arange(a, b, dtype=np.int64), None)]
+    if kind == "indices":
+        idx = np.asarray(params["indices"], dtype=np.int64)
+        if idx.max() >= n:
+            raise ValidationError(f"selection {name!r}: index {int(idx.max())} >= the trace's {n} requests",
+                                  field="selection")
+        return [(idx, None)]
+    if kind == "request_ids":
+        lookup = {r: i for i, r in enumerate(trace.request_ids)}
+        missing = [r for r in params["request_ids"] if r not in lookup]
+        if missing:
+            raise ValidationError(f"selection {name!r}: request id {missing[0]!r} is not in the trace",
+                                  field="selection")
+        return [(np.array([lookup[r] for r in params["request_ids"]], dtype=np.int64), None)]
+    if kind == "sample":
+        base = np.concatenate([p for p, _ in _selection_parts(trace, params.get("from", "all"), selections)])
+        k = int(params["sample"])
+        if k > base.shape[0]:
+            raise ValidationError(f"selection {name!r} samples {k} of {base.shape[0]} requests", field="selection")
+        pick = np.sort(np.random.default_rng(int(params.get("seed", 0))).choice(base.shape[0], k, replace=False))
+        return [(base[pick], None)]
+    out = []
+    for part in params["concat"]:
+        pname, _, head = part.partition(":")
+        sub = np.concatenate([p for p, _ in _selection_parts(trace, pname, selections)])
+        out.append((sub, int(head) if head else None))
+    return out
+
+
+def build_condition_stream(context: dict[str, Any], stream: dict[str, Any]):
+    """The event stream (and rotation stats or ``None``) of a condition's stream fields."""
+    from ..events import read_events
+    from ..trace import select_requests
+
+    inp = context["inputs"][stream["input"]]
+    if stream["discipline"] == "stream":
+        return read_events(inp["path"]), None
+    trace = _trace(inp["path"])
+    idx = select_indices(trace, stream["selection"], stream["order_seed"], context["selections"])
+    sub = select_requests(trace, idx, note=f"selection {stream['selection']}")
+    return _schedule(sub, stream)
+
+
+def _schedule(trace, stream: dict[str, Any]):
+    from ..events import ArrivalOffsets, build_events
+    from ..rotation import RotationConfig, rotation_events
+
+    offs = ArrivalOffsets.parse(stream["offsets"], seed=stream["offsets_seed"] or 0)
+    if stream["discipline"] == "rotation":
+        return rotation_events(trace, RotationConfig(stream["admitted"], stream["batch"], stream["window"],
+                                                     stream["scheduler"]), offs)
+    return build_events(trace, stream["batch"], offs), None
+
+
+def _calibration(context: dict[str, Any], stream: dict[str, Any]):
+    """The calibration stream of the condition's input: stored as is, or its trace scheduled alike."""
+    from ..events import read_events
+
+    inp = context["inputs"][stream["input"]]
+    if inp["calibration_kind"] == "stream":
+        return read_events(inp["calibration"])
+    return _schedule(_trace(inp["calibration"]), stream)[0]
+
+
+def _context_key(context: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(context).encode()).hexdigest()
+
+
+def run_task(context: dict[str, Any], task: Task) -> list[tuple[str, tuple[float, ...]]]:
+    """Compute every condition of ``task``: ``(condition_id, metric values in METRICS order)`` each.
+
+    Runs in a worker process (or Ray worker); built traces and streams are cached there.
+    """
+    from ..replay import ReplayConfig, get_policy, replay_curve
+
+    ckey = _context_key(context)
+    stream_fields = dict(task.stream)
+    s, stats = _cached(_STREAMS, (ckey, task.stream), lambda: build_condition_stream(context, stream_fields))
+    out = []
+    for curve, members in task.curves:
+        cf = dict(curve)
+        base = ReplayConfig(cf["policy"], scope=cf["scope"], semantics=cf["semantics"], tie_break=cf["tie_break"],
+                            seed=cf["tie_seed"], lfu_in_cache_counters=cf["lfu_in_cache_counters"])
+        cal = None
+        if get_policy(cf["policy"]).needs_calibration:
+            cal = _cached(_STREAMS, (ckey, "calibration", task.stream),
+                          lambda: _calibration(context, stream_fields))
+        results = replay_curve(s, base, [rho for _, rho in members], cal)
+        for (cid, _), r in zip(members, results, strict=True):
+            values = [r.transferred, r.demand_misses, r.hits, r.initial_load, r.logical, r.union, r.n_events,
+                      r.capacity_total, r.miss_fraction, r.steady_miss_fraction, r.union_over_logical]
+            if stats is not None:
+                values += [stats.mean_batch, stats.max_interval, stats.deadline_violations, stats.p99_latency_steps]
+            out.append((cid, tuple(float(v) for v in values)))
+    return out
+
+
+# ----------------------------------------------------------------------------- driver
+def _rows(p: PlannedCondition, values: tuple[float, ...]) -> list[dict[str, Any]]:
+    base = {"condition_id": p.condition_id, "condition_hash": p.condition_hash, **p.condition.params()}
+    return [{**base, "metric": m, "value": v} for m, v in zip(METRICS, values, strict=False)]
+
+
+def run_spec(spec: ExperimentSpec, store: str | Path, executor: str = "local", jobs: int = 1,
+             address: str | None = None, progress: Callable[[int, int], None] | None = None,
+             flush_seconds: float = 2.0, flush_conditions: int = 512, task_conditions: int = 64) -> RunReport:
+    """Run every condition of ``spec`` that ``store`` does not hold with the same hash.
+
+    Parameters
+    ----------
+    spec
+        The experiment (:func:`expertcache.experiment.load_spec`).
+    store
+        Result store directory (created if missing).
+    executor
+        ``"local"`` (worker processes; ``jobs=1`` runs in this process) or ``"ray"``.
+    jobs
+        Local worker processes, or CPUs of a local Ray instance (ignored with ``address``).
+    address
+        Ray cluster address (``ray://host:10001`` or ``auto``); ``None`` starts a local instance.
+    progress
+        Called as ``progress(done, pending)`` after each task; it may raise (e.g. ``KeyboardInterrupt``)
+        to stop the run: results received so far are stored first.
+    flush_seconds, flush_conditions
+        A chunk is written when either bound is reached since the last one (and at every exit).
+    task_conditions
+        Upper bound on conditions per task.
+
+    Returns
+    -------
+    RunReport
+    """
+    from .executors import make_executor
+    from .store import ResultStore
+
+    t0 = time.perf_counter()
+    planned = expand(spec)
+    by_id = {p.condition_id: p for p in planned}
+    st = ResultStore.open(store, create=True)
+    with st.lock():
+        st.clean_temporaries()
+        done = st.done_pairs()
+        pending = [p for p in planned if (p.condition_id, p.condition_hash) not in done]
+        tasks = plan_tasks(pending, task_conditions)
+        meta = {"spec_name": spec.name, "spec_source": spec.source, "spec_sha256": spec.text_sha256,
+                "n_conditions": len(planned), "complete": False}
+        st.write_meta(meta)
+        ran: list[str] = []
+        buffer: list[dict[str, Any]] = []
+        last_flush = time.monotonic()
+        n_buffered = 0
+        if progress is not None:
+            progress(0, len(pending))
+        try:
+            if tasks:
+                with make_executor(executor, jobs, spec.context(), address) as ex:
+                    for result in ex.imap_unordered(tasks):
+                        for cid, values in result:
+                            buffer.extend(_rows(by_id[cid], values))
+                            ran.append(cid)
+                        n_buffered += len(result)
+                        if n_buffered >= flush_conditions or time.monotonic() - last_flush >= flush_seconds:
+                            st.write_part(buffer)
+                            buffer, n_buffered, last_flush = [], 0, time.monotonic()
+                        if progress is not None:
+                            progress(len(ran), len(pending))
+        finally:
+            st.write_part(buffer)   # whatever ended the loop, received results are kept
+        st.consolidate(planned, {**meta, "complete": True})
+    order = {p.condition_id: i for i, p in enumerate(planned)}
+    return RunReport(len(planned), len(planned) - len(pending), tuple(sorted(ran, key=order.__getitem__)),
+                     time.perf_counter() - t0, True, str(store), executor, jobs)
