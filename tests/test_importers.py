@@ -1,0 +1,216 @@
+"""Importers of foreign routing data (issue 4, item 6): small hand-written files, hand-derived expectations."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from expertcache.errors import ValidationError
+from expertcache.importers import import_deepseek_csv, import_mixtral_jsonl
+from expertcache.trace import DECODE, PREFILL, read_trace
+
+
+def _jsonl(path, rows) -> str:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return str(path)
+
+
+def _row(ds, pid, layer, experts, gates=None, pos_key="token_idx", pos=0, **extra):
+    r = {"dataset": ds, "problem_id": pid, "layer": layer, "experts": experts, pos_key: pos, **extra}
+    if gates is not None:
+        r["gating_probs"] = gates
+    return r
+
+
+# ----------------------------------------------------------------------------- Mixtral JSON Lines
+MIXTRAL = [
+    _row("gsm8k", 0, 0, [7, 0], [0.8, 0.2], pos=0),
+    _row("gsm8k", 0, 1, [3, 1], [0.6, 0.4], pos=0),
+    _row("gsm8k", 0, 1, [1, 4], [0.7, 0.3], pos=1),  # layers of a token may come in any order
+    _row("gsm8k", 0, 0, [2, 5], [0.5, 0.5], pos=1),
+    _row("mbpp", 3, 1, [6, 0], [0.9, 0.1], pos_key="token_pos", pos=0),
+    _row("mbpp", 3, 0, [0, 1], [0.55, 0.45], pos_key="token_pos", pos=0),
+    _row("mbpp", 3, 0, [4, 2], [0.6, 0.4], pos_key="token_pos", pos=2),  # layer 1 missing; token 1 absent
+]
+
+
+def test_mixtral_infers_shape_and_drops_incomplete_step(tmp_path):
+    tr, rep = import_mixtral_jsonl(_jsonl(tmp_path / "m.jsonl", MIXTRAL))
+    # Hand-derived: layers {0, 1}; max id 7 -> N >= 8; every row lists 2 experts.
+    assert (tr.n_layers, tr.n_experts, tr.top_k) == (2, 8, 2)
+    assert set(rep.inferred) == {"n_layers", "n_experts", "top_k"}
+    assert rep.n_experts_is_lower_bound and rep.layer_ids == (0, 1)
+    assert tr.request_ids == ("gsm8k/0", "mbpp/3")
+    assert tr.request.tolist() == [0, 0, 1] and tr.position.tolist() == [0, 1, 0]
+    assert tr.phase.tolist() == [DECODE] * 3
+    assert tr.experts.tolist() == [[[7, 0], [3, 1]], [[2, 5], [1, 4]], [[0, 1], [6, 0]]]
+    np.testing.assert_allclose(tr.gates, [[[0.8, 0.2], [0.6, 0.4]], [[0.5, 0.5], [0.7, 0.3]],
+                                          [[0.55, 0.45], [0.9, 0.1]]], rtol=1e-6)
+    assert tr.token_id.tolist() == [-1, -1, -1]
+    assert (rep.n_rows, rep.n_bad_rows, rep.n_steps, rep.n_requests) == (7, 0, 3, 2)
+    assert rep.n_incomplete_steps == 1
+    assert "mbpp/3" in rep.incomplete_examples[0] and "token 2" in rep.incomplete_examples[0]
+    assert "layer(s) 1 missing" in rep.incomplete_examples[0]
+    assert rep.n_position_gaps == 1  # mbpp/3 has tokens 0 and 2, not 1
+    assert rep.has_gates
+    assert any("lower bound" in n for n in rep.notes)
+
+
+def test_mixtral_given_shape_is_used_and_not_reported_as_inferred(tmp_path):
+    tr, rep = import_mixtral_jsonl(_jsonl(tmp_path / "m.jsonl", MIXTRAL), n_layers=2, n_experts=8, top_k=2)
+    assert (tr.n_layers, tr.n_experts, tr.top_k) == (2, 8, 2)
+    assert rep.inferred == () and not rep.n_experts_is_lower_bound
+    tr, rep = import_mixtral_jsonl(_jsonl(tmp_path / "m.jsonl", MIXTRAL), n_experts=64)
+    assert tr.n_experts == 64 and rep.inferred == ("top_k", "n_layers")
+
+
+def test_mixtral_round_trips_through_the_native_format(tmp_path):
+    tr, _ = import_mixtral_jsonl(_jsonl(tmp_path / "m.jsonl", MIXTRAL), provenance={"model": "mixtral-8x7b"})
+    back = read_trace(tr.save(tmp_path / "trace"))
+    assert back.request_ids == tr.request_ids
+    assert np.array_equal(back.experts, tr.experts) and np.allclose(back.gates, tr.gates)
+    assert back.provenance["model"] == "mixtral-8x7b"
+    assert back.provenance["import"]["n_incomplete_steps"] == 1
+
+
+def test_mixtral_phase_option_and_per_row_phase(tmp_path):
+    rows = [_row("d", 0, 0, [1, 0], pos=0, phase="prefill"), _row("d", 0, 0, [1, 2], pos=1)]
+    tr, rep = import_mixtral_jsonl(_jsonl(tmp_path / "m.jsonl", rows), phase="decode")
+    assert tr.phase.tolist() == [PREFILL, DECODE]
+    assert not rep.has_gates and tr.gates is None
+    assert any("1 row(s) without a 'phase' field imported as decode" in n for n in rep.notes)
+    tr, _ = import_mixtral_jsonl(_jsonl(tmp_path / "m.jsonl", rows[1:]), phase="prefill")
+    assert tr.phase.tolist() == [PREFILL]
+    with pytest.raises(ValidationError, match="phase must be"):
+        import_mixtral_jsonl(_jsonl(tmp_path / "m.jsonl", rows), phase="both")
+
+
+BAD = [
+    _row("g", 0, 0, [1, 0], pos=0),
+    _row("g", 0, 1, [2, 3], pos=0),
+    _row("g", 0, 0, [1, 1], pos=1),          # line 3: repeated expert id
+    _row("g", 0, 1, [2, 0], pos=1),
+    '{"dataset": "g", "problem_id": 0, "lay',  # line 5: truncated JSON
+    _row("g", 0, 0, [4, 5], pos=2),
+    _row("g", 0, 1, [4, 5], pos=2),
+    _row("g", 0, 1, [4, 6], pos=2),          # line 8: duplicate (token 2, layer 1)
+    _row("g", 0, 0, [4, 5, 6], pos=3),       # line 9: three experts where k = 2
+    _row("g", 0, 1, [4, 5], pos=3),
+]
+
+
+def test_bad_rows_raise_with_line_and_field_by_default(tmp_path):
+    path = _jsonl(tmp_path / "bad.jsonl", BAD)
+    with pytest.raises(ValidationError) as info:
+        import_mixtral_jsonl(path)
+    assert info.value.record == 3 and info.value.field == "experts"
+    assert "distinct" in str(info.value) and "--skip-bad-rows" in str(info.value)
+
+
+def test_bad_rows_skipped_counted_and_their_steps_dropped(tmp_path):
+    tr, rep = import_mixtral_jsonl(_jsonl(tmp_path / "bad.jsonl", BAD), skip_bad_rows=True)
+    # Bad: line 3 (repeated id), 5 (JSON), 8 (duplicate), 9 (length 3). Token 1 and 3 lose layer 0 -> incomplete.
+    assert rep.n_rows == 10 and rep.n_bad_rows == 4
+    assert [e.split(": ")[1] for e in rep.bad_row_examples] == ["record 3", "record 5", "record 9", "record 8"]
+    assert rep.n_incomplete_steps == 2 and rep.top_k == 2
+    assert tr.position.tolist() == [0, 2]
+    assert tr.experts.tolist() == [[[1, 0], [2, 3]], [[4, 5], [4, 5]]]
+
+
+def test_too_small_expert_count_and_layer_count_are_rejected(tmp_path):
+    path = _jsonl(tmp_path / "m.jsonl", MIXTRAL)
+    with pytest.raises(ValidationError, match=r"\[0, 7\)") as info:
+        import_mixtral_jsonl(path, n_experts=7)
+    assert info.value.record == 1
+    with pytest.raises(ValidationError, match="no complete step"):
+        import_mixtral_jsonl(path, n_layers=3)  # layer 2 never appears: nothing is padded
+    with pytest.raises(ValidationError, match="--top-k must be"):
+        import_mixtral_jsonl(path, n_experts=2, top_k=4)
+
+
+def test_empty_and_non_json_files(tmp_path):
+    (tmp_path / "e.jsonl").write_text("\n")
+    with pytest.raises(ValidationError, match="no readable routing rows"):
+        import_mixtral_jsonl(tmp_path / "e.jsonl")
+    (tmp_path / "x.jsonl").write_text("[1, 2]\n")
+    with pytest.raises(ValidationError, match="expected a JSON object"):
+        import_mixtral_jsonl(tmp_path / "x.jsonl")
+
+
+# ----------------------------------------------------------------------------- DeepSeek CSV
+HEADER = "Layer ID,Batch Number,Token,Activated Expert IDs\n"
+
+
+def _csv(path, body: str) -> str:
+    path.write_text(HEADER + body)
+    return str(path)
+
+
+P0 = (
+    '1,0,Hello,"[3, 17, 42]"\n'
+    '1,0,world,"[1, 2, 3]"\n'
+    '2,0,Hello,"[0, 5, 6]"\n'
+    '2,0,world,"[4, 5, 6]"\n'
+    '1,1,!,3 17 42\n'
+    '2,1,!,"[7, 8, 9]"\n'
+    '1,2,?,"[1, 2, 4]"\n'  # batch 2: layer 2 missing -> incomplete
+)
+
+
+def test_deepseek_prefill_decode_layer_mapping_and_incomplete(tmp_path):
+    tr, rep = import_deepseek_csv(_csv(tmp_path / "p0.csv", P0))
+    # Layer ids 1, 2 (layer 0 of DeepSeek-V2-Lite is dense) -> MoE layers 0, 1; max id 42 -> N >= 43; k = 3.
+    assert (tr.n_layers, tr.n_experts, tr.top_k) == (2, 43, 3)
+    assert rep.layer_ids == (1, 2) and rep.n_experts_is_lower_bound
+    assert any("mapped to MoE layers 0..1" in n for n in rep.notes)
+    assert tr.request_ids == ("p0",)
+    assert tr.position.tolist() == [0, 1, 2] and tr.phase.tolist() == [PREFILL, PREFILL, DECODE]
+    assert tr.experts.tolist() == [[[3, 17, 42], [0, 5, 6]], [[1, 2, 3], [4, 5, 6]], [[3, 17, 42], [7, 8, 9]]]
+    assert tr.gates is None and tr.token_id.tolist() == [-1, -1, -1]
+    assert rep.n_rows == 7 and rep.n_steps == 3 and rep.n_incomplete_steps == 1
+    assert "token 3" in rep.incomplete_examples[0] and "layer(s) 2 missing" in rep.incomplete_examples[0]
+
+
+def test_deepseek_directory_reads_files_in_name_order(tmp_path):
+    d = tmp_path / "csv"
+    d.mkdir()
+    _csv(d / "b.csv", P0)
+    _csv(d / "a.csv", '2,0,x,"[40, 41, 0]"\n1,0,x,"[9, 8, 7]"\n')
+    tr, rep = import_deepseek_csv(d)
+    assert tr.request_ids == ("a", "b") and [s.rsplit("/", 1)[1] for s in rep.sources] == ["a.csv", "b.csv"]
+    assert tr.request.tolist() == [0, 1, 1, 1]
+    assert tr.experts[0].tolist() == [[9, 8, 7], [40, 41, 0]]
+    assert rep.n_requests == 2 and rep.n_steps == 4 and rep.n_incomplete_steps == 1
+    with pytest.raises(ValidationError, match="same request id"):
+        import_deepseek_csv([d / "a.csv", d / "a.csv"])
+
+
+def test_deepseek_misaligned_batch_is_dropped_not_shifted(tmp_path):
+    path = _csv(tmp_path / "a.csv", "0,0,11,[1 2]\n0,0,12,[2 3]\n0,0,13,[3 4]\n1,0,11,[5 6]\n1,0,13,[6 7]\n"
+                                    "0,1,14,[0 1]\n1,1,14,[1 0]\n0,3,15,[2 1]\n1,3,15,[1 2]\n")
+    tr, rep = import_deepseek_csv(path, n_experts=64)
+    # Batch 0 (3 tokens, positions 0-2) is unalignable and dropped; batch 1 -> position 3; batch 3 -> position 4.
+    assert tr.position.tolist() == [3, 4]
+    assert tr.phase.tolist() == [DECODE, DECODE]  # batch 0 (the prefill batch) is gone
+    assert tr.experts.tolist() == [[[0, 1], [1, 0]], [[2, 1], [1, 2]]]
+    assert tr.token_id.tolist() == [14, 15]
+    assert rep.n_incomplete_steps == 3 and rep.n_position_gaps == 1
+    assert any("batch 0: layer(s) 1" in n for n in rep.notes)
+    assert rep.inferred == ("top_k", "n_layers") and not rep.n_experts_is_lower_bound
+
+
+def test_deepseek_bad_rows_and_header(tmp_path):
+    path = _csv(tmp_path / "p.csv", '0,0,a,"[1, 2]"\n0,1,b,"[1, x]"\n0,2,c,"[3, 3]"\n0,3,d,"[4, 5]"\n')
+    with pytest.raises(ValidationError) as info:
+        import_deepseek_csv(path)
+    assert info.value.record == 3 and info.value.field == "Activated Expert IDs"
+    tr, rep = import_deepseek_csv(path, skip_bad_rows=True)
+    assert rep.n_bad_rows == 2 and tr.position.tolist() == [0, 1]  # rows of batches 0 and 3, renumbered
+    assert rep.n_position_gaps == 1  # batch numbers 0, 3: decode steps 1 and 2 are absent
+    (tmp_path / "h.csv").write_text("layer,batch,token,experts\n0,0,a,[1 2]\n")
+    with pytest.raises(ValidationError, match="expected the header"):
+        import_deepseek_csv(tmp_path / "h.csv")
+    with pytest.raises(ValidationError, match="no such file"):
+        import_deepseek_csv(tmp_path / "missing.csv")
