@@ -1,0 +1,129 @@
+"""The workload section of the Appendix B.1 reporting block (B1–B7), filled from measurements.
+
+:func:`workload_block` returns the section's one-line answers as strings,
+keyed as ``expertcache.report`` keys them. A field that cannot be measured
+from what was given reads ``"not reported"`` (or the trace manifest's own
+declaration, when it has one).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from ..errors import ValidationError
+from ..events import ArrivalOffsets
+from ..trace import RoutingTrace
+from .routes import RouteAudit, RouteAuditConfig, route_audit
+from .view import decode_view
+
+__all__ = ["workload_block", "WORKLOAD_FIELDS", "NOT_REPORTED"]
+
+NOT_REPORTED = "not reported"
+#: Keys of the returned dict, in the order of Appendix B.1.
+WORKLOAD_FIELDS = ("templates_per_category", "distinct_prompt_heads", "distinct_final_lines",
+                   "chat_template_applied", "decode_steps_recorded", "position_locked_cohorts",
+                   "unique_generated_sequences", "positional_token_agreement",
+                   "expert_jaccard_low_text_overlap", "effect_stable_across_position_bands")
+
+
+def _span(values: Sequence[float | int], fmt: str = "{}") -> str:
+    lo, hi = min(values), max(values)
+    return fmt.format(lo) if lo == hi else f"{fmt.format(lo)}-{fmt.format(hi)}"
+
+
+def _declared(prov: dict, *keys: str) -> str:
+    for k in keys:
+        v = prov.get(k, prov.get("trace_provenance", {}).get(k) if isinstance(prov.get("trace_provenance"), dict)
+                     else None)
+        if v is not None:
+            return ("yes" if v else "no") if isinstance(v, bool) else str(v)
+    return NOT_REPORTED
+
+
+def workload_block(trace: RoutingTrace | None = None,
+                   labels: dict[str, str] | str | os.PathLike[str] | None = None, *,
+                   route: RouteAudit | None = None, prompts: Sequence | None = None,
+                   offsets: ArrivalOffsets | None = None,
+                   config: RouteAuditConfig | None = None) -> dict[str, str]:
+    """The Appendix B.1 workload fields as strings.
+
+    Parameters
+    ----------
+    trace
+        The routing trace (route-side fields, decode steps, position locking).
+    labels
+        Categories (mapping, labels file, or ``None`` for the trace's own). A
+        labels file with an ``arm`` column excludes the fixed-template arm. A
+        trace without any categories is audited as one category.
+    route
+        A :func:`route_audit` result to use instead of computing one.
+    prompts
+        :class:`expertcache.probes.PromptStats` rows (prompt-side B1 fields).
+    offsets
+        Arrival offsets of the measured schedule (position locking needs them; default zero).
+    """
+    config = config or RouteAuditConfig()
+    out = {k: NOT_REPORTED for k in WORKLOAD_FIELDS}
+    prov = trace.provenance if trace is not None else {}
+    out["chat_template_applied"] = _declared(prov, "chat_template_applied", "chat_template")
+    for key in ("templates_per_category", "distinct_prompt_heads", "distinct_final_lines"):
+        out[key] = _declared(prov, key)
+    if prompts:
+        diverse = [p for p in prompts if p.arm != "fixed"] or list(prompts)
+        fixed = [p for p in prompts if p.arm == "fixed"]
+        n = _span([p.n_records for p in diverse])
+        if all(p.n_templates is not None for p in diverse):
+            out["templates_per_category"] = (f"{_span([p.n_templates for p in diverse])} per {n}-record category"
+                                             + ("; 1 (matched control arm, by design)" if fixed else ""))
+        out["distinct_prompt_heads"] = f"{_span([p.n_heads for p in diverse])} per {n}-record category"
+        out["distinct_final_lines"] = f"{_span([p.n_finals for p in diverse])} per {n}-record category"
+    if trace is None:
+        return out
+    view = decode_view(trace)
+    lengths = view.length[view.length > 0]
+    out["decode_steps_recorded"] = (f"up to {int(lengths.max())} (mean {lengths.mean():.1f})"
+                                    if lengths.size else NOT_REPORTED)
+    offs = offsets or ArrivalOffsets()
+    equal = lengths.size > 0 and bool((lengths == lengths[0]).all())
+    zero = offs.kind == "zero" or (offs.kind == "stagger" and offs.stagger == 0) or \
+        (offs.kind == "random" and offs.low == offs.high)
+    out["position_locked_cohorts"] = ("yes (equal lengths, common arrival)" if equal and zero else
+                                      f"no ({'arrival offsets ' + offs.describe() if not zero else 'unequal lengths'})")
+    if route is None:
+        exclude = None
+        if labels is not None and not isinstance(labels, dict):
+            from .matched import read_arms
+
+            arms = read_arms(labels)
+            exclude = arms.fixed_mask(trace) if arms else None
+        try:
+            route = route_audit(trace, labels, config, exclude)
+        except ValidationError:
+            if labels is not None or trace.provenance.get("categories"):
+                raise
+            route = route_audit(trace, {r: "all" for r in trace.request_ids}, config)
+    cats = route.categories
+    out["unique_generated_sequences"] = (f"{route.unique_sequences} / {route.n_requests}"
+                                         + ("" if route.basis == "tokens" else " (by routes; no token ids)"))
+    means = [c.agreement_mean for c in cats if c.agreement_mean is not None]
+    if means:
+        p95 = route.overall_agreement_p95
+        out["positional_token_agreement"] = (
+            f"{_span(means, '{:.2%}')} mean per category, p95 {p95:.2%} pooled"
+            + ("" if route.basis == "tokens" else " (route identity; no token ids)"))
+    lows = [c.jaccard_low for c in cats if c.jaccard_low is not None]
+    if lows:
+        base = route.baseline_low
+        out["expert_jaccard_low_text_overlap"] = (f"{_span(lows, '{:.3f}')} (cross-category: "
+                                                  f"{'n/a' if base is None else f'{base:.3f}'})")
+    measured = [c for c in cats if any(r is not None for r in c.band_reduction)]
+    if len(cats) >= 2 and measured:
+        stable = sum(c.stable for c in measured)
+        text = f"yes for {stable} of {len(measured)} categories (bands {', '.join(route.bands)})"
+        if route.flagged_categories:
+            text += f"; effect in a shared-prefix band: {', '.join(route.flagged_categories)}"
+        out["effect_stable_across_position_bands"] = text
+    elif len(cats) < 2:
+        out["effect_stable_across_position_bands"] = "n/a (one category)"
+    return out
