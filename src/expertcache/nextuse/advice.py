@@ -15,31 +15,94 @@ __all__ = ["Advice", "advice_from_predictions", "oracle_advice", "save_advice", 
 
 @dataclass(frozen=True)
 class Advice:
-    """Per-access advice for event-atomic replay.
+    """Arrays aligned to an event stream, produced offline by a predictor (DESIGN.md §1).
+
+    Every field is optional except that an ``Advice`` carries at least one array.
 
     Attributes
     ----------
     next_use
         ``int32[n_access]``: the predicted next unit (event index) that will hold
         each accessed block, ``> its own unit``; ``NEVER`` (2**31 - 1) for "never again".
+        Read by the ``predicted-next-use`` policy of :func:`expertcache.replay.replay`.
+    priority
+        ``float32[n_events, N]``: post-access retention priority of every expert of
+        event ``i``'s layer, higher = keep. Read by the update operator ``U_B`` of
+        :func:`expertcache.replay.proactive.replay_proactive` at the end of event ``i``
+        (CLR Alg. 1, ``s^T = p^R + p^T``). NaN counts as ``-inf``.
+    prefetch_score
+        ``float32[n_events, N]``: pre-access scores of event ``i`` (CLR Alg. 2, ``s^ST``);
+        NaN or ``-inf`` = not a candidate. The top-``R`` candidates are examined before
+        the event; every insertion is one proactive load.
     provenance
         Which predictor produced it, and from what.
+
+    With several active requests per event (``B > 1``) the arrays stay event-level:
+    producers sum the per-request priorities (and scores) over the active requests
+    (docs/prefetch.md).
     """
 
-    next_use: np.ndarray
+    next_use: np.ndarray | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
+    priority: np.ndarray | None = None
+    prefetch_score: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        from ..errors import ValidationError
+
+        if self.next_use is None and self.priority is None and self.prefetch_score is None:
+            raise ValidationError("advice must carry at least one of next_use, priority, prefetch_score",
+                                  field="advice")
+        for name in ("priority", "prefetch_score"):
+            a = getattr(self, name)
+            if a is not None and (not isinstance(a, np.ndarray) or a.ndim != 2):
+                raise ValidationError(f"advice {name} must be a 2-D float32 array [n_events, N]; "
+                                      f"got {getattr(a, 'shape', type(a).__name__)}", field=name)
+
+    def validate(self, stream, *, need: tuple[str, ...] = ()) -> None:
+        """Check the arrays against ``stream`` (shapes, dtypes, finiteness); raise ``ValidationError``.
+
+        ``need`` names the fields the caller reads and that must therefore be present.
+        ``priority`` may hold NaN (= ``-inf``, never preferred) and ``+-inf``;
+        ``prefetch_score`` may hold NaN/``-inf`` (not a candidate) and ``+inf``.
+        """
+        from ..errors import ValidationError
+
+        for name in need:
+            if getattr(self, name) is None:
+                raise ValidationError(f"this replay reads advice {name!r}, which the advice file lacks "
+                                      f"(it holds: {', '.join(self.fields_present())})", field=name)
+        shape = (stream.n_events, stream.n_experts)
+        for name in ("priority", "prefetch_score"):
+            a = getattr(self, name)
+            if a is None:
+                continue
+            if a.shape != shape or a.dtype != np.float32:
+                raise ValidationError(f"advice {name} must be float32 with shape (n_events, N) = {shape}; "
+                                      f"got {a.dtype} {a.shape}. Produce advice for this very stream.",
+                                      field=name)
+        if self.next_use is not None:
+            nxt = np.asarray(self.next_use)
+            if nxt.shape != (stream.union,) or nxt.dtype != np.int32:
+                raise ValidationError(f"advice next_use must be int32 with one entry per union access "
+                                      f"({stream.union}); got {nxt.dtype} {nxt.shape}", field="next_use")
+
+    def fields_present(self) -> tuple[str, ...]:
+        """Names of the arrays this advice carries."""
+        return tuple(n for n in ("next_use", "priority", "prefetch_score") if getattr(self, n) is not None)
 
 
 def save_advice(advice: Advice, path) -> None:
-    """Write advice as ``.npz`` (``next_use`` int32, ``provenance`` JSON), loadable without pickle."""
+    """Write advice as ``.npz`` (the arrays present, ``provenance`` as JSON), loadable without pickle."""
     import json
 
+    arrays = {n: getattr(advice, n) for n in advice.fields_present()}
     with open(path, "wb") as fh:
-        np.savez(fh, next_use=advice.next_use, provenance=np.array(json.dumps(advice.provenance)))
+        np.savez(fh, provenance=np.array(json.dumps(advice.provenance)), **arrays)
 
 
 def load_advice(path) -> Advice:
-    """Read advice written by :func:`save_advice`."""
+    """Read advice written by :func:`save_advice` (``np.load(allow_pickle=False)``)."""
     import json
 
     from ..errors import ValidationError
@@ -49,10 +112,19 @@ def load_advice(path) -> Advice:
         if not isinstance(z, np.lib.npyio.NpzFile):
             raise ValueError("not an .npz archive")
         with z:
-            return Advice(z["next_use"].astype(np.int32), json.loads(str(z["provenance"])))
+            names = set(z.files)
+            if not names & {"next_use", "priority", "prefetch_score"}:
+                raise ValueError("it holds none of next_use, priority, prefetch_score")
+            return Advice(
+                z["next_use"].astype(np.int32) if "next_use" in names else None,
+                json.loads(str(z["provenance"])) if "provenance" in names else {},
+                z["priority"].astype(np.float32) if "priority" in names else None,
+                z["prefetch_score"].astype(np.float32) if "prefetch_score" in names else None,
+            )
     except (OSError, ValueError, KeyError) as exc:
         raise ValidationError(f"cannot read advice ({exc}); expected an .npz from `expertcache nextuse eval "
-                              "--advice-out`", source=str(path)) from None
+                              "--advice-out` or an advice producer of expertcache.prefetch",
+                              source=str(path)) from None
 
 
 def advice_from_predictions(features: AccessFeatures, log_distance: np.ndarray,

@@ -1,0 +1,237 @@
+"""numba kernel of the proactive-load-aware replay (CLR Alg. 1/2 on the event-atomic contract of §2.2).
+
+Trusts its inputs (the wrapper in :mod:`.proactive` validates). Per-layer
+scope: the cache partition of an event is its layer. Per event ``i``:
+
+1. *pre-access refinement* (budget ``R``): the top-``R`` finite scores of
+   ``prefetch[i]`` (descending, lower expert id first among equals) are
+   examined in order; a non-resident candidate is inserted into a free slot,
+   or replaces the resident with the lowest score of the same vector (NaN and
+   ``-inf`` rank lowest; among equals the lower tie rank leaves) when its own
+   score is strictly higher. Every insertion is one proactive load.
+2. *access*: members of ``E(i)`` found resident are hits, the others demand
+   misses (one transfer each).
+3. *update*: misses join the candidates; when they exceed the capacity the
+   lowest-ranked candidates leave. Base keys rank every candidate (the rule of
+   :func:`._kernels.replay_scan`, so misses may be bypassed); the advice key is
+   ``U_B``: members of ``E(i)`` are protected and rank above every other
+   resident, and within each class the advice priority of event ``i`` decides.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._jit import jit, jit_helper
+
+#: Priority sources (key codes of this kernel).
+PKEY_LRU = 0
+PKEY_LFU = 1
+PKEY_LFRU = 2
+PKEY_LRFU = 3
+PKEY_ADVICE = 4
+
+
+@jit_helper
+def _score(x):
+    """A score with NaN read as ``-inf`` (never preferred)."""
+    return -np.inf if np.isnan(x) else x
+
+
+@jit_helper
+def _base_key(code, b, t, last, freq, crf, plast, lam):
+    """Retention key of a base policy for block ``b`` at the end of event ``t`` (larger = keep)."""
+    if code == PKEY_LRU:
+        return float(last[b])
+    if code == PKEY_LFU:
+        return float(freq[b])
+    if code == PKEY_LFRU:
+        return freq[b] / float(t - last[b] + 1)
+    # LRFU: log2 of the CRF decayed to now, plus lam * now (common to every block): changes only on access
+    if crf[b] <= 0.0:
+        return -np.inf
+    return np.log2(crf[b]) + lam * plast[b]
+
+
+@jit_helper
+def _below(a, b, k1, k2, tie):
+    """Whether block ``a`` ranks below block ``b`` (leaves first)."""
+    if k1[a] != k1[b]:
+        return k1[a] < k1[b]
+    if k2[a] != k2[b]:
+        return k2[a] < k2[b]
+    return tie[a] < tie[b]
+
+
+@jit
+def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie, key_code, lam, priority,
+                     prefetch, budget, counted, hits, misses, proactive, useful):
+    """Replay with pre-access refinement and a retention key; counts into per-layer arrays.
+
+    Parameters
+    ----------
+    offsets, expert, ev_layer
+        The stream's CSR arrays (members ascending within an event).
+    n_experts, n_layers : int
+        ``N`` and ``L``.
+    capacity : int64[L]
+        Blocks each layer may hold.
+    tie : int64[L*N]
+        Distinct tie ranks; the larger is retained among equal keys.
+    key_code : int
+        ``PKEY_*``: the retention key.
+    lam : float
+        LRFU decay ``lambda`` (``F(x) = 2**(-lam * x)``), on the per-layer event clock.
+    priority : float32[n_events, N] (or [0, 0])
+        Advice priorities, read when ``key_code == PKEY_ADVICE``.
+    prefetch : float32[n_events, N] (or [0, 0])
+        Pre-access scores, read when ``budget > 0``.
+    budget : int
+        ``R``: candidates examined per event.
+    counted : bool[n_events]
+        Events whose counts enter the outputs (the others only update the cache).
+    hits, misses, proactive, useful : int64[L]
+        Outputs: hits, demand misses, proactive loads, and proactive loads later hit
+        before leaving the cache.
+    """
+    n_blocks = n_layers * n_experts
+    n_events = offsets.shape[0] - 1
+    slots = 1
+    for p in range(n_layers):
+        slots = max(slots, min(capacity[p], n_experts))
+    max_unit = 1
+    for i in range(n_events):
+        max_unit = max(max_unit, offsets[i + 1] - offsets[i])
+    res = np.empty((n_layers, slots), dtype=np.int64)
+    n_res = np.zeros(n_layers, dtype=np.int64)
+    in_cache = np.zeros(n_blocks, dtype=np.bool_)
+    member = np.zeros(n_blocks, dtype=np.bool_)
+    prefetched = np.zeros(n_blocks, dtype=np.bool_)       # loaded proactively, not yet hit
+    last = np.full(n_blocks, -1, dtype=np.int64)
+    freq = np.zeros(n_blocks, dtype=np.int64)
+    crf = np.zeros(n_blocks, dtype=np.float64)
+    plast = np.zeros(n_blocks, dtype=np.int64)            # per-layer clock of the last access
+    k1 = np.zeros(n_blocks, dtype=np.float64)
+    k2 = np.zeros(n_blocks, dtype=np.float64)
+    cand = np.empty(slots + max_unit, dtype=np.int64)
+    keep = np.zeros(slots + max_unit, dtype=np.bool_)
+    miss_buf = np.empty(max_unit, dtype=np.int64)
+    order = np.empty(n_experts, dtype=np.int64)
+    neg = np.empty(n_experts, dtype=np.float64)
+    use_advice = key_code == PKEY_ADVICE
+    decay_clock = np.zeros(n_layers, dtype=np.int64)   # events seen per layer: the LRFU clock
+    for i in range(n_events):
+        layer = ev_layer[i]
+        cap = capacity[layer]
+        base = layer * n_experts
+        count = counted[i]
+        now = decay_clock[layer]
+        decay_clock[layer] += 1
+        # 1. pre-access refinement
+        if budget > 0 and cap > 0:
+            n_cand = 0
+            for e in range(n_experts):
+                x = prefetch[i, e]
+                if not np.isnan(x) and x > -np.inf:
+                    neg[n_cand] = -x
+                    order[n_cand] = e
+                    n_cand += 1
+            # descending score, lower id first among equals (stable sort of -score over ascending ids)
+            idx = np.argsort(neg[:n_cand], kind="mergesort")
+            for j in range(min(budget, n_cand)):
+                e = order[idx[j]]
+                b = base + e
+                if in_cache[b]:
+                    continue
+                s = prefetch[i, e]
+                r = n_res[layer]
+                if r < cap:
+                    res[layer, r] = b
+                    n_res[layer] = r + 1
+                else:
+                    lo = 0
+                    lo_s = _score(prefetch[i, res[layer, 0] - base])
+                    for q in range(1, r):
+                        v = res[layer, q]
+                        sv = _score(prefetch[i, v - base])
+                        if sv < lo_s or (sv == lo_s and tie[v] < tie[res[layer, lo]]):
+                            lo = q
+                            lo_s = sv
+                    if not s > lo_s:
+                        continue
+                    v = res[layer, lo]
+                    in_cache[v] = False
+                    prefetched[v] = False
+                    res[layer, lo] = b
+                in_cache[b] = True
+                prefetched[b] = True
+                last[b] = i                 # a load is an insertion at the most recent end (LRU clock)
+                if count:
+                    proactive[layer] += 1
+        # 2. access against the snapshot
+        n_miss = 0
+        for a in range(offsets[i], offsets[i + 1]):
+            b = base + expert[a]
+            member[b] = True
+            if in_cache[b]:
+                if count:
+                    hits[layer] += 1
+                    if prefetched[b]:
+                        useful[layer] += 1
+                prefetched[b] = False
+            else:
+                if count:
+                    misses[layer] += 1
+                miss_buf[n_miss] = b
+                n_miss += 1
+            # policy state: this event references b
+            if crf[b] > 0.0:
+                crf[b] = 1.0 + crf[b] * 2.0 ** (-lam * float(now - plast[b]))
+            else:
+                crf[b] = 1.0
+            plast[b] = now
+            last[b] = i
+            freq[b] += 1
+        # 3. admission and eviction after the event
+        r = n_res[layer]
+        if n_miss and r + n_miss <= cap:
+            for j in range(n_miss):
+                b = miss_buf[j]
+                res[layer, r + j] = b
+                in_cache[b] = True
+            n_res[layer] = r + n_miss
+        elif n_miss:
+            n_c = r + n_miss
+            for j in range(r):
+                cand[j] = res[layer, j]
+            for j in range(n_miss):
+                cand[r + j] = miss_buf[j]
+            for j in range(n_c):
+                b = cand[j]
+                if use_advice:      # U_B: protected members of E(i) first, then the advice priority
+                    k1[b] = 1.0 if member[b] else 0.0
+                    k2[b] = _score(priority[i, b - base])
+                else:
+                    k1[b] = _base_key(key_code, b, i, last, freq, crf, plast, lam)
+                    k2[b] = 0.0
+                keep[j] = True
+            # drop the n_c - cap lowest (selection by repeated minimum: n_c is at most slots + |E|)
+            for _ in range(n_c - min(cap, n_c)):
+                lo = -1
+                for j in range(n_c):
+                    if keep[j] and (lo < 0 or _below(cand[j], cand[lo], k1, k2, tie)):
+                        lo = j
+                keep[lo] = False
+            kept = 0
+            for j in range(n_c):
+                b = cand[j]
+                if keep[j]:
+                    in_cache[b] = True
+                    res[layer, kept] = b
+                    kept += 1
+                else:
+                    in_cache[b] = False
+                    prefetched[b] = False
+            n_res[layer] = kept
+        for a in range(offsets[i], offsets[i + 1]):
+            member[base + expert[a]] = False
