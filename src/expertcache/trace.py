@@ -64,6 +64,13 @@ class RoutingTrace:
         ``int64[n_tokens]``: emitted token id, -1 where unknown.
     provenance
         Free-form metadata stored in the manifest (model id, revision, generator, ...).
+    probs
+        Optional ``float32[n_tokens, L, k]``: router probability of each selected expert
+        (``expertcache collect`` records it; docs/collect.md defines it per architecture).
+    entropy
+        Optional ``float32[n_tokens, L]``: entropy (nats) of the router's distribution.
+    margin
+        Optional ``float32[n_tokens, L]``: largest minus second-largest router probability.
     """
 
     n_layers: int
@@ -77,6 +84,9 @@ class RoutingTrace:
     gates: np.ndarray | None
     token_id: np.ndarray
     provenance: dict[str, Any] = field(default_factory=dict)
+    probs: np.ndarray | None = None
+    entropy: np.ndarray | None = None
+    margin: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         validate_trace(self, source="RoutingTrace")
@@ -95,8 +105,8 @@ class RoutingTrace:
         """Row indices of the decode tokens of one request, in position order."""
         return np.flatnonzero((self.request == request_index) & (self.phase == DECODE))
 
-    def save(self, out: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
-        """Write the trace as a directory (``routes.parquet`` + ``manifest.json``), atomically."""
+    def to_table(self) -> pa.Table:
+        """The ``routes.parquet`` table: one row per (token, layer), token-major."""
         n, L, k = self.n_tokens, self.n_layers, self.top_k
         rows = n * L
         req_idx = np.repeat(self.request, L)
@@ -119,8 +129,22 @@ class RoutingTrace:
             )
         tok = np.repeat(self.token_id, L)
         columns["token_id"] = pa.array(tok, pa.int64(), mask=tok < 0)
+        if self.probs is not None:
+            columns["probs"] = pa.FixedSizeListArray.from_arrays(
+                pa.array(self.probs.reshape(-1), pa.float32()), k
+            )
+        if self.entropy is not None:
+            columns["entropy"] = pa.array(self.entropy.reshape(-1), pa.float32())
+        if self.margin is not None:
+            columns["margin"] = pa.array(self.margin.reshape(-1), pa.float32())
         table = pa.table(columns)
         assert table.num_rows == rows
+        return table
+
+    def save(self, out: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+        """Write the trace as a directory (``routes.parquet`` + ``manifest.json``), atomically."""
+        n, L, k = self.n_tokens, self.n_layers, self.top_k
+        table = self.to_table()
         with atomic_directory(out, overwrite=overwrite) as tmp:
             entry = write_table(tmp, _ROUTES, table)
             write_manifest(
@@ -158,6 +182,11 @@ def validate_trace(trace: RoutingTrace, source: str) -> None:
     }
     if trace.gates is not None:
         expected["gates"] = (n, L, k)
+    if trace.probs is not None:
+        expected["probs"] = (n, L, k)
+    for name, value in (("entropy", trace.entropy), ("margin", trace.margin)):
+        if value is not None:
+            expected[name] = (n, L)
     for name, shape in expected.items():
         arr = getattr(trace, name)
         if not isinstance(arr, np.ndarray) or arr.shape != shape:
@@ -256,10 +285,17 @@ def read_trace(directory: str | os.PathLike[str]) -> RoutingTrace:
             token_id = table["token_id"].fill_null(-1).to_numpy()[::L].astype(np.int64)
         else:
             token_id = np.full(n, -1, dtype=np.int64)
+        probs = entropy = margin = None
+        if "probs" in table.column_names:
+            probs = _fixed_list(table["probs"], k, src, "probs").reshape(n, L, k).astype(np.float32)
+        if "entropy" in table.column_names:
+            entropy = table["entropy"].to_numpy().reshape(n, L).astype(np.float32)
+        if "margin" in table.column_names:
+            margin = table["margin"].to_numpy().reshape(n, L).astype(np.float32)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
         raise ValidationError(f"unexpected column type ({exc})", source=src) from None
     return RoutingTrace(L, N, k, request_ids, request, phase, position, experts, gates, token_id,
-                        provenance=manifest.get("provenance", {}))
+                        provenance=manifest.get("provenance", {}), probs=probs, entropy=entropy, margin=margin)
 
 
 def _fixed_list(column: pa.ChunkedArray, k: int, src: str, name: str) -> np.ndarray:
@@ -414,4 +450,5 @@ def select_requests(trace: RoutingTrace, indices: np.ndarray | list[int], note: 
     return RoutingTrace(trace.n_layers, trace.n_experts, trace.top_k,
                         tuple(trace.request_ids[i] for i in indices), remap[trace.request[rows]],
                         trace.phase[rows], trace.position[rows], trace.experts[rows],
-                        None if trace.gates is None else trace.gates[rows], trace.token_id[rows], prov)
+                        None if trace.gates is None else trace.gates[rows], trace.token_id[rows], prov,
+                        *(None if a is None else a[rows] for a in (trace.probs, trace.entropy, trace.margin)))
