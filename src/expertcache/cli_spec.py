@@ -2,14 +2,38 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import click
 
-from .cli import _console, _fail, _guard
+
+def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``expertcache.cli._guard``, looked up at call time (cli.py imports this module while loading)."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from .cli import _guard as guard
+
+        return guard(fn)(*args, **kwargs)
+
+    return wrapper
+
+
+def _console():
+    from .cli import _console as console
+
+    return console()
+
+
+def _fail(message: str) -> None:
+    from .cli import _fail as fail
+
+    fail(message)
 
 
 @click.group("spec")
@@ -77,9 +101,12 @@ def spec_expand(spec_file: str, as_json: bool, limit: int) -> None:
 @click.option("--jobs", "-j", type=int, default=1, show_default=True,
               help="Local worker processes, or CPUs of a local Ray instance (0 = all local cores).")
 @click.option("--address", default=None, help="Ray cluster address (ray://HOST:10001 or auto); ray executor only.")
+@click.option("--chunk-seconds", type=float, default=2.0, show_default=True,
+              help="Write finished conditions to the store at least this often (a kill loses at most this much).")
 @click.option("--json", "as_json", is_flag=True, help="Print the run report as a JSON object.")
 @_guard
-def spec_run(spec_file: str, store: str, executor: str, jobs: int, address: str | None, as_json: bool) -> None:
+def spec_run(spec_file: str, store: str, executor: str, jobs: int, address: str | None, chunk_seconds: float,
+             as_json: bool) -> None:
     """Run every condition of SPEC_FILE that STORE lacks; interrupting loses no stored result."""
     from .experiment.runner import run_spec
     from .experiment.spec import load_spec
@@ -87,6 +114,8 @@ def spec_run(spec_file: str, store: str, executor: str, jobs: int, address: str 
 
     if jobs < 0:
         _fail(f"--jobs must be >= 0; got {jobs}")
+    if chunk_seconds < 0:
+        _fail(f"--chunk-seconds must be >= 0; got {chunk_seconds}")
     sp = load_spec(spec_file)
     jobs = jobs or default_jobs()
 
@@ -103,7 +132,8 @@ def spec_run(spec_file: str, store: str, executor: str, jobs: int, address: str 
                 state["done"] = done
                 bar.update(task, completed=done, total=total)
 
-            report = run_spec(sp, store, executor=executor, jobs=jobs, address=address, progress=progress)
+            report = run_spec(sp, store, executor=executor, jobs=jobs, address=address, progress=progress,
+                              flush_seconds=chunk_seconds)
     except KeyboardInterrupt:
         click.echo(f"interrupted: {state['done']} new conditions stored in {store}; run the same command "
                    "again to resume", err=True)

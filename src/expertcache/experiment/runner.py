@@ -132,10 +132,10 @@ def _cached(cache: OrderedDict, key: Any, make: Callable[[], Any]) -> Any:
     return value
 
 
-def _trace(path: str):
+def _trace(path: str, manifest_sha256: str):
     from ..trace import read_trace
 
-    return _cached(_TRACES, path, lambda: read_trace(path))
+    return _cached(_TRACES, (path, manifest_sha256), lambda: read_trace(path))
 
 
 def select_indices(trace, selection: str, order_seed: int | None, selections: dict[str, dict]) -> np.ndarray:
@@ -206,7 +206,7 @@ def build_condition_stream(context: dict[str, Any], stream: dict[str, Any]):
     inp = context["inputs"][stream["input"]]
     if stream["discipline"] == "stream":
         return read_events(inp["path"]), None
-    trace = _trace(inp["path"])
+    trace = _trace(inp["path"], inp["manifest_sha256"])
     idx = select_indices(trace, stream["selection"], stream["order_seed"], context["selections"])
     sub = select_requests(trace, idx, note=f"selection {stream['selection']}")
     return _schedule(sub, stream)
@@ -230,7 +230,7 @@ def _calibration(context: dict[str, Any], stream: dict[str, Any]):
     inp = context["inputs"][stream["input"]]
     if inp["calibration_kind"] == "stream":
         return read_events(inp["calibration"])
-    return _schedule(_trace(inp["calibration"]), stream)[0]
+    return _schedule(_trace(inp["calibration"], inp["calibration_sha256"]), stream)[0]
 
 
 def _context_key(context: dict[str, Any]) -> str:

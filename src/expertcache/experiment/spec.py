@@ -198,8 +198,16 @@ class ExperimentSpec:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def context(self) -> dict[str, Any]:
-        """Picklable description of inputs and selections that workers need to build streams."""
-        return {"inputs": {n: asdict(i) for n, i in self.inputs.items()},
+        """Picklable description of inputs (with their manifest sha256) and selections, for workers.
+
+        Worker caches are keyed by it, so a changed input is never served from a cache.
+        """
+        digests: dict[str, str] = {}
+        inputs = {}
+        for n, i in self.inputs.items():
+            inputs[n] = {**asdict(i), "manifest_sha256": _manifest_digest(i.path, digests),
+                         "calibration_sha256": _manifest_digest(i.calibration, digests) if i.calibration else None}
+        return {"inputs": inputs,
                 "selections": {n: {"name": s.name, "kind": s.kind, "params": list(map(list, s.params))}
                                for n, s in self.selections.items()}}
 

@@ -1,0 +1,372 @@
+"""Experiment specs: expansion, resumable runs (interrupted and really killed), re-runs of exactly the
+changed conditions, Ray equal to local, and results equal to direct replays."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from expertcache.analysis import gap_decomposition
+from expertcache.cli import main
+from expertcache.events import ArrivalOffsets, build_events
+from expertcache.experiment import (
+    ResultStore,
+    expand,
+    read_results,
+    run_spec,
+    spec_from_dict,
+    summarize,
+)
+from expertcache.experiment.spec import load_spec
+from expertcache.replay import ReplayConfig, replay
+from expertcache.rotation import RotationConfig, rotation_events
+from expertcache.synth import SynthConfig, synthesize_trace
+from expertcache.trace import read_trace, select_requests
+
+POLICIES = ["lru", "lfu", "lfru", "least-stale", "belady"]
+
+
+def tiny(seed: int, n_requests: int = 12):
+    return synthesize_trace(SynthConfig(n_layers=2, n_experts=8, top_k=2, n_requests=n_requests, decode_tokens=6,
+                                        working_set=4, seed=seed))
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("traces")
+    tiny(1).save(root / "a")
+    tiny(2).save(root / "b")
+    return root
+
+
+def thousand(root: Path) -> dict:
+    """1,000 conditions: 5 selections x 2 batches x 5 policies x 4 rho x 5 tie seeds."""
+    return {"experiment": {"name": "thousand"}, "inputs": {"a": {"trace": "a"}},
+            "selections": {"first6": {"range": [0, 6]}, "last6": {"range": [6, 12]},
+                           "s8": {"sample": 8, "seed": 1}, "mix": {"concat": ["last6:3", "first6"]}},
+            "grid": {"input": "a", "selection": ["all", "first6", "last6", "s8", "mix"], "batch": [2, 4],
+                     "policy": POLICIES, "rho": [0.2, 0.4, 0.6, 0.8], "tie_seed": [0, 1, 2, 3, 4]}}
+
+
+THOUSAND_TOML = """
+[experiment]
+name = "thousand"
+[inputs.a]
+trace = "a"
+[selections.first6]
+range = [0, 6]
+[selections.last6]
+range = [6, 12]
+[selections.s8]
+sample = 8
+seed = 1
+[selections.mix]
+concat = ["last6:3", "first6"]
+[grid]
+input = "a"
+selection = ["all", "first6", "last6", "s8", "mix"]
+batch = [2, 4]
+policy = ["lru", "lfu", "lfru", "least-stale", "belady"]
+rho = [0.2, 0.4, 0.6, 0.8]
+tie_seed = [0, 1, 2, 3, 4]
+"""
+
+
+@pytest.fixture(scope="module")
+def reference(traces, tmp_path_factory):
+    """The uninterrupted run of the 1,000-condition spec: (store path, table)."""
+    store = tmp_path_factory.mktemp("ref") / "store"
+    report = run_spec(spec_from_dict(thousand(traces), traces), store, jobs=1)
+    assert report.n_conditions == 1000 and len(report.ran) == 1000 and report.n_skipped == 0
+    return store, pq.read_table(store / "results.parquet")
+
+
+# ----------------------------------------------------------------------------- expansion
+def test_toml_and_dict_expand_to_the_same_conditions_with_stable_ids(traces):
+    (traces / "thousand.toml").write_text(THOUSAND_TOML)
+    from_toml = expand(load_spec(traces / "thousand.toml"))
+    from_dict = expand(spec_from_dict(thousand(traces), traces))
+    assert len(from_toml) == 1000
+    assert [(p.condition_id, p.condition_hash) for p in from_toml] == \
+           [(p.condition_id, p.condition_hash) for p in from_dict]
+    assert len({p.condition_id for p in from_toml}) == 1000
+    # axis order in the grid does not change IDs
+    d = thousand(traces)
+    d["grid"]["rho"] = list(reversed(d["grid"]["rho"]))
+    assert {p.condition_id for p in expand(spec_from_dict(d, traces))} == {p.condition_id for p in from_dict}
+
+
+def test_axes_that_do_not_apply_collapse(traces):
+    d = {"inputs": {"a": {"trace": "a"}},
+         "grid": {"input": "a", "batch": 2, "offsets": ["zero", "stagger:1"], "offsets_seed": [0, 1, 2],
+                  "admitted": [4, 6], "policy": "lru", "rho": 0.4}}
+    planned = expand(spec_from_dict(d, traces))
+    # fcfs ignores admitted; zero and stagger offsets ignore the seed: 2 conditions, not 12
+    assert len(planned) == 2
+    assert all(p.condition.admitted is None and p.condition.offsets_seed is None for p in planned)
+
+
+@pytest.mark.parametrize("patch, message", [
+    ({"grid": {"input": "zzz", "batch": 2, "policy": "lru", "rho": 0.4}}, "unknown input 'zzz'"),
+    ({"grid": {"input": "a", "batch": 2, "policy": "lru", "rho": 0.4, "rhoo": 1}}, "unknown grid axis"),
+    ({"grid": {"input": "a", "batch": 0, "policy": "lru", "rho": 0.4}}, "batch must be a positive integer"),
+    ({"grid": {"input": "a", "batch": 2, "policy": "lruu", "rho": 0.4}}, "unknown policy 'lruu'"),
+    ({"grid": {"input": "a", "batch": 2, "policy": "static", "rho": 0.4}}, "needs calibration"),
+    ({"grid": {"input": "a", "batch": 2, "policy": "lru", "rho": 1.5}}, "rho must be a number in [0, 1]"),
+    ({"grid": {"input": "a", "batch": 2, "policy": "lru", "rho": 0.4, "selection": "nope"}}, "unknown selection"),
+    ({"selections": {"x": {"range": [3, 1]}}}, "range must be [start, stop)"),
+    ({"selections": {"x": {"concat": ["x"]}}}, "refers to itself"),
+])
+def test_bad_specs_are_refused_with_a_clear_message(traces, patch, message):
+    d = {"inputs": {"a": {"trace": "a"}}, "grid": {"input": "a", "batch": 2, "policy": "lru", "rho": 0.4}}
+    d.update(patch)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        expand(spec_from_dict(d, traces))
+
+
+# ----------------------------------------------------------------------------- results are right
+def _fields(table, cid):
+    rows = [i for i, c in enumerate(table["condition_id"].to_pylist()) if c == cid]
+    rec = {k: table[k][rows[0]].as_py() for k in ("selection", "batch", "policy", "rho", "tie_seed")}
+    rec.update({table["metric"][i].as_py(): table["value"][i].as_py() for i in rows})
+    return rec
+
+
+def test_stored_results_equal_direct_replays(traces, reference):
+    _, table = reference
+    tr = read_trace(traces / "a")
+    rng = np.random.default_rng(0)
+    ids = sorted(set(table["condition_id"].to_pylist()))
+    sel_idx = {"all": list(range(12)), "first6": list(range(6)), "last6": list(range(6, 12)),
+               "s8": sorted(np.random.default_rng(1).choice(12, 8, replace=False).tolist()),
+               "mix": [6, 7, 8, 0, 1, 2, 3, 4, 5]}
+    for cid in rng.choice(ids, 25, replace=False):
+        f = _fields(table, cid)
+        stream = build_events(select_requests(tr, sel_idx[f["selection"]]), f["batch"])
+        r = replay(stream, ReplayConfig(f["policy"], rho=f["rho"], seed=f["tie_seed"]))
+        assert (f["transferred"], f["hits"], f["logical"], f["union"]) == (r.transferred, r.hits, r.logical, r.union)
+        assert f["miss_fraction"] == r.miss_fraction
+
+
+def test_summary_gap_equals_gap_decomposition_per_seed(traces, reference):
+    store, table = reference
+    summ = summarize(read_results(store), "gap", rows=("selection", "batch"), cols=("rho",),
+                     where={"selection": "first6", "batch": 4, "rho": 0.4})
+    (cell,) = summ.cells
+    stream = build_events(select_requests(read_trace(traces / "a"), range(6)), 4)
+    ref = gap_decomposition(stream, rho=0.4, seeds=(0, 1, 2, 3, 4))
+    assert cell.n == 5
+    assert cell.min == pytest.approx(min(ref.gap_per_seed), abs=1e-15)
+    assert cell.max == pytest.approx(max(ref.gap_per_seed), abs=1e-15)
+    assert cell.mean == pytest.approx(sum(ref.gap_per_seed) / 5, abs=1e-15)
+
+
+def test_rotation_and_random_offsets_and_order_seed_match_direct_builds(traces, tmp_path):
+    d = {"inputs": {"a": {"trace": "a"}},
+         "grid": [{"input": "a", "discipline": "rotation", "batch": 2, "admitted": 4, "window": 3,
+                   "scheduler": ["fcfs_deadline", "causal_prev_route"], "policy": "lfru", "rho": 0.4},
+                  {"input": "a", "batch": 3, "offsets": "random:0:5", "offsets_seed": 7, "order_seed": 3,
+                   "policy": "lru", "rho": 0.3}]}
+    run_spec(spec_from_dict(d, traces), tmp_path / "s", jobs=1)
+    table = read_results(tmp_path / "s")
+    recs = {}
+    for i, cid in enumerate(table["condition_id"].to_pylist()):
+        recs.setdefault(cid, {"scheduler": table["scheduler"][i].as_py()})[table["metric"][i].as_py()] = \
+            table["value"][i].as_py()
+    tr = read_trace(traces / "a")
+    got = sorted((r.get("scheduler") or "", r["transferred"], r.get("max_interval")) for r in recs.values())
+    want = []
+    for sched in ("fcfs_deadline", "causal_prev_route"):
+        s, stats = rotation_events(tr, RotationConfig(4, 2, 3, sched))
+        want.append((sched, float(replay(s, ReplayConfig("lfru", rho=0.4)).transferred), float(stats.max_interval)))
+    order = np.random.default_rng([3, 0]).permutation(12)
+    s = build_events(select_requests(tr, order), 3, ArrivalOffsets("random", low=0, high=5, seed=7))
+    want.append(("", float(replay(s, ReplayConfig("lru", rho=0.3)).transferred), None))
+    assert got == sorted(want)
+
+
+# ----------------------------------------------------------------------------- resumability
+def test_interrupted_run_resumes_to_the_uninterrupted_table(traces, reference, tmp_path):
+    _, ref_table = reference
+    spec = spec_from_dict(thousand(traces), traces)
+    store = tmp_path / "store"
+
+    def stop(done, total):
+        if done >= 300:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_spec(spec, store, jobs=1, progress=stop, flush_conditions=100, task_conditions=20)
+    stored = len(ResultStore.open(store).done_pairs())
+    assert 300 <= stored < 1000              # everything received before the interruption was kept
+    assert not (store / "results.parquet").exists()
+    report = run_spec(spec, store, jobs=1)
+    assert report.n_skipped == stored and len(report.ran) == 1000 - stored
+    assert pq.read_table(store / "results.parquet").equals(ref_table)
+
+
+def test_killed_cli_run_resumes_to_the_uninterrupted_table(traces, reference, tmp_path):
+    """SIGKILL a real `expertcache spec run` process as soon as its first chunk lands."""
+    _, ref_table = reference
+    (tmp_path / "a").symlink_to(traces / "a")
+    (tmp_path / "thousand.toml").write_text(THOUSAND_TOML)
+    store = tmp_path / "store"
+    cmd = [sys.executable, "-c", "from expertcache.cli import main; main()", "spec", "run", str(tmp_path / "thousand.toml"),
+           "--store", str(store), "--chunk-seconds", "0"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not list((store / "parts").glob("part-*.parquet")) and time.monotonic() < deadline:
+            assert proc.poll() is None, "the run ended before it could be killed"
+            time.sleep(0.005)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (store / "results.parquet").exists()       # it really died midway
+    stored = len(ResultStore.open(store).done_pairs())
+    assert 0 < stored < 1000
+    res = subprocess.run(cmd[:-2] + ["--json"], capture_output=True, text=True, check=True)
+    report = json.loads(res.stdout)
+    assert report["n_skipped"] == stored and report["n_ran"] == 1000 - stored
+    assert pq.read_table(store / "results.parquet").equals(ref_table)
+
+
+def test_parallel_workers_give_the_identical_table(traces, reference, tmp_path):
+    _, ref_table = reference
+    run_spec(spec_from_dict(thousand(traces), traces), tmp_path / "s", jobs=2, task_conditions=30)
+    assert pq.read_table(tmp_path / "s" / "results.parquet").equals(ref_table)
+
+
+@pytest.mark.slow
+def test_ray_executor_gives_the_identical_table(traces, reference, tmp_path):
+    pytest.importorskip("ray")
+    _, ref_table = reference
+    report = run_spec(spec_from_dict(thousand(traces), traces), tmp_path / "s", executor="ray", jobs=2)
+    assert len(report.ran) == 1000
+    assert pq.read_table(tmp_path / "s" / "results.parquet").equals(ref_table)
+
+
+# ----------------------------------------------------------------------------- spec changes
+def _two_input_spec(root: Path) -> dict:
+    return {"experiment": {"name": "change"}, "inputs": {"a": {"trace": "a"}, "b": {"trace": "b2"}},
+            "selections": {"head": {"range": [0, 6]}},
+            "grid": {"input": ["a", "b"], "selection": ["all", "head"], "batch": [2, 4],
+                     "policy": ["lru", "belady"], "rho": [0.25, 0.5], "tie_seed": [0, 1]}}
+
+
+def test_a_spec_change_reruns_exactly_the_affected_conditions(traces, tmp_path):
+    root = tmp_path
+    for name in ("a", "b2"):
+        tiny(1 if name == "a" else 2).save(root / name)
+    store = root / "store"
+    d = _two_input_spec(root)
+    first = run_spec(spec_from_dict(d, root), store, jobs=1)
+    assert len(first.ran) == 2 * 2 * 2 * 2 * 2 * 2 == 64
+
+    def ids(report_or_planned, **where):
+        return {p.condition_id for p in report_or_planned
+                if all(getattr(p.condition, k) == v for k, v in where.items())}
+
+    # nothing changed: nothing runs
+    assert run_spec(spec_from_dict(d, root), store, jobs=1).ran == ()
+    # a new rho value: only its conditions
+    d["grid"]["rho"] = [0.25, 0.5, 0.75]
+    planned = expand(spec_from_dict(d, root))
+    rep = run_spec(spec_from_dict(d, root), store, jobs=1)
+    assert set(rep.ran) == ids(planned, rho=0.75) and len(rep.ran) == 32
+    # input b's data replaced in place (same path, new manifest hash): only b's conditions
+    before = read_results(store)
+    tiny(3).save(root / "b2", overwrite=True)
+    rep = run_spec(spec_from_dict(d, root), store, jobs=1)
+    assert set(rep.ran) == ids(planned, input="b") and len(rep.ran) == 48
+    after = read_results(store)
+
+    def values(t, inp):
+        keep = [i for i, x in enumerate(t["input"].to_pylist()) if x == inp]
+        return t.take(keep).sort_by([("condition_id", "ascending"), ("metric", "ascending")])["value"].to_pylist()
+
+    assert values(after, "a") == values(before, "a")
+    assert values(after, "b") != values(before, "b")
+    # the selection 'head' redefined: only conditions on it
+    d["selections"]["head"] = {"range": [2, 8]}
+    rep = run_spec(spec_from_dict(d, root), store, jobs=1)
+    assert set(rep.ran) == ids(planned, selection="head") and len(rep.ran) == 48
+    # a policy dropped: nothing runs, and the table holds only the spec's conditions
+    d["grid"]["policy"] = ["lru"]
+    rep = run_spec(spec_from_dict(d, root), store, jobs=1)
+    assert rep.ran == () and rep.n_conditions == 48
+    table = pq.read_table(store / "results.parquet")
+    assert set(table["policy"].to_pylist()) == {"lru"}
+    assert len(set(table["condition_id"].to_pylist())) == 48
+
+
+# ----------------------------------------------------------------------------- CLI
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_cli_expand_run_summary(traces, tmp_path):
+    spec = traces / "small.toml"
+    spec.write_text("""
+[experiment]
+name = "small"
+[inputs.a]
+trace = "a"
+[grid]
+input = "a"
+batch = [2, 4]
+policy = ["lru", "lfu", "belady"]
+rho = [0.25, 0.5]
+""")
+    res = invoke("spec", "expand", spec, "--json")
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(x) for x in res.output.splitlines()]
+    assert len(rows) == 12 and len({r["condition_id"] for r in rows}) == 12
+    store = tmp_path / "st"
+    res = invoke("spec", "run", spec, "--store", store, "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["n_ran"] == 12
+    res = invoke("spec", "summary", store, "--metric", "gap", "--rows", "batch", "--cols", "rho", "--json")
+    assert res.exit_code == 0, res.output
+    cells = json.loads(res.output)["cells"]
+    lib = summarize(read_results(store), "gap", ("batch",), ("rho",))
+    assert [c["mean"] for c in cells] == [c.mean for c in lib.cells] and len(cells) == 4
+    res = invoke("spec", "summary", store, "--metric", "miss_fraction", "--rows", "policy", "--where", "batch=4")
+    assert res.exit_code == 0 and "belady" in res.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (("spec", "run", "missing.toml", "--store", "x"), "spec file not found"),
+    (("spec", "summary", "nowhere"), "no result store here"),
+    (("spec", "summary", "STORE", "--metric", "nope"), "unknown metric 'nope'"),
+    (("spec", "summary", "STORE", "--rows", "colour"), "cannot pivot"),
+    (("spec", "run", "SPEC", "--store", "x", "--executor", "local", "--address", "auto"), "ray executor only"),
+])
+def test_cli_errors_are_one_line(traces, tmp_path, monkeypatch, args, message):
+    spec = tmp_path / "s.toml"
+    spec.write_text(f'[inputs.a]\ntrace = "{traces / "a"}"\n[grid]\ninput = "a"\nbatch = 2\npolicy = "lru"\nrho = 0.5\n')
+    store = tmp_path / "store"
+    run_spec(load_spec(spec), store, jobs=1)
+    args = [str(store) if a == "STORE" else str(spec) if a == "SPEC" else a for a in args]
+    monkeypatch.chdir(tmp_path)
+    res = invoke(*args)
+    assert res.exit_code == 2, res.output
+    assert message in res.output and "Traceback" not in res.output
+
+
+def test_example_spec_expands():
+    root = Path(__file__).resolve().parents[1]
+    planned = expand(load_spec(root / "examples" / "specs" / "example.toml"))
+    assert len(planned) == 2 * 2 * 3 * 5 * 3
