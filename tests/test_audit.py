@@ -79,13 +79,13 @@ def test_locality_draws_are_disjoint_and_size_matched(monkeypatch):
     import expertcache.audit.locality as loc
 
     seen = []
-    real = loc._stream_miss
+    real = loc.stream_miss
 
     def spy(trace, requests, config, note):
         seen.append((note, np.sort(requests)))
         return real(trace, requests, config, note)
 
-    monkeypatch.setattr(loc, "_stream_miss", spy)
+    monkeypatch.setattr(loc, "stream_miss", spy)
     tr, labels = make_trace({"a": True, "b": False, "c": False}, R=10, T=8)
     workload_locality(tr, labels, LocalityConfig(batch=2, per_draw=5, n_reference_draws=3))
     assert all(len(r) == 5 for _, r in seen)
@@ -169,7 +169,9 @@ def test_matched_attribution_measures_the_template_arm():
     for c in ("A", "B"):   # the fixed rendering of category c echoes one shared prefix
         members = [i for i, r in enumerate(tr.request_ids) if labels[r] == c and arms[r] == "fixed"]
         tr = inject_shared_prefix(tr, 8, source=members[0], requests=members)
-    res = matched_attribution(tr, labels, Arms(arms, source), RouteAuditConfig(bands=BANDS, cohort_size=4))
+    res = matched_attribution(tr, labels, Arms(arms, source), RouteAuditConfig(bands=BANDS, cohort_size=4),
+                              LocalityConfig(batch=4, rho=0.25))
+    assert 0 < res.miss_fraction_fixed < res.miss_fraction_diverse < 1   # the echoed prefix is cached
     assert [r.category for r in res.rows] == ["A", "B"] and all(r.n_matched == 8 for r in res.rows)
     for r in res.rows:
         assert r.attributable[0] > 0.3 and abs(r.attributable[1]) < 0.1

@@ -183,6 +183,11 @@ def test_cli_build_and_prompt_audit(tmp_path):
     # 8 records per category (two cells of 4, distinct form-language pairs within a cell)
     assert len(diverse) == 4 and all(r["n_records"] == 8 and 4 <= r["n_templates"] <= 8 for r in diverse)
     assert all(r["n_templates"] == 1 and r["n_finals"] == 1 for r in rows if r["arm"] == "fixed")
+    res = _cli(["probe", "audit", str(out), "--by-split", "--json"])
+    cells = [json.loads(x) for x in res.output.splitlines()]
+    assert len(cells) == 4 * 2 * 2
+    # within a cell every diverse record has its own form-language template
+    assert all(r["n_templates"] == r["n_records"] == 4 for r in cells if r["arm"] == "diverse")
     res = _cli(["audit", str(out), "--json"])
     assert res.exit_code == 0, res.output
     block = json.loads(res.output)["workload_block"]

@@ -131,7 +131,7 @@ def run_audit(path: str, labels: str | None, prompts: str | None, route_cfg, loc
     route = route_audit(trace, labels, route_cfg, exclude)
     result["route"] = route.to_dict()
     if arms:
-        result["matched"] = matched_attribution(trace, labels, arms, route_cfg).to_dict()
+        result["matched"] = matched_attribution(trace, labels, arms, route_cfg, loc_cfg).to_dict()
     if loc_cfg is not None:
         with _progress() as bar:
             task = bar.add_task("locality", total=None)
@@ -201,6 +201,9 @@ def _print(result: dict[str, Any]) -> None:
         for r in matched["rows"]:
             table.add_row(r["category"], str(r["n_matched"]), *[_pct(x) for x in r["attributable"]])
         console.print(table)
+        if matched["miss_fraction_fixed"] is not None:
+            console.print(f"end-to-end m of the matched streams: fixed arm {matched['miss_fraction_fixed']:.2%}, "
+                          f"diverse arm {matched['miss_fraction_diverse']:.2%} (not a template-echo measure, §5.5)")
     loc = result.get("locality")
     if loc:
         table = Table(title=f"workload locality vs size-matched reference (§5.7): reference m "

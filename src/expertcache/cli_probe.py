@@ -66,13 +66,14 @@ def build(sources_dir: str | None, source_items: tuple[str, ...], wrappers: str 
 
 @probe.command("audit")
 @click.argument("prompts", type=click.Path())
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per (category, arm).")
+@click.option("--by-split", is_flag=True, help="One row per (category, split, arm) cell.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per row.")
 @_guard
-def audit_prompts(prompts: str, as_json: bool) -> None:
+def audit_prompts(prompts: str, by_split: bool, as_json: bool) -> None:
     """Prompt-side diagnostics (B1) of PROMPTS: a probe-set directory or a JSON Lines prompts file."""
     from .probes import prompt_diagnostics, read_prompts
 
-    rows = prompt_diagnostics(read_prompts(prompts))
+    rows = prompt_diagnostics(read_prompts(prompts), by_split=by_split)
     if as_json:
         for r in rows:
             click.echo(json.dumps(r.to_dict(), sort_keys=True))
@@ -85,10 +86,11 @@ def print_prompt_table(rows) -> None:
     from rich.table import Table
 
     table = Table(title="prompt-side diagnostics (B1, §5.6)")
-    for col in ("category", "arm", "records", "templates", "distinct heads (70 ch)", "distinct finals",
-                "mean 5-gram Jaccard"):
-        table.add_column(col, justify="left" if col in ("category", "arm") else "right")
+    splits = any(r.split for r in rows)
+    for col in ("category", *(("split",) if splits else ()), "arm", "records", "templates",
+                "distinct heads (70 ch)", "distinct finals", "mean 5-gram Jaccard"):
+        table.add_column(col, justify="left" if col in ("category", "split", "arm") else "right")
     for r in rows:
-        table.add_row(r.category, r.arm or "-", str(r.n_records), "-" if r.n_templates is None else str(r.n_templates),
+        table.add_row(r.category, *((r.split or "-",) if splits else ()), r.arm or "-", str(r.n_records), "-" if r.n_templates is None else str(r.n_templates),
                       str(r.n_heads), str(r.n_finals), "-" if r.mean_jaccard is None else f"{r.mean_jaccard:.4f}")
     _console().print(table)

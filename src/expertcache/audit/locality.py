@@ -40,7 +40,7 @@ from ..events import ArrivalOffsets, build_events
 from ..labels import request_categories
 from ..trace import RoutingTrace, select_requests
 
-__all__ = ["LocalityConfig", "CategoryLocality", "LocalityResult", "workload_locality", "VERDICTS"]
+__all__ = ["LocalityConfig", "CategoryLocality", "LocalityResult", "workload_locality", "stream_miss", "VERDICTS"]
 
 VERDICTS = ("separated", "not distinguishable from zero", "below reference")
 
@@ -159,7 +159,8 @@ def _improvement(m: float, reference: float) -> float:
     return 1.0 - m / reference if reference > 0 else float("nan")
 
 
-def _stream_miss(trace: RoutingTrace, requests: np.ndarray, config: LocalityConfig, note: str) -> float:
+def stream_miss(trace: RoutingTrace, requests: np.ndarray, config: LocalityConfig, note: str) -> float:
+    """Effective miss fraction of the stream of ``requests`` (input order) under ``config``'s schedule and replay."""
     from ..replay import replay
 
     sub = select_requests(trace, np.sort(requests), note=note)
@@ -208,7 +209,7 @@ def workload_locality(trace: RoutingTrace, labels: dict[str, str] | str | os.Pat
         alloc[rng.permutation(len(cats))[: per % len(cats)]] += 1
         draw = np.concatenate([rng.choice(members[c], size=min(int(a), members[c].size), replace=False)
                                for c, a in zip(cats, alloc, strict=True)])
-        ref.append(_stream_miss(trace, draw, config, f"locality reference draw {d}"))
+        ref.append(stream_miss(trace, draw, config, f"locality reference draw {d}"))
         done += 1
         if progress:
             progress(done, total)
@@ -219,7 +220,7 @@ def workload_locality(trace: RoutingTrace, labels: dict[str, str] | str | os.Pat
         order = members[c][rng.permutation(members[c].size)]
         ms = []
         for d in range(nd):
-            ms.append(_stream_miss(trace, order[d * per:(d + 1) * per], config, f"locality {c} draw {d}"))
+            ms.append(stream_miss(trace, order[d * per:(d + 1) * per], config, f"locality {c} draw {d}"))
             done += 1
             if progress:
                 progress(done, total)

@@ -13,6 +13,10 @@ same cohort order, each against the round-robin mixture of its own arm, and
 
 The contrast is causal for the rendering policy, not for a pure template-echo
 component: changing the wrapper also changes the continuation and its length.
+Given a replay configuration, the end-to-end effective miss fraction of each
+arm's stream (all matched requests) is reported next to it: §5.5 found the
+fixed arm *higher* over the full trace while its early-band union reduction
+was larger, so template echo cannot be read off the end-to-end difference.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from ..jsonl import iter_records
 from ..labels import request_categories
 from ..trace import RoutingTrace
 from .bands import band_reductions
+from .locality import LocalityConfig, stream_miss
 from .routes import RouteAuditConfig
 from .view import decode_view
 
@@ -101,10 +106,13 @@ class MatchedAttribution:
     bands: tuple[str, ...]
     cohort_size: int
     rows: tuple[MatchedRow, ...]
+    miss_fraction_fixed: float | None = None
+    miss_fraction_diverse: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"bands": list(self.bands), "cohort_size": self.cohort_size,
-                "rows": [r.to_dict() for r in self.rows]}
+                "rows": [r.to_dict() for r in self.rows], "miss_fraction_fixed": self.miss_fraction_fixed,
+                "miss_fraction_diverse": self.miss_fraction_diverse}
 
 
 def _opt(x: float) -> float | None:
@@ -112,8 +120,12 @@ def _opt(x: float) -> float | None:
 
 
 def matched_attribution(trace: RoutingTrace, labels: dict[str, str] | str | os.PathLike[str] | None, arms: Arms,
-                        config: RouteAuditConfig | None = None) -> MatchedAttribution:
+                        config: RouteAuditConfig | None = None, replay: LocalityConfig | None = None
+                        ) -> MatchedAttribution:
     """Fixed-template arm minus diverse arm, matched on source record, per category and band (§5.5).
+
+    ``replay`` (batch, offsets, policy, rho of a :class:`LocalityConfig`) adds
+    each arm's end-to-end effective miss fraction.
 
     Raises
     ------
@@ -150,4 +162,9 @@ def matched_attribution(trace: RoutingTrace, labels: dict[str, str] | str | os.P
         diff = rf[j] - rd[j]
         rows.append(MatchedRow(names[c], int(fixed_orders[j].shape[0]), tuple(_opt(x) for x in rf[j]),
                                tuple(_opt(x) for x in rd[j]), tuple(_opt(x) for x in diff)))
-    return MatchedAttribution(tuple(b.label for b in config.bands), min(size_f, size_d), tuple(rows))
+    m_fixed = m_diverse = None
+    if replay is not None:
+        m_fixed = stream_miss(trace, np.concatenate(fixed_orders), replay, "matched pairs: fixed arm")
+        m_diverse = stream_miss(trace, np.concatenate(diverse_orders), replay, "matched pairs: diverse arm")
+    return MatchedAttribution(tuple(b.label for b in config.bands), min(size_f, size_d), tuple(rows),
+                              m_fixed, m_diverse)

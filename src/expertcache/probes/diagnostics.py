@@ -30,6 +30,7 @@ class PromptRecord:
     prompt: str
     template: str | None = None
     arm: str | None = None
+    split: str | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class PromptStats:
     n_finals: int
     mean_jaccard: float | None
     head_chars: int = HEAD_CHARS
+    split: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -63,7 +65,7 @@ def read_prompts(path: str | os.PathLike[str]) -> tuple[PromptRecord, ...]:
     """Read prompts: a probe-set directory (its ``probes.jsonl``) or a JSON Lines file.
 
     Each record needs ``prompt`` (or ``text``) and ``category``; ``request_id``
-    (or ``id``), ``template`` and ``arm`` are optional.
+    (or ``id``), ``template``, ``arm`` and ``split`` are optional.
     """
     p = Path(path)
     if p.is_dir():
@@ -84,23 +86,27 @@ def read_prompts(path: str | os.PathLike[str]) -> tuple[PromptRecord, ...]:
         tpl = rec.get("template")
         arm = rec.get("arm")
         rid = rec.get("request_id", rec.get("id", line_no))
+        split = rec.get("split")
         out.append(PromptRecord(str(rid), cat, prompt, None if tpl is None else str(tpl),
-                                None if arm is None else str(arm)))
+                                None if arm is None else str(arm), None if split is None else str(split)))
     if not out:
         raise ValidationError("no prompt records found; expected one JSON object per line", source=src)
     return tuple(out)
 
 
-def prompt_diagnostics(records: tuple[PromptRecord, ...] | list[PromptRecord]) -> tuple[PromptStats, ...]:
-    """B1 figures per (category, arm), sorted by category then arm."""
-    groups: dict[tuple[str, str | None], list[PromptRecord]] = {}
+def prompt_diagnostics(records: tuple[PromptRecord, ...] | list[PromptRecord],
+                       by_split: bool = False) -> tuple[PromptStats, ...]:
+    """B1 figures per (category, arm), or per (category, split, arm) cell with ``by_split``; sorted."""
+    groups: dict[tuple[str, str, str], list[PromptRecord]] = {}
     for r in records:
-        groups.setdefault((r.category, r.arm), []).append(r)
+        key = (r.category, (r.split or "") if by_split else "", r.arm or "")
+        groups.setdefault(key, []).append(r)
     out = []
-    for (cat, arm) in sorted(groups, key=lambda k: (k[0], k[1] or "")):
-        rs = groups[(cat, arm)]
+    for key in sorted(groups):
+        rs = groups[key]
         templates = None if any(r.template is None for r in rs) else len({r.template for r in rs})
-        out.append(PromptStats(cat, arm, len(rs), templates, len({prompt_head(r.prompt) for r in rs}),
+        out.append(PromptStats(key[0], rs[0].arm, len(rs), templates, len({prompt_head(r.prompt) for r in rs}),
                                len({final_line(r.prompt) for r in rs}),
-                               mean_pairwise_jaccard([r.prompt for r in rs])))
+                               mean_pairwise_jaccard([r.prompt for r in rs]),
+                               split=rs[0].split if by_split else None))
     return tuple(out)
