@@ -228,3 +228,16 @@ def test_workload_block_fields():
     assert block["position_locked_cohorts"].startswith("yes")
     assert block["chat_template_applied"] == "not reported"
     assert block["positional_token_agreement"].startswith("0.00% mean per category")
+
+
+def test_docs_python_example_runs(capsys, monkeypatch):
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)
+    blocks = re.findall(r"```python\n(.*?)```", (root / "docs" / "probes.md").read_text(), flags=re.S)
+    assert blocks
+    for block in blocks:
+        exec(compile(block, "docs/probes.md", "exec"), {})
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("False ") and out[1].startswith("separated from the size-matched reference")
