@@ -1,0 +1,313 @@
+"""``expertcache routers train|export|eval``: Cache-Learning Routers from the command line (docs/routers.md)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from .cli import _console, _csv, _fail, _guard, _progress, _require_new
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def routers() -> None:
+    """Cache-Learning Routers: train Temporal/Spatio routers, export advice, evaluate (CLR)."""
+
+
+def _load_model(model: str, device: str | None) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .errors import ValidationError
+
+    try:
+        tok = AutoTokenizer.from_pretrained(model)
+        m = AutoModelForCausalLM.from_pretrained(model)
+    except (OSError, ValueError) as exc:
+        raise ValidationError(f"cannot load the model ({str(exc).splitlines()[0]}); expected a local Hugging Face "
+                              "model directory", source=model) from None
+    if device:
+        m = m.to(device)
+    return m, tok
+
+
+def _trace_arrays(trace_dir: str):
+    from .collect import read_array
+    from .trace import read_trace
+
+    trace = read_trace(trace_dir)
+    return trace, read_array(trace_dir, "hidden"), read_array(trace_dir, "logits")
+
+
+def _emit_train(res: Any, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(res.to_dict(), sort_keys=True))
+        return
+    last = res.history[-1] if res.history else {}
+    parts = ", ".join(f"{k} {v:.4f}" for k, v in last.items() if k not in ("step", "lr"))
+    click.echo(f"wrote {res.out}: step {res.steps}/{res.total_steps}; last step {parts}; "
+               f"{res.added_parameters} added parameters; {res.seconds:.1f} s")
+
+
+@routers.command("train")
+@click.option("--model", "model_path", default=None, help="Local Hugging Face MoE model directory.")
+@click.option("--data", "data_path", type=click.Path(dir_okay=False), default=None,
+              help='Training JSON Lines ("text" | "question"+"answer" | "prompt"+"completion"); needs --model.')
+@click.option("--trace", "trace_dir", type=click.Path(file_okay=False), default=None,
+              help="Offline auxiliary-only training from a trace collected with --save-hidden --save-logits.")
+@click.option("--mode", type=click.Choice(["lm-only", "temporal", "full", "aux-temporal", "aux-full"]),
+              default=None, help="What trains [default: temporal with --data, aux-temporal with --trace].")
+@click.option("--capacity", type=int, required=True, help="B: experts per layer the cache holds.")
+@click.option("--tau", type=float, default=0.03, show_default=True, help="Soft top-B temperature.")
+@click.option("--cache-weight", type=float, default=0.10, show_default=True, help="s_w in L_LM + s_w L_cache.")
+@click.option("--lr", type=float, default=1e-5, show_default=True)
+@click.option("--weight-decay", type=float, default=0.10, show_default=True)
+@click.option("--warmup-ratio", type=float, default=0.03, show_default=True)
+@click.option("--max-grad-norm", type=float, default=1.0, show_default=True)
+@click.option("--grad-accum", type=int, default=8, show_default=True)
+@click.option("--batch-size", type=int, default=1, show_default=True,
+              help="Sequences per micro-batch (with --trace: token pairs).")
+@click.option("--epochs", type=float, default=4.0, show_default=True)
+@click.option("--max-steps", type=int, default=None, help="Optimizer steps (overrides --epochs).")
+@click.option("--max-length", type=int, default=512, show_default=True)
+@click.option("--precision", type=click.Choice(["auto", "bf16", "fp32"]), default="auto", show_default=True)
+@click.option("--fused", type=click.Choice(["auto", "yes", "no"]), default="auto", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--save-every", type=int, default=0, show_default=True, help="Checkpoint every N steps (0: at the end).")
+@click.option("--resume", type=click.Path(file_okay=False), default=None, help="Continue from this checkpoint.")
+@click.option("--device", default=None, help="Torch device for the model (cpu, cuda).")
+@click.option("-o", "--out", required=True, type=click.Path(file_okay=False), help="Checkpoint directory.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing checkpoint directory.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@_guard
+def train_cmd(model_path: str | None, data_path: str | None, trace_dir: str | None, mode: str | None,
+              capacity: int, tau: float, cache_weight: float, lr: float, weight_decay: float, warmup_ratio: float,
+              max_grad_norm: float, grad_accum: int, batch_size: int, epochs: float, max_steps: int | None,
+              max_length: int, precision: str, fused: str, seed: int, save_every: int, resume: str | None,
+              device: str | None, out: str, overwrite: bool, as_json: bool) -> None:
+    """Train Temporal (and Spatio) Routers on a model and local text, or offline on a trace."""
+    from .routers.config import TrainConfig
+
+    if (data_path is None) == (trace_dir is None):
+        _fail("give exactly one of --data (train on a model) or --trace (offline, auxiliary-only)")
+    if data_path is not None and model_path is None:
+        _fail("--data needs --model")
+    if resume is None or resume != out:
+        _require_new(out, overwrite)
+    cfg = TrainConfig(mode=mode or ("temporal" if data_path else "aux-temporal"), capacity=capacity, tau=tau,
+                      cache_weight=cache_weight, lr=lr, weight_decay=weight_decay, warmup_ratio=warmup_ratio,
+                      max_grad_norm=max_grad_norm, grad_accum=grad_accum, batch_size=batch_size, epochs=epochs,
+                      max_steps=max_steps, max_length=max_length, precision=precision, fused=fused, seed=seed,
+                      save_every=save_every)
+    with _progress() as bar:
+        task = bar.add_task("training", total=None)
+
+        def tick(step: int, total: int, rec: dict) -> None:
+            bar.update(task, completed=step, total=total)
+
+        if data_path is not None:
+            from .routers.data import load_texts
+            from .routers.train import tokenize_texts, train_model
+
+            model, tok = _load_model(model_path, device)  # type: ignore[arg-type]
+            seqs = tokenize_texts(tok, load_texts(data_path), cfg.max_length)
+            pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+            res = train_model(model, seqs, cfg, out, pad_id=int(pad), resume=resume, on_step=tick,
+                              meta={"model": model_path, "data": data_path})
+        else:
+            import numpy as np
+
+            from .routers.train import fit_native_routers, pair_rows, train_offline
+
+            trace, hidden, logits = _trace_arrays(trace_dir)  # type: ignore[arg-type]
+            meta: dict[str, Any] = {"trace": trace_dir}
+            if model_path is not None:
+                from .routers.modules import CacheRouters
+
+                model, _ = _load_model(model_path, None)
+                r = CacheRouters.for_model(model)
+                w = np.stack([lin.weight.detach().numpy() for lin in r.temporal])
+                b = (np.stack([lin.bias.detach().numpy() for lin in r.temporal])
+                     if r.temporal[0].bias is not None else None)
+                kind = r.kind
+                meta["init"] = f"native routers of {model_path}"
+            else:
+                w, resid = fit_native_routers(hidden, logits)
+                b, kind = None, "softmax"
+                meta["init"] = f"least-squares fit of the trace's logits (relative residual {resid:.2e})"
+            res = train_offline(pair_rows(trace.request, trace.position), hidden, logits, cfg, out,
+                                native_weights=w, native_bias=b, kind=kind, resume=resume, on_step=tick, meta=meta)
+    _emit_train(res, as_json)
+
+
+def _advice(checkpoint: str, trace_dir: str, batch: int, offsets: str, seed: int, stream: Any, use: str):
+    from .events import ArrivalOffsets
+    from .routers.advice import advice_for_trace, router_scores
+    from .routers.checkpoint import load_router_weights
+    from .routers.train import pair_rows
+
+    weights = load_router_weights(checkpoint)
+    trace, hidden, logits = _trace_arrays(trace_dir)
+    offs = ArrivalOffsets.parse(offsets, seed=seed)
+    scores = router_scores(hidden, logits, pair_rows(trace.request, trace.position), weights)
+    adv = advice_for_trace(trace, scores, batch, offs, stream=stream, use=use,
+                           provenance={"checkpoint": checkpoint, "trace": trace_dir})
+    return trace, weights, adv
+
+
+@routers.command("export")
+@click.argument("checkpoint", type=click.Path(exists=True, file_okay=False))
+@click.option("--trace", "trace_dir", required=True, type=click.Path(exists=True, file_okay=False),
+              help="Trace with hidden states and router logits (collect --save-hidden --save-logits).")
+@click.option("--batch", type=int, default=1, show_default=True, help="Concurrency B of the FCFS schedule.")
+@click.option("--offsets", default="zero", show_default=True, help="Arrival offsets, as in `events build`.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of random offsets.")
+@click.option("--stream", "stream_dir", type=click.Path(exists=True, file_okay=False), default=None,
+              help="The stream the advice is for (checked; its prefill warm-up is padded).")
+@click.option("--use", type=click.Choice(["routers", "native"]), default="routers", show_default=True,
+              help="routers: s^T and s^ST; native: p^R alone (reference).")
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False), help="Advice .npz to write.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing file.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@_guard
+def export_cmd(checkpoint: str, trace_dir: str, batch: int, offsets: str, seed: int, stream_dir: str | None,
+               use: str, out: str, overwrite: bool, as_json: bool) -> None:
+    """Write per-event priority / prefetch-score advice of CHECKPOINT for a trace's event stream."""
+    import os
+    import tempfile
+
+    from .events import read_events
+    from .routers.advice import save_router_advice
+
+    _require_new(out, overwrite)
+    stream = read_events(stream_dir) if stream_dir else None
+    _, _, adv = _advice(checkpoint, trace_dir, batch, offsets, seed, stream, use)
+    fd, tmp = tempfile.mkstemp(prefix=".advice.", suffix=".npz", dir=os.path.dirname(os.path.abspath(out)))
+    os.close(fd)
+    try:
+        save_router_advice(adv, tmp)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    info = {"out": out, "n_events": int(adv.priority.shape[0]), "n_experts": int(adv.priority.shape[1]),
+            "warmup_events": adv.warmup_events,
+            "events_with_prefetch_candidates": int(__import__("numpy").isfinite(adv.prefetch_score).any(1).sum()),
+            **adv.provenance}
+    if as_json:
+        click.echo(json.dumps(info, sort_keys=True))
+    else:
+        click.echo(f"wrote {out}: {info['n_events']} events x {info['n_experts']} experts "
+                   f"({info['events_with_prefetch_candidates']} with pre-access candidates)")
+
+
+def _table(rows: list, title: str) -> None:
+    from rich.table import Table
+
+    t = Table(title=title)
+    for col in ("method", "category", "B", "R", "added params", "acc", "Hit", "AdjHit", "Load/token", "P", "m"):
+        t.add_column(col, justify="left" if col in ("method", "category") else "right")
+    for r in rows:
+        t.add_row(r.method, r.category, str(r.capacity), str(r.budget), f"{r.added_parameters:,}",
+                  "-" if r.accuracy is None else f"{100 * r.accuracy:.2f}", f"{100 * r.hit:.2f}",
+                  f"{100 * r.adj_hit:.2f}", f"{r.load_per_token:.3f}", str(r.proactive_loads),
+                  f"{r.miss_fraction:.4f}")
+    _console().print(t)
+
+
+@routers.command("eval")
+@click.argument("checkpoint", type=click.Path(exists=True, file_okay=False))
+@click.option("--trace", "trace_dir", required=True, type=click.Path(exists=True, file_okay=False),
+              help="Held-out trace with hidden states and router logits.")
+@click.option("--capacity", type=int, required=True, help="B: experts per layer the cache holds.")
+@click.option("--budget", type=int, default=0, show_default=True,
+              help="R: pre-access candidates for the Spatio-Temporal row (0: no such row).")
+@click.option("--budgets", callback=_csv(int, "integers"), default=None,
+              help="Also replay this checkpoint at each R (CLR Table 3), e.g. 0,2,4.")
+@click.option("--capacities", callback=_csv(int, "integers"), default=None,
+              help="Also LRU vs Temporal Router at each B (CLR Table 3), e.g. 2,3,4,5.")
+@click.option("--batch", type=int, default=1, show_default=True, help="Concurrency of the FCFS schedule.")
+@click.option("--offsets", default="zero", show_default=True, help="Arrival offsets, as in `events build`.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of offsets and random ties.")
+@click.option("--prefill-init/--no-prefill-init", default=True, show_default=True,
+              help="Initialise the decode cache with the first batch's prefill (CLR §4.1; not counted).")
+@click.option("--prefill-chunk", type=int, default=128, show_default=True)
+@click.option("--tie-break", type=click.Choice(["random", "id"]), default="random", show_default=True)
+@click.option("--expert-bytes", type=int, default=None, help="S_expert for Load/token in bytes (default: blocks).")
+@click.option("--tasks", "tasks_path", type=click.Path(dir_okay=False), default=None,
+              help="GSM8K-format JSON Lines for exact match (needs --model).")
+@click.option("--model", "model_path", default=None, help="The base model (the checkpoint's backbone is loaded in).")
+@click.option("--max-new-tokens", type=int, default=256, show_default=True)
+@click.option("--device", default=None)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@_guard
+def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budgets: list[int] | None,
+             capacities: list[int] | None, batch: int, offsets: str, seed: int, prefill_init: bool,
+             prefill_chunk: int, tie_break: str, expert_bytes: int | None, tasks_path: str | None,
+             model_path: str | None, max_new_tokens: int, device: str | None, as_json: bool) -> None:
+    """CLR Table 1-shaped results of CHECKPOINT on a held-out trace (and Table 3 sweeps)."""
+    from .events import ArrivalOffsets, build_events
+    from .routers import evaluate as ev
+
+    if tasks_path and not model_path:
+        _fail("--tasks needs --model")
+    trace = __import__("expertcache.trace", fromlist=["read_trace"]).read_trace(trace_dir)
+    offs = ArrivalOffsets.parse(offsets, seed=seed)
+    if prefill_init:
+        from .prefill import prefill_initialised_events
+
+        stream = prefill_initialised_events(trace, batch, prefill_chunk, "chunk-major", offs)
+    else:
+        stream = build_events(trace, batch, offs)
+    _, weights, adv = _advice(checkpoint, trace_dir, batch, offsets, seed, stream, "routers")
+    L, N, d = weights.temporal_w.shape
+    per = N * d + (N if weights.temporal_b is not None else 0)
+    acc: dict[str, float] = {}
+    accuracy_info = None
+    if tasks_path:
+        from .routers.checkpoint import BACKBONE_FILE
+        from .routers.data import load_tasks
+
+        tasks = load_tasks(tasks_path)
+        model, tok = _load_model(model_path, device)  # type: ignore[arg-type]
+        import os
+
+        joint = os.path.isfile(os.path.join(checkpoint, BACKBONE_FILE))
+        if joint:
+            from safetensors.torch import load_model
+
+            load_model(model, os.path.join(checkpoint, BACKBONE_FILE))
+        with _progress() as bar:
+            t = bar.add_task("exact match", total=len(tasks))
+            res = ev.exact_match(model, tok, tasks, max_new_tokens=max_new_tokens,
+                                 progress=lambda i, n: bar.update(t, completed=i, total=n))
+        accuracy_info = res.to_dict()
+        names = ["Temporal Router", "Spatio-Temporal Router"] + ([] if joint else ["LRU", "LFU", "LRFU"])
+        acc = {k: res.accuracy for k in names}
+    with _progress() as bar:
+        t = bar.add_task("replays", total=None)
+        rows = ev.results_table(stream, adv, capacity, budget, added_temporal=L * per, added_full=2 * L * per,
+                                expert_bytes=expert_bytes, tie_break=tie_break, seed=seed, accuracy=acc,
+                                progress=lambda i, n: bar.update(t, completed=i, total=n))
+        r_rows = ev.budget_sweep(stream, adv, capacity, budgets, expert_bytes=expert_bytes, tie_break=tie_break,
+                                 seed=seed) if budgets else []
+        b_rows = ev.capacity_sweep(stream, adv, capacities, expert_bytes=expert_bytes, tie_break=tie_break,
+                                   seed=seed) if capacities else []
+    scope = {"checkpoint": checkpoint, "mode": weights.meta.get("mode"), "trained_capacity": weights.meta.get("capacity"),
+             "trace": trace_dir, "batch": batch, "offsets": offs.describe(), "warmup_events": adv.warmup_events,
+             "decode_events": stream.n_events - adv.warmup_events,
+             "note": ("auxiliary-only checkpoint: every row replays the same routing" if not str(
+                 weights.meta.get("mode", "")).startswith(("temporal", "full", "lm")) else
+                 "joint checkpoint: the classic rows replay this checkpoint's routing, not an LM-only backbone's")}
+    if as_json:
+        click.echo(json.dumps({"scope": scope, "accuracy": accuracy_info, "table": [r.to_dict() for r in rows],
+                               "budget_sweep": [r.to_dict() for r in r_rows],
+                               "capacity_sweep": [r.to_dict() for r in b_rows]}, sort_keys=True))
+        return
+    click.echo(f"{scope['decode_events']} decode events after {scope['warmup_events']} prefill warm-up events; "
+               f"batch {batch}; {scope['note']}")
+    _table(rows, f"CLR Table 1 shape (B = {capacity})")
+    if r_rows:
+        _table(r_rows, f"budget R sweep on one checkpoint (B = {capacity})")
+    if b_rows:
+        _table(b_rows, "capacity B sweep (update-only)")

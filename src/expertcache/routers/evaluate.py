@@ -1,0 +1,232 @@
+"""Evaluation of the Cache-Learning Routers: Table 1 / Table 3 shapes, concentration, accuracy.
+
+Every cache number comes from the proactive-load-aware replay
+(:func:`expertcache.replay.proactive.replay_proactive`): the Temporal Router is
+``U_B`` on ``Advice.priority`` with no pre-access refinement (``R = 0``, so
+``P = 0`` and ``AdjHit = Hit``); the Spatio-Temporal Router adds refinement
+with budget ``R`` on ``Advice.prefetch_score``; the classic rows are LRU, LFU
+and LRFU (``lambda = 0.5``) on the same stream (CLR Tab. 1). As in CLR Tab. 3,
+a budget sweep replays one checkpoint's advice at several ``R``.
+
+Caveat stated with every table: CLR compares *configurations* (the LM-only
+backbone's routing for the classic rows, the post-trained backbone's for
+theirs). With auxiliary-only training (backbone frozen) the routing is the
+same for every row, so this comparison is on identical trajectories.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import ValidationError
+from ..events import EventStream
+from .advice import RouterAdvice
+
+__all__ = ["TableRow", "results_table", "budget_sweep", "capacity_sweep", "AccuracyResult", "exact_match",
+           "concentration_by_weight", "CLASSIC"]
+
+#: The classic replacement rows of CLR Tab. 1 (retention keys of the proactive replay).
+CLASSIC = ("lru", "lfu", "lrfu")
+
+
+@dataclass(frozen=True)
+class TableRow:
+    """One row of a CLR Table 1-shaped results table.
+
+    Attributes
+    ----------
+    method
+        ``LRU``, ``LFU``, ``LRFU``, ``Temporal Router`` or ``Spatio-Temporal Router``.
+    category
+        ``update-only`` (``P = 0``) or ``prefetch``.
+    capacity, budget
+        ``B`` per layer and ``R`` (0 for update-only).
+    added_parameters
+        Inference-time parameters the method adds (0 for classic policies).
+    accuracy
+        Exact match in ``[0, 1]`` when measured, else ``None``.
+    hit, adj_hit, load_per_token, load_unit, miss_fraction
+        CLR's metrics and the evaluation paper's ``m`` on the same run.
+    accesses, demand_misses, proactive_loads, tokens
+        ``A``, ``D``, ``P``, ``T`` of the counted (decode) events.
+    """
+
+    method: str
+    category: str
+    capacity: int
+    budget: int
+    added_parameters: int
+    accuracy: float | None
+    hit: float
+    adj_hit: float
+    load_per_token: float
+    load_unit: str
+    miss_fraction: float
+    accesses: int
+    demand_misses: int
+    proactive_loads: int
+    tokens: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain fields, for JSON."""
+        return asdict(self)
+
+
+def _engine_advice(advice: RouterAdvice) -> Any:
+    try:
+        return advice.to_advice()
+    except ValidationError:
+        return advice
+
+
+def _row(method: str, stream: EventStream, priority: str, capacity: int, budget: int, advice: Any, *,
+         warmup: int, expert_bytes: int | None, tie_break: str, seed: int, added: int,
+         accuracy: float | None) -> TableRow:
+    from ..replay.proactive import ProactiveConfig, replay_proactive
+
+    cfg = ProactiveConfig(priority=priority, capacity=(int(capacity),) * stream.n_layers, prefetch_budget=int(budget),
+                          tie_break=tie_break, seed=seed, warmup_events=int(warmup), expert_bytes=expert_bytes)
+    r = replay_proactive(stream, cfg, advice)
+    return TableRow(method, "prefetch" if budget > 0 else "update-only", int(capacity), int(budget), int(added),
+                    accuracy, r.hit, r.adj_hit, r.load_per_token, r.load_unit, r.miss_fraction, r.accesses,
+                    r.demand_misses, r.proactive_loads, r.tokens)
+
+
+def _check_capacity(stream: EventStream, capacity: int) -> None:
+    if not 1 <= capacity < stream.n_experts:
+        raise ValidationError(f"capacity B must be in [1, N) = [1, {stream.n_experts}); got {capacity}")
+
+
+def results_table(stream: EventStream, advice: RouterAdvice, capacity: int, budget: int, *,
+                  added_temporal: int = 0, added_full: int = 0, warmup: int | None = None,
+                  expert_bytes: int | None = None, tie_break: str = "random", seed: int = 0,
+                  accuracy: dict[str, float] | None = None,
+                  progress: Callable[[int, int], None] | None = None) -> list[TableRow]:
+    """CLR Table 1 shape on one stream: classic rows, the Temporal Router, the Spatio-Temporal Router.
+
+    ``warmup`` defaults to the advice's (the stream's prefill warm-up); the
+    Spatio-Temporal row appears when ``budget > 0`` and the advice has any
+    pre-access score. ``accuracy`` maps a method name to its exact match.
+    """
+    _check_capacity(stream, capacity)
+    if advice.priority.shape != (stream.n_events, stream.n_experts):
+        raise ValidationError(f"advice has {advice.priority.shape[0]} events; the stream has {stream.n_events}")
+    warm = advice.warmup_events if warmup is None else int(warmup)
+    eng = _engine_advice(advice)
+    acc = accuracy or {}
+    jobs: list[tuple[str, str, int, int]] = [(p.upper(), p, 0, 0) for p in CLASSIC]
+    jobs.append(("Temporal Router", "advice", 0, added_temporal))
+    if budget > 0 and np.isfinite(advice.prefetch_score).any():
+        jobs.append(("Spatio-Temporal Router", "advice", budget, added_full))
+    rows = []
+    for i, (name, pri, r, added) in enumerate(jobs):
+        rows.append(_row(name, stream, pri, capacity, r, eng, warmup=warm, expert_bytes=expert_bytes,
+                         tie_break=tie_break, seed=seed, added=added, accuracy=acc.get(name)))
+        if progress is not None:
+            progress(i + 1, len(jobs))
+    return rows
+
+
+def budget_sweep(stream: EventStream, advice: RouterAdvice, capacity: int, budgets: Sequence[int], *,
+                 warmup: int | None = None, expert_bytes: int | None = None, tie_break: str = "random",
+                 seed: int = 0) -> list[TableRow]:
+    """CLR Table 3, ``R`` half: one checkpoint's advice replayed at every budget ``R`` (``R = 0``: Temporal)."""
+    _check_capacity(stream, capacity)
+    warm = advice.warmup_events if warmup is None else int(warmup)
+    eng = _engine_advice(advice)
+    return [_row("Temporal Router" if r == 0 else "Spatio-Temporal Router", stream, "advice", capacity, r, eng,
+                 warmup=warm, expert_bytes=expert_bytes, tie_break=tie_break, seed=seed, added=0, accuracy=None)
+            for r in budgets]
+
+
+def capacity_sweep(stream: EventStream, advice: RouterAdvice, capacities: Sequence[int], *,
+                   warmup: int | None = None, expert_bytes: int | None = None, tie_break: str = "random",
+                   seed: int = 0) -> list[TableRow]:
+    """CLR Table 3, ``B`` half: LRU and the Temporal Router at every capacity ``B`` (update-only)."""
+    warm = advice.warmup_events if warmup is None else int(warmup)
+    eng = _engine_advice(advice)
+    rows = []
+    for b in capacities:
+        _check_capacity(stream, b)
+        for name, pri in (("LRU", "lru"), ("Temporal Router", "advice")):
+            rows.append(_row(name, stream, pri, b, 0, eng, warmup=warm, expert_bytes=expert_bytes,
+                             tie_break=tie_break, seed=seed, added=0, accuracy=None))
+    return rows
+
+
+def concentration_by_weight(traces: Sequence[tuple[float, Any]]) -> list[dict[str, float]]:
+    """Expert-usage concentration (CLR Fig. 2-3) of decode routing, one record per cache-loss weight ``s_w``.
+
+    ``traces`` pairs ``s_w`` with the RoutingTrace collected from the checkpoint
+    trained at that weight. Records hold the max expert frequency, the top-8
+    mass, the entropy (nats) and the effective number of experts, averaged over layers.
+    """
+    from ..analysis.concentration import concentration, selection_counts
+
+    out = []
+    for sw, trace in sorted(traces, key=lambda t: t[0]):
+        st = concentration(selection_counts(trace), min(8, trace.n_experts))
+        out.append({"cache_weight": float(sw), "max_frequency": st.overall_max_frequency,
+                    "top8_mass": st.overall_topk_mass, "entropy": st.overall_entropy,
+                    "effective_experts": st.overall_effective_experts})
+    return out
+
+
+@dataclass(frozen=True)
+class AccuracyResult:
+    """Exact match of greedy decoding on a GSM8K-format task file."""
+
+    n_tasks: int
+    n_correct: int
+    max_new_tokens: int
+    predictions: tuple[str | None, ...]
+
+    @property
+    def accuracy(self) -> float:
+        """``n_correct / n_tasks``."""
+        return self.n_correct / self.n_tasks if self.n_tasks else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain fields plus the accuracy, for JSON."""
+        return {"n_tasks": self.n_tasks, "n_correct": self.n_correct, "accuracy": self.accuracy,
+                "max_new_tokens": self.max_new_tokens}
+
+
+def exact_match(model: Any, tokenizer: Any, tasks: Sequence[Any], *, max_new_tokens: int = 256,
+                chat_template: bool = True, progress: Callable[[int, int], None] | None = None) -> AccuracyResult:
+    """Greedy-decode every task and compare the final number with the reference (``#### N``).
+
+    The prompt is the question, through the tokenizer's chat template when it
+    has one and ``chat_template`` is set; the prediction is the number after
+    ``####`` in the output, else its last number (:func:`~.data.final_number`).
+    """
+    import torch
+
+    from .data import final_number
+
+    device = next(model.parameters()).device
+    model.eval()
+    preds: list[str | None] = []
+    correct = 0
+    for i, task in enumerate(tasks):
+        if chat_template and getattr(tokenizer, "chat_template", None):
+            ids = tokenizer.apply_chat_template([{"role": "user", "content": task.question}],
+                                                add_generation_prompt=True, return_tensors="pt", return_dict=True)
+            ids = ids["input_ids"]
+        else:
+            ids = tokenizer(task.question, return_tensors="pt")["input_ids"]
+        ids = ids.to(device)
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                 do_sample=False, pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
+        text = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+        pred = final_number(text)
+        preds.append(pred)
+        correct += int(pred is not None and pred == task.reference)
+        if progress is not None:
+            progress(i + 1, len(tasks))
+    return AccuracyResult(len(tasks), correct, int(max_new_tokens), tuple(preds))

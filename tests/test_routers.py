@@ -1,0 +1,479 @@
+"""Cache-Learning Routers: surrogate, initialisation, hooks, losses, frozen backbone, checkpoints, advice.
+
+Models are tiny random-init Hugging Face MoEs built from configs (2 MoE layers,
+hidden 32, 8 experts); expected values come from naive re-implementations
+written here, never from the code under test.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("safetensors")
+
+from expertcache.errors import ValidationError  # noqa: E402
+from expertcache.routers.config import TrainConfig  # noqa: E402
+
+L, N, D = 2, 8, 32
+
+
+def tiny_qwen3(seed: int = 0):
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    cfg = Qwen3MoeConfig(vocab_size=96, hidden_size=D, num_hidden_layers=L, num_attention_heads=2,
+                         num_key_value_heads=1, head_dim=16, intermediate_size=64, moe_intermediate_size=16,
+                         num_experts=N, num_experts_per_tok=2, max_position_embeddings=128)
+    torch.manual_seed(seed)
+    model = Qwen3MoeForCausalLM(cfg)
+    with torch.no_grad():   # larger router weights so routing is not near-uniform
+        for layer in model.model.layers:
+            layer.mlp.gate.weight.normal_(0.0, 0.5)
+    return model
+
+
+def sequences(n: int = 6, length: int = 12, seed: int = 1) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [list(rng.integers(1, 96, size=int(rng.integers(length // 2, length + 1)))) for _ in range(n)]
+
+
+# ------------------------------------------------------------------ soft top-B surrogate
+
+
+def naive_topb(row: list[float], b: int) -> set[int]:
+    return set(sorted(range(len(row)), key=lambda e: -row[e])[:b])
+
+
+def test_soft_topb_approaches_hard_membership_as_tau_shrinks():
+    from expertcache.routers.losses import soft_topb_membership
+
+    rng = np.random.default_rng(0)
+    s = rng.random((64, N))
+    for b in (1, 3, 7):
+        hard = np.array([[1.0 if e in naive_topb(list(r), b) else 0.0 for e in range(N)] for r in s])
+        errs = []
+        for tau in (1.0, 1e-1, 1e-2, 1e-3, 1e-5):
+            m = soft_topb_membership(torch.tensor(s, dtype=torch.float64), b, tau).numpy()
+            errs.append(np.abs(m - hard).max())
+        assert all(x >= y for x, y in zip(errs, errs[1:], strict=False)), errs
+        assert errs[0] > 0.1 and errs[-1] < 1e-6, errs
+        # every row: exactly b memberships above one half
+        m = soft_topb_membership(torch.tensor(s), b, 0.01).numpy()
+        assert ((m > 0.5).sum(1) == b).all()
+
+
+def test_soft_topb_formula_and_gradient():
+    from expertcache.routers.losses import coverage_loss, soft_topb_membership
+
+    s = [0.10, 0.55, 0.65, 0.15, 0.40, 0.15]      # s^T of CLR's worked example (N = 6)
+    b, tau = 2, 0.03
+    theta = (0.55 + 0.40) / 2                       # between the 2nd and 3rd largest
+    want = [1 / (1 + math.exp(-(x - theta) / tau)) for x in s]
+    st = torch.tensor(s, dtype=torch.float64, requires_grad=True)
+    got = soft_topb_membership(st, b, tau)
+    assert np.allclose(got.detach().numpy(), want, atol=1e-12)
+    q = torch.tensor([0.05, 0.60, 0.05, 0.10, 0.10, 0.10], dtype=torch.float64)
+    loss = coverage_loss(st[None], q[None], b, tau)
+    assert math.isclose(float(loss.detach()), sum(qe * (1 - me) for qe, me in zip(q.tolist(), want, strict=True)), rel_tol=1e-12)
+    loss.backward()
+    assert st.grad is not None and float(st.grad.abs().sum()) > 0
+    assert torch.equal(soft_topb_membership(st, 6, tau), torch.ones(6, dtype=torch.float64))
+    with pytest.raises(ValueError):
+        soft_topb_membership(st, 2, 0.0)
+
+
+# ------------------------------------------------------------------ initialisation and hooks
+
+
+def test_initialisation_copies_native_routers_with_wraparound():
+    from expertcache.routers.modules import CacheRouters
+
+    model = tiny_qwen3()
+    r = CacheRouters.for_model(model)
+    native = [layer.mlp.gate.weight for layer in model.model.layers]
+    for l in range(L):
+        assert torch.equal(r.temporal[l].weight, native[l])
+        assert torch.equal(r.spatio[l].weight, native[(l + 1) % L])
+    assert torch.equal(r.spatio[L - 1].weight, native[0])
+    assert r.temporal[0].weight.data_ptr() != native[0].data_ptr()   # a copy, not a view
+    assert r.added_parameters(spatio=False) == L * N * D
+    assert r.added_parameters(spatio=True) == 2 * L * N * D
+
+
+ARCH = {
+    "qwen2_moe": dict(num_experts=N, num_experts_per_tok=2, moe_intermediate_size=16,
+                      shared_expert_intermediate_size=16),
+    "olmoe": dict(num_experts=N, num_experts_per_tok=2),
+    "mixtral": dict(num_local_experts=N, num_experts_per_tok=2),
+    "granitemoe": dict(num_local_experts=N, num_experts_per_tok=2),
+    "gpt_oss": dict(num_local_experts=N, num_experts_per_tok=2, head_dim=16,
+                    layer_types=["sliding_attention", "full_attention"]),
+    "deepseek_v3": dict(n_routed_experts=N, num_experts_per_tok=2, moe_intermediate_size=16, first_k_dense_replace=1,
+                        n_group=2, topk_group=1, kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=8,
+                        qk_nope_head_dim=8, v_head_dim=16, num_hidden_layers=3),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(ARCH))
+def test_every_architecture_attaches(model_type):
+    """Routers found in layer order (dense layers skipped), hooks see exactly what the router sees."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from expertcache.routers.modules import CacheRouters, RouterTap
+
+    kw = dict(vocab_size=64, hidden_size=D, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+              intermediate_size=32, max_position_embeddings=64)
+    kw.update(ARCH[model_type])
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **kw)).eval()
+    r = CacheRouters.for_model(model)
+    assert r.n_layers == 2
+    ids = torch.randint(0, 64, (2, 5))
+    with torch.no_grad(), RouterTap(model) as tap:
+        model(input_ids=ids)
+        hidden, logits = tap.stacked()
+    assert hidden.shape == (10, 2, D) and logits.shape == (10, 2, N)
+    for l, nr in enumerate(tap.natives):
+        w = nr.router.weight.float()
+        b = getattr(nr.router, "bias", None)
+        want = hidden[:, l].float() @ w.T + (b.float() if b is not None else 0.0)
+        assert torch.allclose(logits[:, l].float(), want, atol=1e-5)
+        assert torch.equal(r.temporal[l].weight, w)
+        if b is not None:
+            assert torch.equal(r.temporal[l].bias, b.float())
+            assert torch.equal(r.spatio[l].bias, tap.natives[(l + 1) % 2].router.bias.float())
+
+
+def test_unsupported_architecture_is_a_clear_error():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from expertcache.routers.modules import CacheRouters
+
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1,
+                                         num_attention_heads=2, intermediate_size=16))
+    with pytest.raises(ValidationError, match="unsupported architecture model_type=.llama."):
+        CacheRouters.for_model(model)
+
+
+# ------------------------------------------------------------------ losses against a naive twin
+
+
+def naive_losses(r, hidden, logits, prev, b, tau):
+    """L_T and L_ST with explicit loops over (pair, layer), in float64."""
+    def sm(x):
+        x = np.asarray(x, dtype=np.float64)
+        e = np.exp(x - x.max())
+        return e / e.sum()
+
+    def member(s):
+        order = sorted(s, reverse=True)
+        theta = (order[b - 1] + order[b]) / 2
+        return np.array([1 / (1 + math.exp(-(x - theta) / tau)) for x in s])
+
+    wt = [r.temporal[l].weight.detach().double().numpy() for l in range(L)]
+    ws = [r.spatio[l].weight.detach().double().numpy() for l in range(L)]
+    h, lg = hidden.double().numpy(), logits.double().numpy()
+    lt, lst = [], []
+    for l in range(L):
+        at, ast = [], []
+        for row, p in enumerate(prev.tolist()):
+            if p < 0:
+                continue
+            q = sm(lg[row, l])
+            s_t = sm(lg[p, l]) + sm(wt[l] @ h[p, l])
+            src = h[row, l - 1] if l > 0 else h[p, L - 1]
+            s_st = sm(ws[(l - 1) % L] @ src) + s_t
+            at.append(float(q @ (1 - member(s_t))))
+            ast.append(float(q @ (1 - member(s_st))))
+        lt.append(np.mean(at))
+        lst.append(np.mean(ast))
+    return np.mean(lt), np.mean(lst)
+
+
+def test_cache_losses_match_naive_twin():
+    from expertcache.routers.modules import CacheRouters, cache_losses, predecessor_rows
+
+    torch.manual_seed(3)
+    r = CacheRouters(L, N, D)
+    with torch.no_grad():
+        for lin in [*r.temporal, *r.spatio]:
+            lin.weight.normal_(0, 0.5)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    prev = predecessor_rows(mask)
+    assert prev.tolist() == [-1, 0, 1, 2, 3, -1, 5, 6, -1, -1]
+    hidden = torch.randn(10, L, D)
+    logits = torch.randn(10, L, N) * 2
+    got = cache_losses(r, hidden, logits, prev, capacity=3, tau=0.05, objective="both")
+    want_t, want_st = naive_losses(r, hidden, logits, prev, 3, 0.05)
+    assert got.n_pairs == 6
+    assert math.isclose(float(got.temporal.detach()), want_t, rel_tol=1e-5)
+    assert math.isclose(float(got.spatio_temporal.detach()), want_st, rel_tol=1e-5)
+
+
+# ------------------------------------------------------------------ training modes
+
+
+def small_cfg(**kw):
+    base = dict(mode="aux-temporal", capacity=3, tau=0.05, lr=1e-2, grad_accum=2, batch_size=2, max_steps=3,
+                warmup_ratio=0.0, max_length=16, seed=0)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_frozen_backbone_stays_bit_identical(tmp_path):
+    from expertcache.routers.modules import CacheRouters
+    from expertcache.routers.train import train_model
+
+    model = tiny_qwen3()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    routers = CacheRouters.for_model(model)
+    t0 = [w.weight.clone() for w in routers.temporal]
+    s0 = [w.weight.clone() for w in routers.spatio]
+    res = train_model(model, sequences(), small_cfg(mode="aux-temporal"), tmp_path / "ck", routers=routers)
+    assert res.steps == 3 and len(res.history) == 3
+    after = model.state_dict()
+    assert before.keys() == after.keys()
+    for k in before:
+        assert torch.equal(before[k], after[k]), k
+    assert any(not torch.equal(a, w.weight) for a, w in zip(t0, routers.temporal, strict=True))   # the routers did learn
+    assert all(torch.equal(a, w.weight) for a, w in zip(s0, routers.spatio, strict=True))         # spatio not in temporal mode
+    assert not (tmp_path / "ck" / "backbone.safetensors").exists()
+
+
+def test_joint_mode_does_change_the_backbone(tmp_path):
+    """The frozen-backbone test above can fail: the same loop in joint mode moves the weights."""
+    from expertcache.routers.train import train_model
+
+    model = tiny_qwen3()
+    gate0 = model.model.layers[0].mlp.gate.weight.clone()
+    emb0 = model.model.embed_tokens.weight.clone()
+    res = train_model(model, sequences(), small_cfg(mode="full", cache_weight=0.5), tmp_path / "ck")
+    assert not torch.equal(gate0, model.model.layers[0].mlp.gate.weight)
+    assert not torch.equal(emb0, model.model.embed_tokens.weight)
+    assert {"lm", "cache", "loss"} <= set(res.history[-1])
+    assert res.added_parameters == 2 * L * N * D
+
+
+def test_aux_training_lowers_the_temporal_loss(tmp_path):
+    from expertcache.routers.train import train_model
+
+    model = tiny_qwen3()
+    res = train_model(model, sequences(8), small_cfg(max_steps=12, lr=5e-2, grad_accum=1, batch_size=4),
+                      tmp_path / "ck")
+    first = np.mean([h["cache"] for h in res.history[:3]])
+    last = np.mean([h["cache"] for h in res.history[-3:]])
+    assert last < first
+
+
+# ------------------------------------------------------------------ checkpoints
+
+
+def test_checkpoint_round_trip_is_bit_identical(tmp_path):
+    from expertcache.routers.checkpoint import load_checkpoint_into, load_router_weights
+    from expertcache.routers.modules import CacheRouters
+    from expertcache.routers.train import train_model
+
+    model = tiny_qwen3()
+    routers = CacheRouters.for_model(model)
+    train_model(model, sequences(), small_cfg(mode="full", max_steps=2), tmp_path / "ck", routers=routers)
+    fresh_model = tiny_qwen3(seed=9)
+    fresh = CacheRouters(L, N, D)
+    state = load_checkpoint_into(tmp_path / "ck", routers=fresh, backbone=fresh_model)
+    assert state["step"] == 2
+    for k, v in routers.state_dict().items():
+        assert torch.equal(v, fresh.state_dict()[k]), k
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, fresh_model.state_dict()[k]), k
+    w = load_router_weights(tmp_path / "ck")       # numpy reader
+    for l in range(L):
+        assert np.array_equal(w.temporal_w[l], routers.temporal[l].weight.detach().numpy())
+        assert np.array_equal(w.spatio_w[l], routers.spatio[l].weight.detach().numpy())
+    assert w.meta["mode"] == "full" and w.meta["capacity"] == 3
+
+
+@pytest.mark.parametrize("mode", ["aux-full", "temporal"])
+def test_resumed_training_equals_uninterrupted(tmp_path, mode):
+    from expertcache.routers.modules import CacheRouters
+    from expertcache.routers.train import train_model
+
+    cfg = small_cfg(mode=mode, max_steps=4, warmup_ratio=0.25, max_grad_norm=0.5)
+    m1 = tiny_qwen3()
+    r1 = CacheRouters.for_model(m1)
+    full = train_model(m1, sequences(), cfg, tmp_path / "a", routers=r1)
+
+    m2 = tiny_qwen3()
+    part = train_model(m2, sequences(), cfg, tmp_path / "b", stop_after=2)
+    assert part.steps == 2
+    # joint modes: start from other weights, the checkpoint must restore them; auxiliary-only
+    # checkpoints hold no backbone (the frozen base model is given again)
+    m3 = tiny_qwen3(seed=5 if cfg.trains_backbone else 0)
+    r3 = CacheRouters(L, N, D)
+    rest = train_model(m3, sequences(), cfg, tmp_path / "b", routers=r3, resume=tmp_path / "b")
+    assert rest.steps == 4
+    for k, v in r1.state_dict().items():
+        assert torch.equal(v, r3.state_dict()[k]), k
+    if cfg.trains_backbone:
+        for k, v in m1.state_dict().items():
+            assert torch.equal(v, m3.state_dict()[k]), k
+    assert [h["loss"] for h in full.history] == [h["loss"] for h in rest.history]
+
+
+def test_resume_refuses_a_different_config(tmp_path):
+    from expertcache.routers.train import train_model
+
+    train_model(tiny_qwen3(), sequences(), small_cfg(max_steps=2), tmp_path / "ck", stop_after=1)
+    with pytest.raises(ValidationError, match="capacity"):
+        train_model(tiny_qwen3(), sequences(), small_cfg(max_steps=2, capacity=4), tmp_path / "ck",
+                    resume=tmp_path / "ck")
+
+
+def test_config_validation():
+    with pytest.raises(ValidationError, match="mode must be one of"):
+        TrainConfig(mode="both")
+    with pytest.raises(ValidationError, match="tau must be > 0"):
+        TrainConfig(tau=0)
+    assert TrainConfig(mode="aux-full").uses_spatio and not TrainConfig(mode="aux-full").trains_backbone
+    assert TrainConfig(mode="lm-only").objective == "none"
+
+
+# ------------------------------------------------------------------ offline training and advice
+
+
+def synthetic_trace(n_requests=3, prefill=2, decode=5, seed=0):
+    """A RoutingTrace with hidden states and logits from a known linear router."""
+    from expertcache.trace import RoutingTrace
+
+    rng = np.random.default_rng(seed)
+    w = rng.normal(0, 0.7, (L, N, D)).astype(np.float32)
+    req, phase, pos = [], [], []
+    for r in range(n_requests):
+        for p in range(prefill + decode):
+            req.append(r)
+            phase.append(0 if p < prefill else 1)
+            pos.append(p)
+    n = len(req)
+    hidden = rng.normal(0, 1, (n, L, D)).astype(np.float16)
+    logits = np.einsum("nld,led->nle", hidden.astype(np.float32), w).astype(np.float16)
+    experts = np.argsort(-logits.astype(np.float32), axis=-1)[..., :2].astype(np.int16)
+    trace = RoutingTrace(L, N, 2, tuple(f"r{i}" for i in range(n_requests)), np.array(req, np.int32),
+                         np.array(phase, np.int8), np.array(pos, np.int32), experts, None,
+                         np.full(n, -1, np.int64), {})
+    return trace, hidden, logits, w
+
+
+def test_offline_training_and_least_squares_init(tmp_path):
+    from expertcache.routers.checkpoint import load_router_weights
+    from expertcache.routers.train import fit_native_routers, pair_rows, train_offline
+
+    trace, hidden, logits, w = synthetic_trace(n_requests=6, decode=10)
+    fitted, resid = fit_native_routers(hidden, logits)
+    assert resid < 5e-3 and np.allclose(fitted, w, atol=2e-2)
+    prev = pair_rows(trace.request, trace.position)
+    assert prev[0] == -1 and prev[1] == 0 and prev[12] == -1 and prev[13] == 12
+    cfg = small_cfg(mode="aux-full", batch_size=16, grad_accum=1, max_steps=30, lr=3e-2)
+    res = train_offline(prev, hidden, logits, cfg, tmp_path / "ck", native_weights=w)
+    assert res.steps == 30 and res.added_parameters == 2 * L * N * D
+    assert np.mean([h["cache"] for h in res.history[-5:]]) < np.mean([h["cache"] for h in res.history[:5]])
+    assert load_router_weights(tmp_path / "ck").meta["source"] == "trace"
+    with pytest.raises(ValidationError, match="freezes the backbone"):
+        train_offline(prev, hidden, logits, small_cfg(mode="temporal"), tmp_path / "x", native_weights=w)
+
+
+def _weights(seed=1):
+    from expertcache.routers.checkpoint import RouterWeights
+
+    rng = np.random.default_rng(seed)
+    return RouterWeights(rng.normal(0, 0.5, (L, N, D)).astype(np.float32),
+                         rng.normal(0, 0.5, (L, N, D)).astype(np.float32), None, None, "softmax", {})
+
+
+def naive_row_scores(hidden, logits, weights, prev, row, l):
+    """s^T(row, l) and s^ST(row, l) from the definitions, one row at a time."""
+    def sm(x):
+        e = np.exp(x - x.max())
+        return e / e.sum()
+
+    h = hidden.astype(np.float64)
+    lg = logits.astype(np.float64)
+
+    def st(r, layer):
+        return sm(lg[r, layer]) + sm(weights.temporal_w[layer] @ h[r, layer])
+
+    p = prev[row]
+    if p < 0:
+        return st(row, l), None
+    src = h[row, l - 1] if l > 0 else h[p, L - 1]
+    return st(row, l), sm(weights.spatio_w[(l - 1) % L] @ src) + st(p, l)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_advice_sums_per_request_scores_over_the_active_requests(batch):
+    from expertcache.events import build_events
+    from expertcache.routers.advice import advice_for_trace, router_scores
+    from expertcache.routers.train import pair_rows
+
+    trace, hidden, logits, _ = synthetic_trace(n_requests=3, prefill=2, decode=4)
+    # request 2 without prefill rows: its first decode row has no predecessor
+    keep = ~((trace.request == 2) & (trace.phase == 0))
+    from expertcache.trace import RoutingTrace
+    t2 = RoutingTrace(L, N, 2, trace.request_ids, trace.request[keep], trace.phase[keep], trace.position[keep],
+                      trace.experts[keep], None, trace.token_id[keep], {})
+    h2, lg2 = hidden[keep], logits[keep]
+    prev = pair_rows(t2.request, t2.position)
+    w = _weights()
+    adv = advice_for_trace(t2, router_scores(h2, lg2, prev, w), batch, stream=build_events(t2, batch))
+    stream = build_events(t2, batch)
+    assert adv.priority.shape == adv.prefetch_score.shape == (stream.n_events, N)
+    assert adv.priority.dtype == np.float32
+    # naive schedule: FCFS with all arrivals at 0 -> requests in order, `batch` at a time
+    dec = {r: list(np.flatnonzero((t2.request == r) & (t2.phase == 1))) for r in range(3)}
+    running, queue, step_rows = [], [0, 1, 2], []
+    while queue or running:
+        while len(running) < batch and queue:
+            running.append([queue.pop(0), 0])
+        step_rows.append([dec[r][i] for r, i in running])
+        for x in running:
+            x[1] += 1
+        running = [x for x in running if x[1] < len(dec[x[0]])]
+    assert stream.n_events == len(step_rows) * L
+    for s, rows in enumerate(step_rows):
+        for l in range(L):
+            ev = s * L + l
+            want_p = sum(naive_row_scores(h2, lg2, w, prev, r, l)[0] for r in rows)
+            assert np.allclose(adv.priority[ev], want_p, atol=1e-5)
+            pre = [naive_row_scores(h2, lg2, w, prev, r, l)[1] for r in rows]
+            pre = [x for x in pre if x is not None]
+            if pre:
+                assert np.allclose(adv.prefetch_score[ev], sum(pre), atol=1e-5)
+            else:
+                assert np.isneginf(adv.prefetch_score[ev]).all()
+    if batch == 1:      # request 2's first decode step has no predecessor (no s^T carry-over) at any layer
+        assert np.isneginf(adv.prefetch_score).all(axis=1).sum() == L
+
+
+def test_advice_refuses_a_stream_from_another_schedule():
+    from expertcache.events import build_events
+    from expertcache.routers.advice import advice_for_trace, router_scores
+    from expertcache.routers.train import pair_rows
+
+    trace, hidden, logits, _ = synthetic_trace()
+    sc = router_scores(hidden, logits, pair_rows(trace.request, trace.position), _weights())
+    with pytest.raises(ValidationError, match="same --batch"):
+        advice_for_trace(trace, sc, 1, stream=build_events(trace, 2))
+
+
+# ------------------------------------------------------------------ task data
+
+
+def test_gsm8k_numbers():
+    from expertcache.routers.data import final_number, reference_number
+
+    assert reference_number("so 3+4=7\n#### 1,234") == "1234"
+    assert reference_number("no marker 5") is None
+    assert final_number("The answer is 18.") == "18"
+    assert final_number("x 3 then #### 42.50") == "42.5"
+    assert final_number("nothing") is None
