@@ -206,10 +206,11 @@ def test_interrupted_run_resumes_to_the_uninterrupted_table(traces, reference, t
         if done >= 300:
             raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt):
-        run_spec(spec, store, jobs=1, progress=stop, flush_conditions=100, task_conditions=20)
+    with pytest.raises(KeyboardInterrupt):   # no periodic chunk: only the write on the way out
+        run_spec(spec, store, jobs=1, progress=stop, flush_conditions=10**6, flush_seconds=1e9, task_conditions=20)
     stored = len(ResultStore.open(store).done_pairs())
     assert 300 <= stored < 1000              # everything received before the interruption was kept
+    assert len(list((store / "parts").glob("part-*.parquet"))) == 1
     assert not (store / "results.parquet").exists()
     report = run_spec(spec, store, jobs=1)
     assert report.n_skipped == stored and len(report.ran) == 1000 - stored
@@ -366,7 +367,42 @@ def test_cli_errors_are_one_line(traces, tmp_path, monkeypatch, args, message):
     assert message in res.output and "Traceback" not in res.output
 
 
-def test_example_spec_expands():
-    root = Path(__file__).resolve().parents[1]
-    planned = expand(load_spec(root / "examples" / "specs" / "example.toml"))
-    assert len(planned) == 2 * 2 * 3 * 5 * 3
+def test_example_specs_expand():
+    root = Path(__file__).resolve().parents[1] / "examples" / "specs"
+    assert len(expand(load_spec(root / "example.toml"))) == 2 * 2 * 3 * 5 * 3
+    frozen = expand(load_spec(root / "frozen13.toml"))
+    assert len(frozen) == 13 * 5 and len({p.condition.selection for p in frozen}) == 13
+
+
+def test_sigterm_stops_a_cli_run_gracefully(traces, reference, tmp_path):
+    """SIGTERM acts like Ctrl-C: the CLI writes what it received, says so, exits 130; the run resumes."""
+    _, ref_table = reference
+    (tmp_path / "a").symlink_to(traces / "a")
+    (tmp_path / "thousand.toml").write_text(THOUSAND_TOML)
+    store = tmp_path / "store"
+    cmd = [sys.executable, "-c", "from expertcache.cli import main; main()", "spec", "run",
+           str(tmp_path / "thousand.toml"), "--store", str(store), "--chunk-seconds", "0.2"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list((store / "parts").glob("part-*.parquet")) and time.monotonic() < deadline:
+        assert proc.poll() is None, "the run ended before it could be stopped"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert not (store / "results.parquet").exists()
+    stored = len(ResultStore.open(store).done_pairs())
+    assert 0 < stored < 1000
+    report = run_spec(spec_from_dict(thousand(traces), tmp_path), store, jobs=1)
+    assert len(report.ran) == 1000 - stored
+    assert pq.read_table(store / "results.parquet").equals(ref_table)
+
+
+def test_a_store_holds_one_experiment(traces, tmp_path):
+    d = {"experiment": {"name": "one"}, "inputs": {"a": {"trace": "a"}},
+         "grid": {"input": "a", "batch": 2, "policy": "lru", "rho": 0.5}}
+    run_spec(spec_from_dict(d, traces), tmp_path / "s", jobs=1)
+    d["experiment"]["name"] = "two"
+    with pytest.raises(ValueError, match="holds experiment 'one'"):
+        run_spec(spec_from_dict(d, traces), tmp_path / "s", jobs=1)

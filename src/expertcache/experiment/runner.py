@@ -310,6 +310,11 @@ def run_spec(spec: ExperimentSpec, store: str | Path, executor: str = "local", j
     st = ResultStore.open(store, create=True)
     with st.lock():
         st.clean_temporaries()
+        previous = st.read_meta().get("spec_name")
+        if previous and spec.name and previous != spec.name:
+            raise ValidationError(f"this store holds experiment {previous!r}, not {spec.name!r}; a store keeps one "
+                                  "spec's results (a complete run drops conditions not in the spec): use another "
+                                  "--store", source=str(store))
         done = st.done_pairs()
         pending = [p for p in planned if (p.condition_id, p.condition_hash) not in done]
         tasks = plan_tasks(pending, task_conditions)
