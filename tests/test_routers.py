@@ -477,3 +477,152 @@ def test_gsm8k_numbers():
     assert final_number("The answer is 18.") == "18"
     assert final_number("x 3 then #### 42.50") == "42.5"
     assert final_number("nothing") is None
+
+
+# ------------------------------------------------------------------ CLI
+
+
+@pytest.fixture()
+def trace_with_arrays(tmp_path):
+    from expertcache.collect.store import shard_dir, write_shard
+
+    trace, hidden, logits, w = synthetic_trace(n_requests=4, prefill=3, decode=8, seed=2)
+    write_shard(tmp_path / "t", 0, trace, {"hidden": hidden, "logits": logits})
+    return shard_dir(tmp_path / "t", 0), trace, hidden, logits
+
+
+def test_cli_train_export_eval(tmp_path, trace_with_arrays):
+    import json
+
+    from click.testing import CliRunner
+
+    from expertcache.cli import main
+    from expertcache.events import build_events
+    from expertcache.nextuse.advice import load_advice
+    from expertcache.routers.advice import advice_for_trace, router_scores
+    from expertcache.routers.checkpoint import load_router_weights
+    from expertcache.routers.train import pair_rows
+
+    tdir, trace, hidden, logits = trace_with_arrays
+    run = CliRunner().invoke
+    ck = str(tmp_path / "ck")
+    res = run(main, ["routers", "train", "--trace", str(tdir), "--mode", "aux-full", "--capacity", "3",
+                     "--max-steps", "3", "--batch-size", "16", "--grad-accum", "1", "--lr", "0.01", "-o", ck, "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["steps"] == 3 and out["added_parameters"] == 2 * L * N * D
+    res = run(main, ["routers", "export", ck, "--trace", str(tdir), "--batch", "2", "-o", str(tmp_path / "a.npz")])
+    assert res.exit_code == 0, res.output
+    adv = load_advice(tmp_path / "a.npz")
+    direct = advice_for_trace(trace, router_scores(hidden, logits, pair_rows(trace.request, trace.position),
+                                                   load_router_weights(ck)), 2)
+    assert np.array_equal(adv.priority, direct.priority)
+    assert np.array_equal(adv.prefetch_score, direct.prefetch_score)
+    adv.validate(build_events(trace, 2), need=("priority", "prefetch_score"))
+    res = run(main, ["routers", "eval", ck, "--trace", str(tdir), "--capacity", "3", "--budget", "2",
+                     "--budgets", "0,1,2", "--capacities", "2,4", "--json"])
+    assert res.exit_code == 0, res.output
+    ev = json.loads(res.output)
+    methods = [r["method"] for r in ev["table"]]
+    assert methods == ["LRU", "LFU", "LRFU", "Temporal Router", "Spatio-Temporal Router"]
+    temporal = ev["table"][3]
+    assert temporal["proactive_loads"] == 0 and temporal["adj_hit"] == temporal["hit"]
+    st = ev["table"][4]
+    assert st["category"] == "prefetch" and st["adj_hit"] <= st["hit"]
+    assert ev["scope"]["warmup_events"] > 0          # prefill-initialised by default
+    assert [r["budget"] for r in ev["budget_sweep"]] == [0, 1, 2]
+    assert ev["budget_sweep"][0] == {**temporal, "added_parameters": 0}
+    assert [(r["method"], r["capacity"]) for r in ev["capacity_sweep"]] == [
+        ("LRU", 2), ("Temporal Router", 2), ("LRU", 4), ("Temporal Router", 4)]
+    assert "CLR Table 1 shape" in run(main, ["routers", "eval", ck, "--trace", str(tdir), "--capacity", "3"]).output
+
+
+def test_cli_errors_are_one_line(tmp_path, trace_with_arrays):
+    from click.testing import CliRunner
+
+    from expertcache.cli import main
+
+    tdir, trace, *_ = trace_with_arrays
+    run = CliRunner().invoke
+    res = run(main, ["routers", "train", "--trace", str(tdir), "--data", "x.jsonl", "--capacity", "3", "-o",
+                     str(tmp_path / "ck")])
+    assert res.exit_code == 2 and "exactly one of --data" in res.output
+    res = run(main, ["routers", "train", "--trace", str(tdir), "--capacity", "8", "--max-steps", "1", "-o",
+                     str(tmp_path / "ck")])
+    assert res.exit_code == 2 and "capacity must be below" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "ck").exists()
+    bare = tmp_path / "bare"
+    trace.save(bare)
+    res = run(main, ["routers", "train", "--trace", str(bare), "--capacity", "3", "-o", str(tmp_path / "ck")])
+    assert res.exit_code == 2 and "hidden" in res.output and "--save-hidden" in res.output
+
+
+# ------------------------------------------------------------------ accuracy hook and concentration
+
+
+class _StubTokenizer:
+    """Maps text to one token per character; decodes the model's reply table."""
+
+    chat_template = None
+    pad_token_id = 0
+    eos_token_id = 0
+
+    def __init__(self, replies):
+        self.replies = replies
+
+    def __call__(self, text, return_tensors=None):
+        return {"input_ids": torch.tensor([[ord(c) % 50 + 1 for c in text]])}
+
+    def decode(self, ids, skip_special_tokens=True):
+        return self.replies[int(ids[0])]
+
+
+class _StubModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.calls = 0
+
+    def generate(self, input_ids, attention_mask, max_new_tokens, do_sample, pad_token_id):
+        assert do_sample is False                 # greedy
+        reply = torch.tensor([[self.calls]])
+        self.calls += 1
+        return torch.cat([input_ids, reply], dim=1)
+
+
+def test_exact_match_counts_final_numbers(tmp_path):
+    from expertcache.routers.data import load_tasks
+    from expertcache.routers.evaluate import exact_match
+
+    p = tmp_path / "gsm.jsonl"
+    p.write_text('{"question": "1+1?", "answer": "1+1=2\\n#### 2"}\n'
+                 '{"question": "2*3?", "answer": "#### 6"}\n'
+                 '{"question": "10*100?", "answer": "#### 1,000"}\n')
+    tasks = load_tasks(p)
+    replies = ["so it is 2", "the answer is #### 7 not 6", "It is 1,000."]
+    res = exact_match(_StubModel(), _StubTokenizer(replies), tasks, max_new_tokens=8)
+    assert res.predictions == ("2", "7", "1000")
+    assert (res.n_correct, res.n_tasks) == (2, 3) and math.isclose(res.accuracy, 2 / 3)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "q", "answer": "no marker"}\n')
+    with pytest.raises(ValidationError, match="####"):
+        load_tasks(bad)
+
+
+def test_concentration_by_weight_hand_values():
+    from expertcache.routers.evaluate import concentration_by_weight
+    from expertcache.trace import RoutingTrace
+
+    def trace(experts):
+        n = len(experts)
+        ex = np.array([[e] * L for e in experts], dtype=np.int16)    # (n, L, k=2)
+        return RoutingTrace(L, N, 2, ("r",), np.zeros(n, np.int32), np.ones(n, np.int8), np.arange(n, dtype=np.int32),
+                            ex, None, np.full(n, -1, np.int64), {})
+
+    conc = trace([[0, 1]] * 4)                                      # experts 0, 1 only
+    spread = trace([[0, 1], [2, 3], [4, 5], [6, 7]])                # all 8 once
+    out = concentration_by_weight([(0.5, conc), (0.0, spread)])
+    assert [o["cache_weight"] for o in out] == [0.0, 0.5]
+    assert math.isclose(out[0]["max_frequency"], 1 / 8) and math.isclose(out[0]["effective_experts"], 8)
+    assert math.isclose(out[1]["max_frequency"], 1 / 2) and math.isclose(out[1]["entropy"], math.log(2))
+    assert math.isclose(out[1]["top8_mass"], 1.0) and math.isclose(out[1]["effective_experts"], 2)

@@ -52,7 +52,7 @@ def _emit_train(res: Any, as_json: bool) -> None:
 @routers.command("train")
 @click.option("--model", "model_path", default=None, help="Local Hugging Face MoE model directory.")
 @click.option("--data", "data_path", type=click.Path(dir_okay=False), default=None,
-              help='Training JSON Lines ("text" | "question"+"answer" | "prompt"+"completion"); needs --model.')
+              help='Training JSON Lines ("text" | "question"+"answer" | "prompt" [+ "completion"]); needs --model.')
 @click.option("--trace", "trace_dir", type=click.Path(file_okay=False), default=None,
               help="Offline auxiliary-only training from a trace collected with --save-hidden --save-logits.")
 @click.option("--mode", type=click.Choice(["lm-only", "temporal", "full", "aux-temporal", "aux-full"]),

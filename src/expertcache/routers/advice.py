@@ -135,29 +135,12 @@ class RouterAdvice:
     warmup_events: int = 0
     provenance: dict[str, Any] = field(default_factory=dict)
 
-    def validate(self, stream: EventStream, need: tuple[str, ...] = ("priority", "prefetch_score")) -> None:
-        """Check the arrays against ``stream``: ``float32[n_events, N]``, priorities finite."""
-        for name in need:
-            a = getattr(self, name)
-            if a.dtype != np.float32 or a.shape != (stream.n_events, stream.n_experts):
-                raise ValidationError(f"advice {name} must be float32[{stream.n_events}, {stream.n_experts}]; "
-                                      f"got {a.dtype}{list(a.shape)}: export it for this stream")
-        if "priority" in need and not np.isfinite(self.priority).all():
-            raise ValidationError("advice priority must be finite")
-
     def to_advice(self) -> Any:
-        """The same arrays as :class:`expertcache.nextuse.advice.Advice` (the replay's input)."""
+        """The same arrays as :class:`expertcache.nextuse.advice.Advice`, the replay's input."""
         from ..nextuse.advice import Advice
 
-        fields = getattr(Advice, "__dataclass_fields__", {})
-        if "priority" not in fields or "prefetch_score" not in fields:
-            raise ValidationError("this expertcache's Advice has no priority/prefetch_score fields yet; "
-                                  "the proactive replay is needed to consume router advice")
-        kw: dict[str, Any] = {"priority": self.priority, "prefetch_score": self.prefetch_score,
-                              "provenance": dict(self.provenance)}
-        if "next_use" in fields and fields["next_use"].default is fields["next_use"].default_factory:
-            kw["next_use"] = None
-        return Advice(**kw)
+        return Advice(priority=self.priority, prefetch_score=self.prefetch_score,
+                      provenance={**self.provenance, "warmup_events": self.warmup_events})
 
 
 def advice_for_trace(trace: RoutingTrace, scores: RouterScores, batch: int, offsets: ArrivalOffsets | None = None,
@@ -226,9 +209,8 @@ def advice_for_trace(trace: RoutingTrace, scores: RouterScores, batch: int, offs
 
 
 def save_router_advice(advice: RouterAdvice, path) -> None:
-    """Write ``priority``, ``prefetch_score`` and ``provenance`` (JSON) as an ``.npz`` (no pickle)."""
-    import json
+    """Write ``priority``, ``prefetch_score`` and ``provenance`` as an ``.npz`` (no pickle), as
+    :func:`expertcache.nextuse.advice.save_advice` does; read it back with ``load_advice``."""
+    from ..nextuse.advice import save_advice
 
-    with open(path, "wb") as fh:
-        np.savez(fh, priority=advice.priority, prefetch_score=advice.prefetch_score,
-                 provenance=np.array(json.dumps(advice.provenance)))
+    save_advice(advice.to_advice(), path)

@@ -2,7 +2,8 @@
 
 Training records are one JSON object per line with either ``"text"``, or
 ``"question"`` + ``"answer"`` (GSM8K format; trained as ``question\\nanswer``),
-or ``"prompt"`` + ``"completion"``. Task records for exact match are GSM8K
+or ``"prompt"`` with an optional ``"completion"`` (e.g. a collection prompt set).
+Task records for exact match are GSM8K
 format: ``"question"`` and an ``"answer"`` whose final number follows ``####``.
 """
 
@@ -44,18 +45,18 @@ def _records(path: str | os.PathLike[str]) -> list[tuple[int, dict]]:
 
 
 def load_texts(path: str | os.PathLike[str]) -> list[str]:
-    """Training texts from JSON Lines (``text`` | ``question``+``answer`` | ``prompt``+``completion``)."""
+    """Training texts from JSON Lines (``text`` | ``question``+``answer`` | ``prompt`` [+ ``completion``])."""
     texts = []
     for no, rec in _records(path):
         if isinstance(rec.get("text"), str):
             texts.append(rec["text"])
         elif isinstance(rec.get("question"), str) and isinstance(rec.get("answer"), str):
             texts.append(rec["question"] + "\n" + rec["answer"])
-        elif isinstance(rec.get("prompt"), str) and isinstance(rec.get("completion"), str):
-            texts.append(rec["prompt"] + rec["completion"])
+        elif isinstance(rec.get("prompt"), str) and isinstance(rec.get("completion", ""), str):
+            texts.append(rec["prompt"] + rec.get("completion", ""))
         else:
             raise ValidationError('expected a string field "text", or "question"+"answer", or '
-                                  '"prompt"+"completion"', source=str(path), record=no)
+                                  '"prompt" (+ optional "completion")', source=str(path), record=no)
     return texts
 
 

@@ -77,10 +77,7 @@ class TableRow:
 
 
 def _engine_advice(advice: RouterAdvice) -> Any:
-    try:
-        return advice.to_advice()
-    except ValidationError:
-        return advice
+    return advice.to_advice()
 
 
 def _row(method: str, stream: EventStream, priority: str, capacity: int, budget: int, advice: Any, *,
