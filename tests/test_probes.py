@@ -100,12 +100,23 @@ def test_byte_identical_across_runs(tmp_path):
     cfg = BuildConfig(per_cell=6, n_matched=2, seed=7)
     write_probe_set(build_probe_set(None, None, cfg), tmp_path / "a")
     write_probe_set(build_probe_set(None, None, cfg), tmp_path / "b")
-    for name in ("probes.jsonl", "labels.csv", "manifest.json"):
+    for name in ("probes.jsonl", "prompts.jsonl", "labels.csv", "manifest.json"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     write_probe_set(build_probe_set(None, None, BuildConfig(per_cell=6, n_matched=2, seed=8)), tmp_path / "c")
     assert (tmp_path / "a" / "probes.jsonl").read_bytes() != (tmp_path / "c" / "probes.jsonl").read_bytes()
     manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
     assert manifest["config"]["seed"] == 7 and len(manifest["files"]["probes.jsonl"]["sha256"]) == 64
+
+
+def test_prompts_file_is_collect_input_and_labels_match(tmp_path):
+    from expertcache.collect.prompts import read_prompts as collect_prompts
+    from expertcache.labels import read_labels
+
+    write_probe_set(build_probe_set(None, None, BuildConfig(per_cell=4, n_matched=2)), tmp_path / "ps")
+    prompts = collect_prompts(tmp_path / "ps" / "prompts.jsonl")
+    labels = read_labels(tmp_path / "ps" / "labels.csv")
+    assert len(prompts) == 4 * 2 * 6 and {p.request_id for p in prompts} == set(labels)
+    assert all(labels[p.request_id] == p.category for p in prompts)
 
 
 def _cli(args):

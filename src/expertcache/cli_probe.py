@@ -46,7 +46,8 @@ def _parse_sources(items: tuple[str, ...]) -> dict[str, str]:
 @_guard
 def build(sources_dir: str | None, source_items: tuple[str, ...], wrappers: str | None, per_cell: int,
           n_matched: int, threshold: float, seed: int, out: str, overwrite: bool, as_json: bool) -> None:
-    """Build a probe set: probes.jsonl (prompts), labels.csv (for `expertcache audit`), manifest.json."""
+    """Build a probe set: probes.jsonl (every field), prompts.jsonl (for `expertcache collect --prompts`),
+    labels.csv (for `expertcache audit --labels`) and manifest.json."""
     from .probes import BuildConfig, build_probe_set, write_probe_set
 
     if sources_dir and source_items:

@@ -44,10 +44,11 @@ from .text import jaccard, ngrams
 from .wrappers import Wrappers, load_wrappers
 
 __all__ = ["BuildConfig", "ProbeRecord", "ProbeSet", "build_probe_set", "write_probe_set", "SPLITS",
-           "PROBES_FILE", "LABELS_FILE"]
+           "PROBES_FILE", "PROMPTS_FILE", "LABELS_FILE"]
 
 SPLITS = ("discovery", "confirmatory")
 PROBES_FILE = "probes.jsonl"
+PROMPTS_FILE = "prompts.jsonl"
 LABELS_FILE = "labels.csv"
 MANIFEST_FILE = "manifest.json"
 _KIND = "probe_set"
@@ -126,8 +127,13 @@ class ProbeSet:
         return buf.getvalue()
 
     def probes_jsonl(self) -> str:
-        """One JSON object per record (sorted keys; usable as ``expertcache collect --prompts``)."""
+        """One JSON object per record with every field (sorted keys)."""
         return "".join(json.dumps(r.to_dict(), ensure_ascii=False, sort_keys=True) + "\n" for r in self.records)
+
+    def prompts_jsonl(self) -> str:
+        """``{"id", "prompt", "category"}`` per record: the input of ``expertcache collect --prompts``."""
+        return "".join(json.dumps({"id": r.request_id, "prompt": r.prompt, "category": r.category},
+                                  ensure_ascii=False, sort_keys=True) + "\n" for r in self.records)
 
 
 def _rng(seed: int, archetype: str) -> np.random.Generator:
@@ -249,10 +255,12 @@ def build_probe_set(sources: dict[str, str | os.PathLike[str]] | str | os.PathLi
 
 
 def write_probe_set(probe_set: ProbeSet, out: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
-    """Write ``probes.jsonl``, ``labels.csv`` and ``manifest.json`` (with their sha256) to ``out``, atomically."""
+    """Write ``probes.jsonl`` (every field), ``prompts.jsonl`` (for ``expertcache collect``), ``labels.csv``
+    and ``manifest.json`` (with their sha256) to ``out``, atomically."""
     with atomic_directory(out, overwrite=overwrite) as tmp:
         files = {}
-        for name, body in ((PROBES_FILE, probe_set.probes_jsonl()), (LABELS_FILE, probe_set.labels_csv())):
+        for name, body in ((PROBES_FILE, probe_set.probes_jsonl()), (PROMPTS_FILE, probe_set.prompts_jsonl()),
+                           (LABELS_FILE, probe_set.labels_csv())):
             (tmp / name).write_text(body, encoding="utf-8", newline="\n")
             files[name] = {"sha256": sha256_file(tmp / name)}
         manifest = {**probe_set.manifest, "files": files}
