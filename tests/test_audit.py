@@ -241,3 +241,13 @@ def test_docs_python_example_runs(capsys, monkeypatch):
         exec(compile(block, "docs/probes.md", "exec"), {})
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("False ") and out[1].startswith("separated from the size-matched reference")
+
+
+def test_pair_sampling_is_seeded_and_reported():
+    tr, labels = make_trace({"A": False, "B": False}, R=8, T=8, seed=6)
+    cfg = RouteAuditConfig(bands=BANDS, cohort_size=4, max_pairs=10, seed=2)
+    one, two = route_audit(tr, labels, cfg), route_audit(tr, labels, cfg)
+    assert one.sampled and one.to_dict() == two.to_dict()
+    assert [c.n_pairs for c in one.categories] == [10, 10] and one.n_cross_pairs == 10
+    full = route_audit(tr, labels, RouteAuditConfig(bands=BANDS, cohort_size=4))
+    assert not full.sampled and [c.n_pairs for c in full.categories] == [28, 28] and full.n_cross_pairs == 64
