@@ -127,6 +127,12 @@ def test_axes_that_do_not_apply_collapse(traces):
     ({"grid": {"input": "a", "batch": 2, "policy": "lru", "rho": 0.4, "selection": "nope"}}, "unknown selection"),
     ({"selections": {"x": {"range": [3, 1]}}}, "range must be [start, stop)"),
     ({"selections": {"x": {"concat": ["x"]}}}, "refers to itself"),
+    ({"selections": {"x": {"range": [0, 40]}},
+      "grid": {"input": "a", "batch": 2, "policy": "lru", "rho": 0.4, "selection": "x"}},
+     "range [0, 40) exceeds the trace's 12 requests"),
+    ({"selections": {"x": {"concat": ["all", "all:13"]}},
+      "grid": {"input": "a", "batch": 2, "policy": "lru", "rho": 0.4, "selection": "x"}},
+     "asks for the first 13 requests of 'all', which holds 12"),
 ])
 def test_bad_specs_are_refused_with_a_clear_message(traces, patch, message):
     d = {"inputs": {"a": {"trace": "a"}}, "grid": {"input": "a", "batch": 2, "policy": "lru", "rho": 0.4}}

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any
 
-from ..errors import ValidationError
+from ..errors import ExpertCacheError, ValidationError
 from .runner import Task, run_task
 
 __all__ = ["EXECUTORS", "LocalExecutor", "RayExecutor", "make_executor"]
@@ -121,7 +121,14 @@ class RayExecutor:
             while todo and len(self._pending) < window:
                 self._pending.append(self._remote.remote(self._context_ref, todo.pop()))
             ready, self._pending = ray.wait(self._pending, num_returns=1)
-            yield ray.get(ready[0])
+            try:
+                result = ray.get(ready[0])
+            except ray.exceptions.RayTaskError as exc:
+                cause = getattr(exc, "cause", None)
+                if isinstance(cause, ExpertCacheError):   # a user error: its one line, not Ray's traceback
+                    raise cause from None
+                raise
+            yield result
 
 
 def make_executor(name: str, jobs: int, context: dict[str, Any], address: str | None = None):

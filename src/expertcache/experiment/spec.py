@@ -427,6 +427,7 @@ def expand(spec: ExperimentSpec) -> tuple[PlannedCondition, ...]:
     from ..rotation import RotationConfig
 
     digests: dict[str, str] = {}
+    sizes: dict[tuple[str, str], int] = {}
     seen: dict[str, PlannedCondition] = {}
     sel_defs: dict[str, dict] = {}
     for i, grid in enumerate(spec.grids):
@@ -454,7 +455,8 @@ def expand(spec: ExperimentSpec) -> tuple[PlannedCondition, ...]:
                     raise ValidationError(f"batch must be a positive integer; got {b!r}", source=spec.source,
                                           field=f"{where}.batch")
                 if raw["discipline"] == "rotation":
-                    RotationConfig(raw["admitted"], b, raw["window"], raw["scheduler"])
+                    RotationConfig(_int(raw["admitted"], "admitted", where, spec.source), b,
+                                   _int(raw["window"], "window", where, spec.source), raw["scheduler"])
                 else:
                     raw.update(admitted=None, window=None, scheduler=None)
                 offs = ArrivalOffsets.parse(str(raw["offsets"]), seed=_int(raw["offsets_seed"], "offsets_seed",
@@ -464,6 +466,10 @@ def expand(spec: ExperimentSpec) -> tuple[PlannedCondition, ...]:
                     raw["offsets_seed"] = None
                 if raw["order_seed"] is not None:
                     _int(raw["order_seed"], "order_seed", where, spec.source)
+                key = (inp.name, raw["selection"])
+                if key not in sizes:
+                    sizes[key] = _selection_size(raw["selection"], spec.selections, _n_requests(inp.path),
+                                                 f"{spec.source}: input {inp.name!r}")
             rho = raw["rho"]
             if isinstance(rho, bool) or not isinstance(rho, (int, float)):
                 raise ValidationError(f"rho must be a number in [0, 1]; got {rho!r}", source=spec.source,
@@ -500,6 +506,47 @@ def expand(spec: ExperimentSpec) -> tuple[PlannedCondition, ...]:
             }
             seen[cid] = PlannedCondition(cond, cid, _digest(basis))
     return tuple(seen.values())
+
+
+def _n_requests(trace_dir: str) -> int:
+    n = json.loads((Path(trace_dir) / "manifest.json").read_text()).get("n_requests")
+    if not isinstance(n, int) or n < 1:
+        raise ValidationError("manifest.json lacks a positive n_requests", source=trace_dir)
+    return n
+
+
+def _selection_size(name: str, selections: Mapping[str, SelectionSpec], n: int, source: str) -> int:
+    """Requests a selection holds in a trace of ``n`` requests; out-of-range selections raise before any work."""
+    sel = selections[name]
+    where = f"selections.{name}"
+    if sel.kind == "all":
+        return n
+    if sel.kind == "range":
+        a, b = sel.get("range")
+        if b > n:
+            raise ValidationError(f"range [{a}, {b}) exceeds the trace's {n} requests", source=source, field=where)
+        return b - a
+    if sel.kind == "indices":
+        if max(sel.get("indices")) >= n:
+            raise ValidationError(f"index {max(sel.get('indices'))} >= the trace's {n} requests", source=source,
+                                  field=where)
+        return len(sel.get("indices"))
+    if sel.kind == "request_ids":
+        return len(sel.get("request_ids"))        # checked against the ids when the trace is read
+    if sel.kind == "sample":
+        pool = _selection_size(sel.get("from", "all"), selections, n, source)
+        if sel.get("sample") > pool:
+            raise ValidationError(f"samples {sel.get('sample')} of {pool} requests", source=source, field=where)
+        return sel.get("sample")
+    total = 0
+    for part in sel.get("concat"):
+        pname, head = _split_part(part)
+        size = _selection_size(pname, selections, n, source)
+        if head is not None and head > size:
+            raise ValidationError(f"asks for the first {head} requests of {pname!r}, which holds {size}",
+                                  source=source, field=where)
+        total += size if head is None else head
+    return total
 
 
 def _int(value: Any, name: str, where: str, source: str) -> int:
