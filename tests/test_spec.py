@@ -202,6 +202,32 @@ def test_rotation_and_random_offsets_and_order_seed_match_direct_builds(traces, 
     assert got == sorted(want)
 
 
+def test_stream_inputs_and_static_calibration_match_direct_replays(traces, tmp_path):
+    tr_a, tr_b = read_trace(traces / "a"), read_trace(traces / "b")
+    build_events(tr_a, 2).save(tmp_path / "stream_a")
+    build_events(tr_b, 2).save(tmp_path / "cal_stream")
+    d = {"inputs": {"s": {"stream": "stream_a", "calibration": "cal_stream"},
+                    "t": {"trace": str(traces / "a"), "calibration": str(traces / "b")}},
+         "grid": {"input": ["s", "t"], "batch": [2, 4], "policy": ["static", "lfu"], "rho": [0.25, 0.5]}}
+    planned = expand(spec_from_dict(d, tmp_path))
+    assert len(planned) == 4 + 8                       # a stream ignores batch: 2 policies x 2 rho
+    run_spec(spec_from_dict(d, tmp_path), tmp_path / "store", jobs=1)
+    table = read_results(tmp_path / "store")
+    got = {}
+    for i, m in enumerate(table["metric"].to_pylist()):
+        if m == "transferred":
+            key = tuple(table[k][i].as_py() for k in ("input", "batch", "policy", "rho"))
+            got[key] = table["value"][i].as_py()
+    want = {}
+    for inp, b in (("s", None), ("t", 2), ("t", 4)):
+        stream = build_events(tr_a, b or 2)
+        cal = build_events(tr_b, b or 2)
+        for policy in ("static", "lfu"):
+            for rho in (0.25, 0.5):
+                want[(inp, b, policy, rho)] = float(replay(stream, ReplayConfig(policy, rho=rho), cal).transferred)
+    assert got == want
+
+
 # ----------------------------------------------------------------------------- resumability
 def test_interrupted_run_resumes_to_the_uninterrupted_table(traces, reference, tmp_path):
     _, ref_table = reference
