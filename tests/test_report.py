@@ -134,3 +134,19 @@ def test_report_with_a_nextuse_model(tmp_path):
     assert set(data["nextuse"]["victims"]["in_optimal_set"]) == {"random candidate", "predicted next use", "LRU",
                                                                   "LFRU"}
     assert "Next-use prediction" in (tmp_path / "r" / "report.md").read_text()
+
+
+def test_report_workload_fields_are_measured_with_labels(tmp_path):
+    """The workload section comes from expertcache.audit when a trace and labels are given."""
+    from expertcache.report import ReportConfig, build_report
+    from expertcache.synth import SynthConfig, synthesize_trace
+
+    t = synthesize_trace(SynthConfig(n_layers=2, n_experts=16, top_k=2, n_requests=8, decode_tokens=6,
+                                     working_set=4, n_categories=2, seed=1))
+    t.save(tmp_path / "t")
+    rep = build_report(tmp_path / "t", ReportConfig(seeds=(0,), batches=(2,), rhos=(0.4,), n_permutations=0),
+                       command="test")
+    w = rep.data["declared_workload"]
+    assert w["unique_generated_sequences"] != "not reported"
+    assert "cross-category" in w["expert_jaccard_low_text_overlap"]
+    assert "workload" in rep.block.lower() and w["positional_token_agreement"] in rep.block

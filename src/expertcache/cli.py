@@ -441,6 +441,11 @@ def demo(batch: int, rho: float, seed: int, as_json: bool) -> None:
 @click.option("--bandwidth", type=float, default=None, help="Host-to-device bandwidth budget (bytes/s).")
 @click.option("--nextuse-model", type=click.Path(dir_okay=False), default=None,
               help="A next-use model fitted on a disjoint stream: adds the Tables 15-16 section.")
+@click.option("--labels", type=click.Path(dir_okay=False), default=None,
+              help="Request categories for the workload diagnostics (CSV 'request_id,category' or JSON Lines; "
+                   "default: the trace's own, else one category).")
+@click.option("--prompts", type=click.Path(), default=None,
+              help="The prompts (JSON Lines or a probe-set directory) for the prompt-side fields (B1).")
 @click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Worker processes (0 = all cores).")
 @click.option("--no-figures", is_flag=True, help="Skip the figures (no matplotlib needed).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output directory.")
@@ -448,8 +453,8 @@ def demo(batch: int, rho: float, seed: int, as_json: bool) -> None:
 def report_cmd(source: str | None, example: bool, out: str, rho: float, scope: str, batch: int, offsets: str,
                seeds: list[int], batches: list[int], rhos: list[float], permutations: int,
                block_bytes: float | None, block_bytes_preset: str | None, target_tokens_per_s: float | None,
-               bandwidth: float | None, nextuse_model: str | None, jobs: int, no_figures: bool,
-               overwrite: bool) -> None:
+               bandwidth: float | None, nextuse_model: str | None, labels: str | None, prompts: str | None,
+               jobs: int, no_figures: bool, overwrite: bool) -> None:
     """Measure SOURCE (a trace or stream directory) and write the reporting block, tables and figures."""
     from importlib import resources
 
@@ -463,7 +468,8 @@ def report_cmd(source: str | None, example: bool, out: str, rho: float, scope: s
                        batches=tuple(batches), rhos=tuple(rhos), n_permutations=permutations,
                        block_bytes=block_bytes, block_bytes_preset=block_bytes_preset,
                        target_tokens_per_s=target_tokens_per_s,
-                       bandwidth_budget=bandwidth, nextuse_model=nextuse_model, jobs=jobs or default_jobs())
+                       bandwidth_budget=bandwidth, nextuse_model=nextuse_model, labels=labels, prompts=prompts,
+                       jobs=jobs or default_jobs())
     # the complete, canonical command (defaults spelled out), so the report can be regenerated exactly
     command = " ".join([
         "expertcache report", "--example" if example else source, "-o", out, "--rho", f"{rho:g}", "--scope", scope,
@@ -475,6 +481,8 @@ def report_cmd(source: str | None, example: bool, out: str, rho: float, scope: s
         *(["--target-tokens-per-s", f"{target_tokens_per_s:g}"] if target_tokens_per_s else []),
         *(["--bandwidth", f"{bandwidth:g}"] if bandwidth else []),
         *(["--nextuse-model", nextuse_model] if nextuse_model else []),
+        *(["--labels", labels] if labels else []),
+        *(["--prompts", prompts] if prompts else []),
     ])
     with _progress() as bar:
         bar.add_task("measuring", total=None)

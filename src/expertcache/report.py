@@ -63,6 +63,8 @@ class ReportConfig:
     target_tokens_per_s: float | None = None
     bandwidth_budget: float | None = None
     nextuse_model: str | None = None
+    labels: str | None = None
+    prompts: str | None = None
     jobs: int = 1
 
     def __post_init__(self) -> None:
@@ -172,6 +174,17 @@ def build_report(source: str | os.PathLike[str], config: ReportConfig = ReportCo
                 ("chat_template_applied", "templates_per_category", "distinct_prompt_heads", "distinct_final_lines",
                  "position_locked_cohorts", "unique_generated_sequences", "positional_token_agreement",
                  "expert_jaccard_low_text_overlap", "effect_stable_across_position_bands")}
+    if trace is not None:   # measured, not declared: the §5 diagnostics (B1, B5-B7) of expertcache.audit
+        from .audit import workload_block
+
+        prompt_stats = None
+        if config.prompts:
+            from .probes import prompt_diagnostics, read_prompts
+
+            prompt_stats = prompt_diagnostics(read_prompts(config.prompts))
+        measured = workload_block(trace, config.labels, prompts=prompt_stats,
+                                  offsets=ArrivalOffsets.parse(config.offsets))
+        declared.update({key: v for key, v in measured.items() if key in declared and v != NOT_REPORTED})
     data = {
         "tool_version": __version__,
         "command": command or " ".join(sys.argv),
