@@ -36,6 +36,7 @@ from itertools import permutations
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from expertcache.experiment import expand, run_spec, spec_from_dict
 from expertcache.synth import SynthConfig, synthesize_trace
@@ -102,8 +103,6 @@ def main() -> None:
             store = root / f"store-{executor}-{jobs}"
             rep = run_spec(spec, store, executor=executor, jobs=jobs)
             table = (store / "results.parquet").read_bytes()
-            import pyarrow.parquet as pq
-
             t = pq.read_table(store / "results.parquet")
             same = None if reference is None else t.equals(reference)
             reference = t if reference is None else reference
