@@ -28,6 +28,21 @@ def naive_proactive(stream, priority, capacity, *, budget=0, prio=None, pf=None,
     clock = [0] * L
     out = dict(hits=[0] * L, misses=[0] * L, proactive=[0] * L, useful=[0] * L)
     pending = set()   # proactively loaded, not yet hit
+    prev_ev = [-1] * L
+
+    def rkey(b, i, l, pe):
+        """Retention key of a resident before event i's access (advice: the layer's previous priority row)."""
+        if priority == "advice":
+            return _s(prio[pe][b - l * N]) if pe >= 0 else -math.inf
+        if priority == "lru":
+            return last.get(b, -1)
+        if priority == "lfu":
+            return freq.get(b, 0)
+        if priority == "lfru":
+            return freq.get(b, 0) / (i - last.get(b, -1) + 1)
+        # lrfu: the CRF value decayed to the layer's clock
+        return crf[b] * 2.0 ** (-lam * (clock[l] - plast[b])) if b in crf else -math.inf
+
     for i, (_, l, members) in enumerate(events_of(stream)):
         count = i >= warmup and (count_mask is None or bool(count_mask[i]))
         c = capacity[l]
@@ -42,7 +57,8 @@ def naive_proactive(stream, priority, capacity, *, budget=0, prio=None, pf=None,
                 if b in C:
                     continue
                 if len(C) >= c:
-                    victim = min(C, key=lambda v: (_s(pf[i][v - l * N]), tie[v]))
+                    # lowest score; among equal scores the lowest retention key, then the lowest tie rank
+                    victim = min(C, key=lambda v: (_s(pf[i][v - l * N]), rkey(v, i, l, prev_ev[l]), tie[v]))
                     if not s > _s(pf[i][victim - l * N]):
                         continue
                     C.discard(victim)
@@ -89,6 +105,7 @@ def naive_proactive(stream, priority, capacity, *, budget=0, prio=None, pf=None,
             cache[l] = keep
         else:
             cache[l] = K
+        prev_ev[l] = i
     tok_steps = {}
     for i in range(int(stream.n_events)):
         if i >= warmup and (count_mask is None or bool(count_mask[i])):

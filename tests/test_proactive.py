@@ -298,3 +298,26 @@ def test_lrfu_hand_example():
     assert (r.hits, r.demand_misses) == (1, 5)
     r3 = replay_proactive(s, ProactiveConfig("lrfu", capacity=(2,), tie_break="id", lrfu_lambda=0.3))
     assert (r3.hits, r3.demand_misses) == (2, 4)
+
+
+def test_refinement_victims_among_equal_scores_follow_the_retention_key():
+    """Residents 0 and 1 both have no prefetch score; candidate 2 must replace one of them.
+
+    U_B: the layer's previous priority row (event 1: expert 0 = 0.9 > expert 1 = 0.1) decides -> 1 leaves,
+    and event 2's access {0} hits (D = 0, P = 1). Event 2's own row (reversed) must not be read.
+    LRU: expert 0 is older (event 0) -> 0 leaves and the access misses, though tie_break="id" alone
+    would have kept the lower id 0.
+    """
+    s = EventStream.from_lists(1, 4, 1, steps=[0, 1, 2], layers=[0, 0, 0], experts=[[0], [1], [0]],
+                               active=[1, 1, 1])
+    pf = np.full((3, 4), NAN, dtype=np.float32)
+    pf[2, 2] = 1.0
+    prio = np.zeros((3, 4), dtype=np.float32)
+    prio[1, :2] = [0.9, 0.1]
+    prio[2, :2] = [0.1, 0.9]
+    adv = Advice(priority=prio, prefetch_score=pf)
+    base = dict(capacity=(2,), prefetch_budget=1, warmup_events=2, tie_break="id")
+    r = replay_proactive(s, ProactiveConfig("advice", **base), adv)
+    assert (r.accesses, r.demand_misses, r.proactive_loads) == (1, 0, 1)
+    lru = replay_proactive(s, ProactiveConfig("lru", **base), adv)
+    assert (lru.accesses, lru.demand_misses, lru.proactive_loads) == (1, 1, 1)

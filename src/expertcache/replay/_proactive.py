@@ -120,6 +120,7 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     neg = np.empty(n_experts, dtype=np.float64)
     use_advice = key_code == PKEY_ADVICE
     decay_clock = np.zeros(n_layers, dtype=np.int64)   # events seen per layer: the LRFU clock
+    prev_ev = np.full(n_layers, -1, dtype=np.int64)     # the layer's previous event (its priority row)
     for i in range(n_events):
         layer = ev_layer[i]
         cap = capacity[layer]
@@ -149,14 +150,23 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                     res[layer, r] = b
                     n_res[layer] = r + 1
                 else:
-                    lo = 0
-                    lo_s = _score(prefetch[i, res[layer, 0] - base])
-                    for q in range(1, r):
+                    # victim: lowest prefetch score; among equal scores the lowest retention rank, then tie
+                    pe = prev_ev[layer]
+                    lo = -1
+                    lo_s = 0.0
+                    lo_k = 0.0
+                    for q in range(r):
                         v = res[layer, q]
                         sv = _score(prefetch[i, v - base])
-                        if sv < lo_s or (sv == lo_s and tie[v] < tie[res[layer, lo]]):
+                        if use_advice:
+                            kv = _score(priority[pe, v - base]) if pe >= 0 else -np.inf
+                        else:
+                            kv = _base_key(key_code, v, i, last, freq, crf, plast, lam)
+                        if lo < 0 or sv < lo_s or (sv == lo_s and (kv < lo_k or (kv == lo_k and
+                                                                                 tie[v] < tie[res[layer, lo]]))):
                             lo = q
                             lo_s = sv
+                            lo_k = kv
                     if not s > lo_s:
                         continue
                     v = res[layer, lo]
@@ -235,3 +245,4 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
             n_res[layer] = kept
         for a in range(offsets[i], offsets[i + 1]):
             member[base + expert[a]] = False
+        prev_ev[layer] = i

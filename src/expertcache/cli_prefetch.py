@@ -1,0 +1,178 @@
+"""``expertcache prefetch``: prefetch and activation-aware baselines charged for proactive loads (docs/prefetch.md)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+
+def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``expertcache.cli._guard``, looked up at call time (cli.py imports this module while loading)."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from .cli import _guard as guard
+
+        return guard(fn)(*args, **kwargs)
+
+    return wrapper
+
+
+@click.group("prefetch")
+def prefetch() -> None:
+    """Prefetchers and MoE-specific caches on one trace, every proactive load charged (CLR Table 1 shape)."""
+
+
+def _load_source(path: str):
+    """A routing trace or an event stream from a directory (by its manifest kind); 'example' = the bundled trace."""
+    import os
+    from importlib import resources
+
+    from .errors import ValidationError
+    from .storage import read_manifest
+
+    if path == "example" and not os.path.exists(path):
+        ref = resources.files("expertcache") / "data" / "example_trace"
+        with resources.as_file(ref) as p:
+            return _load_source(str(p))
+    kind = None
+    for k in ("routing_trace", "event_stream"):
+        try:
+            read_manifest(path, k)
+            kind = k
+            break
+        except ValidationError:
+            continue
+    if kind is None:
+        raise ValidationError("expected a routing trace or an event stream directory written by expertcache",
+                              source=path)
+    if kind == "event_stream":
+        from .events import read_events
+
+        return read_events(path), None, path
+    from .trace import read_trace
+
+    return read_trace(path), path, path
+
+
+def _hidden(trace_dir: str | None, use: bool):
+    """Collected hidden states of a trace directory, or None (and why)."""
+    if trace_dir is None or not use:
+        return None, "not requested" if not use else "event stream input"
+    from .collect import read_array
+    from .errors import ValidationError
+
+    try:
+        return read_array(trace_dir, "hidden"), "hidden states"
+    except ValidationError as exc:
+        return None, f"none ({exc.detail})"
+
+
+@prefetch.command("compare")
+@click.argument("source", type=click.Path())
+@click.option("--calibration", type=click.Path(file_okay=False), default=None,
+              help="Trace the predictors and stores are fitted on (default: the even requests of SOURCE; "
+                   "its odd requests are evaluated).")
+@click.option("--rho", type=float, default=0.25, show_default=True, help="Residency fraction (per-layer quotas).")
+@click.option("--capacity", "-B", type=int, default=None, help="Experts per layer (CLR's B); overrides --rho.")
+@click.option("--budget", "-R", type=int, default=None,
+              help="Candidate budget R of prefetching rows [default: 75% of the smallest capacity].")
+@click.option("--batch", type=int, default=1, show_default=True, help="FCFS continuous-batching concurrency.")
+@click.option("--prefill-init/--no-prefill-init", default=None,
+              help="Start each request's decode from its prefill's cache [default: when batch is 1 and the "
+                   "trace has prompts].")
+@click.option("--lookahead", type=int, default=3, show_default=True, help="ProMoE-style lookahead distance d.")
+@click.option("--store-size", type=int, default=1000, show_default=True,
+              help="Entries of the EAM / expert-map stores.")
+@click.option("--option-steps", type=int, default=4, show_default=True, help="Option length (steps) of te-moe.")
+@click.option("--lrfu-lambda", type=float, default=0.5, show_default=True, help="LRFU decay lambda.")
+@click.option("--expert-bytes", type=int, default=None,
+              help="Bytes per expert block (S_expert) for Load/token in MB; blocks/token without it.")
+@click.option("--policies", default=None, help="Comma list of baselines [default: all].")
+@click.option("--seed", type=int, default=0, show_default=True, help="Tie ranks and store sampling.")
+@click.option("--tie-break", type=click.Choice(["random", "id"]), default="random", show_default=True)
+@click.option("--hidden/--no-hidden", "use_hidden", default=True, show_default=True,
+              help="Use collected hidden states when the trace has them (else routing-derived features).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Write a figure (.png/.svg/.pdf): Hit and AdjHit bars, Load/token points.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --plot file.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@_guard
+def compare_cmd(source: str, calibration: str | None, rho: float, capacity: int | None, budget: int | None,
+                batch: int, prefill_init: bool | None, lookahead: int, store_size: int, option_steps: int,
+                lrfu_lambda: float, expert_bytes: int | None, policies: str | None, seed: int, tie_break: str,
+                use_hidden: bool, plot_path: str | None, overwrite: bool, as_json: bool) -> None:
+    """Compare classic, MoE-specific and prefetching baselines on SOURCE (a trace or stream directory,
+    or 'example' for the bundled trace): Hit, AdjHit, Load per token, added parameters, decision availability.
+    """
+    from .cli import _console, _progress, _require_new
+    from .prefetch.compare import CompareConfig, compare, plot_compare
+    from .trace import RoutingTrace
+
+    if plot_path:
+        _require_new(plot_path, overwrite)
+    names = tuple(p.strip() for p in policies.split(",") if p.strip()) if policies else None
+    cfg = CompareConfig(rho=rho, capacity=capacity, budget=budget, batch=batch, prefill_init=prefill_init,
+                        lookahead=lookahead, store_size=store_size, option_steps=option_steps,
+                        lrfu_lambda=lrfu_lambda, seed=seed, tie_break=tie_break,
+                        expert_bytes=expert_bytes, policies=names)
+    data, trace_dir, label = _load_source(source)
+    hidden, _ = _hidden(trace_dir, use_hidden) if isinstance(data, RoutingTrace) else (None, "")
+    calib = hidden_cal = None
+    if calibration is not None:
+        calib, cal_dir, _ = _load_source(calibration)
+        if not isinstance(calib, RoutingTrace):
+            from .errors import ValidationError
+
+            raise ValidationError("--calibration must be a routing trace directory", source=calibration)
+        hidden_cal, _ = _hidden(cal_dir, use_hidden and hidden is not None)
+        if hidden_cal is None:
+            hidden = None
+    with _progress() as bar:
+        task = bar.add_task("baselines", total=None)
+
+        def tick(total: int) -> None:
+            bar.update(task, total=total, advance=1)
+
+        report = compare(data, cfg, calibration=calib, hidden=hidden, hidden_calibration=hidden_cal,
+                         label="example" if source == "example" else label, progress=tick)
+    if plot_path:
+        plot_compare(report, plot_path)
+    if as_json:
+        click.echo(json.dumps(report.to_dict()))
+        return
+    from rich.table import Table
+
+    mb = expert_bytes is not None
+    table = Table(title=f"Proactive-load-aware comparison — {report.source}", title_justify="left")
+    for col in ("family", "policy", "Hit %", "AdjHit %", "MB/token" if mb else "blocks/token", "P", "m",
+                "added params", "decision availability"):
+        table.add_column(col, justify="right" if col in ("Hit %", "AdjHit %", "MB/token", "blocks/token", "P", "m",
+                                                         "added params") else "left")
+    for row in report.rows:
+        r = row.result
+        if r is None:
+            table.add_row(row.family, row.name, "-", "-", "-", "-", "-", "-", "skipped (see below)")
+            continue
+        load = r.load_per_token / 1e6 if mb else r.load_per_token
+        table.add_row(row.family, row.name, f"{100 * r.hit:.2f}", f"{100 * r.adj_hit:.2f}", f"{load:.2f}",
+                      str(r.proactive_loads), f"{r.miss_fraction:.4f}", f"{row.added_params:,}",
+                      row.availability)
+    console = _console()
+    console.print(table)
+    caps = report.capacity_per_layer
+    cap = f"{min(caps)}" if min(caps) == max(caps) else f"{min(caps)}-{max(caps)}"
+    console.print(f"capacity per layer {cap}, R = {report.budget}, batch {cfg.batch}, "
+                  f"prefill-initialised: {report.prefill_init}, features: {report.hidden}; "
+                  f"evaluated requests: {report.n_eval_requests}, calibration requests: "
+                  f"{report.n_calibration_requests}. Hit = 1 - D/A, AdjHit = (A - D)/(A + P), "
+                  f"Load/token = (D + P) S_expert / T, m = (D + P)/logical.")
+    for row in report.rows:
+        text = f"skipped: {row.skipped}" if row.result is None else row.note
+        if text:
+            console.print(f"  {row.name}: {text}")
+    if plot_path:
+        console.print(f"figure: {plot_path}")

@@ -1,0 +1,86 @@
+"""Activation-aware caching in the style of MoE-Infinity: request-level expert activation matrices.
+
+MoE-Infinity traces, per request, an *expert activation matrix* (EAM:
+activations per layer and expert) and keeps a store of past requests' EAMs.
+At run time the request's partial EAM is matched to the stored matrices by
+cosine similarity and the best match predicts which experts the remaining
+layers and tokens will activate; cache retention and prefetching follow the
+predicted activation.
+
+Here (trace-driven): the store holds the EAMs (prefill + decode activations) of
+the calibration requests; for a decode token ``t`` of request ``r`` the
+partial EAM is ``r``'s prefill plus its decode tokens before ``t`` (decision
+available at the previous token); its nearest stored EAM by cosine gives the
+predicted activation ratio of every expert at every layer (the matched row,
+normalised to sum 1). The event-level retention priority and pre-access score
+are these ratios summed over the event's active requests. MoE-Infinity's
+layer-proximity weighting (experts of layers about to execute first) is a
+positive constant per layer, which cannot change any decision of a per-layer
+cache; it would matter only under one global pool, so it is omitted.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..trace import PREFILL, RoutingTrace
+from .context import AdviceContext
+from .produced import Produced, multi_hot
+
+__all__ = ["request_eams", "activation_aware"]
+
+
+def request_eams(trace: RoutingTrace) -> np.ndarray:
+    """``float32[n_requests, L, N]``: activations per layer and expert of each request (all phases)."""
+    L, N = trace.n_layers, trace.n_experts
+    out = np.zeros((trace.n_requests, L * N), dtype=np.float64)
+    blocks = (np.arange(L, dtype=np.int64)[None, :, None] * N + trace.experts.astype(np.int64))
+    np.add.at(out, (np.broadcast_to(trace.request[:, None, None], blocks.shape), blocks), 1.0)
+    return out.reshape(trace.n_requests, L, N).astype(np.float32)
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    n = np.linalg.norm(x, axis=-1, keepdims=True)
+    return np.divide(x, n, out=np.zeros_like(x), where=n > 0)
+
+
+def activation_aware(ctx: AdviceContext, calibration: RoutingTrace, store_size: int = 1000,
+                     prefetch: bool = True) -> Produced:
+    """MoE-Infinity-style advice for ``ctx`` from the EAMs of ``calibration`` (see the module docstring).
+
+    Returns retention priorities (``U_B``) and, with ``prefetch``, the same
+    predicted ratios as pre-access scores.
+    """
+    trace = ctx.trace
+    L, N = trace.n_layers, trace.n_experts
+    store = request_eams(calibration)[:store_size]
+    ratio = store / np.maximum(store.sum(axis=2, keepdims=True), 1.0)        # per-layer activation ratio
+    store_unit = _unit(store.reshape(store.shape[0], L * N))
+    prio = ctx.empty()
+    pf = ctx.empty() if prefetch else None
+    per_token = np.full((ctx.n_exec, L, N), np.nan, dtype=np.float32)
+    pre_rows = trace.phase == PREFILL
+    for r in np.unique(ctx.exec_request):
+        x = np.flatnonzero(ctx.exec_request == r)
+        x = x[np.argsort(ctx.exec_row[x])]                                   # the request's tokens in order
+        base = np.zeros(L * N, dtype=np.float32)
+        p_rows = np.flatnonzero(pre_rows & (trace.request == r))
+        if p_rows.size:
+            base += multi_hot(trace.experts[p_rows].reshape(-1, trace.top_k), N).reshape(p_rows.size, L * N).sum(0)
+        hot = multi_hot(trace.experts[ctx.exec_row[x]].reshape(-1, trace.top_k), N).reshape(x.size, L * N)
+        partial = base[None, :] + np.cumsum(hot, axis=0) - hot               # activations before each token
+        sims = _unit(partial) @ store_unit.T                                 # cosine, [n_tok, n_store]
+        best = np.argmax(sims, axis=1)                                       # ties: the first stored request
+        known = np.linalg.norm(partial, axis=1) > 0
+        per_token[x[known]] = ratio[best[known]]
+    for layer in range(L):
+        ctx.scatter(prio, layer, per_token[:, layer, :])
+        if pf is not None:
+            ctx.scatter(pf, layer, per_token[:, layer, :])
+    if pf is not None:
+        pf[pf <= 0] = np.nan                                                 # predicted inactive: no candidate
+    adv = ctx.advice(prio, pf, {"producer": "activation-aware (MoE-Infinity style)", "store": int(store.shape[0])})
+    return Produced(adv, "advice", prefetch, added_params=0, store_entries=int(store.shape[0]),
+                    availability="Prev. token",
+                    note="EAM store of calibration requests; nearest by cosine; trace-driven, no runtime",
+                    details={"store_requests": int(store.shape[0])})

@@ -1,0 +1,200 @@
+"""The evaluation context of trace-driven advice: who executes what at which event.
+
+A predictor reasons per request and token; the cache decides per event. An
+:class:`AdviceContext` holds the replayed stream of a trace under FCFS
+continuous batching (optionally preceded, request by request, by each
+request's prefill, for a prefill-initialised cache at batch 1), and maps every
+executed decode token and layer to its event, so producers can write
+per-token scores and :meth:`AdviceContext.scatter` sums them into the
+event-level advice arrays (the documented ``B > 1`` rule: per-request scores
+summed over the active requests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ValidationError
+from ..events import EventStream, build_events, decode_rows, fcfs_schedule
+from ..nextuse.advice import Advice
+from ..prefill import prefill_events
+from ..trace import PREFILL, RoutingTrace
+
+__all__ = ["AdviceContext", "advice_context"]
+
+
+@dataclass(frozen=True, eq=False)
+class AdviceContext:
+    """A replayed stream of ``trace`` with the token -> event map.
+
+    Attributes
+    ----------
+    trace
+        The evaluated routing trace.
+    stream
+        The replayed stream (decode events, after each request's prefill events when
+        ``prefill_init``).
+    count_mask
+        ``bool[n_events]``: decode events (the counted ones).
+    batch
+        Concurrency ``B``.
+    exec_request, exec_row, exec_step
+        ``int64[n_exec]``: for every executed decode token, its request, its trace row
+        and the index of its scheduler step (0-based, decode steps only).
+    exec_event
+        ``int64[n_exec, L]``: the event of ``stream`` each token feeds at each layer.
+    prefill_init
+        Whether prefill events precede each request's decode (a warm cache).
+    """
+
+    trace: RoutingTrace
+    stream: EventStream
+    count_mask: np.ndarray
+    batch: int
+    exec_request: np.ndarray
+    exec_row: np.ndarray
+    exec_step: np.ndarray
+    exec_event: np.ndarray
+    prefill_init: bool
+
+    @property
+    def n_exec(self) -> int:
+        """Executed decode tokens."""
+        return int(self.exec_row.shape[0])
+
+    def empty(self) -> np.ndarray:
+        """``float32[n_events, N]`` of NaN (no score anywhere)."""
+        return np.full((self.stream.n_events, self.stream.n_experts), np.nan, dtype=np.float32)
+
+    def scatter(self, out: np.ndarray, layer: int, scores: np.ndarray) -> None:
+        """Sum per-token scores of ``layer`` (``float[n_exec, N]``, NaN = none) into ``out``'s events.
+
+        A NaN row of one request leaves the other requests' sum unchanged; an event
+        where every active request has NaN stays NaN.
+        """
+        ev = self.exec_event[:, layer]
+        valid = ~np.isnan(scores)
+        filled = np.where(valid, scores, 0.0).astype(np.float64)
+        acc = np.zeros((self.stream.n_events, scores.shape[1]), dtype=np.float64)
+        cnt = np.zeros_like(acc, dtype=np.int64)
+        np.add.at(acc, ev, filled)
+        np.add.at(cnt, ev, valid.astype(np.int64))
+        touched = np.unique(ev)
+        cur = out[touched].astype(np.float64)
+        new = np.where(cnt[touched] > 0, np.where(np.isnan(cur), 0.0, cur) + acc[touched], cur)
+        out[touched] = new.astype(np.float32)
+
+    def advice(self, priority: np.ndarray | None, prefetch: np.ndarray | None, provenance: dict) -> Advice:
+        """Wrap event arrays as :class:`Advice`, filling the warm-up (prefill) events.
+
+        Prefill rows: priority = member multiplicity (keep what the prefill used),
+        no prefetch candidates (``-inf``), as in the routers' advice.
+        """
+        warm = ~self.count_mask
+        if priority is not None and warm.any():
+            s = self.stream
+            mult = np.zeros((s.n_events, s.n_experts), dtype=np.float32)
+            ev = s.event_of_access
+            mult[ev, s.expert.astype(np.int64)] = s.multiplicity
+            priority = priority.copy()
+            priority[warm] = mult[warm]
+        if prefetch is not None and warm.any():
+            prefetch = prefetch.copy()
+            prefetch[warm] = -np.inf
+        return Advice(priority=priority, prefetch_score=prefetch, provenance=dict(provenance))
+
+
+def _take_events(stream: EventStream, idx: np.ndarray):
+    """Arrays of the events ``idx`` of ``stream`` (in that order): sizes, members, multiplicity, gates."""
+    lo, hi = stream.offsets[idx], stream.offsets[idx + 1]
+    acc = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi, strict=True)]) if idx.size else \
+        np.zeros(0, dtype=np.int64)
+    gm = stream.gate_mass[acc] if stream.gate_mass is not None else None
+    return hi - lo, stream.expert[acc], stream.multiplicity[acc], gm
+
+
+def advice_context(trace: RoutingTrace, batch: int = 1, prefill_init: bool = False) -> AdviceContext:
+    """Schedule ``trace``'s decode under FCFS continuous batching (zero arrival offsets) and map tokens to events.
+
+    ``prefill_init`` (batch 1 only, CLR §4.1): each request's prompt is replayed as
+    one prefill event per layer just before its decode, uncounted, so each decode
+    starts from the cache the prefill left.
+    """
+    decode = build_events(trace, batch)
+    lengths, first = decode_rows(trace)
+    step, req, tok = fcfs_schedule(lengths, np.zeros(trace.n_requests, dtype=np.int64), int(batch))
+    L, N = trace.n_layers, trace.n_experts
+    rows = first[req] + tok
+    step_ids = np.unique(step)
+    key = decode.step.astype(np.int64) * L + decode.layer
+    dec_event = np.searchsorted(key, step[:, None] * L + np.arange(L)[None, :])
+    exec_step = np.searchsorted(step_ids, step)
+    if not prefill_init:
+        return AdviceContext(trace, decode, np.ones(decode.n_events, dtype=np.bool_), int(batch), req, rows,
+                             exec_step, dec_event, False)
+    if batch != 1:
+        raise ValidationError("a prefill-initialised cache is defined here for batch 1 (CLR's setting: each "
+                              "request's decode starts from its own prefill); use batch 1 or no prefill init",
+                              field="prefill_init")
+    if not (trace.phase == PREFILL).any():
+        raise ValidationError("the trace has no prefill tokens to initialise the cache with; "
+                              "run without prefill init", field="prefill_init")
+    pre = prefill_events(trace, chunk=1 << 30)        # one chunk per prompt: L events per request
+    pre_req = np.repeat(np.flatnonzero(np.bincount(trace.request[trace.phase == PREFILL],
+                                                   minlength=trace.n_requests) > 0), L)
+    # batch 1: requests decode one after another in input order; interleave each one's prefill before it
+    dec_req_of_step = req[np.searchsorted(step, step_ids)]
+    dec_req = dec_req_of_step[np.searchsorted(step_ids, decode.step)]
+    order_src, order_idx, new_step = [], [], []
+    counter = 0
+    pos_of_decode = np.empty(decode.n_events, dtype=np.int64)
+    pos = 0
+    for r in req[np.sort(np.unique(req, return_index=True)[1])]:      # requests in service order
+        p_idx = np.flatnonzero(pre_req == r)
+        if p_idx.size:
+            order_src.append(np.zeros(p_idx.size, dtype=np.int8))
+            order_idx.append(p_idx)
+            new_step.append(np.full(p_idx.size, counter, dtype=np.int64))
+            counter += 1
+            pos += p_idx.size
+        d_idx = np.flatnonzero(dec_req == r)
+        ds = decode.step[d_idx]
+        uniq, inv = np.unique(ds, return_inverse=True)
+        order_src.append(np.ones(d_idx.size, dtype=np.int8))
+        order_idx.append(d_idx)
+        new_step.append(counter + inv.astype(np.int64))
+        counter += uniq.size
+        pos_of_decode[d_idx] = pos + np.arange(d_idx.size)
+        pos += d_idx.size
+    src = np.concatenate(order_src)
+    idx = np.concatenate(order_idx)
+    sizes = np.empty(idx.size, dtype=np.int64)
+    parts = []
+    for which, s in ((0, pre), (1, decode)):
+        m = src == which
+        sz, ex, mu, gm = _take_events(s, idx[m])
+        sizes[m] = sz
+        parts.append((m, s.layer[idx[m]], s.active[idx[m]], s.logical_per_event[idx[m]], ex, mu, gm))
+    # members in the merged order
+    offsets = np.zeros(idx.size + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    expert = np.empty(offsets[-1], dtype=np.int16)
+    mult = np.empty(offsets[-1], dtype=np.int32)
+    gates = np.empty(offsets[-1], dtype=np.float32) if trace.gates is not None else None
+    layer = np.empty(idx.size, dtype=np.int32)
+    active = np.empty(idx.size, dtype=np.int32)
+    logical = np.empty(idx.size, dtype=np.int64)
+    for m, ly, ac, lg, ex, mu, gm in parts:
+        where = np.flatnonzero(m)
+        layer[where], active[where], logical[where] = ly, ac, lg
+        acc = np.concatenate([np.arange(offsets[w], offsets[w + 1]) for w in where]) if where.size else where
+        expert[acc], mult[acc] = ex, mu
+        if gates is not None and gm is not None:
+            gates[acc] = gm
+    stream = EventStream(L, N, trace.top_k, np.concatenate(new_step), layer, active, logical, offsets, expert,
+                         mult, gates, {"source": "routing_trace", "trace_provenance": trace.provenance,
+                                       "discipline": "fcfs-continuous-batching", "batch": 1,
+                                       "prefill_init": "each request's prompt (one event per layer) before its decode"})
+    return AdviceContext(trace, stream, src == 1, 1, req, rows, exec_step, pos_of_decode[dec_event], True)

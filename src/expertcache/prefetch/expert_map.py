@@ -1,0 +1,95 @@
+"""Expert-map search in the style of FineMoE: a store of per-iteration expert maps matched at run time.
+
+FineMoE records fine-grained *expert maps* (which experts each layer of one
+iteration used) together with a semantic embedding of the request, keeps a
+bounded store (1,000 maps in CLR's reproduction, §4.1), and at run time
+searches it with the request's semantics and the current iteration's routing
+trajectory so far, prefetching the experts the best matches used next.
+
+Here (trace-driven): the store holds up to ``store_size`` decode tokens sampled
+(seeded) from the calibration trace, each with its multi-hot map ``[L, N]``
+and its request's semantic embedding — the mean hidden state of the prompt
+when hidden states were collected, else the prompt's routing histogram
+(``[L*N]``), a routing-derived stand-in. For token ``x`` at layer ``l`` the
+similarity to map ``m`` is ``alpha * cos(sem_x, sem_m) + (1 - alpha) *
+cos(traj_x[:l], map_m[:l])`` (the trajectory term is the overlap of the
+current token's routing at layers ``< l``; at ``l = 0`` only semantics). The
+``top_m`` best maps' rows at layer ``l`` are averaged into per-token scores,
+summed over the event's active requests; experts no match used are no
+candidates. Retention stays LRU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..trace import PREFILL, RoutingTrace
+from .context import AdviceContext
+from .produced import Produced, multi_hot
+
+__all__ = ["semantic_embeddings", "expert_map_search"]
+
+
+def semantic_embeddings(trace: RoutingTrace, hidden: np.ndarray | None) -> np.ndarray:
+    """``float32[n_requests, F]`` unit vectors: mean prompt hidden state, or the prompt's routing histogram.
+
+    A request without prompt rows gets a zero vector (no semantic match).
+    """
+    L, N = trace.n_layers, trace.n_experts
+    pre = trace.phase == PREFILL
+    dim = hidden.shape[2] if hidden is not None else L * N
+    out = np.zeros((trace.n_requests, dim), dtype=np.float64)
+    for r in range(trace.n_requests):
+        rows = np.flatnonzero(pre & (trace.request == r))
+        if rows.size == 0:
+            continue
+        if hidden is not None:
+            out[r] = hidden[rows].astype(np.float64).mean(axis=(0, 1))
+        else:
+            out[r] = multi_hot(trace.experts[rows].reshape(-1, trace.top_k), N).reshape(rows.size, L * N).sum(0)
+    n = np.linalg.norm(out, axis=1, keepdims=True)
+    return np.divide(out, n, out=np.zeros_like(out), where=n > 0).astype(np.float32)
+
+
+def expert_map_search(ctx: AdviceContext, calibration: RoutingTrace, store_size: int = 1000, top_m: int = 3,
+                      alpha: float = 0.5, seed: int = 0, hidden: np.ndarray | None = None,
+                      hidden_calibration: np.ndarray | None = None, chunk: int = 4096) -> Produced:
+    """FineMoE-style prefetch advice for ``ctx`` (see the module docstring)."""
+    trace = ctx.trace
+    L, N, k = trace.n_layers, trace.n_experts, trace.top_k
+    dec = np.flatnonzero(calibration.phase != PREFILL)
+    rng = np.random.default_rng(seed)
+    pick = np.sort(rng.choice(dec, size=min(store_size, dec.size), replace=False))
+    maps = np.stack([multi_hot(calibration.experts[pick, layer], N) for layer in range(L)], axis=1)  # [S, L, N]
+    sem_store = semantic_embeddings(calibration, hidden_calibration)[calibration.request[pick]]
+    sem_eval = semantic_embeddings(trace, hidden)
+    has_sem = bool(np.linalg.norm(sem_store, axis=1).any() and np.linalg.norm(sem_eval, axis=1).any())
+    pf = ctx.empty()
+    m_take = min(top_m, pick.size)
+    for lo in range(0, ctx.n_exec, chunk):
+        x = np.arange(lo, min(lo + chunk, ctx.n_exec))
+        rows = ctx.exec_row[x]
+        sem = sem_eval[ctx.exec_request[x]] @ sem_store.T if has_sem else None   # [n, S]
+        overlap = np.zeros((x.size, pick.size), dtype=np.float32)
+        for layer in range(L):
+            if layer == 0:
+                if sem is None:
+                    continue
+                sim = sem
+            else:
+                overlap += multi_hot(trace.experts[rows, layer - 1], N) @ maps[:, layer - 1, :].T
+                traj = overlap / float(k * layer)
+                sim = alpha * sem + (1.0 - alpha) * traj if sem is not None else traj
+            best = np.argsort(-sim, axis=1, kind="stable")[:, :m_take]       # ties: lower store index first
+            score = maps[best, layer, :].mean(axis=1)                         # [n, N]
+            score[score <= 0] = np.nan
+            sub = np.full((ctx.n_exec, N), np.nan, dtype=np.float32)
+            sub[x] = score
+            ctx.scatter(pf, layer, sub)
+    adv = ctx.advice(None, pf, {"producer": "expert-map search (FineMoE style)", "store": int(pick.size),
+                                "semantic": "hidden" if hidden is not None else "prompt routing"})
+    sem_kind = ("mean prompt hidden state" if hidden is not None else
+                "prompt routing histogram (no hidden states)" if has_sem else "none (no prompts)")
+    return Produced(adv, "lru", True, added_params=0, store_entries=int(pick.size), availability="Prev. layer",
+                    note=f"store of {pick.size} token maps; semantics: {sem_kind}; trajectory: layers < l",
+                    details={"semantic": sem_kind, "top_m": m_take, "alpha": alpha})

@@ -1,0 +1,106 @@
+"""Lookahead prefetch in the style of ProMoE: a small learned predictor from layer ``l`` to layer ``l + d``.
+
+ProMoE runs a learned predictor on the hidden state at layer ``l`` to guess
+the experts of layer ``l + d`` and prefetches them while layers ``l .. l+d-1``
+compute. Here the predictor is a ridge-regularised linear map per target
+layer (closed form, numpy), fitted on a calibration trace from the feature of
+each token at layer ``l`` to the multi-hot of its experts at ``l + d``:
+
+* feature = the collected hidden state entering MoE block ``l``
+  (``expertcache.collect.read_array(trace_dir, "hidden")``) when available;
+* otherwise the routing itself (multi-hot of the experts at layer ``l``) —
+  a routing-derived stand-in, labelled as such in every output.
+
+Per-token scores for layer ``l + d`` are summed over the event's active
+requests into ``prefetch_score``; the first ``d`` layers of a token have no
+candidates. Retention stays LRU (ProMoE keeps a conventional cache).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ValidationError
+from ..trace import RoutingTrace
+from .context import AdviceContext
+from .produced import Produced, multi_hot
+
+__all__ = ["LookaheadPredictor", "fit_lookahead", "lookahead"]
+
+
+class LookaheadPredictor:
+    """Linear maps ``W[l']``: feature at layer ``l' - d`` -> expert scores at layer ``l'`` (with bias).
+
+    Attributes
+    ----------
+    distance
+        ``d``.
+    weights
+        ``{target_layer: float32[F + 1, N]}`` (last row = bias).
+    feature
+        ``"hidden"`` or ``"routing"``.
+    """
+
+    def __init__(self, distance: int, weights: dict[int, np.ndarray], feature: str) -> None:
+        self.distance = distance
+        self.weights = weights
+        self.feature = feature
+
+    @property
+    def n_params(self) -> int:
+        """Added inference-time parameters (all maps, biases included)."""
+        return int(sum(w.size for w in self.weights.values()))
+
+    def predict(self, features: np.ndarray, target_layer: int) -> np.ndarray:
+        """``float32[n, N]`` scores for ``target_layer`` from ``features`` (``[n, F]``) at ``target_layer - d``."""
+        w = self.weights[target_layer]
+        return (features.astype(np.float32) @ w[:-1] + w[-1]).astype(np.float32)
+
+
+def _features(trace: RoutingTrace, hidden: np.ndarray | None, rows: np.ndarray, layer: int) -> np.ndarray:
+    if hidden is not None:
+        return hidden[rows, layer].astype(np.float32)
+    return multi_hot(trace.experts[rows, layer], trace.n_experts)
+
+
+def fit_lookahead(calibration: RoutingTrace, distance: int = 3, hidden: np.ndarray | None = None,
+                  ridge: float = 1e-2) -> LookaheadPredictor:
+    """Fit one ridge map per target layer ``l' >= d`` on every calibration row.
+
+    ``ridge`` is relative: the penalty is ``ridge * mean(diag(X^T X))``.
+    """
+    L, N = calibration.n_layers, calibration.n_experts
+    if isinstance(distance, bool) or not isinstance(distance, (int, np.integer)) or not 1 <= distance < L:
+        raise ValidationError(f"lookahead distance must be in [1, L) = [1, {L}); got {distance!r}", field="lookahead")
+    if hidden is not None and (hidden.ndim != 3 or hidden.shape[:2] != (calibration.n_tokens, L)):
+        raise ValidationError(f"hidden states must be [n_tokens, L, d_model] = [{calibration.n_tokens}, {L}, ...]; "
+                              f"got {hidden.shape}", field="hidden")
+    rows = np.arange(calibration.n_tokens)
+    weights = {}
+    for target in range(distance, L):
+        x = _features(calibration, hidden, rows, target - distance).astype(np.float64)
+        x = np.hstack([x, np.ones((x.shape[0], 1))])
+        y = multi_hot(calibration.experts[rows, target], N).astype(np.float64)
+        gram = x.T @ x
+        pen = ridge * max(float(np.mean(np.diag(gram))), 1e-12)
+        weights[target] = np.linalg.solve(gram + pen * np.eye(gram.shape[0]), x.T @ y).astype(np.float32)
+    return LookaheadPredictor(int(distance), weights, "hidden" if hidden is not None else "routing")
+
+
+def lookahead(ctx: AdviceContext, calibration: RoutingTrace, distance: int = 3, hidden: np.ndarray | None = None,
+              hidden_calibration: np.ndarray | None = None) -> Produced:
+    """ProMoE-style prefetch advice for ``ctx`` (see the module docstring); ``hidden`` rows align with ``ctx.trace``."""
+    if (hidden is None) != (hidden_calibration is None):
+        raise ValidationError("pass hidden states for both the evaluated and the calibration trace, or neither",
+                              field="hidden")
+    model = fit_lookahead(calibration, distance, hidden_calibration)
+    pf = ctx.empty()
+    for target in range(distance, ctx.trace.n_layers):
+        feats = _features(ctx.trace, hidden, ctx.exec_row, target - distance)
+        ctx.scatter(pf, target, model.predict(feats, target))
+    adv = ctx.advice(None, pf, {"producer": "lookahead (ProMoE style)", "distance": distance,
+                                "feature": model.feature})
+    note = ("hidden state at l -> experts at l+d, linear ridge predictor" if model.feature == "hidden" else
+            "no hidden states in the trace: routing at l (multi-hot) -> experts at l+d, a routing-derived stand-in")
+    return Produced(adv, "lru", True, added_params=model.n_params, availability=f"Prev. layer (l-{distance})",
+                    note=note, details={"feature": model.feature, "distance": distance})

@@ -1,0 +1,91 @@
+"""Option-set persistence in the style of Temporally Extended MoE, and the next-true-experts oracle.
+
+Temporally Extended MoE commits, per layer, to an *option*: a set of experts
+kept for several tokens, with routing constrained to it, so that every access
+hits. Re-expressed on a fixed trace (routing cannot be constrained after the
+fact): every ``option_steps`` decode steps, each layer's cache is refilled
+with the option set — the experts the trace routes to at that layer during
+the option (``source="future"``: the set a committed option would have to
+contain, an upper bound on its hit rate) or during the previous option
+(``source="past"``, causal) — every insertion charged as a proactive load,
+and retention pins the option (``U_B`` on the option's use counts). The hard
+hit rate approaches 100% while ``AdjHit`` and Load/token show the cost: the
+point of CLR §4.2 that a perfect hard hit rate is not efficiency.
+
+:func:`next_true` is the reference prefetcher of the issue's tests: before
+each event it proposes exactly the experts the event will use.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ValidationError
+from ..events import EventStream
+from ..nextuse.advice import Advice
+from .produced import Produced
+
+__all__ = ["option_set", "next_true"]
+
+
+def _counted(stream: EventStream, count_mask: np.ndarray | None) -> np.ndarray:
+    return np.ones(stream.n_events, dtype=np.bool_) if count_mask is None else count_mask
+
+
+def option_set(stream: EventStream, option_steps: int = 4, source: str = "future",
+               count_mask: np.ndarray | None = None) -> Produced:
+    """Option-set advice on ``stream`` (see the module docstring); works on event streams, no trace needed.
+
+    Options are windows of ``option_steps`` consecutive counted steps. The first
+    event of each window at each layer carries the option as ``prefetch_score``
+    (use counts, multiplicity-weighted; unused experts are no candidates); every
+    event of the window carries it as retention ``priority``.
+    """
+    if isinstance(option_steps, bool) or not isinstance(option_steps, (int, np.integer)) or option_steps < 1:
+        raise ValidationError(f"option_steps must be a positive integer; got {option_steps!r}", field="option_steps")
+    if source not in ("future", "past"):
+        raise ValidationError(f"source must be 'future' or 'past'; got {source!r}", field="source")
+    counted = _counted(stream, count_mask)
+    L, N = stream.n_layers, stream.n_experts
+    prio = np.full((stream.n_events, N), np.nan, dtype=np.float32)
+    pf = np.full((stream.n_events, N), -np.inf, dtype=np.float32)
+    ev = np.flatnonzero(counted)
+    step_rank = np.searchsorted(np.unique(stream.step[ev]), stream.step[ev])
+    option = step_rank // option_steps
+    n_opt = int(option.max()) + 1 if ev.size else 0
+    counts = np.zeros((n_opt, L, N), dtype=np.float64)
+    acc_ev = stream.event_of_access
+    in_counted = counted[acc_ev]
+    opt_of_event = np.full(stream.n_events, -1, dtype=np.int64)
+    opt_of_event[ev] = option
+    np.add.at(counts, (opt_of_event[acc_ev[in_counted]], stream.layer[acc_ev[in_counted]],
+                       stream.expert[in_counted].astype(np.int64)), stream.multiplicity[in_counted])
+    use = counts if source == "future" else np.concatenate([np.zeros((1, L, N)), counts[:-1]], axis=0)
+    row = use[option, stream.layer[ev]].astype(np.float32)                    # [n_ev, N]
+    prio[ev] = row
+    first = np.ones(ev.size, dtype=np.bool_)
+    key = option * L + stream.layer[ev]
+    _, first_idx = np.unique(key, return_index=True)
+    first[:] = False
+    first[first_idx] = True
+    start = ev[first]
+    cand = row[first].copy()
+    cand[cand <= 0] = -np.inf
+    pf[start] = cand
+    adv = Advice(priority=prio, prefetch_score=pf,
+                 provenance={"producer": "option-set persistence (Temporally Extended MoE style)",
+                             "option_steps": int(option_steps), "source": source})
+    avail = "option start (future routing: upper bound)" if source == "future" else "option start (prev. option)"
+    return Produced(adv, "advice", True, added_params=0, availability=avail,
+                    note=f"option of {option_steps} steps reloaded at each boundary; routing not constrained "
+                         f"(trace-driven); set from the {'current' if source == 'future' else 'previous'} window",
+                    details={"option_steps": int(option_steps), "source": source})
+
+
+def next_true(stream: EventStream) -> Produced:
+    """Prefetch exactly the experts of each event before it (an oracle; Hit = 100% when ``R`` and ``c`` allow)."""
+    pf = np.full((stream.n_events, stream.n_experts), np.nan, dtype=np.float32)
+    pf[stream.event_of_access, stream.expert.astype(np.int64)] = 1.0
+    adv = Advice(prefetch_score=pf, provenance={"producer": "next-true experts (oracle)"})
+    return Produced(adv, "lru", True, availability="none (oracle: the event's own routing)",
+                    note="reference: prefetches the true experts of the event")
