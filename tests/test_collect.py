@@ -233,6 +233,9 @@ def test_collect_records_the_models_own_selection(arch, tmp_path):
     gens = out[:, T:].tolist()
     eos = next(t for t in gens[0] if any(t not in g for g in gens[1:]))
     model.generation_config.eos_token_id = eos
+    # sampling-free processors in the model's generation config must not leak into the greedy collection
+    model.generation_config.repetition_penalty = 4.0
+    model.generation_config.no_repeat_ngram_size = 1
     max_new = 6
     cfg = CollectConfig(max_new_tokens=max_new, batch_size=3, shard_size=4, save_hidden=True, save_logits=True)
     res = collect(model, prompts, tmp_path / "trace", cfg, tokenizer=tok, model_id=f"tiny-{arch}")

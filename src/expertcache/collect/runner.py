@@ -196,9 +196,16 @@ def _run_batch(model: Any, recorder: RouterRecorder, adapter: RouterAdapter, bat
     gen = GenerationConfig(max_new_tokens=config.max_new_tokens + 1, do_sample=False, num_beams=1,
                            eos_token_id=eos or None, pad_token_id=pad_id)
     recorder.clear()
-    with torch.no_grad():
-        seqs = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                              generation_config=gen)
+    # generate() fills every unset field from model.generation_config (repetition penalties, suppressed
+    # tokens, n-gram bans, ...); swap in a bare one so decoding is plain greedy argmax (§3.3).
+    saved = model.generation_config
+    model.generation_config = GenerationConfig(eos_token_id=eos or None, pad_token_id=pad_id)
+    try:
+        with torch.no_grad():
+            seqs = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                                  generation_config=gen)
+    finally:
+        model.generation_config = saved
     seqs = seqs.cpu()
     n_steps = len(recorder.calls[0])
     for li, calls in enumerate(recorder.calls):
