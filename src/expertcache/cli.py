@@ -997,7 +997,10 @@ def _register_plugins() -> None:
             main.add_command(getattr(module, name))
 
 
-_register_plugins()
-
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    # run the package's own module (plugins import it), not this __main__ copy
+    from expertcache.cli import main as _main
+
+    _main()
+else:
+    _register_plugins()
