@@ -626,3 +626,55 @@ def test_concentration_by_weight_hand_values():
     assert math.isclose(out[0]["max_frequency"], 1 / 8) and math.isclose(out[0]["effective_experts"], 8)
     assert math.isclose(out[1]["max_frequency"], 1 / 2) and math.isclose(out[1]["entropy"], math.log(2))
     assert math.isclose(out[1]["top8_mass"], 1.0) and math.isclose(out[1]["effective_experts"], 2)
+
+
+def test_cli_trains_on_a_model_and_text(tmp_path):
+    """`routers train --model DIR --data FILE`: a saved tiny model with a word-level tokenizer."""
+    import json
+
+    from click.testing import CliRunner
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from expertcache.cli import main
+
+    words = "the cache keeps experts that the next token will want and evicts the rest".split()
+    vocab = {"[PAD]": 0, "[UNK]": 1, **{w: i + 2 for i, w in enumerate(dict.fromkeys(words))}}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="[PAD]", unk_token="[UNK]").save_pretrained(tmp_path / "m")
+    tiny_qwen3().save_pretrained(tmp_path / "m")
+    data = tmp_path / "d.jsonl"
+    rng = np.random.default_rng(0)
+    data.write_text("".join(json.dumps({"text": " ".join(rng.choice(words, 10))}) + "\n" for _ in range(6)))
+    res = CliRunner().invoke(main, ["routers", "train", "--model", str(tmp_path / "m"), "--data", str(data),
+                                    "--mode", "temporal", "--capacity", "3", "--max-steps", "2", "--grad-accum", "1",
+                                    "--batch-size", "2", "-o", str(tmp_path / "ck"), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(next(x for x in res.output.splitlines() if x.startswith("{")))
+    assert out["steps"] == 2 and {"lm", "cache"} <= set(out["final"])
+    assert (tmp_path / "ck" / "backbone.safetensors").is_file()       # joint mode saves the backbone
+
+
+def test_advice_pads_the_prefill_warmup():
+    from expertcache.prefill import prefill_initialised_events
+    from expertcache.routers.advice import advice_for_trace, router_scores
+    from expertcache.routers.train import pair_rows
+
+    trace, hidden, logits, _ = synthetic_trace(n_requests=3, prefill=4, decode=5, seed=4)
+    sc = router_scores(hidden, logits, pair_rows(trace.request, trace.position), _weights())
+    stream = prefill_initialised_events(trace, 2, 2)
+    warm = stream.provenance["warmup_events"]
+    assert warm > 0
+    adv = advice_for_trace(trace, sc, 2, stream=stream)
+    plain = advice_for_trace(trace, sc, 2)
+    assert adv.warmup_events == warm and adv.priority.shape == (stream.n_events, N)
+    assert np.array_equal(adv.priority[warm:], plain.priority)
+    assert np.array_equal(adv.prefetch_score[warm:], plain.prefetch_score)
+    assert np.isneginf(adv.prefetch_score[:warm]).all()
+    for i in range(warm):
+        want = np.zeros(N, np.float32)
+        for e, m in zip(stream.members(i), stream.multiplicity[stream.offsets[i]:stream.offsets[i + 1]], strict=True):
+            want[e] = m
+        assert np.array_equal(adv.priority[i], want)
+    assert adv.to_advice().provenance["warmup_events"] == warm

@@ -17,9 +17,11 @@ def routers() -> None:
 
 def _load_model(model: str, device: str | None) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
     from .errors import ValidationError
 
+    hf_logging.disable_progress_bar()   # our own progress bar and --json own the terminal
     try:
         tok = AutoTokenizer.from_pretrained(model)
         m = AutoModelForCausalLM.from_pretrained(model)
