@@ -44,8 +44,10 @@ BASELINES: dict[str, Baseline] = {b.name: b for b in (
     Baseline("moe-infinity", "MoE caching / prefetch", "activation-aware caching (EAM matching)", True, False),
     Baseline("promoe", "MoE caching / prefetch", "lookahead predictor l -> l+d", True, True),
     Baseline("finemoe", "MoE caching / prefetch", "expert-map search", True, True),
-    Baseline("te-moe", "MoE caching / prefetch", "option-set persistence (future window)", False, False),
-    Baseline("te-moe-causal", "MoE caching / prefetch", "option-set persistence (previous window)", False, False),
+    Baseline("te-moe", "MoE caching / prefetch", "option-set persistence (set from the previous window)", False,
+             False),
+    Baseline("te-moe-oracle", "reference", "option-set persistence (set from the window's own routing)", False,
+             False),
     Baseline("next-true", "reference", "prefetch the true experts of each event (oracle)", False, False),
 )}
 
@@ -249,8 +251,8 @@ def compare(source: RoutingTrace | EventStream, config: CompareConfig = CompareC
             elif name == "finemoe":
                 p = expert_map_search(ctx, calibration, config.store_size, seed=config.seed, hidden=hidden,
                                       hidden_calibration=hidden_calibration)
-            elif name in ("te-moe", "te-moe-causal"):
-                p = option_set(stream, config.option_steps, "future" if name == "te-moe" else "past", mask)
+            elif name in ("te-moe", "te-moe-oracle"):
+                p = option_set(stream, config.option_steps, "past" if name == "te-moe" else "future", mask)
             else:
                 p = next_true(stream)
             rows.append(CompareRow(name, b.family, b.description, run(p), p.added_params, p.store_entries,

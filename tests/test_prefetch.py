@@ -1,0 +1,274 @@
+"""Prefetch baselines as advice producers, their charging, and `expertcache prefetch compare`."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from expertcache.cli import main
+from expertcache.errors import ValidationError
+from expertcache.events import EventStream
+from expertcache.prefetch.activation import activation_aware, request_eams
+from expertcache.prefetch.compare import BASELINES, CompareConfig, compare
+from expertcache.prefetch.context import advice_context
+from expertcache.prefetch.expert_map import expert_map_search
+from expertcache.prefetch.lookahead import fit_lookahead, lookahead
+from expertcache.prefetch.option_set import next_true, option_set
+from expertcache.replay import ReplayConfig, replay
+from expertcache.replay.proactive import ProactiveConfig, replay_proactive
+from expertcache.synth import SynthConfig, synthesize_trace
+from expertcache.trace import DECODE, PREFILL, RoutingTrace
+
+
+def tiny_trace(rows: list[tuple[int, int, list[list[int]]]], L: int, N: int, k: int) -> RoutingTrace:
+    """Rows ``(request, phase, experts[L][k])`` in request-then-position order."""
+    req = np.array([r for r, _, _ in rows], dtype=np.int32)
+    pos = np.zeros(len(rows), dtype=np.int32)
+    for i in range(1, len(rows)):
+        pos[i] = pos[i - 1] + 1 if req[i] == req[i - 1] else 0
+    n_req = int(req.max()) + 1
+    return RoutingTrace(L, N, k, tuple(f"r{i}" for i in range(n_req)), req,
+                        np.array([p for _, p, _ in rows], dtype=np.int8), pos,
+                        np.array([e for _, _, e in rows], dtype=np.int16), None,
+                        np.full(len(rows), -1, dtype=np.int64))
+
+
+@pytest.fixture(scope="module")
+def small():
+    return synthesize_trace(SynthConfig(n_layers=6, n_experts=16, top_k=2, n_requests=8, decode_tokens=12,
+                                        prefill_tokens=4, working_set=5, seed=4))
+
+
+# ----------------------------------------------------------------------------------------- context
+def test_context_maps_tokens_to_their_events_and_sums_over_active_requests(small):
+    for batch, pinit in ((1, False), (1, True), (3, False)):
+        ctx = advice_context(small, batch, pinit)
+        s = ctx.stream
+        assert ctx.count_mask.sum() == build_count(small, batch)
+        for x in range(ctx.n_exec):
+            for layer in range(small.n_layers):
+                e = ctx.exec_event[x, layer]
+                assert ctx.count_mask[e] and s.layer[e] == layer
+                assert set(small.experts[ctx.exec_row[x], layer].tolist()) <= set(s.members(e).tolist())
+        # scatter: event value = sum over its tokens; NaN rows are left out
+        out = ctx.empty()
+        vals = np.full((ctx.n_exec, small.n_experts), np.nan, dtype=np.float32)
+        vals[::2] = 1.0
+        ctx.scatter(out, 0, vals)
+        per_event = np.bincount(ctx.exec_event[::2, 0], minlength=s.n_events)
+        has = per_event > 0
+        assert np.all(out[has, 0] == per_event[has]) and np.isnan(out[~has]).all()
+
+
+def build_count(trace, batch):
+    from expertcache.events import build_events
+
+    return build_events(trace, batch).n_events
+
+
+def test_prefill_init_puts_each_prompt_before_its_decode(small):
+    ctx = advice_context(small, 1, True)
+    s = ctx.stream
+    warm = np.flatnonzero(~ctx.count_mask)
+    assert warm.size == small.n_requests * small.n_layers
+    # the first L events are request 0's prompt: the union of its prefill routing per layer
+    rows = np.flatnonzero((small.request == 0) & (small.phase == PREFILL))
+    for layer in range(small.n_layers):
+        assert s.members(layer).tolist() == np.unique(small.experts[rows, layer]).tolist()
+    with pytest.raises(ValidationError, match="batch 1"):
+        advice_context(small, 2, True)
+
+
+# ---------------------------------------------------------------------------------------- charging
+def test_compare_classic_rows_equal_the_main_engine(small):
+    rep = compare(small, CompareConfig(capacity=5, prefill_init=False, tie_break="id",
+                                       policies=("lru", "lfu", "next-true")))
+    ctx = advice_context(rep_eval(small), 1, False)
+    for row in rep.rows[:2]:
+        want = replay(ctx.stream, ReplayConfig(row.name, capacity=(5,) * small.n_layers, tie_break="id"))
+        assert (row.result.hits, row.result.demand_misses, row.result.proactive_loads) == (
+            want.hits, want.demand_misses, 0)
+    # prefetching exactly the next true experts, victims by LRU: 100% hits, and the proactive loads are
+    # exactly the blocks LRU demand-loads (the same cache evolution, every transfer moved ahead of use)
+    lru, nt = rep.rows[0].result, rep.rows[2].result
+    assert nt.hit == 1.0 and nt.demand_misses == 0
+    assert nt.proactive_loads == lru.demand_misses
+    assert nt.adj_hit == pytest.approx(nt.accesses / (nt.accesses + nt.proactive_loads))
+    assert nt.load_per_token == pytest.approx(lru.load_per_token)
+
+
+def rep_eval(trace):
+    from expertcache.prefetch.compare import split_trace
+
+    return split_trace(trace)[0]
+
+
+def test_every_baseline_charges_its_proactive_loads(small):
+    rep = compare(small, CompareConfig(capacity=5, budget=3, expert_bytes=1000))
+    names = [r.name for r in rep.rows]
+    assert names == list(BASELINES)
+    for row in rep.rows:
+        r = row.result
+        assert r.transferred == r.demand_misses + r.proactive_loads
+        assert r.load_per_token == pytest.approx((r.demand_misses + r.proactive_loads) * 1000 / r.tokens)
+        assert r.adj_hit == pytest.approx((r.accesses - r.demand_misses) / (r.accesses + r.proactive_loads))
+        assert r.miss_fraction == pytest.approx(r.transferred / r.logical)
+        if row.name in ("lru", "lfu", "lrfu"):
+            assert r.proactive_loads == 0 and r.prefetch_budget == 0
+        else:
+            assert r.prefetch_budget == 3
+    res = {r.name: r.result for r in rep.rows}
+    for name in ("te-moe", "te-moe-oracle"):
+        assert res[name].proactive_loads > 0 and res[name].adj_hit < res[name].hit
+    # the option holding the window's own routing raises the hard hit rate above LRU's; AdjHit shows the cost
+    assert res["te-moe-oracle"].hit > res["lru"].hit
+
+
+def test_stream_input_skips_trace_baselines_with_a_reason(small):
+    from expertcache.events import build_events
+
+    rep = compare(build_events(small, 2), CompareConfig(rho=0.3))
+    skipped = {r.name: r.skipped for r in rep.rows if r.skipped}
+    assert set(skipped) == {n for n, b in BASELINES.items() if b.needs_trace}
+    assert all("routing trace" in why for why in skipped.values())
+    assert all(r.result is not None for r in rep.rows if not r.skipped)
+
+
+# ---------------------------------------------------------------------------------------- producers
+def test_activation_aware_matches_the_nearest_stored_matrix():
+    L, N, k = 2, 4, 1
+    # calibration: request 0 always uses expert 0 then 1; request 1 always expert 2 then 3
+    cal = tiny_trace([(0, PREFILL, [[0], [1]]), (0, DECODE, [[0], [1]]),
+                      (1, PREFILL, [[2], [3]]), (1, DECODE, [[2], [3]]), (1, DECODE, [[2], [3]])], L, N, k)
+    eams = request_eams(cal)
+    assert eams[0].tolist() == [[2, 0, 0, 0], [0, 2, 0, 0]] and eams[1].tolist() == [[0, 0, 3, 0], [0, 0, 0, 3]]
+    # evaluated request: its prompt looks like request 1, so its first decode token is advised expert 2 / 3
+    ev = tiny_trace([(0, PREFILL, [[2], [3]]), (0, DECODE, [[1], [0]])], L, N, k)
+    ctx = advice_context(ev, 1, False)
+    p = activation_aware(ctx, cal)
+    prio = p.advice.priority
+    assert prio[0].tolist() == [0, 0, 1, 0] and prio[1].tolist() == [0, 0, 0, 1]
+    pf = p.advice.prefetch_score
+    assert pf[0, 2] == 1 and np.isnan(pf[0, [0, 1, 3]]).all()
+    assert p.priority == "advice" and p.added_params == 0 and p.store_entries == 2
+
+
+def test_lookahead_learns_a_deterministic_map_from_synthetic_hidden_states():
+    """Hidden state at layer l encodes (with noise) the experts of layer l + 3: the predictor must find them."""
+    rng = np.random.default_rng(0)
+    L, N, k, d_model, n = 5, 8, 2, 24, 600
+    experts = np.stack([np.stack([rng.choice(N, k, replace=False) for _ in range(L)]) for _ in range(n)])
+    proj = rng.normal(size=(N, d_model))
+    hidden = rng.normal(scale=0.05, size=(n, L, d_model))
+    for layer in range(L - 3):
+        hot = np.zeros((n, N))
+        np.put_along_axis(hot, experts[:, layer + 3].astype(np.int64), 1.0, axis=1)
+        hidden[:, layer] += hot @ proj
+    req = np.repeat(np.arange(n // 20), 20).astype(np.int32)
+    trace = RoutingTrace(L, N, k, tuple(f"r{i}" for i in range(n // 20)), req,
+                         np.full(n, DECODE, dtype=np.int8), np.tile(np.arange(20), n // 20).astype(np.int32),
+                         experts.astype(np.int16), None, np.full(n, -1, dtype=np.int64))
+    h16 = hidden.astype(np.float16)
+    model = fit_lookahead(trace, 3, h16)
+    assert model.feature == "hidden" and model.n_params == 2 * (d_model + 1) * N
+    for target in (3, 4):
+        pred = model.predict(h16[:, target - 3].astype(np.float32), target)
+        top = np.sort(np.argsort(-pred, axis=1)[:, :k], axis=1)
+        assert (top == np.sort(experts[:, target], axis=1)).all(axis=1).mean() > 0.95
+    # through the replay: hidden features beat the routing stand-in, which carries no signal here
+    cal_idx, ev_idx = np.arange(0, n // 20, 2), np.arange(1, n // 20, 2)
+    from expertcache.prefetch.produced import request_rows
+    from expertcache.trace import select_requests
+
+    cal, ev = select_requests(trace, cal_idx), select_requests(trace, ev_idx)
+    ctx = advice_context(ev, 1, False)
+    caps = (3,) * L
+    res = {}
+    for feat in ("hidden", "routing"):
+        hv = h16[request_rows(trace, ev_idx)] if feat == "hidden" else None
+        hc = h16[request_rows(trace, cal_idx)] if feat == "hidden" else None
+        p = lookahead(ctx, cal, 3, hv, hc)
+        assert p.details["feature"] == feat
+        res[feat] = replay_proactive(ctx.stream, ProactiveConfig("lru", capacity=caps, prefetch_budget=2),
+                                     p.advice)
+        assert np.isnan(p.advice.prefetch_score[ctx.stream.layer < 3]).all()   # no candidates before l = d
+    assert res["hidden"].useful_prefetches > 0.9 * res["hidden"].proactive_loads
+    assert res["hidden"].adj_hit > res["routing"].adj_hit
+
+
+def test_expert_map_search_finds_the_stored_trajectory():
+    L, N, k = 3, 6, 1
+    cal = tiny_trace([(0, DECODE, [[0], [1], [2]]), (0, DECODE, [[3], [4], [5]])], L, N, k)
+    ev = tiny_trace([(0, DECODE, [[3], [4], [5]]), (0, DECODE, [[0], [1], [2]])], L, N, k)
+    ctx = advice_context(ev, 1, False)
+    p = expert_map_search(ctx, cal, top_m=1, alpha=0.0)
+    pf = p.advice.prefetch_score
+    # layer 0: no semantics (no prompts) and no trajectory yet -> no candidates
+    assert np.isnan(pf[ctx.stream.layer == 0]).all()
+    # token 0 at layers 1, 2 follows the stored map (3, 4, 5); token 1 the map (0, 1, 2)
+    for x, want in ((0, [4, 5]), (1, [1, 2])):
+        for layer in (1, 2):
+            row = pf[ctx.exec_event[x, layer]]
+            assert np.flatnonzero(~np.isnan(row)).tolist() == [want[layer - 1]]
+    assert p.store_entries == 2 and p.added_params == 0
+
+
+def test_option_set_by_hand():
+    # one layer, N = 4, steps 0..3, options of 2 steps
+    s = EventStream.from_lists(1, 4, 2, steps=[0, 1, 2, 3], layers=[0] * 4,
+                               experts=[[0, 1], [1, 2], [3], [3, 0]], active=[1] * 4)
+    fut = option_set(s, 2, "future").advice
+    # option 0 = steps 0-1: counts e0 = 1, e1 = 2, e2 = 1; option 1 = steps 2-3: e3 = 2, e0 = 1
+    assert fut.prefetch_score[0].tolist() == [1, 2, 1, -np.inf] and fut.prefetch_score[2].tolist() == [
+        1, -np.inf, -np.inf, 2]
+    assert np.isneginf(fut.prefetch_score[[1, 3]]).all()
+    assert fut.priority[1].tolist() == [1, 2, 1, 0] and fut.priority[3].tolist() == [1, 0, 0, 2]
+    past = option_set(s, 2, "past").advice
+    assert np.isneginf(past.prefetch_score[0]).all() and past.prefetch_score[2].tolist() == [1, 2, 1, -np.inf]
+    # replay at c = 3, R = 3, U_B on the option counts:
+    #   event 0: candidates e1 (2), e0 (1), e2 (1) (equal scores: lower id first) fill the empty cache, P = 3;
+    #            {0, 1} hit. event 1: no candidates; {1, 2} hit.
+    #   event 2: candidate e3 (2) vs residents e0 (1), e1 (-inf), e2 (-inf): e1 and e2 tie on the score, the
+    #            previous priority row (e1 = 2 > e2 = 1) sends e2 out; P = 4. e0 is resident. {3} hits.
+    #   event 3: {3, 0} hit. A = 7, D = 0, P = 4 -> Hit = 100%, AdjHit = 7 / 11.
+    r = replay_proactive(s, ProactiveConfig("advice", capacity=(3,), prefetch_budget=3, tie_break="id"), fut)
+    assert (r.accesses, r.demand_misses, r.proactive_loads) == (7, 0, 4)
+    assert r.hit == 1.0 and r.adj_hit == pytest.approx(7 / 11)
+
+
+def test_next_true_marks_exactly_the_members():
+    s = EventStream.from_lists(2, 4, 2, steps=[0, 0], layers=[0, 1], experts=[[0, 3], [2]], active=[1, 1])
+    pf = next_true(s).advice.prefetch_score
+    assert np.flatnonzero(~np.isnan(pf[0])).tolist() == [0, 3] and np.flatnonzero(~np.isnan(pf[1])).tolist() == [2]
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+def test_cli_compare_on_the_bundled_example(tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(main, ["prefetch", "compare", "example", "--json", "--plot", str(tmp_path / "f.png")])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    rows = {r["name"]: r for r in out["rows"]}
+    assert set(rows) == set(BASELINES)
+    assert out["prefill_init"] is True and out["n_eval_requests"] == 32 and out["budget"] == 12
+    assert "routing-derived" in out["hidden"]
+    for r in rows.values():
+        assert r["skipped"] is None
+        assert 0.0 <= r["adj_hit"] <= r["hit"] <= 1.0
+        assert r["load_unit"] == "blocks/token"
+    assert rows["next-true"]["hit"] == 1.0 and rows["next-true"]["proactive_loads"] > 0
+    assert rows["promoe"]["added_params"] > 0 and rows["lru"]["added_params"] == 0
+    assert (tmp_path / "f.png").stat().st_size > 0
+    table = runner.invoke(main, ["prefetch", "compare", "example", "--policies", "lru,te-moe", "-B", "8"])
+    assert table.exit_code == 0 and "AdjHit" in table.output and "te-moe" in table.output
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(main, ["prefetch", "compare", str(tmp_path)])
+    assert res.exit_code == 2 and "error:" in res.output and "Traceback" not in res.output
+    res = runner.invoke(main, ["prefetch", "compare", "example", "--policies", "belady-prefetch"])
+    assert res.exit_code == 2 and "unknown baseline" in res.output
