@@ -156,10 +156,10 @@ def test_activation_aware_matches_the_nearest_stored_matrix():
     assert p.priority == "advice" and p.added_params == 0 and p.store_entries == 2
 
 
-def test_lookahead_learns_a_deterministic_map_from_synthetic_hidden_states():
-    """Hidden state at layer l encodes (with noise) the experts of layer l + 3: the predictor must find them."""
+def hidden_trace(n: int = 600, L: int = 5, N: int = 8, k: int = 2, d_model: int = 24, per_request: int = 20,
+                 prompt: int = 0):
+    """Random routing; the hidden state at layer l encodes (with noise) the experts of layer l + 3."""
     rng = np.random.default_rng(0)
-    L, N, k, d_model, n = 5, 8, 2, 24, 600
     experts = np.stack([np.stack([rng.choice(N, k, replace=False) for _ in range(L)]) for _ in range(n)])
     proj = rng.normal(size=(N, d_model))
     hidden = rng.normal(scale=0.05, size=(n, L, d_model))
@@ -167,11 +167,19 @@ def test_lookahead_learns_a_deterministic_map_from_synthetic_hidden_states():
         hot = np.zeros((n, N))
         np.put_along_axis(hot, experts[:, layer + 3].astype(np.int64), 1.0, axis=1)
         hidden[:, layer] += hot @ proj
-    req = np.repeat(np.arange(n // 20), 20).astype(np.int32)
-    trace = RoutingTrace(L, N, k, tuple(f"r{i}" for i in range(n // 20)), req,
-                         np.full(n, DECODE, dtype=np.int8), np.tile(np.arange(20), n // 20).astype(np.int32),
+    n_req = n // per_request
+    req = np.repeat(np.arange(n_req), per_request).astype(np.int32)
+    pos = np.tile(np.arange(per_request), n_req).astype(np.int32)
+    phase = np.where(pos < prompt, PREFILL, DECODE).astype(np.int8)
+    trace = RoutingTrace(L, N, k, tuple(f"r{i}" for i in range(n_req)), req, phase, pos,
                          experts.astype(np.int16), None, np.full(n, -1, dtype=np.int64))
-    h16 = hidden.astype(np.float16)
+    return trace, hidden.astype(np.float16), experts
+
+
+def test_lookahead_learns_a_deterministic_map_from_synthetic_hidden_states():
+    """Hidden state at layer l encodes (with noise) the experts of layer l + 3: the predictor must find them."""
+    L, N, k, d_model, n = 5, 8, 2, 24, 600
+    trace, h16, experts = hidden_trace(n, L, N, k, d_model)
     model = fit_lookahead(trace, 3, h16)
     assert model.feature == "hidden" and model.n_params == 2 * (d_model + 1) * N
     for target in (3, 4):
@@ -272,3 +280,36 @@ def test_cli_errors_are_one_line(tmp_path):
     assert res.exit_code == 2 and "error:" in res.output and "Traceback" not in res.output
     res = runner.invoke(main, ["prefetch", "compare", "example", "--policies", "belady-prefetch"])
     assert res.exit_code == 2 and "unknown baseline" in res.output
+
+
+def test_cli_reads_collected_hidden_states(tmp_path):
+    """A trace directory with a collected "hidden" array (written by the collector's store) feeds the predictors."""
+    from expertcache.collect.store import shard_dir, write_shard
+
+    trace, h16, _ = hidden_trace(n=400, prompt=2)
+    write_shard(tmp_path, 0, trace, {"hidden": h16})
+    res = CliRunner().invoke(main, ["prefetch", "compare", str(shard_dir(tmp_path, 0)), "--policies",
+                                    "lru,promoe,finemoe", "-B", "3", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    rows = {r["name"]: r for r in out["rows"]}
+    assert out["hidden"] == "hidden states"
+    assert rows["promoe"]["details"]["feature"] == "hidden"
+    assert rows["finemoe"]["details"]["semantic"] == "mean prompt hidden state"
+    assert rows["promoe"]["useful_prefetches"] > 0.8 * rows["promoe"]["proactive_loads"]
+    plain = CliRunner().invoke(main, ["prefetch", "compare", str(shard_dir(tmp_path, 0)), "--policies", "promoe",
+                                      "-B", "3", "--json", "--no-hidden"])
+    assert json.loads(plain.output)["rows"][0]["details"]["feature"] == "routing"
+
+
+def test_docs_python_blocks_and_commands_run():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "prefetch.md").read_text()
+    for block in re.findall(r"```python\n(.*?)```", text, flags=re.S):
+        exec(compile(block, "docs/prefetch.md", "exec"), {})
+    cmds = re.findall(r"^expertcache (prefetch [a-z]+)", text, flags=re.M)
+    assert cmds
+    for cmd in set(cmds):
+        assert CliRunner().invoke(main, [*cmd.split(), "--help"]).exit_code == 0
