@@ -58,7 +58,6 @@ def activation_aware(ctx: AdviceContext, calibration: RoutingTrace, store_size: 
     store_unit = _unit(store.reshape(store.shape[0], L * N))
     prio = ctx.empty()
     pf = ctx.empty() if prefetch else None
-    per_token = np.full((ctx.n_exec, L, N), np.nan, dtype=np.float32)
     pre_rows = trace.phase == PREFILL
     for r in np.unique(ctx.exec_request):
         x = np.flatnonzero(ctx.exec_request == r)
@@ -72,11 +71,11 @@ def activation_aware(ctx: AdviceContext, calibration: RoutingTrace, store_size: 
         sims = _unit(partial) @ store_unit.T                                 # cosine, [n_tok, n_store]
         best = np.argmax(sims, axis=1)                                       # ties: the first stored request
         known = np.linalg.norm(partial, axis=1) > 0
-        per_token[x[known]] = ratio[best[known]]
-    for layer in range(L):
-        ctx.scatter(prio, layer, per_token[:, layer, :])
-        if pf is not None:
-            ctx.scatter(pf, layer, per_token[:, layer, :])
+        pred = np.where(known[:, None, None], ratio[best], np.nan).astype(np.float32)   # [n_tok, L, N]
+        for layer in range(L):
+            ctx.scatter(prio, layer, pred[:, layer, :], rows=x)
+            if pf is not None:
+                ctx.scatter(pf, layer, pred[:, layer, :], rows=x)
     if pf is not None:
         pf[pf <= 0] = np.nan                                                 # predicted inactive: no candidate
     adv = ctx.advice(prio, pf, {"producer": "activation-aware (MoE-Infinity style)", "store": int(store.shape[0])})

@@ -68,22 +68,27 @@ class AdviceContext:
         """``float32[n_events, N]`` of NaN (no score anywhere)."""
         return np.full((self.stream.n_events, self.stream.n_experts), np.nan, dtype=np.float32)
 
-    def scatter(self, out: np.ndarray, layer: int, scores: np.ndarray) -> None:
-        """Sum per-token scores of ``layer`` (``float[n_exec, N]``, NaN = none) into ``out``'s events.
+    def scatter(self, out: np.ndarray, layer: int, scores: np.ndarray, rows: np.ndarray | None = None) -> None:
+        """Sum per-token scores of ``layer`` into ``out``'s events (NaN = the token has no score).
 
-        A NaN row of one request leaves the other requests' sum unchanged; an event
-        where every active request has NaN stays NaN.
+        ``scores`` is ``float[n, N]`` for the executed tokens ``rows`` (all of them by
+        default); calls for different rows accumulate. A NaN entry of one request
+        leaves the other requests' sum unchanged; an entry where no request has a
+        score stays NaN.
         """
-        ev = self.exec_event[:, layer]
-        valid = ~np.isnan(scores)
-        filled = np.where(valid, scores, 0.0).astype(np.float64)
-        acc = np.zeros((self.stream.n_events, scores.shape[1]), dtype=np.float64)
-        cnt = np.zeros_like(acc, dtype=np.int64)
-        np.add.at(acc, ev, filled)
-        np.add.at(cnt, ev, valid.astype(np.int64))
-        touched = np.unique(ev)
+        ev = self.exec_event[:, layer] if rows is None else self.exec_event[rows, layer]
+        if ev.size == 0:
+            return
+        order = np.argsort(ev, kind="stable")
+        ev = ev[order]
+        valid = ~np.isnan(scores[order])
+        filled = np.where(valid, scores[order], 0.0).astype(np.float64)
+        starts = np.flatnonzero(np.r_[True, ev[1:] != ev[:-1]])
+        touched = ev[starts]
+        acc = np.add.reduceat(filled, starts, axis=0)
+        cnt = np.add.reduceat(valid.astype(np.int64), starts, axis=0)
         cur = out[touched].astype(np.float64)
-        new = np.where(cnt[touched] > 0, np.where(np.isnan(cur), 0.0, cur) + acc[touched], cur)
+        new = np.where(cnt > 0, np.where(np.isnan(cur), 0.0, cur) + acc, cur)
         out[touched] = new.astype(np.float32)
 
     def advice(self, priority: np.ndarray | None, prefetch: np.ndarray | None, provenance: dict) -> Advice:

@@ -83,9 +83,7 @@ def expert_map_search(ctx: AdviceContext, calibration: RoutingTrace, store_size:
             best = np.argsort(-sim, axis=1, kind="stable")[:, :m_take]       # ties: lower store index first
             score = maps[best, layer, :].mean(axis=1)                         # [n, N]
             score[score <= 0] = np.nan
-            sub = np.full((ctx.n_exec, N), np.nan, dtype=np.float32)
-            sub[x] = score
-            ctx.scatter(pf, layer, sub)
+            ctx.scatter(pf, layer, score, rows=x)
     adv = ctx.advice(None, pf, {"producer": "expert-map search (FineMoE style)", "store": int(pick.size),
                                 "semantic": "hidden" if hidden is not None else "prompt routing"})
     sem_kind = ("mean prompt hidden state" if hidden is not None else

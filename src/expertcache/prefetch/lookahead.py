@@ -64,7 +64,7 @@ def _features(trace: RoutingTrace, hidden: np.ndarray | None, rows: np.ndarray, 
 
 
 def fit_lookahead(calibration: RoutingTrace, distance: int = 3, hidden: np.ndarray | None = None,
-                  ridge: float = 1e-2) -> LookaheadPredictor:
+                  ridge: float = 1e-2, chunk: int = 8192) -> LookaheadPredictor:
     """Fit one ridge map per target layer ``l' >= d`` on every calibration row.
 
     ``ridge`` is relative: the penalty is ``ridge * mean(diag(X^T X))``.
@@ -75,20 +75,24 @@ def fit_lookahead(calibration: RoutingTrace, distance: int = 3, hidden: np.ndarr
     if hidden is not None and (hidden.ndim != 3 or hidden.shape[:2] != (calibration.n_tokens, L)):
         raise ValidationError(f"hidden states must be [n_tokens, L, d_model] = [{calibration.n_tokens}, {L}, ...]; "
                               f"got {hidden.shape}", field="hidden")
-    rows = np.arange(calibration.n_tokens)
     weights = {}
     for target in range(distance, L):
-        x = _features(calibration, hidden, rows, target - distance).astype(np.float64)
-        x = np.hstack([x, np.ones((x.shape[0], 1))])
-        y = multi_hot(calibration.experts[rows, target], N).astype(np.float64)
-        gram = x.T @ x
+        # normal equations accumulated over row chunks: memory O(chunk * F + F^2)
+        gram = xty = None
+        for lo in range(0, calibration.n_tokens, chunk):
+            rows = np.arange(lo, min(lo + chunk, calibration.n_tokens))
+            x = _features(calibration, hidden, rows, target - distance).astype(np.float64)
+            x = np.hstack([x, np.ones((x.shape[0], 1))])
+            y = multi_hot(calibration.experts[rows, target], N).astype(np.float64)
+            gram = x.T @ x if gram is None else gram + x.T @ x
+            xty = x.T @ y if xty is None else xty + x.T @ y
         pen = ridge * max(float(np.mean(np.diag(gram))), 1e-12)
-        weights[target] = np.linalg.solve(gram + pen * np.eye(gram.shape[0]), x.T @ y).astype(np.float32)
+        weights[target] = np.linalg.solve(gram + pen * np.eye(gram.shape[0]), xty).astype(np.float32)
     return LookaheadPredictor(int(distance), weights, "hidden" if hidden is not None else "routing")
 
 
 def lookahead(ctx: AdviceContext, calibration: RoutingTrace, distance: int = 3, hidden: np.ndarray | None = None,
-              hidden_calibration: np.ndarray | None = None) -> Produced:
+              hidden_calibration: np.ndarray | None = None, chunk: int = 8192) -> Produced:
     """ProMoE-style prefetch advice for ``ctx`` (see the module docstring); ``hidden`` rows align with ``ctx.trace``."""
     if (hidden is None) != (hidden_calibration is None):
         raise ValidationError("pass hidden states for both the evaluated and the calibration trace, or neither",
@@ -96,8 +100,10 @@ def lookahead(ctx: AdviceContext, calibration: RoutingTrace, distance: int = 3, 
     model = fit_lookahead(calibration, distance, hidden_calibration)
     pf = ctx.empty()
     for target in range(distance, ctx.trace.n_layers):
-        feats = _features(ctx.trace, hidden, ctx.exec_row, target - distance)
-        ctx.scatter(pf, target, model.predict(feats, target))
+        for lo in range(0, ctx.n_exec, chunk):
+            x = np.arange(lo, min(lo + chunk, ctx.n_exec))
+            feats = _features(ctx.trace, hidden, ctx.exec_row[x], target - distance)
+            ctx.scatter(pf, target, model.predict(feats, target), rows=x)
     adv = ctx.advice(None, pf, {"producer": "lookahead (ProMoE style)", "distance": distance,
                                 "feature": model.feature})
     note = ("hidden state at l -> experts at l+d, linear ridge predictor" if model.feature == "hidden" else
