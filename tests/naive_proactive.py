@@ -64,7 +64,8 @@ def naive_proactive(stream, priority, capacity, *, budget=0, prio=None, pf=None,
                     C.discard(victim)
                     pending.discard(victim)
                 C.add(b)
-                pending.add(b)
+                if count:
+                    pending.add(b)
                 last[b] = i
                 if count:
                     out["proactive"][l] += 1

@@ -321,3 +321,13 @@ def test_refinement_victims_among_equal_scores_follow_the_retention_key():
     assert (r.accesses, r.demand_misses, r.proactive_loads) == (1, 0, 1)
     lru = replay_proactive(s, ProactiveConfig("lru", **base), adv)
     assert (lru.accesses, lru.demand_misses, lru.proactive_loads) == (1, 1, 1)
+
+
+def test_useful_prefetches_count_only_counted_loads():
+    """A block prefetched during warm-up and hit afterwards is neither a counted load nor a useful one."""
+    s = EventStream.from_lists(1, 4, 1, steps=[0, 1], layers=[0, 0], experts=[[0], [1]], active=[1, 1])
+    pf = np.full((2, 4), NAN, dtype=np.float32)
+    pf[0, 1] = 1.0
+    r = replay_proactive(s, ProactiveConfig("lru", capacity=(2,), prefetch_budget=1, warmup_events=1),
+                         Advice(prefetch_score=pf))
+    assert (r.hits, r.proactive_loads, r.useful_prefetches, r.wasted_prefetches) == (1, 0, 0, 0)

@@ -106,7 +106,7 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     n_res = np.zeros(n_layers, dtype=np.int64)
     in_cache = np.zeros(n_blocks, dtype=np.bool_)
     member = np.zeros(n_blocks, dtype=np.bool_)
-    prefetched = np.zeros(n_blocks, dtype=np.bool_)       # loaded proactively, not yet hit
+    prefetched = np.zeros(n_blocks, dtype=np.bool_)       # loaded proactively in a counted event, not yet hit
     last = np.full(n_blocks, -1, dtype=np.int64)
     freq = np.zeros(n_blocks, dtype=np.int64)
     crf = np.zeros(n_blocks, dtype=np.float64)
@@ -174,7 +174,7 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                     prefetched[v] = False
                     res[layer, lo] = b
                 in_cache[b] = True
-                prefetched[b] = True
+                prefetched[b] = count          # only counted loads can be counted as useful
                 last[b] = i                 # a load is an insertion at the most recent end (LRU clock)
                 if count:
                     proactive[layer] += 1
