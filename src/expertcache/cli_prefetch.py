@@ -165,11 +165,15 @@ def compare_cmd(source: str, calibration: str | None, rho: float, capacity: int 
     console.print(table)
     caps = report.capacity_per_layer
     cap = f"{min(caps)}" if min(caps) == max(caps) else f"{min(caps)}-{max(caps)}"
-    console.print(f"capacity per layer {cap}, R = {report.budget}, batch {cfg.batch}, "
-                  f"prefill-initialised: {report.prefill_init}, features: {report.hidden}; "
-                  f"evaluated requests: {report.n_eval_requests}, calibration requests: "
-                  f"{report.n_calibration_requests}. Hit = 1 - D/A, AdjHit = (A - D)/(A + P), "
-                  f"Load/token = (D + P) S_expert / T, m = (D + P)/logical.")
+    if report.n_eval_requests is None:
+        where = (f"event stream as built (batch {report.batch if report.batch is not None else 'unknown'}, "
+                 "cold cache, every event counted)")
+    else:
+        where = (f"batch {report.batch}, prefill-initialised: {report.prefill_init}, features: {report.hidden}; "
+                 f"evaluated requests: {report.n_eval_requests}, calibration requests: "
+                 f"{report.n_calibration_requests}")
+    console.print(f"capacity per layer {cap}, R = {report.budget}, {where}. Hit = 1 - D/A, "
+                  "AdjHit = (A - D)/(A + P), Load/token = (D + P) S_expert / T, m = (D + P)/logical.")
     for row in report.rows:
         text = f"skipped: {row.skipped}" if row.result is None else row.note
         if text:

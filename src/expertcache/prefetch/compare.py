@@ -148,12 +148,13 @@ class CompareReport:
     budget: int
     prefill_init: bool
     hidden: str
+    batch: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "config": asdict(self.config), "n_eval_requests": self.n_eval_requests,
                 "n_calibration_requests": self.n_calibration_requests,
                 "capacity_per_layer": list(self.capacity_per_layer), "budget": self.budget,
-                "prefill_init": self.prefill_init, "hidden": self.hidden,
+                "prefill_init": self.prefill_init, "hidden": self.hidden, "batch": self.batch,
                 "rows": [r.to_dict() for r in self.rows]}
 
 
@@ -259,7 +260,9 @@ def compare(source: RoutingTrace | EventStream, config: CompareConfig = CompareC
                                    p.availability, p.note, details=p.details))
         if progress is not None:
             progress(len(names))
-    return CompareReport(tuple(rows), config, label, n_eval, n_cal, caps, budget, bool(pinit), hidden_kind)
+    batch = config.batch if ctx is not None else stream.provenance.get("batch")
+    return CompareReport(tuple(rows), config, label, n_eval, n_cal, caps, budget, bool(pinit), hidden_kind,
+                         batch if isinstance(batch, int) else None)
 
 
 def plot_compare(report: CompareReport, path) -> Any:
@@ -296,7 +299,7 @@ def plot_compare(report: CompareReport, path) -> Any:
     ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
     lo, hi = min(report.capacity_per_layer), max(report.capacity_per_layer)
     cap = f"{lo}" if lo == hi else f"{lo}-{hi}"
-    ax.set_title(f"{report.source or 'trace'}: c = {cap} per layer, R = {report.budget}, batch {report.config.batch}",
+    ax.set_title(f"{report.source or 'trace'}: c = {cap} per layer, R = {report.budget}, batch {report.batch or '?'}",
                  fontsize=9)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
