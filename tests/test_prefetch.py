@@ -313,3 +313,30 @@ def test_docs_python_blocks_and_commands_run():
     assert cmds
     for cmd in set(cmds):
         assert CliRunner().invoke(main, [*cmd.split(), "--help"]).exit_code == 0
+
+
+def test_cli_replay_reproduces_the_clr_example(tmp_path):
+    """The worked example (tests/test_proactive.py) through files and the CLI: A = 2, D = 0, P = 1 with R = 2."""
+    from expertcache.nextuse import Advice, save_advice
+
+    s = EventStream.from_lists(1, 6, 1, steps=[0, 1, 2, 3], layers=[0] * 4, experts=[[1], [4], [2], [1]],
+                               active=[1] * 4)
+    s.save(tmp_path / "s")
+    prio = np.tile(np.float32([0.10, 0.55, 0.65, 0.15, 0.40, 0.15]), (4, 1))
+    pf = np.full((4, 6), np.nan, dtype=np.float32)
+    pf[2] = [0.20, 0.65, 0.70, 0.20, 0.45, 0.35]
+    save_advice(Advice(priority=prio, prefetch_score=pf), tmp_path / "a.npz")
+    res = CliRunner().invoke(main, ["prefetch", "replay", str(tmp_path / "s"), "--advice", str(tmp_path / "a.npz"),
+                                    "--priority", "advice,lru", "-R", "0,2", "-B", "2", "--warmup", "2",
+                                    "--tie-break", "id", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in res.output.splitlines()]
+    got = {(r["priority"], r["prefetch_budget"]): (r["accesses"], r["demand_misses"], r["proactive_loads"])
+           for r in rows}
+    assert got == {("advice", 0): (2, 1, 0), ("advice", 2): (2, 0, 1), ("lru", 0): (2, 2, 0), ("lru", 2): (2, 0, 1)}
+    adv2 = next(r for r in rows if r["priority"] == "advice" and r["prefetch_budget"] == 2)
+    assert adv2["hit"] == 1.0 and adv2["adj_hit"] == pytest.approx(2 / 3)
+    table = CliRunner().invoke(main, ["prefetch", "replay", str(tmp_path / "s"), "-B", "2"])
+    assert table.exit_code == 0 and "AdjHit" in table.output
+    bad = CliRunner().invoke(main, ["prefetch", "replay", str(tmp_path / "s"), "--priority", "advice", "-B", "2"])
+    assert bad.exit_code == 2 and "reads advice" in bad.output

@@ -180,3 +180,72 @@ def compare_cmd(source: str, calibration: str | None, rho: float, capacity: int 
             console.print(f"  {row.name}: {text}")
     if plot_path:
         console.print(f"figure: {plot_path}")
+
+
+def _ints(text: str, name: str) -> list[int]:
+    try:
+        out = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected a comma list of integers; got {text!r}", param_hint=name) from None
+    if not out or any(v < 0 for v in out):
+        raise click.BadParameter(f"expected non-negative integers; got {text!r}", param_hint=name)
+    return out
+
+
+@prefetch.command("replay")
+@click.argument("stream_dir", type=click.Path(file_okay=False))
+@click.option("--advice", "advice_path", type=click.Path(dir_okay=False), default=None,
+              help="Advice .npz (priority and/or prefetch_score aligned to STREAM_DIR's events).")
+@click.option("--priority", default="lru", show_default=True,
+              help="Comma list of retention keys: lru, lfu, lfru, lrfu, advice (U_B on the advice priority).")
+@click.option("--budget", "-R", default="0", show_default=True,
+              help="Comma list of candidate budgets R (0 = no pre-access refinement); one replay each.")
+@click.option("--rho", type=float, default=0.4, show_default=True, help="Residency fraction (per-layer quotas).")
+@click.option("--capacity", "-B", type=int, default=None, help="Experts per layer (CLR's B); overrides --rho.")
+@click.option("--warmup", type=int, default=0, show_default=True,
+              help="Leading events that fill the cache but are not counted (e.g. prefill events).")
+@click.option("--lrfu-lambda", type=float, default=0.5, show_default=True, help="LRFU decay lambda.")
+@click.option("--expert-bytes", type=int, default=None, help="Bytes per expert block for Load/token in MB.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Tie ranks.")
+@click.option("--tie-break", type=click.Choice(["random", "id"]), default="random", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per replay, one per line.")
+@_guard
+def replay_cmd(stream_dir: str, advice_path: str | None, priority: str, budget: str, rho: float,
+               capacity: int | None, warmup: int, lrfu_lambda: float, expert_bytes: int | None, seed: int,
+               tie_break: str, as_json: bool) -> None:
+    """Replay STREAM_DIR with pre-access refinement and a retention key, charging every proactive load
+    (Hit, AdjHit, Load per token, m). Several budgets replay the same advice (CLR Table 3's R sweep)."""
+    from .cli import _console
+    from .events import read_events
+    from .replay.proactive import ProactiveConfig, replay_proactive
+
+    stream = read_events(stream_dir)
+    advice = None
+    if advice_path is not None:
+        from .nextuse import load_advice
+
+        advice = load_advice(advice_path)
+    caps = None if capacity is None else (int(capacity),) * stream.n_layers
+    results = []
+    for prio in (p.strip() for p in priority.split(",") if p.strip()):
+        for r in _ints(budget, "--budget"):
+            cfg = ProactiveConfig(prio, rho=rho, capacity=caps, prefetch_budget=r, tie_break=tie_break, seed=seed,
+                                  warmup_events=warmup, lrfu_lambda=lrfu_lambda, expert_bytes=expert_bytes)
+            results.append(replay_proactive(stream, cfg, advice))
+    if as_json:
+        for res in results:
+            click.echo(json.dumps(res.to_dict(per_layer=False)))
+        return
+    from rich.table import Table
+
+    mb = expert_bytes is not None
+    table = Table(title=f"Proactive-load-aware replay — {stream_dir}", title_justify="left")
+    for col in ("priority", "R", "Hit %", "AdjHit %", "MB/token" if mb else "blocks/token", "D", "P", "useful P",
+                "m"):
+        table.add_column(col, justify="left" if col == "priority" else "right")
+    for res in results:
+        load = res.load_per_token / 1e6 if mb else res.load_per_token
+        table.add_row(res.priority, str(res.prefetch_budget), f"{100 * res.hit:.2f}", f"{100 * res.adj_hit:.2f}",
+                      f"{load:.3f}", str(res.demand_misses), str(res.proactive_loads), str(res.useful_prefetches),
+                      f"{res.miss_fraction:.4f}")
+    _console().print(table)
