@@ -27,7 +27,7 @@ from click.testing import CliRunner  # noqa: E402
 
 from expertcache.cli import main  # noqa: E402
 from expertcache.collect import CollectConfig, collect, read_array, read_prompts  # noqa: E402
-from expertcache.errors import ValidationError  # noqa: E402
+from expertcache.errors import IntegrityError, ValidationError  # noqa: E402
 from expertcache.trace import read_trace  # noqa: E402
 
 SPECIALS = ["<pad>", "<eos>", "<bos>", "<user>", "<assistant>", "<system>", "<nothink>"]
@@ -332,6 +332,16 @@ def test_kill_and_resume_is_byte_identical(tmp_path):
         read_array(cut, "logits")
     with pytest.raises(ValidationError, match="expected one of"):
         read_array(cut, "gates")
+    # tampering is detected: by the reader, and by a resume that would build on a modified shard
+    hidden = cut / "shards" / "00001" / "hidden.npy"
+    data = bytearray(hidden.read_bytes())
+    data[-1] ^= 1
+    hidden.write_bytes(bytes(data))
+    with pytest.raises(IntegrityError, match="sha256"):
+        read_array(cut, "hidden")
+    (cut / "manifest.json").unlink()
+    with pytest.raises(IntegrityError, match="shard file missing or modified"):
+        collect(model, prompts, cut, cfg, tokenizer=tok, model_id="m")
 
 
 _KILL_SCRIPT = """
