@@ -214,3 +214,15 @@ def test_deepseek_bad_rows_and_header(tmp_path):
         import_deepseek_csv(tmp_path / "h.csv")
     with pytest.raises(ValidationError, match="no such file"):
         import_deepseek_csv(tmp_path / "missing.csv")
+
+
+def test_docs_example_runs_and_prints_what_its_comments_say(capsys):
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "importers.md").read_text()
+    (block,) = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    exec(compile(block, "docs/importers.md", "exec"), {})
+    printed = capsys.readouterr().out.splitlines()
+    promised = [line.split("# ")[1] for line in block.splitlines() if line.lstrip().startswith("print(")]
+    assert printed == promised
