@@ -241,7 +241,11 @@ def _run_batch(model: Any, recorder: RouterRecorder, adapter: RouterAdapter, bat
         if config.save_hidden:
             per_layer["hidden"].append(cols(3).cpu().numpy())
     recorder.clear()
-    stacked = {k: np.stack(v, axis=2) for k, v in per_layer.items() if v}   # (B, Tt, L, ...)
+    per_layer = {k: v for k, v in per_layer.items() if v}
+
+    def rows(name: str, b: int, lo: int, hi: int) -> np.ndarray:   # (hi - lo, L, ...) for sequence b
+        return np.stack([a[b, lo:hi] for a in per_layer[name]], axis=1)
+
     eos_set = set(eos)
     out = []
     for b, ids in enumerate(batch):
@@ -253,12 +257,11 @@ def _run_batch(model: Any, recorder: RouterRecorder, adapter: RouterAdapter, bat
         D = first_eos if first_eos is not None else len(gen_tokens) - 1
         D = min(D, config.max_new_tokens)
         lo, hi = T0 - P, T0 + D
-        arrays = {name: stacked[name][b, lo:hi] for name in ("logits", "hidden") if name in stacked}
-        out.append(_Routed(stacked["experts"][b, lo:hi], stacked["gates"][b, lo:hi], stacked["probs"][b, lo:hi],
-                           stacked["entropy"][b, lo:hi],
-                           stacked["margin"][b, lo:hi], seqs[b, lo:hi].numpy().astype(np.int64), P, D,
-                           "eos" if first_eos is not None else "length",
-                           arrays))
+        arrays = {name: rows(name, b, lo, hi) for name in ("logits", "hidden") if name in per_layer}
+        out.append(_Routed(rows("experts", b, lo, hi), rows("gates", b, lo, hi), rows("probs", b, lo, hi),
+                           rows("entropy", b, lo, hi), rows("margin", b, lo, hi),
+                           seqs[b, lo:hi].numpy().astype(np.int64), P, D,
+                           "eos" if first_eos is not None else "length", arrays))
     return out
 
 
