@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
+from typing import Any
 
 import click
 
-from .cli import _guard
+
+def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """cli._guard, looked up at call time so this module can be imported before expertcache.cli."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from .cli import _guard as guard
+
+        return guard(fn)(*args, **kwargs)
+
+    return wrapper
 
 
 @click.command("collect")
