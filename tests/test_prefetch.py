@@ -340,3 +340,30 @@ def test_cli_replay_reproduces_the_clr_example(tmp_path):
     assert table.exit_code == 0 and "AdjHit" in table.output
     bad = CliRunner().invoke(main, ["prefetch", "replay", str(tmp_path / "s"), "--priority", "advice", "-B", "2"])
     assert bad.exit_code == 2 and "reads advice" in bad.output
+
+
+def test_expert_map_search_weighs_maps_by_gates():
+    """Both stored maps use experts {0, 1} at layer 0; only the gate weights tell them apart.
+
+    The evaluated token's gates (0.15, 0.85) are nearer map B (0.1, 0.9) than map A (0.9, 0.1), so layer 1 is
+    predicted from B ({0, 1}); without gates the two tie and the first stored map (A: {2, 3}) would win.
+    """
+    L, N, k = 2, 4, 2
+
+    def gated(rows, gates):
+        t = tiny_trace(rows, L, N, k)
+        return RoutingTrace(L, N, k, t.request_ids, t.request, t.phase, t.position, t.experts,
+                            np.array(gates, dtype=np.float32), t.token_id)
+
+    cal = gated([(0, DECODE, [[0, 1], [2, 3]]), (0, DECODE, [[0, 1], [0, 1]])],
+                [[[0.9, 0.1], [0.5, 0.5]], [[0.1, 0.9], [0.5, 0.5]]])
+    ev = gated([(0, DECODE, [[0, 1], [0, 1]])], [[[0.15, 0.85], [0.5, 0.5]]])
+    ctx = advice_context(ev, 1, False)
+    p = expert_map_search(ctx, cal, top_m=1, alpha=0.0)
+    assert p.details["maps"] == "gate weights"
+    row = p.advice.prefetch_score[ctx.exec_event[0, 1]]
+    assert np.flatnonzero(~np.isnan(row)).tolist() == [0, 1]
+    plain = expert_map_search(advice_context(tiny_trace([(0, DECODE, [[0, 1], [0, 1]])], L, N, k), 1, False),
+                              cal, top_m=1, alpha=0.0)
+    assert plain.details["maps"] == "multi-hot"
+    assert np.flatnonzero(~np.isnan(plain.advice.prefetch_score[1])).tolist() == [2, 3]

@@ -7,13 +7,14 @@ searches it with the request's semantics and the current iteration's routing
 trajectory so far, prefetching the experts the best matches used next.
 
 Here (trace-driven): the store holds up to ``store_size`` decode tokens sampled
-(seeded) from the calibration trace, each with its multi-hot map ``[L, N]``
-and its request's semantic embedding — the mean hidden state of the prompt
+(seeded) from the calibration trace, each with its map ``[L, N]`` — the gate
+weights of the selected experts when both traces record gates (FineMoE's maps
+are gate distributions), else multi-hot — and its request's semantic embedding — the mean hidden state of the prompt
 when hidden states were collected, else the prompt's routing histogram
 (``[L*N]``), a routing-derived stand-in. For token ``x`` at layer ``l`` the
 similarity to map ``m`` is ``alpha * cos(sem_x, sem_m) + (1 - alpha) *
-cos(traj_x[:l], map_m[:l])`` (the trajectory term is the overlap of the
-current token's routing at layers ``< l``; at ``l = 0`` only semantics). The
+cos(traj_x[:l], map_m[:l])`` (the cosine over the current token's routing at
+layers ``< l``, same weighting; at ``l = 0`` only semantics). The
 ``top_m`` best maps' rows at layer ``l`` are averaged into per-token scores,
 summed over the event's active requests; experts no match used are no
 candidates. Retention stays LRU.
@@ -56,11 +57,21 @@ def expert_map_search(ctx: AdviceContext, calibration: RoutingTrace, store_size:
                       hidden_calibration: np.ndarray | None = None, chunk: int = 4096) -> Produced:
     """FineMoE-style prefetch advice for ``ctx`` (see the module docstring)."""
     trace = ctx.trace
-    L, N, k = trace.n_layers, trace.n_experts, trace.top_k
+    L, N = trace.n_layers, trace.n_experts
     dec = np.flatnonzero(calibration.phase != PREFILL)
     rng = np.random.default_rng(seed)
     pick = np.sort(rng.choice(dec, size=min(store_size, dec.size), replace=False))
-    maps = np.stack([multi_hot(calibration.experts[pick, layer], N) for layer in range(L)], axis=1)  # [S, L, N]
+    weighted = calibration.gates is not None and trace.gates is not None
+
+    def vectors(t: RoutingTrace, rows: np.ndarray, layer: int) -> np.ndarray:
+        """``float32[n, N]``: gate weights (or ones) at the selected experts of ``rows`` at ``layer``."""
+        out = np.zeros((rows.size, N), dtype=np.float32)
+        w = t.gates[rows, layer] if weighted else 1.0
+        np.put_along_axis(out, t.experts[rows, layer].astype(np.int64), w, axis=1)
+        return out
+
+    maps = np.stack([vectors(calibration, pick, layer) for layer in range(L)], axis=1)   # [S, L, N]
+    map_sq = (maps.astype(np.float64) ** 2).sum(axis=2)                                   # [S, L]
     sem_store = semantic_embeddings(calibration, hidden_calibration)[calibration.request[pick]]
     sem_eval = semantic_embeddings(trace, hidden)
     has_sem = bool(np.linalg.norm(sem_store, axis=1).any() and np.linalg.norm(sem_eval, axis=1).any())
@@ -70,15 +81,21 @@ def expert_map_search(ctx: AdviceContext, calibration: RoutingTrace, store_size:
         x = np.arange(lo, min(lo + chunk, ctx.n_exec))
         rows = ctx.exec_row[x]
         sem = sem_eval[ctx.exec_request[x]] @ sem_store.T if has_sem else None   # [n, S]
-        overlap = np.zeros((x.size, pick.size), dtype=np.float32)
+        dot = np.zeros((x.size, pick.size), dtype=np.float64)
+        x_sq = np.zeros(x.size, dtype=np.float64)
+        m_sq = np.zeros(pick.size, dtype=np.float64)
         for layer in range(L):
             if layer == 0:
                 if sem is None:
                     continue
                 sim = sem
             else:
-                overlap += multi_hot(trace.experts[rows, layer - 1], N) @ maps[:, layer - 1, :].T
-                traj = overlap / float(k * layer)
+                v = vectors(trace, rows, layer - 1)
+                dot += v @ maps[:, layer - 1, :].T
+                x_sq += (v.astype(np.float64) ** 2).sum(axis=1)
+                m_sq += map_sq[:, layer - 1]
+                norm = np.sqrt(x_sq[:, None] * m_sq[None, :])
+                traj = np.divide(dot, norm, out=np.zeros_like(dot), where=norm > 0)
                 sim = alpha * sem + (1.0 - alpha) * traj if sem is not None else traj
             best = np.argsort(-sim, axis=1, kind="stable")[:, :m_take]       # ties: lower store index first
             score = maps[best, layer, :].mean(axis=1)                         # [n, N]
@@ -90,4 +107,5 @@ def expert_map_search(ctx: AdviceContext, calibration: RoutingTrace, store_size:
                 "prompt routing histogram (no hidden states)" if has_sem else "none (no prompts)")
     return Produced(adv, "lru", True, added_params=0, store_entries=int(pick.size), availability="Prev. layer",
                     note=f"store of {pick.size} token maps; semantics: {sem_kind}; trajectory: layers < l",
-                    details={"semantic": sem_kind, "top_m": m_take, "alpha": alpha})
+                    details={"semantic": sem_kind, "top_m": m_take, "alpha": alpha,
+                             "maps": "gate weights" if weighted else "multi-hot"})
