@@ -12,11 +12,11 @@ from expertcache.cli import main
 from expertcache.errors import ValidationError
 from expertcache.events import EventStream
 from expertcache.prefetch.activation import activation_aware, request_eams
-from expertcache.prefetch.compare import BASELINES, CompareConfig, compare
+from expertcache.prefetch.comparison import BASELINES, CompareConfig, compare
 from expertcache.prefetch.context import advice_context
 from expertcache.prefetch.expert_map import expert_map_search
-from expertcache.prefetch.lookahead import fit_lookahead, lookahead
-from expertcache.prefetch.option_set import next_true, option_set
+from expertcache.prefetch.options import next_true, option_set
+from expertcache.prefetch.predictor import fit_lookahead, lookahead
 from expertcache.replay import ReplayConfig, replay
 from expertcache.replay.proactive import ProactiveConfig, replay_proactive
 from expertcache.synth import SynthConfig, synthesize_trace
@@ -101,7 +101,7 @@ def test_compare_classic_rows_equal_the_main_engine(small):
 
 
 def rep_eval(trace):
-    from expertcache.prefetch.compare import split_trace
+    from expertcache.prefetch.comparison import split_trace
 
     return split_trace(trace)[0]
 

@@ -109,7 +109,7 @@ def compare_cmd(source: str, calibration: str | None, rho: float, capacity: int 
     or 'example' for the bundled trace): Hit, AdjHit, Load per token, added parameters, decision availability.
     """
     from .cli import _console, _progress, _require_new
-    from .prefetch.compare import CompareConfig, compare, plot_compare
+    from .prefetch.comparison import CompareConfig, compare, plot_compare
     from .trace import RoutingTrace
 
     if plot_path:

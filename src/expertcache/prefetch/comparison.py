@@ -192,8 +192,8 @@ def compare(source: RoutingTrace | EventStream, config: CompareConfig = CompareC
     from .activation import activation_aware
     from .context import advice_context
     from .expert_map import expert_map_search
-    from .lookahead import lookahead
-    from .option_set import next_true, option_set
+    from .options import next_true, option_set
+    from .predictor import lookahead
 
     names = config.policies or tuple(BASELINES)
     n_eval = n_cal = None
