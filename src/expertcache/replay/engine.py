@@ -132,6 +132,10 @@ def _advice_next_use(stream: EventStream, config: ReplayConfig, advice) -> np.nd
     if config.semantics != "event-atomic":
         raise ValidationError("advice is defined per event-atomic unit; use --semantics event-atomic",
                               field="semantics")
+    if getattr(advice, "next_use", None) is None:
+        raise ValidationError(f"policy {config.policy!r} reads next-use advice; this advice file holds only "
+                              "priority/prefetch scores (replay it with `expertcache prefetch replay`)",
+                              field="advice")
     nxt = np.asarray(advice.next_use)
     if nxt.shape != (stream.union,) or nxt.dtype != np.int32:
         raise ValidationError(f"advice must be int32 with one entry per union access ({stream.union}); "
