@@ -534,7 +534,8 @@ def test_cli_train_export_eval(tmp_path, trace_with_arrays):
     assert ev["budget_sweep"][0] == {**temporal, "added_parameters": 0}
     assert [(r["method"], r["capacity"]) for r in ev["capacity_sweep"]] == [
         ("LRU", 2), ("Temporal Router", 2), ("LRU", 4), ("Temporal Router", 4)]
-    assert "CLR Table 1 shape" in run(main, ["routers", "eval", ck, "--trace", str(tdir), "--capacity", "3"]).output
+    res = run(main, ["routers", "eval", ck, "--trace", str(tdir), "--capacity", "3", "--reference"])
+    assert res.exit_code == 0 and "CLR Table 1 shape" in res.output and "Native p^R (untrained)" in res.output
 
 
 def test_cli_errors_are_one_line(tmp_path, trace_with_arrays):

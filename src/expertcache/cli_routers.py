@@ -235,6 +235,8 @@ def _table(rows: list, title: str) -> None:
               help="Initialise the decode cache with the first batch's prefill (CLR §4.1; not counted).")
 @click.option("--prefill-chunk", type=int, default=128, show_default=True)
 @click.option("--tie-break", type=click.Choice(["random", "id"]), default="random", show_default=True)
+@click.option("--reference", is_flag=True,
+              help="Add a row with U_B on the native p^R alone (the Temporal Router at initialisation).")
 @click.option("--expert-bytes", type=int, default=None, help="S_expert for Load/token in bytes (default: blocks).")
 @click.option("--tasks", "tasks_path", type=click.Path(dir_okay=False), default=None,
               help="GSM8K-format JSON Lines for exact match (needs --model).")
@@ -245,7 +247,8 @@ def _table(rows: list, title: str) -> None:
 @_guard
 def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budgets: list[int] | None,
              capacities: list[int] | None, batch: int, offsets: str, seed: int, prefill_init: bool,
-             prefill_chunk: int, tie_break: str, expert_bytes: int | None, tasks_path: str | None,
+             prefill_chunk: int, tie_break: str, reference: bool, expert_bytes: int | None,
+             tasks_path: str | None,
              model_path: str | None, max_new_tokens: int, device: str | None, as_json: bool) -> None:
     """CLR Table 1-shaped results of CHECKPOINT on a held-out trace (and Table 3 sweeps)."""
     from .events import ArrivalOffsets, build_events
@@ -262,6 +265,7 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
     else:
         stream = build_events(trace, batch, offs)
     _, weights, adv = _advice(checkpoint, trace_dir, batch, offsets, seed, stream, "routers")
+    native = _advice(checkpoint, trace_dir, batch, offsets, seed, stream, "native")[2] if reference else None
     L, N, d = weights.temporal_w.shape
     per = N * d + (N if weights.temporal_b is not None else 0)
     acc: dict[str, float] = {}
@@ -290,7 +294,7 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
         t = bar.add_task("replays", total=None)
         rows = ev.results_table(stream, adv, capacity, budget, added_temporal=L * per, added_full=2 * L * per,
                                 expert_bytes=expert_bytes, tie_break=tie_break, seed=seed, accuracy=acc,
-                                progress=lambda i, n: bar.update(t, completed=i, total=n))
+                                native=native, progress=lambda i, n: bar.update(t, completed=i, total=n))
         r_rows = ev.budget_sweep(stream, adv, capacity, budgets, expert_bytes=expert_bytes, tie_break=tie_break,
                                  seed=seed) if budgets else []
         b_rows = ev.capacity_sweep(stream, adv, capacities, expert_bytes=expert_bytes, tie_break=tie_break,

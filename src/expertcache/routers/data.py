@@ -3,8 +3,8 @@
 Training records are one JSON object per line with either ``"text"``, or
 ``"question"`` + ``"answer"`` (GSM8K format; trained as ``question\\nanswer``),
 or ``"prompt"`` with an optional ``"completion"`` (e.g. a collection prompt set).
-Task records for exact match are GSM8K
-format: ``"question"`` and an ``"answer"`` whose final number follows ``####``.
+Task records for exact match are GSM8K format: ``"question"`` and an
+``"answer"`` whose final number follows ``####``.
 """
 
 from __future__ import annotations

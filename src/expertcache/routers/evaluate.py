@@ -101,13 +101,17 @@ def _check_capacity(stream: EventStream, capacity: int) -> None:
 def results_table(stream: EventStream, advice: RouterAdvice, capacity: int, budget: int, *,
                   added_temporal: int = 0, added_full: int = 0, warmup: int | None = None,
                   expert_bytes: int | None = None, tie_break: str = "random", seed: int = 0,
-                  accuracy: dict[str, float] | None = None,
+                  accuracy: dict[str, float] | None = None, native: RouterAdvice | None = None,
                   progress: Callable[[int, int], None] | None = None) -> list[TableRow]:
     """CLR Table 1 shape on one stream: classic rows, the Temporal Router, the Spatio-Temporal Router.
 
     ``warmup`` defaults to the advice's (the stream's prefill warm-up); the
     Spatio-Temporal row appears when ``budget > 0`` and the advice has any
     pre-access score. ``accuracy`` maps a method name to its exact match.
+    ``native`` (advice built with ``use="native"``) adds a reference row,
+    ``U_B`` on ``p^R`` alone: the Temporal Router at its initialisation
+    (``W^T = W^R`` gives ``s^T = 2 p^R``, the same ranking), so the gap to the
+    Temporal row is what training added.
     """
     _check_capacity(stream, capacity)
     if advice.priority.shape != (stream.n_events, stream.n_experts):
@@ -115,13 +119,15 @@ def results_table(stream: EventStream, advice: RouterAdvice, capacity: int, budg
     warm = advice.warmup_events if warmup is None else int(warmup)
     eng = _engine_advice(advice)
     acc = accuracy or {}
-    jobs: list[tuple[str, str, int, int]] = [(p.upper(), p, 0, 0) for p in CLASSIC]
-    jobs.append(("Temporal Router", "advice", 0, added_temporal))
+    jobs: list[tuple[str, str, int, int, Any]] = [(p.upper(), p, 0, 0, None) for p in CLASSIC]
+    if native is not None:
+        jobs.append(("Native p^R (untrained)", "advice", 0, 0, _engine_advice(native)))
+    jobs.append(("Temporal Router", "advice", 0, added_temporal, eng))
     if budget > 0 and np.isfinite(advice.prefetch_score).any():
-        jobs.append(("Spatio-Temporal Router", "advice", budget, added_full))
+        jobs.append(("Spatio-Temporal Router", "advice", budget, added_full, eng))
     rows = []
-    for i, (name, pri, r, added) in enumerate(jobs):
-        rows.append(_row(name, stream, pri, capacity, r, eng, warmup=warm, expert_bytes=expert_bytes,
+    for i, (name, pri, r, added, adv) in enumerate(jobs):
+        rows.append(_row(name, stream, pri, capacity, r, adv, warmup=warm, expert_bytes=expert_bytes,
                          tie_break=tie_break, seed=seed, added=added, accuracy=acc.get(name)))
         if progress is not None:
             progress(i + 1, len(jobs))
