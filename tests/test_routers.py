@@ -650,11 +650,24 @@ def test_cli_trains_on_a_model_and_text(tmp_path):
     data.write_text("".join(json.dumps({"text": " ".join(rng.choice(words, 10))}) + "\n" for _ in range(6)))
     res = CliRunner().invoke(main, ["routers", "train", "--model", str(tmp_path / "m"), "--data", str(data),
                                     "--mode", "temporal", "--capacity", "3", "--max-steps", "2", "--grad-accum", "1",
-                                    "--batch-size", "2", "-o", str(tmp_path / "ck"), "--json"])
+                                    "--batch-size", "2", "-o", str(tmp_path / "ck"), "--model-out", str(tmp_path / "m2"),
+                                    "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(next(x for x in res.output.splitlines() if x.startswith("{")))
     assert out["steps"] == 2 and {"lm", "cache"} <= set(out["final"])
     assert (tmp_path / "ck" / "backbone.safetensors").is_file()       # joint mode saves the backbone
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    saved = AutoModelForCausalLM.from_pretrained(tmp_path / "m2")     # --model-out: the trained backbone
+    backbone = load_file(str(tmp_path / "ck" / "backbone.safetensors"))
+    gate = "model.layers.0.mlp.gate.weight"
+    assert torch.equal(saved.state_dict()[gate], backbone[gate])
+    assert not torch.equal(backbone[gate], tiny_qwen3().state_dict()[gate])
+    res = CliRunner().invoke(main, ["routers", "train", "--model", str(tmp_path / "m"), "--data", str(data),
+                                    "--mode", "aux-temporal", "--capacity", "3", "-o", str(tmp_path / "ck3"),
+                                    "--model-out", str(tmp_path / "m3")])
+    assert res.exit_code == 2 and "--model-out needs a joint mode" in res.output
 
 
 def test_advice_pads_the_prefill_warmup():

@@ -78,6 +78,9 @@ def _emit_train(res: Any, as_json: bool) -> None:
 @click.option("--save-every", type=int, default=0, show_default=True, help="Checkpoint every N steps (0: at the end).")
 @click.option("--resume", type=click.Path(file_okay=False), default=None, help="Continue from this checkpoint.")
 @click.option("--device", default=None, help="Torch device for the model (cpu, cuda).")
+@click.option("--model-out", type=click.Path(file_okay=False), default=None,
+              help="Also save the trained backbone (joint modes) as a Hugging Face model directory, e.g. to "
+                   "collect its routing.")
 @click.option("-o", "--out", required=True, type=click.Path(file_okay=False), help="Checkpoint directory.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing checkpoint directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
@@ -86,7 +89,7 @@ def train_cmd(model_path: str | None, data_path: str | None, trace_dir: str | No
               capacity: int, tau: float, cache_weight: float, lr: float, weight_decay: float, warmup_ratio: float,
               max_grad_norm: float, grad_accum: int, batch_size: int, epochs: float, max_steps: int | None,
               max_length: int, precision: str, fused: str, seed: int, save_every: int, resume: str | None,
-              device: str | None, out: str, overwrite: bool, as_json: bool) -> None:
+              device: str | None, model_out: str | None, out: str, overwrite: bool, as_json: bool) -> None:
     """Train Temporal (and Spatio) Routers on a model and local text, or offline on a trace."""
     from .routers.config import TrainConfig
 
@@ -96,6 +99,10 @@ def train_cmd(model_path: str | None, data_path: str | None, trace_dir: str | No
         _fail("--data needs --model")
     if resume is None or resume != out:
         _require_new(out, overwrite)
+    if model_out is not None:
+        if data_path is None or (mode or "temporal").startswith("aux-"):
+            _fail("--model-out needs a joint mode (lm-only, temporal, full) with --data: only they change the backbone")
+        _require_new(model_out, overwrite)
     cfg = TrainConfig(mode=mode or ("temporal" if data_path else "aux-temporal"), capacity=capacity, tau=tau,
                       cache_weight=cache_weight, lr=lr, weight_decay=weight_decay, warmup_ratio=warmup_ratio,
                       max_grad_norm=max_grad_norm, grad_accum=grad_accum, batch_size=batch_size, epochs=epochs,
@@ -116,6 +123,12 @@ def train_cmd(model_path: str | None, data_path: str | None, trace_dir: str | No
             pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
             res = train_model(model, seqs, cfg, out, pad_id=int(pad), resume=resume, on_step=tick,
                               meta={"model": model_path, "data": data_path})
+            if model_out is not None:
+                from .storage import atomic_directory
+
+                with atomic_directory(model_out, overwrite=overwrite) as tmp:
+                    model.save_pretrained(tmp)
+                    tok.save_pretrained(tmp)
         else:
             import numpy as np
 
