@@ -146,5 +146,7 @@ def test_replay_table_and_global_scope(dirs):
 
 def test_demo_json_runs():
     out = json.loads(invoke("demo", "--json"))
-    assert "synthetic" in out["data"]
+    assert out["example"] == "model" and "Qwen3-MoE" in out["data"]
     assert {r["policy"] for r in out["rows"]} == set(policy_names(advice=False))
+    syn = json.loads(invoke("demo", "--json", "--example", "synthetic"))
+    assert syn["example"] == "synthetic" and "SYNTHETIC" in syn["data"]

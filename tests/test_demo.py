@@ -1,4 +1,4 @@
-"""The demo reproduces the qualitative finding of §4.3 on the bundled (synthetic) example."""
+"""The demo reproduces the qualitative finding of §4.3 on both bundled examples (recorded model routing, synthetic)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 from expertcache.demo import run_demo
 
 
-@pytest.fixture(scope="module")
-def report():
-    return run_demo(batch=8, rho=0.4, seed=0)
+@pytest.fixture(scope="module", params=["model", "synthetic"])
+def report(request):
+    return run_demo(batch=8, rho=0.4, seed=0, example=request.param)
 
 
 def test_regime_is_skewed_and_concurrent(report):

@@ -226,3 +226,23 @@ def test_docs_example_runs_and_prints_what_its_comments_say(capsys):
     printed = capsys.readouterr().out.splitlines()
     promised = [line.split("# ")[1] for line in block.splitlines() if line.lstrip().startswith("print(")]
     assert printed == promised
+
+
+def test_cli_trace_import_foreign_formats(tmp_path):
+    from click.testing import CliRunner
+
+    from expertcache.cli import main
+
+    src = _jsonl(tmp_path / "m.jsonl", MIXTRAL)
+    r = CliRunner().invoke(main, ["trace", "import", str(src), "--format", "mixtral-jsonl", "-o", str(tmp_path / "t")])
+    assert r.exit_code == 0, r.output
+    assert "L=2 N=8 k=2" in r.output and "lower bound" in r.output and "1 incomplete steps" in r.output
+    assert read_trace(tmp_path / "t").request_ids == ("gsm8k/0", "mbpp/3")
+    r = CliRunner().invoke(main, ["trace", "import", str(_csv(tmp_path / "p0.csv", P0)), "--format", "deepseek-csv",
+                                  "-o", str(tmp_path / "d"), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["report"]["format"] == "deepseek-csv"
+    # routes-jsonl needs the shape: a one-line error, nothing written
+    r = CliRunner().invoke(main, ["trace", "import", str(src), "-o", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "needs --layers, --experts and --top-k" in r.output
+    assert not (tmp_path / "x").exists()

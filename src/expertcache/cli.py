@@ -120,28 +120,74 @@ def trace() -> None:
 
 
 @trace.command("import")
-@click.argument("routes", type=click.Path(dir_okay=False))
-@click.option("--layers", "-L", type=int, required=True, help="MoE layers L.")
-@click.option("--experts", "-N", type=int, required=True, help="Routed experts per layer N.")
-@click.option("--top-k", "-k", type=int, required=True, help="Experts per token k.")
+@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--format", "fmt", type=click.Choice(["routes-jsonl", "mixtral-jsonl", "deepseek-csv"]),
+              default="routes-jsonl", show_default=True,
+              help="routes-jsonl: this project's records (DESIGN.md §3); mixtral-jsonl: one row per (request, "
+                   "token, layer) as published for Mixtral-8x7B; deepseek-csv: per-prompt CSV files "
+                   "'Layer ID,Batch Number,Token,Activated Expert IDs' as published for DeepSeek-V2-Lite.")
+@click.option("--layers", "-L", type=int, default=None, help="MoE layers L (required for routes-jsonl; "
+              "inferred for the foreign formats when omitted).")
+@click.option("--experts", "-N", type=int, default=None, help="Routed experts per layer N (inferred: max id + 1, "
+              "a lower bound).")
+@click.option("--top-k", "-k", type=int, default=None, help="Experts per token k (inferred: the commonest row length).")
+@click.option("--phase", type=click.Choice(["decode", "prefill"]), default="decode", show_default=True,
+              help="mixtral-jsonl: the phase of rows without their own 'phase' field.")
+@click.option("--prefill-batches", type=int, default=1, show_default=True,
+              help="deepseek-csv: the first N batches of each file are the prompt (prefill).")
+@click.option("--skip-bad-rows", is_flag=True, help="Foreign formats: count and skip unreadable rows instead of "
+              "stopping at the first.")
 @click.option("-o", "--out", required=True, type=click.Path(file_okay=False), help="Trace directory to create.")
 @click.option("--model", default=None, help="Model id recorded in the manifest's provenance.")
+@click.option("--json", "as_json", is_flag=True, help="Print the import report as JSON.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output directory.")
 @_guard
-def trace_import(routes: str, layers: int, experts: int, top_k: int, out: str, model: str | None,
-                 overwrite: bool) -> None:
-    """Import ROUTES (JSON Lines routing records, DESIGN.md §3) into a trace directory."""
+def trace_import(sources: tuple[str, ...], fmt: str, layers: int | None, experts: int | None, top_k: int | None,
+                 phase: str, prefill_batches: int, skip_bad_rows: bool, out: str, model: str | None,
+                 as_json: bool, overwrite: bool) -> None:
+    """Import SOURCES (routing records) into a trace directory."""
     import os
 
-    from .trace import import_routes_jsonl
-
     _require_new(out, overwrite)
-    prov = {"source": os.path.basename(routes), "format": "routes-jsonl"}
+    prov = {"source": [os.path.basename(s) for s in sources], "format": fmt}
     if model:
         prov["model"] = model
-    tr = import_routes_jsonl(routes, layers, experts, top_k, provenance=prov)
+    report = None
+    if fmt == "routes-jsonl":
+        from .trace import import_routes_jsonl
+
+        if len(sources) != 1 or None in (layers, experts, top_k):
+            _fail("--format routes-jsonl takes one file and needs --layers, --experts and --top-k")
+        prov["source"] = prov["source"][0]
+        tr = import_routes_jsonl(sources[0], layers, experts, top_k, provenance=prov)
+    elif fmt == "mixtral-jsonl":
+        from .importers import import_mixtral_jsonl
+
+        if len(sources) != 1:
+            _fail(f"--format mixtral-jsonl takes one file; got {len(sources)}")
+        tr, report = import_mixtral_jsonl(sources[0], n_layers=layers, n_experts=experts, top_k=top_k, phase=phase,
+                                          skip_bad_rows=skip_bad_rows, provenance=prov)
+    else:
+        from .importers import import_deepseek_csv
+
+        tr, report = import_deepseek_csv(list(sources), n_layers=layers, n_experts=experts, top_k=top_k,
+                                         prefill_batches=prefill_batches, skip_bad_rows=skip_bad_rows,
+                                         provenance=prov)
     tr.save(out, overwrite=overwrite)
-    click.echo(f"wrote {out}: {tr.n_requests} requests, {tr.n_tokens} tokens, L={layers} N={experts} k={top_k}")
+    if as_json:
+        click.echo(json.dumps({"out": out, "n_requests": tr.n_requests, "n_tokens": tr.n_tokens,
+                               "report": report.to_dict() if report else None}, sort_keys=True))
+        return
+    click.echo(f"wrote {out}: {tr.n_requests} requests, {tr.n_tokens} tokens, "
+               f"L={tr.n_layers} N={tr.n_experts} k={tr.top_k}")
+    if report is not None:
+        inferred = ", ".join(report.inferred) or "nothing"
+        click.echo(f"inferred: {inferred}" + (" (N = max id + 1 is a lower bound; pass --experts)"
+                                             if report.n_experts_is_lower_bound else ""))
+        click.echo(f"dropped: {report.n_incomplete_steps} incomplete steps, {report.n_bad_rows} bad rows; "
+                   f"{report.n_position_gaps} requests with position gaps")
+        for line in (*report.incomplete_examples, *report.bad_row_examples, *report.notes):
+            click.echo(f"  {line}")
 
 
 @trace.command("info")
@@ -371,9 +417,11 @@ def _print_results(results: list, show_layers: bool) -> None:
 @click.option("--batch", "-B", type=int, default=8, show_default=True, help="Concurrency B.")
 @click.option("--rho", type=float, default=0.4, show_default=True, help="Residency fraction.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Tie and random-order seed.")
+@click.option("--example", type=click.Choice(["model", "synthetic"]), default="model", show_default=True,
+              help="model: routing recorded from the project's own small Qwen3-MoE; synthetic: expertcache.synth.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as one JSON object.")
 @_guard
-def demo(batch: int, rho: float, seed: int, as_json: bool) -> None:
+def demo(batch: int, rho: float, seed: int, example: str, as_json: bool) -> None:
     """Replay the bundled example under sequential and event-atomic semantics (Table 2 shape)."""
     from .demo import DEMO_SEMANTICS, run_demo
     from .replay import ReplayConfig
@@ -387,16 +435,14 @@ def demo(batch: int, rho: float, seed: int, as_json: bool) -> None:
         def tick(total: int) -> None:
             bar.update(task, total=total, advance=1)
 
-        report = run_demo(batch=batch, rho=rho, seed=seed, progress=tick)
+        report = run_demo(batch=batch, rho=rho, seed=seed, progress=tick, example=example)
     if as_json:
         click.echo(json.dumps(report.to_dict(), sort_keys=True))
         return
     from rich.table import Table
 
     console = _console()
-    console.print("[bold yellow]SYNTHETIC DATA[/]: the bundled example is generated by expertcache.synth "
-                  "(skewed popularity, drifting per-request working sets; OLMoE-shaped L=16, N=64, k=8), "
-                  "not routing recorded from a real model.")
+    console.print(f"[bold yellow]Data[/]: {report.caption}.")
     s = report.stream
     console.print(f"Evaluation stream: {s.n_events} events, union {s.union}, logical {s.logical}, "
                   f"union/logical {s.union / s.logical:.3f}; B={batch}, rho={rho}, per-layer scope, "

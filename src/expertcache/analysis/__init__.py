@@ -4,6 +4,7 @@ static identity, concentration, absolute traffic (evaluation paper §6, §7, §9
 from .alignment import AlignmentRow, GridPoint, align, reference_frame_r_null, regime_grid
 from .concentration import ConcentrationStats, concentration, gate_mass_by_rank
 from .gap import GapResult, gap_decomposition
+from .locality import LocalityStats, routing_locality
 from .permutation import PermutationResult, permutation_ablation, permute_steps
 from .regime import RegimeStats, expected_union_null, regime_stats
 from .static import access_histogram, access_share_table, static_misses_from_histogram
@@ -17,4 +18,5 @@ __all__ = [
     "ConcentrationStats", "concentration", "gate_mass_by_rank",
     "TrafficReading", "traffic_reading", "REFERENCE_FRAME",
     "GridPoint", "AlignmentRow", "regime_grid", "align", "reference_frame_r_null",
+    "LocalityStats", "routing_locality",
 ]
