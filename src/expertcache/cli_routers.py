@@ -148,7 +148,7 @@ def train_cmd(model_path: str | None, data_path: str | None, trace_dir: str | No
                 meta["init"] = f"native routers of {model_path}"
             else:
                 w, resid = fit_native_routers(hidden, logits)
-                b, kind = None, "softmax"
+                b, kind = None, str(trace.provenance.get("router_score", "softmax"))
                 meta["init"] = f"least-squares fit of the trace's logits (relative residual {resid:.2e})"
             res = train_offline(pair_rows(trace.request, trace.position), hidden, logits, cfg, out,
                                 native_weights=w, native_bias=b, kind=kind, resume=resume, on_step=tick, meta=meta)
@@ -220,13 +220,15 @@ def _table(rows: list, title: str) -> None:
     from rich.table import Table
 
     t = Table(title=title)
-    for col in ("method", "category", "B", "R", "added params", "acc", "Hit", "AdjHit", "Load/token", "P", "m"):
+    in_bytes = bool(rows) and rows[0].load_unit == "bytes/token"
+    load_col = "Load (MB/token)" if in_bytes else "Load (blocks/token)"
+    for col in ("method", "category", "B", "R", "added params", "acc", "Hit", "AdjHit", load_col, "P", "m"):
         t.add_column(col, justify="left" if col in ("method", "category") else "right")
     for r in rows:
+        load = r.load_per_token / 1e6 if in_bytes else r.load_per_token
         t.add_row(r.method, r.category, str(r.capacity), str(r.budget), f"{r.added_parameters:,}",
                   "-" if r.accuracy is None else f"{100 * r.accuracy:.2f}", f"{100 * r.hit:.2f}",
-                  f"{100 * r.adj_hit:.2f}", f"{r.load_per_token:.3f}", str(r.proactive_loads),
-                  f"{r.miss_fraction:.4f}")
+                  f"{100 * r.adj_hit:.2f}", f"{load:.3f}", str(r.proactive_loads), f"{r.miss_fraction:.4f}")
     _console().print(t)
 
 
@@ -250,7 +252,9 @@ def _table(rows: list, title: str) -> None:
 @click.option("--tie-break", type=click.Choice(["random", "id"]), default="random", show_default=True)
 @click.option("--reference", is_flag=True,
               help="Add a row with U_B on the native p^R alone (the Temporal Router at initialisation).")
-@click.option("--expert-bytes", type=int, default=None, help="S_expert for Load/token in bytes (default: blocks).")
+@click.option("--expert-bytes", type=int, default=None,
+              help="S_expert for Load/token [default: the trace's expert_block_bytes (collect records it), "
+                   "else Load/token is in blocks].")
 @click.option("--tasks", "tasks_path", type=click.Path(dir_okay=False), default=None,
               help="GSM8K-format JSON Lines for exact match (needs --model).")
 @click.option("--model", "model_path", default=None, help="The base model (the checkpoint's backbone is loaded in).")
@@ -277,6 +281,8 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
         stream = prefill_initialised_events(trace, batch, prefill_chunk, "chunk-major", offs)
     else:
         stream = build_events(trace, batch, offs)
+    if expert_bytes is None and isinstance(trace.provenance.get("expert_block_bytes"), int):
+        expert_bytes = int(trace.provenance["expert_block_bytes"])
     _, weights, adv = _advice(checkpoint, trace_dir, batch, offsets, seed, stream, "routers")
     native = _advice(checkpoint, trace_dir, batch, offsets, seed, stream, "native")[2] if reference else None
     L, N, d = weights.temporal_w.shape
