@@ -10,7 +10,7 @@ from pathlib import Path
 from .errors import ExpertCacheError
 from .replay.result import ReplayResult
 
-__all__ = ["plot_miss_ratio_curves"]
+__all__ = ["plot_miss_ratio_curves", "save_figure"]
 
 
 def _pyplot():
@@ -53,6 +53,13 @@ def plot_miss_ratio_curves(results: Sequence[ReplayResult], path: str | os.PathL
     ax.grid(alpha=0.3)
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+def save_figure(fig, path: str | os.PathLike[str]) -> Path:
+    """Write ``fig`` to ``path`` through a temporary sibling renamed into place, then close it."""
+    plt = _pyplot()
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
     os.close(fd)

@@ -270,11 +270,9 @@ def plot_compare(report: CompareReport, path) -> Any:
 
     The format follows the suffix (``.png``, ``.pdf``, ``.svg``).
     """
-    import os
-    import tempfile
     from pathlib import Path
 
-    from ..plot import _pyplot
+    from ..plot import _pyplot, save_figure
 
     path = Path(path)
     if path.suffix.lower() not in (".png", ".pdf", ".svg"):
@@ -301,15 +299,4 @@ def plot_compare(report: CompareReport, path) -> Any:
     cap = f"{lo}" if lo == hi else f"{lo}-{hi}"
     ax.set_title(f"{report.source or 'trace'}: c = {cap} per layer, R = {report.budget}, batch {report.batch or '?'}",
                  fontsize=9)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=150)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    finally:
-        plt.close(fig)
-    return path
+    return save_figure(fig, path)
