@@ -131,3 +131,18 @@ def test_cli_transition_and_partition_print_scope(tmp_path):
     r = CliRunner().invoke(main, ["experiment", "partition", str(tmp_path / "t"), "--groups", "nope;*",
                                   "--slots", "1"])
     assert r.exit_code == 2 and "unknown categories ['nope']" in r.output
+
+
+@pytest.mark.parametrize("name", ["transition", "partition", "static-vs-dynamic", "disciplines", "prefill-order",
+                                  "prefill-gap"])
+def test_every_experiment_runs_on_the_bundled_example_with_its_scope(name):
+    """Issue 6: each scoped experiment runs on the bundled (recorded) example with defaults and prints D4 scope."""
+    from importlib.resources import files
+
+    trace_dir = str(files("expertcache") / "data" / "example_model_trace")
+    r = CliRunner().invoke(main, ["experiment", name, trace_dir])
+    assert r.exit_code == 0, r.output
+    scope = r.output.splitlines()[0]
+    assert scope.startswith("scope: model models/example-moe")
+    for field in ("rho", "concurrency", "discipline", "fairness", "lossless True"):
+        assert field in scope, field

@@ -917,8 +917,9 @@ def experiment_prefill_gap(trace_dir: str, chunk: int, rhos: list[float], seeds:
 @click.argument("trace_dir", type=click.Path())
 @click.option("--labels", type=click.Path(dir_okay=False), default=None,
               help="Request categories: CSV 'request_id,category' or JSON Lines [default: the trace's own].")
-@click.option("--windows", default="10,25,50,100", show_default=True, callback=_csv(int, "integers"),
-              help="Post-transition windows N (requests of the target category).")
+@click.option("--windows", default=None, callback=_csv(int, "integers"),
+              help="Post-transition windows N (requests of the target category) [default: the paper's "
+                   "10,25,50,100 that the smallest category can fill].")
 @click.option("--warm", type=int, default=None, help="Requests of the source category that warm the cache "
               "[default: the largest window].")
 @click.option("--rhos", default="0.2,0.3,0.4", show_default=True, callback=_csv(float, "numbers"))
@@ -958,17 +959,20 @@ def experiment_transition(trace_dir: str, labels: str | None, windows: list[int]
 @click.argument("trace_dir", type=click.Path())
 @click.option("--labels", type=click.Path(dir_okay=False), default=None,
               help="Request categories: CSV 'request_id,category' or JSON Lines [default: the trace's own].")
-@click.option("--groups", required=True,
-              help="Partitions separated by ';', categories by ',', e.g. 'math;code;*' ('*' = every other).")
-@click.option("--slots", required=True, callback=_csv(int, "integers"),
-              help="Per-layer slots of every partition but the last (which takes the rest of the quota).")
+@click.option("--groups", default=None,
+              help="Partitions separated by ';', categories by ',', e.g. 'math;code;*' ('*' = every other) "
+                   "[default: one partition per category].")
+@click.option("--slots", default=None, callback=_csv(int, "integers"),
+              help="Per-layer slots of every partition but the last, which takes the rest of the quota "
+                   "[default: an even split].")
 @click.option("--rho", type=float, default=0.4, show_default=True)
 @click.option("--batch", "-B", type=int, default=8, show_default=True)
 @click.option("--policy", default="lfru", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True, help="Tie seed.")
 @click.option("--json", "as_json", is_flag=True)
 @_guard
-def experiment_partition(trace_dir: str, labels: str | None, groups: str, slots: list[int], rho: float, batch: int,
+def experiment_partition(trace_dir: str, labels: str | None, groups: str | None, slots: list[int] | None,
+                         rho: float, batch: int,
                          policy: str, seed: int, as_json: bool) -> None:
     """Semantic category partitioning at equal total capacity vs one shared cache (§8.2), with the D5 guard."""
     from .experiments import category_partition
@@ -978,8 +982,8 @@ def experiment_partition(trace_dir: str, labels: str | None, groups: str, slots:
     ReplayConfig(policy=policy, rho=rho)
     if batch < 1:
         _fail(f"--batch must be a positive integer; got {batch}")
-    parts = [[c.strip() for c in g.split(",") if c.strip()] for g in groups.split(";")]
-    if any(not p for p in parts):
+    parts = [[c.strip() for c in g.split(",") if c.strip()] for g in groups.split(";")] if groups else None
+    if parts is not None and any(not p for p in parts):
         _fail(f"--groups has an empty partition: {groups!r}; expected e.g. 'math;code;*'")
     res, scope = category_partition(read_trace(trace_dir), labels, parts, slots, rho, batch, policy, seed)
     if as_json:

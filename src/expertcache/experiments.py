@@ -122,7 +122,11 @@ def _best(m: dict[str, float]) -> str:
     return min(CAUSAL, key=lambda p: (m[p], p))
 
 
-def warm_transition(trace: RoutingTrace, categories: Any, windows: Sequence[int] = (10, 25, 50, 100),
+#: The window sizes of §8.1.
+PAPER_WINDOWS = (10, 25, 50, 100)
+
+
+def warm_transition(trace: RoutingTrace, categories: Any, windows: Sequence[int] | None = None,
                     rhos: Sequence[float] = (0.2, 0.3, 0.4), seeds: Sequence[int] = (0, 1, 2), batch: int = 8,
                     warm: int | None = None, pairs: Sequence[tuple[str, str]] | None = None,
                     threshold: float = 0.10) -> tuple[list[TransitionUnit], dict[str, Any]]:
@@ -132,6 +136,8 @@ def warm_transition(trace: RoutingTrace, categories: Any, windows: Sequence[int]
     file, or ``None`` for the trace's own). Every ordered pair of distinct categories is a transition
     unless ``pairs`` names some. ``warm`` A requests warm the cache (default: the largest window).
     Requests are drawn in a seeded order; a window larger than the target category is an error.
+    Without ``windows``, the paper's (10, 25, 50, 100) that the smallest category can fill are used
+    (or that category's size, if even 10 is too many); the scope block names what was dropped.
     """
     import numpy as np
 
@@ -143,6 +149,11 @@ def warm_transition(trace: RoutingTrace, categories: Any, windows: Sequence[int]
     codes, names = request_categories(trace, categories)
     if len(names) < 2:
         raise ValidationError(f"a transition needs two categories; the labels hold {len(names)}")
+    dropped: list[int] = []
+    if windows is None:
+        smallest = int(np.bincount(codes).min())
+        windows = [w for w in PAPER_WINDOWS if w <= smallest] or [smallest]
+        dropped = [w for w in PAPER_WINDOWS if w not in windows]
     windows = sorted({int(w) for w in windows})
     if not windows or windows[0] < 1:
         raise ValidationError(f"windows must be positive request counts; got {windows}", field="windows")
@@ -179,6 +190,8 @@ def warm_transition(trace: RoutingTrace, categories: Any, windows: Sequence[int]
                     units.append(TransitionUnit(a, b, w, float(rho), int(seed), n_warmup,
                                                 stream.n_events - n_warmup, m, best, gap, cold))
     scope = scope_block(trace, list(rhos), f"B = {batch}", "continuous batching (FCFS)", "n/a")
+    if dropped:
+        scope["windows_dropped"] = f"{dropped} (the smallest category holds fewer requests)"
     scope.update(transitions=len(pairs), windows=windows, warm_requests=n_warm, seeds=list(seeds),
                  units=len(units), criterion=f"gap >= {threshold:.0%}",
                  units_meeting=sum(u.gap >= threshold for u in units),
@@ -214,8 +227,8 @@ class PartitionResult:
         return asdict(self)
 
 
-def category_partition(trace: RoutingTrace, categories: Any, groups: Sequence[Sequence[str]],
-                       slots: Sequence[int], rho: float = 0.4, batch: int = 8, policy: str = "lfru",
+def category_partition(trace: RoutingTrace, categories: Any, groups: Sequence[Sequence[str]] | None = None,
+                       slots: Sequence[int] | None = None, rho: float = 0.4, batch: int = 8, policy: str = "lfru",
                        seed: int = 0) -> tuple[PartitionResult, dict[str, Any]]:
     """Semantic category partitioning at equal total capacity (§8.2).
 
@@ -224,6 +237,7 @@ def category_partition(trace: RoutingTrace, categories: Any, groups: Sequence[Se
     capacity of every partition but the last, which gets the rest of each layer's quota, so the
     total equals the shared cache's exactly. The same FCFS schedule drives both: each partition
     sees the events of its own requests (experts shared across partitions are loaded into each).
+    Defaults: one partition per category, and the quota split evenly (the last takes the rest).
     """
     import numpy as np
 
@@ -233,7 +247,11 @@ def category_partition(trace: RoutingTrace, categories: Any, groups: Sequence[Se
     from .replay import capacities_for_rho
 
     codes, names = request_categories(trace, categories)
-    groups = [tuple(g) for g in groups]
+    L, N, k = trace.n_layers, trace.n_experts, trace.top_k
+    caps = capacities_for_rho(rho, L, N)
+    groups = [tuple(g) for g in groups] if groups is not None else [(n,) for n in names]
+    if slots is None:
+        slots = [int(caps.min()) // len(groups)] * (len(groups) - 1)
     if len(groups) < 2:
         raise ValidationError("partitioning needs at least two partitions", field="groups")
     if len(slots) != len(groups) - 1:
@@ -250,8 +268,6 @@ def category_partition(trace: RoutingTrace, categories: Any, groups: Sequence[Se
         raise ValidationError(f"categories {rest} are in no partition; add them or end with the catch-all '*'",
                               field="groups")
     groups = [tuple(rest) if g == ("*",) else g for g in groups]
-    L, N, k = trace.n_layers, trace.n_experts, trace.top_k
-    caps = capacities_for_rho(rho, L, N)
     fixed = np.array([int(s) for s in slots], dtype=np.int64)
     if (fixed < 0).any() or (caps.min() - fixed.sum()) < 0:
         raise ValidationError(f"slots {list(fixed)} exceed the per-layer quota {int(caps.min())} at rho={rho}",
