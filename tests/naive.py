@@ -22,6 +22,7 @@ POLICIES = (
     "least-stale",
     "lfu",
     "lfru",
+    "lrfu",
     "belady",
     "belady-forced",
     "static",
@@ -137,6 +138,7 @@ def naive_replay(
     seed=0,
     capacity=None,
     lfu_in_cache_counters=False,
+    lrfu_lambda=0.5,
     calibration=None,
     warmup_events=0,
 ):
@@ -194,6 +196,17 @@ def naive_replay(
     for t, (step, _layer, _blocks) in enumerate(units):
         first_unit_of_step.setdefault(step, t)
 
+    # LRFU (Lee et al.): every access at layer clock tau contributes 2**(-lambda * (now - tau)); the
+    # layer clock counts the units of that layer so far. Candidates are compared at a common "now",
+    # so the ranking is that of sum_i 2**(lambda * tau_i) (computed here from the full history).
+    layer_clock = {}
+    history = {}
+
+    def lrfu_key(b):
+        taus = history[b]
+        top = max(taus)
+        return lrfu_lambda * top + math.log2(sum(2.0 ** (lrfu_lambda * (x - top)) for x in taus))
+
     last = {}
     freq = {}
     nxt = {}
@@ -217,7 +230,10 @@ def naive_replay(
             continue  # never changed; misses bypass
 
         # step 2: policy state of every member
+        clock_now = layer_clock.get(layer, 0)
+        layer_clock[layer] = clock_now + 1
         for b in U:
+            history.setdefault(b, []).append(clock_now)
             last[b] = t
             freq[b] = freq.get(b, 0) + 1
             nxt[b] = next_use_after(b, t)
@@ -241,6 +257,8 @@ def naive_replay(
             if policy == "lfru":
                 age = t - last[b] + 1
                 return float(freq[b]) / float(age)
+            if policy == "lrfu":
+                return lrfu_key(b)
             if policy == "belady":
                 return -nxt[b]
             if policy == "belady-forced":

@@ -16,7 +16,7 @@ from test_twin_large import random_stream
 
 from expertcache.replay import ReplayConfig, one_pass_supported, policy_names, replay, replay_curve
 
-STACK = ["lru", "least-stale", "lfu", "lfru", "belady"]
+STACK = ["lru", "least-stale", "lfu", "lfru", "lrfu", "belady"]
 SEMANTICS = ["event-atomic", "sequential-ascending", "sequential-random"]
 
 

@@ -514,3 +514,31 @@ def test_golden_demand_and_oversized_capacity():
         assert (r["hits"], r["demand_misses"]) == (3, 2)
         g = both(s, policy, capacity=10, scope="global")
         assert (g["hits"], g["demand_misses"]) == (3, 2)
+
+
+def test_golden_lrfu_lambda_moves_between_lfu_and_lru():
+    """Hand-derived: accesses 0, 0, 1, 2, 0 (one per event, layer clock 0..4), capacity 2.
+
+    At the event of 2 (clock 3) the keys log2(sum 2**(lam*tau)) are: block 0 (tau 0, 1), 1 (tau 2), 2 (tau 3).
+    lam = 1:   0 -> log2(1 + 2) = 1.585, 1 -> 2, 2 -> 3: block 0 leaves (LRU-like), so the last access misses.
+    lam = 0.2: 0 -> log2(1 + 2**0.2) = 1.103, 1 -> 0.4, 2 -> 0.6: block 1 leaves (LFU-like), the last access hits.
+    """
+    s = EventStream.from_lists(1, 3, 1, steps=[0, 1, 2, 3, 4], layers=[0] * 5,
+                               experts=[[0], [0], [1], [2], [0]], active=[1] * 5)
+    lru_like = replay(s, ReplayConfig("lrfu", capacity=(2,), tie_break="id", lrfu_lambda=1.0))
+    lfu_like = replay(s, ReplayConfig("lrfu", capacity=(2,), tie_break="id", lrfu_lambda=0.2))
+    assert (lru_like.hits, lru_like.demand_misses) == (1, 4)
+    assert (lfu_like.hits, lfu_like.demand_misses) == (2, 3)
+
+
+def test_lrfu_main_engine_equals_proactive_engine():
+    """Two independent LRFU implementations (main heap kernel, proactive kernel) agree on a recorded stream."""
+    from expertcache.demo import example_model_trace
+    from expertcache.events import build_events
+    from expertcache.replay.proactive import ProactiveConfig, replay_proactive
+
+    s = build_events(example_model_trace(), 8)
+    for lam in (0.1, 0.5, 1.0):
+        a = replay(s, ReplayConfig("lrfu", rho=0.3, lrfu_lambda=lam, seed=3))
+        b = replay_proactive(s, ProactiveConfig("lrfu", rho=0.3, lrfu_lambda=lam, seed=3))
+        assert (a.hits, a.demand_misses) == (b.hits, b.demand_misses), lam

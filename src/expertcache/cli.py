@@ -327,6 +327,8 @@ def _policy_help() -> str:
 @click.option("--calibration", type=click.Path(), default=None,
               help="Stream directory the 'static' policy fits its pin list on (a disjoint trace).")
 @click.option("--lfu-in-cache-counters", is_flag=True, help="LFU counters restart on eviction.")
+@click.option("--lrfu-lambda", type=float, default=0.5, show_default=True,
+              help="LRFU decay lambda in [0, 1] (0: LFU-like, 1: LRU-like).")
 @click.option("--warmup-events", type=int, default=None,
               help="Leading events that fill the cache but are not counted [default: the stream's own "
                    "warm-up (streams built with --prefill-init), else 0].")
@@ -341,13 +343,14 @@ def _policy_help() -> str:
 @_guard
 def replay_cmd(stream_dir: str, policies: list[str], rhos: list[float], scope: str, semantics: list[str],
                tie_break: str, seed: int, calibration: str | None, lfu_in_cache_counters: bool,
-               warmup_events: int | None, advice_path: str | None, as_json: bool, show_layers: bool, jobs: int, plot_path: str | None) -> None:
+               lrfu_lambda: float, warmup_events: int | None, advice_path: str | None, as_json: bool, show_layers: bool, jobs: int, plot_path: str | None) -> None:
     """Replay STREAM_DIR for every (policy, semantics, rho) and report transfers (§2.4)."""
     from .events import read_events
     from .replay import ReplayConfig
 
     configs = [ReplayConfig(policy=p, rho=r, scope=scope, semantics=s, tie_break=tie_break, seed=seed,
-                            lfu_in_cache_counters=lfu_in_cache_counters, warmup_events=warmup_events or 0)
+                            lfu_in_cache_counters=lfu_in_cache_counters, lrfu_lambda=lrfu_lambda,
+                            warmup_events=warmup_events or 0)
                for p in policies for s in semantics for r in rhos]   # validates before any work
     if jobs < 0:
         _fail(f"--jobs must be >= 0; got {jobs}")

@@ -31,7 +31,15 @@ from numba import types
 from numba.extending import intrinsic
 
 from .._jit import jit, jit_helper
-from .keys import KEY_BELADY, KEY_BELADY_FORCED, KEY_LEAST_STALE, KEY_LFRU, KEY_LFU, KEY_LRU
+from .keys import (
+    KEY_BELADY,
+    KEY_BELADY_FORCED,
+    KEY_LEAST_STALE,
+    KEY_LFRU,
+    KEY_LFU,
+    KEY_LRFU,
+    KEY_LRU,
+)
 
 #: Next-use sentinel: "never again" (next-use arrays are int32).
 NEVER = np.int32(2**31 - 1)
@@ -58,7 +66,7 @@ def next_use(offsets, expert, ev_layer, n_experts, n_layers, atomic):
 
 
 @jit_helper
-def _key(code, b, t, is_miss, last, freq, nxt, cycle, coff):
+def _key(code, b, t, is_miss, last, freq, nxt, cycle, coff, crf):
     """The (primary, secondary) retention key of block ``b`` at the end of unit ``t``."""
     if code == KEY_LRU:
         return float(last[b]), 0
@@ -72,6 +80,8 @@ def _key(code, b, t, is_miss, last, freq, nxt, cycle, coff):
         return -float(nxt[b]), 0
     if code == KEY_BELADY_FORCED:  # misses of this unit first, then nearest next use
         return 1.0 if is_miss else 0.0, -np.int64(nxt[b])
+    if code == KEY_LRFU:
+        return crf[b], 0
     return 0.0, 0
 
 
@@ -133,10 +143,10 @@ def _max_unit(offsets, atomic):
 
 @jit
 def _policy_state(n_blocks):
-    """Fresh per-block policy state: last clock, frequency, next use, cycle and offset in cycle."""
+    """Fresh per-block policy state: last clock, frequency, next use, cycle, offset in cycle, LRFU key."""
     return (np.full(n_blocks, -1, dtype=np.int64), np.zeros(n_blocks, dtype=np.int64),
             np.full(n_blocks, NEVER, dtype=np.int32), np.full(n_blocks, -1, dtype=np.int64),
-            np.zeros(n_blocks, dtype=np.int64))
+            np.zeros(n_blocks, dtype=np.int64), np.full(n_blocks, -np.inf, dtype=np.float64))
 
 
 @jit_helper
@@ -149,19 +159,28 @@ def _slots(capacity, n_blocks):
 
 
 @jit_helper
-def _touch(b, t, a, access_next, cycle_now, coff_now, last, freq, nxt, cycle, coff):
-    """Update the policy state of block ``b`` accessed by unit ``t`` (access index ``a``)."""
+def _touch(b, t, a, access_next, cycle_now, coff_now, last, freq, nxt, cycle, coff, crf, lam, lclock):
+    """Update the policy state of block ``b`` accessed by unit ``t`` (access index ``a``).
+
+    With ``lam >= 0`` the LRFU key ``crf[b] = log2(sum_i 2**(lam * tau_i))`` over the block's
+    access clocks ``tau_i`` (``lclock``: units of the block's layer so far) is updated in the
+    recursive form ``lam*now + log2(1 + 2**(crf - lam*now))``; it ranks blocks exactly as Lee et
+    al.'s CRF ``sum_i 2**(-lam * (now - tau_i))`` does at any common ``now``.
+    """
     last[b] = t
     freq[b] += 1
     if access_next.shape[0]:
         nxt[b] = access_next[a]
     cycle[b] = cycle_now
     coff[b] = coff_now
+    if lam >= 0.0:
+        now = lam * float(lclock)
+        crf[b] = now + np.log2(1.0 + np.exp2(crf[b] - now))
 
 
 @jit
 def replay_heap(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_scope, atomic, access_next,
-                capacity, tie, key_code, reset_freq_on_evict, count_from, hits, misses):
+                capacity, tie, key_code, reset_freq_on_evict, lam, count_from, hits, misses):
     """Replay with residents in per-partition min-heaps (keys in ``keys.KEY_STABLE``).
 
     Parameters
@@ -190,6 +209,8 @@ def replay_heap(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_
         Policy key code.
     reset_freq_on_evict : bool
         LFU with in-cache counters: a block's count restarts when it leaves the cache.
+    lam : float
+        LRFU decay ``lambda`` (``F(x) = 2**(-lam*x)`` on the per-layer unit clock); ``< 0`` when unused.
     count_from : int
         Events before this index warm the cache but are not counted.
     hits, misses : int64[n_layers]
@@ -203,7 +224,8 @@ def replay_heap(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_
     heap = np.empty((n_parts, slots + max_unit), dtype=np.int64)
     size = np.zeros(n_parts, dtype=np.int64)
     pos = np.full(n_blocks, -1, dtype=np.int64)        # heap index of a resident, -1 if absent
-    last, freq, nxt, cycle, coff = _policy_state(n_blocks)
+    last, freq, nxt, cycle, coff, crf = _policy_state(n_blocks)
+    lunits = np.zeros(n_layers, dtype=np.int64)          # units per layer so far: the LRFU clock
     k1 = np.zeros(n_blocks, dtype=np.float64)
     k2 = np.zeros(n_blocks, dtype=np.int64)
     miss_buf = np.empty(max_unit, dtype=np.int64)
@@ -227,11 +249,12 @@ def replay_heap(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_
             n_miss = 0
             for a in range(a_lo, a_hi):
                 b = base + expert[a]
-                _touch(b, t, a, access_next, cur_step, t - cycle_start, last, freq, nxt, cycle, coff)
+                _touch(b, t, a, access_next, cur_step, t - cycle_start, last, freq, nxt, cycle, coff, crf, lam,
+                       lunits[layer])
                 if pos[b] >= 0:
                     if i >= count_from:
                         hits[layer] += 1
-                    k1[b], k2[b] = _key(key_code, b, t, False, last, freq, nxt, cycle, coff)
+                    k1[b], k2[b] = _key(key_code, b, t, False, last, freq, nxt, cycle, coff, crf)
                     _sift(heap, p, pos[b], size[p], pos, k1, k2, tie, False)
                 else:
                     if i >= count_from:
@@ -242,7 +265,7 @@ def replay_heap(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_
                 overflow = size[p] + n_miss > cap
                 for j in range(n_miss):
                     b = miss_buf[j]
-                    k1[b], k2[b] = _key(key_code, b, t, overflow, last, freq, nxt, cycle, coff)
+                    k1[b], k2[b] = _key(key_code, b, t, overflow, last, freq, nxt, cycle, coff, crf)
                     heap[p, size[p]] = b
                     pos[b] = size[p]
                     size[p] += 1
@@ -262,14 +285,15 @@ def replay_heap(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_
                         for j in range(n_miss):
                             b = miss_buf[j]
                             if pos[b] >= 0:
-                                k1[b], k2[b] = _key(key_code, b, t, False, last, freq, nxt, cycle, coff)
+                                k1[b], k2[b] = _key(key_code, b, t, False, last, freq, nxt, cycle, coff, crf)
                                 _sift(heap, p, pos[b], size[p], pos, k1, k2, tie, False)
             t += 1
+            lunits[layer] += 1
 
 
 @jit
 def replay_scan(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_scope, atomic, access_next,
-                capacity, tie, key_code, reset_freq_on_evict, count_from, hits, misses):
+                capacity, tie, key_code, reset_freq_on_evict, lam, count_from, hits, misses):
     """Replay re-ranking every candidate at each overflowing unit (any key; used for ``lfru``).
 
     Parameters are those of :func:`replay_heap`.
@@ -282,7 +306,8 @@ def replay_scan(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_
     res = np.empty((n_parts, max(slots, 1)), dtype=np.int64)
     n_res = np.zeros(n_parts, dtype=np.int64)
     in_cache = np.zeros(n_blocks, dtype=np.bool_)
-    last, freq, nxt, cycle, coff = _policy_state(n_blocks)
+    last, freq, nxt, cycle, coff, crf = _policy_state(n_blocks)
+    lunits = np.zeros(n_layers, dtype=np.int64)          # units per layer so far: the LRFU clock
     cand = np.empty(slots + max_unit, dtype=np.int64)
     sel = np.empty((1, slots + max_unit), dtype=np.int64)
     sel_pos = np.full(n_blocks, -1, dtype=np.int64)
@@ -317,7 +342,8 @@ def replay_scan(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_
                         misses[layer] += 1
                     miss_buf[n_miss] = b
                     n_miss += 1
-                _touch(b, t, a, access_next, cur_step, t - cycle_start, last, freq, nxt, cycle, coff)
+                _touch(b, t, a, access_next, cur_step, t - cycle_start, last, freq, nxt, cycle, coff, crf, lam,
+                       lunits[layer])
             r = n_res[p]
             if n_miss and r + n_miss <= cap:
                 for j in range(n_miss):
@@ -333,7 +359,7 @@ def replay_scan(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_
                     cand[r + j] = miss_buf[j]
                 for j in range(n_cand):
                     b = cand[j]
-                    k1[b], k2[b] = _key(key_code, b, t, j >= r, last, freq, nxt, cycle, coff)
+                    k1[b], k2[b] = _key(key_code, b, t, j >= r, last, freq, nxt, cycle, coff, crf)
                 n_go = n_cand - cap
                 # the n_go lowest-ranked candidates, kept in a max-heap (top = best of those leaving)
                 n_sel = 0
@@ -363,11 +389,12 @@ def replay_scan(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_
                         kept += 1
                 n_res[p] = cap
             t += 1
+            lunits[layer] += 1
 
 
 @jit
 def stack_depths(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_scope, atomic, access_next,
-                 depth_cap, tie, key_code, hist):
+                 depth_cap, tie, key_code, lam, hist):
     """One pass over a stack policy: histogram of every access's depth in the priority stack.
 
     For a policy whose ranking of blocks at each unit boundary does not depend
@@ -398,7 +425,8 @@ def stack_depths(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global
     member = np.zeros(n_blocks, dtype=np.bool_)
     pool = np.empty((1, max_unit + dcap + 1), dtype=np.int64)
     pool_pos = np.full(n_blocks, -1, dtype=np.int64)
-    last, freq, nxt, cycle, coff = _policy_state(n_blocks)
+    last, freq, nxt, cycle, coff, crf = _policy_state(n_blocks)
+    lunits = np.zeros(n_layers, dtype=np.int64)          # units per layer so far: the LRFU clock
     k1 = np.zeros(n_blocks, dtype=np.float64)
     k2 = np.zeros(n_blocks, dtype=np.int64)
     t = 0
@@ -430,17 +458,19 @@ def stack_depths(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global
                     hist[layer, d] += 1
                     if d > deepest and deepest < size[p]:
                         deepest = d
-                _touch(b, t, a, access_next, cur_step, t - cycle_start, last, freq, nxt, cycle, coff)
+                _touch(b, t, a, access_next, cur_step, t - cycle_start, last, freq, nxt, cycle, coff, crf, lam,
+                       lunits[layer])
                 member[b] = True
             if depth_cap == 0:
                 for a in range(a_lo, a_hi):
                     member[base + expert[a]] = False
                 t += 1
+                lunits[layer] += 1
                 continue
             # 2. pool <- members, with their keys at this boundary
             for a in range(a_lo, a_hi):
                 b = base + expert[a]
-                k1[b], k2[b] = _key(key_code, b, t, False, last, freq, nxt, cycle, coff)
+                k1[b], k2[b] = _key(key_code, b, t, False, last, freq, nxt, cycle, coff, crf)
                 pool[0, n_pool] = b
                 pool_pos[b] = n_pool
                 n_pool += 1
@@ -454,7 +484,7 @@ def stack_depths(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global
                 if c < old:
                     q = stack[p, c]
                     if not member[q]:
-                        k1[q], k2[q] = _key(key_code, q, t, False, last, freq, nxt, cycle, coff)
+                        k1[q], k2[q] = _key(key_code, q, t, False, last, freq, nxt, cycle, coff, crf)
                         pool[0, n_pool] = q
                         pool_pos[q] = n_pool
                         n_pool += 1
@@ -483,6 +513,7 @@ def stack_depths(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global
             for a in range(a_lo, a_hi):
                 member[base + expert[a]] = False
             t += 1
+            lunits[layer] += 1
 
 
 @intrinsic

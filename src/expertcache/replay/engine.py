@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import ValidationError
 from ..events import EventStream
 from . import _kernels as K
-from .keys import KEY_BELADY_FORCED, KEY_STABLE
+from .keys import KEY_BELADY_FORCED, KEY_LRFU, KEY_STABLE
 from .policies import Policy, get_policy
 from .result import LayerCounts, ReplayResult
 
@@ -49,6 +49,9 @@ class ReplayConfig:
         per layer (per-layer scope); may exceed the universe.
     lfu_in_cache_counters
         LFU counters restart when a block leaves the cache (default: persist).
+    lrfu_lambda
+        LRFU decay ``lambda`` in ``[0, 1]`` (Lee et al.: ``F(x) = 2**(-lambda*x)`` on the per-layer
+        unit clock; 0 ranks like LFU, 1 close to LRU); 0.5 by default.
     warmup_events
         The first ``warmup_events`` events are replayed (they fill the cache)
         but not counted: hits, misses, union and logical cover the rest. This
@@ -64,6 +67,7 @@ class ReplayConfig:
     seed: int = 0
     capacity: int | tuple[int, ...] | None = None
     lfu_in_cache_counters: bool = False
+    lrfu_lambda: float = 0.5
     warmup_events: int = 0
 
     def __post_init__(self) -> None:
@@ -81,6 +85,10 @@ class ReplayConfig:
                                   field="tie_break")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
             raise ValidationError(f"seed must be a non-negative integer; got {self.seed!r}", field="seed")
+        if isinstance(self.lrfu_lambda, bool) or not isinstance(self.lrfu_lambda, (int, float)) \
+                or math.isnan(self.lrfu_lambda) or not 0.0 <= self.lrfu_lambda <= 1.0:
+            raise ValidationError(f"lrfu_lambda must be a number in [0, 1]; got {self.lrfu_lambda!r}",
+                                  field="lrfu_lambda")
         if isinstance(self.warmup_events, bool) or not isinstance(self.warmup_events, (int, np.integer)) \
                 or self.warmup_events < 0:
             raise ValidationError(f"warmup_events must be a non-negative integer; got {self.warmup_events!r}",
@@ -291,7 +299,12 @@ def _loop_belady(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, h
 def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses) -> None:
     kernel = K.replay_heap if policy.key_code in KEY_STABLE else K.replay_scan
     kernel(*args, caps, tie, policy.key_code, bool(config.lfu_in_cache_counters and policy.name == "lfu"),
-           config.warmup_events, hits, misses)
+           _lam(config, policy), config.warmup_events, hits, misses)
+
+
+def _lam(config: ReplayConfig, policy: Policy) -> float:
+    """The LRFU decay the kernels use, or -1 (no LRFU state is kept) for every other key."""
+    return float(config.lrfu_lambda) if policy.key_code == KEY_LRFU else -1.0
 
 
 #: Policy.loop -> the function that runs it (all make the same decision for a key).
@@ -373,7 +386,7 @@ def replay_curve(stream: EventStream, config: ReplayConfig, rhos: Sequence[float
         offsets, expert, layer, _, _, _, global_scope, atomic, _ = args
         K.stack_depths_lru(offsets, expert, layer, N, L, global_scope, atomic, depth_cap, order, tie_pos, hist)
     else:
-        K.stack_depths(*args, depth_cap, tie, policy.key_code, hist)
+        K.stack_depths(*args, depth_cap, tie, policy.key_code, _lam(config, policy), hist)
     # hits at capacity c = accesses at depth < c
     cum = np.concatenate([np.zeros((L, 1), dtype=np.int64), np.cumsum(hist[:, :depth_cap], axis=1)], axis=1)
     layer_union, layer_logical = _layer_totals(stream)

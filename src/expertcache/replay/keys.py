@@ -12,6 +12,9 @@ KEY_LFU = 2
 KEY_LFRU = 3
 KEY_BELADY = 4
 KEY_BELADY_FORCED = 5
+KEY_LRFU = 6
 
 #: Codes whose key of a resident block changes only when the block is accessed.
-KEY_STABLE = (KEY_LRU, KEY_LEAST_STALE, KEY_LFU, KEY_BELADY, KEY_BELADY_FORCED)
+#: (LRFU's combined recency-frequency value decays by the same factor for every block, so
+#: ``log2 CRF + lambda * clock`` ranks like CRF and changes only on access.)
+KEY_STABLE = (KEY_LRU, KEY_LEAST_STALE, KEY_LFU, KEY_BELADY, KEY_BELADY_FORCED, KEY_LRFU)

@@ -93,6 +93,8 @@ register_policy(Policy("static-same-trace", "static", -1, causal=False, loop="st
 register_policy(Policy("lru", "dynamic", K.KEY_LRU, stack=True, loop="list", description="least recently used (event clock)"))
 register_policy(Policy("lfu", "dynamic", K.KEY_LFU, stack=True, description="least frequently used"))
 register_policy(Policy("lfru", "dynamic", K.KEY_LFRU, stack=True, loop="scan", description="frequency / age"))
+register_policy(Policy("lrfu", "dynamic", K.KEY_LRFU, stack=True,
+                       description="LRFU (Lee et al.): decayed recency-frequency, lambda = ReplayConfig.lrfu_lambda"))
 register_policy(Policy("least-stale", "dynamic", K.KEY_LEAST_STALE, stack=True,
                        description="SpecMD least-stale: untouched in the current cycle first"))
 register_policy(Policy("belady", "dynamic", K.KEY_BELADY, needs_next_use=True, causal=False, stack=True,
