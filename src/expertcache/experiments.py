@@ -142,7 +142,7 @@ def warm_transition(trace: RoutingTrace, categories: Any, windows: Sequence[int]
     import numpy as np
 
     from .errors import ValidationError
-    from .events import fcfs_schedule
+    from .events import decode_rows, events_from_schedule, fcfs_schedule
     from .labels import request_categories
     from .trace import select_requests
 
@@ -175,9 +175,10 @@ def warm_transition(trace: RoutingTrace, categories: Any, windows: Sequence[int]
             for w in windows:
                 idx = np.concatenate([order[a][:n_warm], order[b][:w]])
                 sub = select_requests(trace, idx, note=f"transition {a}->{b}, window {w}, seed {seed}")
-                stream = build_events(sub, batch)
-                lengths = np.bincount(sub.request[sub.phase == 1], minlength=sub.n_requests)
-                step, req, _ = fcfs_schedule(lengths.astype(np.int64), np.zeros(sub.n_requests, np.int64), batch)
+                lengths, _ = decode_rows(sub)
+                step, req, tok = fcfs_schedule(lengths, np.zeros(sub.n_requests, np.int64), batch)
+                stream = events_from_schedule(sub, step, req, tok, {"discipline": "fcfs-continuous-batching",
+                                                                    "batch": int(batch)})
                 first_b = int(step[req >= n_warm].min())
                 n_warmup = int(np.searchsorted(stream.step, first_b, side="left"))
                 cold_stream = build_events(select_requests(trace, order[b][:w]), batch)
