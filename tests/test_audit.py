@@ -251,3 +251,58 @@ def test_pair_sampling_is_seeded_and_reported():
     assert [c.n_pairs for c in one.categories] == [10, 10] and one.n_cross_pairs == 10
     full = route_audit(tr, labels, RouteAuditConfig(bands=BANDS, cohort_size=4))
     assert not full.sampled and [c.n_pairs for c in full.categories] == [28, 28] and full.n_cross_pairs == 64
+
+
+def _truncate(tr: RoutingTrace, lengths: dict[int, int]) -> RoutingTrace:
+    """``tr`` with request ``r``'s decode cut to ``lengths[r]`` tokens (no prefill in these traces)."""
+    cut = np.array([lengths.get(int(r), 10 ** 9) for r in tr.request])
+    keep = tr.position < cut
+    return RoutingTrace(tr.n_layers, tr.n_experts, tr.top_k, tr.request_ids, tr.request[keep], tr.phase[keep],
+                        tr.position[keep], tr.experts[keep], None, tr.token_id[keep])
+
+
+def naive_standardised_reduction(tr: RoutingTrace, homo: list[list[int]], mix: list[list[int]],
+                                 band: range) -> float:
+    """Union by active count from Python sets; 1 - sum U_h / sum S_h * (U_m / S_m) over shared a >= 2."""
+    def by_active(cohorts):
+        u, s = {}, {}
+        for c in cohorts:
+            rows = {r: np.flatnonzero(tr.request == r) for r in c}
+            for t in band:
+                act = [r for r in c if t < len(rows[r])]
+                for layer in range(tr.n_layers):
+                    if len(act) >= 2:
+                        un = set().union(*(set(tr.experts[rows[r][t], layer].tolist()) for r in act))
+                        u[len(act)] = u.get(len(act), 0) + len(un)
+                        s[len(act)] = s.get(len(act), 0) + 1
+        return u, s
+    (uh, sh), (um, sm) = by_active(homo), by_active(mix)
+    common = [a for a in sh if a in sm]
+    return 1 - sum(uh[a] for a in common) / sum(sh[a] * um[a] / sm[a] for a in common)
+
+
+def test_band_reduction_compares_at_equal_active_count():
+    # no category routes differently; A answers long, B mostly short: before the mend A's late-band
+    # "reduction" came from its cohorts keeping more members active than the mixture's
+    tr, labels = make_trace({"A": False, "B": False}, R=16, T=24, seed=7)
+    rng = np.random.default_rng(7)
+    tr = _truncate(tr, {16 + i: int(x) for i, x in enumerate(rng.integers(4, 13, 16))})
+    cfg = RouteAuditConfig(bands=BANDS, cohort_size=4)
+    res = route_audit(tr, labels, cfg)
+    a = next(c for c in res.categories if c.category == "A")
+    assert abs(a.band_reduction[1]) < 0.03
+    # the same numbers from Python sets, with the cohorts the audit used (same seeded orders)
+    from expertcache.audit.bands import _chunks, band_reductions, round_robin
+
+    view = decode_view(tr)
+    orders = [np.arange(16), np.arange(16, 32)]
+    red, _, size = band_reductions(view, orders, 4, BANDS)
+    homo = [c.tolist() for c in _chunks(orders[0], size)]
+    mix = [c.tolist() for c in _chunks(round_robin(orders), size)]
+    assert red[0, 1] == pytest.approx(naive_standardised_reduction(tr, homo, mix, range(8, 24)))
+    assert red[0, 0] == pytest.approx(naive_standardised_reduction(tr, homo, mix, range(0, 8)))
+    # the plain ratio comparison (what the audit reported before) shows a length-made effect
+    plain = 1 - union_ratio_by_band(view, [np.array(c) for c in homo], BANDS) / \
+        union_ratio_by_band(view, [np.array(c) for c in mix], BANDS)
+    assert plain[1] > 0.1
+
