@@ -306,3 +306,10 @@ def test_band_reduction_compares_at_equal_active_count():
         union_ratio_by_band(view, [np.array(c) for c in mix], BANDS)
     assert plain[1] > 0.1
 
+
+def test_stable_needs_two_measured_bands():
+    from expertcache.audit.routes import _flag
+
+    cfg = RouteAuditConfig(bands=BANDS)
+    assert _flag([0.0, 0.0], [0.02, None], ("0-8", "8-"), cfg) == ((), False, False)
+    assert _flag([0.0, 0.0], [0.02, 0.03], ("0-8", "8-"), cfg) == ((), False, True)

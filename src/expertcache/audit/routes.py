@@ -23,8 +23,8 @@ Definitions (all on decode tokens, aligned by decode index ``t``; see
   least ``decay_margin`` (with no other band: when it is at least
   ``decay_margin``). Treat a flagged effect as surface repetition until a
   diverse or matched control says otherwise.
-- **Stable across bands**: not flagged, every measured band's reduction has
-  the same sign (or all are smaller than ``decay_margin`` in size: no effect
+- **Stable across bands**: at least two bands measured, not flagged, every
+  measured band's reduction has the same sign (or all are smaller than ``decay_margin`` in size: no effect
   anywhere), and they span at most ``stable_spread``.
 
 When there are more pairs than ``max_pairs`` (per category, and across
@@ -256,7 +256,7 @@ def _flag(agreement: list[float | None], reduction: list[float | None], labels: 
         flagged = (top - max(elsewhere) >= cfg.decay_margin) if elsewhere else top >= cfg.decay_margin
     vals = [reduction[i] for i in measured]
     same_sign = all(v > 0 for v in vals) or all(v < 0 for v in vals) or all(abs(v) < cfg.decay_margin for v in vals)
-    stable = bool(vals) and not flagged and same_sign and max(vals) - min(vals) <= cfg.stable_spread
+    stable = len(vals) >= 2 and not flagged and same_sign and max(vals) - min(vals) <= cfg.stable_spread
     return tuple(labels[i] for i in prefix), flagged, stable
 
 
