@@ -438,3 +438,221 @@ def test_a_store_holds_one_experiment(traces, tmp_path):
     d["experiment"]["name"] = "two"
     with pytest.raises(ValueError, match="holds experiment 'one'"):
         run_spec(spec_from_dict(d, traces), tmp_path / "s", jobs=1)
+
+
+# ----------------------------------------------------------------------------- warm-transition units (§8.1)
+def _metrics(table) -> dict:
+    """condition_id -> {field: value, metric: value}."""
+    cols = {n: table[n].to_pylist() for n in table.column_names}
+    out: dict = {}
+    for i, cid in enumerate(cols["condition_id"]):
+        rec = out.setdefault(cid, {n: cols[n][i] for n in cols if n not in ("metric", "value")})
+        rec[cols["metric"][i]] = cols["value"][i]
+    return out
+
+
+def test_warm_transition_units_equal_experiments_warm_transition(traces, tmp_path):
+    """Spec units (warm = A, selection = B, window_requests = N) equal expertcache.experiments.warm_transition."""
+    from expertcache.experiments import warm_transition
+
+    tr = read_trace(traces / "a")
+    labels = {r: ("x" if i < 6 else "y") for i, r in enumerate(tr.request_ids)}
+    units, _ = warm_transition(tr, labels, windows=[2, 3], rhos=[0.25, 0.5], seeds=[0], batch=2, warm=3)
+    # warm_transition's request order for seed 0: one permutation per category (sorted names) from one rng
+    rng = np.random.default_rng([0, 8, 1])
+    order = {"x": rng.permutation(np.arange(6)), "y": rng.permutation(np.arange(6, 12))}
+    d = {"experiment": {"name": "transition"}, "inputs": {"a": {"trace": "a"}},
+         "selections": {c: {"indices": order[c].tolist()} for c in order},
+         "grid": {"input": "a", "warm": ["x", "y"], "selection": ["x", "y"], "warm_requests": 3,
+                  "window_requests": [2, 3], "batch": 2, "rho": [0.25, 0.5],
+                  "policy": ["lru", "lfu", "lfru", "belady"]}}
+    planned = expand(spec_from_dict(d, traces))
+    assert len(planned) == 2 * 2 * 2 * 4                      # x->x and y->y are left out
+    run_spec(spec_from_dict(d, traces), tmp_path / "s", jobs=1)
+    got = {}
+    for rec in _metrics(read_results(tmp_path / "s")).values():
+        got[(rec["warm"], rec["selection"], rec["window_requests"], rec["rho"], rec["policy"])] = rec
+    assert len(units) == len(got) // 4 == 8
+    for u in units:
+        for p, m in u.miss_fraction.items():
+            rec = got[(u.source, u.target, u.window, u.rho, p)]
+            assert rec["miss_fraction"] == m
+            assert rec["warmup_events"] == u.warmup_events > 0
+            assert rec["n_events"] == u.counted_events > 0
+    # the gap pivot by window reproduces the units' gaps (best of lru/lfu/lfru, as warm_transition)
+    table = read_results(tmp_path / "s")
+    for u in units:
+        cell = summarize(table, "gap", ("warm", "selection"), ("window_requests",),
+                         where={"rho": u.rho, "warm": u.source, "selection": u.target,
+                                "window_requests": u.window}).cells
+        assert len(cell) == 1 and cell[0].mean == pytest.approx(u.gap, abs=1e-15)
+
+
+def _naive_first_step(lengths, arrivals, batch, first_request):
+    """First step at which FCFS continuous batching serves a request >= first_request (a step-by-step loop)."""
+    waiting = sorted(range(len(lengths)), key=lambda r: (arrivals[r], r))
+    left = list(lengths)
+    running: list[int] = []
+    step = 0
+    while waiting or running:
+        for r in list(waiting):
+            if len(running) < batch and arrivals[r] <= step:
+                running.append(r)
+                waiting.remove(r)
+            elif arrivals[r] > step:
+                break
+        if any(r >= first_request for r in running):
+            return step
+        for r in running:
+            left[r] -= 1
+        running = [r for r in running if left[r] > 0]
+        step += 1
+    raise AssertionError("never served")
+
+
+def test_warm_transition_with_order_seed_and_offsets_equals_direct_replay(traces, tmp_path):
+    tr = read_trace(traces / "a")
+    d = {"experiment": {"name": "t"}, "inputs": {"a": {"trace": "a"}},
+         "selections": {"first6": {"range": [0, 6]}, "last6": {"range": [6, 12]}},
+         "grid": [{"input": "a", "warm": "first6", "selection": "last6", "warm_requests": 4, "window_requests": 3,
+                   "order_seed": 5, "offsets": "stagger:1", "batch": 2, "rho": 0.4, "policy": ["lru", "belady"]},
+                  {"input": "a", "selection": "last6", "window_requests": 3, "order_seed": 5,
+                   "offsets": "stagger:1", "batch": 2, "rho": 0.4, "policy": ["lru"]}]}
+    run_spec(spec_from_dict(d, traces), tmp_path / "s", jobs=1)
+    recs = {(r["warm"], r["policy"]): r for r in _metrics(read_results(tmp_path / "s")).values()}
+    warm = np.arange(6)[np.random.default_rng([5, 0, 1]).permutation(6)][:4]
+    window = np.arange(6, 12)[np.random.default_rng([5, 0]).permutation(6)][:3]
+    offsets = ArrivalOffsets("stagger", stagger=1)
+    sub = select_requests(tr, np.concatenate([warm, window]))
+    s = build_events(sub, 2, offsets)
+    lengths = [int((sub.request[sub.phase == 1] == r).sum()) for r in range(sub.n_requests)]
+    first = _naive_first_step(lengths, [r for r in range(sub.n_requests)], 2, 4)
+    n_warm = int((s.step < first).sum())
+    assert 0 < n_warm < s.n_events
+    for p in ("lru", "belady"):
+        r = replay(s, ReplayConfig(p, rho=0.4, warmup_events=n_warm))
+        rec = recs[("first6", p)]
+        assert (rec["transferred"], rec["hits"], rec["logical"], rec["warmup_events"]) == \
+               (r.transferred, r.hits, r.logical, n_warm)
+        assert rec["transferred"] != replay(s, ReplayConfig(p, rho=0.4)).transferred   # the warm-up matters
+    # the cold reference (no warm-up) replays exactly the same window requests
+    cold = replay(build_events(select_requests(tr, window), 2, offsets), ReplayConfig("lru", rho=0.4))
+    rec = recs[(None, "lru")]
+    assert (rec["transferred"], rec["logical"], rec["warmup_events"]) == (cold.transferred, cold.logical, 0)
+
+
+def test_stream_inputs_honour_the_manifest_warmup_events(traces, tmp_path):
+    """A prefill-initialised / concatenated stream is counted as `expertcache replay` counts it."""
+    from expertcache.events import concat_streams
+
+    tr = read_trace(traces / "a")
+    first = build_events(select_requests(tr, range(6)), 2)
+    joined = concat_streams(first, build_events(select_requests(tr, range(6, 12)), 2),
+                            provenance={"warmup_events": first.n_events})
+    joined.save(tmp_path / "joined")
+    d = {"inputs": {"j": {"stream": "joined"}}, "grid": {"input": "j", "policy": "lfu", "rho": 0.5}}
+    run_spec(spec_from_dict(d, tmp_path), tmp_path / "s", jobs=1)
+    rec = next(iter(_metrics(read_results(tmp_path / "s")).values()))
+    want = replay(joined, ReplayConfig("lfu", rho=0.5, warmup_events=first.n_events))
+    assert (rec["transferred"], rec["logical"], rec["warmup_events"]) == \
+           (want.transferred, want.logical, first.n_events)
+    assert rec["logical"] < joined.logical
+
+
+def test_warm_transition_ids_and_hashes(traces, tmp_path):
+    import hashlib
+
+    base = {"inputs": {"a": {"trace": "a"}},
+            "selections": {"p": {"range": [0, 6]}, "q": {"range": [6, 12]}},
+            "grid": {"input": "a", "selection": "q", "batch": 2, "policy": "lru", "rho": 0.4}}
+    plain = expand(spec_from_dict(base, traces))[0]
+    # a condition without a warm-up keeps its format-1 ID: the digest of its original fields
+    old = {k: v for k, v in plain.condition.params().items()
+           if k not in ("warm", "warm_requests", "window_requests")}
+    canon = json.dumps({"format": 1, "params": old}, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    assert plain.condition_id == "c" + hashlib.sha256(canon.encode()).hexdigest()[:16]
+    warm = json.loads(json.dumps(base))
+    warm["grid"].update(warm="p", warm_requests=[3, 4])
+    a, b = expand(spec_from_dict(warm, traces))
+    assert len({a.condition_id, b.condition_id, plain.condition_id}) == 3
+    # redefining the warm selection changes the hash, not the ID
+    warm["selections"]["p"] = {"range": [1, 6]}
+    a2, _ = expand(spec_from_dict(warm, traces))
+    assert a2.condition_id == a.condition_id and a2.condition_hash != a.condition_hash
+    # and a stream input ignores the warm axes
+    build_events(read_trace(traces / "a"), 2).save(tmp_path / "s")
+    grid = {"input": "a", "warm": "p", "policy": "lru", "rho": 0.4}
+    assert expand(spec_from_dict({"inputs": {"a": {"stream": "s"}}, "grid": grid}, tmp_path))[0].condition.warm \
+        is None
+
+
+@pytest.mark.parametrize("grid, message", [
+    ({"warm": "nope"}, "unknown selection 'nope'"),
+    ({"warm": "p", "discipline": "rotation"}, "needs the fcfs discipline"),
+    ({"warm_requests": 2}, "warm_requests needs warm"),
+    ({"warm": "p", "warm_requests": 7}, "warm_requests = 7 exceeds the 6 requests of selection 'p'"),
+    ({"window_requests": 0}, "window_requests must be a positive integer"),
+    ({"window_requests": 7}, "window_requests = 7 exceeds the 6 requests of selection 'q'"),
+    ({"offsets": "stagger:x"}, "grid[0]"),
+])
+def test_bad_warm_transition_axes(traces, grid, message):
+    d = {"inputs": {"a": {"trace": "a"}}, "selections": {"p": {"range": [0, 6]}, "q": {"range": [6, 12]}},
+         "grid": {"input": "a", "selection": "q", "batch": 2, "policy": "lru", "rho": 0.4, **grid}}
+    with pytest.raises(ValueError, match=re.escape(message)):
+        expand(spec_from_dict(d, traces))
+
+
+def test_overlapping_warm_and_window_selections_are_refused(traces, tmp_path):
+    d = {"inputs": {"a": {"trace": "a"}}, "selections": {"p": {"range": [0, 6]}, "q": {"range": [4, 12]}},
+         "grid": {"input": "a", "warm": "p", "selection": "q", "batch": 2, "policy": "lru", "rho": 0.4}}
+    with pytest.raises(ValueError, match="share 2 request"):
+        run_spec(spec_from_dict(d, traces), tmp_path / "s", jobs=1)
+
+
+def test_selections_must_be_tables(traces):
+    d = {"inputs": {"a": {"trace": "a"}}, "selections": 3,
+         "grid": {"input": "a", "batch": 2, "policy": "lru", "rho": 0.4}}
+    with pytest.raises(ValueError, match=re.escape("selections must be tables")):
+        spec_from_dict(d, traces)
+
+
+# ----------------------------------------------------------------------------- store portability
+def test_store_works_without_fcntl_and_says_why_it_cannot_lock(traces, tmp_path):
+    """Reading results needs no fcntl; locking without fcntl or msvcrt is a clear error, not an ImportError."""
+    d = {"inputs": {"a": {"trace": "a"}}, "grid": {"input": "a", "batch": 2, "policy": "lru", "rho": 0.5}}
+    run_spec(spec_from_dict(d, traces), tmp_path / "s", jobs=1)
+    code = ("import sys; sys.modules['fcntl'] = None; sys.modules['msvcrt'] = None\n"
+            "from expertcache.experiment.store import ResultStore, read_results\n"
+            f"print(read_results({str(tmp_path / 's')!r}).num_rows)\n"
+            "try:\n"
+            f"    with ResultStore.open({str(tmp_path / 's')!r}).lock(): pass\n"
+            "except ValueError as e: print('refused:', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    n_rows, refusal = out.stdout.splitlines()
+    assert int(n_rows) == len(read_results(tmp_path / "s"))
+    assert refusal.startswith("refused:") and "neither fcntl nor msvcrt" in refusal
+
+
+def test_a_second_concurrent_run_is_refused(traces, tmp_path):
+    d = {"inputs": {"a": {"trace": "a"}}, "grid": {"input": "a", "batch": 2, "policy": "lru", "rho": 0.5}}
+    store = ResultStore.open(tmp_path / "s", create=True)
+    code = ("from expertcache.experiment.store import ResultStore\n"
+            f"with ResultStore.open({str(tmp_path / 's')!r}).lock(): print('locked', flush=True); input()\n")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(ValueError, match="another run holds this store's lock"):
+            run_spec(spec_from_dict(d, traces), store.path, jobs=1)
+    finally:
+        holder.communicate("\n", timeout=60)
+    assert len(run_spec(spec_from_dict(d, traces), store.path, jobs=1).ran) == 1
+
+
+def test_a_format_1_table_is_read_with_null_warm_fields(traces, tmp_path):
+    d = {"inputs": {"a": {"trace": "a"}}, "grid": {"input": "a", "batch": 2, "policy": "lru", "rho": 0.5}}
+    run_spec(spec_from_dict(d, traces), tmp_path / "s", jobs=1)
+    t = pq.read_table(tmp_path / "s" / "results.parquet").drop_columns(["warm", "warm_requests", "window_requests"])
+    pq.write_table(t, tmp_path / "old.parquet")
+    back = read_results(tmp_path / "old.parquet")
+    assert back["warm"].null_count == back.num_rows and back["value"].equals(t["value"])

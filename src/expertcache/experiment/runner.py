@@ -1,6 +1,6 @@
 """Running a spec: pending conditions grouped into tasks, executed locally or on Ray, stored in chunks.
 
-Conditions that share an event stream (input, selection, order seed,
+Conditions that share an event stream (input, selection, order seed, warm-up,
 discipline, batch, offsets) form one task, so each stream is built once per
 task; inside a task, conditions that differ only in ``rho`` are one
 :func:`expertcache.replay.replay_curve` call (one pass for stack policies).
@@ -24,12 +24,13 @@ import numpy as np
 from ..errors import ValidationError
 from .spec import ExperimentSpec, PlannedCondition, canonical_json, expand
 
-__all__ = ["Task", "RunReport", "METRICS", "plan_tasks", "run_task", "run_spec", "select_indices",
-           "build_condition_stream"]
+__all__ = ["Task", "RunReport", "METRICS", "ConditionStream", "plan_tasks", "run_task", "run_spec",
+           "select_indices", "build_condition_stream"]
 
-#: Metrics stored per condition (rotation conditions add the last four), in table order.
+#: Metrics stored per condition (rotation conditions add the last four), in table order. Counts cover
+#: the counted events; ``warmup_events`` is how many events before them only filled the cache.
 METRICS = ("transferred", "demand_misses", "hits", "initial_load", "logical", "union", "n_events",
-           "capacity_total", "miss_fraction", "steady_miss_fraction", "union_over_logical",
+           "capacity_total", "miss_fraction", "steady_miss_fraction", "union_over_logical", "warmup_events",
            "mean_batch", "max_interval", "deadline_violations", "p99_latency_steps")
 
 
@@ -86,8 +87,8 @@ class RunReport:
                 "complete": self.complete, "store": self.store, "executor": self.executor, "jobs": self.jobs}
 
 
-_STREAM_FIELDS = ("input", "selection", "order_seed", "discipline", "batch", "admitted", "window", "scheduler",
-                  "offsets", "offsets_seed")
+_STREAM_FIELDS = ("input", "selection", "order_seed", "warm", "warm_requests", "window_requests", "discipline",
+                  "batch", "admitted", "window", "scheduler", "offsets", "offsets_seed")
 _CURVE_FIELDS = ("policy", "scope", "semantics", "tie_break", "tie_seed", "lfu_in_cache_counters")
 
 
@@ -138,13 +139,18 @@ def _trace(path: str, manifest_sha256: str):
     return _cached(_TRACES, (path, manifest_sha256), lambda: read_trace(path))
 
 
-def select_indices(trace, selection: str, order_seed: int | None, selections: dict[str, dict]) -> np.ndarray:
-    """Request indices of ``selection`` in ``trace``, permuted by ``order_seed`` (within each concat part)."""
+def select_indices(trace, selection: str, order_seed: int | None, selections: dict[str, dict],
+                   salt: tuple[int, ...] = ()) -> np.ndarray:
+    """Request indices of ``selection`` in ``trace``, permuted by ``order_seed`` (within each concat part).
+
+    Part ``i`` is permuted by ``numpy.random.default_rng([order_seed, i, *salt])``; a warm-up
+    selection uses ``salt=(1,)`` so its order is drawn independently of the window's.
+    """
     parts = _selection_parts(trace, selection, selections)
     out = []
     for i, (idx, head) in enumerate(parts):
         if order_seed is not None:
-            idx = idx[np.random.default_rng([int(order_seed), i]).permutation(idx.shape[0])]
+            idx = idx[np.random.default_rng([int(order_seed), i, *salt]).permutation(idx.shape[0])]
         if head is not None:
             if head > idx.shape[0]:
                 raise ValidationError(f"selection {selection!r} asks for the first {head} requests of a part "
@@ -198,18 +204,73 @@ def _selection_parts(trace, name: str, selections: dict[str, dict]) -> list[tupl
     return out
 
 
-def build_condition_stream(context: dict[str, Any], stream: dict[str, Any]):
-    """The event stream (and rotation stats or ``None``) of a condition's stream fields."""
+@dataclass(frozen=True)
+class ConditionStream:
+    """The event stream of a condition's stream fields.
+
+    Attributes
+    ----------
+    stream
+        The events.
+    stats
+        Rotation statistics (``RotationStats``), or ``None`` for other disciplines.
+    warmup_events
+        Events that only fill the cache (``ReplayConfig.warmup_events``): those before the first
+        step serving a window request for a warm-transition condition, the manifest's
+        ``warmup_events`` for a stored stream (as ``expertcache replay`` applies it), else 0.
+    """
+
+    stream: Any
+    stats: Any
+    warmup_events: int
+
+
+def build_condition_stream(context: dict[str, Any], stream: dict[str, Any]) -> ConditionStream:
+    """The event stream, rotation stats and warm-up event count of a condition's stream fields."""
     from ..events import read_events
     from ..trace import select_requests
 
     inp = context["inputs"][stream["input"]]
     if stream["discipline"] == "stream":
-        return read_events(inp["path"]), None
+        s = read_events(inp["path"])
+        return ConditionStream(s, None, int(s.provenance.get("warmup_events", 0) or 0))
     trace = _trace(inp["path"], inp["manifest_sha256"])
     idx = select_indices(trace, stream["selection"], stream["order_seed"], context["selections"])
-    sub = select_requests(trace, idx, note=f"selection {stream['selection']}")
-    return _schedule(sub, stream)
+    if stream.get("window_requests") is not None:
+        idx = idx[:stream["window_requests"]]
+    if stream.get("warm") is None:
+        s, stats = _schedule(select_requests(trace, idx, note=f"selection {stream['selection']}"), stream)
+        return ConditionStream(s, stats, 0)
+    warm = select_indices(trace, stream["warm"], stream["order_seed"], context["selections"], salt=(1,))
+    if stream.get("warm_requests") is not None:
+        warm = warm[:stream["warm_requests"]]
+    shared = np.intersect1d(warm, idx)
+    if shared.size:
+        raise ValidationError(f"warm-up selection {stream['warm']!r} and window selection {stream['selection']!r} "
+                              f"share {shared.size} request(s) (e.g. index {int(shared[0])}); a transition needs "
+                              "disjoint selections", field="warm")
+    sub = select_requests(trace, np.concatenate([warm, idx]),
+                          note=f"warm-up {stream['warm']} then window {stream['selection']}")
+    s, _ = _schedule(sub, stream)
+    return ConditionStream(s, None, _events_before_request(s, sub, warm.shape[0], stream))
+
+
+def _events_before_request(s, trace, first_request: int, stream: dict[str, Any]) -> int:
+    """Events of ``s`` before the first FCFS step that serves request ``first_request`` or a later one.
+
+    The schedule is :func:`expertcache.events.fcfs_schedule` with the condition's arrivals, the one
+    :func:`expertcache.events.build_events` used for ``s`` (as :func:`expertcache.experiments.warm_transition`).
+    """
+    from ..events import ArrivalOffsets, decode_rows, fcfs_schedule
+
+    lengths, _ = decode_rows(trace)
+    arrivals = ArrivalOffsets.parse(stream["offsets"], seed=stream["offsets_seed"] or 0).arrivals(trace.n_requests)
+    step, req, _ = fcfs_schedule(lengths, arrivals, stream["batch"])
+    served = step[req >= first_request]
+    if served.size == 0:
+        raise ValidationError(f"the window requests of selection {stream['selection']!r} have no decode tokens",
+                              field="selection")
+    return int(np.searchsorted(s.step, int(served.min()), side="left"))
 
 
 def _schedule(trace, stream: dict[str, Any]):
@@ -246,12 +307,14 @@ def run_task(context: dict[str, Any], task: Task) -> list[tuple[str, tuple[float
 
     ckey = _context_key(context)
     stream_fields = dict(task.stream)
-    s, stats = _cached(_STREAMS, (ckey, task.stream), lambda: build_condition_stream(context, stream_fields))
+    built = _cached(_STREAMS, (ckey, task.stream), lambda: build_condition_stream(context, stream_fields))
+    s, stats = built.stream, built.stats
     out = []
     for curve, members in task.curves:
         cf = dict(curve)
         base = ReplayConfig(cf["policy"], scope=cf["scope"], semantics=cf["semantics"], tie_break=cf["tie_break"],
-                            seed=cf["tie_seed"], lfu_in_cache_counters=cf["lfu_in_cache_counters"])
+                            seed=cf["tie_seed"], lfu_in_cache_counters=cf["lfu_in_cache_counters"],
+                            warmup_events=built.warmup_events)
         cal = None
         if get_policy(cf["policy"]).needs_calibration:
             cal = _cached(_STREAMS, (ckey, "calibration", task.stream),
@@ -259,7 +322,8 @@ def run_task(context: dict[str, Any], task: Task) -> list[tuple[str, tuple[float
         results = replay_curve(s, base, [rho for _, rho in members], cal)
         for (cid, _), r in zip(members, results, strict=True):
             values = [r.transferred, r.demand_misses, r.hits, r.initial_load, r.logical, r.union, r.n_events,
-                      r.capacity_total, r.miss_fraction, r.steady_miss_fraction, r.union_over_logical]
+                      r.capacity_total, r.miss_fraction, r.steady_miss_fraction, r.union_over_logical,
+                      r.warmup_events]
             if stats is not None:
                 values += [stats.mean_batch, stats.max_interval, stats.deadline_violations, stats.p99_latency_steps]
             out.append((cid, tuple(float(v) for v in values)))

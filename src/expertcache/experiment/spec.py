@@ -21,6 +21,23 @@ more **grids** whose axes are crossed into conditions::
     policy = ["lru", "lfu", "lfru", "least-stale", "belady"]
     tie_seed = [0, 1, 2]
 
+A **warm-transition** condition (§8.1) names a second selection in the ``warm``
+axis: its requests (the first ``warm_requests`` of them) run first and fill the
+cache, then the ``selection``'s (the first ``window_requests``), one FCFS
+stream; only events from the first step that serves a window request on are
+counted (``ReplayConfig.warmup_events``)::
+
+    [grid]
+    input = "model"
+    warm = ["pool0", "pool1"]              # A; a pair of a selection with itself is left out
+    selection = ["pool0", "pool1"]         # B
+    warm_requests = 100
+    window_requests = [10, 25, 50, 100]
+    order_seed = [0, 1, 2]
+    batch = 8
+    rho = [0.2, 0.3, 0.4]
+    policy = ["lru", "lfu", "lfru", "belady"]
+
 Every condition has a stable **ID** (a digest of its parameters, input and
 selection names included) and a **hash** of everything that determines its
 result: the parameters, the sha256 of each input's ``manifest.json`` (which
@@ -31,11 +48,12 @@ but not the ID, so a re-run recomputes exactly those conditions.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -49,11 +67,17 @@ __all__ = ["InputSpec", "SelectionSpec", "Condition", "PlannedCondition", "Exper
 DISCIPLINES = ("fcfs", "rotation", "stream")
 BUNDLED = "bundled:"
 #: Bumped when the meaning of a condition's fields changes (part of every condition hash).
-SPEC_FORMAT = 1
+#: 2: warm-transition fields; stream inputs honour the warm-up events their manifest records.
+SPEC_FORMAT = 2
+#: Format of the ID digest: kept at 1 so IDs stay stable (new fields enter an ID only when set).
+_ID_FORMAT = 1
+#: Fields added after format 1; left out of the ID digest while ``None``.
+_LATER_FIELDS = ("warm", "warm_requests", "window_requests")
 
 _SELECTION_KINDS = ("all", "range", "indices", "request_ids", "sample", "concat")
 _GRID_AXES = {
-    "input": None, "selection": "all", "order_seed": None, "discipline": "fcfs", "batch": None,
+    "input": None, "selection": "all", "order_seed": None, "warm": None, "warm_requests": None,
+    "window_requests": None, "discipline": "fcfs", "batch": None,
     "admitted": 24, "window": 4, "scheduler": "fcfs_deadline", "offsets": "zero", "offsets_seed": 0,
     "policy": None, "rho": None, "scope": "per-layer", "semantics": "event-atomic", "tie_break": "random",
     "tie_seed": 0, "lfu_in_cache_counters": False,
@@ -123,6 +147,11 @@ class Condition:
     input, selection, order_seed
         Input name; selection name; seed permuting the selected requests (within each
         ``concat`` part) or ``None`` for their stored order.
+    warm, warm_requests, window_requests
+        Warm-transition conditions (§8.1): ``warm`` names the selection whose requests run first
+        and only fill the cache (``None``: no warm-up); ``warm_requests`` keeps the first N of
+        them and ``window_requests`` the first N of ``selection`` (after ``order_seed``'s
+        permutation; ``None``: all). Counting starts at the first step that serves a window request.
     discipline, batch, admitted, window, scheduler
         ``fcfs`` (batch ``B``), ``rotation`` (``admitted``/``batch``/``window``/``scheduler``) or
         ``stream`` (a stored stream: none of these apply).
@@ -135,6 +164,9 @@ class Condition:
     input: str
     selection: str | None
     order_seed: int | None
+    warm: str | None
+    warm_requests: int | None
+    window_requests: int | None
     discipline: str
     batch: int | None
     admitted: int | None
@@ -156,13 +188,19 @@ class Condition:
 
     @property
     def condition_id(self) -> str:
-        """Stable ID: ``c`` + 16 hex digits of the digest of the parameters."""
-        return "c" + _digest({"format": SPEC_FORMAT, "params": self.params()})[:16]
+        """Stable ID: ``c`` + 16 hex digits of the digest of the parameters.
+
+        Fields added after the first format enter the digest only when set, so a condition
+        without a warm-up keeps the ID it always had.
+        """
+        params = {k: v for k, v in self.params().items() if not (k in _LATER_FIELDS and v is None)}
+        return "c" + _digest({"format": _ID_FORMAT, "params": params})[:16]
 
     def stream_key(self) -> tuple:
         """Fields that determine the event stream (conditions sharing it share one build)."""
-        return (self.input, self.selection, self.order_seed, self.discipline, self.batch, self.admitted,
-                self.window, self.scheduler, self.offsets, self.offsets_seed)
+        return (self.input, self.selection, self.order_seed, self.warm, self.warm_requests, self.window_requests,
+                self.discipline, self.batch, self.admitted, self.window, self.scheduler, self.offsets,
+                self.offsets_seed)
 
     def curve_key(self) -> tuple:
         """Fields except ``rho``: conditions sharing it form one miss-ratio-curve task."""
@@ -285,7 +323,11 @@ def spec_from_dict(data: Mapping[str, Any], base_dir: str | os.PathLike[str] = "
                                   field=f"inputs.{name}.{kind}")
         inputs[name] = InputSpec(name, kind, path, cal, cal_kind)
     selections = {"all": SelectionSpec("all", "all")}
-    for name, tbl in (data.get("selections") or {}).items():
+    raw_selections = data.get("selections") or {}
+    if not isinstance(raw_selections, dict):
+        raise ValidationError("selections must be tables: [selections.NAME] with range, indices, request_ids, "
+                              "sample or concat", source=source, field="selections")
+    for name, tbl in raw_selections.items():
         selections[name] = _parse_selection(name, tbl, source)
     for sel in selections.values():
         _check_selection_refs(sel, selections, source, ())
@@ -419,7 +461,9 @@ def expand(spec: ExperimentSpec) -> tuple[PlannedCondition, ...]:
 
     A condition listed by two grids appears once (first occurrence). Axes that do not apply
     to a condition's discipline are set to ``None`` (a stream input ignores selection,
-    discipline, batch and offsets), so they never split one condition into several IDs.
+    warm-up, discipline, batch and offsets), so they never split one condition into several
+    IDs. A combination whose ``warm`` selection is its ``selection`` is not a transition and
+    is left out of the cross product.
     """
     from .. import __version__
     from ..events import ArrivalOffsets
@@ -430,6 +474,13 @@ def expand(spec: ExperimentSpec) -> tuple[PlannedCondition, ...]:
     sizes: dict[tuple[str, str], int] = {}
     seen: dict[str, PlannedCondition] = {}
     sel_defs: dict[str, dict] = {}
+
+    def size(inp: InputSpec, name: str) -> int:
+        if (inp.name, name) not in sizes:
+            sizes[inp.name, name] = _selection_size(name, spec.selections, _n_requests(inp.path),
+                                                    f"{spec.source}: input {inp.name!r}")
+        return sizes[inp.name, name]
+
     for i, grid in enumerate(spec.grids):
         names = list(_GRID_AXES)
         for combo in itertools.product(*(_axis(grid, n, i, spec.source) for n in names)):
@@ -440,13 +491,17 @@ def expand(spec: ExperimentSpec) -> tuple[PlannedCondition, ...]:
                 raise ValidationError(f"unknown input {raw['input']!r}; define [inputs.{raw['input']}]",
                                       source=spec.source, field=f"{where}.input")
             if inp.kind == "stream":
-                raw.update(selection=None, order_seed=None, discipline="stream", batch=None, admitted=None,
-                           window=None, scheduler=None, offsets=None, offsets_seed=None)
+                raw.update(selection=None, order_seed=None, warm=None, warm_requests=None, window_requests=None,
+                           discipline="stream", batch=None, admitted=None, window=None, scheduler=None,
+                           offsets=None, offsets_seed=None)
             else:
-                if raw["selection"] not in spec.selections:
-                    raise ValidationError(f"unknown selection {raw['selection']!r}; define "
-                                          f"[selections.{raw['selection']}]", source=spec.source,
-                                          field=f"{where}.selection")
+                for axis in ("selection", "warm"):
+                    if raw[axis] is not None and raw[axis] not in spec.selections:
+                        raise ValidationError(f"unknown selection {raw[axis]!r}; define [selections.{raw[axis]}]",
+                                              source=spec.source, field=f"{where}.{axis}")
+                if raw["selection"] is None:
+                    raise ValidationError("selection must name a selection (\"all\" for every request)",
+                                          source=spec.source, field=f"{where}.selection")
                 if raw["discipline"] not in ("fcfs", "rotation"):
                     raise ValidationError(f"discipline must be fcfs or rotation for a trace input; got "
                                           f"{raw['discipline']!r}", source=spec.source, field=f"{where}.discipline")
@@ -454,22 +509,43 @@ def expand(spec: ExperimentSpec) -> tuple[PlannedCondition, ...]:
                 if isinstance(b, bool) or not isinstance(b, int) or b < 1:
                     raise ValidationError(f"batch must be a positive integer; got {b!r}", source=spec.source,
                                           field=f"{where}.batch")
-                if raw["discipline"] == "rotation":
-                    RotationConfig(_int(raw["admitted"], "admitted", where, spec.source), b,
-                                   _int(raw["window"], "window", where, spec.source), raw["scheduler"])
-                else:
-                    raw.update(admitted=None, window=None, scheduler=None)
-                offs = ArrivalOffsets.parse(str(raw["offsets"]), seed=_int(raw["offsets_seed"], "offsets_seed",
-                                                                              where, spec.source))
+                with _at(spec.source, where):
+                    if raw["discipline"] == "rotation":
+                        RotationConfig(_int(raw["admitted"], "admitted", where, spec.source), b,
+                                       _int(raw["window"], "window", where, spec.source), raw["scheduler"])
+                    else:
+                        raw.update(admitted=None, window=None, scheduler=None)
+                    offs = ArrivalOffsets.parse(str(raw["offsets"]),
+                                                seed=_int(raw["offsets_seed"], "offsets_seed", where, spec.source))
                 raw["offsets"] = offs.describe()
                 if offs.kind != "random":
                     raw["offsets_seed"] = None
                 if raw["order_seed"] is not None:
                     _int(raw["order_seed"], "order_seed", where, spec.source)
-                key = (inp.name, raw["selection"])
-                if key not in sizes:
-                    sizes[key] = _selection_size(raw["selection"], spec.selections, _n_requests(inp.path),
-                                                 f"{spec.source}: input {inp.name!r}")
+                if raw["warm"] is not None:
+                    if raw["warm"] == raw["selection"]:
+                        continue                      # A -> A is not a transition
+                    if raw["discipline"] != "fcfs":
+                        raise ValidationError("a warm-up selection needs the fcfs discipline (the window starts "
+                                              "at the first FCFS step that serves one of its requests)",
+                                              source=spec.source, field=f"{where}.warm")
+                elif raw["warm_requests"] is not None:
+                    raise ValidationError("warm_requests needs warm = \"SELECTION\"", source=spec.source,
+                                          field=f"{where}.warm_requests")
+                for axis, sel in (("warm_requests", raw["warm"]), ("window_requests", raw["selection"])):
+                    n = raw[axis]
+                    if n is None:
+                        continue
+                    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                        raise ValidationError(f"{axis} must be a positive integer; got {n!r}", source=spec.source,
+                                              field=f"{where}.{axis}")
+                    if n > size(inp, sel):
+                        raise ValidationError(f"{axis} = {n} exceeds the {size(inp, sel)} requests of selection "
+                                              f"{sel!r} in input {inp.name!r}", source=spec.source,
+                                              field=f"{where}.{axis}")
+                size(inp, raw["selection"])
+                if raw["warm"] is not None:
+                    size(inp, raw["warm"])
             rho = raw["rho"]
             if isinstance(rho, bool) or not isinstance(rho, (int, float)):
                 raise ValidationError(f"rho must be a number in [0, 1]; got {rho!r}", source=spec.source,
@@ -479,10 +555,11 @@ def expand(spec: ExperimentSpec) -> tuple[PlannedCondition, ...]:
             if not isinstance(raw["lfu_in_cache_counters"], bool):
                 raise ValidationError("lfu_in_cache_counters must be true or false", source=spec.source,
                                       field=f"{where}.lfu_in_cache_counters")
-            ReplayConfig(raw["policy"], rho=raw["rho"], scope=raw["scope"], semantics=raw["semantics"],
-                         tie_break=raw["tie_break"], seed=raw["tie_seed"],
-                         lfu_in_cache_counters=raw["lfu_in_cache_counters"])
-            pol = get_policy(raw["policy"])
+            with _at(spec.source, where):
+                ReplayConfig(raw["policy"], rho=raw["rho"], scope=raw["scope"], semantics=raw["semantics"],
+                             tie_break=raw["tie_break"], seed=raw["tie_seed"],
+                             lfu_in_cache_counters=raw["lfu_in_cache_counters"])
+                pol = get_policy(raw["policy"])
             if pol.needs_advice:
                 raise ValidationError(f"policy {raw['policy']!r} reads predictor advice, which specs do not "
                                       "carry; replay it with `expertcache replay --advice`", source=spec.source,
@@ -494,8 +571,9 @@ def expand(spec: ExperimentSpec) -> tuple[PlannedCondition, ...]:
             cid = cond.condition_id
             if cid in seen:
                 continue
-            if cond.selection is not None and cond.selection not in sel_defs:
-                sel_defs[cond.selection] = selection_definition(cond.selection, spec.selections)
+            for sel in (cond.selection, cond.warm):
+                if sel is not None and sel not in sel_defs:
+                    sel_defs[sel] = selection_definition(sel, spec.selections)
             basis = {
                 "format": SPEC_FORMAT, "expertcache": __version__, "params": cond.params(),
                 "input": {"kind": inp.kind, "manifest_sha256": _manifest_digest(inp.path, digests)},
@@ -503,9 +581,20 @@ def expand(spec: ExperimentSpec) -> tuple[PlannedCondition, ...]:
                                 {"kind": inp.calibration_kind,
                                  "manifest_sha256": _manifest_digest(inp.calibration, digests)}),
                 "selection": sel_defs.get(cond.selection) if cond.selection else None,
+                "warm": sel_defs.get(cond.warm) if cond.warm else None,
             }
             seen[cid] = PlannedCondition(cond, cid, _digest(basis))
     return tuple(seen.values())
+
+
+@contextlib.contextmanager
+def _at(source: str, where: str) -> Iterator[None]:
+    """Re-raise a configuration's own ValidationError with the spec file and grid named."""
+    try:
+        yield
+    except ValidationError as exc:
+        raise ValidationError(exc.detail, source=source,
+                              field=f"{where}.{exc.field}" if exc.field else where) from None
 
 
 def _n_requests(trace_dir: str) -> int:

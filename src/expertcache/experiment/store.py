@@ -18,7 +18,6 @@ the table without this package.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import tempfile
@@ -43,7 +42,8 @@ _KIND = "experiment_store"
 _FORMAT = 1
 
 _FIELD_TYPES = {
-    "input": pa.string(), "selection": pa.string(), "order_seed": pa.int64(), "discipline": pa.string(),
+    "input": pa.string(), "selection": pa.string(), "order_seed": pa.int64(), "warm": pa.string(),
+    "warm_requests": pa.int64(), "window_requests": pa.int64(), "discipline": pa.string(),
     "batch": pa.int64(), "admitted": pa.int64(), "window": pa.int64(), "scheduler": pa.string(),
     "offsets": pa.string(), "offsets_seed": pa.int64(), "policy": pa.string(), "rho": pa.float64(),
     "scope": pa.string(), "semantics": pa.string(), "tie_break": pa.string(), "tie_seed": pa.int64(),
@@ -98,12 +98,16 @@ class ResultStore:
     # ------------------------------------------------------------------ locking
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
-        """Hold the store's write lock; a second concurrent run is refused with a clear error."""
-        fh = open(self.path / ".lock", "a+")
+        """Hold the store's write lock; a second concurrent run is refused with a clear error.
+
+        An OS lock on ``.lock`` (``fcntl.flock`` on Unix, ``msvcrt.locking`` on Windows), released
+        by the OS when the process ends, however it ends. Elsewhere a clear error says so.
+        """
+        fh = open(self.path / ".lock", "a+b")
         try:
             try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+                _lock_file(fh)
+            except OSError:       # BlockingIOError (fcntl) or PermissionError (msvcrt): held by another run
                 raise ValidationError("another run holds this store's lock; wait for it or use another --store",
                                       source=str(self.path)) from None
             yield
@@ -217,6 +221,24 @@ class ResultStore:
         return n
 
 
+def _lock_file(fh) -> None:
+    """Take an exclusive, non-blocking OS lock on the open file ``fh`` (raises OSError if it is held)."""
+    try:
+        import fcntl
+    except ImportError:
+        fcntl = None
+    if fcntl is not None:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    try:
+        import msvcrt
+    except ImportError:
+        raise ValidationError("this platform has neither fcntl nor msvcrt file locks, which a result store needs "
+                              "to keep two runs from writing it at once; run on Linux, macOS or Windows") from None
+    fh.seek(0)
+    msvcrt.locking(fh.fileno(), msvcrt.LK_NBLCK, 1)
+
+
 def _dedupe(t: pa.Table) -> pa.Table:
     """Drop repeated (condition_id, metric) rows (a crash between consolidation and chunk removal)."""
     ids = t["condition_id"].to_pylist()
@@ -234,9 +256,22 @@ def _read(path: Path, columns: list[str] | None = None) -> pa.Table:
     try:
         t = pq.read_table(path, columns=columns)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise ValidationError(f"not a readable Parquet chunk ({exc}); delete it to recompute its conditions",
-                              source=str(path)) from None
-    return t if columns else t.cast(RESULT_SCHEMA)
+        hint = ("delete it to recompute its conditions" if path.parent.name == _PARTS or path.name == RESULTS_FILE
+                else "expected a results.parquet of `expertcache spec run`")
+        raise ValidationError(f"not a readable Parquet file ({exc}); {hint}", source=str(path)) from None
+    if columns:
+        return t
+    for name in RESULT_SCHEMA.names:         # tables of format 1 lack the warm-transition fields: all null
+        if name not in t.column_names:
+            if name not in _FIELD_TYPES:
+                raise ValidationError(f"missing column {name!r}; expected a results table of `expertcache spec run`",
+                                      source=str(path))
+            t = t.append_column(name, pa.nulls(t.num_rows, _FIELD_TYPES[name]))
+    try:
+        return t.select(RESULT_SCHEMA.names).cast(RESULT_SCHEMA)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
+        raise ValidationError(f"columns of the wrong type ({exc}); expected a results table of `expertcache spec "
+                              "run`", source=str(path)) from None
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -255,9 +290,5 @@ def read_results(path: str | os.PathLike[str]) -> pa.Table:
     """The tidy result table of a store directory, or of a Parquet file with the same columns."""
     p = Path(path)
     if p.is_file():
-        t = _read(p)
-        missing = {"condition_id", "metric", "value"} - set(t.column_names)
-        if missing:
-            raise ValidationError(f"missing columns {sorted(missing)}; expected a results table", source=str(p))
-        return t
+        return _read(p)
     return ResultStore.open(p).table()
