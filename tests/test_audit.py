@@ -313,3 +313,32 @@ def test_stable_needs_two_measured_bands():
     cfg = RouteAuditConfig(bands=BANDS)
     assert _flag([0.0, 0.0], [0.02, None], ("0-8", "8-"), cfg) == ((), False, False)
     assert _flag([0.0, 0.0], [0.02, 0.03], ("0-8", "8-"), cfg) == ((), False, True)
+
+
+def test_locality_verdict_is_a_pooled_t_test():
+    from scipy import stats
+
+    from expertcache.audit.locality import compare_draws, student_t_sf
+
+    ref = [0.24, 0.21, 0.27, 0.25, 0.22, 0.26, 0.23]
+    for cat in ([0.19, 0.18], [0.22], [0.30, 0.31, 0.29], [0.235, 0.245]):
+        res = compare_draws(ref, cat, alpha=0.05)
+        want = stats.ttest_ind(ref, cat, equal_var=True)
+        assert res.t == pytest.approx(want.statistic) and res.p_value == pytest.approx(want.pvalue)
+        assert res.df == len(ref) + len(cat) - 2
+        assert res.verdict == ("not distinguishable from zero" if want.pvalue >= 0.05 else
+                               "separated" if want.statistic > 0 else "below reference")
+    for t, df in ((0.3, 1), (2.0, 7), (-1.5, 3), (4.2, 30)):
+        assert student_t_sf(t, df) == pytest.approx(stats.t.sf(t, df), rel=1e-9)
+
+
+@pytest.mark.parametrize("n_ref,n_cat", [(2, 1), (3, 2), (7, 2)])
+def test_locality_verdict_error_rate_under_the_null(n_ref, n_cat):
+    # Gaussian draws of one distribution: "separated" should fire alpha/2 of the time at any draw count
+    # (the previous |z| >= 2 rule fired 17% at 2 and 1 draws, 0.8% at 7 and 2)
+    from expertcache.audit.locality import compare_draws
+
+    rng = np.random.default_rng(n_ref * 10 + n_cat)
+    hits = sum(compare_draws(rng.normal(0.2, 0.02, n_ref), rng.normal(0.2, 0.02, n_cat)).verdict == "separated"
+               for _ in range(4000))
+    assert 0.015 < hits / 4000 < 0.035

@@ -209,14 +209,19 @@ def _print(result: dict[str, Any]) -> None:
         table = Table(title=f"workload locality vs size-matched reference (§5.7): reference m "
                             f"{loc['reference_mean']:.2%} ± {loc['reference_sd']:.2%} over "
                             f"{len(loc['reference_miss_fractions'])} draws of {loc['per_draw']}")
-        for col in ("category", "draws m", "mean m", "improvement", "±1 s.d. of reference", "z", "verdict"):
+        for col in ("category", "draws m", "mean m", "improvement", "±1 s.d. of reference", "t (df)", "p",
+                    "verdict"):
             table.add_column(col, justify="left" if col in ("category", "verdict", "draws m") else "right")
         for c in loc["categories"]:
             table.add_row(c["category"], ", ".join(f"{m:.2%}" for m in c["miss_fractions"]), f"{c['miss_mean']:.2%}",
                           f"{c['improvement']:.1%}", f"{c['interval_low']:.1%} - {c['interval_high']:.1%}",
-                          f"{c['z']:.2f}", c["verdict"])
+                          f"{c['t']:.2f} ({c['df']})", f"{c['p_value']:.3f}", c["verdict"])
         console.print(table)
-        console.print(loc["statement"])
+        console.print(loc["statement"] + f" (two-sided t test at alpha {loc['config']['alpha']})")
+        echo = [c for c in loc["separated"] if route and c in route["flagged_categories"]]
+        if echo:
+            console.print(f"caution: {', '.join(echo)} also show their union effect in a shared-prefix band; treat "
+                          "their separation as surface repetition until a diverse or matched control says otherwise")
     ctl = result.get("control")
     if ctl:
         console.print(f"positive control ({ctl['copied_positions']} positions of {ctl['source_request']} copied into "
