@@ -342,3 +342,15 @@ def test_locality_verdict_error_rate_under_the_null(n_ref, n_cat):
     hits = sum(compare_draws(rng.normal(0.2, 0.02, n_ref), rng.normal(0.2, 0.02, n_cat)).verdict == "separated"
                for _ in range(4000))
     assert 0.015 < hits / 4000 < 0.035
+
+
+def test_locality_names_only_the_short_categories():
+    tr, labels = make_trace({"a": False, "b": False}, R=6, T=4)
+    labels = {r: ("lone" if i == 0 else c) for i, (r, c) in enumerate(labels.items())}
+    with pytest.raises(ValidationError) as err:     # default per_draw: min(12, 1 // 2) = 0 -> draws of 1
+        workload_locality(tr, labels, LocalityConfig(batch=2))
+    assert "2 disjoint draws of 1 requests: 'lone' has 1 (1 missing); label more" in str(err.value)
+    assert "'a'" not in str(err.value) and "'b'" not in str(err.value)
+    with pytest.raises(ValidationError, match="got 1: label the requests with categories, or skip it"):
+        workload_locality(tr, {r: "all" for r in tr.request_ids}, LocalityConfig(batch=2))
+

@@ -292,14 +292,17 @@ def workload_locality(trace: RoutingTrace, labels: dict[str, str] | str | os.Pat
     members = {c: np.flatnonzero(keep & (codes == i)) for i, c in enumerate(names)}
     members = {c: m for c, m in members.items() if m.size}
     if len(members) < 2:
-        raise ValidationError("workload locality needs at least two categories (a mixed reference needs a mix)")
+        raise ValidationError(f"workload locality needs at least two categories (a mixed reference needs a mix); "
+                              f"got {len(members)}: label the requests with categories, or skip it (--no-locality)")
     nd = config.n_category_draws
     per = config.per_draw if config.per_draw is not None else min(12, min(m.size for m in members.values()) // nd)
-    short = {c: nd * per - m.size for c, m in members.items() if m.size < nd * per or per < 1}
-    if short or per < 1:
-        detail = ", ".join(f"{c!r} has {members[c].size} ({max(need, 1)} missing)" for c, need in short.items())
+    need = nd * max(per, 1)
+    short = {c: need - m.size for c, m in members.items() if m.size < need}
+    if short:
+        detail = ", ".join(f"{c!r} has {members[c].size} ({n} missing)" for c, n in short.items())
+        fix = "lower per_draw (--per-draw), " if per > 1 else ""
         raise ValidationError(f"each category needs {nd} disjoint draws of {max(per, 1)} requests: {detail}; "
-                              "lower per_draw (--per-draw) or label more requests")
+                              f"{fix}label more requests, or skip locality (--no-locality)")
     rng = np.random.default_rng(config.seed)
     cats = list(members)
     total = config.n_reference_draws + nd * len(cats)
