@@ -354,3 +354,11 @@ def test_locality_names_only_the_short_categories():
     with pytest.raises(ValidationError, match="got 1: label the requests with categories, or skip it"):
         workload_locality(tr, {r: "all" for r in tr.request_ids}, LocalityConfig(batch=2))
 
+
+def test_cli_audit_refuses_an_unwritable_output_before_work(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    res = CliRunner().invoke(main, ["audit", str(EXAMPLE), "--no-locality", "-o", str(afile / "out.json")])
+    assert res.exit_code == 2 and "not a directory" in res.output and "Traceback" not in res.output
+    res = CliRunner().invoke(main, ["audit", str(EXAMPLE), "--no-locality", "-o", str(tmp_path), "--overwrite"])
+    assert res.exit_code == 2 and "is a directory" in res.output

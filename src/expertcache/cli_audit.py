@@ -79,6 +79,7 @@ def audit(path: str, labels: str | None, prompts: str | None, bands: str, cohort
 
     if out:
         _require_new(out, overwrite)
+        _check_out(out)
     route_cfg = RouteAuditConfig(bands=parse_bands(bands), cohort_size=cohort_size, low_agreement=low_agreement,
                                  prefix_agreement=prefix_agreement, decay_margin=decay_margin, max_pairs=max_pairs,
                                  seed=seed)
@@ -144,6 +145,20 @@ def run_audit(path: str, labels: str | None, prompts: str | None, route_cfg, loc
     result["workload_block"] = workload_block(trace, labels, route=route, prompts=prompt_rows, offsets=offsets,
                                               config=route_cfg)
     return result
+
+
+def _check_out(out: str) -> None:
+    """Refuse an output path that cannot be written as a file, before any work."""
+    from .errors import ValidationError
+
+    target = Path(out)
+    if target.is_dir():
+        raise ValidationError(f"{out}: is a directory; -o takes a JSON file path")
+    for parent in target.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValidationError(f"{parent}: not a directory; -o needs a path inside a directory")
+            break
 
 
 def _write_json(out: str, result: dict[str, Any]) -> None:
