@@ -249,3 +249,73 @@ def test_cli_freeze_evaluate_verify(tmp_path):
     assert res.exit_code == 2 and "already read" in res.output and "Traceback" not in res.output
     res = run.invoke(main, ["prereg", "evaluate", str(tmp_path / "d.json"), "--results", str(results), "--force"])
     assert res.exit_code == 0 and "forced" in res.output
+
+
+def test_evaluate_never_alters_the_frozen_document_or_its_sidecar(setup):
+    root, doc, sha, results = setup
+    side = root / "study.json.sha256"
+    before = [(f.read_bytes(), f.stat().st_mtime_ns) for f in (doc, side)]
+    evaluate(doc, results)
+    with pytest.raises(ValidationError, match="already read"):
+        evaluate(doc, results)
+    evaluate(doc, results, force=True)
+    assert [(f.read_bytes(), f.stat().st_mtime_ns) for f in (doc, side)] == before
+    assert verify(doc)[1] == sha
+    assert sorted(x.name for x in root.iterdir()) == ["criteria.toml", "results.parquet", "study.json",
+                                                      "study.json.sha256", "study.outcome-001.json",
+                                                      "study.outcome-002.json", "study.reads.jsonl"]
+
+
+def test_a_read_is_recorded_even_if_writing_the_outcome_fails(setup, monkeypatch):
+    """Confirmatory data read once: the read log is written before the outcome, so a failed write still counts."""
+    import expertcache.prereg as prereg
+
+    root, doc, _, results = setup
+
+    def full_disk(path, text):
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(prereg, "_write_new", full_disk)
+    with pytest.raises(OSError):
+        evaluate(doc, results)
+    monkeypatch.undo()
+    with pytest.raises(ValidationError, match="already read"):
+        evaluate(doc, results)
+
+
+def test_freeze_refuses_a_leftover_sidecar_and_writes_nothing(tmp_path):
+    (tmp_path / "c.toml").write_text(CRITERIA)
+    (tmp_path / "d.json.sha256").write_text("0" * 64 + "  d.json\n")
+    with pytest.raises(OutputExistsError, match="d.json.sha256"):
+        freeze(load_criteria(tmp_path / "c.toml"), tmp_path / "d.json")
+    assert not (tmp_path / "d.json").exists()
+
+
+def test_evaluate_refuses_an_unfinished_store(tmp_path):
+    """An interrupted run's store is not read: a confirmatory split would be spent on partial results."""
+    from expertcache.experiment import run_spec, spec_from_dict
+    from expertcache.synth import SynthConfig, synthesize_trace
+
+    synthesize_trace(SynthConfig(n_layers=2, n_experts=8, top_k=2, n_requests=4, decode_tokens=3,
+                                 working_set=4)).save(tmp_path / "t")
+    spec = spec_from_dict({"experiment": {"name": "s"}, "inputs": {"x": {"trace": "t"}},
+                           "selections": {"conf": {"range": [0, 4]}},
+                           "grid": {"input": "x", "selection": "conf", "batch": 2, "policy": ["lru", "belady"],
+                                    "rho": [0.25, 0.5]}}, tmp_path)
+
+    def stop(done, total):
+        if done >= 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_spec(spec, tmp_path / "store", progress=stop, flush_seconds=0, task_conditions=2)
+    (tmp_path / "c.toml").write_text(
+        '[prereg]\ntitle = "t"\n[splits.conf]\nwhere = { selection = "conf" }\nconfirmatory = true\n'
+        '[[criteria]]\nid = "m"\nmetric = "miss_fraction"\ncomparison = "<="\nthreshold = 1.0\nsplit = "conf"\n')
+    doc, _ = freeze(load_criteria(tmp_path / "c.toml"), tmp_path / "d.json")
+    with pytest.raises(ValidationError, match="unfinished run"):
+        evaluate(doc, tmp_path / "store")
+    assert not (tmp_path / "d.reads.jsonl").exists()
+    run_spec(spec, tmp_path / "store")
+    out = evaluate(doc, tmp_path / "store")
+    assert out.passed and out.criteria[0].n == 4

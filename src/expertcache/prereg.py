@@ -271,9 +271,10 @@ def freeze(document: Mapping[str, Any], out: str | os.PathLike[str], results: st
     checks that confirmatory splits share no condition with any other split.
     """
     out = Path(out)
-    if out.exists():
-        raise OutputExistsError(f"{out}: already exists; a frozen document is never overwritten "
-                                "(record a revision in a new document)")
+    for existing in (out, _sidecar(out)):
+        if existing.exists():
+            raise OutputExistsError(f"{existing}: already exists; a frozen document is never overwritten "
+                                    "(record a revision in a new document)")
     body = dict(document)
     body["frozen_at"] = _now()
     from . import __version__
@@ -413,6 +414,15 @@ def evaluate(path: str | os.PathLike[str], results: str | os.PathLike[str], forc
     if already and not force:
         raise ValidationError(f"confirmatory split(s) {already} were already read ({ledger.name}); confirmatory "
                               "data is read once. --force reads again and records it", source=str(p))
+    res_path = Path(results)
+    if res_path.is_dir():
+        from .experiment.store import ResultStore
+
+        store = ResultStore.open(res_path)
+        if not store.read_meta().get("complete") or store.part_files():
+            raise ValidationError("the store holds an unfinished run (chunks not yet consolidated); finish it with "
+                                  "`expertcache spec run` before evaluating — confirmatory data is read once, so it "
+                                  "is not read half-computed; nothing was read", source=str(results))
     table = read_results(results)
     outcomes = []
     for c in doc["criteria"]:
@@ -421,17 +431,19 @@ def evaluate(path: str | os.PathLike[str], results: str | os.PathLike[str], forc
             raise ValidationError(f"criterion {c['id']!r}: no result of metric {c['metric']!r} in split "
                                   f"{c['split']!r} (where {c['where']}); nothing was read", source=str(results))
         outcomes.append(_judge(c, [v for _, v in rows]))
-    res_path = Path(results)
     res_file = res_path / RESULTS_FILE if res_path.is_dir() else res_path
-    n_prev = sum(1 for _ in p.parent.glob(f"{p.stem}.outcome-*.json"))
+    n_prev = sum(1 for x in p.parent.iterdir() if x.name.startswith(f"{p.stem}.outcome-") and x.suffix == ".json")
     out_path = p.with_name(f"{p.stem}.outcome-{n_prev + 1:03d}.json")
+    if out_path.exists():
+        raise OutputExistsError(f"{out_path}: already exists; outcomes are never overwritten; nothing was recorded")
     outcome = Outcome(sha, _now(), str(results), sha256_file(res_file) if res_file.is_file() else None,
                       bool(already), tuple(already), tuple(outcomes), str(out_path))
-    _write_new(out_path, json.dumps(outcome.to_dict(), indent=2, sort_keys=True) + "\n")
+    # the read is recorded before the outcome is written: if writing fails, the split still counts as read
     with open(ledger, "a", encoding="utf-8") as fh:
         for s in used:
             fh.write(_canonical({"split": s, "confirmatory": doc["splits"][s]["confirmatory"], "at": outcome.evaluated_at,
                                  "document_sha256": sha, "forced": s in already, "outcome": out_path.name}) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
+    _write_new(out_path, json.dumps(outcome.to_dict(), indent=2, sort_keys=True) + "\n")
     return outcome
