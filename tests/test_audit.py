@@ -362,3 +362,14 @@ def test_cli_audit_refuses_an_unwritable_output_before_work(tmp_path):
     assert res.exit_code == 2 and "not a directory" in res.output and "Traceback" not in res.output
     res = CliRunner().invoke(main, ["audit", str(EXAMPLE), "--no-locality", "-o", str(tmp_path), "--overwrite"])
     assert res.exit_code == 2 and "is a directory" in res.output
+
+
+def test_a_single_request_category_does_not_void_every_decay_measurement():
+    tr, labels = make_trace({"A": True, "B": False}, R=8, T=16, seed=8)
+    labels = dict(labels)
+    labels[tr.request_ids[-1]] = "lone"
+    res = route_audit(tr, labels, RouteAuditConfig(bands=BANDS, cohort_size=4))
+    by = {c.category: c for c in res.categories}
+    assert res.cohort_size == 4
+    assert all(x is not None for x in by["A"].band_reduction + by["B"].band_reduction)
+    assert by["A"].band_reduction[0] > 0.2 and by["lone"].band_reduction == (None, None)

@@ -26,7 +26,9 @@ lengths) this is exactly ``1 - ratio(homogeneous) / ratio(mixture)``.
 
 The mixture takes the categories' requests round-robin. Cohorts are
 consecutive chunks of each (seeded) request order; a final partial chunk is
-dropped so every cohort has the same size ``min(B, smallest category)``.
+dropped so every cohort has the same size ``min(B, smallest category)``,
+where categories of a single request (no cohort possible) do not count; they
+join the mixture and get no reduction of their own.
 """
 
 from __future__ import annotations
@@ -117,7 +119,7 @@ def band_reductions(view: DecodeView, orders: Sequence[np.ndarray], cohort_size:
     orders
         One request order per category (request indices).
     cohort_size
-        ``B``; the cohorts use ``min(B, smallest category)``.
+        ``B``; the cohorts use ``min(B, smallest category of two or more requests)``.
 
     Returns
     -------
@@ -129,7 +131,7 @@ def band_reductions(view: DecodeView, orders: Sequence[np.ndarray], cohort_size:
     size
         The cohort size used.
     """
-    size = int(min([cohort_size] + [len(o) for o in orders]))
+    size = int(min([cohort_size] + [len(o) for o in orders if len(o) >= 2]))
     red = np.full((len(orders), len(bands)), np.nan)
     if size < 2:
         return red, np.full(len(bands), np.nan), size
