@@ -12,10 +12,9 @@ import os
 from collections.abc import Sequence
 
 from ..errors import ValidationError
-from ..events import ArrivalOffsets
+from ..events import ArrivalOffsets, decode_rows
 from ..trace import RoutingTrace
 from .routes import RouteAudit, RouteAuditConfig, route_audit
-from .view import decode_view
 
 __all__ = ["workload_block", "WORKLOAD_FIELDS", "NOT_REPORTED"]
 
@@ -80,8 +79,8 @@ def workload_block(trace: RoutingTrace | None = None,
         out["distinct_final_lines"] = f"{_span([p.n_finals for p in diverse])} per {n}-record category"
     if trace is None:
         return out
-    view = decode_view(trace)
-    lengths = view.length[view.length > 0]
+    all_lengths, _ = decode_rows(trace)
+    lengths = all_lengths[all_lengths > 0]
     out["decode_steps_recorded"] = (f"up to {int(lengths.max())} (mean {lengths.mean():.1f})"
                                     if lengths.size else NOT_REPORTED)
     offs = offsets or ArrivalOffsets()

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import ValidationError
+from ..events import decode_rows
 from ..trace import RoutingTrace
 from .routes import RouteAudit, RouteAuditConfig, route_audit
-from .view import decode_view
 
 __all__ = ["inject_shared_prefix", "ControlResult", "positive_control"]
 
@@ -41,17 +41,17 @@ def inject_shared_prefix(trace: RoutingTrace, n_positions: int, source: int = 0,
     if not 0 <= source < trace.n_requests:
         raise ValidationError(f"source must be a request index in [0, {trace.n_requests}); got {source}",
                               field="source")
-    view = decode_view(trace)
+    length, first = decode_rows(trace)
     targets = np.arange(trace.n_requests) if requests is None else np.asarray(requests, dtype=np.int64)
     experts = trace.experts.copy()
     gates = None if trace.gates is None else trace.gates.copy()
     tokens = trace.token_id.copy()
-    src_first, src_len = int(view.first[source]), int(view.length[source])
+    src_first, src_len = int(first[source]), int(length[source])
     for r in targets.tolist():
-        n = min(int(n_positions), src_len, int(view.length[r]))
+        n = min(int(n_positions), src_len, int(length[r]))
         if n <= 0 or r == source:
             continue
-        dst = slice(int(view.first[r]), int(view.first[r]) + n)
+        dst = slice(int(first[r]), int(first[r]) + n)
         src = slice(src_first, src_first + n)
         experts[dst] = trace.experts[src]
         tokens[dst] = trace.token_id[src]

@@ -1,7 +1,9 @@
 """The decode view every route-side diagnostic reads: per request, its decode rows in order.
 
 Decode index ``t`` is a request's ``t``-th decode token (0-based), whatever
-its absolute position after the prompt; position bands refer to it.
+its absolute position after the prompt; position bands refer to it. The view
+holds copies of the decode rows only (prefill rows, often most of a trace,
+are not copied).
 """
 
 from __future__ import annotations
@@ -24,14 +26,14 @@ class DecodeView:
     Attributes
     ----------
     experts
-        ``int16[n_tokens, L, k]``, sorted along ``k`` (set comparisons by merge).
+        ``int16[n_decode, L, k]``: the trace's decode rows, sorted along ``k`` (set comparisons by merge).
     tokens
-        ``int64[n_tokens]`` token ids (-1 unknown).
+        ``int64[n_decode]`` token ids (-1 unknown).
     use_tokens
         True when every decode row has a token id; agreement then compares
         tokens, otherwise the full per-layer expert sets (basis ``"routes"``).
     first, length
-        ``int64[n_requests]``: first decode row and decode length per request.
+        ``int64[n_requests]``: first row in ``experts`` and decode length per request.
     """
 
     experts: np.ndarray
@@ -58,11 +60,12 @@ class DecodeView:
 
 def decode_view(trace: RoutingTrace) -> DecodeView:
     """The decode view of ``trace`` (requests without decode tokens get length 0)."""
-    lengths, first = decode_rows(trace)
-    dec = trace.phase == DECODE
-    use_tokens = bool((trace.token_id[dec] >= 0).all())
-    return DecodeView(np.sort(trace.experts, axis=2), trace.token_id.astype(np.int64), use_tokens,
-                      np.maximum(first, 0).astype(np.int64), lengths.astype(np.int64), trace.n_experts)
+    lengths, _ = decode_rows(trace)
+    dec = np.flatnonzero(trace.phase == DECODE)   # grouped by request in request order (decode_rows)
+    tokens = trace.token_id[dec].astype(np.int64)
+    first = np.r_[0, np.cumsum(lengths)[:-1]].astype(np.int64)
+    return DecodeView(np.sort(trace.experts[dec], axis=2), tokens, bool((tokens >= 0).all()), first,
+                      lengths.astype(np.int64), trace.n_experts)
 
 
 @dataclass(frozen=True)
