@@ -373,3 +373,15 @@ def test_a_single_request_category_does_not_void_every_decay_measurement():
     assert res.cohort_size == 4
     assert all(x is not None for x in by["A"].band_reduction + by["B"].band_reduction)
     assert by["A"].band_reduction[0] > 0.2 and by["lone"].band_reduction == (None, None)
+
+
+def test_cli_audit_category_draws_and_alpha():
+    model = EXAMPLE.parent / "example_model_trace"
+    res = CliRunner().invoke(main, ["audit", str(model), "--category-draws", "3", "--alpha", "0.1",
+                                    "--reference-draws", "3", "--json"])
+    assert res.exit_code == 0, res.output
+    loc = json.loads(res.output)["locality"]
+    assert loc["per_draw"] == 4 and loc["config"]["alpha"] == 0.1      # 14 per category // 3 draws
+    assert all(len(c["miss_fractions"]) == 3 and c["df"] == 4 for c in loc["categories"])
+    assert all((c["verdict"] == "not distinguishable from zero") == (c["p_value"] >= 0.1)
+               for c in loc["categories"])

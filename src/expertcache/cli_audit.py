@@ -55,6 +55,10 @@ def _num(x: float | None) -> str:
 @click.option("--rho", type=float, default=0.4, show_default=True, help="Residency fraction of the locality replays.")
 @click.option("--per-draw", type=int, default=None, help="Requests per locality draw (default: min(12, smallest/2)).")
 @click.option("--reference-draws", type=int, default=7, show_default=True, help="Size-matched mixed draws.")
+@click.option("--category-draws", type=int, default=2, show_default=True,
+              help="Disjoint homogeneous draws per category.")
+@click.option("--alpha", type=float, default=0.05, show_default=True,
+              help="Two-sided level of the locality verdict's t test.")
 @click.option("--control", "control_positions", type=int, default=0, show_default=True,
               help="Also run the synthetic positive control copying this many positions (0: off).")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -64,7 +68,8 @@ def _num(x: float | None) -> str:
 @_guard
 def audit(path: str, labels: str | None, prompts: str | None, bands: str, cohort_size: int, low_agreement: float,
           prefix_agreement: float, decay_margin: float, max_pairs: int, locality: bool, batch: int, offsets: str,
-          policy: str, rho: float, per_draw: int | None, reference_draws: int, control_positions: int, seed: int,
+          policy: str, rho: float, per_draw: int | None, reference_draws: int, category_draws: int, alpha: float,
+          control_positions: int, seed: int,
           out: str | None, overwrite: bool, as_json: bool) -> None:
     """Audit PATH for workload contamination (§5, B1-B8).
 
@@ -85,7 +90,8 @@ def audit(path: str, labels: str | None, prompts: str | None, bands: str, cohort
                                  seed=seed)
     offs = ArrivalOffsets.parse(offsets, seed=seed)
     loc_cfg = LocalityConfig(batch=batch, offsets=offs, policy=policy, rho=rho, per_draw=per_draw,
-                             n_reference_draws=reference_draws, seed=seed) if locality else None
+                             n_reference_draws=reference_draws, n_category_draws=category_draws, alpha=alpha,
+                             seed=seed) if locality else None
     if control_positions < 0:
         raise click.BadParameter(f"must be >= 0; got {control_positions}", param_hint="--control")
     result = run_audit(path, labels, prompts, route_cfg, loc_cfg, offs, control_positions)
