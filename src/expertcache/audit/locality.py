@@ -224,7 +224,7 @@ def student_t_sf(t: float, df: int) -> float:
     """``P(T >= t)`` for Student's t with ``df`` degrees of freedom.
 
     >>> round(student_t_sf(2.0, 7), 6), student_t_sf(0.0, 3)
-    (0.042818, 0.5)
+    (0.04281, 0.5)
     """
     if math.isinf(t):
         return 0.0 if t > 0 else 1.0
