@@ -385,3 +385,16 @@ def test_cli_audit_category_draws_and_alpha():
     assert all(len(c["miss_fractions"]) == 3 and c["df"] == 4 for c in loc["categories"])
     assert all((c["verdict"] == "not distinguishable from zero") == (c["p_value"] >= 0.1)
                for c in loc["categories"])
+
+
+def test_cli_audit_without_the_fixed_arm_skips_matched_pairs(tmp_path):
+    model = EXAMPLE.parent / "example_model_trace"
+    tr = read_trace(model)
+    cats = tr.provenance["categories"]
+    lab = tmp_path / "labels.csv"   # a probe set's labels whose fixed arm was not collected
+    lab.write_text("request_id,category,arm,source_id\n" + "".join(
+        f"{r},{cats[r]},diverse,s{i}\n" for i, r in enumerate(tr.request_ids)) + "gone-fixed,code,fixed,s0\n")
+    res = CliRunner().invoke(main, ["audit", str(model), "--labels", str(lab), "--no-locality", "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert "matched" not in data and "fixed arm" in data["matched_note"] and data["route"]["n_requests"] == 56

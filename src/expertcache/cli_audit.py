@@ -137,8 +137,11 @@ def run_audit(path: str, labels: str | None, prompts: str | None, route_cfg, loc
     exclude = arms.fixed_mask(trace) if arms else None
     route = route_audit(trace, labels, route_cfg, exclude)
     result["route"] = route.to_dict()
-    if arms:
+    if arms and exclude.any():
         result["matched"] = matched_attribution(trace, labels, arms, route_cfg, loc_cfg).to_dict()
+    elif arms:
+        result["matched_note"] = ("the labels carry arms but no request of the trace is in the fixed arm: "
+                                  "matched-pair attribution (B8) skipped; collect the probe set's fixed arm too")
     if loc_cfg is not None:
         with _progress() as bar:
             task = bar.add_task("locality", total=None)
@@ -225,6 +228,8 @@ def _print(result: dict[str, Any]) -> None:
         if matched["miss_fraction_fixed"] is not None:
             console.print(f"end-to-end m of the matched streams: fixed arm {matched['miss_fraction_fixed']:.2%}, "
                           f"diverse arm {matched['miss_fraction_diverse']:.2%} (not a template-echo measure, §5.5)")
+    if result.get("matched_note"):
+        console.print(result["matched_note"])
     loc = result.get("locality")
     if loc:
         table = Table(title=f"workload locality vs size-matched reference (§5.7): reference m "
