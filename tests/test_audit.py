@@ -398,3 +398,14 @@ def test_cli_audit_without_the_fixed_arm_skips_matched_pairs(tmp_path):
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert "matched" not in data and "fixed arm" in data["matched_note"] and data["route"]["n_requests"] == 56
+
+
+def test_cli_audit_says_why_a_directory_is_not_a_trace(tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "manifest.json").write_text("{garbage")
+    res = CliRunner().invoke(main, ["audit", str(bad)])
+    assert res.exit_code == 2 and "not valid JSON" in res.output and "probes.jsonl" not in res.output
+    (bad / "manifest.json").write_text('{"kind": "event_stream"}')
+    res = CliRunner().invoke(main, ["audit", str(bad)])
+    assert res.exit_code == 2 and "expected a routing trace directory" in res.output

@@ -13,13 +13,18 @@ from .cli import _console, _guard, _progress, _require_new
 
 
 def _is_trace(path: str) -> bool:
+    """A directory with a manifest and no ``probes.jsonl`` is read as a trace (so a bad one says why)."""
+    from .probes.builder import PROBES_FILE
+
     manifest = Path(path) / "manifest.json"
     if not manifest.is_file():
         return False
     try:
-        return json.loads(manifest.read_text()).get("kind") == "routing_trace"
+        if json.loads(manifest.read_text()).get("kind") == "routing_trace":
+            return True
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-        return False
+        pass
+    return not (Path(path) / PROBES_FILE).is_file()
 
 
 def _pct(x: float | None) -> str:
