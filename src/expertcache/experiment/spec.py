@@ -183,8 +183,8 @@ class Condition:
     lfu_in_cache_counters: bool
 
     def params(self) -> dict[str, Any]:
-        """The fields as a plain dict."""
-        return asdict(self)
+        """The fields as a plain dict (every value is a scalar; no deep copy needed)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @property
     def condition_id(self) -> str:

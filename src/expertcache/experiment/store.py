@@ -137,17 +137,8 @@ class ResultStore:
             return None
         name = f"part-{time.time_ns():020d}-{os.getpid()}.parquet"
         final = self.path / _PARTS / name
-        fd, tmp = tempfile.mkstemp(prefix=".part-", suffix=".tmp", dir=self.path / _PARTS)
-        os.close(fd)
-        try:
+        with _atomic_file(final) as tmp:
             pq.write_table(rows_to_table(rows), tmp, compression="zstd")
-            with open(tmp, "rb") as fh:
-                os.fsync(fh.fileno())
-            os.replace(tmp, final)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
         return final
 
     def _sources(self) -> list[Path]:
@@ -196,15 +187,8 @@ class ResultStore:
         idx = sorted(range(t.num_rows), key=lambda i: (order[pairs[i]], rank.get(metrics[i], len(rank)),
                                                        metrics[i]))
         t = t.take(pa.array(idx, pa.int64()))
-        fd, tmp = tempfile.mkstemp(prefix=".results-", suffix=".tmp", dir=self.path)
-        os.close(fd)
-        try:
+        with _atomic_file(self.path / RESULTS_FILE) as tmp:
             pq.write_table(t, tmp, compression="zstd")
-            os.replace(tmp, self.path / RESULTS_FILE)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
         for part in self.part_files():
             with contextlib.suppress(OSError):
                 part.unlink()
@@ -214,7 +198,7 @@ class ResultStore:
     def clean_temporaries(self) -> int:
         """Remove chunk temporaries left by a killed run (they were never renamed into place)."""
         n = 0
-        for tmp in list((self.path / _PARTS).glob(".part-*.tmp")) + list(self.path.glob(".results-*.tmp")):
+        for tmp in list((self.path / _PARTS).glob(".part-*.tmp")) + list(self.path.glob(".*.tmp")):
             with contextlib.suppress(OSError):
                 tmp.unlink()
                 n += 1
@@ -274,16 +258,28 @@ def _read(path: Path, columns: list[str] | None = None) -> pa.Table:
                               "run`", source=str(path)) from None
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
+@contextlib.contextmanager
+def _atomic_file(path: Path) -> Iterator[str]:
+    """Yield a hidden temporary file next to ``path``; on success it is synced and renamed onto ``path``.
+
+    A failure (or a kill) leaves ``path`` as it was; :meth:`ResultStore.clean_temporaries` removes leftovers.
+    """
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+        yield tmp
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    with _atomic_file(path) as tmp, open(tmp, "wb") as fh:
+        fh.write(data)
 
 
 def read_results(path: str | os.PathLike[str]) -> pa.Table:
