@@ -404,6 +404,9 @@ def test_example_specs_expand():
     assert len(expand(load_spec(root / "example.toml"))) == 2 * 2 * 3 * 5 * 3
     frozen = expand(load_spec(root / "frozen13.toml"))
     assert len(frozen) == 13 * 5 and len({p.condition.selection for p in frozen}) == 13
+    transition = expand(load_spec(root / "transition.toml"))
+    assert len(transition) == 12 * 2 * 2 * 2 * 5                  # 4 x 4 pools less the 4 self-pairs
+    assert all(p.condition.warm not in (None, p.condition.selection) for p in transition)
 
 
 def test_sigterm_stops_a_cli_run_gracefully(traces, reference, tmp_path):
