@@ -409,3 +409,25 @@ def test_cli_audit_says_why_a_directory_is_not_a_trace(tmp_path):
     (bad / "manifest.json").write_text('{"kind": "event_stream"}')
     res = CliRunner().invoke(main, ["audit", str(bad)])
     assert res.exit_code == 2 and "expected a routing trace directory" in res.output
+
+
+def test_reference_draws_are_mixed_throughout(monkeypatch):
+    # categories are listed in blocks (as a probe set writes them); a reference draw streamed in input
+    # order would admit one category's requests together
+    import expertcache.audit.locality as loc
+
+    seen = []
+    real = loc.stream_miss
+
+    def spy(trace, requests, config, note):
+        seen.append((note, [trace.request_ids[int(i)][0] for i in requests]))
+        return real(trace, requests, config, note)
+
+    monkeypatch.setattr(loc, "stream_miss", spy)
+    tr, labels = make_trace({"a": False, "b": False, "c": False}, R=12, T=6)
+    workload_locality(tr, labels, LocalityConfig(batch=3, per_draw=6, n_reference_draws=3))
+    refs = [cats for note, cats in seen if "reference" in note]
+    assert len(refs) == 3
+    for cats in refs:
+        assert sorted(cats) == ["a", "a", "b", "b", "c", "c"]
+        assert len(set(cats[:3])) == 3 and len(set(cats[3:])) == 3      # every batch of 3 holds all three

@@ -30,8 +30,11 @@ the null (homogeneous draws behave like mixed draws of the same size) is
 of sample spreads is not: ``(mean_ref - mean_cat) / sqrt(sd_ref² + sd_cat²) >= 2``
 called a null category "separated" 0.8% of the time with 7 and 2 draws and
 17% with 2 and 1. It is a test over draws of this trace's requests, not a
-population confidence statement. Every stream is built
-from its requests in input order.
+population confidence statement. A homogeneous draw is streamed in input
+order; a reference draw interleaves its categories (one request of each in
+turn, in a seeded order), so it is mixed throughout however the trace's
+requests are ordered (a probe set lists its categories in blocks, and a draw
+streamed in input order would run part-homogeneous at each end).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from ..errors import ValidationError
 from ..events import ArrivalOffsets, build_events
 from ..labels import request_categories
 from ..trace import RoutingTrace, select_requests
+from .bands import round_robin
 
 __all__ = ["LocalityConfig", "CategoryLocality", "LocalityResult", "workload_locality", "stream_miss", "VERDICTS",
            "DrawComparison", "compare_draws", "student_t_sf"]
@@ -261,10 +265,10 @@ def compare_draws(reference: list[float] | tuple[float, ...], category: list[flo
 
 
 def stream_miss(trace: RoutingTrace, requests: np.ndarray, config: LocalityConfig, note: str) -> float:
-    """Effective miss fraction of the stream of ``requests`` (input order) under ``config``'s schedule and replay."""
+    """Effective miss fraction of the stream of ``requests`` (arriving in the given order) under ``config``."""
     from ..replay import replay
 
-    sub = select_requests(trace, np.sort(requests), note=note)
+    sub = select_requests(trace, requests, note=note)
     return replay(build_events(sub, config.batch, config.offsets), config.replay_config()).miss_fraction
 
 
@@ -311,8 +315,9 @@ def workload_locality(trace: RoutingTrace, labels: dict[str, str] | str | os.Pat
     for d in range(config.n_reference_draws):
         alloc = np.full(len(cats), per // len(cats))
         alloc[rng.permutation(len(cats))[: per % len(cats)]] += 1
-        draw = np.concatenate([rng.choice(members[c], size=min(int(a), members[c].size), replace=False)
-                               for c, a in zip(cats, alloc, strict=True)])
+        picks = [rng.choice(members[c], size=min(int(a), members[c].size), replace=False)
+                 for c, a in zip(cats, alloc, strict=True)]
+        draw = round_robin([picks[int(i)] for i in rng.permutation(len(cats))])
         ref.append(stream_miss(trace, draw, config, f"locality reference draw {d}"))
         done += 1
         if progress:
@@ -324,7 +329,7 @@ def workload_locality(trace: RoutingTrace, labels: dict[str, str] | str | os.Pat
         order = members[c][rng.permutation(members[c].size)]
         ms = []
         for d in range(nd):
-            ms.append(stream_miss(trace, order[d * per:(d + 1) * per], config, f"locality {c} draw {d}"))
+            ms.append(stream_miss(trace, np.sort(order[d * per:(d + 1) * per]), config, f"locality {c} draw {d}"))
             done += 1
             if progress:
                 progress(done, total)

@@ -33,7 +33,7 @@ from ..errors import ValidationError
 from ..jsonl import iter_records
 from ..labels import request_categories
 from ..trace import RoutingTrace
-from .bands import band_reductions
+from .bands import band_reductions, round_robin
 from .locality import LocalityConfig, stream_miss
 from .routes import RouteAuditConfig
 from .view import decode_view
@@ -164,7 +164,7 @@ def matched_attribution(trace: RoutingTrace, labels: dict[str, str] | str | os.P
                                tuple(_opt(x) for x in rd[j]), tuple(_opt(x) for x in diff)))
     m_fixed = m_diverse = None
     if replay is not None:
-        m_fixed = stream_miss(trace, np.concatenate(fixed_orders), replay, "matched pairs: fixed arm")
-        m_diverse = stream_miss(trace, np.concatenate(diverse_orders), replay, "matched pairs: diverse arm")
+        m_fixed = stream_miss(trace, round_robin(fixed_orders), replay, "matched pairs: fixed arm")
+        m_diverse = stream_miss(trace, round_robin(diverse_orders), replay, "matched pairs: diverse arm")
     return MatchedAttribution(tuple(b.label for b in config.bands), min(size_f, size_d), tuple(rows),
                               m_fixed, m_diverse)
