@@ -367,3 +367,38 @@ def test_expert_map_search_weighs_maps_by_gates():
                               cal, top_m=1, alpha=0.0)
     assert plain.details["maps"] == "multi-hot"
     assert np.flatnonzero(~np.isnan(plain.advice.prefetch_score[1])).tolist() == [2, 3]
+
+
+def test_a_prefill_initialised_stream_counts_decode_only(small, tmp_path):
+    """A stream from `events build --prefill-init` declares its warm-up; compare and `prefetch replay` honour it
+    as `expertcache replay` does (regression: both counted the prefill events and their prompt tokens)."""
+    from expertcache.prefill import prefill_initialised_events
+
+    stream = prefill_initialised_events(small, 1, chunk=2)
+    warm = stream.provenance["warmup_events"]
+    assert warm > 0
+    want = replay(stream, ReplayConfig("lru", capacity=(5,) * small.n_layers, tie_break="id", warmup_events=warm))
+    decode_tokens = int((small.phase == DECODE).sum())
+    rep = compare(stream, CompareConfig(capacity=5, tie_break="id", policies=("lru", "next-true")))
+    lru = rep.rows[0].result
+    assert rep.warmup_events == warm and rep.prefill_init
+    assert (lru.accesses, lru.demand_misses, lru.tokens) == (want.union, want.demand_misses, decode_tokens)
+    stream.save(tmp_path / "s")
+    res = CliRunner().invoke(main, ["prefetch", "replay", str(tmp_path / "s"), "-B", "5", "--tie-break", "id",
+                                    "--json"])
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.output)
+    assert (got["warmup_events"], got["demand_misses"], got["tokens"]) == (warm, want.demand_misses, decode_tokens)
+    cold = CliRunner().invoke(main, ["prefetch", "replay", str(tmp_path / "s"), "-B", "5", "--warmup", "0", "--json"])
+    assert json.loads(cold.output)["tokens"] > decode_tokens
+
+
+def test_compare_and_replay_reject_out_of_range_lists_and_rho(tmp_path):
+    runner = CliRunner()
+    for args in (["--rho", "2"], ["--rho", "-0.5"], ["--policies", ",,"]):
+        res = runner.invoke(main, ["prefetch", "compare", "example", *args])
+        assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+        assert ("rho" in res.output) or ("at least one" in res.output)
+    EventStream.from_lists(1, 4, 1, steps=[0], layers=[0], experts=[[0]], active=[1]).save(tmp_path / "s")
+    res = runner.invoke(main, ["prefetch", "replay", str(tmp_path / "s"), "--priority", ","])
+    assert res.exit_code == 2 and "retention keys" in res.output

@@ -166,8 +166,9 @@ def compare_cmd(source: str, calibration: str | None, rho: float, capacity: int 
     caps = report.capacity_per_layer
     cap = f"{min(caps)}" if min(caps) == max(caps) else f"{min(caps)}-{max(caps)}"
     if report.n_eval_requests is None:
-        where = (f"event stream as built (batch {report.batch if report.batch is not None else 'unknown'}, "
-                 "cold cache, every event counted)")
+        start = (f"its first {report.warmup_events} events (prefill warm-up) replayed, not counted"
+                 if report.warmup_events else "cold cache, every event counted")
+        where = f"event stream as built (batch {report.batch if report.batch is not None else 'unknown'}, {start})"
     else:
         where = (f"batch {report.batch}, prefill-initialised: {report.prefill_init}, features: {report.hidden}; "
                  f"evaluated requests: {report.n_eval_requests}, calibration requests: "
@@ -202,8 +203,9 @@ def _ints(text: str, name: str) -> list[int]:
               help="Comma list of candidate budgets R (0 = no pre-access refinement); one replay each.")
 @click.option("--rho", type=float, default=0.4, show_default=True, help="Residency fraction (per-layer quotas).")
 @click.option("--capacity", "-B", type=int, default=None, help="Experts per layer (CLR's B); overrides --rho.")
-@click.option("--warmup", type=int, default=0, show_default=True,
-              help="Leading events that fill the cache but are not counted (e.g. prefill events).")
+@click.option("--warmup", type=int, default=None,
+              help="Leading events that fill the cache but are not counted (e.g. prefill events) [default: the "
+                   "stream's own warm-up, as written by `expertcache events build --prefill-init`, else 0].")
 @click.option("--lrfu-lambda", type=float, default=0.5, show_default=True, help="LRFU decay lambda.")
 @click.option("--expert-bytes", type=int, default=None, help="Bytes per expert block for Load/token in MB.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Tie ranks.")
@@ -211,7 +213,7 @@ def _ints(text: str, name: str) -> list[int]:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per replay, one per line.")
 @_guard
 def replay_cmd(stream_dir: str, advice_path: str | None, priority: str, budget: str, rho: float,
-               capacity: int | None, warmup: int, lrfu_lambda: float, expert_bytes: int | None, seed: int,
+               capacity: int | None, warmup: int | None, lrfu_lambda: float, expert_bytes: int | None, seed: int,
                tie_break: str, as_json: bool) -> None:
     """Replay STREAM_DIR with pre-access refinement and a retention key, charging every proactive load
     (Hit, AdjHit, Load per token, m). Several budgets replay the same advice (CLR Table 3's R sweep)."""
@@ -220,6 +222,8 @@ def replay_cmd(stream_dir: str, advice_path: str | None, priority: str, budget: 
     from .replay.proactive import ProactiveConfig, replay_proactive
 
     stream = read_events(stream_dir)
+    if warmup is None:
+        warmup = int(stream.provenance.get("warmup_events", 0) or 0)
     advice = None
     if advice_path is not None:
         from .nextuse import load_advice
@@ -227,7 +231,11 @@ def replay_cmd(stream_dir: str, advice_path: str | None, priority: str, budget: 
         advice = load_advice(advice_path)
     caps = None if capacity is None else (int(capacity),) * stream.n_layers
     results = []
-    for prio in (p.strip() for p in priority.split(",") if p.strip()):
+    keys = [p.strip() for p in priority.split(",") if p.strip()]
+    if not keys:
+        raise click.BadParameter(f"expected a comma list of retention keys; got {priority!r}",
+                                 param_hint="--priority")
+    for prio in keys:
         for r in _ints(budget, "--budget"):
             cfg = ProactiveConfig(prio, rho=rho, capacity=caps, prefetch_budget=r, tie_break=tie_break, seed=seed,
                                   warmup_events=warmup, lrfu_lambda=lrfu_lambda, expert_bytes=expert_bytes)

@@ -95,6 +95,12 @@ class CompareConfig:
     policies: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.rho, bool) or not isinstance(self.rho, (int, float)) or math.isnan(self.rho) \
+                or not 0.0 <= self.rho <= 1.0:
+            raise ValidationError(f"rho must be a number in [0, 1]; got {self.rho!r}", field="rho")
+        if self.policies is not None and not self.policies:
+            raise ValidationError(f"policies must name at least one baseline of {', '.join(BASELINES)}",
+                                  field="policies")
         for name in self.policies or ():
             if name not in BASELINES:
                 raise ValidationError(f"unknown baseline {name!r}; choose from {', '.join(BASELINES)}",
@@ -137,7 +143,11 @@ class CompareRow:
 
 @dataclass(frozen=True)
 class CompareReport:
-    """The comparison table and what it was computed on."""
+    """The comparison table and what it was computed on.
+
+    ``warmup_events`` counts the events replayed but not counted: each request's prefill
+    (trace input with ``prefill_init``) or the warm-up a stream's provenance declares.
+    """
 
     rows: tuple[CompareRow, ...]
     config: CompareConfig
@@ -149,12 +159,14 @@ class CompareReport:
     prefill_init: bool
     hidden: str
     batch: int | None = None
+    warmup_events: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "config": asdict(self.config), "n_eval_requests": self.n_eval_requests,
                 "n_calibration_requests": self.n_calibration_requests,
                 "capacity_per_layer": list(self.capacity_per_layer), "budget": self.budget,
                 "prefill_init": self.prefill_init, "hidden": self.hidden, "batch": self.batch,
+                "warmup_events": self.warmup_events,
                 "rows": [r.to_dict() for r in self.rows]}
 
 
@@ -216,8 +228,16 @@ def compare(source: RoutingTrace | EventStream, config: CompareConfig = CompareC
         stream, mask = ctx.stream, ctx.count_mask
         n_eval, n_cal = trace.n_requests, calibration.n_requests
     else:
-        stream, mask, pinit = source, None, False
-        hidden = hidden_calibration = None
+        # a stream built with a prefill warm-up (`events build --prefill-init`) says so in its provenance;
+        # its warm-up events fill the cache but are not counted, as in `expertcache replay`
+        stream, hidden, hidden_calibration = source, None, None
+        warm = int(stream.provenance.get("warmup_events", 0) or 0)
+        if not 0 <= warm <= stream.n_events:
+            raise ValidationError(f"the stream's provenance declares {warm} warm-up events but it holds "
+                                  f"{stream.n_events}; rebuild it with `expertcache events build`",
+                                  field="warmup_events")
+        mask = np.arange(stream.n_events) >= warm if warm else None
+        pinit = warm > 0
     L, N = stream.n_layers, stream.n_experts
     if config.capacity is not None:
         caps = (int(config.capacity),) * L
@@ -261,8 +281,9 @@ def compare(source: RoutingTrace | EventStream, config: CompareConfig = CompareC
         if progress is not None:
             progress(len(names))
     batch = config.batch if ctx is not None else stream.provenance.get("batch")
+    n_warm = 0 if mask is None else int((~mask).sum())
     return CompareReport(tuple(rows), config, label, n_eval, n_cal, caps, budget, bool(pinit), hidden_kind,
-                         batch if isinstance(batch, int) else None)
+                         batch if isinstance(batch, int) else None, n_warm)
 
 
 def plot_compare(report: CompareReport, path) -> Any:
