@@ -402,3 +402,18 @@ def test_compare_and_replay_reject_out_of_range_lists_and_rho(tmp_path):
     EventStream.from_lists(1, 4, 1, steps=[0], layers=[0], experts=[[0]], active=[1]).save(tmp_path / "s")
     res = runner.invoke(main, ["prefetch", "replay", str(tmp_path / "s"), "--priority", ","])
     assert res.exit_code == 2 and "retention keys" in res.output
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_top_m_rows_equals_the_stable_argsort(seed):
+    """FineMoE's best-map selection: the partition-based top m is the stable full sort's first m, ties included."""
+    from expertcache.prefetch.expert_map import top_m_rows
+
+    rng = np.random.default_rng(seed)
+    n, width = 40, int(rng.integers(1, 30))
+    sim = rng.choice(np.array([-1.0, 0.0, 0.25, 0.5, 1.0]), size=(n, width))     # few values: many ties
+    sim[: n // 4] = rng.random((n // 4, width))
+    sim[-1] = 0.5                                                                  # one row all tied
+    for m in range(0, width + 2):
+        want = np.argsort(-sim, axis=1, kind="stable")[:, :m]
+        np.testing.assert_array_equal(top_m_rows(sim, m), want)
