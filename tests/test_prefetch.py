@@ -417,3 +417,18 @@ def test_top_m_rows_equals_the_stable_argsort(seed):
     for m in range(0, width + 2):
         want = np.argsort(-sim, axis=1, kind="stable")[:, :m]
         np.testing.assert_array_equal(top_m_rows(sim, m), want)
+
+
+def test_routing_features_fit_equals_the_dense_normal_equations(small):
+    """The routing-feature predictor is fitted from co-occurrence counts; the dense path (the same multi-hot
+    features passed as 'hidden states') must give the very same maps."""
+    L, N = small.n_layers, small.n_experts
+    dense_features = np.zeros((small.n_tokens, L, N), dtype=np.float32)
+    for layer in range(L):
+        np.put_along_axis(dense_features[:, layer], small.experts[:, layer].astype(np.int64), 1.0, axis=1)
+    counted = fit_lookahead(small, 2)
+    dense = fit_lookahead(small, 2, hidden=dense_features, chunk=7)
+    assert counted.feature == "routing" and dense.feature == "hidden"
+    assert sorted(counted.weights) == sorted(dense.weights) == list(range(2, L))
+    for target in counted.weights:
+        np.testing.assert_allclose(counted.weights[target], dense.weights[target], rtol=1e-5, atol=1e-6)

@@ -63,6 +63,26 @@ def _features(trace: RoutingTrace, hidden: np.ndarray | None, rows: np.ndarray, 
     return multi_hot(trace.experts[rows, layer], trace.n_experts)
 
 
+def _routing_normal_equations(trace: RoutingTrace, src: int, target: int) -> tuple[np.ndarray, np.ndarray]:
+    """``X^T X`` and ``X^T Y`` for X = [multi-hot at ``src``, 1] and Y = multi-hot at ``target``, by counting.
+
+    The entries are co-occurrence counts (expert ids of one token and layer are
+    distinct), so this equals the dense product exactly without building ``X``.
+    """
+    N = trace.n_experts
+    a = trace.experts[:, src].astype(np.int64)                               # [n, k]
+    b = trace.experts[:, target].astype(np.int64)
+    count_a = np.bincount(a.ravel(), minlength=N).astype(np.float64)
+    gram = np.empty((N + 1, N + 1), dtype=np.float64)
+    gram[:N, :N] = np.bincount((a[:, :, None] * N + a[:, None, :]).ravel(), minlength=N * N).reshape(N, N)
+    gram[:N, N] = gram[N, :N] = count_a
+    gram[N, N] = trace.n_tokens
+    xty = np.empty((N + 1, N), dtype=np.float64)
+    xty[:N] = np.bincount((a[:, :, None] * N + b[:, None, :]).ravel(), minlength=N * N).reshape(N, N)
+    xty[N] = np.bincount(b.ravel(), minlength=N)
+    return gram, xty
+
+
 def fit_lookahead(calibration: RoutingTrace, distance: int = 3, hidden: np.ndarray | None = None,
                   ridge: float = 1e-2, chunk: int = 8192) -> LookaheadPredictor:
     """Fit one ridge map per target layer ``l' >= d`` on every calibration row.
@@ -77,6 +97,11 @@ def fit_lookahead(calibration: RoutingTrace, distance: int = 3, hidden: np.ndarr
                               f"got {hidden.shape}", field="hidden")
     weights = {}
     for target in range(distance, L):
+        if hidden is None:
+            gram, xty = _routing_normal_equations(calibration, target - distance, target)
+            pen = ridge * max(float(np.mean(np.diag(gram))), 1e-12)
+            weights[target] = np.linalg.solve(gram + pen * np.eye(gram.shape[0]), xty).astype(np.float32)
+            continue
         # normal equations accumulated over row chunks: memory O(chunk * F + F^2)
         gram = xty = None
         for lo in range(0, calibration.n_tokens, chunk):
