@@ -264,17 +264,18 @@ def read_trace(directory: str | os.PathLike[str]) -> RoutingTrace:
         gates = None
         if "gates" in table.column_names:
             gates = _fixed_list(table["gates"], k, src, "gates").reshape(n, L, k).astype(np.float32)
-        req_col = table["request_id"].combine_chunks()
+        first_rows = pa.array(np.arange(0, rows, L, dtype=np.int64))    # one row per token, not per (token, layer)
+        req_col = table["request_id"].take(first_rows).combine_chunks()
         if pa.types.is_dictionary(req_col.type):
             req_col = req_col.cast(pa.string())
-        req_strings = req_col.to_pylist()[::L]
+        req_strings = req_col.to_pylist()
         request_ids = tuple(dict.fromkeys(req_strings))
         lookup = {r: i for i, r in enumerate(request_ids)}
         request = np.fromiter((lookup[r] for r in req_strings), dtype=np.int32, count=n)
-        phase_col = table["phase"].combine_chunks()
+        phase_col = table["phase"].take(first_rows).combine_chunks()
         if pa.types.is_dictionary(phase_col.type):
             phase_col = phase_col.cast(pa.string())
-        phase_names = phase_col.to_pylist()[::L]
+        phase_names = phase_col.to_pylist()
         bad = [i for i, p in enumerate(phase_names) if p not in PHASES]
         if bad:
             raise ValidationError(f"phase must be 'prefill' or 'decode'; got {phase_names[bad[0]]!r}",
