@@ -32,11 +32,12 @@ __all__ = ["request_eams", "activation_aware"]
 
 def request_eams(trace: RoutingTrace) -> np.ndarray:
     """``float32[n_requests, L, N]``: activations per layer and expert of each request (all phases)."""
-    L, N = trace.n_layers, trace.n_experts
-    out = np.zeros((trace.n_requests, L * N), dtype=np.float64)
-    blocks = (np.arange(L, dtype=np.int64)[None, :, None] * N + trace.experts.astype(np.int64))
-    np.add.at(out, (np.broadcast_to(trace.request[:, None, None], blocks.shape), blocks), 1.0)
-    return out.reshape(trace.n_requests, L, N).astype(np.float32)
+    L, N, R = trace.n_layers, trace.n_experts, trace.n_requests
+    out = np.zeros((R, L, N), dtype=np.float32)
+    req = trace.request.astype(np.int64)[:, None] * N
+    for layer in range(L):                                # counts per layer: no [n_tokens, L, k] index array
+        out[:, layer] = np.bincount((req + trace.experts[:, layer]).ravel(), minlength=R * N).reshape(R, N)
+    return out
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -56,27 +57,28 @@ def activation_aware(ctx: AdviceContext, calibration: RoutingTrace, store_size: 
     store = request_eams(calibration)[:store_size]
     ratio = store / np.maximum(store.sum(axis=2, keepdims=True), 1.0)        # per-layer activation ratio
     store_unit = _unit(store.reshape(store.shape[0], L * N))
-    prio = ctx.empty()
-    pf = ctx.empty() if prefetch else None
+    best = np.full(ctx.n_exec, -1, dtype=np.int64)                          # matched store entry per token
     pre_rows = trace.phase == PREFILL
+    layer_base = np.arange(L, dtype=np.int64)[:, None] * N
     for r in np.unique(ctx.exec_request):
         x = np.flatnonzero(ctx.exec_request == r)
         x = x[np.argsort(ctx.exec_row[x])]                                   # the request's tokens in order
-        base = np.zeros(L * N, dtype=np.float32)
         p_rows = np.flatnonzero(pre_rows & (trace.request == r))
-        if p_rows.size:
-            base += multi_hot(trace.experts[p_rows].reshape(-1, trace.top_k), N).reshape(p_rows.size, L * N).sum(0)
+        base = np.bincount((layer_base + trace.experts[p_rows]).ravel(), minlength=L * N).astype(np.float32)
         hot = multi_hot(trace.experts[ctx.exec_row[x]].reshape(-1, trace.top_k), N).reshape(x.size, L * N)
         partial = base[None, :] + np.cumsum(hot, axis=0) - hot               # activations before each token
         sims = _unit(partial) @ store_unit.T                                 # cosine, [n_tok, n_store]
-        best = np.argmax(sims, axis=1)                                       # ties: the first stored request
         known = np.linalg.norm(partial, axis=1) > 0
-        pred = np.where(known[:, None, None], ratio[best], np.nan).astype(np.float32)   # [n_tok, L, N]
-        for layer in range(L):
-            ctx.scatter(prio, layer, pred[:, layer, :], rows=x)
-            if pf is not None:
-                ctx.scatter(pf, layer, pred[:, layer, :], rows=x)
-    if pf is not None:
+        best[x] = np.where(known, np.argmax(sims, axis=1), -1)               # ties: the first stored request
+    # one scatter per layer over every token: the matched row's ratios, summed over the event's requests
+    prio = ctx.empty()
+    for layer in range(L):
+        pred = ratio[np.maximum(best, 0), layer, :]                           # [n_exec, N]
+        pred[best < 0] = np.nan
+        ctx.scatter(prio, layer, pred)
+    pf = None
+    if prefetch:
+        pf = prio.copy()
         pf[pf <= 0] = np.nan                                                 # predicted inactive: no candidate
     adv = ctx.advice(prio, pf, {"producer": "activation-aware (MoE-Infinity style)", "store": int(store.shape[0])})
     return Produced(adv, "advice", prefetch, added_params=0, store_entries=int(store.shape[0]),
