@@ -432,3 +432,25 @@ def test_routing_features_fit_equals_the_dense_normal_equations(small):
     assert sorted(counted.weights) == sorted(dense.weights) == list(range(2, L))
     for target in counted.weights:
         np.testing.assert_allclose(counted.weights[target], dense.weights[target], rtol=1e-5, atol=1e-6)
+
+
+def test_every_producer_fills_the_prefill_warm_up_alike(small):
+    """Prefill events (uncounted) carry priority = member multiplicity and no candidates for every producer, so
+    every row starts its decode from a cache the prefill filled by one rule (regression: te-moe left NaN
+    priorities there, next-true prefetched during the prefill)."""
+    from expertcache.prefetch.comparison import split_trace
+
+    ev, cal, _, _ = split_trace(small)
+    ctx = advice_context(ev, 1, True)
+    s, warm = ctx.stream, np.flatnonzero(~ctx.count_mask)
+    want = np.zeros((warm.size, s.n_experts), dtype=np.float32)
+    for j, i in enumerate(warm):
+        lo, hi = s.offsets[i], s.offsets[i + 1]
+        want[j, s.expert[lo:hi]] = s.multiplicity[lo:hi]
+    produced = [activation_aware(ctx, cal), option_set(s, 2, "past", ctx.count_mask),
+                option_set(s, 2, "future", ctx.count_mask), lookahead(ctx, cal, 2), next_true(s, ctx.count_mask)]
+    for p in produced:
+        if p.advice.priority is not None:
+            np.testing.assert_array_equal(p.advice.priority[warm], want)
+        assert np.all(p.advice.prefetch_score[warm] == -np.inf)
+        assert not np.all(p.advice.prefetch_score[ctx.count_mask] == -np.inf)

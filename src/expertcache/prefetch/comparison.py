@@ -275,7 +275,7 @@ def compare(source: RoutingTrace | EventStream, config: CompareConfig = CompareC
             elif name in ("te-moe", "te-moe-oracle"):
                 p = option_set(stream, config.option_steps, "past" if name == "te-moe" else "future", mask)
             else:
-                p = next_true(stream)
+                p = next_true(stream, mask)
             rows.append(CompareRow(name, b.family, b.description, run(p), p.added_params, p.store_entries,
                                    p.availability, p.note, details=p.details))
         if progress is not None:

@@ -22,7 +22,7 @@ from ..nextuse.advice import Advice
 from ..prefill import prefill_events
 from ..trace import PREFILL, RoutingTrace
 
-__all__ = ["AdviceContext", "advice_context"]
+__all__ = ["AdviceContext", "advice_context", "warmup_advice"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,23 +92,33 @@ class AdviceContext:
         out[touched] = new.astype(np.float32)
 
     def advice(self, priority: np.ndarray | None, prefetch: np.ndarray | None, provenance: dict) -> Advice:
-        """Wrap event arrays as :class:`Advice`, filling the warm-up (prefill) events.
-
-        Prefill rows: priority = member multiplicity (keep what the prefill used),
-        no prefetch candidates (``-inf``), as in the routers' advice.
-        """
-        warm = ~self.count_mask
-        if priority is not None and warm.any():
-            s = self.stream
-            mult = np.zeros((s.n_events, s.n_experts), dtype=np.float32)
-            ev = s.event_of_access
-            mult[ev, s.expert.astype(np.int64)] = s.multiplicity
-            priority = priority.copy()
-            priority[warm] = mult[warm]
-        if prefetch is not None and warm.any():
-            prefetch = prefetch.copy()
-            prefetch[warm] = -np.inf
+        """Wrap event arrays as :class:`Advice`, filling the warm-up (prefill) events (:func:`warmup_advice`)."""
+        priority, prefetch = warmup_advice(self.stream, self.count_mask, priority, prefetch)
         return Advice(priority=priority, prefetch_score=prefetch, provenance=dict(provenance))
+
+
+def warmup_advice(stream: EventStream, count_mask: np.ndarray | None, priority: np.ndarray | None,
+                  prefetch: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The advice rows of the uncounted (prefill) events, the same for every producer; copies when changed.
+
+    Warm-up rows: priority = member multiplicity (keep what the prefill used most),
+    no prefetch candidates (``-inf``), as in the routers' advice. So every
+    baseline starts its decode from a cache the prefill filled by one rule.
+    """
+    if count_mask is None or count_mask.all():
+        return priority, prefetch
+    warm = np.flatnonzero(~count_mask)
+    if priority is not None:
+        ev = stream.event_of_access
+        sel = ~count_mask[ev]
+        rows = np.zeros((warm.size, stream.n_experts), dtype=np.float32)
+        rows[np.searchsorted(warm, ev[sel]), stream.expert[sel].astype(np.int64)] = stream.multiplicity[sel]
+        priority = priority.copy()
+        priority[warm] = rows
+    if prefetch is not None:
+        prefetch = prefetch.copy()
+        prefetch[warm] = -np.inf
+    return priority, prefetch
 
 
 def _take_events(stream: EventStream, idx: np.ndarray):

@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import ValidationError
 from ..events import EventStream
 from ..nextuse.advice import Advice
+from .context import warmup_advice
 from .produced import Produced
 
 __all__ = ["option_set", "next_true"]
@@ -39,7 +40,8 @@ def option_set(stream: EventStream, option_steps: int = 4, source: str = "future
     Options are windows of ``option_steps`` consecutive counted steps. The first
     event of each window at each layer carries the option as ``prefetch_score``
     (use counts, multiplicity-weighted; unused experts are no candidates); every
-    event of the window carries it as retention ``priority``.
+    event of the window carries it as retention ``priority``. Uncounted (warm-up) events carry
+    the rows every producer gives them (:func:`.context.warmup_advice`).
     """
     if isinstance(option_steps, bool) or not isinstance(option_steps, (int, np.integer)) or option_steps < 1:
         raise ValidationError(f"option_steps must be a positive integer; got {option_steps!r}", field="option_steps")
@@ -72,6 +74,7 @@ def option_set(stream: EventStream, option_steps: int = 4, source: str = "future
     cand = row[first].copy()
     cand[cand <= 0] = -np.inf
     pf[start] = cand
+    prio, pf = warmup_advice(stream, count_mask, prio, pf)
     adv = Advice(priority=prio, prefetch_score=pf,
                  provenance={"producer": "option-set persistence (Temporally Extended MoE style)",
                              "option_steps": int(option_steps), "source": source})
@@ -82,10 +85,14 @@ def option_set(stream: EventStream, option_steps: int = 4, source: str = "future
                     details={"option_steps": int(option_steps), "source": source})
 
 
-def next_true(stream: EventStream) -> Produced:
-    """Prefetch exactly the experts of each event before it (an oracle; Hit = 100% when ``R`` and ``c`` allow)."""
+def next_true(stream: EventStream, count_mask: np.ndarray | None = None) -> Produced:
+    """Prefetch exactly the experts of each event before it (an oracle; Hit = 100% when ``R`` and ``c`` allow).
+
+    Uncounted (warm-up) events get no candidates, as for every producer (:func:`.context.warmup_advice`).
+    """
     pf = np.full((stream.n_events, stream.n_experts), np.nan, dtype=np.float32)
     pf[stream.event_of_access, stream.expert.astype(np.int64)] = 1.0
+    _, pf = warmup_advice(stream, count_mask, None, pf)
     adv = Advice(prefetch_score=pf, provenance={"producer": "next-true experts (oracle)"})
     return Produced(adv, "lru", True, availability="none (oracle: the event's own routing)",
                     note="reference: prefetches the true experts of the event")
