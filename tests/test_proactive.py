@@ -235,6 +235,9 @@ def test_prefill_then_decode_initialises_the_cache():
     dec = EventStream.from_lists(1, 4, 1, steps=[0, 1], layers=[0, 0], experts=[[2], [1]], active=[1, 1])
     s, warm = prefill_then_decode(pre, dec)
     assert warm == 2 and s.step.tolist() == [0, 1, 2, 3]
+    assert s.provenance["warmup_events"] == 2      # saved, `expertcache replay` / `prefetch replay` honour it
+    with pytest.raises(ValidationError, match="different shapes"):
+        prefill_then_decode(EventStream.from_lists(1, 5, 1, steps=[0], layers=[0], experts=[[0]], active=[1]), dec)
     r = replay_proactive(s, ProactiveConfig("lru", capacity=(3,), warmup_events=warm))
     assert (r.accesses, r.hits, r.demand_misses, r.tokens, r.logical) == (2, 2, 0, 2, 2)
     cold = replay_proactive(dec, ProactiveConfig("lru", capacity=(3,)))

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ValidationError
-from ..events import EventStream
+from ..events import EventStream, concat_streams
 from .engine import TIE_BREAKS, _tie_ranks, capacities_for_rho
 
 __all__ = ["PRIORITIES", "ProactiveConfig", "ProactiveLayerCounts", "ProactiveResult", "replay_proactive",
@@ -319,23 +319,9 @@ def prefill_then_decode(prefill: EventStream, decode: EventStream) -> tuple[Even
 
     Replay it with ``warmup_events`` set to the returned count: the decode phase
     starts from the cache the prefill left (CLR §4.1: "decode is initialized with
-    the prefill cache"). Decode steps are shifted past the last prefill step.
+    the prefill cache"). Decode steps are shifted past the last prefill step
+    (:func:`expertcache.events.concat_streams`).
     """
-    if (prefill.n_layers, prefill.n_experts, prefill.top_k) != (decode.n_layers, decode.n_experts, decode.top_k):
-        raise ValidationError("prefill and decode streams must have the same L, N, k", field="prefill")
-    shift = int(prefill.step.max()) + 1 - int(decode.step.min()) if prefill.n_events and decode.n_events else 0
-    gm = None
-    if prefill.gate_mass is not None and decode.gate_mass is not None:
-        gm = np.concatenate([prefill.gate_mass, decode.gate_mass])
-    stream = EventStream(
-        decode.n_layers, decode.n_experts, decode.top_k,
-        np.concatenate([prefill.step, decode.step + shift]).astype(np.int64),
-        np.concatenate([prefill.layer, decode.layer]).astype(np.int32),
-        np.concatenate([prefill.active, decode.active]).astype(np.int32),
-        np.concatenate([prefill.logical_per_event, decode.logical_per_event]).astype(np.int64),
-        np.concatenate([prefill.offsets, decode.offsets[1:] + prefill.offsets[-1]]).astype(np.int64),
-        np.concatenate([prefill.expert, decode.expert]).astype(np.int16),
-        np.concatenate([prefill.multiplicity, decode.multiplicity]).astype(np.int32),
-        gm, {"source": "prefill_then_decode", "prefill": prefill.provenance, "decode": decode.provenance},
-    )
+    stream = concat_streams(prefill, decode, {"source": "prefill_then_decode", "prefill": prefill.provenance,
+                                              "decode": decode.provenance, "warmup_events": int(prefill.n_events)})
     return stream, prefill.n_events
