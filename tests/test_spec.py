@@ -659,3 +659,29 @@ def test_a_format_1_table_is_read_with_null_warm_fields(traces, tmp_path):
     pq.write_table(t, tmp_path / "old.parquet")
     back = read_results(tmp_path / "old.parquet")
     assert back["warm"].null_count == back.num_rows and back["value"].equals(t["value"])
+
+
+def test_traces_with_prefill_rows_give_the_decode_schedules_of_the_full_trace(tmp_path):
+    """Workers keep decode rows only; every discipline must give the events of the full trace."""
+    tr = synthesize_trace(SynthConfig(n_layers=2, n_experts=8, top_k=2, n_requests=8, decode_tokens=5,
+                                      prefill_tokens=4, working_set=4, seed=3))
+    assert (tr.phase == 0).sum() > 0
+    tr.save(tmp_path / "p")
+    d = {"inputs": {"p": {"trace": "p"}}, "selections": {"a": {"range": [0, 4]}, "b": {"range": [4, 8]}},
+         "grid": [{"input": "p", "selection": "b", "warm": ["a", None], "order_seed": 2, "batch": 2,
+                   "policy": "lru", "rho": 0.5},
+                  {"input": "p", "discipline": "rotation", "admitted": 4, "batch": 2, "window": 2,
+                   "policy": "lru", "rho": 0.5}]}
+    run_spec(spec_from_dict(d, tmp_path), tmp_path / "s", jobs=1)
+    got = {(r["warm"], r["discipline"]): (r["transferred"], r["logical"], r["warmup_events"])
+           for r in _metrics(read_results(tmp_path / "s")).values()}
+    warm = np.arange(4)[np.random.default_rng([2, 0, 1]).permutation(4)]
+    window = np.arange(4, 8)[np.random.default_rng([2, 0]).permutation(4)]
+    s = build_events(select_requests(tr, np.concatenate([warm, window])), 2)
+    n_warm = int(got[("a", "fcfs")][2])
+    cold = replay(build_events(select_requests(tr, window), 2), ReplayConfig("lru", rho=0.5))
+    rot = replay(rotation_events(tr, RotationConfig(4, 2, 2))[0], ReplayConfig("lru", rho=0.5))
+    warm_r = replay(s, ReplayConfig("lru", rho=0.5, warmup_events=n_warm))
+    assert got == {("a", "fcfs"): (warm_r.transferred, warm_r.logical, n_warm),
+                   (None, "fcfs"): (cold.transferred, cold.logical, 0),
+                   (None, "rotation"): (rot.transferred, rot.logical, 0)}

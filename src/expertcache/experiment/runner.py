@@ -117,26 +117,46 @@ def plan_tasks(pending: Sequence[PlannedCondition], max_conditions: int = 64) ->
 
 
 # ----------------------------------------------------------------------------- worker side
+#: Entries kept per worker: decode-only traces are few and reused by every task; tasks come grouped
+#: by stream (:func:`plan_tasks`), so a few streams suffice (a Qwen3-30B-A3B-sized stream is ~50 MB).
 _CACHE_LIMIT = 16
+_STREAM_LIMIT = 4
 _TRACES: OrderedDict[str, Any] = OrderedDict()
 _STREAMS: OrderedDict[tuple, Any] = OrderedDict()
 
 
-def _cached(cache: OrderedDict, key: Any, make: Callable[[], Any]) -> Any:
+def _cached(cache: OrderedDict, key: Any, make: Callable[[], Any], limit: int = _CACHE_LIMIT) -> Any:
     if key in cache:
         cache.move_to_end(key)
         return cache[key]
     value = make()
     cache[key] = value
-    while len(cache) > _CACHE_LIMIT:
+    while len(cache) > limit:
         cache.popitem(last=False)
     return value
 
 
 def _trace(path: str, manifest_sha256: str):
+    """The trace at ``path``, decode rows only (cached per worker)."""
     from ..trace import read_trace
 
-    return _cached(_TRACES, (path, manifest_sha256), lambda: read_trace(path))
+    return _cached(_TRACES, (path, manifest_sha256), lambda: _decode_only(read_trace(path)))
+
+
+def _decode_only(trace):
+    """``trace`` without its prefill rows: every discipline of a spec schedules decode tokens only
+    (:func:`expertcache.events.build_events`, :func:`expertcache.rotation.rotation_events`), and a
+    trace with prefills of a few thousand tokens per request is mostly prefill rows. Request
+    indices and ids are unchanged, so selections mean the same requests."""
+    from ..trace import DECODE, RoutingTrace
+
+    keep = trace.phase == DECODE
+    if keep.all():
+        return trace
+    return RoutingTrace(trace.n_layers, trace.n_experts, trace.top_k, trace.request_ids, trace.request[keep],
+                        trace.phase[keep], trace.position[keep], trace.experts[keep],
+                        None if trace.gates is None else trace.gates[keep], trace.token_id[keep], trace.provenance,
+                        *(None if a is None else a[keep] for a in (trace.probs, trace.entropy, trace.margin)))
 
 
 def select_indices(trace, selection: str, order_seed: int | None, selections: dict[str, dict],
@@ -307,7 +327,8 @@ def run_task(context: dict[str, Any], task: Task) -> list[tuple[str, tuple[float
 
     ckey = _context_key(context)
     stream_fields = dict(task.stream)
-    built = _cached(_STREAMS, (ckey, task.stream), lambda: build_condition_stream(context, stream_fields))
+    built = _cached(_STREAMS, (ckey, task.stream), lambda: build_condition_stream(context, stream_fields),
+                    _STREAM_LIMIT)
     s, stats = built.stream, built.stats
     out = []
     for curve, members in task.curves:
@@ -318,7 +339,7 @@ def run_task(context: dict[str, Any], task: Task) -> list[tuple[str, tuple[float
         cal = None
         if get_policy(cf["policy"]).needs_calibration:
             cal = _cached(_STREAMS, (ckey, "calibration", task.stream),
-                          lambda: _calibration(context, stream_fields))
+                          lambda: _calibration(context, stream_fields), _STREAM_LIMIT)
         results = replay_curve(s, base, [rho for _, rho in members], cal)
         for (cid, _), r in zip(members, results, strict=True):
             values = [r.transferred, r.demand_misses, r.hits, r.initial_load, r.logical, r.union, r.n_events,
