@@ -431,3 +431,13 @@ def test_reference_draws_are_mixed_throughout(monkeypatch):
     for cats in refs:
         assert sorted(cats) == ["a", "a", "b", "b", "c", "c"]
         assert len(set(cats[:3])) == 3 and len(set(cats[3:])) == 3      # every batch of 3 holds all three
+
+
+def test_decode_view_leaves_the_trace_alone():
+    tr, _ = make_trace({"A": False}, R=3, T=5, prefill=2)
+    before = tr.experts.copy()
+    view = decode_view(tr)
+    assert (tr.experts == before).all()
+    dec = tr.phase == DECODE
+    assert view.experts.shape[0] == int(dec.sum()) and (np.diff(view.experts, axis=2) > 0).all()
+    assert (np.sort(tr.experts[dec], axis=2) == view.experts).all() and view.first.tolist() == [0, 5, 10]

@@ -64,8 +64,9 @@ def decode_view(trace: RoutingTrace) -> DecodeView:
     dec = np.flatnonzero(trace.phase == DECODE)   # grouped by request in request order (decode_rows)
     tokens = trace.token_id[dec].astype(np.int64)
     first = np.r_[0, np.cumsum(lengths)[:-1]].astype(np.int64)
-    return DecodeView(np.sort(trace.experts[dec], axis=2), tokens, bool((tokens >= 0).all()), first,
-                      lengths.astype(np.int64), trace.n_experts)
+    experts = trace.experts[dec]                  # a copy: sorted in place, no second one
+    experts.sort(axis=2)
+    return DecodeView(experts, tokens, bool((tokens >= 0).all()), first, lengths.astype(np.int64), trace.n_experts)
 
 
 @dataclass(frozen=True)
