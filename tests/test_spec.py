@@ -612,6 +612,14 @@ def test_overlapping_warm_and_window_selections_are_refused(traces, tmp_path):
         run_spec(spec_from_dict(d, traces), tmp_path / "s", jobs=1)
 
 
+def test_a_stream_input_with_a_calibration_trace_is_refused_at_load(traces, tmp_path):
+    build_events(read_trace(traces / "a"), 2).save(tmp_path / "s")
+    d = {"inputs": {"s": {"stream": "s", "calibration": str(traces / "b")}},
+         "grid": {"input": "s", "policy": "static", "rho": 0.4}}
+    with pytest.raises(ValueError, match="a stream input needs a calibration stream"):
+        spec_from_dict(d, tmp_path)
+
+
 def test_selections_must_be_tables(traces):
     d = {"inputs": {"a": {"trace": "a"}}, "selections": 3,
          "grid": {"input": "a", "batch": 2, "policy": "lru", "rho": 0.4}}

@@ -318,6 +318,13 @@ def spec_from_dict(data: Mapping[str, Any], base_dir: str | os.PathLike[str] = "
         if "calibration" in tbl:
             cal = _resolve(tbl["calibration"], base, f"inputs.{name}.calibration", source)
             cal_kind = _manifest_kind(cal, source)
+            if cal_kind not in ("trace", "stream"):
+                raise ValidationError(f"{tbl['calibration']} is not a trace or stream directory (manifest kind "
+                                      f"{cal_kind!r})", source=source, field=f"inputs.{name}.calibration")
+            if kind == "stream" and cal_kind == "trace":
+                raise ValidationError("a stream input needs a calibration stream (a trace would need a batch and "
+                                      "offsets to schedule, which a stream input does not have): build one with "
+                                      "`expertcache events build`", source=source, field=f"inputs.{name}.calibration")
         if _manifest_kind(path, source) != kind:
             raise ValidationError(f"{tbl[kind]} is not a {kind} directory", source=source,
                                   field=f"inputs.{name}.{kind}")
