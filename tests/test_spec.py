@@ -597,6 +597,7 @@ def test_warm_transition_ids_and_hashes(traces, tmp_path):
     ({"window_requests": 0}, "window_requests must be a positive integer"),
     ({"window_requests": 7}, "window_requests = 7 exceeds the 6 requests of selection 'q'"),
     ({"offsets": "stagger:x"}, "grid[0]"),
+    ({"warm": "q"}, "every combination pairs a warm selection with itself"),
 ])
 def test_bad_warm_transition_axes(traces, grid, message):
     d = {"inputs": {"a": {"trace": "a"}}, "selections": {"p": {"range": [0, 6]}, "q": {"range": [6, 12]}},

@@ -591,6 +591,9 @@ def expand(spec: ExperimentSpec) -> tuple[PlannedCondition, ...]:
                 "warm": sel_defs.get(cond.warm) if cond.warm else None,
             }
             seen[cid] = PlannedCondition(cond, cid, _digest(basis))
+    if not seen:
+        raise ValidationError("the grid has no conditions: every combination pairs a warm selection with itself "
+                              "(warm and selection must differ)", source=spec.source, field="grid")
     return tuple(seen.values())
 
 
