@@ -410,10 +410,11 @@ def naive_row_scores(hidden, logits, weights, prev, row, l):
     return st(row, l), sm(weights.spatio_w[(l - 1) % L] @ src) + st(p, l)
 
 
+@pytest.mark.parametrize("path", ["scores", "layerwise"])
 @pytest.mark.parametrize("batch", [1, 2])
-def test_advice_sums_per_request_scores_over_the_active_requests(batch):
+def test_advice_sums_per_request_scores_over_the_active_requests(batch, path):
     from expertcache.events import build_events
-    from expertcache.routers.advice import advice_for_trace, router_scores
+    from expertcache.routers.advice import advice_for_trace, router_advice, router_scores
     from expertcache.routers.train import pair_rows
 
     trace, hidden, logits, _ = synthetic_trace(n_requests=3, prefill=2, decode=4)
@@ -425,7 +426,10 @@ def test_advice_sums_per_request_scores_over_the_active_requests(batch):
     h2, lg2 = hidden[keep], logits[keep]
     prev = pair_rows(t2.request, t2.position)
     w = _weights()
-    adv = advice_for_trace(t2, router_scores(h2, lg2, prev, w), batch, stream=build_events(t2, batch))
+    if path == "scores":
+        adv = advice_for_trace(t2, router_scores(h2, lg2, prev, w), batch, stream=build_events(t2, batch))
+    else:
+        adv = router_advice(t2, h2, lg2, w, batch, stream=build_events(t2, batch))
     stream = build_events(t2, batch)
     assert adv.priority.shape == adv.prefetch_score.shape == (stream.n_events, N)
     assert adv.priority.dtype == np.float32
@@ -453,6 +457,78 @@ def test_advice_sums_per_request_scores_over_the_active_requests(batch):
                 assert np.isneginf(adv.prefetch_score[ev]).all()
     if batch == 1:      # request 2's first decode step has no predecessor (no s^T carry-over) at any layer
         assert np.isneginf(adv.prefetch_score).all(axis=1).sum() == L
+
+
+def _layered_trace(n_requests, prefill, decode, n_layers, n_experts, d, seed=0):
+    """A RoutingTrace of any shape with random hidden states and logits (hidden, logits in float16)."""
+    from expertcache.trace import RoutingTrace
+
+    rng = np.random.default_rng(seed)
+    n = n_requests * (prefill + decode)
+    pos = np.tile(np.arange(prefill + decode), n_requests).astype(np.int32)
+    logits = rng.normal(0, 2, (n, n_layers, n_experts)).astype(np.float16)
+    experts = np.argsort(-logits.astype(np.float32), axis=-1)[..., :2].astype(np.int16)
+    trace = RoutingTrace(n_layers, n_experts, 2, tuple(f"r{i}" for i in range(n_requests)),
+                         np.repeat(np.arange(n_requests), prefill + decode).astype(np.int32),
+                         (pos >= prefill).astype(np.int8), pos, experts, None, np.full(n, -1, np.int64), {})
+    return trace, rng.normal(0, 1, (n, n_layers, d)).astype(np.float16), logits
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_layerwise_advice_equals_advice_from_stored_scores(batch):
+    """router_advice (per layer, executed rows only) == advice_for_trace(router_scores(...)), bit for bit,
+    with a prefill warm-up, with arrival offsets, and for the native reference."""
+    from expertcache.events import ArrivalOffsets
+    from expertcache.prefill import prefill_initialised_events
+    from expertcache.routers.advice import advice_for_trace, router_advice, router_scores
+    from expertcache.routers.checkpoint import RouterWeights
+    from expertcache.routers.train import pair_rows
+
+    Lb, Nb, Db = 3, 8, 16
+    trace, hidden, logits = _layered_trace(5, 4, 7, Lb, Nb, Db, seed=5)
+    rng = np.random.default_rng(6)
+    w = RouterWeights(*(rng.normal(0, 0.5, (Lb, Nb, Db)).astype(np.float32) for _ in range(2)),
+                      *(rng.normal(0, 0.1, (Lb, Nb)).astype(np.float32) for _ in range(2)), "softmax", {})
+    offs = ArrivalOffsets.parse("stagger:2")
+    stream = prefill_initialised_events(trace, batch, 2, offsets=offs)
+    sc = router_scores(hidden, logits, pair_rows(trace.request, trace.position), w)
+    for use in ("routers", "native"):
+        a = advice_for_trace(trace, sc, batch, offs, stream=stream, use=use)
+        b = router_advice(trace, hidden, logits, w, batch, offs, stream=stream, use=use)
+        assert a.warmup_events == b.warmup_events > 0
+        assert np.array_equal(a.priority, b.priority)
+        if use == "routers":
+            assert np.array_equal(a.prefetch_score, b.prefetch_score)
+            assert np.isfinite(b.prefetch_score[a.warmup_events:]).all()   # every row has a predecessor
+        else:
+            assert a.prefetch_score is None and b.prefetch_score is None
+        b.to_advice().validate(stream, need=("priority",))
+
+
+def test_layerwise_advice_memory_does_not_grow_with_layers():
+    """Beyond its two float32[n_events, N] outputs, router_advice holds per-layer arrays only:
+    the traced peak stays within outputs + a bound independent of L (stored scores take ~7x the outputs)."""
+    import tracemalloc
+
+    from expertcache.routers.advice import router_advice
+    from expertcache.routers.checkpoint import RouterWeights
+
+    Lb, Nb, Db = 32, 64, 8
+    trace, hidden, logits = _layered_trace(4, 2, 120, Lb, Nb, Db, seed=7)
+    rng = np.random.default_rng(8)
+    w = RouterWeights(*(rng.normal(0, 0.5, (Lb, Nb, Db)).astype(np.float32) for _ in range(2)), None, None,
+                      "softmax", {})
+    tracemalloc.start()
+    try:
+        adv = router_advice(trace, hidden, logits, w, 1)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    outputs = adv.priority.nbytes + adv.prefetch_score.nbytes
+    n_exec = 4 * 120
+    per_layer = n_exec * Nb * 8                     # one float64 (rows, N) array of one layer
+    assert outputs == 2 * n_exec * Lb * Nb * 4
+    assert peak < outputs + 16 * per_layer         # 16 per-layer arrays: a quarter of the outputs here
 
 
 def test_advice_refuses_a_stream_from_another_schedule():

@@ -155,19 +155,29 @@ def train_cmd(model_path: str | None, data_path: str | None, trace_dir: str | No
     _emit_train(res, as_json)
 
 
-def _advice(checkpoint: str, trace_dir: str, batch: int, offsets: str, seed: int, stream: Any, use: str):
+def _advice(checkpoint: str, trace_dir: str, batch: int, offsets: str, seed: int, uses: tuple[str, ...],
+            stream_for: Any = None) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """Load the trace once and compute the advice of each ``use`` ("routers", "native") layer by layer.
+
+    ``stream_for(trace, offsets)`` builds the stream to check the advice against (or returns ``None``).
+    Returns ``(trace, stream, weights, {use: RouterAdvice})``.
+    """
     from .events import ArrivalOffsets
-    from .routers.advice import advice_for_trace, router_scores
+    from .routers.advice import router_advice
     from .routers.checkpoint import load_router_weights
-    from .routers.train import pair_rows
 
     weights = load_router_weights(checkpoint)
     trace, hidden, logits = _trace_arrays(trace_dir)
     offs = ArrivalOffsets.parse(offsets, seed=seed)
-    scores = router_scores(hidden, logits, pair_rows(trace.request, trace.position), weights)
-    adv = advice_for_trace(trace, scores, batch, offs, stream=stream, use=use,
-                           provenance={"checkpoint": checkpoint, "trace": trace_dir})
-    return trace, weights, adv
+    stream = stream_for(trace, offs) if stream_for is not None else None
+    out = {}
+    with _progress() as bar:
+        for use in uses:
+            task = bar.add_task(f"advice ({use})", total=trace.n_layers)
+            out[use] = router_advice(trace, hidden, logits, weights, batch, offs, stream=stream, use=use,
+                                     provenance={"checkpoint": checkpoint, "trace": trace_dir},
+                                     progress=lambda i, n, task=task: bar.update(task, completed=i, total=n))
+    return trace, stream, weights, out
 
 
 @routers.command("export")
@@ -191,12 +201,14 @@ def export_cmd(checkpoint: str, trace_dir: str, batch: int, offsets: str, seed: 
     import os
     import tempfile
 
+    import numpy as np
+
     from .events import read_events
     from .routers.advice import save_router_advice
 
     _require_new(out, overwrite)
     stream = read_events(stream_dir) if stream_dir else None
-    _, _, adv = _advice(checkpoint, trace_dir, batch, offsets, seed, stream, use)
+    adv = _advice(checkpoint, trace_dir, batch, offsets, seed, (use,), lambda *_: stream)[3][use]
     fd, tmp = tempfile.mkstemp(prefix=".advice.", suffix=".npz", dir=os.path.dirname(os.path.abspath(out)))
     os.close(fd)
     try:
@@ -207,7 +219,8 @@ def export_cmd(checkpoint: str, trace_dir: str, batch: int, offsets: str, seed: 
             os.unlink(tmp)
     info = {"out": out, "n_events": int(adv.priority.shape[0]), "n_experts": int(adv.priority.shape[1]),
             "warmup_events": adv.warmup_events,
-            "events_with_prefetch_candidates": int(__import__("numpy").isfinite(adv.prefetch_score).any(1).sum()),
+            "events_with_prefetch_candidates": 0 if adv.prefetch_score is None else
+            int(np.isfinite(adv.prefetch_score).any(1).sum()),
             **adv.provenance}
     if as_json:
         click.echo(json.dumps(info, sort_keys=True))
@@ -273,18 +286,19 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
 
     if tasks_path and not model_path:
         _fail("--tasks needs --model")
-    trace = __import__("expertcache.trace", fromlist=["read_trace"]).read_trace(trace_dir)
-    offs = ArrivalOffsets.parse(offsets, seed=seed)
-    if prefill_init:
-        from .prefill import prefill_initialised_events
+    def stream_for(trace: Any, offs: Any) -> Any:
+        if prefill_init:
+            from .prefill import prefill_initialised_events
 
-        stream = prefill_initialised_events(trace, batch, prefill_chunk, "chunk-major", offs)
-    else:
-        stream = build_events(trace, batch, offs)
+            return prefill_initialised_events(trace, batch, prefill_chunk, "chunk-major", offs)
+        return build_events(trace, batch, offs)
+
+    trace, stream, weights, advs = _advice(checkpoint, trace_dir, batch, offsets, seed,
+                                           ("routers", "native") if reference else ("routers",), stream_for)
+    adv, native = advs["routers"], advs.get("native")
+    offs = ArrivalOffsets.parse(offsets, seed=seed)
     if expert_bytes is None and isinstance(trace.provenance.get("expert_block_bytes"), int):
         expert_bytes = int(trace.provenance["expert_block_bytes"])
-    _, weights, adv = _advice(checkpoint, trace_dir, batch, offsets, seed, stream, "routers")
-    native = _advice(checkpoint, trace_dir, batch, offsets, seed, stream, "native")[2] if reference else None
     L, N, d = weights.temporal_w.shape
     per = N * d + (N if weights.temporal_b is not None else 0)
     acc: dict[str, float] = {}

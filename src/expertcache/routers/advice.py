@@ -22,6 +22,13 @@ requests without a score are left out; an event where none has one gets
 ``warmup`` prefill events that replay fills the cache with but does not count;
 their ``priority`` row is the member multiplicity (keep what the prefill used)
 and their ``prefetch_score`` is ``-inf``.
+
+**Memory.** :func:`router_advice` works one layer at a time and only on the
+rows the schedule executes (plus each one's predecessor), writing straight
+into the two ``float32[n_events, N]`` outputs; beyond them it holds a few
+``(rows, N)`` arrays of one layer. :func:`router_scores` keeps every row of
+every layer (three ``float32[n_tokens, L, N]`` arrays, ~2.2 GB for a
+Qwen3-30B-A3B trace of 30k tokens): for inspecting small traces only.
 """
 
 from __future__ import annotations
@@ -36,12 +43,16 @@ from ..events import ArrivalOffsets, EventStream, decode_rows, fcfs_schedule
 from ..trace import RoutingTrace
 from .checkpoint import RouterWeights
 
-__all__ = ["RouterScores", "router_scores", "RouterAdvice", "advice_for_trace", "save_router_advice"]
+__all__ = ["RouterScores", "router_scores", "RouterAdvice", "router_advice", "advice_for_trace",
+           "save_router_advice"]
+
+#: Rows per matrix product (bounds the float64 copy of the hidden states: 64 MiB at d = 2048).
+CHUNK_ROWS = 4096
 
 
 @dataclass(frozen=True)
 class RouterScores:
-    """Per-row scores over experts.
+    """Per-row scores over experts (every row of every layer: for small traces; see :func:`router_advice`).
 
     Attributes
     ----------
@@ -66,16 +77,65 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 
 
 def native_probs(logits: np.ndarray, kind: str) -> np.ndarray:
-    """``p^R`` in float32 from logits (softmax, or normalised sigmoid for DeepSeek-V3)."""
-    x = logits.astype(np.float32)
+    """``p^R`` from logits (softmax, or normalised sigmoid for DeepSeek-V3), computed in float64."""
+    x = logits.astype(np.float64)
     if kind == "sigmoid":
         s = 1.0 / (1.0 + np.exp(-x))
         return s / s.sum(axis=-1, keepdims=True)
     return _softmax(x)
 
 
+def _router_probs(hidden: np.ndarray, rows: np.ndarray, layer: int, w: np.ndarray, b: np.ndarray | None,
+                  chunk: int = CHUNK_ROWS) -> np.ndarray:
+    """``float64[len(rows), N]``: ``softmax(h(r, layer) W^T + b)``, ``chunk`` rows at a time."""
+    w64 = w.astype(np.float64).T
+    out = np.empty((rows.shape[0], w.shape[0]), dtype=np.float64)
+    for lo in range(0, rows.shape[0], chunk):
+        z = hidden[rows[lo:lo + chunk], layer].astype(np.float64) @ w64
+        if b is not None:
+            z += b
+        out[lo:lo + z.shape[0]] = _softmax(z)
+    return out
+
+
+def _check_arrays(hidden: np.ndarray, logits: np.ndarray, weights: RouterWeights) -> None:
+    L, N = weights.n_layers, weights.n_experts
+    if (hidden.ndim != 3 or logits.shape != (hidden.shape[0], L, N)
+            or weights.temporal_w.shape != (L, N, hidden.shape[2])):
+        raise ValidationError(f"shapes disagree: hidden {hidden.shape}, logits {logits.shape}, routers "
+                              f"{weights.temporal_w.shape} (expected (n, L, d), (n, L, N), (L, N, d))")
+
+
+def _layer_scores(hidden: np.ndarray, logits: np.ndarray, weights: RouterWeights, l: int, rows: np.ndarray,
+                  prev: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(p^R, s^T, s^ST)`` of ``rows`` at layer ``l``, each ``float32[len(rows), N]``.
+
+    ``prev[i]`` is the predecessor row of ``rows[i]`` (-1: none, ``s^ST`` NaN). Every
+    score is computed in float64 and rounded to float32 once, so a row's scores do
+    not depend on which other rows are scored with it (BLAS blocking changes float32
+    products in the last bit; advice from any subset or schedule agrees exactly).
+    """
+    L = weights.n_layers
+    ok = prev >= 0
+    need, inv = np.unique(np.concatenate([rows, prev[ok]]), return_inverse=True)
+    at_row, at_prev = inv[:rows.shape[0]], inv[rows.shape[0]:]
+    nat = native_probs(logits[need, l], weights.kind)
+    ret = nat + _router_probs(hidden, need, l, weights.temporal_w[l],
+                              None if weights.temporal_b is None else weights.temporal_b[l])
+    # p^S of the causal predecessor rho: (t, l-1), or (t-1, L-1) for l = 0
+    src_rows, src = (prev[ok], L - 1) if l == 0 else (rows[ok], l - 1)
+    ps = _router_probs(hidden, src_rows, src, weights.spatio_w[src],
+                       None if weights.spatio_b is None else weights.spatio_b[src])
+    pre = np.full((rows.shape[0], nat.shape[1]), np.nan, dtype=np.float32)
+    pre[ok] = ps + ret[at_prev]
+    return nat[at_row].astype(np.float32), ret[at_row].astype(np.float32), pre
+
+
 def router_scores(hidden: np.ndarray, logits: np.ndarray, prev: np.ndarray, weights: RouterWeights) -> RouterScores:
     """Retention and pre-access scores of every row of a trace (see the module docstring).
+
+    Holds three ``float32[n, L, N]`` arrays: for inspecting small traces. For
+    advice on a stream use :func:`router_advice`, which needs a fraction of the memory.
 
     Parameters
     ----------
@@ -86,31 +146,15 @@ def router_scores(hidden: np.ndarray, logits: np.ndarray, prev: np.ndarray, weig
     weights
         Trained routers (:func:`~.checkpoint.load_router_weights`).
     """
-    n, L, d = hidden.shape
+    _check_arrays(hidden, logits, weights)
+    n, L, _ = hidden.shape
     N = weights.n_experts
-    if logits.shape != (n, L, N) or weights.temporal_w.shape != (L, N, d):
-        raise ValidationError(f"shapes disagree: hidden {hidden.shape}, logits {logits.shape}, routers "
-                              f"{weights.temporal_w.shape} (expected (n, L, d), (n, L, N), (L, N, d))")
-    native = np.empty((n, L, N), dtype=np.float32)
-    ret = np.empty((n, L, N), dtype=np.float32)
-    succ = np.empty((n, L, N), dtype=np.float32)     # p^S for the successor of (r, l)
+    out = [np.empty((n, L, N), dtype=np.float32) for _ in range(3)]
+    rows = np.arange(n)
     for l in range(L):
-        h = hidden[:, l].astype(np.float32)
-        native[:, l] = native_probs(logits[:, l], weights.kind)
-        zt = h @ weights.temporal_w[l].T
-        zs = h @ weights.spatio_w[l].T
-        if weights.temporal_b is not None:
-            zt += weights.temporal_b[l]
-        if weights.spatio_b is not None:
-            zs += weights.spatio_b[l]
-        ret[:, l] = native[:, l] + _softmax(zt)
-        succ[:, l] = _softmax(zs)
-    pre = np.full((n, L, N), np.nan, dtype=np.float32)
-    has = np.flatnonzero(prev >= 0)
-    p = prev[has]
-    for l in range(L):
-        ps = succ[has, l - 1] if l > 0 else succ[p, L - 1]
-        pre[has, l] = ps + ret[p, l]
+        for arr, part in zip(out, _layer_scores(hidden, logits, weights, l, rows, prev), strict=True):
+            arr[:, l] = part
+    native, ret, pre = out
     return RouterScores(ret, pre, native)
 
 
@@ -124,6 +168,7 @@ class RouterAdvice:
         ``float32[n_events, N]``: post-access retention priority of each event's layer.
     prefetch_score
         ``float32[n_events, N]``: pre-access score; ``-inf`` = not a candidate.
+        ``None`` for the native reference (``use="native"``), which never prefetches.
     warmup_events
         Leading prefill warm-up events the arrays were padded with.
     provenance
@@ -131,7 +176,7 @@ class RouterAdvice:
     """
 
     priority: np.ndarray
-    prefetch_score: np.ndarray
+    prefetch_score: np.ndarray | None
     warmup_events: int = 0
     provenance: dict[str, Any] = field(default_factory=dict)
 
@@ -143,10 +188,87 @@ class RouterAdvice:
                       provenance={**self.provenance, "warmup_events": self.warmup_events})
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """Which trace row each schedule entry executes, grouped by step, and the stream's warm-up."""
+
+    rows: np.ndarray        # int64[n_exec], trace row executed, in step order
+    starts: np.ndarray      # int64[n_steps], first entry of each step in ``rows``
+    n_steps: int
+    warm: int
+
+    def sum_by_step(self, values: np.ndarray) -> np.ndarray:
+        """``float64[n_steps, ...]``: ``values`` (one per entry) summed over each step's entries."""
+        v = values.astype(np.float64)
+        return v if v.shape[0] == self.n_steps else np.add.reduceat(v, self.starts, axis=0)
+
+
+def _plan(trace: RoutingTrace, batch: int, offsets: ArrivalOffsets, stream: EventStream | None) -> _Plan:
+    L = trace.n_layers
+    lengths, first = decode_rows(trace)
+    step, req, tok = fcfs_schedule(lengths, offsets.arrivals(trace.n_requests), int(batch))
+    order = np.argsort(step, kind="stable")
+    step = step[order]
+    rows = (first[req] + tok)[order]
+    starts = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])
+    n_steps = int(starts.shape[0])
+    warm = 0
+    if stream is not None:
+        warm = int(stream.provenance.get("warmup_events", 0))
+        n_dec = n_steps * L
+        if stream.n_events - warm != n_dec or not np.array_equal(stream.layer[warm:], np.tile(np.arange(L), n_steps)):
+            raise ValidationError(f"the stream has {stream.n_events - warm} decode events; the schedule (batch "
+                                  f"{batch}, offsets {offsets.describe()}) gives {n_dec}: build the stream from "
+                                  "the same trace with the same --batch and --offsets")
+    return _Plan(rows, starts, n_steps, warm)
+
+
+def _warmup_priority(stream: EventStream, warm: int, out: np.ndarray) -> None:
+    """Rows ``0..warm-1`` of ``out``: each warm-up event's member multiplicities (zero elsewhere)."""
+    out[:warm] = 0.0
+    end = int(stream.offsets[warm])
+    ev = np.repeat(np.arange(warm), np.diff(stream.offsets[:warm + 1]))
+    out[ev, stream.expert[:end].astype(np.int64)] = stream.multiplicity[:end]
+
+
+def _advise(trace: RoutingTrace, batch: int, offsets: ArrivalOffsets | None, stream: EventStream | None, use: str,
+            provenance: dict[str, Any] | None, layer_scores: Any, progress: Any = None) -> RouterAdvice:
+    """Shared aggregation: ``layer_scores(l, plan)`` gives the executed rows' ``(s^T or p^R, s^ST or None)``
+    at layer ``l`` (``s^ST`` NaN where a row has no score); summed per step into the event-aligned outputs."""
+    if use not in ("routers", "native"):
+        raise ValidationError(f"use must be 'routers' or 'native'; got {use!r}")
+    L, N = trace.n_layers, trace.n_experts
+    offsets = offsets or ArrivalOffsets()
+    plan = _plan(trace, batch, offsets, stream)
+    n_events = plan.warm + plan.n_steps * L
+    pri = np.empty((n_events, N), dtype=np.float32)
+    pre = np.full((n_events, N), -np.inf, dtype=np.float32) if use == "routers" else None
+    if plan.warm:
+        _warmup_priority(stream, plan.warm, pri)  # type: ignore[arg-type]
+    pri_dec = pri[plan.warm:].reshape(plan.n_steps, L, N)
+    pre_dec = None if pre is None else pre[plan.warm:].reshape(plan.n_steps, L, N)
+    for l in range(L):
+        ret_r, pre_r = layer_scores(l, plan)
+        pri_dec[:, l] = plan.sum_by_step(ret_r)
+        if pre_dec is not None and pre_r is not None:
+            ok = ~np.isnan(pre_r[:, 0])
+            acc = plan.sum_by_step(np.where(ok[:, None], pre_r, np.float32(0.0)))
+            cnt = plan.sum_by_step(ok)
+            pre_dec[:, l] = np.where(cnt[:, None] > 0, acc, -np.inf)
+        if progress is not None:
+            progress(l + 1, L)
+    prov = {"predictor": "cache-learning routers" if use == "routers" else "native router (p^R)",
+            "batch": int(batch), "offsets": offsets.describe(), "combine": "sum over active requests",
+            "warmup_events": plan.warm, **(provenance or {})}
+    return RouterAdvice(pri, pre, plan.warm, prov)
+
+
 def advice_for_trace(trace: RoutingTrace, scores: RouterScores, batch: int, offsets: ArrivalOffsets | None = None,
                      *, stream: EventStream | None = None, use: str = "routers",
                      provenance: dict[str, Any] | None = None) -> RouterAdvice:
     """Sum per-request scores over the requests active in each event of ``build_events(trace, batch, offsets)``.
+
+    The same advice as :func:`router_advice`, from precomputed :class:`RouterScores`.
 
     Parameters
     ----------
@@ -163,49 +285,60 @@ def advice_for_trace(trace: RoutingTrace, scores: RouterScores, batch: int, offs
         ``"routers"`` (``s^T`` and ``s^ST``) or ``"native"`` (``p^R`` alone as priority, no prefetch:
         the LM-only reference that ranks by the current native distribution).
     """
-    if use not in ("routers", "native"):
-        raise ValidationError(f"use must be 'routers' or 'native'; got {use!r}")
     L, N = trace.n_layers, trace.n_experts
     if scores.retention.shape != (trace.n_tokens, L, N):
         raise ValidationError(f"scores have shape {scores.retention.shape}; the trace needs "
                               f"{(trace.n_tokens, L, N)}")
-    offsets = offsets or ArrivalOffsets()
-    lengths, first = decode_rows(trace)
-    step, req, tok = fcfs_schedule(lengths, offsets.arrivals(trace.n_requests), int(batch))
-    rows = first[req] + tok
-    steps, slot = np.unique(step, return_inverse=True)
-    n_dec = steps.shape[0] * L
-    pri = np.zeros((steps.shape[0], L, N), dtype=np.float64)
-    np.add.at(pri, slot, (scores.native if use == "native" else scores.retention)[rows])
-    pre = np.full((steps.shape[0], L, N), -np.inf, dtype=np.float64)
-    if use == "routers":
-        sc = scores.prefetch[rows]                      # (n_exec, L, N), NaN = no score
-        ok = ~np.isnan(sc[..., 0])                      # (n_exec, L)
-        acc = np.zeros_like(pre)
-        cnt = np.zeros((steps.shape[0], L), dtype=np.int64)
-        np.add.at(acc, slot, np.where(ok[..., None], sc, 0.0))
-        np.add.at(cnt, slot, ok.astype(np.int64))
-        pre = np.where(cnt[..., None] > 0, acc, -np.inf)
-    pri, pre = pri.reshape(n_dec, N), pre.reshape(n_dec, N)
-    warm = 0
-    if stream is not None:
-        warm = int(stream.provenance.get("warmup_events", 0))
-        dec_layer = stream.layer[warm:]
-        if stream.n_events - warm != n_dec or not np.array_equal(dec_layer, np.tile(np.arange(L), steps.shape[0])):
-            raise ValidationError(f"the stream has {stream.n_events - warm} decode events; the schedule (batch "
-                                  f"{batch}, offsets {offsets.describe()}) gives {n_dec}: build the stream from "
-                                  "the same trace with the same --batch and --offsets")
-        if warm:
-            wp = np.zeros((warm, N), dtype=np.float64)
-            for i in range(warm):
-                lo, hi = stream.offsets[i], stream.offsets[i + 1]
-                wp[i, stream.expert[lo:hi]] = stream.multiplicity[lo:hi]
-            pri = np.concatenate([wp, pri])
-            pre = np.concatenate([np.full((warm, N), -np.inf), pre])
-    prov = {"predictor": "cache-learning routers" if use == "routers" else "native router (p^R)",
-            "batch": int(batch), "offsets": offsets.describe(), "combine": "sum over active requests",
-            "warmup_events": warm, **(provenance or {})}
-    return RouterAdvice(pri.astype(np.float32), pre.astype(np.float32), warm, prov)
+
+    def layer_scores(l: int, plan: _Plan) -> tuple[np.ndarray, np.ndarray | None]:
+        if use == "native":
+            return scores.native[plan.rows, l], None
+        return scores.retention[plan.rows, l], scores.prefetch[plan.rows, l]
+
+    return _advise(trace, batch, offsets, stream, use, provenance, layer_scores)
+
+
+def router_advice(trace: RoutingTrace, hidden: np.ndarray, logits: np.ndarray, weights: RouterWeights, batch: int,
+                  offsets: ArrivalOffsets | None = None, *, stream: EventStream | None = None, use: str = "routers",
+                  provenance: dict[str, Any] | None = None, progress: Any = None) -> RouterAdvice:
+    """Advice of trained routers for the events of ``build_events(trace, batch, offsets)``, one layer at a time.
+
+    Equal to ``advice_for_trace(trace, router_scores(hidden, logits, pair_rows(...), weights), ...)``
+    but it scores only the rows the schedule executes and their predecessors, layer by
+    layer, straight into the outputs: memory beyond the two ``float32[n_events, N]``
+    outputs is a few ``(rows, N)`` arrays of one layer (tested).
+
+    Parameters
+    ----------
+    trace
+        The routing trace; ``hidden`` and ``logits`` rows are aligned with its rows.
+    hidden, logits
+        ``(n_tokens, L, d)`` MoE-block inputs and ``(n_tokens, L, N)`` native router logits
+        (float16 as collected; ``hidden`` is not read for ``use="native"``).
+    weights
+        Trained routers (:func:`~.checkpoint.load_router_weights`).
+    batch, offsets, stream, use, provenance
+        As in :func:`advice_for_trace`.
+    progress
+        Called with ``(layers done, L)``.
+    """
+    from .train import pair_rows
+
+    L, N = trace.n_layers, trace.n_experts
+    _check_arrays(hidden, logits, weights)
+    if hidden.shape[0] != trace.n_tokens or (weights.n_layers, weights.n_experts) != (L, N):
+        raise ValidationError(f"the arrays hold {hidden.shape[0]} rows of L = {weights.n_layers}, N = "
+                              f"{weights.n_experts}; the trace has {trace.n_tokens} rows of L = {L}, N = {N}: "
+                              "use the trace the arrays were collected with and routers trained for its model")
+    prev_all = pair_rows(trace.request, trace.position)
+
+    def layer_scores(l: int, plan: _Plan) -> tuple[np.ndarray, np.ndarray | None]:
+        if use == "native":
+            return native_probs(logits[plan.rows, l], weights.kind).astype(np.float32), None
+        _, ret, pre = _layer_scores(hidden, logits, weights, l, plan.rows, prev_all[plan.rows])
+        return ret, pre
+
+    return _advise(trace, batch, offsets, stream, use, provenance, layer_scores, progress)
 
 
 def save_router_advice(advice: RouterAdvice, path) -> None:
