@@ -694,3 +694,24 @@ def test_traces_with_prefill_rows_give_the_decode_schedules_of_the_full_trace(tm
     assert got == {("a", "fcfs"): (warm_r.transferred, warm_r.logical, n_warm),
                    (None, "fcfs"): (cold.transferred, cold.logical, 0),
                    (None, "rotation"): (rot.transferred, rot.logical, 0)}
+
+
+def test_nested_selections_apply_the_heads_of_their_parts(traces):
+    """sample/concat over a concat with "name:N" parts draw from the truncated parts (as their sizes say)."""
+    from expertcache.experiment.runner import select_indices
+
+    tr = read_trace(traces / "a")
+    sels = {"all": {"kind": "all", "params": []},
+            "first6": {"kind": "range", "params": [["range", [0, 6]]]},
+            "last6": {"kind": "range", "params": [["range", [6, 12]]]},
+            "mix": {"kind": "concat", "params": [["concat", ["first6:2", "last6:1"]]]},
+            "s": {"kind": "sample", "params": [["from", "mix"], ["sample", 3], ["seed", 0]]},
+            "outer": {"kind": "concat", "params": [["concat", ["mix", "last6:3"]]]}}
+    assert sorted(select_indices(tr, "s", None, sels).tolist()) == [0, 1, 6]
+    with pytest.raises(ValueError, match="names a request twice"):      # mix holds 6; last6:3 holds 6 too
+        select_indices(tr, "outer", None, sels)
+    sels["outer"]["params"] = [["concat", ["mix", "first6:3"]]]
+    with pytest.raises(ValueError, match="names a request twice"):
+        select_indices(tr, "outer", None, sels)
+    sels["outer"]["params"] = [["concat", ["mix"]]]
+    assert select_indices(tr, "outer", None, sels).tolist() == [0, 1, 6]

@@ -210,7 +210,7 @@ def _selection_parts(trace, name: str, selections: dict[str, dict]) -> list[tupl
                                   field="selection")
         return [(np.array([lookup[r] for r in params["request_ids"]], dtype=np.int64), None)]
     if kind == "sample":
-        base = np.concatenate([p for p, _ in _selection_parts(trace, params.get("from", "all"), selections)])
+        base = _flat(trace, params.get("from", "all"), selections)
         k = int(params["sample"])
         if k > base.shape[0]:
             raise ValidationError(f"selection {name!r} samples {k} of {base.shape[0]} requests", field="selection")
@@ -219,9 +219,14 @@ def _selection_parts(trace, name: str, selections: dict[str, dict]) -> list[tupl
     out = []
     for part in params["concat"]:
         pname, _, head = part.partition(":")
-        sub = np.concatenate([p for p, _ in _selection_parts(trace, pname, selections)])
-        out.append((sub, int(head) if head else None))
+        out.append((_flat(trace, pname, selections), int(head) if head else None))
     return out
+
+
+def _flat(trace, name: str, selections: dict[str, dict]) -> np.ndarray:
+    """A referenced selection's requests in stored order, the ``:N`` heads of its own parts applied."""
+    return np.concatenate([idx if head is None else idx[:head]
+                           for idx, head in _selection_parts(trace, name, selections)])
 
 
 @dataclass(frozen=True)
