@@ -319,3 +319,25 @@ def test_evaluate_refuses_an_unfinished_store(tmp_path):
     run_spec(spec, tmp_path / "store")
     out = evaluate(doc, tmp_path / "store")
     assert out.passed and out.criteria[0].n == 4
+
+
+@pytest.mark.parametrize("selections, grid_extra, shared", [
+    ('[selections.disc]\nrange = [0, 3]\n[selections.conf]\nrange = [2, 4]\n', "", 2),
+    # disjoint selections, but the confirmatory units are warmed up by discovery requests
+    ('[selections.disc]\nrange = [0, 2]\n[selections.conf]\nrange = [2, 4]\n', 'warm = "disc"\n', 0),
+])
+def test_freeze_refuses_a_confirmatory_split_that_reads_other_splits_requests(tmp_path, selections, grid_extra,
+                                                                              shared):
+    from expertcache.synth import SynthConfig, synthesize_trace
+
+    tr = synthesize_trace(SynthConfig(n_layers=2, n_experts=8, top_k=2, n_requests=4, decode_tokens=3, working_set=4))
+    ids = list(tr.request_ids)
+    tr.save(tmp_path / "t")
+    grid = ('[[grid]]\ninput = "x"\nselection = "disc"\nbatch = 2\npolicy = "lru"\nrho = 0.5\n'
+            f'[[grid]]\ninput = "x"\nselection = "conf"\n{grid_extra}batch = 2\npolicy = "lru"\nrho = 0.5\n')
+    (tmp_path / "spec.toml").write_text('[inputs.x]\ntrace = "t"\n' + selections + grid)
+    (tmp_path / "c.toml").write_text(CRITERIA)
+    with pytest.raises(ValidationError, match="confirmatory split 'conf' reads data of split 'disc'") as err:
+        freeze(load_criteria(tmp_path / "c.toml"), tmp_path / "d.json", spec=tmp_path / "spec.toml")
+    assert repr(ids[shared]) in str(err.value)            # the first shared request, by id
+    assert not (tmp_path / "d.json").exists()

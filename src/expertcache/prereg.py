@@ -312,19 +312,40 @@ def _try_rows(table, criterion, split) -> bool:
 
 
 def _check_disjoint(body: Mapping[str, Any], spec: str | os.PathLike[str]) -> None:
+    """Splits must match conditions; a confirmatory split may share neither a condition nor a request
+    (of a trace input, warm-up included; or a whole stream input) with any other split (§3.5)."""
+    from .experiment.runner import split_requests
     from .experiment.spec import expand, load_spec
     from .experiment.summary import matches
 
-    conds = [p.condition.params() for p in expand(load_spec(spec))]
+    sp = load_spec(spec)
+    planned = [p.condition for p in expand(sp)]
+    conds = [c.params() for c in planned]
     members = {name: {i for i, c in enumerate(conds) if matches(c, s["where"])} for name, s in body["splits"].items()}
+    requests: dict[str, set] = {}
+
+    def data(name: str) -> set:
+        if name not in requests:
+            requests[name] = split_requests(sp, [planned[i] for i in sorted(members[name])])
+        return requests[name]
+
     for name, s in body["splits"].items():
         if not members[name]:
             raise ValidationError(f"split {name!r} matches no condition of the spec", field=f"splits.{name}")
         if s["confirmatory"]:
             for other in body["splits"]:
-                if other != name and members[name] & members[other]:
+                if other == name:
+                    continue
+                if members[name] & members[other]:
                     raise ValidationError(f"confirmatory split {name!r} shares conditions with split {other!r}; "
                                           "splits must be disjoint", field=f"splits.{name}")
+                shared = data(name) & data(other)
+                if shared:
+                    path, rid = sorted(shared)[0]
+                    what = f"stream input {path}" if rid == "*" else f"request {rid!r} of {path}"
+                    raise ValidationError(f"confirmatory split {name!r} reads data of split {other!r} ({len(shared)} "
+                                          f"shared, e.g. {what}); confirmatory data must be disjoint from every "
+                                          "other split", field=f"splits.{name}")
 
 
 def verify(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:

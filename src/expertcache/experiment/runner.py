@@ -25,7 +25,7 @@ from ..errors import ValidationError
 from .spec import ExperimentSpec, PlannedCondition, canonical_json, expand
 
 __all__ = ["Task", "RunReport", "METRICS", "ConditionStream", "plan_tasks", "run_task", "run_spec",
-           "select_indices", "build_condition_stream"]
+           "select_indices", "condition_requests", "build_condition_stream", "split_requests"]
 
 #: Metrics stored per condition (rotation conditions add the last four), in table order. Counts cover
 #: the counted events; ``warmup_events`` is how many events before them only filled the cache.
@@ -250,6 +250,25 @@ class ConditionStream:
     warmup_events: int
 
 
+def condition_requests(trace, stream: dict[str, Any], selections: dict[str, dict]
+                       ) -> tuple[np.ndarray | None, np.ndarray]:
+    """Request indices of a condition on a trace input: ``(warm-up or None, window)``, in service order."""
+    idx = select_indices(trace, stream["selection"], stream["order_seed"], selections)
+    if stream.get("window_requests") is not None:
+        idx = idx[:stream["window_requests"]]
+    if stream.get("warm") is None:
+        return None, idx
+    warm = select_indices(trace, stream["warm"], stream["order_seed"], selections, salt=(1,))
+    if stream.get("warm_requests") is not None:
+        warm = warm[:stream["warm_requests"]]
+    shared = np.intersect1d(warm, idx)
+    if shared.size:
+        raise ValidationError(f"warm-up selection {stream['warm']!r} and window selection {stream['selection']!r} "
+                              f"share {shared.size} request(s) (e.g. index {int(shared[0])}); a transition needs "
+                              "disjoint selections", field="warm")
+    return warm, idx
+
+
 def build_condition_stream(context: dict[str, Any], stream: dict[str, Any]) -> ConditionStream:
     """The event stream, rotation stats and warm-up event count of a condition's stream fields."""
     from ..events import read_events
@@ -260,24 +279,37 @@ def build_condition_stream(context: dict[str, Any], stream: dict[str, Any]) -> C
         s = read_events(inp["path"])
         return ConditionStream(s, None, int(s.provenance.get("warmup_events", 0) or 0))
     trace = _trace(inp["path"], inp["manifest_sha256"])
-    idx = select_indices(trace, stream["selection"], stream["order_seed"], context["selections"])
-    if stream.get("window_requests") is not None:
-        idx = idx[:stream["window_requests"]]
-    if stream.get("warm") is None:
+    warm, idx = condition_requests(trace, stream, context["selections"])
+    if warm is None:
         s, stats = _schedule(select_requests(trace, idx, note=f"selection {stream['selection']}"), stream)
         return ConditionStream(s, stats, 0)
-    warm = select_indices(trace, stream["warm"], stream["order_seed"], context["selections"], salt=(1,))
-    if stream.get("warm_requests") is not None:
-        warm = warm[:stream["warm_requests"]]
-    shared = np.intersect1d(warm, idx)
-    if shared.size:
-        raise ValidationError(f"warm-up selection {stream['warm']!r} and window selection {stream['selection']!r} "
-                              f"share {shared.size} request(s) (e.g. index {int(shared[0])}); a transition needs "
-                              "disjoint selections", field="warm")
     sub = select_requests(trace, np.concatenate([warm, idx]),
                           note=f"warm-up {stream['warm']} then window {stream['selection']}")
     s, _ = _schedule(sub, stream)
     return ConditionStream(s, None, _events_before_request(s, sub, warm.shape[0], stream))
+
+
+def split_requests(spec, conditions) -> set[tuple[str, str]]:
+    """The data ``conditions`` read: ``(input path, request id)`` per request of a trace input (window
+    and warm-up), ``(stream path, "*")`` for a stream input (its requests are not known individually)."""
+    context = spec.context()
+    out: set[tuple[str, str]] = set()
+    seen: set[tuple] = set()
+    for c in conditions:
+        inp = context["inputs"][c.input]
+        if c.discipline == "stream":
+            out.add((inp["path"], "*"))
+            continue
+        key = c.stream_key()
+        if key in seen:
+            continue
+        seen.add(key)
+        trace = _trace(inp["path"], inp["manifest_sha256"])
+        fields = {f: getattr(c, f) for f in _STREAM_FIELDS}
+        for idx in condition_requests(trace, fields, context["selections"]):
+            if idx is not None:
+                out.update((inp["path"], trace.request_ids[i]) for i in idx.tolist())
+    return out
 
 
 def _events_before_request(s, trace, first_request: int, stream: dict[str, Any]) -> int:
