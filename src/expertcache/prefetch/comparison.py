@@ -278,6 +278,7 @@ def compare(source: RoutingTrace | EventStream, config: CompareConfig = CompareC
                 p = next_true(stream, mask)
             rows.append(CompareRow(name, b.family, b.description, run(p), p.added_params, p.store_entries,
                                    p.availability, p.note, details=p.details))
+            del p                   # one baseline's advice arrays alive at a time
         if progress is not None:
             progress(len(names))
     batch = config.batch if ctx is not None else stream.provenance.get("batch")

@@ -55,23 +55,33 @@ def option_set(stream: EventStream, option_steps: int = 4, source: str = "future
     step_rank = np.searchsorted(np.unique(stream.step[ev]), stream.step[ev])
     option = step_rank // option_steps
     n_opt = int(option.max()) + 1 if ev.size else 0
-    counts = np.zeros((n_opt, L, N), dtype=np.float64)
-    acc_ev = stream.event_of_access
-    in_counted = counted[acc_ev]
+    # use counts per (option, layer, expert), a chunk of options at a time: never [n_options, L, N] at once
     opt_of_event = np.full(stream.n_events, -1, dtype=np.int64)
     opt_of_event[ev] = option
-    np.add.at(counts, (opt_of_event[acc_ev[in_counted]], stream.layer[acc_ev[in_counted]],
-                       stream.expert[in_counted].astype(np.int64)), stream.multiplicity[in_counted])
-    use = counts if source == "future" else np.concatenate([np.zeros((1, L, N)), counts[:-1]], axis=0)
-    row = use[option, stream.layer[ev]].astype(np.float32)                    # [n_ev, N]
-    prio[ev] = row
+    acc_ev = stream.event_of_access
+    acc = np.flatnonzero(counted[acc_ev])                                   # in event order: options ascending
+    a_opt = opt_of_event[acc_ev[acc]]
+    a_block = stream.layer[acc_ev[acc]].astype(np.int64) * N + stream.expert[acc]
+    a_mult = stream.multiplicity[acc]
+    prev = np.zeros((1, L * N), dtype=np.float64)                            # counts of the option before
+    span = max(1, (1 << 22) // (L * N))                                      # options per chunk (~32 MB)
+    for lo in range(0, n_opt, span):
+        hi = min(n_opt, lo + span)
+        a0, a1 = np.searchsorted(a_opt, [lo, hi])
+        counts = np.bincount((a_opt[a0:a1] - lo) * (L * N) + a_block[a0:a1], weights=a_mult[a0:a1],
+                             minlength=(hi - lo) * L * N).reshape(hi - lo, L * N)
+        use = counts if source == "future" else np.concatenate([prev, counts[:-1]], axis=0)
+        prev = counts[-1:].copy()
+        e0, e1 = np.searchsorted(option, [lo, hi])
+        rows = (option[e0:e1] - lo) * L + stream.layer[ev[e0:e1]]
+        prio[ev[e0:e1]] = use.reshape((hi - lo) * L, N)[rows]
     first = np.ones(ev.size, dtype=np.bool_)
     key = option * L + stream.layer[ev]
     _, first_idx = np.unique(key, return_index=True)
     first[:] = False
     first[first_idx] = True
     start = ev[first]
-    cand = row[first].copy()
+    cand = prio[start]
     cand[cand <= 0] = -np.inf
     pf[start] = cand
     prio, pf = warmup_advice(stream, count_mask, prio, pf)
