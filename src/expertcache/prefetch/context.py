@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ValidationError
-from ..events import EventStream, build_events, decode_rows, fcfs_schedule
+from ..events import EventStream, build_events, concat_streams, decode_rows, fcfs_schedule
 from ..nextuse.advice import Advice
 from ..prefill import prefill_events
 from ..trace import PREFILL, RoutingTrace
@@ -92,18 +92,20 @@ class AdviceContext:
         out[touched] = new.astype(np.float32)
 
     def advice(self, priority: np.ndarray | None, prefetch: np.ndarray | None, provenance: dict) -> Advice:
-        """Wrap event arrays as :class:`Advice`, filling the warm-up (prefill) events (:func:`warmup_advice`)."""
+        """Wrap event arrays as :class:`Advice`, filling the warm-up (prefill) rows in place (:func:`warmup_advice`)."""
         priority, prefetch = warmup_advice(self.stream, self.count_mask, priority, prefetch)
         return Advice(priority=priority, prefetch_score=prefetch, provenance=dict(provenance))
 
 
 def warmup_advice(stream: EventStream, count_mask: np.ndarray | None, priority: np.ndarray | None,
                   prefetch: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """The advice rows of the uncounted (prefill) events, the same for every producer; copies when changed.
+    """Fill the advice rows of the uncounted (prefill) events **in place**, the same for every producer.
 
     Warm-up rows: priority = member multiplicity (keep what the prefill used most),
     no prefetch candidates (``-inf``), as in the routers' advice. So every
     baseline starts its decode from a cache the prefill filled by one rule.
+    In place because the arrays are ``float32[n_events, N]`` (hundreds of MB on
+    long streams); returns them for convenience.
     """
     if count_mask is None or count_mask.all():
         return priority, prefetch
@@ -113,21 +115,24 @@ def warmup_advice(stream: EventStream, count_mask: np.ndarray | None, priority: 
         sel = ~count_mask[ev]
         rows = np.zeros((warm.size, stream.n_experts), dtype=np.float32)
         rows[np.searchsorted(warm, ev[sel]), stream.expert[sel].astype(np.int64)] = stream.multiplicity[sel]
-        priority = priority.copy()
         priority[warm] = rows
     if prefetch is not None:
-        prefetch = prefetch.copy()
         prefetch[warm] = -np.inf
     return priority, prefetch
 
 
-def _take_events(stream: EventStream, idx: np.ndarray):
-    """Arrays of the events ``idx`` of ``stream`` (in that order): sizes, members, multiplicity, gates."""
-    lo, hi = stream.offsets[idx], stream.offsets[idx + 1]
-    acc = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi, strict=True)]) if idx.size else \
-        np.zeros(0, dtype=np.int64)
+def _gather_events(stream: EventStream, idx: np.ndarray, step: np.ndarray, provenance: dict) -> EventStream:
+    """The events ``idx`` of ``stream``, in that order, renumbered with ``step`` (members gathered without a
+    per-event loop)."""
+    lo = stream.offsets[idx]
+    sizes = stream.offsets[idx + 1] - lo
+    offsets = np.zeros(idx.size + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    acc = np.repeat(lo - offsets[:-1], sizes) + np.arange(offsets[-1], dtype=np.int64)
     gm = stream.gate_mass[acc] if stream.gate_mass is not None else None
-    return hi - lo, stream.expert[acc], stream.multiplicity[acc], gm
+    return EventStream(stream.n_layers, stream.n_experts, stream.top_k, step, stream.layer[idx],
+                       stream.active[idx], stream.logical_per_event[idx], offsets, stream.expert[acc],
+                       stream.multiplicity[acc], gm, provenance)
 
 
 def advice_context(trace: RoutingTrace, batch: int = 1, prefill_init: bool = False) -> AdviceContext:
@@ -140,7 +145,7 @@ def advice_context(trace: RoutingTrace, batch: int = 1, prefill_init: bool = Fal
     decode = build_events(trace, batch)
     lengths, first = decode_rows(trace)
     step, req, tok = fcfs_schedule(lengths, np.zeros(trace.n_requests, dtype=np.int64), int(batch))
-    L, N = trace.n_layers, trace.n_experts
+    L = trace.n_layers
     rows = first[req] + tok
     step_ids = np.unique(step)
     key = decode.step.astype(np.int64) * L + decode.layer
@@ -162,54 +167,31 @@ def advice_context(trace: RoutingTrace, batch: int = 1, prefill_init: bool = Fal
     # batch 1: requests decode one after another in input order; interleave each one's prefill before it
     dec_req_of_step = req[np.searchsorted(step, step_ids)]
     dec_req = dec_req_of_step[np.searchsorted(step_ids, decode.step)]
-    order_src, order_idx, new_step = [], [], []
+    # the merged order as indices into the pool "prefill events, then decode events"
+    order_idx, new_step, is_decode = [], [], []
     counter = 0
     pos_of_decode = np.empty(decode.n_events, dtype=np.int64)
     pos = 0
     for r in req[np.sort(np.unique(req, return_index=True)[1])]:      # requests in service order
         p_idx = np.flatnonzero(pre_req == r)
         if p_idx.size:
-            order_src.append(np.zeros(p_idx.size, dtype=np.int8))
             order_idx.append(p_idx)
             new_step.append(np.full(p_idx.size, counter, dtype=np.int64))
+            is_decode.append(np.zeros(p_idx.size, dtype=np.bool_))
             counter += 1
             pos += p_idx.size
         d_idx = np.flatnonzero(dec_req == r)
-        ds = decode.step[d_idx]
-        uniq, inv = np.unique(ds, return_inverse=True)
-        order_src.append(np.ones(d_idx.size, dtype=np.int8))
-        order_idx.append(d_idx)
+        uniq, inv = np.unique(decode.step[d_idx], return_inverse=True)
+        order_idx.append(pre.n_events + d_idx)
         new_step.append(counter + inv.astype(np.int64))
+        is_decode.append(np.ones(d_idx.size, dtype=np.bool_))
         counter += uniq.size
         pos_of_decode[d_idx] = pos + np.arange(d_idx.size)
         pos += d_idx.size
-    src = np.concatenate(order_src)
-    idx = np.concatenate(order_idx)
-    sizes = np.empty(idx.size, dtype=np.int64)
-    parts = []
-    for which, s in ((0, pre), (1, decode)):
-        m = src == which
-        sz, ex, mu, gm = _take_events(s, idx[m])
-        sizes[m] = sz
-        parts.append((m, s.layer[idx[m]], s.active[idx[m]], s.logical_per_event[idx[m]], ex, mu, gm))
-    # members in the merged order
-    offsets = np.zeros(idx.size + 1, dtype=np.int64)
-    np.cumsum(sizes, out=offsets[1:])
-    expert = np.empty(offsets[-1], dtype=np.int16)
-    mult = np.empty(offsets[-1], dtype=np.int32)
-    gates = np.empty(offsets[-1], dtype=np.float32) if trace.gates is not None else None
-    layer = np.empty(idx.size, dtype=np.int32)
-    active = np.empty(idx.size, dtype=np.int32)
-    logical = np.empty(idx.size, dtype=np.int64)
-    for m, ly, ac, lg, ex, mu, gm in parts:
-        where = np.flatnonzero(m)
-        layer[where], active[where], logical[where] = ly, ac, lg
-        acc = np.concatenate([np.arange(offsets[w], offsets[w + 1]) for w in where]) if where.size else where
-        expert[acc], mult[acc] = ex, mu
-        if gates is not None and gm is not None:
-            gates[acc] = gm
-    stream = EventStream(L, N, trace.top_k, np.concatenate(new_step), layer, active, logical, offsets, expert,
-                         mult, gates, {"source": "routing_trace", "trace_provenance": trace.provenance,
-                                       "discipline": "fcfs-continuous-batching", "batch": 1,
-                                       "prefill_init": "each request's prompt (one event per layer) before its decode"})
-    return AdviceContext(trace, stream, src == 1, 1, req, rows, exec_step, pos_of_decode[dec_event], True)
+    pool = concat_streams(pre, decode)
+    stream = _gather_events(pool, np.concatenate(order_idx), np.concatenate(new_step),
+                            {"source": "routing_trace", "trace_provenance": trace.provenance,
+                             "discipline": "fcfs-continuous-batching", "batch": 1,
+                             "prefill_init": "each request's prompt (one event per layer) before its decode"})
+    return AdviceContext(trace, stream, np.concatenate(is_decode), 1, req, rows, exec_step,
+                         pos_of_decode[dec_event], True)
