@@ -21,7 +21,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -218,36 +218,9 @@ def _run_batch(model: Any, recorder: RouterRecorder, adapter: RouterAdapter, bat
         raise ValidationError(f"unexpected forward pattern in generate ({n_steps} forwards for "
                               f"{seqs.shape[1] - T0} new tokens); expected one prefill then one-token decode "
                               "steps", field="model")
-    # Per layer: (B, Tt, .) tensors over all columns, statistics computed in one go.
-    per_layer: dict[str, list[np.ndarray]] = {k: [] for k in ("experts", "gates", "probs", "entropy", "margin",
-                                                                "logits", "hidden")}
-    for calls in recorder.calls:
-        def cols(i: int, calls=calls) -> torch.Tensor | None:
-            if calls[0][i] is None:
-                return None
-            first = calls[0][i].reshape(B, T0, -1)
-            rest = [c[i].reshape(B, 1, -1) for c in calls[1:]]
-            return torch.cat([first, *rest], dim=1)
-
-        logits, weights, idx = cols(0), cols(1), cols(2)
-        st = router_stats(logits, idx, adapter.score)
-        per_layer["experts"].append(idx.to(torch.int16).cpu().numpy())
-        per_layer["gates"].append(weights.float().cpu().numpy())
-        per_layer["probs"].append(st.probs.cpu().numpy())
-        per_layer["entropy"].append(st.entropy.cpu().numpy())
-        per_layer["margin"].append(st.margin.cpu().numpy())
-        if config.save_logits:
-            per_layer["logits"].append(logits.to(torch.float16).cpu().numpy())
-        if config.save_hidden:
-            per_layer["hidden"].append(cols(3).cpu().numpy())
-    recorder.clear()
-    per_layer = {k: v for k, v in per_layer.items() if v}
-
-    def rows(name: str, b: int, lo: int, hi: int) -> np.ndarray:   # (hi - lo, L, ...) for sequence b
-        return np.stack([a[b, lo:hi] for a in per_layer[name]], axis=1)
-
+    # Each sequence's real columns: its prompt [T0 - P, T0) and its D recorded decode forwards.
     eos_set = set(eos)
-    out = []
+    spans: list[tuple[int, int, str]] = []   # (P, D, stop) per sequence
     for b, ids in enumerate(batch):
         P = len(ids)
         if seqs[b, T0 - P:T0].tolist() != ids:
@@ -255,13 +228,47 @@ def _run_batch(model: Any, recorder: RouterRecorder, adapter: RouterAdapter, bat
         gen_tokens = seqs[b, T0:].tolist()
         first_eos = next((j for j, t in enumerate(gen_tokens) if t in eos_set), None)
         D = first_eos if first_eos is not None else len(gen_tokens) - 1
-        D = min(D, config.max_new_tokens)
+        spans.append((P, min(D, config.max_new_tokens), "eos" if first_eos is not None else "length"))
+    L = len(recorder.calls)
+    # One layer at a time: its (B, Tt, .) tensor over all columns (statistics in one go), each sequence's
+    # rows copied into that sequence's own (n_b, L, .) array, then the layer's recorded calls released,
+    # so a batch's hidden states are held about once, not once per copy.
+    rows: dict[str, list[np.ndarray]] = {}
+
+    def put(name: str, li: int, full: torch.Tensor, dtype: type) -> None:
+        arr = full.cpu().numpy()
+        if name not in rows:
+            rows[name] = [np.empty((P + D, L, *arr.shape[2:]), dtype) for P, D, _ in spans]
+        for b, (P, D, _) in enumerate(spans):
+            rows[name][b][:, li] = arr[b, T0 - P:T0 + D]
+
+    for li, calls in enumerate(recorder.calls):
+        def cols(i: int, calls=calls) -> torch.Tensor:
+            first = calls[0][i].reshape(B, T0, -1)
+            rest = [c[i].reshape(B, 1, -1) for c in calls[1:]]
+            return torch.cat([first, *rest], dim=1)
+
+        logits = cols(0)
+        idx = cols(2)
+        st = router_stats(logits, idx, adapter.score)
+        put("experts", li, idx.to(torch.int16), np.int16)
+        put("gates", li, cols(1).float(), np.float32)
+        put("probs", li, st.probs, np.float32)
+        put("entropy", li, st.entropy, np.float32)
+        put("margin", li, st.margin, np.float32)
+        if config.save_logits:
+            put("logits", li, logits.to(torch.float16), np.float16)
+        del logits, idx, st
+        if config.save_hidden:
+            put("hidden", li, cols(3), np.float16)
+        calls.clear()
+    recorder.clear()
+    out = []
+    for b, (P, D, stop) in enumerate(spans):
         lo, hi = T0 - P, T0 + D
-        arrays = {name: rows(name, b, lo, hi) for name in ("logits", "hidden") if name in per_layer}
-        out.append(_Routed(rows("experts", b, lo, hi), rows("gates", b, lo, hi), rows("probs", b, lo, hi),
-                           rows("entropy", b, lo, hi), rows("margin", b, lo, hi),
-                           seqs[b, lo:hi].numpy().astype(np.int64), P, D,
-                           "eos" if first_eos is not None else "length", arrays))
+        arrays = {name: rows[name][b] for name in ("logits", "hidden") if name in rows}
+        out.append(_Routed(rows["experts"][b], rows["gates"][b], rows["probs"][b], rows["entropy"][b],
+                           rows["margin"][b], seqs[b, lo:hi].numpy().astype(np.int64), P, D, stop, arrays))
     return out
 
 
@@ -373,23 +380,26 @@ def collect(model: Any, prompts: str | os.PathLike[str], out: str | os.PathLike[
                     progress(ProgressEvent(done, len(records), 0, 0, 0.0, s, True))
                 continue
             routed: list[_Routed] = []
-            for blo in range(lo, hi, config.batch_size):
-                bhi = min(hi, blo + config.batch_size)
-                t0 = time.perf_counter()
-                res = _run_batch(model, recorder, adapter, [encoded[i][0] for i in range(blo, bhi)], config,
-                                 eos, pad_id)
-                dt = time.perf_counter() - t0
-                gen_seconds += dt
-                routed.extend(res)
-                toks = sum(r.experts.shape[0] for r in res)
-                decs = sum(r.n_decode for r in res)
-                n_tok += toks
-                n_dec += decs
-                done = bhi
-                if progress:
-                    progress(ProgressEvent(done, len(records), toks, decs, dt, s, False))
-            store.write_shard(out, s, _shard_trace(records[lo:hi], encoded[lo:hi], routed, L, N, k, csha, s),
-                              _shard_arrays(routed))
+            with store.open_shard(out, s) as writer:
+                for blo in range(lo, hi, config.batch_size):
+                    bhi = min(hi, blo + config.batch_size)
+                    t0 = time.perf_counter()
+                    res = _run_batch(model, recorder, adapter, [encoded[i][0] for i in range(blo, bhi)], config,
+                                     eos, pad_id)
+                    dt = time.perf_counter() - t0
+                    gen_seconds += dt
+                    for r in res:   # hidden states / logits go to disk now, not at the end of the shard
+                        writer.append(r.arrays)
+                    routed.extend(replace(r, arrays={}) for r in res)
+                    del res
+                    toks = sum(r.experts.shape[0] for r in routed[-(bhi - blo):])
+                    decs = sum(r.n_decode for r in routed[-(bhi - blo):])
+                    n_tok += toks
+                    n_dec += decs
+                    done = bhi
+                    if progress:
+                        progress(ProgressEvent(done, len(records), toks, decs, dt, s, False))
+                writer.finish(_shard_trace(records[lo:hi], encoded[lo:hi], routed, L, N, k, csha, s))
     trace = store.finalize(out, n_shards, provenance)
     return CollectResult(out, trace.n_requests, trace.n_tokens, int((trace.phase == 1).sum()), n_shards, skipped,
                          False, gen_seconds)
@@ -411,7 +421,3 @@ def _shard_trace(records: list[PromptRecord], encoded: list[tuple[list[int], int
                         np.concatenate([r.probs for r in routed]), np.concatenate([r.entropy for r in routed]),
                         np.concatenate([r.margin for r in routed]))
 
-
-def _shard_arrays(routed: list[_Routed]) -> dict[str, np.ndarray]:
-    names = routed[0].arrays.keys()
-    return {name: np.concatenate([r.arrays[name] for r in routed]) for name in names}

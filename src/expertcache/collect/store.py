@@ -18,9 +18,11 @@ directory, which a re-run deletes before redoing that shard.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +40,7 @@ from ..storage import (
 from ..trace import RoutingTrace, read_trace
 
 __all__ = ["read_array", "ARRAY_NAMES", "check_identity", "write_identity", "shard_dir", "shard_done",
-           "write_shard", "finalize", "IDENTITY"]
+           "write_shard", "open_shard", "ShardWriter", "finalize", "IDENTITY"]
 
 #: Names of the optional per-(token, layer) arrays.
 ARRAY_NAMES = {"hidden": "--save-hidden", "logits": "--save-logits"}
@@ -143,20 +145,87 @@ def shard_done(out: Path, index: int, collection_sha: str) -> bool:
     return True
 
 
-def write_shard(out: Path, index: int, trace: RoutingTrace, arrays: dict[str, np.ndarray]) -> None:
-    """Write one shard atomically: routes.parquet, the arrays as .npy, manifest.json last."""
-    d = shard_dir(out, index)
-    d.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_directory(d) as tmp:
+class ShardWriter:
+    """One shard being written into its temporary directory (see :func:`open_shard`).
+
+    Array rows are appended batch by batch straight to disk (``.<name>.part``
+    files of raw fp16 rows), so a shard's hidden states are never all in memory;
+    :meth:`finish` writes ``routes.parquet``, turns each part into a plain
+    ``<name>.npy`` (the same bytes ``np.save`` writes) and writes ``manifest.json`` last.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.finished = False
+        self._parts: dict[str, tuple[Any, tuple[int, ...]]] = {}   # name -> (open file, trailing shape)
+        self._rows: dict[str, int] = {}
+
+    def append(self, arrays: dict[str, np.ndarray]) -> None:
+        """Append rows (``[n, ...]``, stored as float16) to each named array of the shard."""
+        for name, arr in sorted(arrays.items()):
+            data = np.ascontiguousarray(arr, dtype=np.float16)
+            if name not in self._parts:
+                self._parts[name] = (open(self.directory / f".{name}.part", "wb"), data.shape[1:])
+                self._rows[name] = 0
+            handle, trailing = self._parts[name]
+            if data.shape[1:] != trailing:
+                raise ValueError(f"{name}: rows of shape {data.shape[1:]} after {trailing}")
+            data.tofile(handle)
+            self._rows[name] += data.shape[0]
+
+    def close(self) -> None:
+        """Close the part files (idempotent)."""
+        for handle, _ in self._parts.values():
+            handle.close()
+
+    def finish(self, trace: RoutingTrace) -> None:
+        """Write the routes, the ``.npy`` arrays (rows must match ``trace``) and the manifest."""
+        self.close()
+        tmp = self.directory
         files = {_ROUTES: write_table(tmp, _ROUTES, trace.to_table())}
         array_entries: dict[str, list[dict[str, Any]]] = {}
-        for name, arr in sorted(arrays.items()):
-            fname = f"{name}.npy"
-            np.save(tmp / fname, np.ascontiguousarray(arr, dtype=np.float16), allow_pickle=False)
-            entry = {"sha256": sha256_file(tmp / fname), "rows": int(arr.shape[0])}
+        for name, (_, trailing) in sorted(self._parts.items()):
+            rows = self._rows[name]
+            if rows != trace.n_tokens:
+                raise ValueError(f"{name}: {rows} rows for a shard of {trace.n_tokens} tokens")
+            part, fname = tmp / f".{name}.part", f"{name}.npy"
+            header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float16)), "fortran_order": False,
+                      "shape": (rows, *trailing)}
+            with open(tmp / fname, "wb") as dst, open(part, "rb") as src:
+                np.lib.format.write_array_header_1_0(dst, header)
+                shutil.copyfileobj(src, dst)
+            part.unlink()
+            entry = {"sha256": sha256_file(tmp / fname), "rows": rows}
             files[fname] = entry
             array_entries[name] = [{"file": fname, **entry}]
         write_manifest(tmp, _trace_manifest(trace, files, array_entries))
+        self.finished = True
+
+
+@contextlib.contextmanager
+def open_shard(out: Path, index: int) -> Iterator[ShardWriter]:
+    """Write shard ``index`` of ``out`` in a temporary directory renamed into place on success.
+
+    The body must call :meth:`ShardWriter.finish`; an exception (or a missing
+    ``finish``) leaves no shard directory behind.
+    """
+    d = shard_dir(out, index)
+    d.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_directory(d) as tmp:
+        writer = ShardWriter(tmp)
+        try:
+            yield writer
+        finally:
+            writer.close()
+        if not writer.finished:
+            raise RuntimeError(f"shard {index} was not finished")
+
+
+def write_shard(out: Path, index: int, trace: RoutingTrace, arrays: dict[str, np.ndarray]) -> None:
+    """Write one shard atomically: routes.parquet, the arrays as .npy, manifest.json last."""
+    with open_shard(out, index) as writer:
+        writer.append(arrays)
+        writer.finish(trace)
 
 
 def _trace_manifest(trace: RoutingTrace, files: dict[str, Any], arrays: dict[str, Any]) -> dict[str, Any]:
