@@ -555,6 +555,23 @@ def test_gsm8k_numbers():
     assert final_number("nothing") is None
 
 
+def test_text_and_task_files_bad_input(tmp_path):
+    """Binary, empty, non-object and field-less files are one ValidationError each, naming the file."""
+    from expertcache.routers.data import load_tasks, load_texts
+
+    cases = {"bin.jsonl": (b"\x97\xff\x00abc", "UTF-8"), "empty.jsonl": (b"\n\n", "no records"),
+             "list.jsonl": (b"[1, 2]\n", "JSON object"), "none.jsonl": (b'{"x": 1}\n', '"text"')}
+    for name, (data, msg) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(ValidationError, match=msg):
+            load_texts(tmp_path / name)
+    (tmp_path / "t.jsonl").write_text('{"question": "q", "answer": "no marker"}\n')
+    with pytest.raises(ValidationError, match="####"):
+        load_tasks(tmp_path / "t.jsonl")
+    with pytest.raises(ValidationError, match="cannot open"):
+        load_texts(tmp_path / "missing.jsonl")
+
+
 # ------------------------------------------------------------------ CLI
 
 

@@ -118,8 +118,9 @@ def train_cmd(model_path: str | None, data_path: str | None, trace_dir: str | No
             from .routers.data import load_texts
             from .routers.train import tokenize_texts, train_model
 
+            texts = load_texts(data_path)      # a bad file fails before the model loads
             model, tok = _load_model(model_path, device)  # type: ignore[arg-type]
-            seqs = tokenize_texts(tok, load_texts(data_path), cfg.max_length)
+            seqs = tokenize_texts(tok, texts, cfg.max_length)
             pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
             res = train_model(model, seqs, cfg, out, pad_id=int(pad), resume=resume, on_step=tick,
                               meta={"model": model_path, "data": data_path})

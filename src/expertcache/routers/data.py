@@ -9,13 +9,12 @@ Task records for exact match are GSM8K format: ``"question"`` and an
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..errors import ValidationError
+from ..jsonl import iter_records
 
 __all__ = ["load_texts", "Task", "load_tasks", "final_number", "reference_number"]
 
@@ -23,24 +22,9 @@ _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
 def _records(path: str | os.PathLike[str]) -> list[tuple[int, dict]]:
-    p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ValidationError(f"cannot read {p} ({exc.strerror}); expected a JSON Lines file", source=str(p)) from None
-    out = []
-    for no, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError as exc:
-            raise ValidationError(f"not JSON ({exc})", source=str(p), record=no) from None
-        if not isinstance(rec, dict):
-            raise ValidationError("expected a JSON object per line", source=str(p), record=no)
-        out.append((no, rec))
+    out = list(iter_records(path))
     if not out:
-        raise ValidationError("no records; expected one JSON object per line", source=str(p))
+        raise ValidationError("no records; expected one JSON object per line", source=str(path))
     return out
 
 
