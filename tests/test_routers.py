@@ -533,13 +533,18 @@ def test_layerwise_advice_memory_does_not_grow_with_layers():
 
 def test_advice_refuses_a_stream_from_another_schedule():
     from expertcache.events import build_events
-    from expertcache.routers.advice import advice_for_trace, router_scores
+    from expertcache.routers.advice import advice_for_trace, router_advice, router_scores
     from expertcache.routers.train import pair_rows
 
     trace, hidden, logits, _ = synthetic_trace()
     sc = router_scores(hidden, logits, pair_rows(trace.request, trace.position), _weights())
     with pytest.raises(ValidationError, match="same --batch"):
         advice_for_trace(trace, sc, 1, stream=build_events(trace, 2))
+    for bad in (0, -1, True):       # checked before scheduling (fcfs_schedule would fail obscurely)
+        with pytest.raises(ValidationError, match="batch must be a positive integer"):
+            advice_for_trace(trace, sc, bad)
+        with pytest.raises(ValidationError, match="batch must be a positive integer"):
+            router_advice(trace, hidden, logits, _weights(), bad)
 
 
 # ------------------------------------------------------------------ task data

@@ -205,6 +205,8 @@ class _Plan:
 
 def _plan(trace: RoutingTrace, batch: int, offsets: ArrivalOffsets, stream: EventStream | None) -> _Plan:
     L = trace.n_layers
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+        raise ValidationError(f"batch must be a positive integer; got {batch!r}", field="batch")
     lengths, first = decode_rows(trace)
     step, req, tok = fcfs_schedule(lengths, offsets.arrivals(trace.n_requests), int(batch))
     order = np.argsort(step, kind="stable")
