@@ -507,3 +507,45 @@ def test_save_hidden_streams_batches_to_disk_instead_of_holding_the_shard(tmp_pa
     # at once; hashing the written file costs a fixed ~2 MB of read buffers whatever the size
     extra = peak_hidden - peak_plain
     assert extra < hidden.nbytes / 2 + 2**21, (extra, hidden.nbytes)
+
+
+def test_unusable_output_is_refused_before_the_model_loads(tmp_path):
+    """An output that is a file, or a non-empty directory of something else, fails at once (not after minutes of
+    loading a large model): the message is about -o although the model does not even exist."""
+    prompts = write_prompts(tmp_path / "p.jsonl")
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    for out, match in ((afile, "not a directory"), (foreign, "not empty")):
+        res = CliRunner().invoke(main, ["collect", str(tmp_path / "no-such-model"), "--prompts", str(prompts),
+                                        "-o", str(out)])
+        assert res.exit_code == 2 and match in res.output and "Traceback" not in res.output, res.output
+    assert afile.read_text() == "x" and tree_bytes(foreign) == {"notes.txt": b"mine"}
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--device", "foo"], "--device"),
+    (["--device", "cuda:7"], "--device"),
+    (["--device-map", "bogus"], "--device-map"),
+])
+def test_bad_device_is_one_line_before_loading(tmp_path, args, match):
+    if "cuda:7" in args and torch.cuda.device_count() > 7:
+        pytest.skip("this machine has a cuda:7")
+    prompts = write_prompts(tmp_path / "p.jsonl")
+    res = CliRunner().invoke(main, ["collect", str(tmp_path / "no-such-model"), "--prompts", str(prompts),
+                                    "-o", str(tmp_path / "o"), *args])
+    assert res.exit_code == 2 and match in res.output and "Traceback" not in res.output, res.output
+    assert "cannot load the model config" not in res.output and not (tmp_path / "o").exists()
+
+
+def test_loading_options_with_a_loaded_model_are_refused(tmp_path):
+    """--device/--device-map/--dtype/--revision act only when collect loads the model itself; with a model already
+    in memory they would be recorded in the manifest without having been applied."""
+    model, tok = make_model("qwen3_moe"), make_tokenizer()
+    prompts = write_prompts(tmp_path / "p.jsonl")
+    for over in (dict(device="cpu"), dict(dtype="bfloat16"), dict(revision="main"), dict(device_map="auto")):
+        with pytest.raises(ValidationError, match="loaded model"):
+            collect(model, prompts, tmp_path / "o", CollectConfig(max_new_tokens=1, **over), tokenizer=tok)
+    assert not (tmp_path / "o").exists()

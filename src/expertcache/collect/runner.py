@@ -37,7 +37,7 @@ from .config import CollectConfig
 from .prompts import PromptRecord, prompt_set_sha256, read_prompts
 from .recorder import RouterRecorder, router_stats
 
-__all__ = ["collect", "CollectResult", "ProgressEvent", "load_model", "encode_prompt"]
+__all__ = ["collect", "CollectResult", "ProgressEvent", "load_model", "encode_prompt", "check_placement"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,7 @@ def load_model(model_id: str, config: CollectConfig) -> tuple[Any, Any]:
     """Load ``(model, tokenizer)`` with transformers' Auto classes; unknown architectures fail first."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    check_placement(config)
     try:
         hf_config = AutoConfig.from_pretrained(model_id, revision=config.revision)
     except (OSError, ValueError, KeyError) as exc:
@@ -97,6 +98,52 @@ def load_model(model_id: str, config: CollectConfig) -> tuple[Any, Any]:
     except (OSError, ValueError) as exc:
         raise ValidationError(f"cannot load the tokenizer ({str(exc).splitlines()[0]})", source=model_id) from None
     return model, tokenizer
+
+
+_DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+def check_placement(config: CollectConfig) -> None:
+    """Check ``--device`` / ``--device-map`` against this torch before any weight is loaded.
+
+    Raises
+    ------
+    ValidationError
+        A string that is no torch device, a CUDA/MPS device this machine does not have, an unknown
+        ``device_map``, or ``device_map`` without the ``accelerate`` package transformers needs for it.
+    """
+    import importlib.util
+
+    def device(value: str, flag: str) -> None:
+        try:
+            dev = torch.device(value)
+        except (RuntimeError, ValueError):
+            raise ValidationError(f"{flag} expects a torch device such as cpu, cuda, cuda:1 or mps; got {value!r}",
+                                  field=flag.lstrip("-").replace("-", "_")) from None
+        if dev.type == "cuda":
+            n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if n == 0:
+                raise ValidationError(f"{flag} {value}: this torch {torch.__version__} sees no CUDA device; "
+                                      "use --device cpu", field=flag.lstrip("-").replace("-", "_"))
+            if dev.index is not None and dev.index >= n:
+                raise ValidationError(f"{flag} {value}: this machine has {n} CUDA device(s), cuda:0..cuda:{n - 1}",
+                                      field=flag.lstrip("-").replace("-", "_"))
+        elif dev.type == "mps" and not torch.backends.mps.is_available():
+            raise ValidationError(f"{flag} {value}: MPS is not available here; use --device cpu",
+                                  field=flag.lstrip("-").replace("-", "_"))
+
+    if config.device is not None:
+        device(config.device, "--device")
+    if config.device_map is not None:
+        if config.device_map not in _DEVICE_MAPS:
+            try:
+                device(config.device_map, "--device-map")
+            except ValidationError:
+                raise ValidationError(f"--device-map expects one of {', '.join(_DEVICE_MAPS)} or a device name; "
+                                      f"got {config.device_map!r}", field="device_map") from None
+        if importlib.util.find_spec("accelerate") is None:
+            raise ValidationError("--device-map needs the accelerate package (pip install accelerate); "
+                                  "or place the whole model with --device", field="device_map")
 
 
 def _template_reads(tokenizer: Any, flag: str) -> bool:
@@ -306,12 +353,18 @@ def collect(model: Any, prompts: str | os.PathLike[str], out: str | os.PathLike[
     config = config or CollectConfig()
     records = read_prompts(prompts)
     out = Path(out)
+    store.check_output(out)   # an unusable -o fails before a large model spends minutes loading
     if isinstance(model, (str, os.PathLike)):
         model_id = model_id or os.fspath(model)
         model, tokenizer = load_model(os.fspath(model), config)
     else:
         if tokenizer is None:
             raise ValidationError("a loaded model needs its tokenizer", field="tokenizer")
+        given = [f"{name}={getattr(config, name)!r}" for name in ("device", "device_map", "revision")
+                 if getattr(config, name) is not None] + ([f"dtype={config.dtype!r}"] if config.dtype != "auto" else [])
+        if given:
+            raise ValidationError(f"{', '.join(given)} only apply when collect loads the model; with a loaded model "
+                                  "place and cast it yourself and leave them at their defaults", field="config")
         model_id = model_id or getattr(model, "name_or_path", None) or type(model).__name__
         adapter_for(model.config)
     hf_config = model.config

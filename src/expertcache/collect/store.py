@@ -39,7 +39,7 @@ from ..storage import (
 )
 from ..trace import RoutingTrace, read_trace
 
-__all__ = ["read_array", "ARRAY_NAMES", "check_identity", "write_identity", "shard_dir", "shard_done",
+__all__ = ["read_array", "ARRAY_NAMES", "check_output", "check_identity", "write_identity", "shard_dir", "shard_done",
            "write_shard", "open_shard", "ShardWriter", "finalize", "IDENTITY"]
 
 #: Names of the optional per-(token, layer) arrays.
@@ -60,6 +60,23 @@ def identity_sha256(identity: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
 
+def check_output(out: Path) -> None:
+    """Refuse an output that can never hold a collection: a file, or a non-empty directory without one.
+
+    Raises
+    ------
+    ValidationError
+        Saying what ``out`` is and to choose another ``-o``.
+    """
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ValidationError("output exists and is not a directory; choose another -o", source=str(out))
+    if not (out / IDENTITY).is_file() and any(out.iterdir()):
+        raise ValidationError("output directory is not empty and holds no expertcache collection "
+                              f"({IDENTITY} missing); choose another -o", source=str(out))
+
+
 def check_identity(out: Path, identity: dict[str, Any]) -> bool:
     """Whether ``out`` already holds this collection (True), or is absent/empty (False).
 
@@ -69,15 +86,9 @@ def check_identity(out: Path, identity: dict[str, Any]) -> bool:
         If ``out`` holds something else: another collection (naming the fields
         that differ) or files not written by ``expertcache collect``.
     """
-    if not out.exists():
-        return False
-    if not out.is_dir():
-        raise ValidationError("output exists and is not a directory; choose another -o", source=str(out))
+    check_output(out)
     path = out / IDENTITY
-    if not path.is_file():
-        if any(out.iterdir()):
-            raise ValidationError("output directory is not empty and holds no expertcache collection "
-                                  f"({IDENTITY} missing); choose another -o", source=str(out))
+    if not out.exists() or not path.is_file():
         return False
     try:
         stored = json.loads(path.read_text())["identity"]
