@@ -124,7 +124,7 @@ class ImportReport:
 
 
 # ----------------------------------------------------------------------------- shared assembly
-@dataclass
+@dataclass(slots=True)
 class _Row:
     """One parsed source row: a (request, step, layer) routing decision."""
 
