@@ -656,6 +656,64 @@ def test_cli_errors_are_one_line(tmp_path, trace_with_arrays):
     assert res.exit_code == 2 and "hidden" in res.output and "--save-hidden" in res.output
 
 
+def test_cli_eval_export_bad_options_are_one_line(tmp_path, trace_with_arrays, monkeypatch):
+    """Bad options fail with one line (exit 2) before any advice is computed, and write nothing."""
+    from click.testing import CliRunner
+
+    import expertcache.routers.advice as advice_mod
+    from expertcache.cli import main
+
+    tdir, *_ = trace_with_arrays
+    run = CliRunner().invoke
+    ck = str(tmp_path / "ck")
+    res = run(main, ["routers", "train", "--trace", str(tdir), "--capacity", "3", "--max-steps", "1", "-o", ck])
+    assert res.exit_code == 0, res.output
+
+    def no_advice(*a, **k):
+        raise AssertionError("advice computed before the options were checked")
+
+    monkeypatch.setattr(advice_mod, "router_advice", no_advice)
+    (tmp_path / "bin.jsonl").write_bytes(b"\x97\xff")
+    cases = [
+        (["eval", ck, "--trace", str(tdir), "--capacity", "0"], "capacity B must be in [1, N)"),
+        (["eval", ck, "--trace", str(tdir), "--capacity", str(N)], "capacity B must be in [1, N)"),
+        (["eval", ck, "--trace", str(tdir), "--capacity", "3", "--capacities", "2,9"], "capacity B must be in"),
+        (["eval", ck, "--trace", str(tdir), "--capacity", "3", "--budget", "-1"], "R >= 0"),
+        (["eval", ck, "--trace", str(tdir), "--capacity", "3", "--budgets", "0,-2"], "R >= 0"),
+        (["eval", ck, "--trace", str(tdir), "--capacity", "3", "--tasks", str(tmp_path / "bin.jsonl"),
+          "--model", str(tmp_path)], "UTF-8"),
+        (["export", ck, "--trace", str(tdir), "-o", str(tmp_path / "no" / "a.npz")], "does not exist"),
+    ]
+    for args, msg in cases:
+        res = run(main, ["routers", *args])
+        assert res.exit_code == 2, (args, res.output)
+        assert msg in res.output and "Traceback" not in res.output, (args, res.output)
+        assert len(res.output.strip().splitlines()) == 1, res.output
+    monkeypatch.undo()
+    res = run(main, ["routers", "export", ck, "--trace", str(tdir), "--batch", "0", "-o", str(tmp_path / "a.npz")])
+    assert res.exit_code == 2 and "batch must be a positive integer" in res.output, res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin.jsonl", "ck", "t"]
+
+
+def test_cli_model_must_be_a_local_directory(tmp_path, monkeypatch):
+    """A --model that is not a local directory is refused at once: never looked up on a hub."""
+    import transformers
+    from click.testing import CliRunner
+
+    from expertcache.cli import main
+
+    def no_load(*a, **k):
+        raise AssertionError("tried to load a model that is not a local directory")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", no_load)
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "hello world"}\n')
+    res = CliRunner().invoke(main, ["routers", "train", "--model", "someone/some-moe", "--data", str(data),
+                                    "--capacity", "2", "-o", str(tmp_path / "ck")])
+    assert res.exit_code == 2 and "no such model directory" in res.output, res.output
+    assert not (tmp_path / "ck").exists()
+
+
 # ------------------------------------------------------------------ accuracy hook and concentration
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import click
@@ -22,9 +23,12 @@ def _load_model(model: str, device: str | None) -> tuple[Any, Any]:
     from .errors import ValidationError
 
     hf_logging.disable_progress_bar()   # our own progress bar and --json own the terminal
+    if not os.path.isdir(model):       # never a hub id: nothing is downloaded
+        raise ValidationError("no such model directory; expected a local Hugging Face model directory "
+                              "(config.json, weights, tokenizer)", source=model)
     try:
-        tok = AutoTokenizer.from_pretrained(model)
-        m = AutoModelForCausalLM.from_pretrained(model)
+        tok = AutoTokenizer.from_pretrained(model, local_files_only=True)
+        m = AutoModelForCausalLM.from_pretrained(model, local_files_only=True)
     except (OSError, ValueError) as exc:
         raise ValidationError(f"cannot load the model ({str(exc).splitlines()[0]}); expected a local Hugging Face "
                               "model directory", source=model) from None
@@ -199,7 +203,6 @@ def _advice(checkpoint: str, trace_dir: str, batch: int, offsets: str, seed: int
 def export_cmd(checkpoint: str, trace_dir: str, batch: int, offsets: str, seed: int, stream_dir: str | None,
                use: str, out: str, overwrite: bool, as_json: bool) -> None:
     """Write per-event priority / prefetch-score advice of CHECKPOINT for a trace's event stream."""
-    import os
     import tempfile
 
     import numpy as np
@@ -208,9 +211,12 @@ def export_cmd(checkpoint: str, trace_dir: str, batch: int, offsets: str, seed: 
     from .routers.advice import save_router_advice
 
     _require_new(out, overwrite)
+    folder = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(folder):
+        _fail(f"{out}: the folder {folder} does not exist; create it or choose another path")
     stream = read_events(stream_dir) if stream_dir else None
     adv = _advice(checkpoint, trace_dir, batch, offsets, seed, (use,), lambda *_: stream)[3][use]
-    fd, tmp = tempfile.mkstemp(prefix=".advice.", suffix=".npz", dir=os.path.dirname(os.path.abspath(out)))
+    fd, tmp = tempfile.mkstemp(prefix=".advice.", suffix=".npz", dir=folder)
     os.close(fd)
     try:
         save_router_advice(adv, tmp)
@@ -287,7 +293,18 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
 
     if tasks_path and not model_path:
         _fail("--tasks needs --model")
+    if budget < 0 or any(r < 0 for r in budgets or ()):
+        _fail(f"--budget and --budgets take R >= 0 pre-access candidates; got {budget} and {budgets}")
+    tasks = None
+    if tasks_path:
+        from .routers.data import load_tasks
+
+        tasks = load_tasks(tasks_path)         # a bad file fails before any work
+
     def stream_for(trace: Any, offs: Any) -> Any:
+        for b in [capacity, *(capacities or ())]:   # before the advice is computed
+            if not 1 <= b < trace.n_experts:
+                _fail(f"capacity B must be in [1, N) = [1, {trace.n_experts}); got {b}")
         if prefill_init:
             from .prefill import prefill_initialised_events
 
@@ -304,14 +321,10 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
     per = N * d + (N if weights.temporal_b is not None else 0)
     acc: dict[str, float] = {}
     accuracy_info = None
-    if tasks_path:
+    if tasks is not None:
         from .routers.checkpoint import BACKBONE_FILE
-        from .routers.data import load_tasks
 
-        tasks = load_tasks(tasks_path)
         model, tok = _load_model(model_path, device)  # type: ignore[arg-type]
-        import os
-
         joint = os.path.isfile(os.path.join(checkpoint, BACKBONE_FILE))
         if joint:
             from safetensors.torch import load_model
@@ -322,7 +335,8 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
             res = ev.exact_match(model, tok, tasks, max_new_tokens=max_new_tokens,
                                  progress=lambda i, n: bar.update(t, completed=i, total=n))
         accuracy_info = res.to_dict()
-        names = ["Temporal Router", "Spatio-Temporal Router"] + ([] if joint else ["LRU", "LFU", "LRFU"])
+        names = ["Temporal Router", "Spatio-Temporal Router", "Native p^R (untrained)"] + (
+            [] if joint else ["LRU", "LFU", "LRFU"])
         acc = {k: res.accuracy for k in names}
     with _progress() as bar:
         t = bar.add_task("replays", total=None)
