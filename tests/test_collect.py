@@ -549,3 +549,23 @@ def test_loading_options_with_a_loaded_model_are_refused(tmp_path):
         with pytest.raises(ValidationError, match="loaded model"):
             collect(model, prompts, tmp_path / "o", CollectConfig(max_new_tokens=1, **over), tokenizer=tok)
     assert not (tmp_path / "o").exists()
+
+
+def test_resume_accepts_the_same_model_directory_spelled_differently(tmp_path, monkeypatch):
+    """Regression: the identity held the model argument verbatim, so resuming with `models/m/` (shell
+    completion adds the slash) or `./models/m` after starting with `models/m` was refused as another model."""
+    model, tok = make_model("olmoe", seed=8), make_tokenizer()
+    (tmp_path / "models").mkdir()
+    model.save_pretrained(tmp_path / "models" / "m")
+    tok.save_pretrained(tmp_path / "models" / "m")
+    prompts = write_prompts(tmp_path / "p.jsonl")
+    monkeypatch.chdir(tmp_path)
+    args = ["--prompts", "p.jsonl", "-o", "t", "--max-new-tokens", "2", "--batch-size", "5", "--shard-size", "5",
+            "--json"]
+    res = CliRunner().invoke(main, ["collect", "models/m", *args])
+    assert res.exit_code == 0, res.output
+    assert read_trace(tmp_path / "t").provenance["model"] == "models/m"
+    for spelling in ("models/m/", "./models/m", "models//m"):
+        res = CliRunner().invoke(main, ["collect", spelling, *args])
+        assert res.exit_code == 0 and json.loads(res.stdout.strip().splitlines()[-1])["already_complete"], res.output
+    assert prompts.exists()

@@ -355,7 +355,8 @@ def collect(model: Any, prompts: str | os.PathLike[str], out: str | os.PathLike[
     out = Path(out)
     store.check_output(out)   # an unusable -o fails before a large model spends minutes loading
     if isinstance(model, (str, os.PathLike)):
-        model_id = model_id or os.fspath(model)
+        # A local directory's name as given, normalised (``m/``, ``./m``, ``m`` are one model for resume).
+        model_id = model_id or (os.path.normpath(model) if os.path.isdir(model) else os.fspath(model))
         model, tokenizer = load_model(os.fspath(model), config)
     else:
         if tokenizer is None:
