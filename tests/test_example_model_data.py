@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from expertcache.collect.prompts import read_prompts
 from expertcache.trace import DECODE, read_trace
@@ -43,3 +45,43 @@ def test_docs_quote_the_measured_locality_table():
         sys.path.pop(0)
     table = locality_report.table(TRACE)
     assert table in (ROOT / "docs" / "example_model.md").read_text()
+
+
+MODEL = ROOT / "models" / "example-moe"
+#: sha256 of the weights the shipped trace was recorded from (docs/example_model.md).
+WEIGHTS_SHA256 = "871516e485bf7e73d0cbd48df88baca78dd418a03b6c3463692f209e87eb18dc"
+
+
+def _weights_match() -> bool:
+    from expertcache.storage import sha256_file
+
+    path = MODEL / "model.safetensors"
+    return path.is_file() and sha256_file(path) == WEIGHTS_SHA256
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _weights_match(), reason="models/example-moe (git-ignored) absent or rebuilt differently; "
+                    "python scripts/example_model/make_all.py builds it")
+def test_recording_the_example_model_reproduces_the_shipped_trace(tmp_path):
+    """The documented recording command (scripts/example_model/record.py) on the documented weights gives the
+    shipped routes.parquet byte for byte, and the same collection identity."""
+    pytest.importorskip("transformers")
+    sys.path.insert(0, str(ROOT / "scripts" / "example_model"))
+    try:
+        import record
+    finally:
+        sys.path.pop(0)
+    out = tmp_path / "trace"
+    assert record.record(MODEL, out) == 0
+    shipped = read_trace(TRACE)
+    again = read_trace(out)
+    # the routes first (readable failure), then the bytes
+    np.testing.assert_array_equal(again.experts, shipped.experts)
+    np.testing.assert_array_equal(again.token_id, shipped.token_id)
+    np.testing.assert_allclose(again.gates, shipped.gates, atol=1e-5)
+    from expertcache.storage import sha256_file
+
+    assert sha256_file(out / "routes.parquet") == sha256_file(TRACE / "routes.parquet")
+    ident = json.loads((out / "collection.json").read_text())
+    assert ident["identity"]["model"] == "models/example-moe"
+    assert ident == json.loads((TRACE / "collection.json").read_text())

@@ -6,6 +6,9 @@ The exact command (run from the repository root)::
         --prompts src/expertcache/data/example_prompts.jsonl \\
         -o src/expertcache/data/example_model_trace --max-new-tokens 64
 
+with ``OMP_NUM_THREADS=2`` (torch's CPU thread count: it changes floating-point sums, hence the gate
+and probability bits, though not the routes; the shipped trace was recorded with 2, the default on
+the 2-core machine that made it, so the recipe pins it for every machine).
 Greedy decoding, chat template applied, at most 64 decode tokens per prompt so
 the shipped trace stays small. The per-shard copies under ``shards/`` (the
 unit of resume) are then removed: they repeat ``routes.parquet``. Afterwards the routing's skew and temporal
@@ -18,6 +21,7 @@ Run alone: ``python scripts/example_model/record.py [--overwrite]``.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -27,6 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = ROOT / "src" / "expertcache" / "data" / "example_prompts.jsonl"
 TRACE_DIR = ROOT / "src" / "expertcache" / "data" / "example_model_trace"
 MAX_NEW_TOKENS = 64
+#: torch CPU threads of the recording (OMP_NUM_THREADS); the shipped trace's bits depend on it.
+RECORD_THREADS = 2
 
 
 def command(model_dir: Path, out: Path, max_new_tokens: int = MAX_NEW_TOKENS) -> list[str]:
@@ -63,8 +69,8 @@ def record(model_dir: Path, out: Path, max_new_tokens: int = MAX_NEW_TOKENS, ove
     if overwrite and out.exists():
         shutil.rmtree(out)
     cmd = command(model_dir, out, max_new_tokens)
-    print("+", " ".join(cmd), flush=True)
-    rc = subprocess.call(cmd, cwd=ROOT)
+    print(f"+ OMP_NUM_THREADS={RECORD_THREADS}", " ".join(cmd), flush=True)
+    rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": str(RECORD_THREADS)})
     if rc == 0:
         if prune_shards and (out / "shards").is_dir():
             # The per-shard copies (the unit of crash-safe resume) duplicate routes.parquet; not shipped.
