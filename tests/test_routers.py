@@ -372,6 +372,12 @@ def test_offline_training_and_least_squares_init(tmp_path):
     trace, hidden, logits, w = synthetic_trace(n_requests=6, decode=10)
     fitted, resid = fit_native_routers(hidden, logits)
     assert resid < 5e-3 and np.allclose(fitted, w, atol=2e-2)
+    for l in range(L):          # the least-squares solution, as an SVD-based solver finds it
+        want = np.linalg.lstsq(hidden[:, l].astype(np.float64), logits[:, l].astype(np.float64), rcond=None)[0]
+        assert np.allclose(fitted[l], want.T, atol=1e-5)
+    assert np.allclose(fit_native_routers(hidden, logits, chunk=7)[0], fitted, atol=1e-6)
+    with pytest.raises(ValidationError, match="fewer than the hidden size"):
+        fit_native_routers(hidden[:D - 1], logits[:D - 1])
     prev = pair_rows(trace.request, trace.position)
     assert prev[0] == -1 and prev[1] == 0 and prev[12] == -1 and prev[13] == 12
     cfg = small_cfg(mode="aux-full", batch_size=16, grad_accum=1, max_steps=30, lr=3e-2)
