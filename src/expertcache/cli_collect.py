@@ -64,6 +64,9 @@ def collect(model: str, prompts: str, out: str, max_new_tokens: int, max_prompt_
                            save_logits=save_logits, save_hidden=save_hidden, dtype=dtype, device=device,
                            device_map=device_map, revision=revision)
     n_prompts = len(read_prompts(prompts))  # bad rows fail before the model loads
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()   # transformers' weight-loading bar would interleave with ours and errors
     console = Console(stderr=True)
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=console, transient=True,
