@@ -698,6 +698,9 @@ def test_cli_eval_export_bad_options_are_one_line(tmp_path, trace_with_arrays, m
     monkeypatch.undo()
     res = run(main, ["routers", "export", ck, "--trace", str(tdir), "--batch", "0", "-o", str(tmp_path / "a.npz")])
     assert res.exit_code == 2 and "batch must be a positive integer" in res.output, res.output
+    res = run(main, ["routers", "eval", ck, "--trace", str(tdir), "--capacity", "3", "--budget", "1", "--json"])
+    assert res.exit_code == 0, res.output     # aux-temporal checkpoint: the R > 0 row uses untrained W^S
+    assert "Spatio Routers were not trained" in __import__("json").loads(res.output)["scope"]["note"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin.jsonl", "ck", "t"]
 
 

@@ -353,6 +353,12 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
              "note": ("auxiliary-only checkpoint: every row replays the same routing" if not str(
                  weights.meta.get("mode", "")).startswith(("temporal", "full", "lm")) else
                  "joint checkpoint: the classic rows replay this checkpoint's routing, not an LM-only backbone's")}
+    mode = str(weights.meta.get("mode", ""))
+    if mode == "lm-only":
+        scope["note"] += "; lm-only: its routers were never trained (router rows = their initialisation)"
+    elif mode in ("temporal", "aux-temporal") and (budget > 0 or any(r > 0 for r in budgets or ())):
+        scope["note"] += (f"; {mode}: its Spatio Routers were not trained, so the R > 0 rows use their "
+                          "initialisation W^S_l = W^R_(l+1)")
     if as_json:
         click.echo(json.dumps({"scope": scope, "accuracy": accuracy_info, "table": [r.to_dict() for r in rows],
                                "budget_sweep": [r.to_dict() for r in r_rows],
