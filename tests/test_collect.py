@@ -569,3 +569,20 @@ def test_resume_accepts_the_same_model_directory_spelled_differently(tmp_path, m
         res = CliRunner().invoke(main, ["collect", spelling, *args])
         assert res.exit_code == 0 and json.loads(res.stdout.strip().splitlines()[-1])["already_complete"], res.output
     assert prompts.exists()
+
+
+def test_chat_template_refusing_a_row_names_the_line(tmp_path):
+    """A chat template that raises (e.g. 'System role not supported', roles not alternating) is the prompt row's
+    fault: one line naming file and row, not a jinja2 traceback, and nothing written."""
+    model, tok = make_model("mixtral", seed=1), make_tokenizer()
+    tok.chat_template = ("{% for m in messages %}{% if m['role'] == 'system' %}"
+                         "{{ raise_exception('System role not supported') }}{% endif %}"
+                         "<{{ m['role'] }}> {{ m['content'] }} {% endfor %}<assistant> ")
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    prompts = write_prompts(tmp_path / "p.jsonl")   # row 2 holds a system message
+    res = CliRunner().invoke(main, ["collect", str(tmp_path / "m"), "--prompts", str(prompts), "-o",
+                                    str(tmp_path / "o"), "--max-new-tokens", "1"])
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert "record 2" in res.output and "System role not supported" in res.output
+    assert not (tmp_path / "o").exists()

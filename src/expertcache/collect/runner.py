@@ -157,7 +157,13 @@ def encode_prompt(tokenizer: Any, record: PromptRecord, config: CollectConfig) -
     if config.chat_template and getattr(tokenizer, "chat_template", None):
         messages = list(record.messages or ({"role": "user", "content": record.prompt},))
         extra = {"enable_thinking": False} if _template_reads(tokenizer, "enable_thinking") else {}
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra)
+        try:
+            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra)
+        except Exception as exc:   # jinja2 TemplateError (raise_exception in the template), or its own checks
+            if type(exc).__name__ != "TemplateError" and not isinstance(exc, ValueError):
+                raise
+            raise ValidationError(f"the model's chat template refused this row ({str(exc).splitlines()[0]})",
+                                  record=record.line, field="messages" if record.messages else "prompt") from None
         ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
     else:
         if record.messages is not None:
