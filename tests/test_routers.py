@@ -500,7 +500,8 @@ def test_layerwise_advice_equals_advice_from_stored_scores(batch):
     sc = router_scores(hidden, logits, pair_rows(trace.request, trace.position), w)
     for use in ("routers", "native"):
         a = advice_for_trace(trace, sc, batch, offs, stream=stream, use=use)
-        b = router_advice(trace, hidden, logits, w, batch, offs, stream=stream, use=use)
+        b = router_advice(trace, hidden if use == "routers" else None, logits, w, batch, offs, stream=stream,
+                          use=use)      # the native reference reads no hidden states
         assert a.warmup_events == b.warmup_events > 0
         assert np.array_equal(a.priority, b.priority)
         if use == "routers":
@@ -509,6 +510,8 @@ def test_layerwise_advice_equals_advice_from_stored_scores(batch):
         else:
             assert a.prefetch_score is None and b.prefetch_score is None
         b.to_advice().validate(stream, need=("priority",))
+    with pytest.raises(ValidationError, match="needs the hidden states"):
+        router_advice(trace, None, logits, w, batch, offs, stream=stream)
 
 
 def test_layerwise_advice_memory_does_not_grow_with_layers():

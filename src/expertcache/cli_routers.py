@@ -37,12 +37,12 @@ def _load_model(model: str, device: str | None) -> tuple[Any, Any]:
     return m, tok
 
 
-def _trace_arrays(trace_dir: str):
+def _trace_arrays(trace_dir: str, hidden: bool = True):
     from .collect import read_array
     from .trace import read_trace
 
     trace = read_trace(trace_dir)
-    return trace, read_array(trace_dir, "hidden"), read_array(trace_dir, "logits")
+    return trace, read_array(trace_dir, "hidden") if hidden else None, read_array(trace_dir, "logits")
 
 
 def _emit_train(res: Any, as_json: bool) -> None:
@@ -172,7 +172,7 @@ def _advice(checkpoint: str, trace_dir: str, batch: int, offsets: str, seed: int
     from .routers.checkpoint import load_router_weights
 
     weights = load_router_weights(checkpoint)
-    trace, hidden, logits = _trace_arrays(trace_dir)
+    trace, hidden, logits = _trace_arrays(trace_dir, hidden="routers" in uses)   # native needs logits only
     offs = ArrivalOffsets.parse(offsets, seed=seed)
     stream = stream_for(trace, offs) if stream_for is not None else None
     out = {}

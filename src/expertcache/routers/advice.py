@@ -300,7 +300,7 @@ def advice_for_trace(trace: RoutingTrace, scores: RouterScores, batch: int, offs
     return _advise(trace, batch, offsets, stream, use, provenance, layer_scores)
 
 
-def router_advice(trace: RoutingTrace, hidden: np.ndarray, logits: np.ndarray, weights: RouterWeights, batch: int,
+def router_advice(trace: RoutingTrace, hidden: np.ndarray | None, logits: np.ndarray, weights: RouterWeights, batch: int,
                   offsets: ArrivalOffsets | None = None, *, stream: EventStream | None = None, use: str = "routers",
                   provenance: dict[str, Any] | None = None, progress: Any = None) -> RouterAdvice:
     """Advice of trained routers for the events of ``build_events(trace, batch, offsets)``, one layer at a time.
@@ -316,7 +316,7 @@ def router_advice(trace: RoutingTrace, hidden: np.ndarray, logits: np.ndarray, w
         The routing trace; ``hidden`` and ``logits`` rows are aligned with its rows.
     hidden, logits
         ``(n_tokens, L, d)`` MoE-block inputs and ``(n_tokens, L, N)`` native router logits
-        (float16 as collected; ``hidden`` is not read for ``use="native"``).
+        (float16 as collected; ``hidden`` may be ``None`` for ``use="native"``, which does not read it).
     weights
         Trained routers (:func:`~.checkpoint.load_router_weights`).
     batch, offsets, stream, use, provenance
@@ -327,9 +327,12 @@ def router_advice(trace: RoutingTrace, hidden: np.ndarray, logits: np.ndarray, w
     from .train import pair_rows
 
     L, N = trace.n_layers, trace.n_experts
-    _check_arrays(hidden, logits, weights)
-    if hidden.shape[0] != trace.n_tokens or (weights.n_layers, weights.n_experts) != (L, N):
-        raise ValidationError(f"the arrays hold {hidden.shape[0]} rows of L = {weights.n_layers}, N = "
+    if hidden is None and use != "native":
+        raise ValidationError('router advice needs the hidden states; only use="native" works without them')
+    if hidden is not None:
+        _check_arrays(hidden, logits, weights)
+    if logits.shape[0] != trace.n_tokens or (weights.n_layers, weights.n_experts) != (L, N):
+        raise ValidationError(f"the arrays hold {logits.shape[0]} rows of L = {weights.n_layers}, N = "
                               f"{weights.n_experts}; the trace has {trace.n_tokens} rows of L = {L}, N = {N}: "
                               "use the trace the arrays were collected with and routers trained for its model")
     prev_all = pair_rows(trace.request, trace.position)
