@@ -56,25 +56,22 @@ def option_set(stream: EventStream, option_steps: int = 4, source: str = "future
     option = step_rank // option_steps
     n_opt = int(option.max()) + 1 if ev.size else 0
     # use counts per (option, layer, expert), a chunk of options at a time: never [n_options, L, N] at once
-    opt_of_event = np.full(stream.n_events, -1, dtype=np.int64)
-    opt_of_event[ev] = option
-    acc_ev = stream.event_of_access
-    acc = np.flatnonzero(counted[acc_ev])                                   # in event order: options ascending
-    a_opt = opt_of_event[acc_ev[acc]]
-    a_block = stream.layer[acc_ev[acc]].astype(np.int64) * N + stream.expert[acc]
-    a_mult = stream.multiplicity[acc]
     prev = np.zeros((1, L * N), dtype=np.float64)                            # counts of the option before
     span = max(1, (1 << 22) // (L * N))                                      # options per chunk (~32 MB)
     for lo in range(0, n_opt, span):
         hi = min(n_opt, lo + span)
-        a0, a1 = np.searchsorted(a_opt, [lo, hi])
-        counts = np.bincount((a_opt[a0:a1] - lo) * (L * N) + a_block[a0:a1], weights=a_mult[a0:a1],
+        e0, e1 = np.searchsorted(option, [lo, hi])                           # the chunk's counted events
+        evs = ev[e0:e1]
+        first_acc = stream.offsets[evs]
+        sizes = stream.offsets[evs + 1] - first_acc
+        ends = np.cumsum(sizes)
+        acc = np.repeat(first_acc - (ends - sizes), sizes) + np.arange(ends[-1] if sizes.size else 0)
+        cell = ((option[e0:e1] - lo) * L + stream.layer[evs]) * N            # (option, layer) row of each event
+        counts = np.bincount(np.repeat(cell, sizes) + stream.expert[acc], weights=stream.multiplicity[acc],
                              minlength=(hi - lo) * L * N).reshape(hi - lo, L * N)
         use = counts if source == "future" else np.concatenate([prev, counts[:-1]], axis=0)
         prev = counts[-1:].copy()
-        e0, e1 = np.searchsorted(option, [lo, hi])
-        rows = (option[e0:e1] - lo) * L + stream.layer[ev[e0:e1]]
-        prio[ev[e0:e1]] = use.reshape((hi - lo) * L, N)[rows]
+        prio[evs] = use.reshape((hi - lo) * L, N)[cell // N]
     first = np.ones(ev.size, dtype=np.bool_)
     key = option * L + stream.layer[ev]
     _, first_idx = np.unique(key, return_index=True)
