@@ -512,6 +512,10 @@ def test_layerwise_advice_equals_advice_from_stored_scores(batch):
         b.to_advice().validate(stream, need=("priority",))
     with pytest.raises(ValidationError, match="needs the hidden states"):
         router_advice(trace, None, logits, w, batch, offs, stream=stream)
+    from expertcache.routers.evaluate import results_table
+
+    rows = results_table(stream, b, 2, 2)      # native advice (no prefetch array): no pre-access row
+    assert [r.method for r in rows] == ["LRU", "LFU", "LRFU", "Temporal Router"]
 
 
 def test_layerwise_advice_memory_does_not_grow_with_layers():

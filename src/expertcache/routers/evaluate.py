@@ -123,7 +123,7 @@ def results_table(stream: EventStream, advice: RouterAdvice, capacity: int, budg
     if native is not None:
         jobs.append(("Native p^R (untrained)", "advice", 0, 0, _engine_advice(native)))
     jobs.append(("Temporal Router", "advice", 0, added_temporal, eng))
-    if budget > 0 and np.isfinite(advice.prefetch_score).any():
+    if budget > 0 and advice.prefetch_score is not None and np.isfinite(advice.prefetch_score).any():
         jobs.append(("Spatio-Temporal Router", "advice", budget, added_full, eng))
     rows = []
     for i, (name, pri, r, added, adv) in enumerate(jobs):
