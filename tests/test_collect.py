@@ -586,3 +586,23 @@ def test_chat_template_refusing_a_row_names_the_line(tmp_path):
     assert res.exit_code == 2 and "Traceback" not in res.output, res.output
     assert "record 2" in res.output and "System role not supported" in res.output
     assert not (tmp_path / "o").exists()
+
+
+def test_prompt_and_tokenizer_errors_come_before_the_weights_load(tmp_path, monkeypatch):
+    """A missing tokenizer or a prompt row the tokenizer cannot encode fails before minutes of weight loading."""
+    model, tok = make_model("olmoe", seed=1), make_tokenizer()
+    model.save_pretrained(tmp_path / "m")
+    tok.chat_template = None
+    tok.save_pretrained(tmp_path / "m")
+    model.save_pretrained(tmp_path / "no-tok")
+
+    def loading_weights(*args, **kwargs):
+        raise AssertionError("the weights were loaded")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", loading_weights)
+    prompts = write_prompts(tmp_path / "p.jsonl")   # row 2 is a chat, and this tokenizer has no template
+    for model_dir, match in (("m", "no chat template"), ("no-tok", "cannot load the tokenizer")):
+        res = CliRunner().invoke(main, ["collect", str(tmp_path / model_dir), "--prompts", str(prompts), "-o",
+                                        str(tmp_path / "o")])
+        assert res.exit_code == 2 and match in res.output and "Traceback" not in res.output, res.output
+        assert not (tmp_path / "o").exists()

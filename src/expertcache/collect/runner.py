@@ -37,7 +37,8 @@ from .config import CollectConfig
 from .prompts import PromptRecord, prompt_set_sha256, read_prompts
 from .recorder import RouterRecorder, router_stats
 
-__all__ = ["collect", "CollectResult", "ProgressEvent", "load_model", "encode_prompt", "check_placement"]
+__all__ = ["collect", "CollectResult", "ProgressEvent", "load_model", "load_tokenizer", "load_weights", "encode_prompt",
+           "check_placement"]
 
 
 @dataclass(frozen=True)
@@ -73,9 +74,18 @@ class CollectResult:
                 "generate_seconds": self.generate_seconds}
 
 
-def load_model(model_id: str, config: CollectConfig) -> tuple[Any, Any]:
-    """Load ``(model, tokenizer)`` with transformers' Auto classes; unknown architectures fail first."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+#: Files of which a local model directory must hold at least one to have a tokenizer.
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                    "spiece.model")
+
+
+def load_tokenizer(model_id: str, config: CollectConfig) -> Any:
+    """Check placement, config and architecture, and load the tokenizer: everything short of the weights.
+
+    Bad options, an unsupported architecture or a missing tokenizer fail here, before the
+    (possibly minutes-long) weight loading.
+    """
+    from transformers import AutoConfig, AutoTokenizer
 
     check_placement(config)
     try:
@@ -85,6 +95,21 @@ def load_model(model_id: str, config: CollectConfig) -> tuple[Any, Any]:
                               "model directory or a Hugging Face model id in the local cache",
                               source=model_id) from None
     adapter_for(hf_config)  # unsupported architecture: fail before loading weights
+    if os.path.isdir(model_id) and not any(os.path.isfile(os.path.join(model_id, f)) for f in _TOKENIZER_FILES):
+        # transformers 5 would build an empty tokenizer (every prompt encodes to nothing) instead of failing
+        raise ValidationError(f"cannot load the tokenizer: the model directory holds none of "
+                              f"{', '.join(_TOKENIZER_FILES)}; save it beside the weights "
+                              "(tokenizer.save_pretrained(model_dir))", source=model_id)
+    try:
+        return AutoTokenizer.from_pretrained(model_id, revision=config.revision)
+    except (OSError, ValueError) as exc:
+        raise ValidationError(f"cannot load the tokenizer ({str(exc).splitlines()[0]})", source=model_id) from None
+
+
+def load_weights(model_id: str, config: CollectConfig) -> Any:
+    """Load the causal LM with transformers' Auto class, placed and cast as ``config`` says, in eval mode."""
+    from transformers import AutoModelForCausalLM
+
     kwargs: dict[str, Any] = {"revision": config.revision,
                               "dtype": "auto" if config.dtype == "auto" else getattr(torch, config.dtype)}
     if config.device_map is not None:
@@ -92,12 +117,13 @@ def load_model(model_id: str, config: CollectConfig) -> tuple[Any, Any]:
     model = AutoModelForCausalLM.from_pretrained(model_id, **kwargs)
     if config.device is not None:
         model.to(config.device)
-    model.eval()
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model_id, revision=config.revision)
-    except (OSError, ValueError) as exc:
-        raise ValidationError(f"cannot load the tokenizer ({str(exc).splitlines()[0]})", source=model_id) from None
-    return model, tokenizer
+    return model.eval()
+
+
+def load_model(model_id: str, config: CollectConfig) -> tuple[Any, Any]:
+    """Load ``(model, tokenizer)``; everything that can fail without the weights fails first."""
+    tokenizer = load_tokenizer(model_id, config)
+    return load_weights(model_id, config), tokenizer
 
 
 _DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
@@ -363,8 +389,10 @@ def collect(model: Any, prompts: str | os.PathLike[str], out: str | os.PathLike[
     if isinstance(model, (str, os.PathLike)):
         # A local directory's name as given, normalised (``m/``, ``./m``, ``m`` are one model for resume).
         model_id = model_id or (os.path.normpath(model) if os.path.isdir(model) else os.fspath(model))
-        model, tokenizer = load_model(os.fspath(model), config)
+        model_path: str | None = os.fspath(model)
+        tokenizer = load_tokenizer(model_path, config)
     else:
+        model_path = None
         if tokenizer is None:
             raise ValidationError("a loaded model needs its tokenizer", field="tokenizer")
         given = [f"{name}={getattr(config, name)!r}" for name in ("device", "device_map", "revision")
@@ -374,18 +402,20 @@ def collect(model: Any, prompts: str | os.PathLike[str], out: str | os.PathLike[
                                   "place and cast it yourself and leave them at their defaults", field="config")
         model_id = model_id or getattr(model, "name_or_path", None) or type(model).__name__
         adapter_for(model.config)
+    encoded = []   # prompts the tokenizer or its chat template refuse fail before the weights load
+    for rec in records:
+        try:
+            encoded.append(encode_prompt(tokenizer, rec, config))
+        except ValidationError as exc:
+            raise ValidationError(exc.detail, source=str(prompts), record=rec.line, field=exc.field) from None
+    if model_path is not None:
+        model = load_weights(model_path, config)
     hf_config = model.config
     adapter = adapter_for(hf_config)
     layers = find_moe_layers(model, adapter)
     N, k, L = adapter.n_experts(hf_config), adapter.top_k(hf_config), len(layers)
     if N > np.iinfo(np.int16).max:
         raise ValidationError(f"{N} experts exceed the trace's int16 expert ids", field="model")
-    encoded = []
-    for rec in records:
-        try:
-            encoded.append(encode_prompt(tokenizer, rec, config))
-        except ValidationError as exc:
-            raise ValidationError(exc.detail, source=str(prompts), record=rec.line, field=exc.field) from None
     prompts_sha = prompt_set_sha256(prompts)
     identity = {"model": model_id, "model_type": hf_config.model_type, "config_sha256": _config_sha256(hf_config),
                 "router_sha256": _router_sha256(layers), "prompts_sha256": prompts_sha,
