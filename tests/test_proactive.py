@@ -274,6 +274,11 @@ def test_advice_round_trip_and_validation(tmp_path):
     (tmp_path / "bad.npz").write_bytes(b"no")
     with pytest.raises(ValidationError, match="cannot read advice"):
         load_advice(tmp_path / "bad.npz")
+    whole = (tmp_path / "a.npz").read_bytes()      # a truncated or damaged archive: one-line error, no traceback
+    for name, data in (("cut.npz", whole[: len(whole) // 2]), ("pk.npz", b"PK\x03\x04garbage")):
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(ValidationError, match="cannot read advice"):
+            load_advice(tmp_path / name)
     assert math.isfinite(replay_proactive(s, ProactiveConfig("lru", rho=0.5)).hit)
 
 

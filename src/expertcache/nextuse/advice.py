@@ -104,6 +104,7 @@ def save_advice(advice: Advice, path) -> None:
 def load_advice(path) -> Advice:
     """Read advice written by :func:`save_advice` (``np.load(allow_pickle=False)``)."""
     import json
+    import zipfile
 
     from ..errors import ValidationError
 
@@ -115,13 +116,14 @@ def load_advice(path) -> Advice:
             names = set(z.files)
             if not names & {"next_use", "priority", "prefetch_score"}:
                 raise ValueError("it holds none of next_use, priority, prefetch_score")
+            # copy=False: the dense arrays are float32[n_events, N] already; no second copy of each
             return Advice(
-                z["next_use"].astype(np.int32) if "next_use" in names else None,
+                z["next_use"].astype(np.int32, copy=False) if "next_use" in names else None,
                 json.loads(str(z["provenance"])) if "provenance" in names else {},
-                z["priority"].astype(np.float32) if "priority" in names else None,
-                z["prefetch_score"].astype(np.float32) if "prefetch_score" in names else None,
+                z["priority"].astype(np.float32, copy=False) if "priority" in names else None,
+                z["prefetch_score"].astype(np.float32, copy=False) if "prefetch_score" in names else None,
             )
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
         raise ValidationError(f"cannot read advice ({exc}); expected an .npz from `expertcache nextuse eval "
                               "--advice-out` or an advice producer of expertcache.prefetch",
                               source=str(path)) from None
