@@ -454,3 +454,17 @@ def test_every_producer_fills_the_prefill_warm_up_alike(small):
             np.testing.assert_array_equal(p.advice.priority[warm], want)
         assert np.all(p.advice.prefetch_score[warm] == -np.inf)
         assert not np.all(p.advice.prefetch_score[ctx.count_mask] == -np.inf)
+
+
+def test_routing_semantic_embedding_is_the_unit_prompt_histogram(small):
+    """FineMoE's stand-in semantics without hidden states: the prompt's one-hot routing summed, made unit length."""
+    from expertcache.prefetch.expert_map import semantic_embeddings
+    from expertcache.prefetch.produced import multi_hot
+
+    L, N = small.n_layers, small.n_experts
+    want = np.zeros((small.n_requests, L * N))
+    for r in range(small.n_requests):
+        rows = np.flatnonzero((small.phase == PREFILL) & (small.request == r))
+        want[r] = multi_hot(small.experts[rows].reshape(-1, small.top_k), N).reshape(rows.size, L * N).sum(0)
+    want /= np.linalg.norm(want, axis=1, keepdims=True)
+    np.testing.assert_array_equal(semantic_embeddings(small, None), want.astype(np.float32))

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..trace import PREFILL, RoutingTrace
 from .context import AdviceContext
-from .produced import Produced, multi_hot
+from .produced import Produced
 
 __all__ = ["semantic_embeddings", "expert_map_search", "top_m_rows"]
 
@@ -63,14 +63,15 @@ def semantic_embeddings(trace: RoutingTrace, hidden: np.ndarray | None) -> np.nd
     pre = trace.phase == PREFILL
     dim = hidden.shape[2] if hidden is not None else L * N
     out = np.zeros((trace.n_requests, dim), dtype=np.float64)
+    layer_base = np.arange(L, dtype=np.int64)[:, None] * N
     for r in range(trace.n_requests):
         rows = np.flatnonzero(pre & (trace.request == r))
         if rows.size == 0:
             continue
         if hidden is not None:
             out[r] = hidden[rows].astype(np.float64).mean(axis=(0, 1))
-        else:
-            out[r] = multi_hot(trace.experts[rows].reshape(-1, trace.top_k), N).reshape(rows.size, L * N).sum(0)
+        else:                       # the prompt's routing histogram [L*N], counted (no [rows, L, N] one-hot)
+            out[r] = np.bincount((layer_base + trace.experts[rows]).ravel(), minlength=L * N)
     n = np.linalg.norm(out, axis=1, keepdims=True)
     return np.divide(out, n, out=np.zeros_like(out), where=n > 0).astype(np.float32)
 
