@@ -33,7 +33,8 @@ from .storage import (
 )
 from .trace import DECODE, RoutingTrace, _first
 
-__all__ = ["EventStream", "ArrivalOffsets", "build_events", "concat_streams", "import_events_jsonl", "read_events"]
+__all__ = ["EventStream", "ArrivalOffsets", "build_events", "concat_streams", "events_before_request",
+           "import_events_jsonl", "read_events"]
 
 _KIND = "event_stream"
 _EVENTS = "events.parquet"
@@ -487,6 +488,19 @@ def concat_streams(first: EventStream, second: EventStream, provenance: dict[str
         np.concatenate([first.multiplicity, second.multiplicity]), gm,
         dict(provenance if provenance is not None else second.provenance),
     )
+
+
+def events_before_request(stream: EventStream, step: np.ndarray, req: np.ndarray, first_request: int) -> int:
+    """Events of ``stream`` before the first step that serves request ``first_request`` or a later one.
+
+    ``step, req`` is the schedule ``stream`` was built from (e.g. :func:`fcfs_schedule`). With the
+    requests of a warm-up placed before ``first_request``, the result is the
+    ``ReplayConfig.warmup_events`` that counts from the first step of the window (§8.1).
+    """
+    served = step[req >= first_request]
+    if served.size == 0:
+        raise ValidationError(f"no request from index {first_request} on has a decode token; the window is empty")
+    return int(np.searchsorted(stream.step, int(served.min()), side="left"))
 
 
 def decode_rows(trace: RoutingTrace) -> tuple[np.ndarray, np.ndarray]:

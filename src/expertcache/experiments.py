@@ -142,7 +142,7 @@ def warm_transition(trace: RoutingTrace, categories: Any, windows: Sequence[int]
     import numpy as np
 
     from .errors import ValidationError
-    from .events import decode_rows, events_from_schedule, fcfs_schedule
+    from .events import decode_rows, events_before_request, events_from_schedule, fcfs_schedule
     from .labels import request_categories
     from .trace import select_requests
 
@@ -179,8 +179,7 @@ def warm_transition(trace: RoutingTrace, categories: Any, windows: Sequence[int]
                 step, req, tok = fcfs_schedule(lengths, np.zeros(sub.n_requests, np.int64), batch)
                 stream = events_from_schedule(sub, step, req, tok, {"discipline": "fcfs-continuous-batching",
                                                                     "batch": int(batch)})
-                first_b = int(step[req >= n_warm].min())
-                n_warmup = int(np.searchsorted(stream.step, first_b, side="left"))
+                n_warmup = events_before_request(stream, step, req, n_warm)
                 cold_stream = build_events(select_requests(trace, order[b][:w]), batch)
                 for rho in rhos:
                     m = {p: replay(stream, ReplayConfig(p, rho=rho, warmup_events=n_warmup)).miss_fraction

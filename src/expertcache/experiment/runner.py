@@ -318,16 +318,15 @@ def _events_before_request(s, trace, first_request: int, stream: dict[str, Any])
     The schedule is :func:`expertcache.events.fcfs_schedule` with the condition's arrivals, the one
     :func:`expertcache.events.build_events` used for ``s`` (as :func:`expertcache.experiments.warm_transition`).
     """
-    from ..events import ArrivalOffsets, decode_rows, fcfs_schedule
+    from ..events import ArrivalOffsets, decode_rows, events_before_request, fcfs_schedule
 
     lengths, _ = decode_rows(trace)
     arrivals = ArrivalOffsets.parse(stream["offsets"], seed=stream["offsets_seed"] or 0).arrivals(trace.n_requests)
     step, req, _ = fcfs_schedule(lengths, arrivals, stream["batch"])
-    served = step[req >= first_request]
-    if served.size == 0:
+    if not (req >= first_request).any():
         raise ValidationError(f"the window requests of selection {stream['selection']!r} have no decode tokens",
                               field="selection")
-    return int(np.searchsorted(s.step, int(served.min()), side="left"))
+    return events_before_request(s, step, req, first_request)
 
 
 def _schedule(trace, stream: dict[str, Any]):
