@@ -122,3 +122,18 @@ def test_from_lists_sorts_members_and_rejects_duplicates():
         EventStream.from_lists(1, 4, 1, [0], [0], [[1, 1]], [2])
     with pytest.raises(ValidationError, match="duplicate"):
         EventStream.from_lists(1, 4, 1, [0, 0], [0, 0], [[1], [2]], [1, 1])
+
+
+def test_chunked_event_building_equals_one_pass(monkeypatch):
+    """A step-sorted schedule is cut into chunks at step boundaries; any chunk size gives the same stream."""
+    import expertcache.events as ev
+    from expertcache.demo import example_model_trace
+
+    tr = example_model_trace()
+    whole = ev.build_events(tr, 3)
+    for chunk in (1, 37, 4096):
+        monkeypatch.setattr(ev, "_CHUNK_ENTRIES", chunk)
+        part = ev.build_events(tr, 3)
+        for name in ("step", "layer", "active", "logical_per_event", "offsets", "expert", "multiplicity",
+                     "gate_mass"):
+            assert np.array_equal(getattr(whole, name), getattr(part, name)), (chunk, name)

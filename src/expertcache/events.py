@@ -523,39 +523,71 @@ def events_from_schedule(trace: RoutingTrace, step: np.ndarray, req: np.ndarray,
     """Events of a schedule: request ``req[i]`` executes its decode token ``tok[i]`` at ``step[i]``.
 
     Any service discipline reduces to such a schedule; the union, multiplicity
-    and gate mass of each (step, layer) follow from it.
+    and gate mass of each (step, layer) follow from it. A schedule sorted by step
+    is processed a bounded number of (token, layer, slot) entries at a time, so
+    the temporary sort keys stay small on model-sized traces.
     """
     L, N, k = trace.n_layers, trace.n_experts, trace.top_k
     _, first = decode_rows(trace)
+    step = np.asarray(step, dtype=np.int64)
     exec_rows = first[req] + tok
     n_exec = exec_rows.shape[0]
+    bounds = [0, n_exec]
+    if n_exec and bool((np.diff(step) >= 0).all()):
+        per_chunk = max(1, _CHUNK_ENTRIES // (L * k))
+        cuts = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])      # the first row of every step
+        picked = [0]
+        for c in cuts[1:]:
+            if c - picked[-1] >= per_chunk:
+                picked.append(int(c))
+        bounds = [*picked, n_exec]
+    parts = [_schedule_events(trace, step[a:b], exec_rows[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+             if b > a] or [_schedule_events(trace, step[:0], exec_rows[:0])]
+    ev_ids = np.concatenate([p[0] for p in parts])
+    sizes = np.concatenate([np.diff(p[1]) for p in parts])
+    csr = np.zeros(sizes.shape[0] + 1, dtype=np.int64)
+    np.cumsum(sizes, out=csr[1:])
+    expert = np.concatenate([p[2] for p in parts])
+    mult = np.concatenate([p[3] for p in parts])
+    gm = np.concatenate([p[4] for p in parts]) if trace.gates is not None else None
+    active = np.concatenate([p[5] for p in parts])
+    ev_step = ev_ids // L
+    return EventStream(L, N, k, ev_step.astype(np.int64), (ev_ids % L).astype(np.int32), active,
+                       active.astype(np.int64) * k, csr, expert, mult, gm, dict(provenance))
+
+
+#: (token, layer, slot) entries :func:`events_from_schedule` sorts at a time.
+_CHUNK_ENTRIES = 1 << 22
+
+
+def _schedule_events(trace: RoutingTrace, step: np.ndarray, exec_rows: np.ndarray) -> tuple:
+    """Event ids (``step*L + layer``), CSR offsets, members, multiplicity, gate mass and ``|A(s)|``
+    of the executed rows ``exec_rows`` at ``step`` (complete steps only)."""
+    L, N, k = trace.n_layers, trace.n_experts, trace.top_k
+    n_exec = exec_rows.shape[0]
     # one entry per (executed token, layer, slot): sort by (step, layer, expert)
-    ex = trace.experts[exec_rows].astype(np.int64)          # (n_exec, L, k)
-    st = np.repeat(step, L * k)
-    ly = np.tile(np.repeat(np.arange(L, dtype=np.int64), k), n_exec)
-    e = ex.reshape(-1)
-    key = (st * L + ly) * N + e
+    e = trace.experts[exec_rows].reshape(-1)
+    key = (np.repeat(step, L * k) * L + np.tile(np.repeat(np.arange(L, dtype=np.int64), k), n_exec)) * N + e
     order = np.argsort(key, kind="stable")
     key_sorted = key[order]
+    del key
     new = np.r_[True, key_sorted[1:] != key_sorted[:-1]]
     starts_u = np.flatnonzero(new)
     mult = np.diff(np.r_[starts_u, key_sorted.shape[0]]).astype(np.int32)
     uk = key_sorted[starts_u]
+    del key_sorted
     expert = (uk % N).astype(np.int16)
     ev_key = uk // N
-    ev_new = np.r_[True, ev_key[1:] != ev_key[:-1]]
-    ev_starts = np.flatnonzero(ev_new)
+    ev_starts = np.flatnonzero(np.r_[True, ev_key[1:] != ev_key[:-1]])
     ev_ids = ev_key[ev_starts]
     csr = np.r_[ev_starts, uk.shape[0]].astype(np.int64)
     gm = None
     if trace.gates is not None:
-        g = trace.gates[exec_rows].astype(np.float64).reshape(-1)[order]
-        gm = np.add.reduceat(g, starts_u).astype(np.float32)
-    active_per_step = np.bincount(np.searchsorted(np.unique(step), step))
-    ev_step = ev_ids // L
-    active = active_per_step[np.searchsorted(np.unique(step), ev_step)].astype(np.int32)
-    return EventStream(L, N, k, ev_step.astype(np.int64), (ev_ids % L).astype(np.int32), active,
-                       active.astype(np.int64) * k, csr, expert, mult, gm, dict(provenance))
+        g = trace.gates[exec_rows].reshape(-1)[order].astype(np.float64)
+        gm = np.add.reduceat(g, starts_u).astype(np.float32) if starts_u.size else np.zeros(0, np.float32)
+    steps_u, per_step = np.unique(step, return_counts=True)
+    active = per_step[np.searchsorted(steps_u, ev_ids // L)].astype(np.int32)
+    return ev_ids, csr, expert, mult, gm, active
 
 
 def import_events_jsonl(path: str | os.PathLike[str], n_layers: int, n_experts: int, top_k: int) -> EventStream:
