@@ -840,6 +840,18 @@ def test_cli_trains_on_a_model_and_text(tmp_path):
                                     "--mode", "aux-temporal", "--capacity", "3", "-o", str(tmp_path / "ck3"),
                                     "--model-out", str(tmp_path / "m3")])
     assert res.exit_code == 2 and "--model-out needs a joint mode" in res.output
+    from expertcache.routers.checkpoint import load_router_weights
+
+    digests = []
+    for i in range(2):     # --deterministic: two runs give the same bytes; torch's global flag is restored
+        res = CliRunner().invoke(main, ["routers", "train", "--model", str(tmp_path / "m"), "--data", str(data),
+                                        "--mode", "temporal", "--capacity", "3", "--max-steps", "2", "--grad-accum",
+                                        "1", "--batch-size", "2", "-o", str(tmp_path / f"d{i}"), "--deterministic"])
+        assert res.exit_code == 0, res.output
+        assert not torch.are_deterministic_algorithms_enabled()
+        digests.append((tmp_path / f"d{i}" / "backbone.safetensors").read_bytes())
+    assert digests[0] == digests[1]
+    assert load_router_weights(tmp_path / "d0").meta["deterministic"] is True
 
 
 def test_advice_pads_the_prefill_warmup():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from typing import Any
@@ -45,6 +46,19 @@ def _trace_arrays(trace_dir: str, hidden: bool = True):
     return trace, read_array(trace_dir, "hidden") if hidden else None, read_array(trace_dir, "logits")
 
 
+@contextlib.contextmanager
+def _deterministic():
+    """``torch.use_deterministic_algorithms(True)`` for the block, restored after."""
+    import torch
+
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before)
+
+
 def _emit_train(res: Any, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(res.to_dict(), sort_keys=True))
@@ -82,6 +96,9 @@ def _emit_train(res: Any, as_json: bool) -> None:
 @click.option("--save-every", type=int, default=0, show_default=True, help="Checkpoint every N steps (0: at the end).")
 @click.option("--resume", type=click.Path(file_okay=False), default=None, help="Continue from this checkpoint.")
 @click.option("--device", default=None, help="Torch device for the model (cpu, cuda).")
+@click.option("--deterministic", is_flag=True,
+              help="torch.use_deterministic_algorithms for this run: bit-reproducible multi-threaded CPU training "
+                   "(without it two runs drift apart); on CUDA it also needs CUBLAS_WORKSPACE_CONFIG=:4096:8.")
 @click.option("--model-out", type=click.Path(file_okay=False), default=None,
               help="Also save the trained backbone (joint modes) as a Hugging Face model directory, e.g. to "
                    "collect its routing.")
@@ -93,7 +110,8 @@ def train_cmd(model_path: str | None, data_path: str | None, trace_dir: str | No
               capacity: int, tau: float, cache_weight: float, lr: float, weight_decay: float, warmup_ratio: float,
               max_grad_norm: float, grad_accum: int, batch_size: int, epochs: float, max_steps: int | None,
               max_length: int, precision: str, fused: str, seed: int, save_every: int, resume: str | None,
-              device: str | None, model_out: str | None, out: str, overwrite: bool, as_json: bool) -> None:
+              device: str | None, deterministic: bool, model_out: str | None, out: str, overwrite: bool,
+              as_json: bool) -> None:
     """Train Temporal (and Spatio) Routers on a model and local text, or offline on a trace."""
     from .routers.config import TrainConfig
 
@@ -112,7 +130,7 @@ def train_cmd(model_path: str | None, data_path: str | None, trace_dir: str | No
                       max_grad_norm=max_grad_norm, grad_accum=grad_accum, batch_size=batch_size, epochs=epochs,
                       max_steps=max_steps, max_length=max_length, precision=precision, fused=fused, seed=seed,
                       save_every=save_every)
-    with _progress() as bar:
+    with _progress() as bar, (_deterministic() if deterministic else contextlib.nullcontext()):
         task = bar.add_task("training", total=None)
 
         def tick(step: int, total: int, rec: dict) -> None:
@@ -127,7 +145,7 @@ def train_cmd(model_path: str | None, data_path: str | None, trace_dir: str | No
             seqs = tokenize_texts(tok, texts, cfg.max_length)
             pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
             res = train_model(model, seqs, cfg, out, pad_id=int(pad), resume=resume, on_step=tick,
-                              meta={"model": model_path, "data": data_path})
+                              meta={"model": model_path, "data": data_path, "deterministic": deterministic})
             if model_out is not None:
                 from .storage import atomic_directory
 
@@ -140,7 +158,7 @@ def train_cmd(model_path: str | None, data_path: str | None, trace_dir: str | No
             from .routers.train import fit_native_routers, pair_rows, train_offline
 
             trace, hidden, logits = _trace_arrays(trace_dir)  # type: ignore[arg-type]
-            meta: dict[str, Any] = {"trace": trace_dir}
+            meta: dict[str, Any] = {"trace": trace_dir, "deterministic": deterministic}
             if model_path is not None:
                 from .routers.modules import CacheRouters
 

@@ -16,7 +16,11 @@ Determinism: micro-batch ``m`` of epoch ``e`` takes a slice of a permutation
 drawn from ``numpy.random.default_rng([seed, e])``; torch is seeded from
 ``seed``; a checkpoint stores the optimizer state and torch's RNG state, and
 the learning rate is a pure function of the step. So stopping after ``k``
-steps and resuming gives the same tensors as an uninterrupted run (tested).
+steps and resuming gives the same tensors as an uninterrupted run (tested),
+provided torch's kernels are deterministic: multi-threaded CPU training of an
+MoE backbone is not (two 3-step runs on the example model differ in the last
+bits, and 400 steps drift apart visibly); ``routers train --deterministic``
+turns on ``torch.use_deterministic_algorithms`` for the run.
 """
 
 from __future__ import annotations
