@@ -55,3 +55,18 @@ def test_atomic_directory_leaves_nothing_on_failure(tmp_path):
     with pytest.raises(OutputExistsError):
         with atomic_directory(out):
             pass
+
+
+def test_atomic_file_keeps_the_old_content_on_failure(tmp_path):
+    from expertcache.storage import atomic_file, atomic_write_bytes
+
+    target = tmp_path / "out.json"
+    atomic_write_bytes(target, b"old")
+    with pytest.raises(RuntimeError), atomic_file(target) as tmp:
+        with open(tmp, "wb") as fh:
+            fh.write(b"half")
+        raise RuntimeError("killed mid-write")
+    assert target.read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+    atomic_write_bytes(target, b"new")
+    assert target.read_bytes() == b"new"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -176,18 +175,11 @@ def _check_out(out: str) -> None:
 
 
 def _write_json(out: str, result: dict[str, Any]) -> None:
-    import tempfile
+    from .storage import atomic_write_bytes
 
     target = Path(out)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(target, (json.dumps(result, indent=2, sort_keys=True) + "\n").encode())
 
 
 def _print(result: dict[str, Any]) -> None:

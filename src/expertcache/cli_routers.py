@@ -221,12 +221,11 @@ def _advice(checkpoint: str, trace_dir: str, batch: int, offsets: str, seed: int
 def export_cmd(checkpoint: str, trace_dir: str, batch: int, offsets: str, seed: int, stream_dir: str | None,
                use: str, out: str, overwrite: bool, as_json: bool) -> None:
     """Write per-event priority / prefetch-score advice of CHECKPOINT for a trace's event stream."""
-    import tempfile
-
     import numpy as np
 
     from .events import read_events
     from .routers.advice import save_router_advice
+    from .storage import atomic_file
 
     _require_new(out, overwrite)
     folder = os.path.dirname(os.path.abspath(out))
@@ -234,14 +233,8 @@ def export_cmd(checkpoint: str, trace_dir: str, batch: int, offsets: str, seed: 
         _fail(f"{out}: the folder {folder} does not exist; create it or choose another path")
     stream = read_events(stream_dir) if stream_dir else None
     adv = _advice(checkpoint, trace_dir, batch, offsets, seed, (use,), lambda *_: stream)[3][use]
-    fd, tmp = tempfile.mkstemp(prefix=".advice.", suffix=".npz", dir=folder)
-    os.close(fd)
-    try:
+    with atomic_file(out) as tmp:
         save_router_advice(adv, tmp)
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     info = {"out": out, "n_events": int(adv.priority.shape[0]), "n_experts": int(adv.priority.shape[1]),
             "warmup_events": adv.warmup_events,
             "events_with_prefetch_candidates": 0 if adv.prefetch_score is None else

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import ExpertCacheError
 from .replay.result import ReplayResult
+from .storage import atomic_file
 
 __all__ = ["plot_miss_ratio_curves", "save_figure"]
 
@@ -61,14 +61,9 @@ def save_figure(fig, path: str | os.PathLike[str]) -> Path:
     plt = _pyplot()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=150)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        with atomic_file(path) as tmp:
+            fig.savefig(tmp, dpi=150, format=path.suffix.lstrip(".").lower())
     finally:
         plt.close(fig)
     return path

@@ -73,6 +73,33 @@ def atomic_directory(out: str | os.PathLike[str], *, overwrite: bool = False) ->
         raise
 
 
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike[str]) -> Iterator[str]:
+    """Yield a hidden temporary file next to ``path``; on success it is synced and renamed onto ``path``.
+
+    A failure (or a kill) leaves ``path`` as it was and removes the temporary file (a kill may leave
+    a hidden ``.NAME.*.tmp`` sibling). The parent directory must exist.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield tmp
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` through :func:`atomic_file`."""
+    with atomic_file(path) as tmp, open(tmp, "wb") as fh:
+        fh.write(data)
+
+
 def write_table(directory: Path, name: str, table: pa.Table) -> dict[str, Any]:
     """Write ``table`` as ``directory/name`` (zstd Parquet); return its manifest entry."""
     path = directory / name

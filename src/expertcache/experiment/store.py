@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import ValidationError
+from ..storage import atomic_file, atomic_write_bytes
 from .spec import CONDITION_FIELDS, PlannedCondition
 
 __all__ = ["ResultStore", "read_results", "RESULT_SCHEMA", "RESULTS_FILE"]
@@ -124,7 +124,7 @@ class ResultStore:
     def write_meta(self, meta: dict[str, Any]) -> None:
         """Replace ``store.json`` atomically."""
         body = {"kind": _KIND, "format": _FORMAT, **meta}
-        _atomic_write_bytes(self.path / _META, (json.dumps(body, indent=2, sort_keys=True) + "\n").encode())
+        atomic_write_bytes(self.path / _META, (json.dumps(body, indent=2, sort_keys=True) + "\n").encode())
 
     # ------------------------------------------------------------------ chunks
     def part_files(self) -> list[Path]:
@@ -137,7 +137,7 @@ class ResultStore:
             return None
         name = f"part-{time.time_ns():020d}-{os.getpid()}.parquet"
         final = self.path / _PARTS / name
-        with _atomic_file(final) as tmp:
+        with atomic_file(final) as tmp:
             pq.write_table(rows_to_table(rows), tmp, compression="zstd")
         return final
 
@@ -187,7 +187,7 @@ class ResultStore:
         idx = sorted(range(t.num_rows), key=lambda i: (order[pairs[i]], rank.get(metrics[i], len(rank)),
                                                        metrics[i]))
         t = t.take(pa.array(idx, pa.int64()))
-        with _atomic_file(self.path / RESULTS_FILE) as tmp:
+        with atomic_file(self.path / RESULTS_FILE) as tmp:
             pq.write_table(t, tmp, compression="zstd")
         for part in self.part_files():
             with contextlib.suppress(OSError):
@@ -256,30 +256,6 @@ def _read(path: Path, columns: list[str] | None = None) -> pa.Table:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
         raise ValidationError(f"columns of the wrong type ({exc}); expected a results table of `expertcache spec "
                               "run`", source=str(path)) from None
-
-
-@contextlib.contextmanager
-def _atomic_file(path: Path) -> Iterator[str]:
-    """Yield a hidden temporary file next to ``path``; on success it is synced and renamed onto ``path``.
-
-    A failure (or a kill) leaves ``path`` as it was; :meth:`ResultStore.clean_temporaries` removes leftovers.
-    """
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        yield tmp
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    with _atomic_file(path) as tmp, open(tmp, "wb") as fh:
-        fh.write(data)
 
 
 def read_results(path: str | os.PathLike[str]) -> pa.Table:
