@@ -659,7 +659,10 @@ def nextuse_eval(model_path: str, stream_dir: str, rho: float, scope: str, seed:
     out = {"transfer_r2": transfer_r2(model, f), "miss_fraction": miss, "best_causal": best,
            "fraction_of_gap_recovered": (miss[best] - miss["predicted-next-use"]) / gap if gap > 0 else None}
     if advice_out:
-        save_advice(advice, advice_out)
+        from .storage import atomic_file
+
+        with atomic_file(advice_out) as tmp:
+            save_advice(advice, tmp)
     if as_json:
         click.echo(json.dumps(out, sort_keys=True))
         return
