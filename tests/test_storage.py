@@ -70,3 +70,13 @@ def test_atomic_file_keeps_the_old_content_on_failure(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
     atomic_write_bytes(target, b"new")
     assert target.read_bytes() == b"new"
+
+
+def test_atomic_file_names_a_missing_folder(tmp_path):
+    from expertcache.errors import ValidationError
+    from expertcache.storage import atomic_write_bytes
+
+    with pytest.raises(ValidationError, match="the folder .*missing does not exist"):
+        atomic_write_bytes(tmp_path / "missing" / "a.npz", b"x")
+    with pytest.raises(ValidationError, match="is a directory"):
+        atomic_write_bytes(tmp_path, b"x")

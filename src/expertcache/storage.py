@@ -81,6 +81,10 @@ def atomic_file(path: str | os.PathLike[str]) -> Iterator[str]:
     a hidden ``.NAME.*.tmp`` sibling). The parent directory must exist.
     """
     path = Path(path)
+    if not path.parent.is_dir():
+        raise ValidationError(f"{path}: the folder {path.parent} does not exist; create it or choose another path")
+    if path.is_dir():
+        raise ValidationError(f"{path}: is a directory; give a file path")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
