@@ -406,7 +406,7 @@ t1 = time.perf_counter()
 s = EventStream.from_lists(2, 4, 2, steps=[0, 0, 1, 1, 2, 2], layers=[0, 1, 0, 1, 0, 1],
                            experts=[[0, 1], [2, 3], [1, 2], [0, 3], [0, 2], [1, 3]], active=[1] * 6)
 def sweep():
-    for p in policy_names():
+    for p in policy_names(advice=False):
         cal = s if get_policy(p).needs_calibration else None
         for sem in ("event-atomic", "sequential-ascending", "sequential-random"):
             for scope in ("per-layer", "global"):
@@ -608,7 +608,7 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parse_args(argv)
     steps = args.steps if args.steps is not None else (STEPS_QUICK if args.quick else STEPS_FULL)
-    policies = args.policies.split(",") if args.policies else list(policy_names())
+    policies = args.policies.split(",") if args.policies else list(policy_names(advice=False))
     total, caps = per_layer_capacities(RHO, N_LAYERS, N_EXPERTS)
 
     t0 = time.perf_counter()
