@@ -729,6 +729,7 @@ def affinity_cmd(trace_dir: str, admitted: int, batch: int, window: int, rho: fl
                  calibration: str | None, n_draws: int, as_json: bool) -> None:
     """Affinity batching under deadline rotation on complete trajectories (Table 18 shape, §8.3-§8.4)."""
     from .events import read_events
+    from .experiments import scope_block
     from .replay import ReplayConfig
     from .rotation import RotationConfig, affinity_experiment, best_of_n_estimate
     from .trace import read_trace
@@ -740,16 +741,12 @@ def affinity_cmd(trace_dir: str, admitted: int, batch: int, window: int, rho: fl
     calib = read_events(calibration) if calibration else None
     rows, stats = affinity_experiment(trace, cfg, rho, tuple(policies), calibration=calib)
     bound = best_of_n_estimate(trace, cfg, n_draws) if n_draws > 0 else None
-    scope = {"model": trace.provenance.get("model", trace.provenance.get("generator", "not reported")),
-             "rho": rho, "concurrency": batch, "discipline": f"rotation, {admitted} admitted, {batch} served",
-             "fairness": f"W = {window} (max inter-service interval)", "lossless": True, "cache_scope": "per-layer",
-             "replay": "event-atomic, full trajectories"}
-    out = {"scope": scope, "rows": [r.to_dict() for r in rows], "stats": {k: v.to_dict() for k, v in stats.items()},
-           "best_of_n_upper_bound": bound}
-    if as_json:
-        click.echo(json.dumps(out, sort_keys=True))
+    scope = scope_block(trace, rho, batch, f"rotation, {admitted} admitted, {batch} served",
+                        f"W = {window} (max inter-service interval)")
+    scope["replay"] = "event-atomic, full trajectories"
+    if _scoped(scope, as_json, {"rows": [r.to_dict() for r in rows],
+                                "stats": {k: v.to_dict() for k, v in stats.items()}, "best_of_n_upper_bound": bound}):
         return
-    click.echo("scope: " + "; ".join(f"{k} {v}" for k, v in scope.items()))
     click.echo(f"{'policy':18s} {'FCFS':>8s} {'causal':>8s} {'oracle':>8s} {'causal gain':>12s} {'oracle gain':>12s}"
                f" {'share':>8s} {'dp99':>8s}")
     for r in rows:
@@ -762,6 +759,15 @@ def affinity_cmd(trace_dir: str, admitted: int, batch: int, window: int, rho: fl
     if bound is not None:
         click.echo(f"per-step best-of-{n_draws} union reduction: {bound:.2%} -- an UPPER BOUND from single-step "
                    "order statistics (§8.4), not an achievable gain; compare the trajectory gains above")
+
+
+def _scoped(scope: dict, as_json: bool, payload: dict) -> bool:
+    """Print ``{"scope": ..., **payload}`` as JSON (True: done) or the D4 scope line before a table (False)."""
+    if as_json:
+        click.echo(json.dumps({"scope": scope, **payload}, sort_keys=True))
+        return True
+    click.echo("scope: " + "; ".join(f"{k} {v}" for k, v in scope.items()))
+    return False
 
 
 @main.group()
@@ -783,10 +789,6 @@ def _split_trace(trace_dir: str, calibration: str | None):
             "even requests of the same trace (disjoint from the evaluated odd ones)")
 
 
-def _print_scope(scope: dict) -> None:
-    click.echo("scope: " + "; ".join(f"{k} {v}" for k, v in scope.items()))
-
-
 @experiment.command("static-vs-dynamic")
 @click.argument("trace_dir", type=click.Path())
 @click.option("--calibration", type=click.Path(), default=None,
@@ -805,10 +807,8 @@ def experiment_static(trace_dir: str, calibration: str | None, batches: list[int
     trace, calib, fit = _split_trace(trace_dir, calibration)
     rows, scope = static_vs_dynamic(trace, calib, batches, rho)
     scope["static_fit_source"] = fit
-    if as_json:
-        click.echo(json.dumps({"scope": scope, "rows": [r.to_dict() for r in rows]}, sort_keys=True))
+    if _scoped(scope, as_json, {"rows": [r.to_dict() for r in rows]}):
         return
-    _print_scope(scope)
     click.echo(f"{'B':>4s} {'static':>9s} {'LFRU':>9s} {'Belady':>9s} {'static vs LFRU':>15s}")
     for r in rows:
         click.echo(f"{r.batch:4d} {r.static:9.2%} {r.lfru:9.2%} {r.belady:9.2%} {r.static_vs_lfru:+15.1%}")
@@ -834,10 +834,8 @@ def experiment_disciplines(trace_dir: str, calibration: str | None, batch: int, 
     trace, calib, fit = _split_trace(trace_dir, calibration)
     rows, scope = service_disciplines(trace, calib, batch, admitted, window, rho)
     scope["static_fit_source"] = fit
-    if as_json:
-        click.echo(json.dumps({"scope": scope, "rows": [r.to_dict() for r in rows]}, sort_keys=True))
+    if _scoped(scope, as_json, {"rows": [r.to_dict() for r in rows]}):
         return
-    _print_scope(scope)
     click.echo(f"{'service discipline':32s} {'mean batch':>10s} {'static':>9s} {'LFRU':>9s} {'static vs LFRU':>15s}")
     for r in rows:
         click.echo(f"{r.discipline:32s} {r.mean_batch:10.2f} {r.static:9.2%} {r.lfru:9.2%} {r.static_vs_lfru:+15.1%}")
@@ -871,11 +869,8 @@ def experiment_prefill(trace_dir: str, chunk: int, rho: float, policies: list[st
                                    chunk, rho)
     scope = scope_block(trace, rho, "one request at a time", f"sequential prefill, chunks of {chunk} tokens",
                         "n/a")
-    out = {"scope": scope, "rows": rows, "uniform_estimate_per_prompt": est}
-    if as_json:
-        click.echo(json.dumps(out, sort_keys=True))
+    if _scoped(scope, as_json, {"rows": rows, "uniform_estimate_per_prompt": est}):
         return
-    click.echo("scope: " + "; ".join(f"{k} {v}" for k, v in scope.items()))
     click.echo(f"{'order':12s} {'scope':10s} {'policy':8s} {'transferred':>12s} {'logical':>10s}")
     for r in rows:
         click.echo(f"{r['order']:12s} {r['scope']:10s} {r['policy']:8s} {r['transferred']:12d} {r['logical']:10d}")
@@ -907,10 +902,8 @@ def experiment_prefill_gap(trace_dir: str, chunk: int, rhos: list[float], seeds:
     stream = prefill_events(trace, chunk, order)
     rows = [gap_decomposition(stream, r, seeds=tuple(seeds)).to_dict() for r in rhos]
     scope = scope_block(trace, rhos, "one request at a time", f"prefill, {chunk}-token blocks, {order}", "n/a")
-    if as_json:
-        click.echo(json.dumps({"scope": scope, "rows": rows}, sort_keys=True))
+    if _scoped(scope, as_json, {"rows": rows}):
         return
-    click.echo("scope: " + "; ".join(f"{k} {v}" for k, v in scope.items()))
     click.echo(f"{'rho':>5s} {'best causal':>12s} {'miss':>8s} {'belady':>8s} {'gap':>8s} {'tie-seed spread':>16s}")
     for r in rows:
         gap = "n/a" if r["gap"] is None else f"{r['gap']:.3%}"
@@ -948,10 +941,8 @@ def experiment_transition(trace_dir: str, labels: str | None, windows: list[int]
         _fail(f"--batch must be a positive integer; got {batch}")
     trace = read_trace(trace_dir)
     units, scope = warm_transition(trace, labels, windows, rhos, seeds, batch, warm, threshold=threshold)
-    if as_json:
-        click.echo(json.dumps({"scope": scope, "units": [u.to_dict() for u in units]}, sort_keys=True))
+    if _scoped(scope, as_json, {"units": [u.to_dict() for u in units]}):
         return
-    _print_scope(scope)
     click.echo(f"{'A -> B':28s} {'N':>4s} {'rho':>5s} {'seed':>4s} {'best causal':>12s} {'m':>8s} {'belady':>8s} "
                f"{'gap':>8s} {'cold m':>8s}")
     for u in units:
@@ -992,10 +983,8 @@ def experiment_partition(trace_dir: str, labels: str | None, groups: str | None,
     if parts is not None and any(not p for p in parts):
         _fail(f"--groups has an empty partition: {groups!r}; expected e.g. 'math;code;*'")
     res, scope = category_partition(read_trace(trace_dir), labels, parts, slots, rho, batch, policy, seed)
-    if as_json:
-        click.echo(json.dumps({"scope": scope, "result": res.to_dict()}, sort_keys=True))
+    if _scoped(scope, as_json, {"result": res.to_dict()}):
         return
-    _print_scope(scope)
     for g, sl, sh, u in zip(res.partitions, res.slots, res.logical_share, res.per_step_union, strict=True):
         click.echo(f"  partition {','.join(g)[:40]:40s} slots/layer {sl:4d}  logical share {sh:6.1%}  "
                    f"mean per-step union {u:6.1f}")
