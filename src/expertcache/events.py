@@ -447,6 +447,13 @@ def build_events(trace: RoutingTrace, batch: int, offsets: ArrivalOffsets | None
         gate mass summed over the active requests (gate mass only if the trace
         has gates).
     """
+    step, req, tok, prov = fcfs_decode_schedule(trace, batch, offsets)
+    return events_from_schedule(trace, step, req, tok, prov)
+
+
+def fcfs_decode_schedule(trace: RoutingTrace, batch: int, offsets: ArrivalOffsets | None = None
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    """The FCFS schedule :func:`build_events` uses (``step, req, tok``) and the stream's provenance."""
     if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
         raise ValidationError(f"batch must be a positive integer; got {batch!r}", field="batch")
     offsets = offsets or ArrivalOffsets()
@@ -462,7 +469,7 @@ def build_events(trace: RoutingTrace, batch: int, offsets: ArrivalOffsets | None
         "phase": "decode",
         "n_requests": int((lengths > 0).sum()),
     }
-    return events_from_schedule(trace, step, req, tok, prov)
+    return step, req, tok, prov
 
 
 def concat_streams(first: EventStream, second: EventStream, provenance: dict[str, Any] | None = None) -> EventStream:

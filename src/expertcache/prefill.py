@@ -23,10 +23,9 @@ from .errors import ValidationError
 from .events import (
     ArrivalOffsets,
     EventStream,
-    build_events,
     concat_streams,
-    decode_rows,
-    fcfs_schedule,
+    events_from_schedule,
+    fcfs_decode_schedule,
 )
 from .trace import PREFILL, RoutingTrace, select_requests
 
@@ -86,12 +85,11 @@ def prefill_initialised_events(trace: RoutingTrace, batch: int, chunk: int = 128
     are not modelled (decode-only aggregation); with ``batch=1`` and one
     request this is exactly CLR's protocol.
     """
-    decode = build_events(trace, batch, offsets)
-    offsets = offsets or ArrivalOffsets()
-    lengths, _ = decode_rows(trace)
-    step, req, _tok = fcfs_schedule(lengths, offsets.arrivals(trace.n_requests), int(batch))
+    step, req, tok, decode_prov = fcfs_decode_schedule(trace, batch, offsets)
+    decode = events_from_schedule(trace, step, req, tok, decode_prov)
+    arrivals = (offsets or ArrivalOffsets()).arrivals(trace.n_requests)
     first = np.unique(req[step == step.min()]) if step.size else np.array([], dtype=np.int64)
-    first = sorted(first.tolist(), key=lambda r: (offsets.arrivals(trace.n_requests)[r], r))
+    first = sorted(first.tolist(), key=lambda r: (arrivals[r], r))
     warm = prefill_events(select_requests(trace, first, note="prefill warm-up"), chunk, order)
     prov = {**decode.provenance, "warmup_events": int(warm.n_events),
             "warmup": {"kind": "prefill", "chunk": int(chunk), "order": order,
