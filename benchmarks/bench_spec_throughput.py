@@ -17,7 +17,7 @@ least-stale, belady), so 7,200 conditions. On small synthetic traces:
   both in the order drawn by the order seed; one FCFS stream, B = 8;
 * the cache is counted from the first step that serves a request of B
   (``ReplayConfig.warmup_events``): every metric is the window's, as in
-  :func:`expertcache.experiments.warm_transition`;
+  :func:`expertcache.experiment.scoped.warm_transition`;
 * per-layer scope, event-atomic replay, tie seed 0.
 
 The figure is a throughput of the spec runner (expansion, stream builds,
@@ -40,8 +40,8 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from expertcache.experiment import expand, gap_rows, run_spec, spec_from_dict
-from expertcache.synth import SynthConfig, synthesize_trace
 from expertcache.trace import RoutingTrace
+from expertcache.trace.synth import SynthConfig, synthesize_trace
 
 POOLS, POOL_SIZE, DECODE_TOKENS, WINDOWS, WARM, BATCH = 5, 100, 16, (10, 25, 50, 100), 100, 8
 POLICIES = ["lru", "lfu", "lfru", "least-stale", "belady"]

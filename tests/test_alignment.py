@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from expertcache.analysis import align, reference_frame_r_null, regime_grid
 from expertcache.cli import main
-from expertcache.synth import SynthConfig, synthesize_trace
+from expertcache.trace.synth import SynthConfig, synthesize_trace
 
 
 @pytest.fixture(scope="module")

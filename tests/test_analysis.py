@@ -23,10 +23,10 @@ from expertcache.analysis import (
 )
 from expertcache.analysis.concentration import selection_counts
 from expertcache.analysis.traffic import output_tokens
-from expertcache.demo import example_trace
 from expertcache.events import build_events
 from expertcache.replay import ReplayConfig, capacities_for_rho, replay
 from expertcache.trace import select_requests
+from expertcache.trace.examples import example_trace
 
 
 @pytest.fixture(scope="module")

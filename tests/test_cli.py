@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from expertcache.cli import main
-from expertcache.demo import example_trace
 from expertcache.events import build_events, read_events
 from expertcache.replay import policy_names
 from expertcache.trace import read_trace, select_requests
+from expertcache.trace.examples import example_trace
 
 REQUIRED_KEYS = {
     "policy",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from expertcache.demo import run_demo
+from expertcache.report.demo import run_demo
 
 
 @pytest.fixture(scope="module", params=["model", "synthetic"])

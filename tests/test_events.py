@@ -126,8 +126,8 @@ def test_from_lists_sorts_members_and_rejects_duplicates():
 
 def test_chunked_event_building_equals_one_pass(monkeypatch):
     """A step-sorted schedule is cut into chunks at step boundaries; any chunk size gives the same stream."""
-    import expertcache.events as ev
-    from expertcache.demo import example_model_trace
+    import expertcache.events.fcfs as ev
+    from expertcache.trace.examples import example_model_trace
 
     tr = example_model_trace()
     whole = ev.build_events(tr, 3)

@@ -9,11 +9,11 @@ import pytest
 from click.testing import CliRunner
 
 from expertcache.cli import main
-from expertcache.demo import example_trace
 from expertcache.events import build_events
-from expertcache.experiments import service_disciplines, static_vs_dynamic
+from expertcache.experiment.scoped import service_disciplines, static_vs_dynamic
 from expertcache.replay import ReplayConfig, replay
 from expertcache.trace import select_requests
+from expertcache.trace.examples import example_trace
 
 
 def _halves():
@@ -72,7 +72,7 @@ def _category_trace(groups, decode=6, L=1, N=8, k=2):
 
 
 def test_transition_warm_cache_hand_counts():
-    from expertcache.experiments import warm_transition
+    from expertcache.experiment.scoped import warm_transition
 
     # A and B use the same experts {0,1}; C uses {4,5}. B=1, capacity 2 per layer (rho = 2/8).
     t = _category_trace([("A", [[0, 1]], 2), ("B", [[0, 1]], 2), ("C", [[4, 5]], 2)])
@@ -90,7 +90,7 @@ def test_transition_warm_cache_hand_counts():
 
 def test_transition_rejects_small_categories():
     from expertcache.errors import ValidationError
-    from expertcache.experiments import warm_transition
+    from expertcache.experiment.scoped import warm_transition
 
     t = _category_trace([("A", [[0, 1]], 2), ("B", [[0, 1]], 2)])
     with pytest.raises(ValidationError, match="category 'B' has 2 requests; the transition needs 5"):
@@ -98,7 +98,7 @@ def test_transition_rejects_small_categories():
 
 
 def test_partition_equal_capacity_and_guard():
-    from expertcache.experiments import category_partition
+    from expertcache.experiment.scoped import category_partition
 
     # A uses {0,1}, B uses {2,3}: disjoint, so two partitions of 2 slots equal one shared cache of 4
     t = _category_trace([("A", [[0, 1]], 2), ("B", [[2, 3]], 2)])
@@ -115,7 +115,7 @@ def test_partition_equal_capacity_and_guard():
 
 
 def test_cli_transition_and_partition_print_scope(tmp_path):
-    from expertcache.synth import SynthConfig, synthesize_trace
+    from expertcache.trace.synth import SynthConfig, synthesize_trace
 
     synthesize_trace(SynthConfig(n_layers=2, n_experts=16, top_k=2, n_requests=12, decode_tokens=8, working_set=4,
                                  n_categories=3, seed=3)).save(tmp_path / "t")

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from expertcache.errors import ValidationError
-from expertcache.importers import import_deepseek_csv, import_mixtral_jsonl
 from expertcache.trace import DECODE, PREFILL, read_trace
+from expertcache.trace.importers import import_deepseek_csv, import_mixtral_jsonl
 
 
 def _jsonl(path, rows) -> str:

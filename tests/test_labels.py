@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from expertcache.errors import ValidationError
-from expertcache.labels import read_labels, request_categories
-from expertcache.synth import SynthConfig, synthesize_trace
+from expertcache.trace.labels import read_labels, request_categories
+from expertcache.trace.synth import SynthConfig, synthesize_trace
 
 
 @pytest.fixture(scope="module")

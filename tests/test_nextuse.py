@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from test_twin_large import random_stream
 
-from expertcache.demo import example_trace
 from expertcache.errors import ValidationError
 from expertcache.events import build_events
 from expertcache.nextuse import (
@@ -21,6 +20,7 @@ from expertcache.nextuse import (
 )
 from expertcache.replay import ReplayConfig, replay
 from expertcache.trace import select_requests
+from expertcache.trace.examples import example_trace
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,8 @@ from expertcache.prefetch.options import next_true, option_set
 from expertcache.prefetch.predictor import fit_lookahead, lookahead
 from expertcache.replay import ReplayConfig, replay
 from expertcache.replay.proactive import ProactiveConfig, replay_proactive
-from expertcache.synth import SynthConfig, synthesize_trace
 from expertcache.trace import DECODE, PREFILL, RoutingTrace
+from expertcache.trace.synth import SynthConfig, synthesize_trace
 
 
 def tiny_trace(rows: list[tuple[int, int, list[list[int]]]], L: int, N: int, k: int) -> RoutingTrace:
@@ -372,7 +372,7 @@ def test_expert_map_search_weighs_maps_by_gates():
 def test_a_prefill_initialised_stream_counts_decode_only(small, tmp_path):
     """A stream from `events build --prefill-init` declares its warm-up; compare and `prefetch replay` honour it
     as `expertcache replay` does (regression: both counted the prefill events and their prompt tokens)."""
-    from expertcache.prefill import prefill_initialised_events
+    from expertcache.events.prefill import prefill_initialised_events
 
     stream = prefill_initialised_events(small, 1, chunk=2)
     warm = stream.provenance["warmup_events"]

@@ -10,9 +10,9 @@ from click.testing import CliRunner
 
 from expertcache.cli import main
 from expertcache.errors import ValidationError
-from expertcache.prefill import prefill_events, uniform_prefill_estimate
+from expertcache.events.prefill import prefill_events, uniform_prefill_estimate
 from expertcache.replay import ReplayConfig, replay
-from expertcache.synth import SynthConfig, synthesize_trace
+from expertcache.trace.synth import SynthConfig, synthesize_trace
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,7 @@ def _hand_trace():
 
 
 def test_prefill_initialised_hand_counts():
-    from expertcache.prefill import prefill_initialised_events
+    from expertcache.events.prefill import prefill_initialised_events
 
     t = _hand_trace()
     # B=1: only r0 is active at the first decode step; warm-up = r0's prefill in one chunk: {0,1,2}

@@ -13,9 +13,9 @@ from click.testing import CliRunner
 
 from expertcache.cli import main
 from expertcache.errors import IntegrityError, OutputExistsError, ValidationError
+from expertcache.experiment.prereg import evaluate, freeze, load_criteria, verify
 from expertcache.experiment.spec import CONDITION_FIELDS
 from expertcache.experiment.store import rows_to_table
-from expertcache.prereg import evaluate, freeze, load_criteria, verify
 
 # Hand-made miss fractions (selection, tie_seed) -> policy -> m. Gaps by hand:
 #   conf seed 0: (0.18 - 0.10) / 0.18 = 0.444444...   conf seed 1: (0.19 - 0.11) / 0.19 = 0.421052...
@@ -204,7 +204,7 @@ def test_a_criterion_without_results_reads_nothing(setup):
 
 
 def test_freeze_checks_splits_against_the_spec(tmp_path):
-    from expertcache.synth import SynthConfig, synthesize_trace
+    from expertcache.trace.synth import SynthConfig, synthesize_trace
 
     synthesize_trace(SynthConfig(n_layers=2, n_experts=8, top_k=2, n_requests=4, decode_tokens=3,
                                  working_set=4)).save(tmp_path / "t")
@@ -268,7 +268,7 @@ def test_evaluate_never_alters_the_frozen_document_or_its_sidecar(setup):
 
 def test_a_read_is_recorded_even_if_writing_the_outcome_fails(setup, monkeypatch):
     """Confirmatory data read once: the read log is written before the outcome, so a failed write still counts."""
-    import expertcache.prereg as prereg
+    import expertcache.experiment.prereg as prereg
 
     root, doc, _, results = setup
 
@@ -294,7 +294,7 @@ def test_freeze_refuses_a_leftover_sidecar_and_writes_nothing(tmp_path):
 def test_evaluate_refuses_an_unfinished_store(tmp_path):
     """An interrupted run's store is not read: a confirmatory split would be spent on partial results."""
     from expertcache.experiment import run_spec, spec_from_dict
-    from expertcache.synth import SynthConfig, synthesize_trace
+    from expertcache.trace.synth import SynthConfig, synthesize_trace
 
     synthesize_trace(SynthConfig(n_layers=2, n_experts=8, top_k=2, n_requests=4, decode_tokens=3,
                                  working_set=4)).save(tmp_path / "t")
@@ -328,7 +328,7 @@ def test_evaluate_refuses_an_unfinished_store(tmp_path):
 ])
 def test_freeze_refuses_a_confirmatory_split_that_reads_other_splits_requests(tmp_path, selections, grid_extra,
                                                                               shared):
-    from expertcache.synth import SynthConfig, synthesize_trace
+    from expertcache.trace.synth import SynthConfig, synthesize_trace
 
     tr = synthesize_trace(SynthConfig(n_layers=2, n_experts=8, top_k=2, n_requests=4, decode_tokens=3, working_set=4))
     ids = list(tr.request_ids)

@@ -110,7 +110,7 @@ def test_byte_identical_across_runs(tmp_path):
 
 def test_prompts_file_is_collect_input_and_labels_match(tmp_path):
     from expertcache.collect.prompts import read_prompts as collect_prompts
-    from expertcache.labels import read_labels
+    from expertcache.trace.labels import read_labels
 
     write_probe_set(build_probe_set(None, None, BuildConfig(per_cell=4, n_matched=2)), tmp_path / "ps")
     prompts = collect_prompts(tmp_path / "ps" / "prompts.jsonl")

@@ -79,9 +79,9 @@ def test_figures_render_with_expected_series(report_dir):
 
 
 def test_report_on_a_stream_marks_the_batch_sweep_not_reported(tmp_path):
-    from expertcache.demo import example_trace
     from expertcache.events import build_events
     from expertcache.trace import select_requests
+    from expertcache.trace.examples import example_trace
 
     build_events(select_requests(example_trace(), range(8)), 4).save(tmp_path / "s")
     res = CliRunner().invoke(main, ["report", str(tmp_path / "s"), "-o", str(tmp_path / "r"), "--no-figures",
@@ -117,9 +117,9 @@ def test_block_bytes_preset_is_labelled_a_projection(tmp_path):
 def test_report_with_a_nextuse_model(tmp_path):
     import numpy as np
 
-    from expertcache.demo import example_trace
     from expertcache.events import build_events
     from expertcache.trace import select_requests
+    from expertcache.trace.examples import example_trace
 
     tr = example_trace()
     idx = np.arange(tr.n_requests)
@@ -139,7 +139,7 @@ def test_report_with_a_nextuse_model(tmp_path):
 def test_report_workload_fields_are_measured_with_labels(tmp_path):
     """The workload section comes from expertcache.audit when a trace and labels are given."""
     from expertcache.report import ReportConfig, build_report
-    from expertcache.synth import SynthConfig, synthesize_trace
+    from expertcache.trace.synth import SynthConfig, synthesize_trace
 
     t = synthesize_trace(SynthConfig(n_layers=2, n_experts=16, top_k=2, n_requests=8, decode_tokens=6,
                                      working_set=4, n_categories=2, seed=1))

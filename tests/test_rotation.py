@@ -6,9 +6,14 @@ import numpy as np
 import pytest
 
 from expertcache.events import ArrivalOffsets, build_events
-from expertcache.rotation import SCHEDULERS, RotationConfig, rotation_events, rotation_schedule
-from expertcache.synth import SynthConfig, synthesize_trace
+from expertcache.events.rotation import (
+    SCHEDULERS,
+    RotationConfig,
+    rotation_events,
+    rotation_schedule,
+)
 from expertcache.trace import DECODE, select_requests
+from expertcache.trace.synth import SynthConfig, synthesize_trace
 
 
 def _trace(seed: int, n_requests: int = 14):
@@ -61,7 +66,7 @@ def test_rotation_reports_service_statistics():
 
 
 def test_oracle_union_is_never_worse_than_causal_on_the_same_candidates():
-    from expertcache.rotation import _union_cost, select_batch
+    from expertcache.events.rotation import _union_cost, select_batch
 
     rng = np.random.default_rng(0)
     L, N, k = 3, 24, 4

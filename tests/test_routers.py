@@ -485,7 +485,7 @@ def test_layerwise_advice_equals_advice_from_stored_scores(batch):
     """router_advice (per layer, executed rows only) == advice_for_trace(router_scores(...)), bit for bit,
     with a prefill warm-up, with arrival offsets, and for the native reference."""
     from expertcache.events import ArrivalOffsets
-    from expertcache.prefill import prefill_initialised_events
+    from expertcache.events.prefill import prefill_initialised_events
     from expertcache.routers.advice import advice_for_trace, router_advice, router_scores
     from expertcache.routers.checkpoint import RouterWeights
     from expertcache.routers.train import pair_rows
@@ -855,7 +855,7 @@ def test_cli_trains_on_a_model_and_text(tmp_path):
 
 
 def test_advice_pads_the_prefill_warmup():
-    from expertcache.prefill import prefill_initialised_events
+    from expertcache.events.prefill import prefill_initialised_events
     from expertcache.routers.advice import advice_for_trace, router_scores
     from expertcache.routers.train import pair_rows
 

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from expertcache.analysis import gap_decomposition
 from expertcache.cli import main
 from expertcache.events import ArrivalOffsets, build_events
+from expertcache.events.rotation import RotationConfig, rotation_events
 from expertcache.experiment import (
     ResultStore,
     expand,
@@ -30,9 +31,8 @@ from expertcache.experiment import (
 )
 from expertcache.experiment.spec import load_spec
 from expertcache.replay import ReplayConfig, replay
-from expertcache.rotation import RotationConfig, rotation_events
-from expertcache.synth import SynthConfig, synthesize_trace
 from expertcache.trace import read_trace, select_requests
+from expertcache.trace.synth import SynthConfig, synthesize_trace
 
 POLICIES = ["lru", "lfu", "lfru", "least-stale", "belady"]
 
@@ -456,7 +456,7 @@ def _metrics(table) -> dict:
 
 def test_warm_transition_units_equal_experiments_warm_transition(traces, tmp_path):
     """Spec units (warm = A, selection = B, window_requests = N) equal expertcache.experiments.warm_transition."""
-    from expertcache.experiments import warm_transition
+    from expertcache.experiment.scoped import warm_transition
 
     tr = read_trace(traces / "a")
     labels = {r: ("x" if i < 6 else "y") for i, r in enumerate(tr.request_ids)}
@@ -698,7 +698,7 @@ def test_traces_with_prefill_rows_give_the_decode_schedules_of_the_full_trace(tm
 
 def test_nested_selections_apply_the_heads_of_their_parts(traces):
     """sample/concat over a concat with "name:N" parts draw from the truncated parts (as their sizes say)."""
-    from expertcache.experiment.runner import select_indices
+    from expertcache.experiment.tasks import select_indices
 
     tr = read_trace(traces / "a")
     sels = {"all": {"kind": "all", "params": []},

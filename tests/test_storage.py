@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from expertcache.demo import example_trace
 from expertcache.errors import OutputExistsError
 from expertcache.events import build_events, dump_events_jsonl, import_events_jsonl, read_events
 from expertcache.storage import atomic_directory
 from expertcache.trace import import_routes_jsonl, read_trace, select_requests
+from expertcache.trace.examples import example_trace
 
 
 def test_trace_roundtrip(tmp_path):

@@ -533,9 +533,9 @@ def test_golden_lrfu_lambda_moves_between_lfu_and_lru():
 
 def test_lrfu_main_engine_equals_proactive_engine():
     """Two independent LRFU implementations (main heap kernel, proactive kernel) agree on a recorded stream."""
-    from expertcache.demo import example_model_trace
     from expertcache.events import build_events
     from expertcache.replay.proactive import ProactiveConfig, replay_proactive
+    from expertcache.trace.examples import example_model_trace
 
     s = build_events(example_model_trace(), 8)
     for lam in (0.1, 0.5, 1.0):

@@ -1,4 +1,4 @@
-"""JSON Lines interchange (DESIGN.md §3): record iteration and field checks with precise errors.
+"""JSON Lines interchange (docs/design.md §3): record iteration and field checks with precise errors.
 
 Every error names the file, the 1-based line (record) and the field.
 """

@@ -2,7 +2,7 @@
 
 A stored object is a directory holding Parquet files and a ``manifest.json``
 with the schema version, the model shape ``(L, N, k)``, provenance and the
-sha256 of every data file (DESIGN.md §3). Writes go to a hidden temporary
+sha256 of every data file (docs/design.md §3). Writes go to a hidden temporary
 sibling directory that is renamed into place only when complete, so a failed
 write never leaves a half-written output behind.
 """

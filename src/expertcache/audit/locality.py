@@ -49,8 +49,8 @@ import numpy as np
 
 from ..errors import ValidationError
 from ..events import ArrivalOffsets, build_events
-from ..labels import request_categories
 from ..trace import RoutingTrace, select_requests
+from ..trace.labels import request_categories
 from .bands import round_robin
 
 __all__ = ["LocalityConfig", "CategoryLocality", "LocalityResult", "workload_locality", "stream_miss", "VERDICTS",

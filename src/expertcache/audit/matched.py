@@ -31,8 +31,8 @@ import numpy as np
 
 from ..errors import ValidationError
 from ..jsonl import iter_records
-from ..labels import request_categories
 from ..trace import RoutingTrace
+from ..trace.labels import request_categories
 from .bands import band_reductions, round_robin
 from .locality import LocalityConfig, stream_miss
 from .routes import RouteAuditConfig

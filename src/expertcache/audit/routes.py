@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ValidationError
-from ..labels import request_categories
 from ..trace import RoutingTrace
+from ..trace.labels import request_categories
 from . import _kernels as K
 from .bands import band_reductions
 from .view import DEFAULT_BANDS, Band, DecodeView, decode_view

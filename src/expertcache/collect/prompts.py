@@ -4,7 +4,7 @@ One JSON object per line::
 
     {"id"?: str, "prompt": str}                      raw text
     {"id"?: str, "messages": [{"role", "content"}]}  a chat conversation
-    optional "category": str                          workload label (labels.py)
+    optional "category": str                          workload label (trace/labels.py)
 
 Exactly one of ``prompt`` / ``messages``. Without ``id`` the request id is the
 0-based index of the row among the prompts (``"0"``, ``"1"``, ...). Ids must be unique.

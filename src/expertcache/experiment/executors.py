@@ -13,7 +13,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any
 
 from ..errors import ExpertCacheError, ValidationError
-from .runner import Task, run_task
+from .tasks import Task, run_task
 
 __all__ = ["EXECUTORS", "LocalExecutor", "RayExecutor", "make_executor"]
 

@@ -474,8 +474,8 @@ def expand(spec: ExperimentSpec) -> tuple[PlannedCondition, ...]:
     """
     from .. import __version__
     from ..events import ArrivalOffsets
+    from ..events.rotation import RotationConfig
     from ..replay import ReplayConfig, get_policy
-    from ..rotation import RotationConfig
 
     digests: dict[str, str] = {}
     sizes: dict[tuple[str, str], int] = {}

@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from ..errors import ValidationError
 from ..storage import atomic_file, atomic_write_bytes
 from .spec import CONDITION_FIELDS, PlannedCondition
+from .tasks import METRICS
 
 __all__ = ["ResultStore", "read_results", "RESULT_SCHEMA", "RESULTS_FILE"]
 
@@ -179,8 +180,6 @@ class ResultStore:
                                   source=str(self.path))
         keep = [i for i, pair in enumerate(pairs) if pair in order]
         t = t.take(pa.array(keep, pa.int64()))
-        from .runner import METRICS
-
         rank = {m: i for i, m in enumerate(METRICS)}
         pairs = [pairs[i] for i in keep]
         metrics = t["metric"].to_pylist()

@@ -15,7 +15,7 @@ __all__ = ["Advice", "advice_from_predictions", "oracle_advice", "save_advice", 
 
 @dataclass(frozen=True)
 class Advice:
-    """Arrays aligned to an event stream, produced offline by a predictor (DESIGN.md §1).
+    """Arrays aligned to an event stream, produced offline by a predictor (docs/design.md §1).
 
     Every field is optional except that an ``Advice`` carries at least one array.
 

@@ -18,8 +18,8 @@ import numpy as np
 
 from ..errors import ValidationError
 from ..events import EventStream, build_events, concat_streams, decode_rows, fcfs_schedule
+from ..events.prefill import prefill_events
 from ..nextuse.advice import Advice
-from ..prefill import prefill_events
 from ..trace import PREFILL, RoutingTrace
 
 __all__ = ["AdviceContext", "advice_context", "warmup_advice"]

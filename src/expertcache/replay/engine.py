@@ -37,7 +37,7 @@ class ReplayConfig:
     rho
         Residency fraction of the block universe, in ``[0, 1]``.
     scope
-        ``"per-layer"`` (quota per layer, DESIGN.md §2) or ``"global"`` (one pool).
+        ``"per-layer"`` (quota per layer, docs/design.md §2) or ``"global"`` (one pool).
     semantics
         ``"event-atomic"`` (Definition 2), ``"sequential-ascending"`` or ``"sequential-random"`` (§4).
     tie_break
@@ -106,7 +106,7 @@ class ReplayConfig:
 
 
 def total_capacity(rho: float, n_layers: int, n_experts: int) -> int:
-    """``floor(rho*L*N + 0.5)`` (DESIGN.md §2)."""
+    """``floor(rho*L*N + 0.5)`` (docs/design.md §2)."""
     return int(math.floor(rho * n_layers * n_experts + 0.5))
 
 

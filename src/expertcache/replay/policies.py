@@ -32,7 +32,7 @@ class Policy:
     needs_calibration
         Whether a calibration stream must be supplied (``static``).
     needs_advice
-        Whether its key reads advice produced offline by a predictor (DESIGN.md §1).
+        Whether its key reads advice produced offline by a predictor (docs/design.md §1).
     causal
         Whether the policy uses only past information (eligible as "best causal", §7.1).
     loop

@@ -5,7 +5,7 @@ demand miss and each proactive insertion is one full expert block — and
 reports CLR's metrics (``Hit = 1 - D/A``, ``AdjHit = (A - D)/(A + P)``,
 ``Load/token = (D + P) S_expert / T``) beside the evaluation paper's
 effective miss fraction ``m = (D + P) / logical`` on the same counts
-(DESIGN.md §2). See ``docs/prefetch.md``.
+(docs/design.md §2). See ``docs/prefetch.md``.
 
 Per event ``i`` at layer ``l`` (capacity ``c_l``):
 
@@ -126,7 +126,7 @@ class ProactiveLayerCounts:
 
 @dataclass(frozen=True)
 class ProactiveResult:
-    """Counts of one proactive replay, and CLR's metrics on them (§4.1 of CLR; DESIGN.md §2).
+    """Counts of one proactive replay, and CLR's metrics on them (§4.1 of CLR; docs/design.md §2).
 
     Attributes
     ----------

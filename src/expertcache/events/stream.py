@@ -1,4 +1,4 @@
-"""EventStream: what a cache sees under a service discipline (§2.1, DESIGN.md §1, §4).
+"""EventStream: what a cache sees under a service discipline (§2.1, docs/design.md §1, §4).
 
 An event ``(s, l)`` is a scheduling step at one MoE layer; its expert set
 ``E(s, l)`` is the union of the top-k selections of the active requests, with
@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .errors import ValidationError
-from .jsonl import check_shape, int_field, int_list, iter_records
-from .storage import (
+from ..errors import ValidationError
+from ..jsonl import check_shape, int_field, int_list, iter_records
+from ..storage import (
     atomic_directory,
     read_manifest,
     read_table,
@@ -31,10 +31,9 @@ from .storage import (
     write_manifest,
     write_table,
 )
-from .trace import DECODE, RoutingTrace, _first
+from ..trace.model import _first
 
-__all__ = ["EventStream", "ArrivalOffsets", "build_events", "concat_streams", "events_before_request",
-           "import_events_jsonl", "read_events"]
+__all__ = ["EventStream", "concat_streams", "import_events_jsonl", "dump_events_jsonl", "read_events"]
 
 _KIND = "event_stream"
 _EVENTS = "events.parquet"
@@ -323,155 +322,6 @@ def read_events(directory: str | os.PathLike[str]) -> EventStream:
                        flat.astype(np.int16), mult, gm, manifest.get("provenance", {}))
 
 
-# --------------------------------------------------------------------------- building
-@dataclass(frozen=True)
-class ArrivalOffsets:
-    """Arrival steps of requests under continuous batching (DESIGN.md §4).
-
-    Attributes
-    ----------
-    kind
-        ``"zero"`` (all arrive at step 0), ``"stagger"`` (request ``i`` arrives
-        at ``i*stagger``) or ``"random"`` (uniform integers in ``[low, high]``
-        drawn from ``numpy.random.default_rng(seed)``).
-    stagger, low, high, seed
-        Parameters of the respective kinds.
-    """
-
-    kind: str = "zero"
-    stagger: int = 0
-    low: int = 0
-    high: int = 0
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("zero", "stagger", "random"):
-            raise ValidationError(f"offsets kind must be zero, stagger or random; got {self.kind!r}", field="offsets")
-        if self.stagger < 0:
-            raise ValidationError(f"stagger must be >= 0; got {self.stagger}", field="offsets")
-        if self.kind == "random" and not 0 <= self.low <= self.high:
-            raise ValidationError(f"random offsets need 0 <= low <= high; got {self.low}:{self.high}", field="offsets")
-
-    @classmethod
-    def parse(cls, text: str, seed: int = 0) -> ArrivalOffsets:
-        """Parse ``zero``, ``stagger:D`` or ``random:LO:HI`` (CLI syntax)."""
-        parts = text.strip().split(":")
-        try:
-            if parts == ["zero"]:
-                return cls("zero")
-            if parts[0] == "stagger" and len(parts) == 2:
-                return cls("stagger", stagger=int(parts[1]))
-            if parts[0] == "random" and len(parts) == 3:
-                return cls("random", low=int(parts[1]), high=int(parts[2]), seed=seed)
-        except ValueError:
-            pass
-        raise ValidationError(f"expected zero, stagger:D or random:LO:HI (integers); got {text!r}", field="offsets")
-
-    def arrivals(self, n_requests: int) -> np.ndarray:
-        """``int64[n_requests]`` arrival step of each request, in input order."""
-        if self.kind == "zero":
-            return np.zeros(n_requests, dtype=np.int64)
-        if self.kind == "stagger":
-            return np.arange(n_requests, dtype=np.int64) * self.stagger
-        rng = np.random.default_rng(self.seed)
-        return rng.integers(self.low, self.high, size=n_requests, endpoint=True).astype(np.int64)
-
-    def describe(self) -> str:
-        return {"zero": "zero", "stagger": f"stagger:{self.stagger}",
-                "random": f"random:{self.low}:{self.high}"}[self.kind]
-
-
-def fcfs_schedule(lengths: np.ndarray, arrivals: np.ndarray, batch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """FCFS continuous batching: which request executes which of its tokens at which step.
-
-    Requests are ordered by ``(arrival, input order)``; at step ``s`` running
-    requests stay and free slots up to ``batch`` are filled by arrived waiting
-    requests; each active request executes its next token; it leaves after its
-    last. Steps with no active request produce nothing (time jumps to the next
-    arrival).
-
-    Returns
-    -------
-    step, request, token
-        ``int64`` arrays, one entry per executed token, ordered by step.
-    """
-    order = np.lexsort((np.arange(lengths.shape[0]), arrivals))
-    order = order[lengths[order] > 0]
-    out_step: list[np.ndarray] = []
-    out_req: list[np.ndarray] = []
-    out_tok: list[np.ndarray] = []
-    running: list[tuple[int, int, int]] = []  # (request, start_step, length)
-    queue = 0
-    s = 0
-    while queue < order.shape[0] or running:
-        if not running and arrivals[order[queue]] > s:
-            s = int(arrivals[order[queue]])
-        while len(running) < batch and queue < order.shape[0] and arrivals[order[queue]] <= s:
-            r = int(order[queue])
-            running.append((r, s, int(lengths[r])))
-            queue += 1
-        # advance to the next change: a completion or (if slots are free) an arrival
-        until = min(start + n for _, start, n in running)
-        if len(running) < batch and queue < order.shape[0]:
-            until = min(until, max(s + 1, int(arrivals[order[queue]])))
-        span = until - s
-        for r, start, _ in running:
-            out_step.append(np.arange(s, until, dtype=np.int64))
-            out_req.append(np.full(span, r, dtype=np.int64))
-            out_tok.append(np.arange(s - start, until - start, dtype=np.int64))
-        s = until
-        running = [x for x in running if x[1] + x[2] > s]
-    step = np.concatenate(out_step)
-    req = np.concatenate(out_req)
-    tok = np.concatenate(out_tok)
-    idx = np.lexsort((req, step))
-    return step[idx], req[idx], tok[idx]
-
-
-def build_events(trace: RoutingTrace, batch: int, offsets: ArrivalOffsets | None = None) -> EventStream:
-    """Turn the decode routing of ``trace`` into events under FCFS continuous batching.
-
-    Parameters
-    ----------
-    trace
-        The routing trace; only decode tokens are scheduled.
-    batch
-        Concurrency ``B`` (maximum active requests per step), ``>= 1``.
-    offsets
-        Arrival offsets; all zero by default.
-
-    Returns
-    -------
-    EventStream
-        One event per (step, layer) with an active request; multiplicity and
-        gate mass summed over the active requests (gate mass only if the trace
-        has gates).
-    """
-    step, req, tok, prov = fcfs_decode_schedule(trace, batch, offsets)
-    return events_from_schedule(trace, step, req, tok, prov)
-
-
-def fcfs_decode_schedule(trace: RoutingTrace, batch: int, offsets: ArrivalOffsets | None = None
-                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-    """The FCFS schedule :func:`build_events` uses (``step, req, tok``) and the stream's provenance."""
-    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
-        raise ValidationError(f"batch must be a positive integer; got {batch!r}", field="batch")
-    offsets = offsets or ArrivalOffsets()
-    lengths, _ = decode_rows(trace)
-    step, req, tok = fcfs_schedule(lengths, offsets.arrivals(trace.n_requests), int(batch))
-    prov = {
-        "source": "routing_trace",
-        "trace_provenance": trace.provenance,
-        "discipline": "fcfs-continuous-batching",
-        "batch": int(batch),
-        "offsets": offsets.describe(),
-        "offsets_seed": offsets.seed if offsets.kind == "random" else None,
-        "phase": "decode",
-        "n_requests": int((lengths > 0).sum()),
-    }
-    return step, req, tok, prov
-
-
 def concat_streams(first: EventStream, second: EventStream, provenance: dict[str, Any] | None = None) -> EventStream:
     """``first`` then ``second`` as one stream; the steps of ``second`` follow the last step of ``first``.
 
@@ -495,106 +345,6 @@ def concat_streams(first: EventStream, second: EventStream, provenance: dict[str
         np.concatenate([first.multiplicity, second.multiplicity]), gm,
         dict(provenance if provenance is not None else second.provenance),
     )
-
-
-def events_before_request(stream: EventStream, step: np.ndarray, req: np.ndarray, first_request: int) -> int:
-    """Events of ``stream`` before the first step that serves request ``first_request`` or a later one.
-
-    ``step, req`` is the schedule ``stream`` was built from (e.g. :func:`fcfs_schedule`). With the
-    requests of a warm-up placed before ``first_request``, the result is the
-    ``ReplayConfig.warmup_events`` that counts from the first step of the window (§8.1).
-    """
-    served = step[req >= first_request]
-    if served.size == 0:
-        raise ValidationError(f"no request from index {first_request} on has a decode token; the window is empty")
-    return int(np.searchsorted(stream.step, int(served.min()), side="left"))
-
-
-def decode_rows(trace: RoutingTrace) -> tuple[np.ndarray, np.ndarray]:
-    """Decode tokens per request (``int64[n_requests]``) and each request's first decode row.
-
-    Rows are grouped by request and position-sorted, so the decode rows of a request are contiguous.
-    """
-    rows = np.flatnonzero(trace.phase == DECODE)
-    if rows.size == 0:
-        raise ValidationError("the trace has no decode tokens to schedule")
-    lengths = np.bincount(trace.request[rows], minlength=trace.n_requests).astype(np.int64)
-    first = np.full(trace.n_requests, -1, dtype=np.int64)
-    has = lengths > 0
-    first[has] = rows[np.r_[0, np.cumsum(lengths)[:-1]][has]]
-    return lengths, first
-
-
-def events_from_schedule(trace: RoutingTrace, step: np.ndarray, req: np.ndarray, tok: np.ndarray,
-                         provenance: dict[str, Any]) -> EventStream:
-    """Events of a schedule: request ``req[i]`` executes its decode token ``tok[i]`` at ``step[i]``.
-
-    Any service discipline reduces to such a schedule; the union, multiplicity
-    and gate mass of each (step, layer) follow from it. A schedule sorted by step
-    is processed a bounded number of (token, layer, slot) entries at a time, so
-    the temporary sort keys stay small on model-sized traces.
-    """
-    L, N, k = trace.n_layers, trace.n_experts, trace.top_k
-    _, first = decode_rows(trace)
-    step = np.asarray(step, dtype=np.int64)
-    exec_rows = first[req] + tok
-    n_exec = exec_rows.shape[0]
-    bounds = [0, n_exec]
-    if n_exec and bool((np.diff(step) >= 0).all()):
-        per_chunk = max(1, _CHUNK_ENTRIES // (L * k))
-        cuts = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])      # the first row of every step
-        picked = [0]
-        for c in cuts[1:]:
-            if c - picked[-1] >= per_chunk:
-                picked.append(int(c))
-        bounds = [*picked, n_exec]
-    parts = [_schedule_events(trace, step[a:b], exec_rows[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)
-             if b > a] or [_schedule_events(trace, step[:0], exec_rows[:0])]
-    ev_ids = np.concatenate([p[0] for p in parts])
-    sizes = np.concatenate([np.diff(p[1]) for p in parts])
-    csr = np.zeros(sizes.shape[0] + 1, dtype=np.int64)
-    np.cumsum(sizes, out=csr[1:])
-    expert = np.concatenate([p[2] for p in parts])
-    mult = np.concatenate([p[3] for p in parts])
-    gm = np.concatenate([p[4] for p in parts]) if trace.gates is not None else None
-    active = np.concatenate([p[5] for p in parts])
-    ev_step = ev_ids // L
-    return EventStream(L, N, k, ev_step.astype(np.int64), (ev_ids % L).astype(np.int32), active,
-                       active.astype(np.int64) * k, csr, expert, mult, gm, dict(provenance))
-
-
-#: (token, layer, slot) entries :func:`events_from_schedule` sorts at a time.
-_CHUNK_ENTRIES = 1 << 22
-
-
-def _schedule_events(trace: RoutingTrace, step: np.ndarray, exec_rows: np.ndarray) -> tuple:
-    """Event ids (``step*L + layer``), CSR offsets, members, multiplicity, gate mass and ``|A(s)|``
-    of the executed rows ``exec_rows`` at ``step`` (complete steps only)."""
-    L, N, k = trace.n_layers, trace.n_experts, trace.top_k
-    n_exec = exec_rows.shape[0]
-    # one entry per (executed token, layer, slot): sort by (step, layer, expert)
-    e = trace.experts[exec_rows].reshape(-1)
-    key = (np.repeat(step, L * k) * L + np.tile(np.repeat(np.arange(L, dtype=np.int64), k), n_exec)) * N + e
-    order = np.argsort(key, kind="stable")
-    key_sorted = key[order]
-    del key
-    new = np.r_[True, key_sorted[1:] != key_sorted[:-1]]
-    starts_u = np.flatnonzero(new)
-    mult = np.diff(np.r_[starts_u, key_sorted.shape[0]]).astype(np.int32)
-    uk = key_sorted[starts_u]
-    del key_sorted
-    expert = (uk % N).astype(np.int16)
-    ev_key = uk // N
-    ev_starts = np.flatnonzero(np.r_[True, ev_key[1:] != ev_key[:-1]])
-    ev_ids = ev_key[ev_starts]
-    csr = np.r_[ev_starts, uk.shape[0]].astype(np.int64)
-    gm = None
-    if trace.gates is not None:
-        g = trace.gates[exec_rows].reshape(-1)[order].astype(np.float64)
-        gm = np.add.reduceat(g, starts_u).astype(np.float32) if starts_u.size else np.zeros(0, np.float32)
-    steps_u, per_step = np.unique(step, return_counts=True)
-    active = per_step[np.searchsorted(steps_u, ev_ids // L)].astype(np.int32)
-    return ev_ids, csr, expert, mult, gm, active
 
 
 def import_events_jsonl(path: str | os.PathLike[str], n_layers: int, n_experts: int, top_k: int) -> EventStream:

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from .cli_spec import _console, _guard
+from .spec import _console, _guard
 
 
 @click.group("prereg")
@@ -28,7 +28,7 @@ def prereg() -> None:
 def prereg_freeze(criteria: str, out: str, results: str | None, spec_file: str | None, force: bool,
                   as_json: bool) -> None:
     """Freeze CRITERIA (TOML: [prereg], [splits.NAME], [[criteria]]) into a hashed document."""
-    from .prereg import freeze, load_criteria
+    from ..experiment.prereg import freeze, load_criteria
 
     path, sha = freeze(load_criteria(criteria), out, results=results, spec=spec_file, force=force)
     if as_json:
@@ -45,7 +45,7 @@ def prereg_freeze(criteria: str, out: str, results: str | None, spec_file: str |
 @_guard
 def prereg_evaluate(document: str, results: str, force: bool, as_json: bool) -> None:
     """Check DOCUMENT's hash, evaluate its criteria on RESULTS, write the outcome next to it."""
-    from .prereg import evaluate
+    from ..experiment.prereg import evaluate
 
     outcome = evaluate(document, results, force=force)
     if as_json:
@@ -73,7 +73,7 @@ def prereg_evaluate(document: str, results: str, force: bool, as_json: bool) -> 
 @_guard
 def prereg_verify(document: str) -> None:
     """Check that DOCUMENT is unchanged since it was frozen (its hash and every recorded read)."""
-    from .prereg import verify
+    from ..experiment.prereg import verify
 
     _, sha = verify(document)
     click.echo(f"{document}: unchanged since freezing (sha256 {sha})")

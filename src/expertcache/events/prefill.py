@@ -19,15 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import ValidationError
-from .events import (
-    ArrivalOffsets,
-    EventStream,
-    concat_streams,
-    events_from_schedule,
-    fcfs_decode_schedule,
-)
-from .trace import PREFILL, RoutingTrace, select_requests
+from ..errors import ValidationError
+from ..trace.model import PREFILL, RoutingTrace, select_requests
+from .fcfs import ArrivalOffsets, events_from_schedule, fcfs_decode_schedule
+from .stream import EventStream, concat_streams
 
 __all__ = ["ORDERS", "prefill_events", "prefill_initialised_events", "uniform_prefill_estimate"]
 

@@ -48,7 +48,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .errors import IntegrityError, OutputExistsError, ValidationError
+from ..errors import IntegrityError, OutputExistsError, ValidationError
 
 __all__ = ["Criterion", "Split", "CriterionOutcome", "Outcome", "load_criteria", "freeze", "verify",
            "evaluate", "COMPARISONS", "AGGREGATES"]
@@ -136,7 +136,7 @@ class Outcome:
 
 # ----------------------------------------------------------------------------- criteria
 def _check_where(where: Any, what: str, source: str) -> dict[str, Any]:
-    from .experiment.spec import CONDITION_FIELDS
+    from .spec import CONDITION_FIELDS
 
     if where is None:
         return {}
@@ -256,7 +256,7 @@ def _write_new(path: Path, text: str) -> None:
 
 
 def _rows_in(table, criterion: Mapping[str, Any], split: Mapping[str, Any]):
-    from .experiment.summary import matches, metric_values
+    from .summary import matches, metric_values
 
     return [(f, v) for f, v in metric_values(table, criterion["metric"], split["where"])
             if matches(f, criterion["where"])]
@@ -277,7 +277,7 @@ def freeze(document: Mapping[str, Any], out: str | os.PathLike[str], results: st
                                     "(record a revision in a new document)")
     body = dict(document)
     body["frozen_at"] = _now()
-    from . import __version__
+    from .. import __version__
 
     body["expertcache"] = __version__
     body["spec"] = None
@@ -286,7 +286,7 @@ def freeze(document: Mapping[str, Any], out: str | os.PathLike[str], results: st
         _check_disjoint(body, spec)
     body["results_present_at_freeze"] = []
     if results is not None and Path(results).exists():
-        from .experiment.store import read_results
+        from .store import read_results
 
         table = read_results(results)
         present = [c["id"] for c in body["criteria"]
@@ -314,9 +314,9 @@ def _try_rows(table, criterion, split) -> bool:
 def _check_disjoint(body: Mapping[str, Any], spec: str | os.PathLike[str]) -> None:
     """Splits must match conditions; a confirmatory split may share neither a condition nor a request
     (of a trace input, warm-up included; or a whole stream input) with any other split (§3.5)."""
-    from .experiment.runner import split_requests
-    from .experiment.spec import expand, load_spec
-    from .experiment.summary import matches
+    from .spec import expand, load_spec
+    from .summary import matches
+    from .tasks import split_requests
 
     sp = load_spec(spec)
     planned = [p.condition for p in expand(sp)]
@@ -423,8 +423,8 @@ def evaluate(path: str | os.PathLike[str], results: str | os.PathLike[str], forc
     ValidationError
         A confirmatory split was already read (without ``force``), or a criterion matches no result.
     """
-    from .experiment.store import RESULTS_FILE, read_results
-    from .storage import sha256_file
+    from ..storage import sha256_file
+    from .store import RESULTS_FILE, read_results
 
     p = Path(path)
     doc, sha = verify(p)
@@ -437,7 +437,7 @@ def evaluate(path: str | os.PathLike[str], results: str | os.PathLike[str], forc
                               "data is read once. --force reads again and records it", source=str(p))
     res_path = Path(results)
     if res_path.is_dir():
-        from .experiment.store import ResultStore
+        from .store import ResultStore
 
         store = ResultStore.open(res_path)
         if not store.read_meta().get("complete") or store.part_files():

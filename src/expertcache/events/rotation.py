@@ -1,4 +1,4 @@
-"""Deadline rotation and affinity schedulers (evaluation paper §8.3, §8.4, §9.3; DESIGN.md §4).
+"""Deadline rotation and affinity schedulers (evaluation paper §8.3, §8.4, §9.3; docs/design.md §4).
 
 Up to ``A`` sessions are admitted (FCFS by arrival, then input order; a
 finished session frees its slot); at most ``B`` of them are served per step;
@@ -25,12 +25,13 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .errors import ValidationError
-from .events import ArrivalOffsets, EventStream, decode_rows, events_from_schedule
-from .trace import RoutingTrace
+from ..errors import ValidationError
+from ..trace.model import RoutingTrace
+from .fcfs import ArrivalOffsets, decode_rows, events_from_schedule
+from .stream import EventStream
 
 __all__ = ["SCHEDULERS", "RotationConfig", "RotationStats", "select_batch", "rotation_schedule", "rotation_events",
-           "AffinityRow", "affinity_experiment", "best_of_n_estimate"]
+           "best_of_n_estimate"]
 
 SCHEDULERS = ("fcfs_deadline", "causal_prev_route", "oracle_current_route")
 
@@ -212,51 +213,6 @@ def rotation_events(trace: RoutingTrace, config: RotationConfig, offsets: Arriva
             "scheduler": config.scheduler, "batch": config.batch, "admitted": config.admitted,
             "window": config.window, "offsets": offsets.describe(), "phase": "decode"}
     return events_from_schedule(trace, step, req, tok, prov), stats
-
-
-@dataclass(frozen=True)
-class AffinityRow:
-    """Table 18 shape: one residency policy under the three schedulers (full-trajectory replays)."""
-
-    policy: str
-    fcfs: float
-    causal: float
-    oracle: float
-    causal_gain: float
-    oracle_gain: float
-    share: float | None
-    delta_p99_causal: float
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def affinity_experiment(trace: RoutingTrace, config: RotationConfig, rho: float = 0.4,
-                        policies: tuple[str, ...] = ("lfru", "static-same-trace"), scope: str = "per-layer",
-                        calibration: EventStream | None = None, offsets: ArrivalOffsets | None = None
-                        ) -> tuple[list[AffinityRow], dict[str, RotationStats]]:
-    """Replay each policy on the complete trajectory of each scheduler (§8.3): gains, share and Δp99.
-
-    ``causal_gain = (m_fcfs - m_causal) / m_fcfs``; ``share = causal_gain / oracle_gain``;
-    ``delta_p99_causal`` = relative change of the p99 latency proxy, causal vs FCFS.
-    """
-    from .replay import ReplayConfig, replay
-
-    streams, stats = {}, {}
-    for name in SCHEDULERS:
-        cfg = RotationConfig(config.admitted, config.batch, config.window, name)
-        streams[name], stats[name] = rotation_events(trace, cfg, offsets)
-    rows = []
-    for policy in policies:
-        m = {name: replay(s, ReplayConfig(policy, rho=rho, scope=scope), calibration).miss_fraction
-             for name, s in streams.items()}
-        f, c, o = m["fcfs_deadline"], m["causal_prev_route"], m["oracle_current_route"]
-        cg = (f - c) / f if f else 0.0
-        og = (f - o) / f if f else 0.0
-        rows.append(AffinityRow(policy, f, c, o, cg, og, cg / og if og else None,
-                                stats["causal_prev_route"].p99_latency_steps / stats["fcfs_deadline"].p99_latency_steps
-                                - 1.0))
-    return rows, stats
 
 
 def best_of_n_estimate(trace: RoutingTrace, config: RotationConfig, n_draws: int = 300, n_steps: int = 20,

@@ -16,7 +16,7 @@ traces exist (see ``expertcache collect`` in a later release for those).
   ``working_set`` experts per layer (log-weight boost ``category_affinity``)
   when working sets are drawn, so requests of one category share experts.
   Categories are written to ``provenance["categories"]`` (see
-  :mod:`expertcache.labels`); their draws use a separate generator, so
+  :mod:`expertcache.trace.labels`); their draws use a separate generator, so
   ``n_categories = 0`` reproduces the plain generator bit for bit.
 
 Selection is a Gumbel top-k over the log-weights (sampling without
@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .errors import ValidationError
-from .trace import DECODE, PREFILL, RoutingTrace
+from ..errors import ValidationError
+from .model import DECODE, PREFILL, RoutingTrace
 
 __all__ = ["SynthConfig", "synthesize_trace", "EXAMPLE_CONFIG"]
 

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from .cli import _console, _guard, _require_new
+from .main import _console, _guard, _require_new
 
 
 @click.group("probe")
@@ -48,7 +48,7 @@ def build(sources_dir: str | None, source_items: tuple[str, ...], wrappers: str 
           n_matched: int, threshold: float, seed: int, out: str, overwrite: bool, as_json: bool) -> None:
     """Build a probe set: probes.jsonl (every field), prompts.jsonl (for `expertcache collect --prompts`),
     labels.csv (for `expertcache audit --labels`) and manifest.json."""
-    from .probes import BuildConfig, build_probe_set, write_probe_set
+    from ..probes import BuildConfig, build_probe_set, write_probe_set
 
     if sources_dir and source_items:
         raise click.UsageError("give either --sources DIR or --source NAME=FILE, not both")
@@ -72,7 +72,7 @@ def build(sources_dir: str | None, source_items: tuple[str, ...], wrappers: str 
 @_guard
 def audit_prompts(prompts: str, by_split: bool, as_json: bool) -> None:
     """Prompt-side diagnostics (B1) of PROMPTS: a probe-set directory or a JSON Lines prompts file."""
-    from .probes import prompt_diagnostics, read_prompts
+    from ..probes import prompt_diagnostics, read_prompts
 
     rows = prompt_diagnostics(read_prompts(prompts), by_split=by_split)
     if as_json:

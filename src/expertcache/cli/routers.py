@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from .cli import _console, _csv, _fail, _guard, _progress, _require_new
+from .main import _console, _csv, _fail, _guard, _progress, _require_new
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -21,7 +21,7 @@ def _load_model(model: str, device: str | None) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from .errors import ValidationError
+    from ..errors import ValidationError
 
     hf_logging.disable_progress_bar()   # our own progress bar and --json own the terminal
     if not os.path.isdir(model):       # never a hub id: nothing is downloaded
@@ -39,8 +39,8 @@ def _load_model(model: str, device: str | None) -> tuple[Any, Any]:
 
 
 def _trace_arrays(trace_dir: str, hidden: bool = True):
-    from .collect import read_array
-    from .trace import read_trace
+    from ..collect import read_array
+    from ..trace import read_trace
 
     trace = read_trace(trace_dir)
     return trace, read_array(trace_dir, "hidden") if hidden else None, read_array(trace_dir, "logits")
@@ -113,7 +113,7 @@ def train_cmd(model_path: str | None, data_path: str | None, trace_dir: str | No
               device: str | None, deterministic: bool, model_out: str | None, out: str, overwrite: bool,
               as_json: bool) -> None:
     """Train Temporal (and Spatio) Routers on a model and local text, or offline on a trace."""
-    from .routers.config import TrainConfig
+    from ..routers.config import TrainConfig
 
     if (data_path is None) == (trace_dir is None):
         _fail("give exactly one of --data (train on a model) or --trace (offline, auxiliary-only)")
@@ -137,8 +137,8 @@ def train_cmd(model_path: str | None, data_path: str | None, trace_dir: str | No
             bar.update(task, completed=step, total=total)
 
         if data_path is not None:
-            from .routers.data import load_texts
-            from .routers.train import tokenize_texts, train_model
+            from ..routers.data import load_texts
+            from ..routers.train import tokenize_texts, train_model
 
             texts = load_texts(data_path)      # a bad file fails before the model loads
             model, tok = _load_model(model_path, device)  # type: ignore[arg-type]
@@ -147,7 +147,7 @@ def train_cmd(model_path: str | None, data_path: str | None, trace_dir: str | No
             res = train_model(model, seqs, cfg, out, pad_id=int(pad), resume=resume, on_step=tick,
                               meta={"model": model_path, "data": data_path, "deterministic": deterministic})
             if model_out is not None:
-                from .storage import atomic_directory
+                from ..storage import atomic_directory
 
                 with atomic_directory(model_out, overwrite=overwrite) as tmp:
                     model.save_pretrained(tmp)
@@ -155,12 +155,12 @@ def train_cmd(model_path: str | None, data_path: str | None, trace_dir: str | No
         else:
             import numpy as np
 
-            from .routers.train import fit_native_routers, pair_rows, train_offline
+            from ..routers.train import fit_native_routers, pair_rows, train_offline
 
             trace, hidden, logits = _trace_arrays(trace_dir)  # type: ignore[arg-type]
             meta: dict[str, Any] = {"trace": trace_dir, "deterministic": deterministic}
             if model_path is not None:
-                from .routers.modules import CacheRouters
+                from ..routers.modules import CacheRouters
 
                 model, _ = _load_model(model_path, None)
                 r = CacheRouters.for_model(model)
@@ -185,9 +185,9 @@ def _advice(checkpoint: str, trace_dir: str, batch: int, offsets: str, seed: int
     ``stream_for(trace, offsets)`` builds the stream to check the advice against (or returns ``None``).
     Returns ``(trace, stream, weights, {use: RouterAdvice})``.
     """
-    from .events import ArrivalOffsets
-    from .routers.advice import router_advice
-    from .routers.checkpoint import load_router_weights
+    from ..events import ArrivalOffsets
+    from ..routers.advice import router_advice
+    from ..routers.checkpoint import load_router_weights
 
     weights = load_router_weights(checkpoint)
     trace, hidden, logits = _trace_arrays(trace_dir, hidden="routers" in uses)   # native needs logits only
@@ -223,9 +223,9 @@ def export_cmd(checkpoint: str, trace_dir: str, batch: int, offsets: str, seed: 
     """Write per-event priority / prefetch-score advice of CHECKPOINT for a trace's event stream."""
     import numpy as np
 
-    from .events import read_events
-    from .routers.advice import save_router_advice
-    from .storage import atomic_file
+    from ..events import read_events
+    from ..routers.advice import save_router_advice
+    from ..storage import atomic_file
 
     _require_new(out, overwrite)
     folder = os.path.dirname(os.path.abspath(out))
@@ -299,8 +299,8 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
              tasks_path: str | None,
              model_path: str | None, max_new_tokens: int, device: str | None, as_json: bool) -> None:
     """CLR Table 1-shaped results of CHECKPOINT on a held-out trace (and Table 3 sweeps)."""
-    from .events import ArrivalOffsets, build_events
-    from .routers import evaluate as ev
+    from ..events import ArrivalOffsets, build_events
+    from ..routers import evaluate as ev
 
     if tasks_path and not model_path:
         _fail("--tasks needs --model")
@@ -308,7 +308,7 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
         _fail(f"--budget and --budgets take R >= 0 pre-access candidates; got {budget} and {budgets}")
     tasks = None
     if tasks_path:
-        from .routers.data import load_tasks
+        from ..routers.data import load_tasks
 
         tasks = load_tasks(tasks_path)         # a bad file fails before any work
 
@@ -317,7 +317,7 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
             if not 1 <= b < trace.n_experts:
                 _fail(f"capacity B must be in [1, N) = [1, {trace.n_experts}); got {b}")
         if prefill_init:
-            from .prefill import prefill_initialised_events
+            from ..events.prefill import prefill_initialised_events
 
             return prefill_initialised_events(trace, batch, prefill_chunk, "chunk-major", offs)
         return build_events(trace, batch, offs)
@@ -333,7 +333,7 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
     acc: dict[str, float] = {}
     accuracy_info = None
     if tasks is not None:
-        from .routers.checkpoint import BACKBONE_FILE
+        from ..routers.checkpoint import BACKBONE_FILE
 
         model, tok = _load_model(model_path, device)  # type: ignore[arg-type]
         joint = os.path.isfile(os.path.join(checkpoint, BACKBONE_FILE))

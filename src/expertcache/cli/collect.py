@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import Callable
-from typing import Any
 
 import click
 
-
-def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """cli._guard, looked up at call time so this module can be imported before expertcache.cli."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from .cli import _guard as guard
-
-        return guard(fn)(*args, **kwargs)
-
-    return wrapper
+from .main import _guard
 
 
 @click.command("collect")
@@ -56,8 +43,8 @@ def collect(model: str, prompts: str, out: str, max_new_tokens: int, max_prompt_
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .collect import CollectConfig, read_prompts
-    from .collect.runner import collect as run_collect
+    from ..collect import CollectConfig, read_prompts
+    from ..collect.runner import collect as run_collect
 
     config = CollectConfig(max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens,
                            chat_template=not no_chat_template, batch_size=batch_size, shard_size=shard_size,

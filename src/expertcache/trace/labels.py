@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import ValidationError
-from .jsonl import iter_records
+from ..errors import ValidationError
+from ..jsonl import iter_records
 
 if TYPE_CHECKING:
-    from .trace import RoutingTrace
+    from .model import RoutingTrace
 
 __all__ = ["read_labels", "request_categories"]
 

@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import Callable
-from typing import Any
 
 import click
 
-
-def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``expertcache.cli._guard``, looked up at call time (cli.py imports this module while loading)."""
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from .cli import _guard as guard
-
-        return guard(fn)(*args, **kwargs)
-
-    return wrapper
+from .main import _console, _guard, _progress, _require_new
 
 
 @click.group("prefetch")
@@ -31,8 +19,8 @@ def _load_source(path: str):
     import os
     from importlib import resources
 
-    from .errors import ValidationError
-    from .storage import read_manifest
+    from ..errors import ValidationError
+    from ..storage import read_manifest
 
     if path == "example" and not os.path.exists(path):
         ref = resources.files("expertcache") / "data" / "example_trace"
@@ -50,10 +38,10 @@ def _load_source(path: str):
         raise ValidationError("expected a routing trace or an event stream directory written by expertcache",
                               source=path)
     if kind == "event_stream":
-        from .events import read_events
+        from ..events import read_events
 
         return read_events(path), None, path
-    from .trace import read_trace
+    from ..trace import read_trace
 
     return read_trace(path), path, path
 
@@ -62,8 +50,8 @@ def _hidden(trace_dir: str | None, use: bool):
     """Collected hidden states of a trace directory, or None (and why)."""
     if trace_dir is None or not use:
         return None, "not requested" if not use else "event stream input"
-    from .collect import read_array
-    from .errors import ValidationError
+    from ..collect import read_array
+    from ..errors import ValidationError
 
     try:
         return read_array(trace_dir, "hidden"), "hidden states"
@@ -108,9 +96,8 @@ def compare_cmd(source: str, calibration: str | None, rho: float, capacity: int 
     """Compare classic, MoE-specific and prefetching baselines on SOURCE (a trace or stream directory,
     or 'example' for the bundled trace): Hit, AdjHit, Load per token, added parameters, decision availability.
     """
-    from .cli import _console, _progress, _require_new
-    from .prefetch.comparison import CompareConfig, compare, plot_compare
-    from .trace import RoutingTrace
+    from ..prefetch.comparison import CompareConfig, compare, plot_compare
+    from ..trace import RoutingTrace
 
     if plot_path:
         _require_new(plot_path, overwrite)
@@ -125,7 +112,7 @@ def compare_cmd(source: str, calibration: str | None, rho: float, capacity: int 
     if calibration is not None:
         calib, cal_dir, _ = _load_source(calibration)
         if not isinstance(calib, RoutingTrace):
-            from .errors import ValidationError
+            from ..errors import ValidationError
 
             raise ValidationError("--calibration must be a routing trace directory", source=calibration)
         hidden_cal, _ = _hidden(cal_dir, use_hidden and hidden is not None)
@@ -217,16 +204,15 @@ def replay_cmd(stream_dir: str, advice_path: str | None, priority: str, budget: 
                tie_break: str, as_json: bool) -> None:
     """Replay STREAM_DIR with pre-access refinement and a retention key, charging every proactive load
     (Hit, AdjHit, Load per token, m). Several budgets replay the same advice (CLR Table 3's R sweep)."""
-    from .cli import _console
-    from .events import read_events
-    from .replay.proactive import ProactiveConfig, replay_proactive
+    from ..events import read_events
+    from ..replay.proactive import ProactiveConfig, replay_proactive
 
     stream = read_events(stream_dir)
     if warmup is None:
         warmup = int(stream.provenance.get("warmup_events", 0) or 0)
     advice = None
     if advice_path is not None:
-        from .nextuse import load_advice
+        from ..nextuse import load_advice
 
         advice = load_advice(advice_path)
     caps = None if capacity is None else (int(capacity),) * stream.n_layers

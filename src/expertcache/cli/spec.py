@@ -2,38 +2,14 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import signal
 import sys
-from collections.abc import Callable
-from typing import Any
 
 import click
 
-
-def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``expertcache.cli._guard``, looked up at call time (cli.py imports this module while loading)."""
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from .cli import _guard as guard
-
-        return guard(fn)(*args, **kwargs)
-
-    return wrapper
-
-
-def _console():
-    from .cli import _console as console
-
-    return console()
-
-
-def _fail(message: str) -> None:
-    from .cli import _fail as fail
-
-    fail(message)
+from .main import _console, _fail, _guard
 
 
 @click.group("spec")
@@ -66,7 +42,7 @@ def _progress_eta():
 @_guard
 def spec_expand(spec_file: str, as_json: bool, limit: int) -> None:
     """Expand SPEC_FILE into its conditions: stable ID, hash, fields."""
-    from .experiment.spec import conditions_table_rows, expand, load_spec
+    from ..experiment.spec import conditions_table_rows, expand, load_spec
 
     sp = load_spec(spec_file)
     rows = conditions_table_rows(expand(sp))
@@ -108,9 +84,9 @@ def spec_expand(spec_file: str, as_json: bool, limit: int) -> None:
 def spec_run(spec_file: str, store: str, executor: str, jobs: int, address: str | None, chunk_seconds: float,
              as_json: bool) -> None:
     """Run every condition of SPEC_FILE that STORE lacks; interrupting loses no stored result."""
-    from .experiment.runner import run_spec
-    from .experiment.spec import load_spec
-    from .replay import default_jobs
+    from ..experiment.runner import run_spec
+    from ..experiment.spec import load_spec
+    from ..replay import default_jobs
 
     if jobs < 0:
         _fail(f"--jobs must be >= 0; got {jobs}")
@@ -174,8 +150,8 @@ def _names(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
 @_guard
 def spec_summary(results: str, metric: str, rows: list[str], cols: list[str], where: dict, as_json: bool) -> None:
     """Pivot RESULTS (a store directory or results.parquet): METRIC by ROWS x COLS (mean [min, max] of n)."""
-    from .experiment.store import read_results
-    from .experiment.summary import summarize
+    from ..experiment.store import read_results
+    from ..experiment.summary import summarize
 
     summ = summarize(read_results(results), metric, rows, cols, where)
     if as_json:

@@ -8,12 +8,12 @@ from typing import Any
 
 import click
 
-from .cli import _console, _guard, _progress, _require_new
+from .main import _console, _guard, _progress, _require_new
 
 
 def _is_trace(path: str) -> bool:
     """A directory with a manifest and no ``probes.jsonl`` is read as a trace (so a bad one says why)."""
-    from .probes.builder import PROBES_FILE
+    from ..probes.builder import PROBES_FILE
 
     manifest = Path(path) / "manifest.json"
     if not manifest.is_file():
@@ -83,8 +83,8 @@ def audit(path: str, labels: str | None, prompts: str | None, bands: str, cohort
     locality against size-matched draws) or a probe set / prompts file
     (prompt-side, B1).
     """
-    from .audit import LocalityConfig, RouteAuditConfig, parse_bands
-    from .events import ArrivalOffsets
+    from ..audit import LocalityConfig, RouteAuditConfig, parse_bands
+    from ..events import ArrivalOffsets
 
     if out:
         _require_new(out, overwrite)
@@ -112,7 +112,7 @@ def audit(path: str, labels: str | None, prompts: str | None, bands: str, cohort
 def run_audit(path: str, labels: str | None, prompts: str | None, route_cfg, loc_cfg, offsets,
               control_positions: int) -> dict[str, Any]:
     """Everything the command measures, as one JSON-ready dict."""
-    from .audit import (
+    from ..audit import (
         matched_attribution,
         positive_control,
         read_arms,
@@ -120,8 +120,8 @@ def run_audit(path: str, labels: str | None, prompts: str | None, route_cfg, loc
         workload_block,
         workload_locality,
     )
-    from .probes import prompt_diagnostics, read_prompts
-    from .trace import read_trace
+    from ..probes import prompt_diagnostics, read_prompts
+    from ..trace import read_trace
 
     result: dict[str, Any] = {"kind": "workload_audit", "path": path}
     prompt_rows = None
@@ -162,7 +162,7 @@ def run_audit(path: str, labels: str | None, prompts: str | None, route_cfg, loc
 
 def _check_out(out: str) -> None:
     """Refuse an output path that cannot be written as a file, before any work."""
-    from .errors import ValidationError
+    from ..errors import ValidationError
 
     target = Path(out)
     if target.is_dir():
@@ -175,7 +175,7 @@ def _check_out(out: str) -> None:
 
 
 def _write_json(out: str, result: dict[str, Any]) -> None:
-    from .storage import atomic_write_bytes
+    from ..storage import atomic_write_bytes
 
     target = Path(out)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -185,8 +185,8 @@ def _write_json(out: str, result: dict[str, Any]) -> None:
 def _print(result: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from .cli_probe import print_prompt_table
-    from .probes import PromptStats
+    from ..probes import PromptStats
+    from .probe import print_prompt_table
 
     console = _console()
     if "prompt" in result:

@@ -4,6 +4,8 @@
   concurrency (Table 19 shape), initial load counted.
 * :func:`service_disciplines` — the same request set under continuous batching and deadline rotation
   (Table 20 shape): the service discipline alone can flip static versus dynamic.
+* :func:`affinity_experiment` — residency policies replayed on each rotation scheduler's trajectory
+  (§8.3, Table 18 shape).
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .events import build_events
-from .replay import ReplayConfig, replay
-from .rotation import RotationConfig, rotation_events
-from .trace import RoutingTrace
+from ..events import ArrivalOffsets, EventStream, build_events
+from ..events.rotation import SCHEDULERS, RotationConfig, RotationStats, rotation_events
+from ..replay import ReplayConfig, replay
+from ..trace import RoutingTrace
 
-__all__ = ["scope_block", "StaticRow", "static_vs_dynamic", "DisciplineRow", "service_disciplines"]
+__all__ = ["scope_block", "StaticRow", "static_vs_dynamic", "DisciplineRow", "service_disciplines", "AffinityRow",
+           "affinity_experiment"]
 
 
 def scope_block(trace: RoutingTrace, rho: float, concurrency: str, discipline: str, fairness: str) -> dict[str, Any]:
@@ -132,7 +135,7 @@ def warm_transition(trace: RoutingTrace, categories: Any, windows: Sequence[int]
                     threshold: float = 0.10) -> tuple[list[TransitionUnit], dict[str, Any]]:
     """Directed A -> B transitions over windows of N requests (§8.1, Table 17 row 2).
 
-    ``categories`` is what :func:`expertcache.labels.request_categories` accepts (a mapping, a labels
+    ``categories`` is what :func:`expertcache.trace.labels.request_categories` accepts (a mapping, a labels
     file, or ``None`` for the trace's own). Every ordered pair of distinct categories is a transition
     unless ``pairs`` names some. ``warm`` A requests warm the cache (default: the largest window).
     Requests are drawn in a seeded order; a window larger than the target category is an error.
@@ -141,10 +144,10 @@ def warm_transition(trace: RoutingTrace, categories: Any, windows: Sequence[int]
     """
     import numpy as np
 
-    from .errors import ValidationError
-    from .events import decode_rows, events_before_request, events_from_schedule, fcfs_schedule
-    from .labels import request_categories
-    from .trace import select_requests
+    from ..errors import ValidationError
+    from ..events import decode_rows, events_before_request, events_from_schedule, fcfs_schedule
+    from ..trace import select_requests
+    from ..trace.labels import request_categories
 
     codes, names = request_categories(trace, categories)
     if len(names) < 2:
@@ -241,10 +244,10 @@ def category_partition(trace: RoutingTrace, categories: Any, groups: Sequence[Se
     """
     import numpy as np
 
-    from .errors import ValidationError
-    from .events import decode_rows, events_from_schedule, fcfs_schedule
-    from .labels import request_categories
-    from .replay import capacities_for_rho
+    from ..errors import ValidationError
+    from ..events import decode_rows, events_from_schedule, fcfs_schedule
+    from ..replay import capacities_for_rho
+    from ..trace.labels import request_categories
 
     codes, names = request_categories(trace, categories)
     L, N, k = trace.n_layers, trace.n_experts, trace.top_k
@@ -307,3 +310,46 @@ def category_partition(trace: RoutingTrace, categories: Any, groups: Sequence[Se
     scope = scope_block(trace, rho, f"B = {batch}", "continuous batching (FCFS)", "n/a")
     scope.update(policy=policy, capacity="equal total (the last partition takes each layer's remainder)")
     return res, scope
+
+
+@dataclass(frozen=True)
+class AffinityRow:
+    """Table 18 shape: one residency policy under the three schedulers (full-trajectory replays)."""
+
+    policy: str
+    fcfs: float
+    causal: float
+    oracle: float
+    causal_gain: float
+    oracle_gain: float
+    share: float | None
+    delta_p99_causal: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def affinity_experiment(trace: RoutingTrace, config: RotationConfig, rho: float = 0.4,
+                        policies: tuple[str, ...] = ("lfru", "static-same-trace"), scope: str = "per-layer",
+                        calibration: EventStream | None = None, offsets: ArrivalOffsets | None = None
+                        ) -> tuple[list[AffinityRow], dict[str, RotationStats]]:
+    """Replay each policy on the complete trajectory of each scheduler (§8.3): gains, share and Δp99.
+
+    ``causal_gain = (m_fcfs - m_causal) / m_fcfs``; ``share = causal_gain / oracle_gain``;
+    ``delta_p99_causal`` = relative change of the p99 latency proxy, causal vs FCFS.
+    """
+    streams, stats = {}, {}
+    for name in SCHEDULERS:
+        cfg = RotationConfig(config.admitted, config.batch, config.window, name)
+        streams[name], stats[name] = rotation_events(trace, cfg, offsets)
+    rows = []
+    for policy in policies:
+        m = {name: replay(s, ReplayConfig(policy, rho=rho, scope=scope), calibration).miss_fraction
+             for name, s in streams.items()}
+        f, c, o = m["fcfs_deadline"], m["causal_prev_route"], m["oracle_current_route"]
+        cg = (f - c) / f if f else 0.0
+        og = (f - o) / f if f else 0.0
+        rows.append(AffinityRow(policy, f, c, o, cg, og, cg / og if og else None,
+                                stats["causal_prev_route"].p99_latency_steps / stats["fcfs_deadline"].p99_latency_steps
+                                - 1.0))
+    return rows, stats

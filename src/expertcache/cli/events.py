@@ -1,0 +1,108 @@
+"""``expertcache events``: build, import and inspect event streams."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from .main import (
+    _fail,
+    _guard,
+    _require_new,
+    main,
+)
+
+
+@main.group()
+def events() -> None:
+    """Event streams: build from a trace, import, inspect."""
+
+
+@events.command("build")
+@click.argument("trace_dir", type=click.Path())
+@click.option("--batch", "-B", type=int, required=True, help="Concurrency B (max active requests per step).")
+@click.option("--offsets", default="zero", show_default=True,
+              help="Arrival offsets: zero, stagger:D (request i arrives at i*D) or random:LO:HI (seeded).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of random offsets.")
+@click.option("--prefill-init", is_flag=True,
+              help="Prefill-initialised cache (CLR §4.1): prepend the chunked prefill of the first batch as "
+                   "warm-up events, which replay fills the cache with but does not count.")
+@click.option("--prefill-chunk", type=int, default=128, show_default=True, help="Prefill chunk size in tokens.")
+@click.option("--prefill-order", type=click.Choice(["chunk-major", "layer-major"]), default="chunk-major",
+              show_default=True, help="Execution order of the warm-up prefill.")
+@click.option("-o", "--out", required=True, type=click.Path(file_okay=False), help="Stream directory to create.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing output directory.")
+@_guard
+def events_build(trace_dir: str, batch: int, offsets: str, seed: int, prefill_init: bool, prefill_chunk: int,
+                 prefill_order: str, out: str, overwrite: bool) -> None:
+    """Schedule the decode routing of TRACE_DIR under FCFS continuous batching."""
+
+    from ..events import ArrivalOffsets, build_events
+    from ..trace import read_trace
+
+    _require_new(out, overwrite)
+    if batch < 1:
+        _fail(f"--batch must be a positive integer; got {batch}")
+    offs = ArrivalOffsets.parse(offsets, seed=seed)
+    if prefill_init:
+        from ..events.prefill import prefill_initialised_events
+
+        stream = prefill_initialised_events(read_trace(trace_dir), batch, prefill_chunk, prefill_order, offs)
+    else:
+        stream = build_events(read_trace(trace_dir), batch, offs)
+    stream.save(out, overwrite=overwrite)
+    warm = int(stream.provenance.get("warmup_events", 0))
+    click.echo(f"wrote {out}: {stream.n_events} events, union {stream.union}, logical {stream.logical} "
+               f"(union/logical {stream.union / stream.logical:.4f})"
+               + (f"; the first {warm} are prefill warm-up events (not counted by replay)" if warm else ""))
+
+
+@events.command("import")
+@click.argument("events_jsonl", type=click.Path(dir_okay=False))
+@click.option("--layers", "-L", type=int, required=True, help="MoE layers L.")
+@click.option("--experts", "-N", type=int, required=True, help="Routed experts per layer N.")
+@click.option("--top-k", "-k", type=int, required=True, help="Experts per token k.")
+@click.option("-o", "--out", required=True, type=click.Path(file_okay=False), help="Stream directory to create.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing output directory.")
+@_guard
+def events_import(events_jsonl: str, layers: int, experts: int, top_k: int, out: str, overwrite: bool) -> None:
+    """Import EVENTS_JSONL (event records, docs/design.md §3), e.g. a hand-written stream."""
+
+    from ..events import import_events_jsonl
+
+    _require_new(out, overwrite)
+    stream = import_events_jsonl(events_jsonl, layers, experts, top_k)
+    stream.save(out, overwrite=overwrite)
+    click.echo(f"wrote {out}: {stream.n_events} events, union {stream.union}, logical {stream.logical}")
+
+
+@events.command("info")
+@click.argument("stream_dir", type=click.Path())
+@click.option("--rho", type=float, default=0.4, show_default=True, help="Residency fraction for the event ratio.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@_guard
+def events_info(stream_dir: str, rho: float, as_json: bool) -> None:
+    """Validate STREAM_DIR and summarise it, with the event ratio r = |E|/c_l (§6.1)."""
+    import numpy as np
+
+    from ..analysis import regime_stats
+    from ..events import read_events
+
+    if not 0.0 <= rho <= 1.0:
+        _fail(f"--rho must be in [0, 1]; got {rho}")
+    s = read_events(stream_dir)
+    rg = regime_stats(s, rho)
+    info = {"n_layers": s.n_layers, "n_experts": s.n_experts, "top_k": s.top_k, "n_events": s.n_events,
+            "n_steps": int(np.unique(s.step).shape[0]), "union": s.union, "logical": s.logical,
+            "union_over_logical": s.union / s.logical, "mean_union": rg.union_mean,
+            "p95_union": rg.union_p95, "rho": rho, "mean_event_ratio": rg.r_mean,
+            "fraction_events_over_capacity": rg.r_fraction_over_1, "provenance": s.provenance}
+    if as_json:
+        click.echo(json.dumps(info, sort_keys=True))
+        return
+    for key, value in info.items():
+        click.echo(f"{key:30s} {value:.4f}" if isinstance(value, float) else f"{key:30s} {value}")
+
+
+# ---------------------------------------------------------------------------- replay
