@@ -434,6 +434,31 @@ def test_sigterm_stops_a_cli_run_gracefully(traces, reference, tmp_path):
     assert pq.read_table(store / "results.parquet").equals(ref_table)
 
 
+def test_sigterm_swallowed_by_a_finalizer_still_stops_the_run(traces, tmp_path, monkeypatch):
+    """Regression: a SIGTERM whose KeyboardInterrupt lands inside a ``__del__`` is swallowed by Python; the run
+    must still stop at its next progress report and exit 130 (it once ran to completion and exited 0)."""
+    import expertcache.experiment.runner as runner
+
+    (tmp_path / "a").symlink_to(traces / "a")
+    (tmp_path / "thousand.toml").write_text(THOUSAND_TOML)
+    calls = []
+
+    def fake_run_spec(spec, store, progress=None, **kwargs):
+        try:  # what a finalizer does with an exception raised inside it
+            os.kill(os.getpid(), signal.SIGTERM)
+        except KeyboardInterrupt:
+            pass
+        for done in range(1, 4):
+            calls.append(done)
+            progress(done, 3)
+        raise AssertionError("the run went on after SIGTERM")
+
+    monkeypatch.setattr(runner, "run_spec", fake_run_spec)
+    res = CliRunner().invoke(main, ["spec", "run", str(tmp_path / "thousand.toml"), "--store", str(tmp_path / "s")])
+    assert res.exit_code == 130, res.output
+    assert calls == [1] and "interrupted" in res.output
+
+
 def test_a_store_holds_one_experiment(traces, tmp_path):
     d = {"experiment": {"name": "one"}, "inputs": {"a": {"trace": "a"}},
          "grid": {"input": "a", "batch": 2, "policy": "lru", "rho": 0.5}}

@@ -95,11 +95,15 @@ def spec_run(spec_file: str, store: str, executor: str, jobs: int, address: str 
     sp = load_spec(spec_file)
     jobs = jobs or default_jobs()
 
+    state = {"done": 0, "terminated": False}
+
     def on_term(signum, frame):  # SIGTERM behaves like Ctrl-C: received results are written first
+        # The flag survives an exception that lands inside a finalizer (__del__), where Python swallows it;
+        # the next progress call raises again from ordinary code.
+        state["terminated"] = True
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, on_term)
-    state = {"done": 0}
     try:
         with _progress_eta() as bar:
             task = bar.add_task(f"{sp.name or 'spec'}", total=None)
@@ -107,9 +111,13 @@ def spec_run(spec_file: str, store: str, executor: str, jobs: int, address: str 
             def progress(done: int, total: int) -> None:
                 state["done"] = done
                 bar.update(task, completed=done, total=total)
+                if state["terminated"]:
+                    raise KeyboardInterrupt
 
             report = run_spec(sp, store, executor=executor, jobs=jobs, address=address, progress=progress,
                               flush_seconds=chunk_seconds)
+        if state["terminated"]:
+            raise KeyboardInterrupt
     except KeyboardInterrupt:
         click.echo(f"interrupted: {state['done']} new conditions stored in {store}; run the same command "
                    "again to resume", err=True)
