@@ -49,6 +49,7 @@ import numpy as np
 
 from expertcache.events import EventStream
 from expertcache.replay import ReplayConfig, get_policy, policy_names, replay
+from expertcache.replay.libcachesim import next_access_vtime, write_oracle_general
 
 # Shape of the benchmark (Qwen3-30B-A3B decode at B = 8) and the replay setting.
 N_LAYERS, N_EXPERTS, TOP_K, BATCH = 48, 128, 8, 8
@@ -58,10 +59,7 @@ STEPS_QUICK = 520  # ~1.0 M union accesses
 SEMANTICS = ("event-atomic", "sequential-ascending")
 SCOPES = ("per-layer", "global")
 LCS_POLICIES = ("LRU", "LFU", "Belady")
-#: libCacheSim's oracleGeneral binary record (24 bytes, little-endian, packed).
-ORACLE_GENERAL = np.dtype([("clock_time", "<u4"), ("obj_id", "<u8"), ("obj_size", "<u4"),
-                           ("next_access_vtime", "<i8")])
-NEVER_AGAIN = np.iinfo(np.int64).max  # the oracleGeneral "no future access" value
+
 
 
 def log(msg: str) -> None:
@@ -238,31 +236,6 @@ class LcsTraces:
     oracle_global_s: float
     write_s: float
     file_bytes: int
-
-
-def next_access_vtime(ids: np.ndarray) -> np.ndarray:
-    """For each request, the index of the next request for the same object (``NEVER_AGAIN`` if none).
-
-    A stable sort groups each object's requests in time order; every request's
-    successor in its group is its next access. ``ids`` should be the smallest
-    integer type that fits (int16 here), for which numpy's stable sort is a radix sort.
-    """
-    order = np.argsort(ids, kind="stable")
-    nxt = np.full(ids.shape[0], NEVER_AGAIN, dtype=np.int64)
-    same = ids[order[1:]] == ids[order[:-1]]
-    nxt[order[:-1][same]] = order[1:][same]
-    return nxt
-
-
-def write_oracle_general(path: Path, ids: np.ndarray, clock: np.ndarray, nxt: np.ndarray) -> int:
-    """Write one oracleGeneral binary trace (object size 1, so capacities are object counts)."""
-    rec = np.empty(ids.shape[0], dtype=ORACLE_GENERAL)
-    rec["clock_time"] = clock
-    rec["obj_id"] = ids
-    rec["obj_size"] = 1
-    rec["next_access_vtime"] = nxt
-    rec.tofile(path)
-    return rec.nbytes
 
 
 def timed_best(fn: Any, repeat: int) -> tuple[float, Any]:

@@ -106,3 +106,42 @@ def events_info(stream_dir: str, rho: float, as_json: bool) -> None:
 
 
 # ---------------------------------------------------------------------------- replay
+
+
+@events.command("export")
+@click.argument("stream_dir", type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(["oraclegeneral", "csv"]), default="oraclegeneral",
+              show_default=True, help="libCacheSim trace format: binary oracleGeneral (with next-access times, "
+                                      "needed by Belady) or CSV (time,obj_id,obj_size).")
+@click.option("--scope", type=click.Choice(["per-layer", "global"]), default="per-layer", show_default=True,
+              help="One trace per layer with its quota c_l, or one trace of block ids with the total capacity.")
+@click.option("--rho", type=float, default=0.4, show_default=True, help="Residency fraction of the capacities.")
+@click.option("-o", "--out", required=True, type=click.Path(file_okay=False), help="Directory to create.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing output directory.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was written as one JSON object.")
+@_guard
+def events_export(stream_dir: str, fmt: str, scope: str, rho: float, out: str, overwrite: bool,
+                  as_json: bool) -> None:
+    """Write STREAM_DIR's accesses as libCacheSim traces (sequential-ascending order) with their capacities.
+
+    export.json in the output lists every trace with the capacity to give libCacheSim; see docs/libcachesim.md
+    for the commands and where libCacheSim's semantics differ from expertcache's.
+    """
+    from pathlib import Path
+
+    from ..events import read_events
+    from ..replay.libcachesim import export_stream
+    from ..storage import MANIFEST, sha256_file
+
+    _require_new(out, overwrite)
+    stream = read_events(stream_dir)
+    info = {"path": str(Path(stream_dir)), "manifest_sha256": sha256_file(Path(stream_dir) / MANIFEST)}
+    result = export_stream(stream, out, fmt, scope, rho, overwrite=overwrite, stream_info=info)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), sort_keys=True))
+        return
+    n = sum(t.n_requests for t in result.traces)
+    click.echo(f"wrote {len(result.traces)} {fmt} trace(s), {n:,} requests, to {out} "
+               f"({scope}, capacities at rho={rho:g} in {out}/export.json)")
+    for note in result.notes:
+        click.echo(f"note: {note}")
