@@ -52,3 +52,23 @@ def test_readme_public_surface_names_exist():
             assert name in face.__all__, (module, name)
         for sub in re.findall(r"`(expertcache\.[\w.]+)`", names):
             importlib.import_module(sub)
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    text = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    command = next(line for line in ci.splitlines() if "pytest" in line)
+    assert command in text
+
+
+def test_python_dash_m_and_one_version_source():
+    import subprocess
+    import sys
+    from importlib.metadata import version
+
+    import expertcache
+
+    out = subprocess.run([sys.executable, "-m", "expertcache", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip().endswith(expertcache.__version__)
+    assert version("expertcache") == expertcache.__version__
+    assert 'dynamic = ["version"]' in (ROOT / "pyproject.toml").read_text()
