@@ -141,6 +141,7 @@ def naive_replay(
     lrfu_lambda=0.5,
     calibration=None,
     warmup_events=0,
+    hit_sets=None,
 ):
     L = int(stream.n_layers)
     N = int(stream.n_experts)
@@ -222,6 +223,8 @@ def naive_replay(
         U = set(blocks)
         hit_set = U & C
         miss_set = U - C
+        if hit_sets is not None:  # the caller wants each unit's hit blocks (per-access hit flags)
+            hit_sets.append(hit_set)
         if unit_event[t] >= warmup_events:
             hits[layer] += len(hit_set)
             misses[layer] += len(miss_set)

@@ -180,7 +180,7 @@ def _touch(b, t, a, access_next, cycle_now, coff_now, last, freq, nxt, cycle, co
 
 @jit
 def replay_heap(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_scope, atomic, access_next,
-                capacity, tie, key_code, reset_freq_on_evict, lam, count_from, hits, misses):
+                capacity, tie, key_code, reset_freq_on_evict, lam, count_from, hits, misses, hit_flag):
     """Replay with residents in per-partition min-heaps (keys in ``keys.KEY_STABLE``).
 
     Parameters
@@ -215,8 +215,11 @@ def replay_heap(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_
         Events before this index warm the cache but are not counted.
     hits, misses : int64[n_layers]
         Output counters per layer (accumulated), over events ``>= count_from``.
+    hit_flag : uint8[n_access] or empty
+        When not empty, set to 1 at every access that hit (warm-up events included).
     """
     n_blocks = n_layers * n_experts
+    record = hit_flag.shape[0] > 0                  # per-access hit flags wanted (timing)
     n_events = offsets.shape[0] - 1
     n_parts = capacity.shape[0]
     max_unit = _max_unit(offsets, atomic)
@@ -254,6 +257,8 @@ def replay_heap(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_
                 if pos[b] >= 0:
                     if i >= count_from:
                         hits[layer] += 1
+                    if record:
+                        hit_flag[a] = 1
                     k1[b], k2[b] = _key(key_code, b, t, False, last, freq, nxt, cycle, coff, crf)
                     _sift(heap, p, pos[b], size[p], pos, k1, k2, tie, False)
                 else:
@@ -293,12 +298,13 @@ def replay_heap(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_
 
 @jit
 def replay_scan(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_scope, atomic, access_next,
-                capacity, tie, key_code, reset_freq_on_evict, lam, count_from, hits, misses):
+                capacity, tie, key_code, reset_freq_on_evict, lam, count_from, hits, misses, hit_flag):
     """Replay re-ranking every candidate at each overflowing unit (any key; used for ``lfru``).
 
     Parameters are those of :func:`replay_heap`.
     """
     n_blocks = n_layers * n_experts
+    record = hit_flag.shape[0] > 0                  # per-access hit flags wanted (timing)
     n_events = offsets.shape[0] - 1
     n_parts = capacity.shape[0]
     max_unit = _max_unit(offsets, atomic)
@@ -337,6 +343,8 @@ def replay_scan(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_
                 if in_cache[b]:
                     if i >= count_from:
                         hits[layer] += 1
+                    if record:
+                        hit_flag[a] = 1
                 else:
                     if i >= count_from:
                         misses[layer] += 1
@@ -529,7 +537,7 @@ def _cttz(typingctx, x):
 
 @jit
 def replay_lru(offsets, expert, ev_layer, n_experts, n_layers, global_scope, atomic, capacity, tie_order,
-               tie_pos, count_from, hits, misses):
+               tie_pos, count_from, hits, misses, hit_flag):
     """LRU with residents in per-partition recency lists (a dedicated loop for the commonest policy).
 
     The same decision as :func:`replay_heap` with the LRU key: members of a
@@ -540,6 +548,7 @@ def replay_lru(offsets, expert, ev_layer, n_experts, n_layers, global_scope, ato
     ``tie_pos[b]`` the inverse. Other parameters are those of :func:`replay_heap`.
     """
     n_blocks = n_layers * n_experts
+    record = hit_flag.shape[0] > 0                  # per-access hit flags wanted (timing)
     n_events = offsets.shape[0] - 1
     n_parts = capacity.shape[0]
     n_words = (n_experts + 63) // 64
@@ -566,6 +575,8 @@ def replay_lru(offsets, expert, ev_layer, n_experts, n_layers, global_scope, ato
                 b = base + expert[a]
                 if in_cache[b]:
                     n_hit += 1
+                    if record:
+                        hit_flag[a] = 1
                     # unlink: the member rejoins at the tail below
                     q = prv[b]
                     r = nxt[b]
@@ -778,7 +789,7 @@ def next_use_heaps(capacity, n_blocks, max_unit, tie):
 
 @jit
 def replay_belady(offsets, expert, ev_layer, n_experts, n_layers, global_scope, atomic, access_next, capacity,
-                  tie, forced, count_from, hits, misses):
+                  tie, forced, count_from, hits, misses, hit_flag):
     """Belady (``forced=False``, bypass admission) or Belady-forced-admit, a dedicated loop.
 
     The same decision as :func:`replay_heap` with the Belady keys, on one int64
@@ -788,6 +799,7 @@ def replay_belady(offsets, expert, ev_layer, n_experts, n_layers, global_scope, 
     is decided. Residents sit in a max-heap per partition. Other parameters
     are those of :func:`replay_heap`.
     """
+    record = hit_flag.shape[0] > 0                  # per-access hit flags wanted (timing)
     n_events = offsets.shape[0] - 1
     max_unit = _max_unit(offsets, atomic)
     heap, hk, size, pos, low = next_use_heaps(capacity, n_layers * n_experts, max_unit, tie)
@@ -810,6 +822,8 @@ def replay_belady(offsets, expert, ev_layer, n_experts, n_layers, global_scope, 
                 key = (np.int64(access_next[a]) << 23) | low[b]
                 if pos[b] >= 0:
                     _up(heap, hk, p, pos[b], b, key, pos)   # its next use moved later: it rises
+                    if record:
+                        hit_flag[a] = 1
                 else:
                     miss_buf[n_miss] = b
                     n_miss += 1

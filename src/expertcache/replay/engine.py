@@ -18,7 +18,7 @@ from .keys import KEY_BELADY_FORCED, KEY_LRFU, KEY_STABLE
 from .policies import Policy, get_policy
 from .result import LayerCounts, ReplayResult
 
-__all__ = ["ReplayConfig", "replay", "replay_curve", "one_pass_supported", "capacities_for_rho", "total_capacity", "SEMANTICS", "SCOPES",
+__all__ = ["ReplayConfig", "replay", "replay_hits", "replay_curve", "one_pass_supported", "capacities_for_rho", "total_capacity", "SEMANTICS", "SCOPES",
            "TIE_BREAKS", "static_pinned_set"]
 
 SEMANTICS = ("event-atomic", "sequential-ascending", "sequential-random")
@@ -103,6 +103,10 @@ class ReplayConfig:
             if self.scope == "per-layer" and isinstance(self.capacity, (int, np.integer)):
                 raise ValidationError("per-layer scope takes one capacity per layer (a sequence)",
                                       field="capacity")
+
+
+#: The empty per-access flag array: kernels record no hit flags.
+_NO_FLAGS = np.zeros(0, dtype=np.uint8)
 
 
 def total_capacity(rho: float, n_layers: int, n_experts: int) -> int:
@@ -231,6 +235,35 @@ def replay(stream: EventStream, config: ReplayConfig, calibration: EventStream |
     >>> (r.hits, r.demand_misses, r.transferred, r.logical)
     (2, 4, 4, 6)
     """
+    return _replay(stream, config, calibration, advice, None)
+
+
+def replay_hits(stream: EventStream, config: ReplayConfig, calibration: EventStream | None = None,
+                advice=None) -> tuple[ReplayResult, np.ndarray]:
+    """:func:`replay`, plus which accesses hit: ``bool[stream.union]`` aligned to ``stream.expert``.
+
+    The flags come from the same kernel run as the counts, so ``flags[counted].sum() == result.hits`` for the
+    accesses of counted events (warm-up events are flagged too). Members are in the stream's own (ascending)
+    order, so only ``event-atomic`` and ``sequential-ascending`` are accepted. The timing model reads the
+    flags to put each event's hits and misses on a timeline.
+
+    >>> from expertcache.events import EventStream
+    >>> s = EventStream.from_lists(1, 4, 2, steps=[0, 1, 2], layers=[0, 0, 0],
+    ...                            experts=[[0, 1], [1, 2], [0, 1]], active=[1, 1, 1])
+    >>> r, hit = replay_hits(s, ReplayConfig("lru", capacity=(2,), tie_break="id"))
+    >>> hit.astype(int).tolist(), r.hits
+    ([0, 0, 1, 0, 0, 1], 2)
+    """
+    if config.semantics == "sequential-random":
+        raise ValidationError("per-access hits follow the stream's member order: use event-atomic or "
+                              "sequential-ascending", field="semantics")
+    flags = np.zeros(stream.expert.shape[0], dtype=np.uint8)
+    result = _replay(stream, config, calibration, advice, flags)
+    return result, flags.astype(bool)
+
+
+def _replay(stream: EventStream, config: ReplayConfig, calibration: EventStream | None, advice,
+            hit_flag: np.ndarray | None) -> ReplayResult:
     policy = get_policy(config.policy)
     L, N = stream.n_layers, stream.n_experts
     n_blocks = L * N
@@ -265,6 +298,8 @@ def replay(stream: EventStream, config: ReplayConfig, calibration: EventStream |
         pinned = static_pinned_set(fit, caps, config.scope, tie)
         counted = np.repeat(np.arange(stream.n_events) >= config.warmup_events, stream.event_size)
         hit_mask = pinned[stream.block] & counted
+        if hit_flag is not None:
+            hit_flag[:] = pinned[stream.block]
         layer_of_access = np.repeat(stream.layer, stream.event_size)
         hits_l = np.bincount(layer_of_access, weights=hit_mask, minlength=L).astype(np.int64)
         miss_l = layer_union - hits_l
@@ -277,29 +312,30 @@ def replay(stream: EventStream, config: ReplayConfig, calibration: EventStream |
         args = _kernel_inputs(stream, config, policy.needs_next_use)
         if policy.needs_advice:
             args = (*args[:-1], _advice_next_use(stream, config, advice))
-        _LOOPS[policy.loop](args, config, policy, caps, tie, hits_l, miss_l)
+        _LOOPS[policy.loop](args, config, policy, caps, tie, hits_l, miss_l, _NO_FLAGS if hit_flag is None else hit_flag)
     return _result(stream, config, caps, hits_l, miss_l, initial, layer_union, layer_logical)
 
 
-def _loop_list(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses) -> None:
+def _loop_list(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses, hit_flag) -> None:
     offsets, expert, layer, _, n_experts, n_layers, global_scope, atomic, _ = args
     order, tie_pos = _tie_order(tie, n_layers, n_experts)
     K.replay_lru(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, caps, order, tie_pos,
-                 config.warmup_events, hits, misses)
+                 config.warmup_events, hits, misses, hit_flag)
 
 
-def _loop_belady(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses) -> None:
+def _loop_belady(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses, hit_flag) -> None:
     offsets, expert, layer, _, n_experts, n_layers, global_scope, atomic, access_next = args
     if n_layers * n_experts >= (1 << 23):   # the int64 key packs the tie rank into 23 bits
-        return _loop_generic(args, config, policy, caps, tie, hits, misses)
+        return _loop_generic(args, config, policy, caps, tie, hits, misses, hit_flag)
     K.replay_belady(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, access_next, caps, tie,
-                    policy.key_code == KEY_BELADY_FORCED, config.warmup_events, hits, misses)
+                    policy.key_code == KEY_BELADY_FORCED, config.warmup_events, hits, misses, hit_flag)
 
 
-def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses) -> None:
+def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses,
+                  hit_flag=_NO_FLAGS) -> None:
     kernel = K.replay_heap if policy.key_code in KEY_STABLE else K.replay_scan
     kernel(*args, caps, tie, policy.key_code, bool(config.lfu_in_cache_counters and policy.name == "lfu"),
-           _lam(config, policy), config.warmup_events, hits, misses)
+           _lam(config, policy), config.warmup_events, hits, misses, hit_flag)
 
 
 def _lam(config: ReplayConfig, policy: Policy) -> float:
