@@ -33,9 +33,9 @@ def test_flags_name_the_twins_hit_blocks_unit_by_unit(policy, scope, semantics):
                  warmup_events=3, hit_sets=want)
     blocks = np.repeat(stream.layer.astype(np.int64), np.diff(stream.offsets)) * stream.n_experts + stream.expert
     if semantics == "event-atomic":
-        got = [set(blocks[lo:hi][hit[lo:hi]].tolist()) for lo, hi in zip(stream.offsets[:-1], stream.offsets[1:])]
+        got = [set(blocks[lo:hi][hit[lo:hi]].tolist()) for lo, hi in zip(stream.offsets[:-1], stream.offsets[1:], strict=True)]
     else:
-        got = [{int(b)} if h else set() for b, h in zip(blocks, hit)]
+        got = [{int(b)} if h else set() for b, h in zip(blocks, hit, strict=True)]
     assert got == want
     counted = np.repeat(np.arange(stream.n_events) >= 3, np.diff(stream.offsets))
     assert int(hit[counted].sum()) == result.hits
