@@ -13,6 +13,7 @@ from . import (  # noqa: F401  (their decorators register them on main)
     report,
     routers,
     spec,
+    timing,
     trace,
 )
 from .main import main

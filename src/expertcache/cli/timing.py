@@ -1,0 +1,114 @@
+"""``expertcache timing``: policy x time per output token, tokens/s, stall share and bytes per token."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from .main import _console, _csv, _fail, _guard, main
+
+
+class _DefaultRun(click.Group):
+    """``expertcache timing STREAM ...`` runs the ``run`` subcommand; other subcommands keep their names."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+@main.group("timing", cls=_DefaultRun)
+def timing() -> None:
+    """Put replays on a device timeline: `expertcache timing STREAM --policy lru,lfu --profile P`.
+
+    Built-in profiles: pcie-gen4-x16, pcie-gen5-x16, nvlink-c2c (link figures stated, compute ASSUMED);
+    or a profile JSON (docs/timing.md).
+    """
+
+
+@timing.command("run")
+@click.argument("stream_dir", type=click.Path())
+@click.option("--policy", "-p", "policies", default="lru,lfu,static-same-trace", show_default=True,
+              callback=_csv(str, "policy names"), help="Comma list of replay policies.")
+@click.option("--profile", "profile_name", default="pcie-gen4-x16", show_default=True,
+              help="A built-in profile name or a profile JSON file.")
+@click.option("--rho", type=float, default=0.4, show_default=True, help="Residency fraction.")
+@click.option("--capacity", "-C", type=int, default=None,
+              help="Slots per layer (per-layer scope) or in total (global); overrides --rho.")
+@click.option("--scope", type=click.Choice(["per-layer", "global"]), default="per-layer", show_default=True)
+@click.option("--contract", type=click.Choice(["fused", "serialized"]), default="fused", show_default=True,
+              help="fused: event-atomic residency, misses stream while hits compute; serialized: one expert "
+                   "at a time (sequential-ascending replay).")
+@click.option("--tie-break", type=click.Choice(["random", "id"]), default="random", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of tie ranks.")
+@click.option("--calibration", type=click.Path(), default=None,
+              help="Stream directory the 'static' policy fits its pin list on.")
+@click.option("--expert-bytes", type=int, default=None,
+              help="Bytes per expert block [default: the profile's, else the stream's recorded size].")
+@click.option("--warmup-events", type=int, default=None,
+              help="Leading events that fill the cache but are not timed [default: the stream's own warm-up].")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per policy (JSON Lines).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Draw the timeline of a window of steps to this .png/.pdf/.svg (needs matplotlib).")
+@click.option("--window", default="0:4", show_default=True, help="FIRST:COUNT counted steps for --plot.")
+@_guard
+def timing_run(stream_dir: str, policies: list[str], profile_name: str, rho: float, capacity: int | None,
+               scope: str, contract: str, tie_break: str, seed: int, calibration: str | None,
+               expert_bytes: int | None, warmup_events: int | None, as_json: bool, plot_path: str | None,
+               window: str) -> None:
+    """Replay STREAM_DIR for each policy and time it under a hardware profile."""
+    from ..events import read_events
+    from ..replay import ReplayConfig
+    from ..timing import load_profile, simulate
+    from ..timing.model import recorded_expert_bytes
+
+    try:
+        first, count = (int(x) for x in window.split(":"))
+        if first < 0 or count < 1:
+            raise ValueError
+    except ValueError:
+        _fail(f"--window must be FIRST:COUNT with FIRST >= 0 and COUNT >= 1; got {window!r}")
+    if expert_bytes is not None and expert_bytes < 1:
+        _fail(f"--expert-bytes must be >= 1; got {expert_bytes}")
+    profile = load_profile(profile_name)
+    stream = read_events(stream_dir)
+    calib = read_events(calibration) if calibration else None
+    warm = int(stream.provenance.get("warmup_events", 0)) if warmup_events is None else warmup_events
+    caps = None
+    if capacity is not None:
+        caps = (capacity,) * (stream.n_layers if scope == "per-layer" else 1)
+    if expert_bytes is None and profile.expert_bytes is None and recorded_expert_bytes(stream) is None:
+        _fail(f"{stream_dir}: the expert block size is unknown (the stream records none): pass --expert-bytes "
+              "BYTES, or use a profile with expert_bytes")
+    results = []
+    for policy in policies:
+        cfg = ReplayConfig(policy, rho=rho, capacity=caps, scope=scope, tie_break=tie_break, seed=seed,
+                           warmup_events=warm)
+        results.append(simulate(stream, cfg, profile, contract=contract, calibration=calib,
+                                expert_bytes=expert_bytes))
+    if plot_path:
+        from ..timing.figure import plot_timeline
+
+        plot_timeline(results, plot_path, first, count)
+    if as_json:
+        for r in results:
+            click.echo(json.dumps(r.to_dict(), sort_keys=True))
+        return
+    from rich.table import Table
+
+    head = results[0]
+    table = Table(title=f"{stream_dir}: {head.n_steps} steps, {head.output_tokens} output tokens; profile "
+                        f"{profile.name} ({contract}, {head.scope}, capacity {head.capacity_total} blocks, "
+                        f"{head.expert_bytes:,} B per expert)")
+    for col in ("policy", "transfers", "hits", "TPOT mean ms", "TPOT p50 ms", "TPOT p99 ms", "tokens/s",
+                "stall share", "link busy", "MB/token"):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for r in results:
+        table.add_row(r.policy, f"{r.transferred:,}", f"{r.hits:,}", f"{r.tpot_mean_s * 1e3:.3f}",
+                      f"{r.tpot_p50_s * 1e3:.3f}", f"{r.tpot_p99_s * 1e3:.3f}", f"{r.tokens_per_s:,.1f}",
+                      f"{r.stall_share:.1%}", f"{r.link_busy_share:.1%}",
+                      f"{(r.bytes_per_token or 0) / 1e6:.3f}")
+    console = _console()
+    console.print(table)
+    console.print(f"profile source: {profile.source}")
