@@ -145,3 +145,25 @@ def test_cli_prints_policy_rows_and_json(tmp_path):
     assert bad.exit_code == 2 and len(bad.output.strip().splitlines()) == 1
     nobytes = runner.invoke(main, ["timing", str(tmp_path / "s"), "--profile", "pcie-gen4-x16"])
     assert nobytes.exit_code == 2 and "expert-bytes" in nobytes.output
+
+
+def test_docs_commands_run_on_the_bundled_example(tmp_path, monkeypatch):
+    """The shell lines of docs/timing.md run as written (the profile JSON of the docs too)."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "docs" / "timing.md").read_text()
+    (block,) = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+    (profile,) = re.findall(r"```json\n(.*?)```", text, flags=re.S)
+    (tmp_path / "my-gpu.json").write_text(profile)
+    (tmp_path / "src").symlink_to(root / "src")
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    for line in block.strip().splitlines():
+        args = shlex.split(line.split("#")[0])
+        assert args[0] == "expertcache"
+        res = runner.invoke(main, args[1:])
+        assert res.exit_code == 0, (line, res.output)
+    assert (tmp_path / "timeline.png").stat().st_size > 10_000
