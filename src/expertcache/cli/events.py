@@ -23,8 +23,10 @@ def events() -> None:
 @click.argument("trace_dir", type=click.Path())
 @click.option("--batch", "-B", type=int, required=True, help="Concurrency B (max active requests per step).")
 @click.option("--offsets", default="zero", show_default=True,
-              help="Arrival offsets: zero, stagger:D (request i arrives at i*D) or random:LO:HI (seeded).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of random offsets.")
+              help="Arrivals: zero, stagger:D (request i arrives at i*D), random:LO:HI (seeded), poisson:RATE "
+                   "(a seeded Poisson process of RATE requests per step) or file:PATH (CSV request_id,arrival_step, "
+                   "or one step per line in the trace's order); admission is FCFS by arrival.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of random and poisson arrivals.")
 @click.option("--prefill-init", is_flag=True,
               help="Prefill-initialised cache (CLR §4.1): prepend the chunked prefill of the first batch as "
                    "warm-up events, which replay fills the cache with but does not count.")

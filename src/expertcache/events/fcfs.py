@@ -7,7 +7,10 @@ The schedule ``(step, request, token)`` then becomes an :class:`EventStream`.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,7 +19,7 @@ from ..errors import ValidationError
 from ..trace.model import DECODE, RoutingTrace
 from .stream import EventStream
 
-__all__ = ["ArrivalOffsets", "fcfs_schedule", "build_events", "fcfs_decode_schedule", "events_before_request",
+__all__ = ["ArrivalOffsets", "ARRIVAL_KINDS", "fcfs_schedule", "build_events", "fcfs_decode_schedule", "events_before_request",
            "decode_rows", "events_from_schedule"]
 
 
@@ -28,10 +31,17 @@ class ArrivalOffsets:
     ----------
     kind
         ``"zero"`` (all arrive at step 0), ``"stagger"`` (request ``i`` arrives
-        at ``i*stagger``) or ``"random"`` (uniform integers in ``[low, high]``
-        drawn from ``numpy.random.default_rng(seed)``).
-    stagger, low, high, seed
+        at ``i*stagger``), ``"random"`` (uniform integers in ``[low, high]``
+        drawn from ``numpy.random.default_rng(seed)``), ``"poisson"`` (a Poisson
+        process of ``rate`` arrivals per step: exponential gaps of mean
+        ``1/rate`` from ``default_rng(seed)``, request ``i`` arriving at the
+        floor of the ``i+1``-th arrival time) or ``"file"`` (the arrival step of
+        every request read from ``path``).
+    stagger, low, high, seed, rate, path
         Parameters of the respective kinds.
+    times, ids
+        ``file``: the arrival steps read, and the request ids they belong to
+        (``None`` when the file lists them in the trace's request order).
     """
 
     kind: str = "zero"
@@ -39,19 +49,35 @@ class ArrivalOffsets:
     low: int = 0
     high: int = 0
     seed: int = 0
+    rate: float = 0.0
+    path: str = ""
+    times: tuple[int, ...] = ()
+    ids: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in ("zero", "stagger", "random"):
-            raise ValidationError(f"offsets kind must be zero, stagger or random; got {self.kind!r}", field="offsets")
+        if self.kind not in ARRIVAL_KINDS:
+            raise ValidationError(f"offsets kind must be one of {', '.join(ARRIVAL_KINDS)}; got {self.kind!r}",
+                                  field="offsets")
         if self.stagger < 0:
             raise ValidationError(f"stagger must be >= 0; got {self.stagger}", field="offsets")
         if self.kind == "random" and not 0 <= self.low <= self.high:
             raise ValidationError(f"random offsets need 0 <= low <= high; got {self.low}:{self.high}", field="offsets")
+        if self.kind == "poisson" and not (math.isfinite(self.rate) and 0 < self.rate <= 1e6):
+            raise ValidationError(f"a Poisson arrival rate must be in (0, 1e6] requests per step; got {self.rate}",
+                                  field="offsets")
+
+    @property
+    def seeded(self) -> bool:
+        """Whether the arrivals depend on ``seed``."""
+        return self.kind in ("random", "poisson")
 
     @classmethod
     def parse(cls, text: str, seed: int = 0) -> ArrivalOffsets:
-        """Parse ``zero``, ``stagger:D`` or ``random:LO:HI`` (CLI syntax)."""
-        parts = text.strip().split(":")
+        """Parse ``zero``, ``stagger:D``, ``random:LO:HI``, ``poisson:RATE`` or ``file:PATH`` (CLI syntax)."""
+        text = text.strip()
+        if text.startswith("file:") and len(text) > 5:
+            return _read_arrivals(text[5:])
+        parts = text.split(":")
         try:
             if parts == ["zero"]:
                 return cls("zero")
@@ -59,22 +85,96 @@ class ArrivalOffsets:
                 return cls("stagger", stagger=int(parts[1]))
             if parts[0] == "random" and len(parts) == 3:
                 return cls("random", low=int(parts[1]), high=int(parts[2]), seed=seed)
+            if parts[0] == "poisson" and len(parts) == 2:
+                return cls("poisson", rate=float(parts[1]), seed=seed)
         except ValueError:
             pass
-        raise ValidationError(f"expected zero, stagger:D or random:LO:HI (integers); got {text!r}", field="offsets")
+        raise ValidationError(f"expected zero, stagger:D, random:LO:HI (integers), poisson:RATE (requests per "
+                              f"step) or file:PATH; got {text!r}", field="offsets")
 
-    def arrivals(self, n_requests: int) -> np.ndarray:
-        """``int64[n_requests]`` arrival step of each request, in input order."""
+    def arrivals(self, n_requests: int, request_ids: Sequence[str] | None = None) -> np.ndarray:
+        """``int64[n_requests]`` arrival step of each request, in input order.
+
+        ``request_ids`` (the trace's, in input order) lets a ``file`` keyed by request id be matched.
+        """
         if self.kind == "zero":
             return np.zeros(n_requests, dtype=np.int64)
         if self.kind == "stagger":
             return np.arange(n_requests, dtype=np.int64) * self.stagger
         rng = np.random.default_rng(self.seed)
-        return rng.integers(self.low, self.high, size=n_requests, endpoint=True).astype(np.int64)
+        if self.kind == "random":
+            return rng.integers(self.low, self.high, size=n_requests, endpoint=True).astype(np.int64)
+        if self.kind == "poisson":
+            return np.floor(np.cumsum(rng.exponential(1.0 / self.rate, size=n_requests))).astype(np.int64)
+        if self.ids is None:
+            if len(self.times) != n_requests:
+                raise ValidationError(f"the file lists {len(self.times)} arrival steps; the trace has {n_requests} "
+                                      "requests (list one per request, in the trace's order, or key them by "
+                                      "request_id)", source=self.path, field="arrival_step")
+            return np.asarray(self.times, dtype=np.int64)
+        if request_ids is None:
+            raise ValidationError("arrivals keyed by request_id need the trace's request ids", source=self.path)
+        by_id = dict(zip(self.ids, self.times, strict=True))
+        missing = [r for r in request_ids if r not in by_id]
+        if missing:
+            raise ValidationError(f"no arrival step for request {missing[0]!r} ({len(missing)} of the trace's "
+                                  f"{len(request_ids)} requests are missing)", source=self.path, field="request_id")
+        return np.asarray([by_id[r] for r in request_ids], dtype=np.int64)
 
     def describe(self) -> str:
-        return {"zero": "zero", "stagger": f"stagger:{self.stagger}",
-                "random": f"random:{self.low}:{self.high}"}[self.kind]
+        return {"zero": "zero", "stagger": f"stagger:{self.stagger}", "random": f"random:{self.low}:{self.high}",
+                "poisson": f"poisson:{self.rate:g}", "file": f"file:{self.path}"}[self.kind]
+
+
+#: Arrival processes of :class:`ArrivalOffsets`.
+ARRIVAL_KINDS = ("zero", "stagger", "random", "poisson", "file")
+_MAX_ARRIVAL_FILE = 64 << 20
+_MAX_ARRIVAL_STEP = 1 << 40
+
+
+def _read_arrivals(path: str) -> ArrivalOffsets:
+    """Arrival steps from a CSV file: ``request_id,arrival_step`` with that header, or one step per line."""
+    import csv
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValidationError("no such arrivals file: expected a CSV of request_id,arrival_step (or one arrival "
+                              "step per line, in the trace's request order)", source=path)
+    if p.stat().st_size > _MAX_ARRIVAL_FILE:
+        raise ValidationError(f"an arrivals file is at most {_MAX_ARRIVAL_FILE >> 20} MiB; got "
+                              f"{p.stat().st_size} bytes", source=path)
+    try:
+        rows = list(csv.reader(p.read_text(encoding="utf-8-sig").splitlines()))
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise ValidationError(f"not a readable CSV: {exc}", source=path) from None
+    rows = [r for r in rows if r and any(c.strip() for c in r)]
+    keyed = bool(rows) and [c.strip() for c in rows[0]] == ["request_id", "arrival_step"]
+    if rows and not keyed and [c.strip() for c in rows[0]] == ["arrival_step"]:
+        rows = rows[1:]
+    elif keyed:
+        rows = rows[1:]
+    if not rows:
+        raise ValidationError("no arrival steps in the file", source=path)
+    ids, times = [], []
+    for n, row in enumerate(rows, start=2 if keyed else 1):
+        if len(row) != (2 if keyed else 1):
+            raise ValidationError(f"expected {'request_id,arrival_step' if keyed else 'one arrival step'}; got "
+                                  f"{','.join(row)[:60]!r}", source=path, record=n)
+        value = row[-1].strip()
+        try:
+            step = int(value)
+        except ValueError:
+            step = -1
+        if not 0 <= step <= _MAX_ARRIVAL_STEP:
+            raise ValidationError(f"an arrival step is an integer in [0, 2**40]; got {value[:40]!r}", source=path,
+                                  record=n, field="arrival_step")
+        times.append(step)
+        if keyed:
+            ids.append(row[0].strip())
+    if keyed and len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise ValidationError(f"request {dup!r} has more than one arrival step", source=path, field="request_id")
+    return ArrivalOffsets("file", path=str(path), times=tuple(times), ids=tuple(ids) if keyed else None)
 
 
 def fcfs_schedule(lengths: np.ndarray, arrivals: np.ndarray, batch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -154,14 +254,14 @@ def fcfs_decode_schedule(trace: RoutingTrace, batch: int, offsets: ArrivalOffset
         raise ValidationError(f"batch must be a positive integer; got {batch!r}", field="batch")
     offsets = offsets or ArrivalOffsets()
     lengths, _ = decode_rows(trace)
-    step, req, tok = fcfs_schedule(lengths, offsets.arrivals(trace.n_requests), int(batch))
+    step, req, tok = fcfs_schedule(lengths, offsets.arrivals(trace.n_requests, trace.request_ids), int(batch))
     prov = {
         "source": "routing_trace",
         "trace_provenance": trace.provenance,
         "discipline": "fcfs-continuous-batching",
         "batch": int(batch),
         "offsets": offsets.describe(),
-        "offsets_seed": offsets.seed if offsets.kind == "random" else None,
+        "offsets_seed": offsets.seed if offsets.seeded else None,
         "phase": "decode",
         "n_requests": int((lengths > 0).sum()),
     }

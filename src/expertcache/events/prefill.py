@@ -82,7 +82,7 @@ def prefill_initialised_events(trace: RoutingTrace, batch: int, chunk: int = 128
     """
     step, req, tok, decode_prov = fcfs_decode_schedule(trace, batch, offsets)
     decode = events_from_schedule(trace, step, req, tok, decode_prov)
-    arrivals = (offsets or ArrivalOffsets()).arrivals(trace.n_requests)
+    arrivals = (offsets or ArrivalOffsets()).arrivals(trace.n_requests, trace.request_ids)
     first = np.unique(req[step == step.min()]) if step.size else np.array([], dtype=np.int64)
     first = sorted(first.tolist(), key=lambda r: (arrivals[r], r))
     warm = prefill_events(select_requests(trace, first, note="prefill warm-up"), chunk, order)

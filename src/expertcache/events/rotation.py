@@ -153,7 +153,7 @@ def rotation_schedule(trace: RoutingTrace, config: RotationConfig, offsets: Arri
     """
     offsets = offsets or ArrivalOffsets()
     lengths, first = decode_rows(trace)
-    arrivals = offsets.arrivals(trace.n_requests)
+    arrivals = offsets.arrivals(trace.n_requests, trace.request_ids)
     queue = [int(r) for r in np.lexsort((np.arange(trace.n_requests), arrivals)) if lengths[r] > 0]
     L, k = trace.n_layers, trace.top_k
     A, W = config.admitted, config.window

@@ -525,7 +525,7 @@ def expand(spec: ExperimentSpec) -> tuple[PlannedCondition, ...]:
                     offs = ArrivalOffsets.parse(str(raw["offsets"]),
                                                 seed=_int(raw["offsets_seed"], "offsets_seed", where, spec.source))
                 raw["offsets"] = offs.describe()
-                if offs.kind != "random":
+                if not offs.seeded:
                     raw["offsets_seed"] = None
                 if raw["order_seed"] is not None:
                     _int(raw["order_seed"], "order_seed", where, spec.source)

@@ -278,7 +278,8 @@ def _events_before_request(s, trace, first_request: int, stream: dict[str, Any])
     from ..events import ArrivalOffsets, decode_rows, events_before_request, fcfs_schedule
 
     lengths, _ = decode_rows(trace)
-    arrivals = ArrivalOffsets.parse(stream["offsets"], seed=stream["offsets_seed"] or 0).arrivals(trace.n_requests)
+    arrivals = ArrivalOffsets.parse(stream["offsets"], seed=stream["offsets_seed"] or 0).arrivals(
+        trace.n_requests, trace.request_ids)
     step, req, _ = fcfs_schedule(lengths, arrivals, stream["batch"])
     if not (req >= first_request).any():
         raise ValidationError(f"the window requests of selection {stream['selection']!r} have no decode tokens",

@@ -208,7 +208,7 @@ def _plan(trace: RoutingTrace, batch: int, offsets: ArrivalOffsets, stream: Even
     if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
         raise ValidationError(f"batch must be a positive integer; got {batch!r}", field="batch")
     lengths, first = decode_rows(trace)
-    step, req, tok = fcfs_schedule(lengths, offsets.arrivals(trace.n_requests), int(batch))
+    step, req, tok = fcfs_schedule(lengths, offsets.arrivals(trace.n_requests, trace.request_ids), int(batch))
     order = np.argsort(step, kind="stable")
     step = step[order]
     rows = (first[req] + tok)[order]
