@@ -452,7 +452,11 @@ def table_records(table: pa.Table, lay: Layout, src: str, record_number: Callabl
         phase = per_rec(codes)
     else:
         phase = np.full(rec_row.size, default_phase, np.int8)
-    token_id = per_rec(c.ints(lay.token_id)) if lay.token_id else None
+    token_id = None
+    if lay.token_id:  # a missing token id is unknown (-1), as in the trace
+        arr = table[lay.token_id].combine_chunks()
+        arr = arr.fill_null(-1) if arr.null_count < len(arr) else None
+        token_id = None if arr is None else per_rec(c.ints(lay.token_id, arr=arr))
     category = None
     cat_names: list[str] = []
     if lay.category:
