@@ -24,6 +24,8 @@ from ._common import MAX_EXPERTS, MAX_POSITION, Records, RowBuffer, _check_shape
 
 __all__ = ["import_routes_jsonl", "read_routes_records"]
 
+#: Files from this size on are read by the compiled scanner first (``_routes_scan``).
+_SCAN_MIN_BYTES = 16 << 20
 _FIELDS = ("request_id", "phase", "position", "layer", "experts")
 
 
@@ -91,10 +93,33 @@ def read_routes_records(path: str | os.PathLike[str], category_from: str | None 
     if size == 0:
         raise ValidationError("empty file; expected one JSON object per line", source=src)
     if fast:
-        recs = _fast(p, src, category_from)
+        # the compiled scanner pays about a second to load, so it is for large files only
+        big = size >= _SCAN_MIN_BYTES
+        recs = _scanned(p, src, category_from) if big and category_from in (None, "file") else None
+        if recs is None:
+            recs = _fast(p, src, category_from)
         if recs is not None:
             return recs
     return _slow(p, src, category_from)
+
+
+def _scanned(p: Path, src: str, category_from: str | None) -> Records | None:
+    """The compiled scanner's columns (the common shape of the file), or ``None``."""
+    from ._routes_scan import scan_routes
+
+    cols = scan_routes(p)
+    if cols is None:
+        return None
+    n = cols["line"].shape[0]  # type: ignore[union-attr]
+    tok = cols["token_id"]
+    category, cat_names = (np.zeros(n, np.int64), [p.stem]) if category_from == "file" else (None, [])
+    return Records(request=cols["request"], request_names=cols["request_names"],  # type: ignore[arg-type]
+                   position=cols["position"], layer=cols["layer"], ex_values=cols["ex_values"],  # type: ignore[arg-type]
+                   ex_lengths=cols["ex_lengths"], gate_values=cols["gate_values"],  # type: ignore[arg-type]
+                   gate_lengths=cols["gate_lengths"] if cols["gate_values"] is not None else None,  # type: ignore[arg-type]
+                   phase=cols["phase"], token_id=tok if (tok >= 0).any() or (tok < -1).any() else None,  # type: ignore
+                   file=np.zeros(n, np.int32), row=cols["line"], sources=[src],  # type: ignore[arg-type]
+                   record_number=[lambda r: r], category=category, category_names=cat_names)
 
 
 def _fast(p: Path, src: str, category_from: str | None) -> Records | None:
