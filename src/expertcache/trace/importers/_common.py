@@ -550,7 +550,7 @@ def assemble(recs: Records, *, fmt: str, n_layers: int | None, n_experts: int | 
 
     # ---- L
     if n_layers is None:
-        layer_ids = tuple(int(v) for v in np.unique(layer[idx]))
+        layer_ids = tuple(int(v) for v in np.unique(layer[~faults.bad]))  # unaligned rows still name their layer
         inferred.append("n_layers")
         if layer_ids != tuple(range(layer_ids[0], layer_ids[0] + len(layer_ids))):
             notes.append(f"layer ids {_short(list(layer_ids))} are not contiguous: a layer absent from the whole "
