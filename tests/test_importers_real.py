@@ -35,8 +35,8 @@ def _raw_reuse(path: Path) -> float:
     steps = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     steps.sort(key=lambda s: s["tok"])
     total, count = 0.0, 0
-    for a, b in zip(steps, steps[1:]):
-        for la, lb in zip(a["layers"], b["layers"]):
+    for a, b in zip(steps, steps[1:], strict=False):
+        for la, lb in zip(a["layers"], b["layers"], strict=True):
             total += len(set(la) & set(lb)) / len(la)
             count += 1
     return total / count

@@ -20,7 +20,15 @@ import pyarrow as pa
 
 from ...errors import ValidationError
 from ..model import PHASES, RoutingTrace
-from ._common import MAX_EXPERTS, MAX_POSITION, Records, RowBuffer, _check_shape_args, assemble, concat_records
+from ._common import (
+    MAX_EXPERTS,
+    MAX_POSITION,
+    Records,
+    RowBuffer,
+    _check_shape_args,
+    assemble,
+    concat_records,
+)
 
 __all__ = ["import_routes_jsonl", "read_routes_records"]
 
