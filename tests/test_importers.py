@@ -113,7 +113,7 @@ def test_bad_rows_skipped_counted_and_their_steps_dropped(tmp_path):
     tr, rep = import_mixtral_jsonl(_jsonl(tmp_path / "bad.jsonl", BAD), skip_bad_rows=True)
     # Bad: line 3 (repeated id), 5 (JSON), 8 (duplicate), 9 (length 3). Token 1 and 3 lose layer 0 -> incomplete.
     assert rep.n_rows == 10 and rep.n_bad_rows == 4
-    assert [e.split(": ")[1] for e in rep.bad_row_examples] == ["record 3", "record 5", "record 9", "record 8"]
+    assert [e.split(": ")[1] for e in rep.bad_row_examples] == ["record 3", "record 5", "record 8", "record 9"]
     assert rep.n_incomplete_steps == 2 and rep.top_k == 2
     assert tr.position.tolist() == [0, 2]
     assert tr.experts.tolist() == [[[1, 0], [2, 3]], [[4, 5], [4, 5]]]
@@ -151,26 +151,40 @@ def _csv(path, body: str) -> str:
 P0 = (
     '1,0,Hello,"[3, 17, 42]"\n'
     '1,0,world,"[1, 2, 3]"\n'
+    '1,0,!,"[7, 8, 9]"\n'
     '2,0,Hello,"[0, 5, 6]"\n'
-    '2,0,world,"[4, 5, 6]"\n'
-    '1,1,!,3 17 42\n'
-    '2,1,!,"[7, 8, 9]"\n'
-    '1,2,?,"[1, 2, 4]"\n'  # batch 2: layer 2 missing -> incomplete
+    '2,0,world,"[4, 5, 6]"\n'   # layer 2 lists one token fewer: token 2 lacks layer 2 (trailing -> incomplete)
 )
 
 
-def test_deepseek_prefill_decode_layer_mapping_and_incomplete(tmp_path):
+def test_deepseek_one_forward_is_one_teacher_forced_decode_request(tmp_path):
     tr, rep = import_deepseek_csv(_csv(tmp_path / "p0.csv", P0))
     # Layer ids 1, 2 (layer 0 of DeepSeek-V2-Lite is dense) -> MoE layers 0, 1; max id 42 -> N >= 43; k = 3.
     assert (tr.n_layers, tr.n_experts, tr.top_k) == (2, 43, 3)
     assert rep.layer_ids == (1, 2) and rep.n_experts_is_lower_bound
     assert any("mapped to MoE layers 0..1" in n for n in rep.notes)
     assert tr.request_ids == ("p0",)
-    assert tr.position.tolist() == [0, 1, 2] and tr.phase.tolist() == [PREFILL, PREFILL, DECODE]
-    assert tr.experts.tolist() == [[[3, 17, 42], [0, 5, 6]], [[1, 2, 3], [4, 5, 6]], [[3, 17, 42], [7, 8, 9]]]
-    assert tr.gates is None and tr.token_id.tolist() == [-1, -1, -1]
-    assert rep.n_rows == 7 and rep.n_steps == 3 and rep.n_incomplete_steps == 1
-    assert "token 3" in rep.incomplete_examples[0] and "layer(s) 2 missing" in rep.incomplete_examples[0]
+    # Token i of the batch row is the i-th row of every layer; all are decode positions of one request.
+    assert tr.position.tolist() == [0, 1] and tr.phase.tolist() == [DECODE, DECODE]
+    assert tr.experts.tolist() == [[[3, 17, 42], [0, 5, 6]], [[1, 2, 3], [4, 5, 6]]]
+    assert tr.gates is None and tr.token_id.tolist() == [-1, -1]
+    assert rep.n_rows == 5 and rep.n_steps == 2 and rep.n_incomplete_steps == 1 and rep.n_gap_tokens == 0
+    assert "token 2" in rep.incomplete_examples[0] and "layer(s) 2 missing" in rep.incomplete_examples[0]
+    assert "teacher-forced over the prompt; no generation" in rep.reading
+    assert "teacher-forced over the prompt; no generation" in tr.provenance["reading"]
+    tr, rep = import_deepseek_csv(_csv(tmp_path / "p0.csv", P0), phase="prefill")
+    assert tr.phase.tolist() == [PREFILL, PREFILL] and "prefill" in rep.reading
+
+
+def test_deepseek_batch_rows_become_separate_requests(tmp_path):
+    body = ('1,0,a,"[1, 2]"\n1,0,b,"[2, 3]"\n1,1,x,"[4, 5]"\n'
+            '2,0,a,"[0, 1]"\n2,0,b,"[1, 0]"\n2,1,x,"[5, 6]"\n')
+    tr, rep = import_deepseek_csv(_csv(tmp_path / "t.csv", body), n_experts=8)
+    # batch row 0 is request "t" (tokens a, b), batch row 1 is request "t/1" (token x): never stitched together
+    assert tr.request_ids == ("t", "t/1") and tr.request.tolist() == [0, 0, 1]
+    assert tr.position.tolist() == [0, 1, 0]
+    assert tr.experts.tolist() == [[[1, 2], [0, 1]], [[2, 3], [1, 0]], [[4, 5], [5, 6]]]
+    assert any("batch row b > 0 is its own request" in n for n in rep.notes)
 
 
 def test_deepseek_directory_reads_files_in_name_order(tmp_path):
@@ -180,35 +194,34 @@ def test_deepseek_directory_reads_files_in_name_order(tmp_path):
     _csv(d / "a.csv", '2,0,x,"[40, 41, 0]"\n1,0,x,"[9, 8, 7]"\n')
     tr, rep = import_deepseek_csv(d)
     assert tr.request_ids == ("a", "b") and [s.rsplit("/", 1)[1] for s in rep.sources] == ["a.csv", "b.csv"]
-    assert tr.request.tolist() == [0, 1, 1, 1]
+    assert tr.request.tolist() == [0, 1, 1]
     assert tr.experts[0].tolist() == [[9, 8, 7], [40, 41, 0]]
-    assert rep.n_requests == 2 and rep.n_steps == 4 and rep.n_incomplete_steps == 1
+    assert rep.n_requests == 2 and rep.n_steps == 3 and rep.n_incomplete_steps == 1
     with pytest.raises(ValidationError, match="same request id"):
         import_deepseek_csv([d / "a.csv", d / "a.csv"])
 
 
-def test_deepseek_misaligned_batch_is_dropped_not_shifted(tmp_path):
-    path = _csv(tmp_path / "a.csv", "0,0,11,[1 2]\n0,0,12,[2 3]\n0,0,13,[3 4]\n1,0,11,[5 6]\n1,0,13,[6 7]\n"
-                                    "0,1,14,[0 1]\n1,1,14,[1 0]\n0,3,15,[2 1]\n1,3,15,[1 2]\n")
+def test_deepseek_misaligned_layer_is_dropped_not_shifted(tmp_path):
+    # Layer 1 lists tokens 11, 13 where layer 0 lists 11, 12, 13: which token it lacks is unknowable.
+    path = _csv(tmp_path / "a.csv", "0,0,11,[1 2]\n0,0,12,[2 3]\n0,0,13,[3 4]\n1,0,11,[5 6]\n1,0,13,[6 7]\n")
+    tr_err = None
+    with pytest.raises(ValidationError, match="no complete step"):
+        import_deepseek_csv(path, n_experts=64)
+    # A layer listing fewer tokens (a prefix) is alignable: only its trailing tokens are incomplete.
+    path = _csv(tmp_path / "b.csv", "0,0,11,[1 2]\n0,0,12,[2 3]\n0,0,13,[3 4]\n1,0,11,[5 6]\n1,0,12,[6 7]\n")
     tr, rep = import_deepseek_csv(path, n_experts=64)
-    # Batch 0 (3 tokens, positions 0-2) is unalignable and dropped; batch 1 -> position 3; batch 3 -> position 4.
-    assert tr.position.tolist() == [3, 4]
-    assert tr.phase.tolist() == [DECODE, DECODE]  # batch 0 (the prefill batch) is gone
-    assert tr.experts.tolist() == [[[0, 1], [1, 0]], [[2, 1], [1, 2]]]
-    assert tr.token_id.tolist() == [14, 15]
-    assert rep.n_incomplete_steps == 3 and rep.n_position_gaps == 1
-    assert any("batch 0: layer(s) 1" in n for n in rep.notes)
-    assert rep.inferred == ("top_k", "n_layers") and not rep.n_experts_is_lower_bound
+    assert tr.position.tolist() == [0, 1] and tr.token_id.tolist() == [11, 12]
+    assert tr.experts.tolist() == [[[1, 2], [5, 6]], [[2, 3], [6, 7]]]
+    assert rep.n_incomplete_steps == 1 and rep.inferred == ("top_k", "n_layers") and tr_err is None
 
 
 def test_deepseek_bad_rows_and_header(tmp_path):
-    path = _csv(tmp_path / "p.csv", '0,0,a,"[1, 2]"\n0,1,b,"[1, x]"\n0,2,c,"[3, 3]"\n0,3,d,"[4, 5]"\n')
+    path = _csv(tmp_path / "p.csv", '0,0,a,"[1, 2]"\n0,0,b,"[1, x]"\n0,0,c,"[3, 3]"\n0,0,d,"[4, 5]"\n')
     with pytest.raises(ValidationError) as info:
         import_deepseek_csv(path)
     assert info.value.record == 3 and info.value.field == "Activated Expert IDs"
     tr, rep = import_deepseek_csv(path, skip_bad_rows=True)
-    assert rep.n_bad_rows == 2 and tr.position.tolist() == [0, 1]  # rows of batches 0 and 3, renumbered
-    assert rep.n_position_gaps == 1  # batch numbers 0, 3: decode steps 1 and 2 are absent
+    assert rep.n_bad_rows == 2 and tr.position.tolist() == [0, 1]  # the rows of a and d, renumbered
     (tmp_path / "h.csv").write_text("layer,batch,token,experts\n0,0,a,[1 2]\n")
     with pytest.raises(ValidationError, match="expected the header"):
         import_deepseek_csv(tmp_path / "h.csv")
@@ -242,6 +255,16 @@ def test_cli_trace_import_foreign_formats(tmp_path):
                                   "-o", str(tmp_path / "d"), "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["report"]["format"] == "deepseek-csv"
+    # the old --prefill-batches reading is refused with the reason, nothing written
+    r = CliRunner().invoke(main, ["trace", "import", str(tmp_path / "p0.csv"), "--format", "deepseek-csv",
+                                  "--prefill-batches", "1", "-o", str(tmp_path / "d2")])
+    assert r.exit_code == 2 and "not a generation step" in r.output and not (tmp_path / "d2").exists()
+    # --phase prefill leaves nothing to schedule; events build names the option that gives decode tokens
+    r = CliRunner().invoke(main, ["trace", "import", str(tmp_path / "p0.csv"), "--format", "deepseek-csv",
+                                  "--phase", "prefill", "-o", str(tmp_path / "d3")])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["events", "build", str(tmp_path / "d3"), "--batch", "1", "-o", str(tmp_path / "e3")])
+    assert r.exit_code == 2 and "--phase decode" in r.output and not (tmp_path / "e3").exists()
     # routes-jsonl needs the shape: a one-line error, nothing written
     r = CliRunner().invoke(main, ["trace", "import", str(src), "-o", str(tmp_path / "x")])
     assert r.exit_code == 2 and "needs --layers, --experts and --top-k" in r.output

@@ -90,6 +90,7 @@ def events_info(stream_dir: str, rho: float, as_json: bool) -> None:
 
     from ..analysis import regime_stats
     from ..events import read_events
+    from ..trace.provenance import shape_caveat
 
     if not 0.0 <= rho <= 1.0:
         _fail(f"--rho must be in [0, 1]; got {rho}")
@@ -98,13 +99,17 @@ def events_info(stream_dir: str, rho: float, as_json: bool) -> None:
     info = {"n_layers": s.n_layers, "n_experts": s.n_experts, "top_k": s.top_k, "n_events": s.n_events,
             "n_steps": int(np.unique(s.step).shape[0]), "union": s.union, "logical": s.logical,
             "union_over_logical": s.union / s.logical, "mean_union": rg.union_mean,
-            "p95_union": rg.union_p95, "rho": rho, "mean_event_ratio": rg.r_mean,
+            "p95_union": rg.union_p95, "rho": rho, "capacity_mean": rg.capacity_mean,
+            "capacity_caveat": shape_caveat(s.provenance, s.n_experts), "mean_event_ratio": rg.r_mean,
             "fraction_events_over_capacity": rg.r_fraction_over_1, "provenance": s.provenance}
     if as_json:
         click.echo(json.dumps(info, sort_keys=True))
         return
+    caveat = info.pop("capacity_caveat")
     for key, value in info.items():
         click.echo(f"{key:30s} {value:.4f}" if isinstance(value, float) else f"{key:30s} {value}")
+        if caveat and key in ("n_experts", "capacity_mean", "fraction_events_over_capacity"):
+            click.echo(f"{'':30s} ({caveat})")
 
 
 # ---------------------------------------------------------------------------- replay

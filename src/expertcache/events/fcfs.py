@@ -288,7 +288,10 @@ def decode_rows(trace: RoutingTrace) -> tuple[np.ndarray, np.ndarray]:
     """
     rows = np.flatnonzero(trace.phase == DECODE)
     if rows.size == 0:
-        raise ValidationError("the trace has no decode tokens to schedule")
+        raise ValidationError("the trace has no decode tokens to schedule; a trace imported with "
+                              "'expertcache trace import --phase prefill' holds prefill only: import it again "
+                              "with --phase decode (the default), which reads teacher-forced tokens such as a "
+                              "deepseek-csv forward pass as decode positions")
     lengths = np.bincount(trace.request[rows], minlength=trace.n_requests).astype(np.int64)
     first = np.full(trace.n_requests, -1, dtype=np.int64)
     has = lengths > 0

@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from importlib import resources
+from pathlib import Path
 
 from .model import RoutingTrace, read_trace
 
-__all__ = ["EXAMPLES", "example_trace", "example_model_trace"]
+__all__ = ["EXAMPLES", "RAW_EXAMPLES", "example_trace", "example_model_trace", "raw_example_path",
+           "example_warp_olmoe_trace", "WARP_OLMOE_SHA256"]
+
+#: Bundled routing files in a foreign format (name -> (file under the package data, format, caption)).
+RAW_EXAMPLES = {
+    "warp-olmoe": ("warp_olmoe/trace_olmoe_299.jsonl", "warp-jsonl",
+                   "REAL decode routing of OLMoE-1B-7B-0924 (16 MoE layers, 64 experts, top-8), batch 1, one prompt, "
+                   "299 sampled tokens, recorded by the warp project's tools/trace_hf.py (Apache-2.0; "
+                   "data/warp_olmoe/README.md): a production model's routing, but one request"),
+}
+#: sha256 of the bundled warp OLMoE file, as published.
+WARP_OLMOE_SHA256 = "7d8e7f63551aa24ddab98134b267b6bdf1b4f55d72a6fa7589042f54a4a4383b"
+_FILES = ExitStack()
 
 
 #: Bundled examples: name -> (package data directory, the caption printed with every result).
@@ -35,3 +49,22 @@ def example_trace() -> RoutingTrace:
 def example_model_trace() -> RoutingTrace:
     """Load the bundled trace recorded from the project's example Qwen3-MoE (L=4, N=32, k=4, 56 prompts)."""
     return _bundled("example_model_trace")
+
+
+def raw_example_path(name: str = "warp-olmoe") -> Path:
+    """The path of a bundled foreign-format routing file (``RAW_EXAMPLES``), e.g. for ``trace import``."""
+    from ..errors import ValidationError
+
+    if name not in RAW_EXAMPLES:
+        raise ValidationError(f"unknown example {name!r}; expected one of {', '.join(RAW_EXAMPLES)}")
+    ref = resources.files("expertcache") / "data" / RAW_EXAMPLES[name][0]
+    return Path(_FILES.enter_context(resources.as_file(ref)))
+
+
+def example_warp_olmoe_trace() -> RoutingTrace:
+    """The bundled warp OLMoE file imported with the model's real shape (L=16, N=64, k=8)."""
+    from .importers import import_warp_jsonl
+
+    trace, _ = import_warp_jsonl(raw_example_path("warp-olmoe"), n_layers=16, n_experts=64, top_k=8,
+                                 provenance={"model": "allenai/OLMoE-1B-7B-0924"})
+    return trace
