@@ -212,3 +212,37 @@ def test_mixtral_never_writes_an_enormous_n(tmp_path):
     src = _lines(tmp_path / "m.jsonl", [dict(MIX[0], experts=[1, 2**63])])
     r = CliRunner().invoke(main, ["trace", "import", src, "--format", "mixtral-jsonl", "-o", str(tmp_path / "o")])
     assert r.exit_code == 2 and "32768" in r.output and not (tmp_path / "o").exists()
+
+
+def test_the_compiled_scanner_in_parallel_chunks_equals_the_record_by_record_reader(tmp_path, monkeypatch):
+    """Large routes files are scanned by the numba kernel in newline-aligned chunks on threads; the trace must
+    equal the record-by-record reader's, and a fault found after the scan must name its line in the file."""
+    import json as _json
+
+    import expertcache.trace.importers._routes_scan as scan
+    from expertcache.errors import ValidationError
+    import expertcache.trace.importers.routes_jsonl as rj
+    from expertcache.trace.importers import import_routes_jsonl
+
+    lines = []
+    for r in range(5):
+        for pos in range(8):
+            for layer in range(2):
+                lines.append(_json.dumps({"request_id": f"q{r}", "phase": "decode", "position": pos,
+                                          "layer": layer, "experts": [(r + pos + layer) % 6, 6 + layer],
+                                          "gates": [0.625, 0.375], "token_id": 100 + pos}))
+    (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(rj, "_SCAN_MIN_BYTES", 0)
+    monkeypatch.setattr(scan, "_PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    fast = import_routes_jsonl(tmp_path / "a.jsonl", 2, 8, 2)
+    slow = import_routes_jsonl(tmp_path / "a.jsonl", 2, 8, 2, fast=False)
+    for name in ("request", "phase", "position", "experts", "gates", "token_id"):
+        assert np.array_equal(getattr(fast, name), getattr(slow, name)), name
+    assert fast.request_ids == slow.request_ids
+    bad = lines.copy()
+    bad[61] = bad[61].replace('"layer": 1', '"layer": 5')          # line 62, in the last of four chunks
+    (tmp_path / "b.jsonl").write_text("\n".join(bad) + "\n")
+    with pytest.raises(ValidationError) as err:
+        import_routes_jsonl(tmp_path / "b.jsonl", 2, 8, 2)
+    assert "record 62" in str(err.value) and "layer" in str(err.value)

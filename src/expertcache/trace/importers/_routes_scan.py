@@ -101,7 +101,7 @@ def _grow(a, need):
     return b
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _scan(buf, kb, ko, out_i, rid_off, rid_data, exv, goff, gdata, counts):
     """One pass over ``buf``, growing the outputs. Returns (0 or the 1-based line it cannot read, outputs...)."""
     fill = True
@@ -266,6 +266,69 @@ def _scan(buf, kb, ko, out_i, rid_off, rid_data, exv, goff, gdata, counts):
     return 0, out_i, rid_off, rid_data, exv, goff, gdata
 
 
+def _scan_chunk(chunk: np.ndarray) -> tuple | None:
+    """Scan one newline-aligned chunk; ``None`` where it holds a line the scanner cannot read."""
+    counts = np.zeros(5, np.int64)
+    guess = max(chunk.size // 200, 16)
+    status, out_i, rid_off, rid_data, exv, goff, gdata = _scan(
+        chunk, _KEY_BYTES, _KEY_OFF, np.empty((guess, 7), np.int64), np.zeros(guess + 1, np.int64),
+        np.empty(guess * 8, np.uint8), np.empty(guess * 8, np.int64), np.zeros(guess * 8 + 1, np.int64),
+        np.empty(guess * 64, np.uint8), counts)
+    if status:
+        return None
+    n, nex, ng, ngb, nrb = (int(c) for c in counts)
+    return out_i[:n], rid_off[:n + 1], rid_data[:nrb], exv[:nex], goff[:ng + 1], gdata[:ngb], (n, nex, ng, ngb, nrb)
+
+
+#: Files from this size on are cut into newline-aligned chunks scanned by parallel threads (the kernel
+#: releases the GIL); the chunks' columns are joined in file order, line numbers continued.
+_PARALLEL_MIN_BYTES = 32 << 20
+
+
+def _scan_parallel(buf: np.ndarray) -> tuple | None:
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    workers = min(os.cpu_count() or 1, 8) if buf.size >= _PARALLEL_MIN_BYTES else 1
+    cuts = [0]
+    for w in range(1, workers):
+        at = int(buf.size * w // workers)
+        nl = np.flatnonzero(buf[at:at + (1 << 20)] == 10)
+        if nl.size == 0:
+            workers = w
+            break
+        cuts.append(at + int(nl[0]) + 1)
+    cuts.append(int(buf.size))
+    chunks = [buf[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]
+    if len(chunks) == 1:
+        parts = [_scan_chunk(chunks[0])]
+    else:
+        with ThreadPoolExecutor(len(chunks)) as pool:
+            parts = list(pool.map(_scan_chunk, chunks))
+    if any(p is None for p in parts):
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    lines_before = np.cumsum([0] + [int(np.count_nonzero(c == 10)) for c in chunks[:-1]])
+    out_i = np.concatenate([p[0] for p in parts])
+    row = 0
+    for p, before in zip(parts, lines_before, strict=True):
+        out_i[row:row + p[6][0], 0] += before
+        row += p[6][0]
+
+    def joined_offsets(index: int, total_index: int) -> np.ndarray:
+        pieces, base = [np.zeros(1, np.int64)], 0
+        for p in parts:
+            pieces.append(p[index][1:] + base)
+            base += p[6][total_index]
+        return np.concatenate(pieces)
+
+    totals = tuple(int(sum(p[6][i] for p in parts)) for i in range(5))
+    return (out_i, joined_offsets(1, 4), np.concatenate([p[2] for p in parts]),
+            np.concatenate([p[3] for p in parts]), joined_offsets(4, 3), np.concatenate([p[5] for p in parts]),
+            totals)
+
+
 def scan_routes(path: str | Path) -> dict[str, np.ndarray | list[str] | None] | None:
     """Columns of a routes JSON Lines file in the common shape, or ``None`` where the general readers must read it.
 
@@ -276,19 +339,13 @@ def scan_routes(path: str | Path) -> dict[str, np.ndarray | list[str] | None] | 
     buf = np.fromfile(path, dtype=np.uint8)
     if buf.size >= 3 and buf[0] == 0xEF and buf[1] == 0xBB and buf[2] == 0xBF:
         buf = buf[3:]
-    counts = np.zeros(5, np.int64)
-    guess = max(buf.size // 200, 16)
-    status, out_i, rid_off, rid_data, exv, goff, gdata = _scan(
-        buf, _KEY_BYTES, _KEY_OFF, np.empty((guess, 7), np.int64), np.zeros(guess + 1, np.int64),
-        np.empty(guess * 8, np.uint8), np.empty(guess * 8, np.int64), np.zeros(guess * 8 + 1, np.int64),
-        np.empty(guess * 64, np.uint8), counts)
-    if status or counts[0] == 0:
+    parts = _scan_parallel(buf)
+    if parts is None:
         return None
-    n, nex, ng, ngb, nrb = (int(c) for c in counts)
-    out_i = out_i[:n]
-    rid_off = rid_off[:n + 1]
-    goff = goff[:ng + 1]
+    out_i, rid_off, rid_data, exv, goff, gdata, (n, nex, ng, ngb, nrb) = parts
     del buf
+    if n == 0:
+        return None
     rid = pa.LargeStringArray.from_buffers(n, pa.py_buffer(rid_off), pa.py_buffer(rid_data[:nrb]))
     try:
         rid.validate(full=True)  # the bytes must be UTF-8
