@@ -220,8 +220,8 @@ def test_the_compiled_scanner_in_parallel_chunks_equals_the_record_by_record_rea
     import json as _json
 
     import expertcache.trace.importers._routes_scan as scan
-    from expertcache.errors import ValidationError
     import expertcache.trace.importers.routes_jsonl as rj
+    from expertcache.errors import ValidationError
     from expertcache.trace.importers import import_routes_jsonl
 
     lines = []
