@@ -263,12 +263,13 @@ def _scan(buf, kb, ko, out_i, rid_off, rid_data, exv, goff, gdata, counts):
     counts[2] = ng
     counts[3] = ngb
     counts[4] = nrb
+    counts[5] = line
     return 0, out_i, rid_off, rid_data, exv, goff, gdata
 
 
 def _scan_chunk(chunk: np.ndarray) -> tuple | None:
     """Scan one newline-aligned chunk; ``None`` where it holds a line the scanner cannot read."""
-    counts = np.zeros(5, np.int64)
+    counts = np.zeros(6, np.int64)
     guess = max(chunk.size // 200, 16)
     status, out_i, rid_off, rid_data, exv, goff, gdata = _scan(
         chunk, _KEY_BYTES, _KEY_OFF, np.empty((guess, 7), np.int64), np.zeros(guess + 1, np.int64),
@@ -276,8 +277,9 @@ def _scan_chunk(chunk: np.ndarray) -> tuple | None:
         np.empty(guess * 64, np.uint8), counts)
     if status:
         return None
-    n, nex, ng, ngb, nrb = (int(c) for c in counts)
-    return out_i[:n], rid_off[:n + 1], rid_data[:nrb], exv[:nex], goff[:ng + 1], gdata[:ngb], (n, nex, ng, ngb, nrb)
+    n, nex, ng, ngb, nrb, lines = (int(c) for c in counts)
+    return (out_i[:n], rid_off[:n + 1], rid_data[:nrb], exv[:nex], goff[:ng + 1], gdata[:ngb],
+            (n, nex, ng, ngb, nrb, lines))
 
 
 #: Files from this size on are cut into newline-aligned chunks scanned by parallel threads (the kernel
@@ -309,7 +311,8 @@ def _scan_parallel(buf: np.ndarray) -> tuple | None:
         return None
     if len(parts) == 1:
         return parts[0]
-    lines_before = np.cumsum([0] + [int(np.count_nonzero(c == 10)) for c in chunks[:-1]])
+    # every chunk but the last ends just after a newline, so the lines a chunk went through are its newlines
+    lines_before = np.cumsum([0] + [p[6][5] for p in parts[:-1]])
     out_i = np.concatenate([p[0] for p in parts])
     row = 0
     for p, before in zip(parts, lines_before, strict=True):
@@ -323,7 +326,7 @@ def _scan_parallel(buf: np.ndarray) -> tuple | None:
             base += p[6][total_index]
         return np.concatenate(pieces)
 
-    totals = tuple(int(sum(p[6][i] for p in parts)) for i in range(5))
+    totals = tuple(int(sum(p[6][i] for p in parts)) for i in range(6))
     return (out_i, joined_offsets(1, 4), np.concatenate([p[2] for p in parts]),
             np.concatenate([p[3] for p in parts]), joined_offsets(4, 3), np.concatenate([p[5] for p in parts]),
             totals)
@@ -336,13 +339,14 @@ def scan_routes(path: str | Path) -> dict[str, np.ndarray | list[str] | None] | 
     ``ex_lengths``, ``gate_values`` (``float64``; ``None`` without gates), ``gate_lengths`` (-1 where a
     record has none), ``request`` (indices) and ``request_names`` (first-appearance order).
     """
-    buf = np.fromfile(path, dtype=np.uint8)
+    # read through a read-only memory map: the kernel reads the pages once, no copy of the file is made
+    buf = np.asarray(np.memmap(path, dtype=np.uint8, mode="r"))
     if buf.size >= 3 and buf[0] == 0xEF and buf[1] == 0xBB and buf[2] == 0xBF:
         buf = buf[3:]
     parts = _scan_parallel(buf)
     if parts is None:
         return None
-    out_i, rid_off, rid_data, exv, goff, gdata, (n, nex, ng, ngb, nrb) = parts
+    out_i, rid_off, rid_data, exv, goff, gdata, (n, nex, ng, ngb, nrb, _) = parts
     del buf
     if n == 0:
         return None
