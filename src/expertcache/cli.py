@@ -1029,7 +1029,7 @@ def conformance(as_json: bool) -> None:
 
 # Command modules that live beside this one (each defines one click command or group named like the module's
 # suffix). They import their heavy dependencies (torch, transformers, ray) lazily, inside the commands.
-_PLUGINS = ("collect", "routers", "prefetch", "spec", "prereg", "probe", "audit")
+_PLUGINS = ("collect", "routers", "prefetch", "spec", "prereg", "probe", "audit", "execute")
 
 
 def _register_plugins() -> None:

@@ -92,8 +92,10 @@ class PatchedExperts:
             object.__setattr__(self.experts, n, None)
 
     def restore(self) -> None:
-        """Put the original parameters and forward back."""
+        """Put the original parameters and forward back (not possible once the tensors were released)."""
         ex = self.experts
+        if not self.original:
+            raise RuntimeError("the original expert tensors were released (host tier mmap); reload the model")
         del ex.forward
         for n in self.names:
             if n in ex.__dict__:

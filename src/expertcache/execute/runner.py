@@ -335,6 +335,8 @@ class Executor:
         for li, layer in enumerate(self.layers):
             patch = PatchedExperts(layer.experts, self.names[li], self._handler(li))
             patch.detach_weights()
+            if self.host_tensors is not None:
+                patch.original = {}      # the file is the host tier; the loaded copy is released
             self.patches.append(patch)
         self.model.to(self.device)
         self.tier = DeviceTier(like, self.slots, self.device, self.dtype)
