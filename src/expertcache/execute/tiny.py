@@ -1,7 +1,9 @@
-"""Tiny random-init models and prompts shared by the execute tests (no tests here; nothing is downloaded).
+"""Tiny random-init models of every supported architecture, for the equality matrix, tests and benchmark.
 
-Shapes follow tests/test_collect.py: 2-3 layers, 8 experts (16 for the wider Qwen3-MoE), top-2 (top-4),
-decisive random routers.
+Nothing is downloaded: each model is ``AutoModelForCausalLM.from_config`` of transformers' own class with
+a small config (2-3 layers, 8 experts top-2; the Qwen3-MoE one 16 experts top-4), seeded, with decisive
+random routers (router weights N(0, 0.5), so no near-ties between the k-th and the next expert). Shapes
+follow tests/test_collect.py. Needs torch and transformers.
 """
 
 from __future__ import annotations
@@ -10,10 +12,9 @@ import importlib
 import json
 from pathlib import Path
 
-import pytest
+__all__ = ["ARCH", "make_model", "prompt_ids", "make_tokenizer", "save_model_dir", "write_prompts"]
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+import torch
 
 VOCAB = 64
 SPECIALS = ["<pad>", "<eos>", "<bos>", "<user>", "<assistant>", "<system>"]
@@ -89,6 +90,7 @@ def save_model_dir(arch: str, path: Path, seed: int = 0) -> Path:
 
 
 def write_prompts(path: Path, lengths=PROMPT_LENGTHS) -> Path:
+    """A prompts JSONL whose raw text encodes (with :func:`make_tokenizer`, no template) like :func:`prompt_ids`."""
     with open(path, "w") as fh:
         for i, n in enumerate(lengths):
             fh.write(json.dumps({"id": f"r{i}", "prompt": " ".join(f"w{(i * 7 + j) % 50}" for j in range(n))}) + "\n")
