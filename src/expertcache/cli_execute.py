@@ -169,7 +169,6 @@ def _read_calibration(path: str, batch: int, offsets: Any) -> Any:
 
 def _print(result: Any) -> None:
     from rich.console import Console
-    from rich.table import Table
 
     console = Console()
     runs = result.summaries
@@ -180,18 +179,16 @@ def _print(result: Any) -> None:
                       f"{r.get('memory_device_expert_bytes', 0):,} B of expert slots (block "
                       f"{r.get('memory_block_bytes')} B; slots per layer in counts.json), host tier "
                       f"{r.get('memory_host_tier')}")
-    table = Table(title="executed transfers vs replay of the recorded trace")
-    for col in ("policy", "transferred", "replay", "per layer", "hits", "prefill miss", "decode miss",
-                "ms/step", "tok/s", "tokens", "logits"):
-        table.add_column(col, justify="left" if col in ("policy", "per layer", "tokens", "logits") else "right")
     for r in runs:
-        logits = ("bit-exact" if r.get("logits_bit_exact") else
-                  (f"max|d| {r['logits_max_abs_diff']:.2g}" if r.get("logits_max_abs_diff") is not None else "-"))
-        table.add_row(r["run"], str(r["transferred"]), str(r["replay_transferred"]),
-                      "equal" if r["replay_equal_per_layer"] else "DIFFERENT", str(r["hits"]),
-                      str(r["prefill_misses"]), str(r["decode_misses"]),
-                      f"{r['decode_step_ms_median']:.2f}" if r["decode_step_ms_median"] else "-",
-                      f"{r['decode_tokens_per_s']:,.0f}" if r["decode_tokens_per_s"] else "-",
-                      {True: "= reference", False: "DIFFER", None: "-"}[r.get("tokens_equal_reference")],
-                      logits)
-    console.print(table)
+        logits = ("logits bit-exact" if r.get("logits_bit_exact") else
+                  (f"logits max|diff| {r['logits_max_abs_diff']:.2g}" if r.get("logits_max_abs_diff") is not None
+                   else "logits not compared"))
+        tokens = {True: "tokens = reference", False: "tokens DIFFER from the reference",
+                  None: "no reference run"}[r.get("tokens_equal_reference")]
+        step = f"{r['decode_step_ms_median']:.2f} ms/step (median)" if r["decode_step_ms_median"] else "- ms/step"
+        rate = f"{r['decode_tokens_per_s']:,.0f} tok/s" if r["decode_tokens_per_s"] else "- tok/s"
+        agree = "equal in every layer" if r["replay_equal_per_layer"] else "DIFFERENT in some layer"
+        console.print(f"{r['run']}: transferred {r['transferred']} (replay {r['replay_transferred']}, {agree}), "
+                      f"hits {r['hits']}; misses prefill {r['prefill_misses']} / decode {r['decode_misses']}"
+                      + (f", initial load {r['initial_load']}" if r["initial_load"] else "")
+                      + f"; {step}, {rate}; {tokens}, {logits}", soft_wrap=True)

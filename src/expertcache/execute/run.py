@@ -146,7 +146,6 @@ def execute(model_id: str, prompts: str | os.PathLike[str], out: str | os.PathLi
     def load() -> Any:
         return load_weights(model_id, cpu_cfg)
 
-    host_tensors = None
     names = [run_name(c, configs) for c in configs]
     if len(set(names)) != len(names):
         raise ValidationError("two runs of this call would write the same directory; vary one setting at a time",
@@ -177,26 +176,11 @@ def execute(model_id: str, prompts: str | os.PathLike[str], out: str | os.PathLi
                 from .runner import _eos_ids
 
                 eos = _eos_ids(model, tokenizer)
-            if cfg.host_tier == "mmap":
-                from .moe import expert_parameters
-                from .tiers import safetensors_views
-
-                views = safetensors_views(model_id)
-                from ..collect.adapters import adapter_for, find_moe_layers
-
-                ad = adapter_for(model.config)
-                lays = find_moe_layers(model, ad)
-                host_tensors = []
-                prefix = {id(m): n for n, m in model.named_modules()}
-                for lay in lays:
-                    mod_name = prefix[id(lay.experts)]
-                    host_tensors.append({p: views.get(f"{mod_name}.{p}")
-                                         for p in expert_parameters(lay.experts, ad.n_experts(model.config))
-                                         if f"{mod_name}.{p}" in views})
             adv_stream = (executed_stream(advice_trace, cfg.batch, cfg.offsets).stream
                           if cfg.policy in ("belady", "belady-forced") and advice_trace is not None else None)
             ex = Executor(model, cfg, eos_token_ids=eos, calibration=calibration, advice_stream=adv_stream,
-                          advice=advice, keep_logits=reference, host_tensors=host_tensors)
+                          advice=advice, keep_logits=reference,
+                          host_dir=model_id if cfg.host_tier == "mmap" else None)
             res = ex.run(encoded, request_ids,
                          progress=(lambda d, n, name=name: progress(name, d, n)) if progress else None)
             pred, exs = replay_prediction(res, calibration, advice)

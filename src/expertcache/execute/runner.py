@@ -37,7 +37,7 @@ from .config import ExecuteConfig
 from .controller import NEVER, CacheController, pinned_blocks, tie_ranks
 from .moe import PatchedExperts, expert_parameters
 from .schedule import FcfsScheduler
-from .tiers import DeviceTier, HostTier
+from .tiers import DeviceTier, HostTier, mmap_host_tier
 from .timings import SpanTimer
 
 __all__ = ["Executor", "ExecutionResult", "LayerPhaseCounts", "units_of_stream"]
@@ -229,14 +229,14 @@ class Executor:
         ``False``: the reference run of the unmodified model (no tiers, no controller).
     keep_logits
         Keep every forward's logits (tests compare them bit for bit).
-    host_tensors
-        ``--host-tier mmap``: per MoE layer ``{name: [N, ...]}`` views of the checkpoint.
+    host_dir
+        ``--host-tier mmap``: the model directory whose safetensors files become the host tier.
     """
 
     def __init__(self, model: Any, config: ExecuteConfig, *, eos_token_ids: Sequence[int] | None = None,
                  calibration: EventStream | None = None, advice_stream: EventStream | None = None,
                  advice: Any = None, offload: bool = True, keep_logits: bool = False,
-                 host_tensors: list[dict[str, torch.Tensor]] | None = None) -> None:
+                 host_dir: str | None = None) -> None:
         self.model = model
         self.config = config
         self.offload = offload
@@ -256,7 +256,7 @@ class Executor:
         self.patches: list[PatchedExperts] = []
         self.host: HostTier | None = None
         self.tier: DeviceTier | None = None
-        self.host_tensors = host_tensors
+        self.host_dir = host_dir
         if config.experts_implementation is not None and hasattr(model, "set_experts_implementation"):
             model.set_experts_implementation(config.experts_implementation)
         self._impl = getattr(hf, "_experts_implementation", None) or "eager"
@@ -311,31 +311,24 @@ class Executor:
                 return int(adv[a])
         self.controller = CacheController(cfg.policy, L, N, self.caps, cfg.scope, tie, lrfu_lambda=cfg.lrfu_lambda,
                                           pinned=pinned, next_use=next_use)
-        # tiers: host (pinned on CUDA) and device slots
+        # tiers: host (pinned on CUDA, or the mapped checkpoint) and device slots
         cuda = self.device.type == "cuda"
-        host = []
-        for li, (layer, names) in enumerate(zip(self.layers, self.names, strict=True)):
-            if self.host_tensors is not None:
-                src = self.host_tensors[li]
-                missing = [n for n in names if n not in src]
-                if missing:
-                    raise ValidationError(f"the checkpoint holds no {missing[0]} for MoE layer {li}; --host-tier "
-                                          "mmap needs the stacked-expert names of transformers 5.x in the file "
-                                          "(use --host-tier ram)", field="host_tier")
-                host.append({n: src[n] for n in names})
-            else:
-                d = {}
-                for n in names:
-                    t = getattr(layer.experts, n).detach()
-                    t = t.to("cpu")
-                    d[n] = t.pin_memory() if cuda else t
-                host.append(d)
-        self.host = HostTier(host, "mmap" if self.host_tensors is not None else ("pinned" if cuda else "ram"))
-        like = host[0]
+        stacked = []
+        for layer, names in zip(self.layers, self.names, strict=True):
+            stacked.append({n: getattr(layer.experts, n).detach().to("cpu") for n in names})
+        if self.host_dir is not None:
+            mods = {id(m): n for n, m in self.model.named_modules()}
+            self.host = mmap_host_tier(self.host_dir, [mods[id(lay.experts)] for lay in self.layers], self.names,
+                                       N, reference=stacked)
+        else:
+            self.host = HostTier.from_stacked([{n: (t.pin_memory() if cuda else t) for n, t in d.items()}
+                                               for d in stacked], "pinned" if cuda else "ram")
+        like = {n: t[0] for n, t in stacked[0].items()}
+        del stacked
         for li, layer in enumerate(self.layers):
             patch = PatchedExperts(layer.experts, self.names[li], self._handler(li))
             patch.detach_weights()
-            if self.host_tensors is not None:
+            if self.host_dir is not None:
                 patch.original = {}      # the file is the host tier; the loaded copy is released
             self.patches.append(patch)
         self.model.to(self.device)
