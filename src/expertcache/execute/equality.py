@@ -235,15 +235,18 @@ def main(argv: list[str] | None = None) -> int:
         wanted = args.models.split(",")
         specs = [MatrixSpec(**{**asdict(s), "models": tuple(m for m in s.models if m in wanted)}) for s in specs]
     rows: list[EqualityRow] = []
+    tables = []
     for s in specs:
         if s.models:
-            rows += run_matrix(s, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+            part = run_matrix(s, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+            rows += part
+            tables.append(markdown_table(part))
     if args.json_out:
         with open(args.json_out, "w") as fh:
             for r in rows:
                 fh.write(json.dumps(r.to_dict()) + "\n")
     if args.markdown:
-        print(markdown_table(rows))
+        print("\n\n".join(tables))
     return 0 if all(r.equal for r in rows) else 1
 
 
