@@ -8,10 +8,10 @@ schedule is compared with the one ``expertcache events build`` uses.
 
 from __future__ import annotations
 
+import naive
 import numpy as np
 import pytest
 
-import naive
 from expertcache.events import ArrivalOffsets, EventStream, build_events
 from expertcache.execute.controller import NEVER, CacheController, pinned_blocks, tie_ranks
 from expertcache.execute.equality import noisy_advice

@@ -15,7 +15,6 @@ Independent checks, not the executor's own bookkeeping:
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -176,9 +176,10 @@ def _print(result: Any) -> None:
         r = runs[0]
         console.print(f"{result.out}: B={r['batch']}, contract {r['contract']} (= replay {r['replay_semantics']}), "
                       f"scope {r['scope']}, capacity {r['capacity_total']} blocks; device tier "
-                      f"{r.get('memory_device_expert_bytes', 0):,} B of expert slots (block "
-                      f"{r.get('memory_block_bytes')} B; slots per layer in counts.json), host tier "
-                      f"{r.get('memory_host_tier')}")
+                      f"{r.get('memory_device_expert_bytes', 0):,} B = {r.get('memory_slots_total')} expert slots "
+                      f"of {r.get('memory_block_bytes')} B (capacity + workspace; at most "
+                      f"{r.get('memory_slots_high_water_total')} in use at once), host tier "
+                      f"{r.get('memory_host_tier')}", soft_wrap=True)
     for r in runs:
         logits = ("logits bit-exact" if r.get("logits_bit_exact") else
                   (f"logits max|diff| {r['logits_max_abs_diff']:.2g}" if r.get("logits_max_abs_diff") is not None

@@ -15,6 +15,7 @@ Regenerate the table of docs/execute.md::
 
     python -m expertcache.execute.equality --markdown            # tiny models + the example model
     python -m expertcache.execute.equality --quick               # the fast subset the test suite runs
+    python -m expertcache.execute.equality --exactness           # logits vs the unmodified model, per kernel
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import numpy as np
 from .config import ExecuteConfig
 from .controller import NEVER
 
-__all__ = ["EqualityRow", "MatrixSpec", "run_matrix", "noisy_advice", "markdown_table", "TINY_SPEC", "QUICK_SPEC",
+__all__ = ["EqualityRow", "MatrixSpec", "run_matrix", "noisy_advice", "markdown_table", "exactness", "TINY_SPEC", "QUICK_SPEC",
            "EXAMPLE_SPEC", "ALL_POLICIES"]
 
 ALL_POLICIES = ("lru", "least-stale", "lfu", "lfru", "lrfu", "demand", "static", "belady", "belady-forced",
@@ -220,16 +221,53 @@ def markdown_table(rows: Sequence[EqualityRow]) -> str:
     return "\n".join(lines)
 
 
+def exactness(models: Sequence[str] = ("qwen3_moe", "olmoe", "mixtral", "example"), batch: int = 4,
+              rho: float = 0.25, max_new_tokens: int = 6) -> list[dict[str, Any]]:
+    """Largest |logit difference| executor vs unmodified model, per experts kernel and contract (fp32, CPU).
+
+    ``example`` runs the example model on its first 8 bundled prompts (skipped when its weights are absent).
+    """
+    from .runner import Executor
+
+    out = []
+    for name in models:
+        try:
+            make, prompts, _, eos = _model_factory(name, 8)
+        except Exception:   # the example model's weights are not installed
+            continue
+        ids = [f"r{i}" for i in range(len(prompts))]
+        for impl in ("eager", "batched_mm", "grouped_mm"):
+            base = ExecuteConfig(batch=batch, max_new_tokens=max_new_tokens, experts_implementation=impl)
+            ref = Executor(make(), base, eos_token_ids=eos, offload=False, keep_logits=True).run(prompts, ids)
+            for contract in ("fused", "serialized"):
+                cfg = ExecuteConfig(rho=rho, batch=batch, max_new_tokens=max_new_tokens, contract=contract,
+                                    experts_implementation=impl)
+                res = Executor(make(), cfg, eos_token_ids=eos, keep_logits=True).run(prompts, ids)
+                diff = max(float((a - b).abs().max()) for a, b in zip(res.logits, ref.logits, strict=True))
+                out.append({"model": name, "kernel": impl, "contract": contract, "max_abs_diff": diff,
+                            "tokens_equal": res.generated == ref.generated})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="the fast subset of the test suite")
     ap.add_argument("--models", default=None, help="comma list (tiny architectures and/or 'example')")
     ap.add_argument("--markdown", action="store_true", help="print the docs table")
     ap.add_argument("--json", dest="json_out", default=None, help="also write every row as JSON Lines")
+    ap.add_argument("--exactness", action="store_true", help="print max |logit diff| per kernel and contract")
     args = ap.parse_args(argv)
     import torch
 
     torch.set_num_threads(1)
+    if args.exactness:
+        print("| model | kernel | fused | serialized |\n|---|---|---|---|")
+        rows = exactness()
+        for i in range(0, len(rows), 2):
+            a, b = rows[i], rows[i + 1]
+            fmt = lambda r: "bit-exact" if r["max_abs_diff"] == 0 else f"{r['max_abs_diff']:.2g}"  # noqa: E731
+            print(f"| {a['model']} | {a['kernel']} | {fmt(a)} | {fmt(b)} |")
+        return 0
     specs = [QUICK_SPEC] if args.quick else [TINY_SPEC, EXAMPLE_SPEC]
     if args.models:
         wanted = args.models.split(",")

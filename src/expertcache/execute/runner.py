@@ -392,6 +392,10 @@ class Executor:
                 blocks = tuple(li * N + e for e in experts)
                 self._check_expected(li, blocks)
                 hits, misses = self.controller.classify(li, blocks)
+                in_use = self.tier.slots[part] - len(self.tier.free[part])
+                self.tier.reserve(part, in_use + len(misses))
+                tensors = self.tier.expert_tensors(part)
+                n_slots = self.tier.slots[part]
                 for b in misses:
                     self._load(li, b, part)
                 slot_of = self.tier.slot_of[part]
@@ -441,8 +445,9 @@ class Executor:
         n_req = len(prompts)
         if n_req == 0:
             raise ValidationError("no prompts to execute", field="prompts")
-        longest = max(len(p) for p in prompts)
-        max_unit = min(self.N, self.k * max(cfg.batch, longest)) if cfg.contract == "fused" else 1
+        # the workspace starts at what a decode event can need (B*k distinct experts) and grows when a
+        # prefill needs more at once (DeviceTier.reserve); serialized units need one block
+        max_unit = min(self.N, self.k * cfg.batch) if cfg.contract == "fused" else 1
         self.timer = SpanTimer(self.device)
         self.counts = np.zeros((self.L, 4), dtype=np.int64)
         self.event_log: list[tuple[int, int, int, int, int]] = []
@@ -554,7 +559,7 @@ class Executor:
 
         per_layer = tuple(
             LayerPhaseCounts(li, int(self.caps[part(li)]) if self.offload else self.N,
-                             int(self.slots[part(li)]) if self.offload else self.N,
+                             int(self.tier.slots[part(li)]) if self.offload else self.N,
                              int(self.counts[li, 0]), int(self.counts[li, 1]), int(self.counts[li, 2]),
                              int(self.counts[li, 3]), int(initial[li]))
             for li in range(self.L))
@@ -603,13 +608,14 @@ class Executor:
         non_expert = sum(p.numel() * p.element_size() for p in self.model.parameters())
         block = self.host.block_bytes
         return {"block_bytes": block, "capacity_per_partition": list(self.caps),
-                "slots_per_partition": list(self.slots),
-                "workspace_per_partition": [s - min(c, s) for s, c in zip(self.slots, self.caps, strict=True)],
+                "slots_per_partition": list(self.tier.slots),
+                "workspace_per_partition": [s - min(c, s) for s, c in zip(self.tier.slots, self.caps, strict=True)],
                 "slots_high_water": list(self.tier.high_water),
                 "device_expert_bytes": self.tier.nbytes,
-                "device_expert_bytes_expected": int(sum(self.slots)) * block,
+                "device_expert_bytes_expected": int(sum(self.tier.slots)) * block,
                 "device_non_expert_bytes": int(non_expert),
                 "host_tier": self.host.kind, "host_expert_bytes": self.host.nbytes,
+                "slots_total": int(sum(self.tier.slots)), "slots_high_water_total": int(sum(self.tier.high_water)),
                 "capacity_total": int(sum(self.caps))}
 
     def _trace(self, prompts, request_ids, generated, stop, routes) -> RoutingTrace:

@@ -187,6 +187,19 @@ class DeviceTier:
         """Bytes of device memory the slots occupy (allocated, not merely used)."""
         return int(sum(t.numel() * t.element_size() for d in self.tensors for t in d.values()))
 
+    def reserve(self, part: int, needed: int) -> None:
+        """Make sure partition ``part`` has at least ``needed`` slots: the workspace grows (never shrinks)
+        when one unit needs more blocks resident at once than any before (a long prompt's prefill)."""
+        have = self.slots[part]
+        if needed <= have:
+            return
+        for name, t in self.tensors[part].items():
+            grown = torch.zeros((needed, *t.shape[1:]), dtype=t.dtype, device=t.device)
+            grown[:have] = t[:have]          # residents keep their slots (a device-side copy, not a transfer)
+            self.tensors[part][name] = grown
+        self.free[part].extend(range(have, needed))
+        self.slots[part] = needed
+
     def load(self, part: int, block: int, src: dict[str, list[torch.Tensor]], non_blocking: bool) -> int:
         """Copy the pieces ``src`` into the lowest free slot of partition ``part``; returns the slot."""
         if not self.free[part]:
