@@ -15,6 +15,7 @@ Independent checks, not the executor's own bookkeeping:
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -244,3 +245,46 @@ def test_refuses_foreign_output_and_missing_model(tmp_path):
     r = CliRunner().invoke(main, ["execute", str(tmp_path / "absent"), "--prompts", str(p), "-o",
                                   str(tmp_path / "o")])
     assert r.exit_code == 2 and "Traceback" not in r.output and not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_benchmark_script_runs(tmp_path):
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_execute.py"), "--repeats", "1",
+                        "--new-tokens", "4"], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "tokens equal: {" in r.stdout and "False" not in r.stdout.splitlines()[0]
+    assert "executor c=N / generate: ratio min" in r.stdout
+
+
+@pytest.mark.slow
+def test_example_run_counts_as_documented(tmp_path):
+    """docs/execute.md, "The example model": the per-policy transfers and hits (times are not checked)."""
+    import hashlib
+    import re
+
+    from expertcache.execute.example import example_model_dir
+
+    try:
+        d = example_model_dir()
+    except ValidationError:
+        pytest.skip("example model weights absent")
+    root = Path(__file__).resolve().parents[1]
+    doc = (root / "docs" / "execute.md").read_text()
+    want_sha = re.search(r"example-model weights sha256 `([0-9a-f]{64})`", doc).group(1)
+    if hashlib.sha256((d / "model.safetensors").read_bytes()).hexdigest() != want_sha:
+        pytest.skip("other example weights than the documented run's")
+    documented = {m.group(1): (int(m.group(2)), int(m.group(3)), int(m.group(4)))
+                  for m in re.finditer(r"^(\w[\w-]*): transferred (\d+) \(replay (\d+), equal in every layer\), "
+                                       r"hits (\d+);", doc, flags=re.M)}
+    assert {"lru", "lfu", "belady"} <= set(documented)
+    out = tmp_path / "run"
+    r = CliRunner().invoke(main, ["execute", "example", "-o", str(out), "--policy", "lru,lfu,belady", "--rho", "0.25",
+                                  "-B", "8", "--json"])
+    assert r.exit_code == 0, r.output
+    for x in json.loads(r.output)["runs"]:
+        assert (x["transferred"], x["replay_transferred"], x["hits"]) == documented[x["run"]]
+        assert x["replay_equal_per_layer"] and x["logits_bit_exact"] and x["tokens_equal_reference"]
