@@ -82,8 +82,8 @@ def execute(model: str, prompts: str | None, out: str, policies: list[str], rho:
             no_chat_template: bool, tie_break: str, seed: int, lrfu_lambda: float, calibration: str | None,
             advice_from: str | None, advice_path: str | None, device: str, dtype: str, host_tier: str,
             experts_implementation: str, no_reference: bool, overwrite: bool, as_json: bool) -> None:
-    """Execute MODEL (a local directory, or 'example' for the bundled example model) with its routed experts
-    offloaded: at most c per layer on the device, the rest in a host tier, every transfer counted and timed.
+    """Execute MODEL (a local directory, or 'example' for the example model in models/example-moe, rebuilt by
+    scripts/example_model/make_all.py) with its routed experts offloaded: at most c per layer on the device, the rest in a host tier, every transfer counted and timed.
 
     Writes OUT (docs/execute.md): per policy the executed routing (trace/), the stream its cache saw
     (events/, for `expertcache replay`), counts.json and timings.parquet; and checks that replay of the

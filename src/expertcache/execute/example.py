@@ -1,4 +1,4 @@
-"""Where the example model lives: the shipped copy in the package, else ``models/example-moe``."""
+"""Where the example model lives: a packaged copy (none is shipped yet), else ``models/example-moe``."""
 
 from __future__ import annotations
 
@@ -7,11 +7,7 @@ from pathlib import Path
 
 from ..errors import ValidationError
 
-__all__ = ["example_model_dir", "example_prompts", "EXAMPLE_WEIGHTS_SHA256"]
-
-#: sha256 of the example model's ``model.safetensors`` as ``scripts/example_model/make_all.py`` builds it
-#: (docs/example_model.md); the shipped copy must be that file byte for byte.
-EXAMPLE_WEIGHTS_SHA256 = "871516e485bf7e73d0cbd48df88baca78dd418a03b6c3463692f209e87eb18dc"
+__all__ = ["example_model_dir", "example_prompts"]
 
 
 def example_model_dir() -> Path:
