@@ -20,7 +20,7 @@ RANK = {
     "trace": 1, "probes": 1,
     "collect": 2, "events": 2,
     "replay": 3,
-    "analysis": 4, "timing": 4, "nextuse": 4, "prefetch": 4, "routers": 4, "audit": 4, "plot": 4, "conformance": 4,
+    "analysis": 4, "timing": 4, "execute": 4, "nextuse": 4, "prefetch": 4, "routers": 4, "audit": 4, "plot": 4, "conformance": 4,
     "experiment": 5, "report": 5,
     "cli": 6, "__main__": 6,
 }
