@@ -134,11 +134,11 @@ def test_gap_labels_and_static_identity(imported):
 
 
 def test_p95_is_nearest_rank():
-    from expertcache.analysis import regime_stats
-    from expertcache.events import import_events_jsonl
-
     # 20 events (one layer) with union sizes 1..20: nearest-rank p95 = 19 (interpolation would give 19.05)
     import tempfile
+
+    from expertcache.analysis import regime_stats
+    from expertcache.events import import_events_jsonl
 
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "ev.jsonl"
