@@ -232,3 +232,58 @@ def test_block_numbers_on_the_bundled_example_match_an_independent_recomputation
     t_off = naive_replay(s, "belady", seed=0)["transferred"] / tokens
     assert _block_line(block, "absolute bytes per output token").startswith(
         f"{t_best:.4g} blocks per output token best causal ({best}), {t_off:.4g} offline")
+
+
+# ------------------------------------------------------------------------------------------ §8-§9 experiments
+EXAMPLE_MODEL = DATA / "example_model_trace"
+
+
+def test_per_step_transferred_by_hand():
+    from expertcache.events import EventStream
+    from expertcache.experiment.scoped import nearest_rank, per_step_transferred
+    from expertcache.replay import ReplayConfig
+
+    # one layer, capacity 1, LRU: {0} miss, {1} miss, {0} miss, {0} hit; two layers at step 4: both miss
+    s = EventStream.from_lists(2, 4, 1, steps=[0, 1, 2, 3, 4, 4], layers=[0, 0, 0, 0, 0, 1],
+                               experts=[[0], [1], [0], [0], [2], [3]], active=[1] * 6)
+    per = per_step_transferred(s, ReplayConfig("lru", capacity=(1, 1), tie_break="id"))
+    assert per.tolist() == [1, 1, 1, 0, 2]
+    assert nearest_rank(per) == 2 and nearest_rank([1, 2, 3, 4], 50) == 2
+
+
+def test_affinity_dp99_depends_on_the_policy_and_scope_names_the_protocol():
+    res = CliRunner().invoke(main, ["affinity", str(EXAMPLE_MODEL), "--best-of", "0", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    rows = {r["policy"]: r for r in out["rows"]}
+    assert set(rows) == {"lfru", "static"}
+    assert rows["lfru"]["delta_p99_causal"] != rows["static"]["delta_p99_causal"]
+    # the latency proxy is its own column and is the schedule's, not the policy's
+    assert rows["lfru"]["delta_latency_p99_causal"] == rows["static"]["delta_latency_p99_causal"]
+    assert out["scope"]["static_protocol"].startswith("frozen: pin list fitted once on the 28 even requests")
+    res = CliRunner().invoke(main, ["affinity", str(EXAMPLE_MODEL), "--best-of", "0", "--json", "--policies",
+                                    "static-same-trace", "--tie-break", "id"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert "diagnostic, refitted on each scheduler's own trajectory" in out["scope"]["static_protocol"]
+    assert out["scope"]["tie_break"] == "id"
+
+
+def test_affinity_share_is_na_below_the_threshold_and_small_traces_warn(tmp_path):
+    from expertcache.events.rotation import RotationConfig
+    from expertcache.experiment.scoped import SHARE_MIN_GAIN, affinity_experiment
+
+    tr = read_trace(EXAMPLE_MODEL)
+    rows, _ = affinity_experiment(tr, RotationConfig(24, 8, 4), policies=("lfru", "lru", "lfu", "static-same-trace"))
+    for r in rows:
+        assert (r.share is None) == (abs(r.oracle_gain) < SHARE_MIN_GAIN), r
+    tiny = tmp_path / "tiny"
+    from expertcache.trace import select_requests
+
+    select_requests(tr, np.arange(10), "ten requests").save(tiny)
+    res = CliRunner().invoke(main, ["affinity", str(tiny), "--best-of", "0", "--policies", "lfru"])
+    assert res.exit_code == 0, res.output
+    assert "WARNING: the trace has 10 requests but 24 admitted sessions" in res.output
+    res = CliRunner().invoke(main, ["experiment", "disciplines", str(tiny), "--tie-break", "id"])
+    assert res.exit_code == 0, res.output
+    assert "WARNING" in res.output and "tie_break id" in res.output
