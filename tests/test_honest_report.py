@@ -287,3 +287,17 @@ def test_affinity_share_is_na_below_the_threshold_and_small_traces_warn(tmp_path
     res = CliRunner().invoke(main, ["experiment", "disciplines", str(tiny), "--tie-break", "id"])
     assert res.exit_code == 0, res.output
     assert "WARNING" in res.output and "tie_break id" in res.output
+
+
+def test_least_stale_equals_lru_without_prefetch():
+    """The note on the Least-Stale row, checked on the engine's own least-stale policy (not the proactive replay)."""
+    from expertcache.replay import ReplayConfig, replay
+    from expertcache.replay.proactive import ProactiveConfig, replay_proactive
+
+    tr = read_trace(EXAMPLE_MODEL)
+    for batch in (1, 8):
+        s = build_events(tr, batch)
+        for tie in ("random", "id"):
+            ls = replay(s, ReplayConfig("least-stale", rho=0.25, tie_break=tie)).transferred
+            assert ls == replay(s, ReplayConfig("lru", rho=0.25, tie_break=tie)).transferred
+            assert ls == replay_proactive(s, ProactiveConfig("lru", rho=0.25, tie_break=tie)).demand_misses
