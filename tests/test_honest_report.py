@@ -301,3 +301,80 @@ def test_least_stale_equals_lru_without_prefetch():
             ls = replay(s, ReplayConfig("least-stale", rho=0.25, tie_break=tie)).transferred
             assert ls == replay(s, ReplayConfig("lru", rho=0.25, tie_break=tie)).transferred
             assert ls == replay_proactive(s, ProactiveConfig("lru", rho=0.25, tie_break=tie)).demand_misses
+
+
+# ------------------------------------------------------------------------------------------------ figures
+def _report_files(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def test_two_report_runs_are_byte_identical_and_figures_read_right(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "rep"
+    args = ["report", "--example", "-o", str(out), "--seeds", "0,1", "--permutations", "3", "--batches", "2,8",
+            "--rhos", "0.3,0.4"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    first = _report_files(out)
+    import shutil
+
+    shutil.rmtree(out)
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    second = _report_files(out)
+    assert any(k.endswith(".svg") for k in first)
+    assert first.keys() == second.keys()
+    assert [k for k in first if first[k] != second[k]] == []
+    svg = {k: v.decode() for k, v in first.items() if k.endswith(".svg")}
+    assert all("<dc:date>" not in s for s in svg.values())
+    for name in ("gap_vs_batch", "gap_vs_rho"):            # twin axes: one legend for both, the r = 1 line named
+        s = svg[f"figures/{name}.svg"]
+        assert "r = 1: union = capacity" in s and "left axis" in s and "right axis" in s
+    data = json.loads(first["report.json"])
+    best = data["gap"]["best_causal"]
+    assert best in data["curves"] and f"{best} (best causal" in svg["figures/miss_ratio_curves.svg"]
+    assert "union size |E(s,l)|" in svg["figures/event_ratio_histogram.svg"]
+
+
+def test_permutation_figure_starts_at_zero_with_integer_ticks(tmp_path):
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from expertcache.report import ReportConfig, build_report
+    from expertcache.report.figures import _figures
+
+    rep = build_report(DATA / "example_trace", ReportConfig(seeds=(0,), n_permutations=3, batches=(8,), rhos=(0.4,)))
+    seen = {}
+    orig = plt.close
+
+    def keep(fig=None):
+        if fig is not None and hasattr(fig, "axes") and fig.axes:
+            seen[fig.axes[0].get_title()] = fig
+        return orig(fig)
+
+    import expertcache.report.figures as F  # noqa: F401
+
+    plt.close = keep
+    try:
+        (tmp_path / "f").mkdir()
+        _figures(rep, tmp_path / "f")
+    finally:
+        plt.close = orig
+    fig = next(f for t, f in seen.items() if "only temporal order changes" in t)
+    ax = fig.axes[0]
+    assert ax.get_ylim()[0] == 0
+    assert [t for t in ax.get_xticks()] == [1, 2, 3]
+
+
+def test_prefetch_plot_title_is_no_absolute_path(tmp_path):
+    pytest.importorskip("matplotlib")
+    from expertcache.prefetch.comparison import CompareConfig, compare, plot_compare
+
+    tr = read_trace(EXAMPLE_MODEL)
+    rep = compare(tr, CompareConfig(capacity=8, policies=("lru",)), label=str(EXAMPLE_MODEL.resolve()))
+    out = plot_compare(rep, tmp_path / "p.svg")
+    text = Path(out).read_text()
+    assert str(EXAMPLE_MODEL.resolve()) not in text and "example_model_trace: c = 8" in text

@@ -330,6 +330,7 @@ def plot_compare(report: CompareReport, path) -> Any:
     ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
     lo, hi = min(report.capacity_per_layer), max(report.capacity_per_layer)
     cap = f"{lo}" if lo == hi else f"{lo}-{hi}"
-    ax.set_title(f"{report.source or 'trace'}: c = {cap} per layer, R = {report.budget}, batch {report.batch or '?'}",
+    name = Path(report.source).name if report.source else "trace"      # never an absolute path in a figure
+    ax.set_title(f"{name or 'trace'}: c = {cap} per layer, R = {report.budget}, batch {report.batch or '?'}",
                  fontsize=9)
     return save_figure(fig, path)

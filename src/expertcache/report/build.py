@@ -135,8 +135,9 @@ def build_report(source: str | os.PathLike[str], config: ReportConfig = ReportCo
                               block_bytes if block_bytes else 1.0, gap.gap,
                               config.target_tokens_per_s, config.bandwidth_budget, projection=projection)
     curve_grid = [round(0.05 * i, 2) for i in range(1, 20)]
+    curve_policies = tuple(dict.fromkeys(("lru", gap.best_causal, "belady")))   # the best causal policy too
     curves = {p: [(c.rho, c.miss_fraction) for c in replay_curve(
-        stream, ReplayConfig(p, scope=scope, seed=config.seeds[0]), curve_grid)] for p in ("lru", "belady")}
+        stream, ReplayConfig(p, scope=scope, seed=config.seeds[0]), curve_grid)] for p in curve_policies}
     rho_sweep = []
     for r in config.rhos:
         g = gap_decomposition(stream, r, scope, seeds=config.seeds[:1], jobs=config.jobs)
@@ -217,7 +218,9 @@ def build_report(source: str | os.PathLike[str], config: ReportConfig = ReportCo
     block, block_fields = _appendix_b(data, config)
     data["reporting_block"] = block_fields
     figures = {"fig1": fig1, "batch_sweep": batch_sweep, "rho_sweep": rho_sweep, "gap": gap, "perm": perm,
-               "curves": curves, "ratio": ratio}
+               "curves": curves, "ratio": ratio, "event_size": stream.event_size,
+               "capacities": (list(regime.capacity_per_layer) if scope != "global"
+                              else [total_capacity(rho, L, N) / L])}
     return Report(data, block, figures)
 
 
