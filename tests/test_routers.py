@@ -958,3 +958,36 @@ def test_training_log_carries_the_hard_coverage(tmp_path):
     res = train_offline(pair_rows(trace.request, trace.position), hid, lgt, small_cfg(), tmp_path / "ck",
                         native_weights=w)
     assert all(0.0 <= rec["coverage"] <= 1.0 for rec in res.history) and len(res.history) == 3
+
+
+def test_routers_eval_holds_the_prefetch_baselines_in_the_same_table(tmp_path, trace_with_arrays):
+    import json
+
+    from click.testing import CliRunner
+
+    from expertcache.cli import main
+
+    tdir, _, _, _ = trace_with_arrays
+    run = CliRunner().invoke
+    ck = str(tmp_path / "ck")
+    res = run(main, ["routers", "train", "--trace", str(tdir), "--mode", "aux-temporal", "--capacity", "3",
+                     "--max-steps", "2", "--batch-size", "16", "--grad-accum", "1", "-o", ck, "--json"])
+    assert res.exit_code == 0, res.output
+    res = run(main, ["routers", "eval", ck, "--trace", str(tdir), "--capacity", "3", "--budget", "2",
+                     "--baselines", str(tdir), "--json"])
+    assert res.exit_code == 0, res.output
+    rows = {r["method"]: r for r in json.loads(res.output)["table"]}
+    res = run(main, ["prefetch", "compare", str(tdir), "--calibration", str(tdir), "--capacity", "3", "--budget", "2",
+                     "--lookahead", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    for b in json.loads(res.output)["rows"]:
+        if b["name"] in ("lru", "lfu", "lrfu", "least-stale"):
+            continue
+        a = rows[f"{b['name']} ({b['family']})"]
+        assert (a["hit"], a["adj_hit"], a["proactive_loads"], a["budget"]) == (
+            b["hit"], b["adj_hit"], b["proactive_loads"], b["prefetch_budget"]), b["name"]
+        assert a["availability"] == b["availability"]
+    assert {"Temporal Router", "LRU", "Least-Stale (SpecMD)"} <= set(rows)
+    res = run(main, ["routers", "eval", ck, "--trace", str(tdir), "--capacity", "3", "--baselines", str(tdir),
+                     "--batch", "2"])
+    assert res.exit_code == 2 and "--baselines" in res.output

@@ -289,6 +289,10 @@ def _table(rows: list, title: str) -> None:
 @click.option("--expert-bytes", type=int, default=None,
               help="S_expert for Load/token [default: the trace's expert_block_bytes (collect records it), "
                    "else Load/token is in blocks].")
+@click.option("--baselines", "baselines_dir", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Add the MoE caching / prefetch baselines of `prefetch compare` (MoE-Infinity, ProMoE, FineMoE, "
+                   "TE-MoE and the references) to the same table, their predictors fitted on this trace (e.g. the "
+                   "routers' training trace); batch 1 with per-request prefill only.")
 @click.option("--tasks", "tasks_path", type=click.Path(dir_okay=False), default=None,
               help="GSM8K-format JSON Lines for exact match (needs --model).")
 @click.option("--model", "model_path", default=None, help="The base model (the checkpoint's backbone is loaded in).")
@@ -299,7 +303,7 @@ def _table(rows: list, title: str) -> None:
 def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budgets: list[int] | None,
              capacities: list[int] | None, batch: int, offsets: str, seed: int, prefill_init: bool,
              prefill_chunk: int, tie_break: str, reference: bool, expert_bytes: int | None,
-             tasks_path: str | None,
+             baselines_dir: str | None, tasks_path: str | None,
              model_path: str | None, max_new_tokens: int, device: str | None, as_json: bool) -> None:
     """CLR Table 1-shaped results of CHECKPOINT on a held-out trace (and Table 3 sweeps)."""
     from ..events import ArrivalOffsets, build_events
@@ -307,6 +311,9 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
 
     if tasks_path and not model_path:
         _fail("--tasks needs --model")
+    if baselines_dir and not (prefill_init and batch == 1):
+        _fail("--baselines scores the prefetch baselines under the per-request prefill protocol: use --batch 1 "
+              "with --prefill-init (the defaults)")
     if budget < 0 or any(r < 0 for r in budgets or ()):
         _fail(f"--budget and --budgets take R >= 0 pre-access candidates; got {budget} and {budgets}")
     tasks = None
@@ -374,6 +381,18 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
                                  seed=seed, count_mask=mask) if budgets else []
         b_rows = ev.capacity_sweep(stream, adv, capacities, expert_bytes=expert_bytes, tie_break=tie_break,
                                    seed=seed, count_mask=mask) if capacities else []
+        if baselines_dir:
+            from ..collect import read_array
+            from ..errors import ValidationError
+            from ..trace import read_trace
+
+            try:
+                h_eval, h_cal = read_array(trace_dir, "hidden"), read_array(baselines_dir, "hidden")
+            except ValidationError:
+                h_eval = h_cal = None          # both sides or neither: routing-derived features
+            r_base = budget if budget > 0 else int(round(0.75 * capacity))
+            rows += ev.baseline_rows(trace, read_trace(baselines_dir), capacity, r_base, expert_bytes=expert_bytes,
+                                     tie_break=tie_break, seed=seed, hidden=h_eval, hidden_calibration=h_cal)
     from ..analysis.concentration import concentration, selection_counts
 
     conc = concentration(selection_counts(trace), min(8, trace.n_experts))

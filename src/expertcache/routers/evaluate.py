@@ -26,7 +26,7 @@ from ..errors import ValidationError
 from ..events import EventStream
 from .advice import RouterAdvice
 
-__all__ = ["TableRow", "BASELINE_ROWS", "per_request_prefill", "results_table", "budget_sweep", "capacity_sweep", "AccuracyResult", "exact_match",
+__all__ = ["TableRow", "BASELINE_ROWS", "COMPARE_BASELINES", "baseline_rows", "per_request_prefill", "results_table", "budget_sweep", "capacity_sweep", "AccuracyResult", "exact_match",
            "concentration_by_weight", "CLASSIC"]
 
 #: The classic replacement rows of CLR Tab. 1 (retention keys of the proactive replay).
@@ -212,6 +212,38 @@ def per_request_prefill(trace: Any, advice: RouterAdvice) -> tuple[EventStream, 
         score[mask] = advice.prefetch_score
     prov = {**advice.provenance, "protocol": "per-request prefill-initialised decode (CLR §4.1)"}
     return s, mask, RouterAdvice(pri, score, 0, prov)
+
+
+#: The ``prefetch compare`` baselines ``routers eval --baselines`` adds (the classic rows are already there).
+COMPARE_BASELINES = ("moe-infinity", "promoe", "finemoe", "te-moe", "te-moe-oracle", "next-true")
+
+
+def baseline_rows(trace: Any, calibration: Any, capacity: int, budget: int, *, expert_bytes: int | None,
+                  tie_break: str, seed: int, hidden: np.ndarray | None = None,
+                  hidden_calibration: np.ndarray | None = None) -> list[TableRow]:
+    """The MoE caching / prefetch baselines of ``expertcache prefetch compare`` as rows of the same table.
+
+    Same trace, same per-request prefill-initialised protocol (batch 1), same capacity, ties and seed as the
+    router rows; predictors and stores fitted on ``calibration``. ``budget`` is their pre-access ``R``; ProMoE
+    looks ``d = min(3, L - 1)`` layers ahead (``prefetch compare``'s default where the model is deep enough).
+    """
+    from ..prefetch.comparison import CompareConfig, compare
+
+    names = COMPARE_BASELINES if trace.n_layers > 1 else tuple(n for n in COMPARE_BASELINES if n != "promoe")
+    cfg = CompareConfig(capacity=int(capacity), budget=int(budget), batch=1, prefill_init=True, seed=seed,
+                        tie_break=tie_break, expert_bytes=expert_bytes, policies=names,
+                        lookahead=max(1, min(3, trace.n_layers - 1)))   # ProMoE's d = 3, or the deepest L allows
+    rep = compare(trace, cfg, calibration=calibration, hidden=hidden, hidden_calibration=hidden_calibration)
+    out = []
+    for row in rep.rows:
+        r = row.result
+        if r is None:
+            continue
+        out.append(TableRow(f"{row.name} ({row.family})", "prefetch" if r.prefetch_budget > 0 else "update-only",
+                            row.availability, int(capacity), int(r.prefetch_budget), int(row.added_params or 0), None,
+                            r.hit, r.adj_hit, r.load_per_token, r.load_unit, r.miss_fraction, r.accesses,
+                            r.demand_misses, r.proactive_loads, r.tokens))
+    return out
 
 
 def concentration_by_weight(traces: Sequence[tuple[float, Any]]) -> list[dict[str, float]]:
