@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..analysis.gap import CAUSAL_POLICIES
 from .config import ReportConfig
 
 __all__ = ["NOT_REPORTED"]
@@ -115,7 +116,8 @@ def _appendix_b(d: dict[str, Any], c: ReportConfig) -> tuple[str, dict[str, dict
         ("initial pinned load counted", "yes"),
         ("Oracle", None),
         ("offline bound reported", f"yes (Belady m = {gp['miss_fraction']['belady']:.2%}; "
-                                   f"gap {_fmt(gp['gap'], True)} vs {gp['best_causal']}, mean of tie seeds {seeds})"),
+                                   f"gap {_fmt(gp['gap'], True)} vs {gp['best_causal']}, the best of "
+                                   f"{'/'.join(CAUSAL_POLICIES)}; mean of tie seeds {seeds})"),
         ("forced-admission decomposition", f"{_fmt(gp['admission_share'], True)} / "
                                            f"{_fmt(gp['future_victim_share'], True)}"),
         ("absolute bytes per output token", _bytes(d)),

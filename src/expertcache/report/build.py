@@ -116,7 +116,9 @@ def build_report(source: str | os.PathLike[str], config: ReportConfig = ReportCo
             if config.n_permutations else None)
     hist = access_histogram(stream)
     shares = _static_identity(stream, hist, access_share_table(hist), scope, config.seeds[0])
-    conc = concentration(selection_counts(trace if trace is not None else stream), k)
+    counts = selection_counts(trace if trace is not None else stream)
+    conc = concentration(counts, k)
+    top8 = concentration(counts, min(8, N)).overall_topk_mass
     gates = gate_mass_by_rank(trace) if trace is not None else None
     best = gap.best_causal
     by_policy = {(r.policy, r.semantics): r for r in results}
@@ -197,6 +199,7 @@ def build_report(source: str | os.PathLike[str], config: ReportConfig = ReportCo
         "permutation": perm.to_dict() if perm else NOT_REPORTED,
         "static_access_share": shares,
         "concentration": conc.to_dict(),
+        "top8_mass": top8,
         "gate_mass_by_rank": gates.tolist() if gates is not None else NOT_REPORTED,
         "traffic": {**traffic.to_dict(), "block_bytes_source": source_of_bytes}
         if block_bytes else {"blocks_per_token_causal": traffic.causal_blocks_per_token,

@@ -71,8 +71,9 @@ def _markdown(report: Report, figures: list[str]) -> str:
               for r in d["static_access_share"]]
     c = d["concentration"]
     lines += ["", "## Concentration (CLR Fig. 2-3) and gate mass by rank (§9.4)", "",
-              f"Mean over layers: max expert frequency {c['overall_max_frequency']:.2%}, top-k mass "
-              f"{c['overall_topk_mass']:.2%}, entropy {c['overall_entropy']:.3f} nats, effective experts "
+              f"Mean over layers: max expert frequency {c['overall_max_frequency']:.2%}, top-k mass (k = "
+              f"{d['shape']['top_k']}) {c['overall_topk_mass']:.2%}, top-8 mass (CLR's) {d['top8_mass']:.2%}, entropy "
+              f"{c['overall_entropy']:.3f} nats, effective experts "
               f"{c['overall_effective_experts']:.1f} of {d['shape']['n_experts']}."]
     gm = d["gate_mass_by_rank"]
     lines.append("Gate mass by rank: " + (", ".join(f"{x:.1%}" for x in gm) if isinstance(gm, list) else gm) + ".")
@@ -84,8 +85,9 @@ def _markdown(report: Report, figures: list[str]) -> str:
                   f"fraction of the gap recovered {_fmt(nu['fraction_of_gap_recovered'], True)} "
                   f"(best causal {nu['best_causal']}).", "", "| policy | miss fraction |", "|---|---|"]
         lines += [f"| {p} | {m:.2%} |" for p, m in nu["miss_fraction"].items()]
-        lines += ["", f"{v['n_decisions']} sampled eviction decisions; mean candidate set "
-                  f"{v['mean_candidates']:.1f}, mean optimal-victim set {v['mean_optimal_set']:.2f}.", "",
+        lines += ["", f"{v['n_decisions']} sampled eviction decisions; candidate set: {v.get('candidates', 'residents')} "
+                  f"(the blocks resident when the event begins), mean {v['mean_candidates']:.1f}; mean optimal-victim "
+                  f"set {v['mean_optimal_set']:.2f}.", "",
                   "| victim chosen by | in optimal set [95% CI] | distance regret |", "|---|---|---|"]
         lines += [f"| {k} | {m:.2%} [{lo:.2%}, {hi:.2%}] | {v['distance_regret'][k][0]:.5f} |"
                   for k, (m, lo, hi) in v["in_optimal_set"].items()]
