@@ -387,3 +387,27 @@ def test_prefetch_plot_title_is_no_absolute_path(tmp_path):
     out = plot_compare(rep, tmp_path / "p.svg")
     text = Path(out).read_text()
     assert str(EXAMPLE_MODEL.resolve()) not in text and "example_model_trace: c = 8" in text
+
+
+def test_b8_is_measured_on_the_bundled_matched_example(tmp_path):
+    """The bundled matched-arm example: 4 archetypes x 2 splits x 2 sources rendered in both arms = 16 pairs."""
+    labels = DATA / "example_matched_labels.jsonl"
+    rows = [json.loads(x) for x in labels.read_text().splitlines()]
+    assert sum(r["arm"] == "fixed" for r in rows) == 16 and len(rows) == 48
+    out = tmp_path / "rep"
+    res = CliRunner().invoke(main, ["report", str(DATA / "example_matched_trace"), "--labels", str(labels), "-o",
+                                    str(out), "--no-figures", "--seeds", "0", "--permutations", "0", "--batches", "8",
+                                    "--rhos", "0.4"])
+    assert res.exit_code == 0, res.output
+    b8 = _block_line((out / "block.txt").read_text(), "matched-pair attribution (B8)")
+    assert b8.startswith("fixed minus diverse arm, union reduction: band 0-16 ")
+    assert "(16 matched sources in 4 categories, cohorts of 4)" in b8
+    from expertcache.audit import matched_attribution, read_arms
+
+    tr = read_trace(DATA / "example_matched_trace")
+    m = matched_attribution(tr, str(labels), read_arms(labels))
+    lo = min(r.attributable[0] for r in m.rows)
+    hi = max(r.attributable[0] for r in m.rows)
+    assert f"band 0-16 {lo:+.1%}-{hi:+.1%}" in b8
+    # without the labels the same trace has no arm: B8 says so
+    assert workload_block(tr)["matched_pair_attribution"] == "not measured: no fixed arm"

@@ -105,8 +105,12 @@ def workload_block(trace: RoutingTrace | None = None,
 
         arms = read_arms(labels)
     has_fixed = bool(arms is not None and arms.fixed_mask(trace).any())
-    out["matched_pair_attribution"] = matched if matched is not None else (
-        "measured: see the audit's matched-pair table (expertcache audit --labels)" if has_fixed else NO_FIXED_ARM)
+    if matched is not None:
+        out["matched_pair_attribution"] = matched
+    elif has_fixed:
+        out["matched_pair_attribution"] = _matched_summary(trace, labels, arms, config)
+    else:
+        out["matched_pair_attribution"] = NO_FIXED_ARM
     if route is None:
         exclude = arms.fixed_mask(trace) if arms else None
         try:
@@ -174,3 +178,21 @@ def _position_locked(trace: RoutingTrace, offsets: ArrivalOffsets, batch: int | 
         return "yes (equal lengths, common admission: lock-step)"
     return (f"yes ({locked} of {n} requests {how}, arrival offsets {offsets.describe()}: aligned decode positions"
             + ("" if equal else ", lengths unequal") + ")")
+
+
+def _matched_summary(trace: RoutingTrace, labels, arms, config: RouteAuditConfig) -> str:
+    """B8 in one line: the attributable union reduction (fixed minus diverse arm) of each band, over categories."""
+    from .matched import matched_attribution
+
+    try:
+        res = matched_attribution(trace, labels, arms, config)
+    except ValidationError as exc:
+        return f"not measured: {exc.detail}"
+    parts = []
+    for j, band in enumerate(res.bands):
+        vals = [r.attributable[j] for r in res.rows if r.attributable[j] is not None]
+        if vals:
+            parts.append(f"band {band} {_span(vals, '{:+.1%}')}")
+    n = sum(r.n_matched for r in res.rows)
+    return (f"fixed minus diverse arm, union reduction: {'; '.join(parts) or 'no band measured'} "
+            f"({n} matched sources in {len(res.rows)} categories, cohorts of {res.cohort_size})")
