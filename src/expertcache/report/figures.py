@@ -47,7 +47,7 @@ def _figures(report: Report, out: Path) -> list[str]:
         if not rows:
             continue
         xs = [r["batch" if key == "batch_sweep" else "rho"] for r in rows]
-        fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
+        fig, ax = plt.subplots(figsize=(6, 4.6), layout="constrained")
         seed0 = f["gap"].seeds[0]
         ax.plot(xs, [(r["gap"] or 0) * 100 for r in rows], "o-", color="tab:blue",
                 label=f"recoverable gap, % (left axis; tie seed {seed0})")
@@ -67,7 +67,7 @@ def _figures(report: Report, out: Path) -> list[str]:
         ax2.set_ylim(bottom=0, top=max(1.1, 1.1 * max(r["r_mean"] for r in rows)))
         h1, l1 = ax.get_legend_handles_labels()
         h2, l2 = ax2.get_legend_handles_labels()
-        ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="best")
+        fig.legend(h1 + h2, l1 + l2, fontsize=8, loc="outside lower center", ncols=2)   # below: never over data
         ax.set_title(f"Gap and regime versus {xlab}")
         save(fig, name)
     # decomposition bars (Fig. 4 shape)
@@ -121,7 +121,8 @@ def _figures(report: Report, out: Path) -> list[str]:
     ax.xaxis.get_major_locator().set_params(integer=True)
     over = float(np.mean(np.asarray(f["ratio"]) > 1))
     ax.set_title(f"Event size against capacity (§6.1): r = |E|/c_l > 1 for {over:.1%} of events", fontsize=10)
-    ax.legend(fontsize=8)
+    ax.set_ylim(0, 1.3 * max(int(counts.max()), 1))          # headroom for the legend above the bars
+    ax.legend(fontsize=8, loc="upper right")
     save(fig, "event_ratio_histogram")
     return names
 
