@@ -154,7 +154,7 @@ def test_optimal_victim_set_is_tie_aware_and_random_scores_its_share(never_tail,
     from expertcache.nextuse.victims import record_decisions, score_decisions
 
     s = _constructed(never_tail)
-    dec = record_decisions(s, oracle_advice(access_features(s)), rho=0.6, every=1)
+    dec = record_decisions(s, oracle_advice(access_features(s)), rho=0.6, every=1, candidates="residents+misses")
     assert dec.length[0] == 4                                        # residents {0,1,2} + the miss 3
     rep = score_decisions(dec, n_boot=50)
     first_opt = opt_size
@@ -163,11 +163,27 @@ def test_optimal_victim_set_is_tie_aware_and_random_scores_its_share(never_tail,
     from expertcache.nextuse import victims as V
 
     one = V.VictimDecisions(dec.n_units, dec.unit[:1], dec.step[:1], dec.start[:1], dec.length[:1], dec.choice[:1],
-                            dec.block, dec.true_next, dec.pred_next, dec.last, dec.freq, dec.tie)
+                            dec.block, dec.true_next, dec.pred_next, dec.last, dec.freq, dec.tie, dec.candidates)
     r1 = score_decisions(one, n_boot=10)
     assert r1.mean_optimal_set == first_opt
     assert r1.in_optimal_set["random candidate"][0] == pytest.approx(first_opt / 4)
     assert r1.in_optimal_set["predicted next use"][0] == 1.0       # the perfect predictor
+
+
+def test_candidate_set_is_the_residents_by_default(splits):
+    """§7.3: a decision ranks the resident blocks, so the mean candidate set is at most the per-layer capacity."""
+    from expertcache.nextuse.victims import record_decisions, score_decisions
+    from expertcache.replay import capacities_for_rho
+
+    _, held = splits
+    adv = oracle_advice(access_features(held))
+    caps = capacities_for_rho(0.4, held.n_layers, held.n_experts)
+    dec = record_decisions(held, adv, every=5)
+    assert dec.candidates == "residents" and dec.unit.size > 50
+    assert (dec.length <= caps[held.layer[dec.unit]]).all()
+    both = record_decisions(held, adv, every=5, candidates="residents+misses")
+    assert both.length.mean() > caps.mean() >= dec.length.mean()
+    assert score_decisions(dec, n_boot=10).candidates == "residents"
 
 
 def test_perfect_predictor_scores_100_percent_on_real_decisions(splits):

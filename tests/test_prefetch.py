@@ -116,7 +116,7 @@ def test_every_baseline_charges_its_proactive_loads(small):
         assert r.load_per_token == pytest.approx((r.demand_misses + r.proactive_loads) * 1000 / r.tokens)
         assert r.adj_hit == pytest.approx((r.accesses - r.demand_misses) / (r.accesses + r.proactive_loads))
         assert r.miss_fraction == pytest.approx(r.transferred / r.logical)
-        if row.name in ("lru", "lfu", "lrfu"):
+        if row.name in ("lru", "lfu", "lrfu", "least-stale"):
             assert r.proactive_loads == 0 and r.prefetch_budget == 0
         else:
             assert r.prefetch_budget == 3

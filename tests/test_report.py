@@ -14,7 +14,7 @@ B1_FIELDS = [
     "event unit", "retention decision", "intra-event order (if immediate)", "conformance trace",
     "templates per category", "distinct prompt heads / finals", "chat template applied", "decode steps recorded",
     "position-locked cohorts", "unique generated sequences", "positional token agreement",
-    "expert Jaccard | low-text-overlap", "effect stable across position bands",
+    "expert Jaccard | low-text-overlap", "effect stable across position bands", "matched-pair attribution (B8)",
     "experts N, top-k, layers", "residency fraction rho", "cache scope", "union per layer-step",
     "capacity per layer", "r(s,l) = union / capacity", "concurrency", "service discipline", "miss denominator",
     "dedup credited to policy", "static fit source", "static quota rule", "initial pinned load counted",

@@ -101,7 +101,7 @@ def test_affinity_command_prints_scope_and_table(tmp_path):
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert out["scope"]["fairness"].startswith("W = 3") and out["scope"]["lossless"] is True
-    assert {r["policy"] for r in out["rows"]} == {"lfru", "static-same-trace"}
+    assert {r["policy"] for r in out["rows"]} == {"lfru", "static"}   # frozen static is the default (§8.3)
     assert all(st["deadline_violations"] == 0 for st in out["stats"].values())
     assert 0 <= out["best_of_n_upper_bound"] < 1
     res = CliRunner().invoke(main, ["affinity", str(tmp_path / "t"), "-A", "6", "-B", "2", "-W", "3",

@@ -515,7 +515,7 @@ def test_layerwise_advice_equals_advice_from_stored_scores(batch):
     from expertcache.routers.evaluate import results_table
 
     rows = results_table(stream, b, 2, 2)      # native advice (no prefetch array): no pre-access row
-    assert [r.method for r in rows] == ["LRU", "LFU", "LRFU", "Temporal Router"]
+    assert [r.method for r in rows] == ["LRU", "LFU", "LRFU", "Least-Stale (SpecMD)", "Temporal Router"]
 
 
 def test_layerwise_advice_memory_does_not_grow_with_layers():
@@ -635,10 +635,10 @@ def test_cli_train_export_eval(tmp_path, trace_with_arrays):
     assert res.exit_code == 0, res.output
     ev = json.loads(res.output)
     methods = [r["method"] for r in ev["table"]]
-    assert methods == ["LRU", "LFU", "LRFU", "Temporal Router", "Spatio-Temporal Router"]
-    temporal = ev["table"][3]
+    assert methods == ["LRU", "LFU", "LRFU", "Least-Stale (SpecMD)", "Temporal Router", "Spatio-Temporal Router"]
+    temporal = ev["table"][4]
     assert temporal["proactive_loads"] == 0 and temporal["adj_hit"] == temporal["hit"]
-    st = ev["table"][4]
+    st = ev["table"][5]
     assert st["category"] == "prefetch" and st["adj_hit"] <= st["hit"]
     assert ev["scope"]["warmup_events"] > 0          # prefill-initialised by default
     assert [r["budget"] for r in ev["budget_sweep"]] == [0, 1, 2]
@@ -876,3 +876,118 @@ def test_advice_pads_the_prefill_warmup():
             want[e] = m
         assert np.array_equal(adv.priority[i], want)
     assert adv.to_advice().provenance["warmup_events"] == warm
+
+
+def test_routers_eval_and_prefetch_compare_score_the_baselines_under_one_protocol(tmp_path, trace_with_arrays):
+    """CLR §4.1 per-request prefill-initialised decode in both commands: identical LRU/LFU/LRFU rows."""
+    import json
+
+    from click.testing import CliRunner
+
+    from expertcache.cli import main
+
+    tdir, trace, _, _ = trace_with_arrays
+    run = CliRunner().invoke
+    ck = str(tmp_path / "ck")
+    res = run(main, ["routers", "train", "--trace", str(tdir), "--mode", "aux-temporal", "--capacity", "3",
+                     "--max-steps", "2", "--batch-size", "16", "--grad-accum", "1", "-o", ck, "--json"])
+    assert res.exit_code == 0, res.output
+    for tie in ("id", "random"):
+        res = run(main, ["routers", "eval", ck, "--trace", str(tdir), "--capacity", "3", "--tie-break", tie,
+                         "--expert-bytes", "1000000", "--json"])
+        assert res.exit_code == 0, res.output
+        ev = json.loads(res.output)
+        assert ev["scope"]["protocol"].startswith("per-request prefill-initialised decode")
+        res = run(main, ["prefetch", "compare", str(tdir), "--calibration", str(tdir), "--capacity", "3",
+                         "--policies", "lru,lfu,lrfu,least-stale", "--tie-break", tie, "--expert-bytes", "1000000",
+                         "--json"])
+        assert res.exit_code == 0, res.output
+        cmp_rows = {r["name"]: r for r in json.loads(res.output)["rows"]}
+        rows = {r["method"]: r for r in ev["table"]}
+        for name in ("lru", "lfu", "lrfu", "least-stale"):
+            a = rows["Least-Stale (SpecMD)" if name == "least-stale" else name.upper()]
+            b = cmp_rows[name]
+            for key in ("hit", "adj_hit", "load_per_token", "demand_misses", "accesses", "tokens"):
+                assert a[key] == b[key], (tie, name, key)
+            assert b["load_unit"] == a["load_unit"] == "bytes/token"
+        assert rows["Least-Stale (SpecMD)"]["demand_misses"] == rows["LRU"]["demand_misses"]
+        assert ev["scope"]["warmup_events"] == trace.n_requests * trace.n_layers   # one prefill event per layer
+    assert 0 < ev["scope"]["concentration"]["effective_experts"] <= N
+
+
+def test_training_log_carries_the_hard_coverage(tmp_path):
+    """The logged loss is the soft surrogate (detached top-B threshold); the log also holds the hard coverage."""
+    from expertcache.routers.modules import CacheRouters, cache_losses, predecessor_rows
+    from expertcache.routers.train import pair_rows, train_offline
+
+    torch.manual_seed(5)
+    r = CacheRouters(L, N, D)
+    with torch.no_grad():
+        for lin in [*r.temporal, *r.spatio]:
+            lin.weight.normal_(0, 0.5)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    prev = predecessor_rows(mask)
+    hidden = torch.randn(10, L, D)
+    logits = torch.randn(10, L, N) * 2
+    got = cache_losses(r, hidden, logits, prev, capacity=3, tau=0.05, objective="both")
+
+    def sm(x):
+        e = np.exp(x - x.max())
+        return e / e.sum()
+
+    wt = [r.temporal[l].weight.detach().double().numpy() for l in range(L)]
+    ws = [r.spatio[l].weight.detach().double().numpy() for l in range(L)]
+    h, lg = hidden.double().numpy(), logits.double().numpy()
+    cov_t, cov_st = [], []
+    for l in range(L):
+        at, ast = [], []
+        for row, p in enumerate(prev.tolist()):
+            if p < 0:
+                continue
+            q = sm(lg[row, l])
+            s_t = sm(lg[p, l]) + sm(wt[l] @ h[p, l])
+            src = h[row, l - 1] if l > 0 else h[p, L - 1]
+            s_st = sm(ws[(l - 1) % L] @ src) + s_t
+            at.append(sum(q[e] for e in np.argsort(-s_t)[:3]))
+            ast.append(sum(q[e] for e in np.argsort(-s_st)[:3]))
+        cov_t.append(np.mean(at))
+        cov_st.append(np.mean(ast))
+    assert math.isclose(got.coverage_temporal, np.mean(cov_t), rel_tol=1e-5)
+    assert math.isclose(got.coverage_spatio_temporal, np.mean(cov_st), rel_tol=1e-5)
+    trace, hid, lgt, w = synthetic_trace(n_requests=4, decode=6)
+    res = train_offline(pair_rows(trace.request, trace.position), hid, lgt, small_cfg(), tmp_path / "ck",
+                        native_weights=w)
+    assert all(0.0 <= rec["coverage"] <= 1.0 for rec in res.history) and len(res.history) == 3
+
+
+def test_routers_eval_holds_the_prefetch_baselines_in_the_same_table(tmp_path, trace_with_arrays):
+    import json
+
+    from click.testing import CliRunner
+
+    from expertcache.cli import main
+
+    tdir, _, _, _ = trace_with_arrays
+    run = CliRunner().invoke
+    ck = str(tmp_path / "ck")
+    res = run(main, ["routers", "train", "--trace", str(tdir), "--mode", "aux-temporal", "--capacity", "3",
+                     "--max-steps", "2", "--batch-size", "16", "--grad-accum", "1", "-o", ck, "--json"])
+    assert res.exit_code == 0, res.output
+    res = run(main, ["routers", "eval", ck, "--trace", str(tdir), "--capacity", "3", "--budget", "2",
+                     "--baselines", str(tdir), "--json"])
+    assert res.exit_code == 0, res.output
+    rows = {r["method"]: r for r in json.loads(res.output)["table"]}
+    res = run(main, ["prefetch", "compare", str(tdir), "--calibration", str(tdir), "--capacity", "3", "--budget", "2",
+                     "--lookahead", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    for b in json.loads(res.output)["rows"]:
+        if b["name"] in ("lru", "lfu", "lrfu", "least-stale"):
+            continue
+        a = rows[f"{b['name']} ({b['family']})"]
+        assert (a["hit"], a["adj_hit"], a["proactive_loads"], a["budget"]) == (
+            b["hit"], b["adj_hit"], b["proactive_loads"], b["prefetch_budget"]), b["name"]
+        assert a["availability"] == b["availability"]
+    assert {"Temporal Router", "LRU", "Least-Stale (SpecMD)"} <= set(rows)
+    res = run(main, ["routers", "eval", ck, "--trace", str(tdir), "--capacity", "3", "--baselines", str(tdir),
+                     "--batch", "2"])
+    assert res.exit_code == 2 and "--baselines" in res.output

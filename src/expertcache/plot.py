@@ -19,6 +19,8 @@ def _pyplot():
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+
+        plt.rcParams["svg.hashsalt"] = "expertcache"   # fixed SVG element ids: the same figure, the same bytes
     except ImportError:
         raise ExpertCacheError("plotting needs matplotlib: pip install 'expertcache[plot]'") from None
     return plt
@@ -63,7 +65,9 @@ def save_figure(fig, path: str | os.PathLike[str]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with atomic_file(path) as tmp:
-            fig.savefig(tmp, dpi=150, format=path.suffix.lstrip(".").lower())
+            ext = path.suffix.lstrip(".").lower()
+            meta = {"svg": {"Date": None}, "pdf": {"CreationDate": None, "ModDate": None}}.get(ext, {})
+            fig.savefig(tmp, dpi=150, format=ext, metadata=meta)   # no creation date: byte-reproducible
     finally:
         plt.close(fig)
     return path

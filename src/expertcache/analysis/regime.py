@@ -54,6 +54,9 @@ class RegimeStats:
 def regime_stats(stream: EventStream, rho: float, scope: str = "per-layer") -> RegimeStats:
     """Union distribution, ``r(s, l)`` and the uniform null for ``stream`` at ``rho``.
 
+    Both p95s are nearest-rank (the smallest value with at least 95% of the events at or below it),
+    so ``union_p95`` is always a union size that occurs.
+
     Under global scope the per-layer "capacity" is the pool divided evenly,
     ``total / L`` (the pool is shared, so r is then a reference ratio only).
     """
@@ -68,12 +71,12 @@ def regime_stats(stream: EventStream, rho: float, scope: str = "per-layer") -> R
         r = np.where(cap_ev > 0, size / np.where(cap_ev > 0, cap_ev, 1), np.inf)
     null = expected_union_null(N, stream.top_k, stream.active)
     with np.errstate(invalid="ignore"):                 # zero capacity: r is infinite
-        r_p95 = float(np.percentile(r, 95))
+        r_p95 = float(np.percentile(r, 95, method="inverted_cdf"))
     if np.isnan(r_p95):
         r_p95 = float("inf")
     return RegimeStats(
         rho=float(rho), scope=scope, n_events=stream.n_events,
-        union_mean=float(size.mean()), union_p95=float(np.percentile(size, 95)),
+        union_mean=float(size.mean()), union_p95=float(np.percentile(size, 95, method="inverted_cdf")),
         capacity_per_layer=tuple(int(c) for c in np.floor(caps)) if scope != "global" else tuple(),
         capacity_mean=float(caps.mean()),
         r_mean=float(r.mean()), r_p95=r_p95, r_fraction_over_1=float((r > 1).mean()),

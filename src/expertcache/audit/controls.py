@@ -20,10 +20,21 @@ from ..events import decode_rows
 from ..trace import RoutingTrace
 from .routes import RouteAudit, RouteAuditConfig, route_audit
 
-__all__ = ["inject_shared_prefix", "ControlResult", "positive_control"]
+__all__ = ["control_source", "inject_shared_prefix", "ControlResult", "positive_control"]
 
 
-def inject_shared_prefix(trace: RoutingTrace, n_positions: int, source: int = 0,
+def control_source(trace: RoutingTrace, n_positions: int) -> int:
+    """The record a control copies from: the first with at least ``n_positions`` decode tokens, else the longest.
+
+    Copying from a shorter record would copy fewer positions than asked for (request 0 of a trace may
+    have only a handful of decode tokens).
+    """
+    length, _ = decode_rows(trace)
+    long_enough = np.flatnonzero(length >= n_positions)
+    return int(long_enough[0]) if long_enough.size else int(np.argmax(length))
+
+
+def inject_shared_prefix(trace: RoutingTrace, n_positions: int, source: int | None = None,
                          requests: np.ndarray | list[int] | None = None) -> RoutingTrace:
     """A copy of ``trace`` whose records start with request ``source``'s first ``n_positions`` decode positions.
 
@@ -32,12 +43,15 @@ def inject_shared_prefix(trace: RoutingTrace, n_positions: int, source: int = 0,
     n_positions
         Decode positions to copy (each record keeps its own length; shorter records get a shorter copy).
     source
-        Index of the record copied from.
+        Index of the record copied from (default: :func:`control_source`). The provenance records
+        ``copied_positions``, the positions actually available to copy: ``min(n_positions, its length)``.
     requests
         Request indices to overwrite (default: every record).
     """
     if isinstance(n_positions, bool) or not isinstance(n_positions, (int, np.integer)) or n_positions < 1:
         raise ValidationError(f"n_positions must be a positive integer; got {n_positions!r}", field="n_positions")
+    if source is None:
+        source = control_source(trace, int(n_positions))
     if not 0 <= source < trace.n_requests:
         raise ValidationError(f"source must be a request index in [0, {trace.n_requests}); got {source}",
                               field="source")
@@ -58,7 +72,8 @@ def inject_shared_prefix(trace: RoutingTrace, n_positions: int, source: int = 0,
         if gates is not None:
             gates[dst] = trace.gates[src]
     prov = dict(trace.provenance)
-    prov["control"] = {"kind": "synthetic-positive", "copied_positions": int(n_positions),
+    prov["control"] = {"kind": "synthetic-positive", "copied_positions": min(int(n_positions), src_len),
+                       "requested_positions": int(n_positions),
                        "source_request": trace.request_ids[source],
                        "n_targets": int(targets.shape[0]),
                        "note": "records overwritten with one record's first decode positions (§5.8); "
@@ -72,6 +87,7 @@ class ControlResult:
     """The natural trace (false-positive check) against its injected copy (synthetic positive control)."""
 
     copied_positions: int
+    requested_positions: int
     source_request: str
     natural_flag: bool
     injected_flag: bool
@@ -95,13 +111,21 @@ class ControlResult:
 
 
 def positive_control(trace: RoutingTrace, labels: dict[str, str] | str | os.PathLike[str] | None,
-                     n_positions: int, config: RouteAuditConfig | None = None, source: int = 0,
+                     n_positions: int, config: RouteAuditConfig | None = None, source: int | None = None,
                      exclude: np.ndarray | None = None, natural: RouteAudit | None = None) -> ControlResult:
-    """Run the route audit on ``trace`` and on its injected copy; report the flag flip (§5.8)."""
+    """Run the route audit on ``trace`` and on its injected copy; report the flag flip (§5.8).
+
+    ``copied_positions`` is what was copied (the source record's length caps it), ``requested_positions``
+    what was asked for; the source defaults to :func:`control_source`.
+    """
     config = config or RouteAuditConfig()
+    if source is None:
+        source = control_source(trace, int(n_positions))
     nat = natural if natural is not None else route_audit(trace, labels, config, exclude)
-    inj = route_audit(inject_shared_prefix(trace, n_positions, source), labels, config, exclude)
-    return ControlResult(int(n_positions), trace.request_ids[source], nat.flag, inj.flag,
+    injected = inject_shared_prefix(trace, n_positions, source)
+    inj = route_audit(injected, labels, config, exclude)
+    copied = int(injected.provenance["control"]["copied_positions"])
+    return ControlResult(copied, int(n_positions), trace.request_ids[source], nat.flag, inj.flag,
                          nat.overall_agreement_mean, inj.overall_agreement_mean, nat.overall_agreement_p95,
                          inj.overall_agreement_p95, nat.overall_jaccard, inj.overall_jaccard,
                          nat.unique_sequences, inj.unique_sequences, nat.n_requests)

@@ -159,7 +159,10 @@ class RouteAudit:
     """Route-side audit of one trace.
 
     ``overall_*`` pool every compared pair (within and across categories):
-    the label-free view of §5.8. ``flag`` (the contamination screening flag,
+    the label-free view of §5.8. ``within_agreement_p95`` pools the
+    within-category pairs only (the B6 figure: cross-category pairs are the
+    baseline, not part of it). Every p95 is nearest-rank: the smallest value
+    with at least 95% of the values at or below it. ``flag`` (the contamination screening flag,
     equal to ``shared_prefix``) is true when any category has a
     prefix-occupied band or the pooled agreement reaches ``prefix_agreement``
     in some band: a shared generated prefix is present. ``flagged_categories``
@@ -178,6 +181,7 @@ class RouteAudit:
     n_cross_low_pairs: int
     overall_agreement_mean: float | None
     overall_agreement_p95: float | None
+    within_agreement_p95: float | None
     overall_jaccard: float | None
     overall_band_agreement: tuple[float | None, ...]
     unique_sequences: int
@@ -319,13 +323,14 @@ def route_audit(trace: RoutingTrace, labels: dict[str, str] | str | os.PathLike[
             unique_sequences=len({view.sequence_key(int(r)) for r in members[c]}),
             n_pairs=int(sel.sum()), n_low_pairs=int(lo.sum()),
             agreement_mean=_opt(ps.agreement[sel].mean()) if sel.any() else None,
-            agreement_p95=_opt(np.percentile(ps.agreement[sel], 95)) if sel.any() else None,
+            agreement_p95=_opt(np.percentile(ps.agreement[sel], 95, method="inverted_cdf")) if sel.any() else None,
             jaccard_all=_opt(ps.jaccard[sel].mean()) if sel.any() else None,
             jaccard_low=j_low, residual=None if j_low is None or base_low is None else j_low - base_low,
             band_agreement=tuple(ag), band_reduction=tuple(rd), prefix_bands=prefix, flagged=flagged,
             stable=stable))
     cross = ok & (ps.group == K_)
     cross_low = low & (ps.group == K_)
+    within = ok & (ps.group < K_)
     overall_ag = _band_agreement(ps.agree_pos.sum(axis=0), ps.count_pos.sum(axis=0), config.bands, t_max)
     shared = any(c.prefix_bands for c in cats) or any(a is not None and a >= config.prefix_agreement
                                                      for a in overall_ag)
@@ -340,7 +345,9 @@ def route_audit(trace: RoutingTrace, labels: dict[str, str] | str | os.PathLike[
         baseline_low=_opt(ps.jaccard[cross_low].mean()) if cross_low.any() else None,
         n_cross_pairs=int(cross.sum()), n_cross_low_pairs=int(cross_low.sum()),
         overall_agreement_mean=_opt(ps.agreement[ok].mean()) if ok.any() else None,
-        overall_agreement_p95=_opt(np.percentile(ps.agreement[ok], 95)) if ok.any() else None,
+        overall_agreement_p95=_opt(np.percentile(ps.agreement[ok], 95, method="inverted_cdf")) if ok.any() else None,
+        within_agreement_p95=(_opt(np.percentile(ps.agreement[within], 95, method="inverted_cdf"))
+                              if within.any() else None),
         overall_jaccard=_opt(ps.jaccard[ok].mean()) if ok.any() else None,
         overall_band_agreement=tuple(overall_ag),
         unique_sequences=len({view.sequence_key(int(r)) for r in idx_all}),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -13,6 +14,16 @@ from .main import (
     main,
 )
 
+_TIE = click.option("--tie-break", type=click.Choice(["random", "id"]), default="random", show_default=True,
+                    help="Ties between equal policy keys: a seeded random rank per block, or the block id.")
+_SEED = click.option("--seed", type=int, default=0, show_default=True, help="Tie seed (--tie-break random).")
+
+
+def _warn(scope: dict) -> None:
+    """Print the scope's warnings after the table (in JSON they are the scope's ``warnings`` list)."""
+    for w in scope.get("warnings") or []:
+        click.echo(f"WARNING: {w}")
+
 
 @main.command("affinity")
 @click.argument("trace_dir", type=click.Path())
@@ -20,46 +31,88 @@ from .main import (
 @click.option("--batch", "-B", type=int, default=8, show_default=True, help="Sessions served per step.")
 @click.option("--window", "-W", type=int, default=4, show_default=True, help="Max steps between services.")
 @click.option("--rho", type=float, default=0.4, show_default=True)
-@click.option("--policies", default="lfru,static-same-trace", show_default=True, callback=_csv(str, "policies"))
-@click.option("--calibration", type=click.Path(), default=None, help="Calibration stream for 'static'.")
+@click.option("--policies", default="lfru,static", show_default=True, callback=_csv(str, "policies"),
+              help="'static' is frozen (pin list fitted once on the calibration requests, §8.3); "
+                   "'static-same-trace' is the diagnostic refitted on each scheduler's trajectory.")
+@click.option("--calibration", type=click.Path(), default=None,
+              help="Trace or stream the frozen 'static' pin list is fitted on [default: the even requests of "
+                   "TRACE_DIR under FCFS at -B; the odd ones are evaluated].")
 @click.option("--best-of", "n_draws", type=int, default=300, show_default=True,
               help="Draws for the per-step best-of-N estimate (§8.4), 0 to skip.")
+@_TIE
+@_SEED
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_guard
 def affinity_cmd(trace_dir: str, admitted: int, batch: int, window: int, rho: float, policies: list[str],
-                 calibration: str | None, n_draws: int, as_json: bool) -> None:
-    """Affinity batching under deadline rotation on complete trajectories (Table 18 shape, §8.3-§8.4)."""
-    from ..events import read_events
+                 calibration: str | None, n_draws: int, tie_break: str, seed: int, as_json: bool) -> None:
+    """Affinity batching under deadline rotation on complete trajectories (Table 18 shape, §8.3-§8.4).
+
+    dp99 is the relative change (causal vs FCFS scheduler) of the p99 of blocks demand-missed per step, per
+    policy (the miss-burst tail, in blocks); 'latency dp99' is the schedule's p99 request-latency proxy in
+    steps, the same for every policy.
+    """
+    import numpy as np
+
+    from ..events import build_events, read_events
     from ..events.rotation import RotationConfig, best_of_n_estimate
-    from ..experiment.scoped import affinity_experiment, scope_block
+    from ..experiment.scoped import (
+        SHARE_MIN_GAIN,
+        affinity_experiment,
+        scope_block,
+        small_trace_warnings,
+    )
     from ..replay import ReplayConfig
-    from ..trace import read_trace
+    from ..storage import MANIFEST
+    from ..trace import read_trace, select_requests
 
     cfg = RotationConfig(admitted, batch, window)
     for p in policies:
-        ReplayConfig(p, rho=rho)
-    trace = read_trace(trace_dir)
-    calib = read_events(calibration) if calibration else None
-    rows, stats = affinity_experiment(trace, cfg, rho, tuple(policies), calibration=calib)
+        ReplayConfig(p, rho=rho, tie_break=tie_break, seed=seed)
+    full = read_trace(trace_dir)
+    calib, trace, fit = None, full, "n/a (no frozen 'static' policy requested)"
+    if "static" in policies:
+        if calibration:
+            kind = json.loads((Path(calibration) / MANIFEST).read_text()).get("kind") \
+                if (Path(calibration) / MANIFEST).is_file() else None
+            calib = build_events(read_trace(calibration), batch) if kind == "routing_trace" else read_events(calibration)
+            fit = f"frozen: pin list fitted once on {calibration}, used on every trajectory"
+        else:
+            idx = np.arange(full.n_requests)
+            trace = select_requests(full, idx[1::2], "odd requests (evaluated)")
+            calib = build_events(select_requests(full, idx[0::2], "even requests (calibration)"), batch)
+            fit = (f"frozen: pin list fitted once on the {len(idx[0::2])} even requests (FCFS, B = {batch}), "
+                   f"used on every trajectory of the {trace.n_requests} odd requests")
+    if "static-same-trace" in policies:
+        fit += "; static-same-trace: diagnostic, refitted on each scheduler's own trajectory"
+    rows, stats = affinity_experiment(trace, cfg, rho, tuple(policies), calibration=calib, tie_break=tie_break,
+                                      seed=seed)
     bound = best_of_n_estimate(trace, cfg, n_draws) if n_draws > 0 else None
     scope = scope_block(trace, rho, batch, f"rotation, {admitted} admitted, {batch} served",
                         f"W = {window} (max inter-service interval)")
     scope["replay"] = "event-atomic, full trajectories"
+    scope["static_protocol"] = fit
+    scope["tie_break"] = f"{tie_break} (seed {seed})" if tie_break == "random" else tie_break
+    scope["dp99"] = "p99 (nearest rank) of blocks demand-missed per step, causal vs FCFS, per policy"
+    scope["share"] = f"causal gain / oracle gain; n/a when |oracle gain| < {SHARE_MIN_GAIN:.1%}"
+    scope["warnings"] = small_trace_warnings(trace, batch, admitted)
     if _scoped(scope, as_json, {"rows": [r.to_dict() for r in rows],
                                 "stats": {k: v.to_dict() for k, v in stats.items()}, "best_of_n_upper_bound": bound}):
         return
     click.echo(f"{'policy':18s} {'FCFS':>8s} {'causal':>8s} {'oracle':>8s} {'causal gain':>12s} {'oracle gain':>12s}"
-               f" {'share':>8s} {'dp99':>8s}")
+               f" {'share':>8s} {'dp99':>8s} {'latency dp99':>13s}")
     for r in rows:
         share = "n/a" if r.share is None else f"{r.share:.1%}"
+        dp = "n/a" if r.delta_p99_causal is None else f"{r.delta_p99_causal:+.2%}"
         click.echo(f"{r.policy:18s} {r.fcfs:8.2%} {r.causal:8.2%} {r.oracle:8.2%} {r.causal_gain:12.2%} "
-                   f"{r.oracle_gain:12.2%} {share:>8s} {r.delta_p99_causal:+8.2%}")
+                   f"{r.oracle_gain:12.2%} {share:>8s} {dp:>8s} {r.delta_latency_p99_causal:+13.2%}")
     for name, st in stats.items():
         click.echo(f"  {name:22s} mean batch {st.mean_batch:.2f}, max interval {st.max_interval}, "
-                   f"violations {st.deadline_violations}, p99 latency {st.p99_latency_steps:.1f} steps")
+                   f"violations {st.deadline_violations}, p99 latency {st.p99_latency_steps:.1f} steps; p99 blocks "
+                   "missed per step " + ", ".join(f"{r.policy} {r.p99_blocks[name]:g}" for r in rows))
     if bound is not None:
         click.echo(f"per-step best-of-{n_draws} union reduction: {bound:.2%} -- an UPPER BOUND from single-step "
                    "order statistics (§8.4), not an achievable gain; compare the trajectory gains above")
+    _warn(scope)
 
 
 def _scoped(scope: dict, as_json: bool, payload: dict) -> bool:
@@ -96,23 +149,26 @@ def _split_trace(trace_dir: str, calibration: str | None):
               help="Calibration trace for the pin list (default: even requests; odd ones are evaluated).")
 @click.option("--batches", default="2,4,8,16", show_default=True, callback=_csv(int, "integers"))
 @click.option("--rho", type=float, default=0.4, show_default=True)
+@_TIE
+@_SEED
 @click.option("--json", "as_json", is_flag=True)
 @_guard
 def experiment_static(trace_dir: str, calibration: str | None, batches: list[int], rho: float,
-                      as_json: bool) -> None:
+                      tie_break: str, seed: int, as_json: bool) -> None:
     """Static pinned (calibration-frozen) vs LFRU and Belady across concurrency (Table 19 shape)."""
     from ..experiment.scoped import static_vs_dynamic
     from ..replay import ReplayConfig
 
     ReplayConfig(rho=rho)
     trace, calib, fit = _split_trace(trace_dir, calibration)
-    rows, scope = static_vs_dynamic(trace, calib, batches, rho)
+    rows, scope = static_vs_dynamic(trace, calib, batches, rho, tie_break, seed)
     scope["static_fit_source"] = fit
     if _scoped(scope, as_json, {"rows": [r.to_dict() for r in rows]}):
         return
     click.echo(f"{'B':>4s} {'static':>9s} {'LFRU':>9s} {'Belady':>9s} {'static vs LFRU':>15s}")
     for r in rows:
         click.echo(f"{r.batch:4d} {r.static:9.2%} {r.lfru:9.2%} {r.belady:9.2%} {r.static_vs_lfru:+15.1%}")
+    _warn(scope)
 
 
 @experiment.command("disciplines")
@@ -123,23 +179,26 @@ def experiment_static(trace_dir: str, calibration: str | None, batches: list[int
 @click.option("--admitted", "-A", type=int, default=24, show_default=True)
 @click.option("--window", "-W", type=int, default=4, show_default=True)
 @click.option("--rho", type=float, default=0.4, show_default=True)
+@_TIE
+@_SEED
 @click.option("--json", "as_json", is_flag=True)
 @_guard
 def experiment_disciplines(trace_dir: str, calibration: str | None, batch: int, admitted: int, window: int,
-                           rho: float, as_json: bool) -> None:
+                           rho: float, tie_break: str, seed: int, as_json: bool) -> None:
     """The same requests under continuous batching and deadline rotation (Table 20 shape, §9.3)."""
     from ..experiment.scoped import service_disciplines
     from ..replay import ReplayConfig
 
     ReplayConfig(rho=rho)
     trace, calib, fit = _split_trace(trace_dir, calibration)
-    rows, scope = service_disciplines(trace, calib, batch, admitted, window, rho)
+    rows, scope = service_disciplines(trace, calib, batch, admitted, window, rho, tie_break, seed)
     scope["static_fit_source"] = fit
     if _scoped(scope, as_json, {"rows": [r.to_dict() for r in rows]}):
         return
     click.echo(f"{'service discipline':32s} {'mean batch':>10s} {'static':>9s} {'LFRU':>9s} {'static vs LFRU':>15s}")
     for r in rows:
         click.echo(f"{r.discipline:32s} {r.mean_batch:10.2f} {r.static:9.2%} {r.lfru:9.2%} {r.static_vs_lfru:+15.1%}")
+    _warn(scope)
 
 
 @experiment.command("prefill-order")

@@ -100,10 +100,13 @@ def nextuse_eval(model_path: str, stream_dir: str, rho: float, scope: str, seed:
 @click.option("--seed", type=int, default=0, show_default=True, help="Tie and bootstrap seed.")
 @click.option("--every", type=int, default=37, show_default=True, help="Sample every n-th eviction decision.")
 @click.option("--bootstrap", "n_boot", type=int, default=1000, show_default=True, help="Bootstrap resamples.")
+@click.option("--candidates", type=click.Choice(["residents", "residents+misses"]), default="residents",
+              show_default=True, help="residents: the blocks resident when the event begins (at most the capacity; "
+              "bypass decisions not sampled); residents+misses: also the event's not-yet-decided misses.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_guard
 def nextuse_victims(model_path: str, stream_dir: str, rho: float, scope: str, seed: int, every: int, n_boot: int,
-                    as_json: bool) -> None:
+                    candidates: str, as_json: bool) -> None:
     """Victim-ranking quality at sampled eviction decisions, tie-aware (Table 16 shape)."""
     from ..events import read_events
     from ..nextuse import access_features, advice_from_predictions, load_predictor
@@ -117,11 +120,13 @@ def nextuse_victims(model_path: str, stream_dir: str, rho: float, scope: str, se
     stream = read_events(stream_dir)
     f = access_features(stream)
     advice = advice_from_predictions(f, model.predict(f.X), {"model": model_path})
-    rep = score_decisions(record_decisions(stream, advice, rho, scope, seed, every), n_boot, seed)
+    rep = score_decisions(record_decisions(stream, advice, rho, scope, seed, every, candidates=candidates), n_boot,
+                          seed)
     if as_json:
         click.echo(json.dumps(rep.to_dict(), sort_keys=True))
         return
-    click.echo(f"{rep.n_decisions} sampled decisions (every {every}th); mean candidate set {rep.mean_candidates:.1f}, "
+    click.echo(f"{rep.n_decisions} sampled decisions (every {every}th); candidate set: {rep.candidates}; "
+               f"mean candidate set {rep.mean_candidates:.1f}, "
                f"mean optimal-victim set {rep.mean_optimal_set:.2f}; 95% CIs by cluster bootstrap over steps")
     click.echo(f"{'victim chosen by':22s} {'in optimal set':>28s} {'distance regret':>16s}")
     for k, (m, lo, hi) in rep.in_optimal_set.items():

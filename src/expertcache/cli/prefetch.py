@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
@@ -78,7 +79,8 @@ def _hidden(trace_dir: str | None, use: bool):
 @click.option("--option-steps", type=int, default=4, show_default=True, help="Option length (steps) of te-moe.")
 @click.option("--lrfu-lambda", type=float, default=0.5, show_default=True, help="LRFU decay lambda.")
 @click.option("--expert-bytes", type=int, default=None,
-              help="Bytes per expert block (S_expert) for Load/token in MB; blocks/token without it.")
+              help="Bytes per expert block (S_expert) for Load/token in MB [default: the trace's "
+                   "expert_block_bytes when its manifest declares one, else Load/token is in blocks].")
 @click.option("--policies", default=None, help="Comma list of baselines [default: all].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Tie ranks and store sampling.")
 @click.option("--tie-break", type=click.Choice(["random", "id"]), default="random", show_default=True)
@@ -107,6 +109,10 @@ def compare_cmd(source: str, calibration: str | None, rho: float, capacity: int 
                         lrfu_lambda=lrfu_lambda, seed=seed, tie_break=tie_break,
                         expert_bytes=expert_bytes, policies=names)
     data, trace_dir, label = _load_source(source)
+    declared = _declared_bytes(data)
+    if expert_bytes is None and declared:
+        expert_bytes = declared
+        cfg = CompareConfig(**{**cfg.__dict__, "expert_bytes": expert_bytes})
     hidden, _ = _hidden(trace_dir, use_hidden) if isinstance(data, RoutingTrace) else (None, "")
     calib = hidden_cal = None
     if calibration is not None:
@@ -168,6 +174,16 @@ def compare_cmd(source: str, calibration: str | None, rho: float, capacity: int 
             console.print(f"  {row.name}: {text}")
     if plot_path:
         console.print(f"figure: {plot_path}")
+
+
+def _declared_bytes(data: Any) -> int | None:
+    """The trace's (or a stream's trace's) ``expert_block_bytes``, when its manifest declares one."""
+    prov = getattr(data, "provenance", {}) or {}
+    for p in (prov, prov.get("trace_provenance") or {}):
+        v = p.get("expert_block_bytes") if isinstance(p, dict) else None
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            return int(v)
+    return None
 
 
 def _ints(text: str, name: str) -> list[int]:

@@ -93,7 +93,9 @@ def demo(batch: int, rho: float, seed: int, example: str, as_json: bool) -> None
               help="A next-use model fitted on a disjoint stream: adds the Tables 15-16 section.")
 @click.option("--labels", type=click.Path(dir_okay=False), default=None,
               help="Request categories for the workload diagnostics (CSV 'request_id,category' or JSON Lines; "
-                   "default: the trace's own, else one category).")
+                   "default: the trace's own, else one category). With 'arm' and 'source_id' columns (a probe set's "
+                   "labels) B8 matched-pair attribution is measured; the bundled "
+                   "src/expertcache/data/example_matched_trace has example_matched_labels.jsonl with both arms.")
 @click.option("--prompts", type=click.Path(), default=None,
               help="The prompts (JSON Lines or a probe-set directory) for the prompt-side fields (B1).")
 @click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Worker processes (0 = all cores).")

@@ -253,13 +253,15 @@ def _table(rows: list, title: str) -> None:
     t = Table(title=title)
     in_bytes = bool(rows) and rows[0].load_unit == "bytes/token"
     load_col = "Load (MB/token)" if in_bytes else "Load (blocks/token)"
-    for col in ("method", "category", "B", "R", "added params", "acc", "Hit", "AdjHit", load_col, "P", "m"):
-        t.add_column(col, justify="left" if col in ("method", "category") else "right")
+    for col in ("method", "category", "B", "R", "added params", "acc", "Hit", "AdjHit", load_col, "P", "m",
+                "decision availability"):
+        t.add_column(col, justify="left" if col in ("method", "category", "decision availability") else "right")
     for r in rows:
         load = r.load_per_token / 1e6 if in_bytes else r.load_per_token
         t.add_row(r.method, r.category, str(r.capacity), str(r.budget), f"{r.added_parameters:,}",
                   "-" if r.accuracy is None else f"{100 * r.accuracy:.2f}", f"{100 * r.hit:.2f}",
-                  f"{100 * r.adj_hit:.2f}", f"{load:.3f}", str(r.proactive_loads), f"{r.miss_fraction:.4f}")
+                  f"{100 * r.adj_hit:.2f}", f"{load:.3f}", str(r.proactive_loads), f"{r.miss_fraction:.4f}",
+                  r.availability)
     _console().print(t)
 
 
@@ -278,7 +280,8 @@ def _table(rows: list, title: str) -> None:
 @click.option("--offsets", default="zero", show_default=True, help="Arrival offsets, as in `events build`.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of offsets and random ties.")
 @click.option("--prefill-init/--no-prefill-init", default=True, show_default=True,
-              help="Initialise the decode cache with the first batch's prefill (CLR §4.1; not counted).")
+              help="CLR §4.1: each request's prompt is replayed (not counted) just before its decode, the protocol "
+                   "of `prefetch compare`; at --batch > 1, the first batch's prefill warms the cache instead.")
 @click.option("--prefill-chunk", type=int, default=128, show_default=True)
 @click.option("--tie-break", type=click.Choice(["random", "id"]), default="random", show_default=True)
 @click.option("--reference", is_flag=True,
@@ -286,6 +289,10 @@ def _table(rows: list, title: str) -> None:
 @click.option("--expert-bytes", type=int, default=None,
               help="S_expert for Load/token [default: the trace's expert_block_bytes (collect records it), "
                    "else Load/token is in blocks].")
+@click.option("--baselines", "baselines_dir", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Add the MoE caching / prefetch baselines of `prefetch compare` (MoE-Infinity, ProMoE, FineMoE, "
+                   "TE-MoE and the references) to the same table, their predictors fitted on this trace (e.g. the "
+                   "routers' training trace); batch 1 with per-request prefill only.")
 @click.option("--tasks", "tasks_path", type=click.Path(dir_okay=False), default=None,
               help="GSM8K-format JSON Lines for exact match (needs --model).")
 @click.option("--model", "model_path", default=None, help="The base model (the checkpoint's backbone is loaded in).")
@@ -296,7 +303,7 @@ def _table(rows: list, title: str) -> None:
 def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budgets: list[int] | None,
              capacities: list[int] | None, batch: int, offsets: str, seed: int, prefill_init: bool,
              prefill_chunk: int, tie_break: str, reference: bool, expert_bytes: int | None,
-             tasks_path: str | None,
+             baselines_dir: str | None, tasks_path: str | None,
              model_path: str | None, max_new_tokens: int, device: str | None, as_json: bool) -> None:
     """CLR Table 1-shaped results of CHECKPOINT on a held-out trace (and Table 3 sweeps)."""
     from ..events import ArrivalOffsets, build_events
@@ -304,6 +311,9 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
 
     if tasks_path and not model_path:
         _fail("--tasks needs --model")
+    if baselines_dir and not (prefill_init and batch == 1):
+        _fail("--baselines scores the prefetch baselines under the per-request prefill protocol: use --batch 1 "
+              "with --prefill-init (the defaults)")
     if budget < 0 or any(r < 0 for r in budgets or ()):
         _fail(f"--budget and --budgets take R >= 0 pre-access candidates; got {budget} and {budgets}")
     tasks = None
@@ -316,16 +326,28 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
         for b in [capacity, *(capacities or ())]:   # before the advice is computed
             if not 1 <= b < trace.n_experts:
                 _fail(f"capacity B must be in [1, N) = [1, {trace.n_experts}); got {b}")
-        if prefill_init:
+        if prefill_init and batch > 1:
             from ..events.prefill import prefill_initialised_events
 
             return prefill_initialised_events(trace, batch, prefill_chunk, "chunk-major", offs)
-        return build_events(trace, batch, offs)
+        return build_events(trace, batch, offs)   # batch 1: laid out per request below
 
     trace, stream, weights, advs = _advice(checkpoint, trace_dir, batch, offsets, seed,
                                            ("routers", "native") if reference else ("routers",), stream_for)
     adv, native = advs["routers"], advs.get("native")
     offs = ArrivalOffsets.parse(offsets, seed=seed)
+    mask = None
+    protocol = "cold cache, every decode event counted"
+    if prefill_init and batch == 1:
+        if offs.kind != "zero":
+            _fail("the per-request prefill protocol (batch 1) serves requests in input order; use --offsets zero "
+                  "or --no-prefill-init")
+        stream, mask, adv = ev.per_request_prefill(trace, adv)
+        if native is not None:
+            native = ev.per_request_prefill(trace, native)[2]
+        protocol = "per-request prefill-initialised decode (CLR §4.1): each prompt replayed, uncounted, before its decode"
+    elif prefill_init:
+        protocol = f"the first batch's prefill warms the cache ({adv.warmup_events} events, uncounted)"
     if expert_bytes is None and isinstance(trace.provenance.get("expert_block_bytes"), int):
         expert_bytes = int(trace.provenance["expert_block_bytes"])
     L, N, d = weights.temporal_w.shape
@@ -353,14 +375,35 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
         t = bar.add_task("replays", total=None)
         rows = ev.results_table(stream, adv, capacity, budget, added_temporal=L * per, added_full=2 * L * per,
                                 expert_bytes=expert_bytes, tie_break=tie_break, seed=seed, accuracy=acc,
-                                native=native, progress=lambda i, n: bar.update(t, completed=i, total=n))
+                                native=native, progress=lambda i, n: bar.update(t, completed=i, total=n),
+                                count_mask=mask)
         r_rows = ev.budget_sweep(stream, adv, capacity, budgets, expert_bytes=expert_bytes, tie_break=tie_break,
-                                 seed=seed) if budgets else []
+                                 seed=seed, count_mask=mask) if budgets else []
         b_rows = ev.capacity_sweep(stream, adv, capacities, expert_bytes=expert_bytes, tie_break=tie_break,
-                                   seed=seed) if capacities else []
+                                   seed=seed, count_mask=mask) if capacities else []
+        if baselines_dir:
+            from ..collect import read_array
+            from ..errors import ValidationError
+            from ..trace import read_trace
+
+            try:
+                h_eval, h_cal = read_array(trace_dir, "hidden"), read_array(baselines_dir, "hidden")
+            except ValidationError:
+                h_eval = h_cal = None          # both sides or neither: routing-derived features
+            r_base = budget if budget > 0 else int(round(0.75 * capacity))
+            rows += ev.baseline_rows(trace, read_trace(baselines_dir), capacity, r_base, expert_bytes=expert_bytes,
+                                     tie_break=tie_break, seed=seed, hidden=h_eval, hidden_calibration=h_cal)
+    from ..analysis.concentration import concentration, selection_counts
+
+    conc = concentration(selection_counts(trace), min(8, trace.n_experts))
     scope = {"checkpoint": checkpoint, "mode": weights.meta.get("mode"), "trained_capacity": weights.meta.get("capacity"),
-             "trace": trace_dir, "batch": batch, "offsets": offs.describe(), "warmup_events": adv.warmup_events,
-             "decode_events": stream.n_events - adv.warmup_events,
+             "trace": trace_dir, "batch": batch, "offsets": offs.describe(), "protocol": protocol,
+             "warmup_events": int((~mask).sum()) if mask is not None else adv.warmup_events,
+             "decode_events": int(mask.sum()) if mask is not None else stream.n_events - adv.warmup_events,
+             "expert_bytes": expert_bytes,
+             "concentration": {"max_expert_frequency": conc.overall_max_frequency,
+                               "top8_mass": conc.overall_topk_mass, "entropy_nats": conc.overall_entropy,
+                               "effective_experts": conc.overall_effective_experts},
              "note": ("auxiliary-only checkpoint: every row replays the same routing" if not str(
                  weights.meta.get("mode", "")).startswith(("temporal", "full", "lm")) else
                  "joint checkpoint: the classic rows replay this checkpoint's routing, not an LM-only backbone's")}
@@ -375,8 +418,12 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
                                "budget_sweep": [r.to_dict() for r in r_rows],
                                "capacity_sweep": [r.to_dict() for r in b_rows]}, sort_keys=True))
         return
-    click.echo(f"{scope['decode_events']} decode events after {scope['warmup_events']} prefill warm-up events; "
-               f"batch {batch}; {scope['note']}")
+    click.echo(f"{scope['decode_events']} decode events counted, {scope['warmup_events']} prefill events replayed "
+               f"uncounted; batch {batch}; protocol: {protocol}; {scope['note']}")
+    c = scope["concentration"]
+    click.echo(f"concentration (CLR Figs. 2-3, decode routing, mean over layers): max expert frequency "
+               f"{c['max_expert_frequency']:.2%}, top-8 mass {c['top8_mass']:.2%}, entropy {c['entropy_nats']:.3f} "
+               f"nats, effective experts {c['effective_experts']:.1f} of {N}")
     _table(rows, f"CLR Table 1 shape (B = {capacity})")
     if r_rows:
         _table(r_rows, f"budget R sweep on one checkpoint (B = {capacity})")

@@ -20,7 +20,7 @@ from ..replay import ReplayConfig, replay
 from ..trace import RoutingTrace
 
 __all__ = ["scope_block", "StaticRow", "static_vs_dynamic", "DisciplineRow", "service_disciplines", "AffinityRow",
-           "affinity_experiment"]
+           "affinity_experiment", "per_step_transferred", "nearest_rank", "SHARE_MIN_GAIN", "small_trace_warnings"]
 
 
 def scope_block(trace: RoutingTrace, rho: float, concurrency: str, discipline: str, fairness: str) -> dict[str, Any]:
@@ -46,16 +46,20 @@ class StaticRow:
 
 
 def static_vs_dynamic(trace: RoutingTrace, calibration: RoutingTrace, batches: Sequence[int] = (2, 4, 8, 16),
-                      rho: float = 0.4) -> tuple[list[StaticRow], dict[str, Any]]:
+                      rho: float = 0.4, tie_break: str = "random", seed: int = 0
+                      ) -> tuple[list[StaticRow], dict[str, Any]]:
     """Table 19 shape. ``static_vs_lfru = (m_lfru - m_static) / m_lfru`` (negative: static is worse)."""
     rows = []
     for b in batches:
         s = build_events(trace, b)
         cal = build_events(calibration, b)
-        m = {p: replay(s, ReplayConfig(p, rho=rho), cal).miss_fraction for p in ("static", "lfru", "belady")}
+        m = {p: replay(s, ReplayConfig(p, rho=rho, tie_break=tie_break, seed=seed), cal).miss_fraction
+             for p in ("static", "lfru", "belady")}
         rows.append(StaticRow(int(b), m["static"], m["lfru"], m["belady"], (m["lfru"] - m["static"]) / m["lfru"]))
     scope = scope_block(trace, rho, f"B in {list(batches)}", "continuous batching (FCFS)", "n/a")
     scope["static_fit"] = "calibration trace, frozen; initial load counted"
+    scope["tie_break"] = f"{tie_break} (seed {seed})" if tie_break == "random" else tie_break
+    scope["warnings"] = small_trace_warnings(trace, max(batches))
     return rows, scope
 
 
@@ -73,19 +77,39 @@ class DisciplineRow:
         return asdict(self)
 
 
+def small_trace_warnings(trace: RoutingTrace, batch: int, admitted: int | None = None) -> list[str]:
+    """Defaults that degenerate on a trace this small: more slots than requests (B8/B4 of the checklist read wrong)."""
+    n = trace.n_requests
+    out = []
+    if admitted is not None and n < admitted:
+        out.append(f"the trace has {n} requests but {admitted} admitted sessions were asked for: rotation can never "
+                   f"fill its admission pool (lower --admitted)")
+    if n < batch:
+        out.append(f"the trace has {n} requests but B = {batch}: at most {n} are ever active, so rows for B >= {n} "
+                   "are the same schedule")
+    elif admitted is not None and n < 2 * admitted:
+        out.append(f"the trace has {n} requests, fewer than twice the {admitted} admitted sessions: the rotation "
+                   "trajectory is mostly its ramp-up and drain")
+    return out
+
+
 def service_disciplines(trace: RoutingTrace, calibration: RoutingTrace, batch: int = 8, admitted: int = 24,
-                        window: int = 4, rho: float = 0.4) -> tuple[list[DisciplineRow], dict[str, Any]]:
+                        window: int = 4, rho: float = 0.4, tie_break: str = "random", seed: int = 0
+                        ) -> tuple[list[DisciplineRow], dict[str, Any]]:
     """Table 20 shape: continuous batching at ``batch`` vs rotation (``admitted``/``batch``, ``window``)."""
     cal = build_events(calibration, batch)
     cont = build_events(trace, batch)
     rot, stats = rotation_events(trace, RotationConfig(admitted, batch, window))
     rows = []
     for name, s in (("continuous batching", cont), (f"rotation {admitted}/{batch}, W={window}", rot)):
-        m = {p: replay(s, ReplayConfig(p, rho=rho), cal).miss_fraction for p in ("static", "lfru")}
+        m = {p: replay(s, ReplayConfig(p, rho=rho, tie_break=tie_break, seed=seed), cal).miss_fraction
+             for p in ("static", "lfru")}
         mean_batch = float(s.active[s.layer == s.layer.min()].mean())
         rows.append(DisciplineRow(name, mean_batch, m["static"], m["lfru"], (m["lfru"] - m["static"]) / m["lfru"]))
     scope = scope_block(trace, rho, f"B = {batch}", "continuous batching vs deadline rotation",
                         f"rotation: W = {window}, max interval {stats.max_interval}")
+    scope["tie_break"] = f"{tie_break} (seed {seed})" if tie_break == "random" else tie_break
+    scope["warnings"] = small_trace_warnings(trace, batch, admitted)
     return rows, scope
 
 
@@ -312,9 +336,46 @@ def category_partition(trace: RoutingTrace, categories: Any, groups: Sequence[Se
     return res, scope
 
 
+#: Below this |oracle gain| the share causal/oracle is a ratio of noise and prints as "n/a".
+SHARE_MIN_GAIN = 0.005
+
+
+def nearest_rank(values: Any, q: float = 99.0) -> float:
+    """The smallest value with at least ``q`` percent of ``values`` at or below it (0 for no values)."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=np.float64)
+    return float(np.percentile(v, q, method="inverted_cdf")) if v.size else 0.0
+
+
+def per_step_transferred(stream: EventStream, config: ReplayConfig,
+                         calibration: EventStream | None = None) -> Any:
+    """Demand-missed blocks per scheduling step (``int64[n_steps]``, step order): the miss-burst series.
+
+    Computed without touching the replay kernels: ``T(e)``, the demand misses counted from event ``e`` on
+    (``ReplayConfig.warmup_events = e``; the same decisions, only the counting starts later), is taken at
+    every step's first event, and a step's misses are ``T(start) - T(next start)``. One replay per step,
+    so the cost is ``O(steps x events)``.
+    """
+    from dataclasses import replace
+
+    import numpy as np
+
+    _, starts = np.unique(stream.step, return_index=True)
+    tail = np.array([replay(stream, replace(config, warmup_events=int(e)), calibration).demand_misses
+                     for e in starts] + [0], dtype=np.int64)
+    return tail[:-1] - tail[1:]
+
+
 @dataclass(frozen=True)
 class AffinityRow:
-    """Table 18 shape: one residency policy under the three schedulers (full-trajectory replays)."""
+    """Table 18 shape: one residency policy under the three schedulers (full-trajectory replays).
+
+    ``p99_blocks`` holds, per scheduler, the nearest-rank p99 of the blocks demand-missed per step (the
+    miss-burst tail, in blocks); ``delta_p99_causal`` is its relative change, causal vs FCFS, and depends on
+    the policy. ``delta_latency_p99_causal`` is the p99 request-completion latency proxy (steps) of the
+    schedule alone: the same for every policy.
+    """
 
     policy: str
     fcfs: float
@@ -323,33 +384,41 @@ class AffinityRow:
     causal_gain: float
     oracle_gain: float
     share: float | None
-    delta_p99_causal: float
+    delta_p99_causal: float | None
+    p99_blocks: dict[str, float]
+    delta_latency_p99_causal: float
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 def affinity_experiment(trace: RoutingTrace, config: RotationConfig, rho: float = 0.4,
-                        policies: tuple[str, ...] = ("lfru", "static-same-trace"), scope: str = "per-layer",
-                        calibration: EventStream | None = None, offsets: ArrivalOffsets | None = None
+                        policies: tuple[str, ...] = ("lfru", "static"), scope: str = "per-layer",
+                        calibration: EventStream | None = None, offsets: ArrivalOffsets | None = None,
+                        tie_break: str = "random", seed: int = 0
                         ) -> tuple[list[AffinityRow], dict[str, RotationStats]]:
     """Replay each policy on the complete trajectory of each scheduler (§8.3): gains, share and Δp99.
 
-    ``causal_gain = (m_fcfs - m_causal) / m_fcfs``; ``share = causal_gain / oracle_gain``;
-    ``delta_p99_causal`` = relative change of the p99 latency proxy, causal vs FCFS.
+    ``causal_gain = (m_fcfs - m_causal) / m_fcfs``; ``share = causal_gain / oracle_gain`` (``None`` when
+    ``|oracle_gain| < SHARE_MIN_GAIN``); ``delta_p99_causal`` = relative change of the p99 of per-step
+    demand-missed blocks, causal vs FCFS (``None`` when the FCFS p99 is 0). ``static`` is frozen: its pin
+    list is fitted on ``calibration`` once and used on every trajectory; ``static-same-trace`` is the
+    diagnostic refitted on each scheduler's own trajectory.
     """
     streams, stats = {}, {}
     for name in SCHEDULERS:
         cfg = RotationConfig(config.admitted, config.batch, config.window, name)
         streams[name], stats[name] = rotation_events(trace, cfg, offsets)
     rows = []
+    lat = stats["causal_prev_route"].p99_latency_steps / stats["fcfs_deadline"].p99_latency_steps - 1.0
     for policy in policies:
-        m = {name: replay(s, ReplayConfig(policy, rho=rho, scope=scope), calibration).miss_fraction
-             for name, s in streams.items()}
+        rc = ReplayConfig(policy, rho=rho, scope=scope, tie_break=tie_break, seed=seed)
+        m = {name: replay(s, rc, calibration).miss_fraction for name, s in streams.items()}
+        p99 = {name: nearest_rank(per_step_transferred(s, rc, calibration)) for name, s in streams.items()}
         f, c, o = m["fcfs_deadline"], m["causal_prev_route"], m["oracle_current_route"]
         cg = (f - c) / f if f else 0.0
         og = (f - o) / f if f else 0.0
-        rows.append(AffinityRow(policy, f, c, o, cg, og, cg / og if og else None,
-                                stats["causal_prev_route"].p99_latency_steps / stats["fcfs_deadline"].p99_latency_steps
-                                - 1.0))
+        share = cg / og if abs(og) >= SHARE_MIN_GAIN else None
+        dp = p99["causal_prev_route"] / p99["fcfs_deadline"] - 1.0 if p99["fcfs_deadline"] else None
+        rows.append(AffinityRow(policy, f, c, o, cg, og, share, dp, p99, lat))
     return rows, stats

@@ -33,14 +33,18 @@ from ..replay import _kernels as K
 from ..replay.engine import _advice_next_use, _tie_ranks
 from .advice import Advice
 
-__all__ = ["VictimDecisions", "record_decisions", "VictimReport", "score_decisions", "cluster_bootstrap"]
+__all__ = ["VictimDecisions", "CANDIDATE_SETS", "record_decisions", "VictimReport", "score_decisions", "cluster_bootstrap"]
 
 
 @jit
 def _record(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_scope, pred_next, true_next, capacity,
-            tie, every, max_rows, dec_unit, dec_step, dec_start, dec_len, dec_choice,
+            tie, every, max_rows, residents_only, dec_unit, dec_step, dec_start, dec_len, dec_choice,
             c_block, c_true, c_pred, c_last, c_freq):
-    """Replay predicted-next-use with a max-heap on predicted keys; record every ``every``-th decision."""
+    """Replay predicted-next-use with a max-heap on predicted keys; record every ``every``-th decision.
+
+    ``residents_only``: the candidates are the blocks resident before the event (this event's misses are
+    left out, and a decision whose victim is one of them, a bypass, is not sampled).
+    """
     n_blocks = n_layers * n_experts
     n_events = offsets.shape[0] - 1
     heap, hk, size, pos, low = K.next_use_heaps(capacity, n_blocks, K._max_unit(offsets, True), tie)
@@ -48,6 +52,7 @@ def _record(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_scop
     freq = np.zeros(n_blocks, dtype=np.int64)
     cur_true = np.zeros(n_blocks, dtype=np.int64)
     cur_pred = np.zeros(n_blocks, dtype=np.int64)
+    missed_at = np.full(n_blocks, -1, dtype=np.int64)
     n_dec = 0
     n_rows = 0
     pops = 0
@@ -71,22 +76,27 @@ def _record(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_scop
                 size[p] = n + 1
                 K._up(heap, hk, p, n, b, key, pos)
                 n_miss += 1
+                missed_at[b] = i
         while size[p] > cap:
             pops += 1
-            if pops % every == 0 and n_dec < dec_unit.shape[0] and n_rows + size[p] <= max_rows:
+            bypass = residents_only and missed_at[heap[p, 0]] == i
+            if pops % every == 0 and not bypass and n_dec < dec_unit.shape[0] and n_rows + size[p] <= max_rows:
                 dec_unit[n_dec] = i
                 dec_step[n_dec] = ev_step[i]
                 dec_start[n_dec] = n_rows
-                dec_len[n_dec] = size[p]
                 dec_choice[n_dec] = heap[p, 0]
+                n0 = n_rows
                 for j in range(size[p]):
                     q = heap[p, j]
+                    if residents_only and missed_at[q] == i:
+                        continue
                     c_block[n_rows] = q
                     c_true[n_rows] = cur_true[q]
                     c_pred[n_rows] = cur_pred[q]
                     c_last[n_rows] = last[q]
                     c_freq[n_rows] = freq[q]
                     n_rows += 1
+                dec_len[n_dec] = n_rows - n0
                 n_dec += 1
             b = heap[p, 0]
             pos[b] = -1
@@ -113,12 +123,28 @@ class VictimDecisions:
     last: np.ndarray
     freq: np.ndarray
     tie: np.ndarray
+    candidates: str = "residents"
+
+
+#: Candidate sets :func:`record_decisions` can record.
+CANDIDATE_SETS = ("residents", "residents+misses")
 
 
 def record_decisions(stream: EventStream, advice: Advice, rho: float = 0.4, scope: str = "per-layer",
                      seed: int = 0, every: int = 37, max_decisions: int = 50_000,
-                     max_rows: int = 5_000_000) -> VictimDecisions:
-    """Replay predicted-next-use under ``advice`` and record every ``every``-th eviction decision."""
+                     max_rows: int = 5_000_000, candidates: str = "residents") -> VictimDecisions:
+    """Replay predicted-next-use under ``advice`` and record every ``every``-th eviction decision.
+
+    ``candidates="residents"`` (default, the §7.3 reading): the blocks resident when the event begins, so
+    a decision ranks at most the capacity; decisions whose victim is one of the event's own misses
+    (bypasses) are not sampled. ``"residents+misses"``: the residents plus the event's not-yet-decided
+    misses, everything the policy's heap holds at the pop.
+    """
+    from ..errors import ValidationError
+
+    if candidates not in CANDIDATE_SETS:
+        raise ValidationError(f"candidates must be one of {', '.join(CANDIDATE_SETS)}; got {candidates!r}",
+                              field="candidates")
     cfg = ReplayConfig("predicted-next-use", rho=rho, scope=scope, seed=seed)
     pred = _advice_next_use(stream, cfg, advice)
     L, N = stream.n_layers, stream.n_experts
@@ -129,10 +155,10 @@ def record_decisions(stream: EventStream, advice: Advice, rho: float = 0.4, scop
     d = [np.empty(max_decisions, dtype=np.int64) for _ in range(5)]
     c = [np.empty(max_rows, dtype=np.int64) for _ in range(5)]
     n_dec, n_rows = _record(stream.offsets, stream.expert, stream.layer, stream.step, N, L, scope == "global", pred,
-                            true_next, caps, tie, max(1, int(every)), max_rows, *d, *c)
+                            true_next, caps, tie, max(1, int(every)), max_rows, candidates == "residents", *d, *c)
     d = [x[:n_dec] for x in d]
     c = [x[:n_rows] for x in c]
-    return VictimDecisions(stream.n_events, *d, *c, tie)
+    return VictimDecisions(stream.n_events, *d, *c, tie, candidates)
 
 
 def _avg_ranks(x: np.ndarray) -> np.ndarray:
@@ -162,6 +188,7 @@ class VictimReport:
     """Table 16 shape: per chooser, in-optimal-set rate and distance regret, with 95% cluster-bootstrap CIs."""
 
     n_decisions: int
+    candidates: str
     mean_candidates: float
     mean_optimal_set: float
     in_optimal_set: dict[str, tuple[float, float, float]]
@@ -223,6 +250,6 @@ def score_decisions(dec: VictimDecisions, n_boot: int = 1000, seed: int = 0) -> 
         sp_ex[j] = _spearman(pn[~never].astype(np.float64), (dist + t)[~never])
     boot = {k: cluster_bootstrap(inset[k], dec.step, n_boot, seed) for k in names}
     rboot = {k: cluster_bootstrap(regret[k], dec.step, n_boot, seed) for k in names}
-    return VictimReport(n, float(dec.length.mean()) if n else 0.0, float(opt_sizes.mean()) if n else 0.0, boot,
+    return VictimReport(n, dec.candidates, float(dec.length.mean()) if n else 0.0, float(opt_sizes.mean()) if n else 0.0, boot,
                         rboot, cluster_bootstrap(sp_all, dec.step, n_boot, seed),
                         cluster_bootstrap(sp_ex, dec.step, n_boot, seed))

@@ -22,7 +22,11 @@ from ..replay.proactive import ProactiveConfig, ProactiveResult, replay_proactiv
 from ..trace import PREFILL, RoutingTrace, select_requests
 from .produced import Produced, request_rows
 
-__all__ = ["BASELINES", "CompareConfig", "CompareRow", "CompareReport", "compare", "split_trace", "plot_compare"]
+#: Why the Least-Stale row is replayed with the LRU key (a finding in itself).
+LEAST_STALE_NOTE = ("equals LRU without prefetch: with one event per (step, layer) and per-layer caches the "
+                    "stalest step holds the least recently used block, so both evict the same block")
+
+__all__ = ["LEAST_STALE_NOTE", "BASELINES", "CompareConfig", "CompareRow", "CompareReport", "compare", "split_trace", "plot_compare"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,8 @@ BASELINES: dict[str, Baseline] = {b.name: b for b in (
     Baseline("lru", "classic (update-only)", "least recently used", False, False),
     Baseline("lfu", "classic (update-only)", "least frequently used", False, False),
     Baseline("lrfu", "classic (update-only)", "LRFU, Lee et al., lambda", False, False),
+    Baseline("least-stale", "MoE caching / prefetch", "SpecMD Least-Stale: evict the block of the stalest step",
+             False, False),
     Baseline("moe-infinity", "MoE caching / prefetch", "activation-aware caching (EAM matching)", True, False),
     Baseline("promoe", "MoE caching / prefetch", "lookahead predictor l -> l+d", True, True),
     Baseline("finemoe", "MoE caching / prefetch", "expert-map search", True, True),
@@ -265,6 +271,11 @@ def compare(source: RoutingTrace | EventStream, config: CompareConfig = CompareC
                 avail = "Curr. layer"
                 p = Produced(None, name, False, availability=avail,
                              note=f"lambda = {config.lrfu_lambda}" if name == "lrfu" else "")
+            elif name == "least-stale":
+                # one event per (step, layer) and a cache per layer: a block's last step orders exactly as its
+                # last use, so the stalest step's block is the least recently used one (same ties)
+                p = Produced(None, "lru", False, availability="Curr. layer",
+                             note=LEAST_STALE_NOTE)
             elif name == "moe-infinity":
                 p = activation_aware(ctx, calibration, config.store_size)
             elif name == "promoe":
@@ -319,6 +330,7 @@ def plot_compare(report: CompareReport, path) -> Any:
     ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
     lo, hi = min(report.capacity_per_layer), max(report.capacity_per_layer)
     cap = f"{lo}" if lo == hi else f"{lo}-{hi}"
-    ax.set_title(f"{report.source or 'trace'}: c = {cap} per layer, R = {report.budget}, batch {report.batch or '?'}",
+    name = Path(report.source).name if report.source else "trace"      # never an absolute path in a figure
+    ax.set_title(f"{name or 'trace'}: c = {cap} per layer, R = {report.budget}, batch {report.batch or '?'}",
                  fontsize=9)
     return save_figure(fig, path)

@@ -31,9 +31,10 @@ from ..analysis import (
 from ..analysis.alignment import reference_frame_r_null
 from ..analysis.concentration import selection_counts
 from ..events import ArrivalOffsets, EventStream, build_events, read_events
-from ..replay import ReplayConfig, policy_names, replay_curve, sweep
+from ..replay import ReplayConfig, policy_names, replay_curve, sweep, total_capacity
 from ..storage import MANIFEST, atomic_directory, sha256_file
 from ..trace import DECODE, RoutingTrace, read_trace
+from ..trace.provenance import import_record, shape_caveat
 from .block import NOT_REPORTED, _appendix_b
 from .config import PRESETS, Report, ReportConfig
 from .figures import FIG_SEMANTICS, _figures
@@ -52,6 +53,43 @@ def _load(path: Path) -> tuple[RoutingTrace | None, EventStream, dict[str, Any]]
     if manifest.get("kind") == "routing_trace":
         return read_trace(path), None, manifest   # stream built later at the configured batch
     return None, read_events(path), manifest
+
+
+def _occupancy(stream: EventStream) -> dict[str, Any]:
+    """Active requests per scheduling step (one count per step, not per event)."""
+    _, first = np.unique(stream.step, return_index=True)
+    act = stream.active[first]
+    return {"max_active": int(act.max()) if act.size else 0, "mean_active": float(act.mean()) if act.size else 0.0,
+            "n_steps": int(act.size)}
+
+
+def _conformance_check() -> dict[str, Any]:
+    """Replay the §2.5 conformance trace now, under both semantics, against its hand-derived counts."""
+    from dataclasses import replace
+
+    from ..conformance import CONFORMANCE_CONFIG, EXPECTED, conformance_stream
+    from ..replay import replay
+
+    stream = conformance_stream()
+    measured = {}
+    for sem in EXPECTED:
+        r = replay(stream, replace(CONFORMANCE_CONFIG, semantics=sem))
+        measured[sem] = (r.hits, r.demand_misses)
+    return {"measured": measured, "expected": dict(EXPECTED), "passed": measured == dict(EXPECTED)}
+
+
+def _static_identity(stream: EventStream, hist: np.ndarray, shares: list[dict], scope: str,
+                     seed: int) -> list[dict[str, Any]]:
+    """§9.2: ``1 - share`` predicted from the histogram against the simulated static-same-trace union miss ratio."""
+    from ..replay import replay
+
+    rows = []
+    for row in shares:
+        f = row["fraction_of_blocks"]
+        r = replay(stream, ReplayConfig("static-same-trace", rho=f, scope="per-layer", seed=seed))
+        rows.append({**row, "predicted_union_miss_ratio": 1.0 - row["share_of_accesses"],
+                     "simulated_union_miss_ratio": r.demand_misses / r.union if r.union else 0.0})
+    return rows
 
 
 def build_report(source: str | os.PathLike[str], config: ReportConfig = ReportConfig(),
@@ -77,8 +115,10 @@ def build_report(source: str | os.PathLike[str], config: ReportConfig = ReportCo
                                  tie_seeds=config.seeds[:1], jobs=config.jobs)
             if config.n_permutations else None)
     hist = access_histogram(stream)
-    shares = access_share_table(hist)
-    conc = concentration(selection_counts(trace if trace is not None else stream), k)
+    shares = _static_identity(stream, hist, access_share_table(hist), scope, config.seeds[0])
+    counts = selection_counts(trace if trace is not None else stream)
+    conc = concentration(counts, k)
+    top8 = concentration(counts, min(8, N)).overall_topk_mass
     gates = gate_mass_by_rank(trace) if trace is not None else None
     best = gap.best_causal
     by_policy = {(r.policy, r.semantics): r for r in results}
@@ -97,8 +137,9 @@ def build_report(source: str | os.PathLike[str], config: ReportConfig = ReportCo
                               block_bytes if block_bytes else 1.0, gap.gap,
                               config.target_tokens_per_s, config.bandwidth_budget, projection=projection)
     curve_grid = [round(0.05 * i, 2) for i in range(1, 20)]
+    curve_policies = tuple(dict.fromkeys(("lru", gap.best_causal, "belady")))   # the best causal policy too
     curves = {p: [(c.rho, c.miss_fraction) for c in replay_curve(
-        stream, ReplayConfig(p, scope=scope, seed=config.seeds[0]), curve_grid)] for p in ("lru", "belady")}
+        stream, ReplayConfig(p, scope=scope, seed=config.seeds[0]), curve_grid)] for p in curve_policies}
     rho_sweep = []
     for r in config.rhos:
         g = gap_decomposition(stream, r, scope, seeds=config.seeds[:1], jobs=config.jobs)
@@ -111,7 +152,7 @@ def build_report(source: str | os.PathLike[str], config: ReportConfig = ReportCo
             sb = build_events(trace, b, ArrivalOffsets.parse(config.offsets))
             g = gap_decomposition(sb, rho, scope, seeds=config.seeds[:1], jobs=config.jobs)
             rs = regime_stats(sb, rho, scope)
-            batch_sweep.append({"batch": b, "union_mean": rs.union_mean, "union_p95": rs.union_p95,
+            batch_sweep.append({"batch": b, **_occupancy(sb), "union_mean": rs.union_mean, "union_p95": rs.union_p95,
                                 "r_mean": rs.r_mean, "fraction_over_1": rs.r_fraction_over_1, "gap": g.gap,
                                 "best_causal": g.best_causal})
     ratio = stream.event_size / np.maximum(regime.capacity_mean, 1e-12) if scope == "global" else \
@@ -121,7 +162,8 @@ def build_report(source: str | os.PathLike[str], config: ReportConfig = ReportCo
     declared = {key: prov.get(key, NOT_REPORTED) for key in
                 ("chat_template_applied", "templates_per_category", "distinct_prompt_heads", "distinct_final_lines",
                  "position_locked_cohorts", "unique_generated_sequences", "positional_token_agreement",
-                 "expert_jaccard_low_text_overlap", "effect_stable_across_position_bands")}
+                 "expert_jaccard_low_text_overlap", "effect_stable_across_position_bands",
+                 "matched_pair_attribution")}
     if trace is not None:   # measured, not declared: the §5 diagnostics (B1, B5-B7) of expertcache.audit
         from ..audit import workload_block
 
@@ -131,7 +173,7 @@ def build_report(source: str | os.PathLike[str], config: ReportConfig = ReportCo
 
             prompt_stats = prompt_diagnostics(read_prompts(config.prompts))
         measured = workload_block(trace, config.labels, prompts=prompt_stats,
-                                  offsets=ArrivalOffsets.parse(config.offsets))
+                                  offsets=ArrivalOffsets.parse(config.offsets), batch=config.batch)
         declared.update({key: v for key, v in measured.items() if key in declared and v != NOT_REPORTED})
     data = {
         "tool_version": __version__,
@@ -144,13 +186,20 @@ def build_report(source: str | os.PathLike[str], config: ReportConfig = ReportCo
                   "union_over_logical": stream.union / stream.logical},
         "service": {"discipline": stream.provenance.get("discipline", NOT_REPORTED),
                     "batch": stream.provenance.get("batch", NOT_REPORTED),
-                    "offsets": stream.provenance.get("offsets", NOT_REPORTED)},
+                    "offsets": stream.provenance.get("offsets", NOT_REPORTED),
+                    "n_requests": stream.provenance.get("n_requests", NOT_REPORTED)},
+        "occupancy": _occupancy(stream),
+        "capacity": {"total": total_capacity(rho, L, N)},
+        "shape_caveat": shape_caveat(prov, N) or shape_caveat(stream.provenance, N),
+        "import": dict(import_record(prov) or import_record(stream.provenance)) or NOT_REPORTED,
+        "conformance": _conformance_check(),
         "regime": regime.to_dict(),
         "policy_by_semantics": [{"policy": p, "semantics": s, "miss_fraction": m} for (p, s), m in fig1.items()],
         "gap": gap.to_dict(),
         "permutation": perm.to_dict() if perm else NOT_REPORTED,
         "static_access_share": shares,
         "concentration": conc.to_dict(),
+        "top8_mass": top8,
         "gate_mass_by_rank": gates.tolist() if gates is not None else NOT_REPORTED,
         "traffic": {**traffic.to_dict(), "block_bytes_source": source_of_bytes}
         if block_bytes else {"blocks_per_token_causal": traffic.causal_blocks_per_token,
@@ -172,7 +221,9 @@ def build_report(source: str | os.PathLike[str], config: ReportConfig = ReportCo
     block, block_fields = _appendix_b(data, config)
     data["reporting_block"] = block_fields
     figures = {"fig1": fig1, "batch_sweep": batch_sweep, "rho_sweep": rho_sweep, "gap": gap, "perm": perm,
-               "curves": curves, "ratio": ratio}
+               "curves": curves, "ratio": ratio, "event_size": stream.event_size,
+               "capacities": (list(regime.capacity_per_layer) if scope != "global"
+                              else [total_capacity(rho, L, N) / L])}
     return Report(data, block, figures)
 
 

@@ -18,7 +18,11 @@ def _markdown(report: Report, figures: list[str]) -> str:
               f"Input `{d['input']['path']}` ({d['input']['kind']}), manifest sha256 "
               f"`{d['input']['manifest_sha256']}`; data files: "
               + ", ".join(f"`{k}` sha256 `{v}`" for k, v in d["input"]["files"].items()) + ".", "",
+              *_import_section(d),
               "## Reporting block (Appendix B.1)", "", "```", report.block.rstrip(), "```", "",
+              "Every p95 in this report is nearest-rank (the smallest value with at least 95% of the values at or "
+              "below it). The block's gap is the mean over the tie seeds; the sweep tables replay tie seed "
+              f"{d['gap']['seeds'][0]} only and say so.", "",
               "## Policies under two replay semantics", "", "| policy | sequential-ascending | event-atomic | inflation |",
               "|---|---|---|---|"]
     fig1 = {(r["policy"], r["semantics"]): r["miss_fraction"] for r in d["policy_by_semantics"]}
@@ -32,14 +36,23 @@ def _markdown(report: Report, figures: list[str]) -> str:
               f"tie seeds {list(g['seeds'])}, gap spread {_fmt(g['gap_spread'])} (implementation stability, "
               "not a confidence interval).", "", "| policy | mean miss fraction |", "|---|---|"]
     lines += [f"| {p} | {m:.2%} |" for p, m in g["miss_fraction"].items()]
-    lines += ["", "## Regime sweeps (Tables 9-10 shape)", "", "| rho | mean r | gap | best causal |", "|---|---|---|---|"]
+    seed0 = g["seeds"][0]
+    lines += ["", "## Regime sweeps (Tables 9-10 shape)", "",
+              f"| rho | mean r | gap (tie seed {seed0}) | best causal |", "|---|---|---|---|"]
     lines += [f"| {r['rho']:g} | {r['r_mean']:.3f} | {_fmt(r['gap'], True)} | {r['best_causal']} |"
               for r in d["rho_sweep"]]
     if isinstance(d["batch_sweep"], list):
-        lines += ["", "| B | union mean | p95 | mean r | fraction > 1 | gap | best causal |", "|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['batch']} | {r['union_mean']:.2f} | {r['union_p95']:.0f} | {r['r_mean']:.3f} | "
+        lines += ["", f"| B | max active | mean active | union mean | p95 | mean r | fraction > 1 | "
+                      f"gap (tie seed {seed0}) | best causal |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['batch']} | {r['max_active']} | {r['mean_active']:.2f} | {r['union_mean']:.2f} | "
+                  f"{r['union_p95']:g} | {r['r_mean']:.3f} | "
                   f"{r['fraction_over_1']:.2%} | {_fmt(r['gap'], True)} | {r['best_causal']} |"
                   for r in d["batch_sweep"]]
+        n_req = d["service"].get("n_requests")
+        capped = [r["batch"] for r in d["batch_sweep"] if isinstance(n_req, int) and r["batch"] >= n_req]
+        if len(capped) >= 2:
+            lines += ["", f"The trace has {n_req} requests, so B = {', '.join(map(str, capped))} schedule every "
+                      f"request at once: those rows are the same schedule and necessarily identical."]
     perm = d["permutation"]
     if isinstance(perm, dict):
         lines += ["", "## Permutation ablation (§6.5)", "",
@@ -47,12 +60,20 @@ def _markdown(report: Report, figures: list[str]) -> str:
                   f"{len(perm['permuted_gaps'])} step permutations (same event multiset, same mean r): gaps "
                   + ", ".join(_fmt(x, True) for x in perm["permuted_gaps"]) + "; best causal "
                   + ", ".join(perm["permuted_best_causal"]) + "."]
-    lines += ["", "## Static identity (§9.2)", "", "| top fraction of blocks | share of accesses |", "|---|---|"]
-    lines += [f"| {r['fraction_of_blocks']:.0%} | {r['share_of_accesses']:.2%} |" for r in d["static_access_share"]]
+    lines += ["", "## Static identity (§9.2)", "",
+              "A static pinned set never evicts, so its union miss ratio is predicted by the access histogram alone "
+              "(1 - share captured by each layer's top blocks); the last column replays static-same-trace at that "
+              "fraction (per-layer quotas) and must agree.", "",
+              "| top fraction of blocks | share of accesses | predicted union miss ratio | simulated (replay) |",
+              "|---|---|---|---|"]
+    lines += [f"| {r['fraction_of_blocks']:.0%} | {r['share_of_accesses']:.2%} | "
+              f"{r['predicted_union_miss_ratio']:.4%} | {r['simulated_union_miss_ratio']:.4%} |"
+              for r in d["static_access_share"]]
     c = d["concentration"]
     lines += ["", "## Concentration (CLR Fig. 2-3) and gate mass by rank (§9.4)", "",
-              f"Mean over layers: max expert frequency {c['overall_max_frequency']:.2%}, top-k mass "
-              f"{c['overall_topk_mass']:.2%}, entropy {c['overall_entropy']:.3f} nats, effective experts "
+              f"Mean over layers: max expert frequency {c['overall_max_frequency']:.2%}, top-k mass (k = "
+              f"{d['shape']['top_k']}) {c['overall_topk_mass']:.2%}, top-8 mass (CLR's) {d['top8_mass']:.2%}, entropy "
+              f"{c['overall_entropy']:.3f} nats, effective experts "
               f"{c['overall_effective_experts']:.1f} of {d['shape']['n_experts']}."]
     gm = d["gate_mass_by_rank"]
     lines.append("Gate mass by rank: " + (", ".join(f"{x:.1%}" for x in gm) if isinstance(gm, list) else gm) + ".")
@@ -64,8 +85,9 @@ def _markdown(report: Report, figures: list[str]) -> str:
                   f"fraction of the gap recovered {_fmt(nu['fraction_of_gap_recovered'], True)} "
                   f"(best causal {nu['best_causal']}).", "", "| policy | miss fraction |", "|---|---|"]
         lines += [f"| {p} | {m:.2%} |" for p, m in nu["miss_fraction"].items()]
-        lines += ["", f"{v['n_decisions']} sampled eviction decisions; mean candidate set "
-                  f"{v['mean_candidates']:.1f}, mean optimal-victim set {v['mean_optimal_set']:.2f}.", "",
+        lines += ["", f"{v['n_decisions']} sampled eviction decisions; candidate set: {v.get('candidates', 'residents')} "
+                  f"(the blocks resident when the event begins), mean {v['mean_candidates']:.1f}; mean optimal-victim "
+                  f"set {v['mean_optimal_set']:.2f}.", "",
                   "| victim chosen by | in optimal set [95% CI] | distance regret |", "|---|---|---|"]
         lines += [f"| {k} | {m:.2%} [{lo:.2%}, {hi:.2%}] | {v['distance_regret'][k][0]:.5f} |"
                   for k, (m, lo, hi) in v["in_optimal_set"].items()]
@@ -76,3 +98,23 @@ def _markdown(report: Report, figures: list[str]) -> str:
     if not figures:
         lines.append(str(d.get("figures", "Figures were not requested (--no-figures).")))
     return "\n".join(lines) + "\n"
+
+
+def _import_section(d: dict) -> list[str]:
+    """What the import of a foreign trace inferred and dropped (empty for a trace that was not imported)."""
+    rec = d.get("import")
+    if not isinstance(rec, dict):
+        return []
+    lines = ["## What the import inferred and dropped", "",
+             f"Imported from `{rec.get('format', 'unknown')}`: {rec.get('n_requests', '?')} requests, "
+             f"{rec.get('n_steps', '?')} tokens kept of {rec.get('n_rows', '?')} rows read.", ""]
+    inferred = rec.get("inferred") or []
+    lines.append("- inferred: " + (", ".join(inferred) if inferred else "nothing (every shape parameter given)"))
+    if d.get("shape_caveat"):
+        lines.append(f"- {d['shape_caveat']}")
+    lines.append(f"- dropped: {rec.get('n_incomplete_steps', 0)} incomplete steps (a layer missing), "
+                 f"{rec.get('n_bad_rows', 0)} bad rows; {rec.get('n_position_gaps', 0)} requests with position gaps")
+    for key in ("incomplete_examples", "bad_row_examples"):
+        lines += [f"  - {x}" for x in rec.get(key) or []]
+    lines += [f"- note: {n}" for n in rec.get("notes") or []]
+    return lines + [""]

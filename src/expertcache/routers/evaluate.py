@@ -26,11 +26,17 @@ from ..errors import ValidationError
 from ..events import EventStream
 from .advice import RouterAdvice
 
-__all__ = ["TableRow", "results_table", "budget_sweep", "capacity_sweep", "AccuracyResult", "exact_match",
+__all__ = ["TableRow", "BASELINE_ROWS", "COMPARE_BASELINES", "baseline_rows", "per_request_prefill", "results_table", "budget_sweep", "capacity_sweep", "AccuracyResult", "exact_match",
            "concentration_by_weight", "CLASSIC"]
 
 #: The classic replacement rows of CLR Tab. 1 (retention keys of the proactive replay).
 CLASSIC = ("lru", "lfu", "lrfu")
+
+#: Row name, retention key, decision availability of each baseline row (``expertcache prefetch compare`` spells
+#: the same rows in lower case). SpecMD Least-Stale replays with the LRU key: with one event per (step, layer)
+#: and per-layer caches the stalest step holds the least recently used block.
+BASELINE_ROWS = (("LRU", "lru", "Curr. layer"), ("LFU", "lfu", "Curr. layer"), ("LRFU", "lrfu", "Curr. layer"),
+                 ("Least-Stale (SpecMD)", "lru", "Curr. layer"))
 
 
 @dataclass(frozen=True)
@@ -40,9 +46,12 @@ class TableRow:
     Attributes
     ----------
     method
-        ``LRU``, ``LFU``, ``LRFU``, ``Temporal Router`` or ``Spatio-Temporal Router``.
+        ``LRU``, ``LFU``, ``LRFU``, ``Least-Stale (SpecMD)``, ``Temporal Router`` or ``Spatio-Temporal Router``.
     category
         ``update-only`` (``P = 0``) or ``prefetch``.
+    availability
+        When the row's decision inputs exist (CLR Tab. 1's column): ``Curr. layer`` for the classic keys,
+        ``Curr. layer (h_l)`` for the Temporal Router, ``Prev. layer (h_(l-1))`` for its pre-access refinement.
     capacity, budget
         ``B`` per layer and ``R`` (0 for update-only).
     added_parameters
@@ -57,6 +66,7 @@ class TableRow:
 
     method: str
     category: str
+    availability: str
     capacity: int
     budget: int
     added_parameters: int
@@ -80,15 +90,24 @@ def _engine_advice(advice: RouterAdvice) -> Any:
     return advice.to_advice()
 
 
+def _availability(method: str, budget: int) -> str:
+    for name, _, avail in BASELINE_ROWS:
+        if name == method:
+            return avail
+    return "Prev. layer (h_(l-1)) + Curr. layer" if budget > 0 else "Curr. layer (h_l)"
+
+
 def _row(method: str, stream: EventStream, priority: str, capacity: int, budget: int, advice: Any, *,
          warmup: int, expert_bytes: int | None, tie_break: str, seed: int, added: int,
-         accuracy: float | None) -> TableRow:
+         accuracy: float | None, count_mask: np.ndarray | None = None) -> TableRow:
     from ..replay.proactive import ProactiveConfig, replay_proactive
 
     cfg = ProactiveConfig(priority=priority, capacity=(int(capacity),) * stream.n_layers, prefetch_budget=int(budget),
-                          tie_break=tie_break, seed=seed, warmup_events=int(warmup), expert_bytes=expert_bytes)
-    r = replay_proactive(stream, cfg, advice)
-    return TableRow(method, "prefetch" if budget > 0 else "update-only", int(capacity), int(budget), int(added),
+                          tie_break=tie_break, seed=seed, warmup_events=0 if count_mask is not None else int(warmup),
+                          expert_bytes=expert_bytes)
+    r = replay_proactive(stream, cfg, advice, count_mask=count_mask)
+    return TableRow(method, "prefetch" if budget > 0 else "update-only", _availability(method, budget),
+                    int(capacity), int(budget), int(added),
                     accuracy, r.hit, r.adj_hit, r.load_per_token, r.load_unit, r.miss_fraction, r.accesses,
                     r.demand_misses, r.proactive_loads, r.tokens)
 
@@ -102,7 +121,8 @@ def results_table(stream: EventStream, advice: RouterAdvice, capacity: int, budg
                   added_temporal: int = 0, added_full: int = 0, warmup: int | None = None,
                   expert_bytes: int | None = None, tie_break: str = "random", seed: int = 0,
                   accuracy: dict[str, float] | None = None, native: RouterAdvice | None = None,
-                  progress: Callable[[int, int], None] | None = None) -> list[TableRow]:
+                  progress: Callable[[int, int], None] | None = None,
+                  count_mask: np.ndarray | None = None) -> list[TableRow]:
     """CLR Table 1 shape on one stream: classic rows, the Temporal Router, the Spatio-Temporal Router.
 
     ``warmup`` defaults to the advice's (the stream's prefill warm-up); the
@@ -111,7 +131,8 @@ def results_table(stream: EventStream, advice: RouterAdvice, capacity: int, budg
     ``native`` (advice built with ``use="native"``) adds a reference row,
     ``U_B`` on ``p^R`` alone: the Temporal Router at its initialisation
     (``W^T = W^R`` gives ``s^T = 2 p^R``, the same ranking), so the gap to the
-    Temporal row is what training added.
+    Temporal row is what training added. ``count_mask`` (one bool per event) replaces the leading warm-up:
+    the events outside it replay but are not counted (CLR §4.1's per-request prefill, :func:`per_request_prefill`).
     """
     _check_capacity(stream, capacity)
     if advice.priority.shape != (stream.n_events, stream.n_experts):
@@ -119,7 +140,7 @@ def results_table(stream: EventStream, advice: RouterAdvice, capacity: int, budg
     warm = advice.warmup_events if warmup is None else int(warmup)
     eng = _engine_advice(advice)
     acc = accuracy or {}
-    jobs: list[tuple[str, str, int, int, Any]] = [(p.upper(), p, 0, 0, None) for p in CLASSIC]
+    jobs: list[tuple[str, str, int, int, Any]] = [(name, key, 0, 0, None) for name, key, _ in BASELINE_ROWS]
     if native is not None:
         jobs.append(("Native p^R (untrained)", "advice", 0, 0, _engine_advice(native)))
     jobs.append(("Temporal Router", "advice", 0, added_temporal, eng))
@@ -128,7 +149,7 @@ def results_table(stream: EventStream, advice: RouterAdvice, capacity: int, budg
     rows = []
     for i, (name, pri, r, added, adv) in enumerate(jobs):
         rows.append(_row(name, stream, pri, capacity, r, adv, warmup=warm, expert_bytes=expert_bytes,
-                         tie_break=tie_break, seed=seed, added=added, accuracy=acc.get(name)))
+                         tie_break=tie_break, seed=seed, added=added, accuracy=acc.get(name), count_mask=count_mask))
         if progress is not None:
             progress(i + 1, len(jobs))
     return rows
@@ -136,19 +157,20 @@ def results_table(stream: EventStream, advice: RouterAdvice, capacity: int, budg
 
 def budget_sweep(stream: EventStream, advice: RouterAdvice, capacity: int, budgets: Sequence[int], *,
                  warmup: int | None = None, expert_bytes: int | None = None, tie_break: str = "random",
-                 seed: int = 0) -> list[TableRow]:
+                 seed: int = 0, count_mask: np.ndarray | None = None) -> list[TableRow]:
     """CLR Table 3, ``R`` half: one checkpoint's advice replayed at every budget ``R`` (``R = 0``: Temporal)."""
     _check_capacity(stream, capacity)
     warm = advice.warmup_events if warmup is None else int(warmup)
     eng = _engine_advice(advice)
     return [_row("Temporal Router" if r == 0 else "Spatio-Temporal Router", stream, "advice", capacity, r, eng,
-                 warmup=warm, expert_bytes=expert_bytes, tie_break=tie_break, seed=seed, added=0, accuracy=None)
+                 warmup=warm, expert_bytes=expert_bytes, tie_break=tie_break, seed=seed, added=0, accuracy=None,
+                 count_mask=count_mask)
             for r in budgets]
 
 
 def capacity_sweep(stream: EventStream, advice: RouterAdvice, capacities: Sequence[int], *,
                    warmup: int | None = None, expert_bytes: int | None = None, tie_break: str = "random",
-                   seed: int = 0) -> list[TableRow]:
+                   seed: int = 0, count_mask: np.ndarray | None = None) -> list[TableRow]:
     """CLR Table 3, ``B`` half: LRU and the Temporal Router at every capacity ``B`` (update-only)."""
     warm = advice.warmup_events if warmup is None else int(warmup)
     eng = _engine_advice(advice)
@@ -157,8 +179,71 @@ def capacity_sweep(stream: EventStream, advice: RouterAdvice, capacities: Sequen
         _check_capacity(stream, b)
         for name, pri in (("LRU", "lru"), ("Temporal Router", "advice")):
             rows.append(_row(name, stream, pri, b, 0, eng, warmup=warm, expert_bytes=expert_bytes,
-                             tie_break=tie_break, seed=seed, added=0, accuracy=None))
+                             tie_break=tie_break, seed=seed, added=0, accuracy=None, count_mask=count_mask))
     return rows
+
+
+def per_request_prefill(trace: Any, advice: RouterAdvice) -> tuple[EventStream, np.ndarray, RouterAdvice]:
+    """CLR §4.1's protocol, the one ``expertcache prefetch compare`` uses: each request's prompt before its decode.
+
+    ``advice`` must be for ``build_events(trace, 1)`` (no warm-up). Returns the prefill-initialised stream of
+    :func:`expertcache.prefetch.context.advice_context` (batch 1), its count mask (decode events) and the advice
+    laid out on it: decode rows where they were, each prefill event's member multiplicities as its priority (the
+    same padding a leading warm-up gets) and no pre-access candidates.
+    """
+    from ..prefetch.context import advice_context
+
+    if advice.warmup_events:
+        raise ValidationError("per-request prefill needs advice for the plain decode stream (no warm-up)")
+    ctx = advice_context(trace, 1, True)
+    s, mask = ctx.stream, np.asarray(ctx.count_mask, dtype=bool)
+    if int(mask.sum()) != advice.priority.shape[0]:
+        raise ValidationError(f"advice has {advice.priority.shape[0]} decode events; the schedule has {int(mask.sum())}")
+    N = s.n_experts
+    pri = np.zeros((s.n_events, N), dtype=np.float32)
+    pri[mask] = advice.priority
+    pre_ev = np.flatnonzero(~mask)
+    for e in pre_ev.tolist():
+        lo, hi = int(s.offsets[e]), int(s.offsets[e + 1])
+        pri[e, s.expert[lo:hi].astype(np.int64)] = s.multiplicity[lo:hi]
+    score = None
+    if advice.prefetch_score is not None:
+        score = np.full((s.n_events, N), -np.inf, dtype=np.float32)
+        score[mask] = advice.prefetch_score
+    prov = {**advice.provenance, "protocol": "per-request prefill-initialised decode (CLR §4.1)"}
+    return s, mask, RouterAdvice(pri, score, 0, prov)
+
+
+#: The ``prefetch compare`` baselines ``routers eval --baselines`` adds (the classic rows are already there).
+COMPARE_BASELINES = ("moe-infinity", "promoe", "finemoe", "te-moe", "te-moe-oracle", "next-true")
+
+
+def baseline_rows(trace: Any, calibration: Any, capacity: int, budget: int, *, expert_bytes: int | None,
+                  tie_break: str, seed: int, hidden: np.ndarray | None = None,
+                  hidden_calibration: np.ndarray | None = None) -> list[TableRow]:
+    """The MoE caching / prefetch baselines of ``expertcache prefetch compare`` as rows of the same table.
+
+    Same trace, same per-request prefill-initialised protocol (batch 1), same capacity, ties and seed as the
+    router rows; predictors and stores fitted on ``calibration``. ``budget`` is their pre-access ``R``; ProMoE
+    looks ``d = min(3, L - 1)`` layers ahead (``prefetch compare``'s default where the model is deep enough).
+    """
+    from ..prefetch.comparison import CompareConfig, compare
+
+    names = COMPARE_BASELINES if trace.n_layers > 1 else tuple(n for n in COMPARE_BASELINES if n != "promoe")
+    cfg = CompareConfig(capacity=int(capacity), budget=int(budget), batch=1, prefill_init=True, seed=seed,
+                        tie_break=tie_break, expert_bytes=expert_bytes, policies=names,
+                        lookahead=max(1, min(3, trace.n_layers - 1)))   # ProMoE's d = 3, or the deepest L allows
+    rep = compare(trace, cfg, calibration=calibration, hidden=hidden, hidden_calibration=hidden_calibration)
+    out = []
+    for row in rep.rows:
+        r = row.result
+        if r is None:
+            continue
+        out.append(TableRow(f"{row.name} ({row.family})", "prefetch" if r.prefetch_budget > 0 else "update-only",
+                            row.availability, int(capacity), int(r.prefetch_budget), int(row.added_params or 0), None,
+                            r.hit, r.adj_hit, r.load_per_token, r.load_unit, r.miss_fraction, r.accesses,
+                            r.demand_misses, r.proactive_loads, r.tokens))
+    return out
 
 
 def concentration_by_weight(traces: Sequence[tuple[float, Any]]) -> list[dict[str, float]]:

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from .adapters import find_native_routers, native_kind
-from .losses import coverage_loss, native_distribution
+from .losses import coverage_loss, hard_topb_membership, native_distribution
 
 __all__ = ["CacheRouters", "RouterTap", "CacheLosses", "cache_losses", "predecessor_rows"]
 
@@ -161,6 +161,10 @@ class CacheLosses:
     temporal: torch.Tensor | None
     spatio_temporal: torch.Tensor | None
     n_pairs: int
+    #: Hard coverage ``mean sum_e q_e * 1[e in top-B(s)]`` of each requested term (no gradient): the quantity
+    #: the soft loss stands in for; it can improve while the surrogate loss rises.
+    coverage_temporal: float | None = None
+    coverage_spatio_temporal: float | None = None
 
 
 def cache_losses(routers: CacheRouters, hidden: torch.Tensor, logits: torch.Tensor, prev: torch.Tensor,
@@ -184,14 +188,25 @@ def cache_losses(routers: CacheRouters, hidden: torch.Tensor, logits: torch.Tens
     L = routers.n_layers
     lt: list[torch.Tensor] = []
     lst: list[torch.Tensor] = []
+    ct: list[float] = []
+    cst: list[float] = []
+
+    def hard(score: torch.Tensor, q: torch.Tensor) -> float:
+        if score.shape[0] == 0:
+            return 0.0
+        with torch.no_grad():
+            return float((q * hard_topb_membership(score.detach(), capacity)).sum(-1).mean())
+
     for l in range(L):
         q = native_distribution(logits[have, l], routers.kind).detach()
         s_t_prev = native_distribution(logits[p, l], routers.kind) + routers.temporal_dist(hidden[p, l], l)
         if objective in ("temporal", "both"):
             lt.append(coverage_loss(s_t_prev, q, capacity, tau))
+            ct.append(hard(s_t_prev, q))
         if objective in ("full", "both"):
             src = hidden[have, l - 1] if l > 0 else hidden[p, L - 1]
             s_st = routers.spatio_dist(src, (l - 1) % L) + s_t_prev
             lst.append(coverage_loss(s_st, q, capacity, tau))
+            cst.append(hard(s_st, q))
     return CacheLosses(torch.stack(lt).mean() if lt else None, torch.stack(lst).mean() if lst else None,
-                       int(have.numel()))
+                       int(have.numel()), sum(ct) / len(ct) if ct else None, sum(cst) / len(cst) if cst else None)

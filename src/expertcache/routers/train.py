@@ -52,7 +52,10 @@ class TrainResult:
     steps, total_steps
         Optimizer steps done so far, and planned.
     history
-        One record per optimizer step: ``step``, ``lr``, ``loss`` and the parts (``lm``, ``cache``).
+        One record per optimizer step: ``step``, ``lr``, ``loss`` and the parts (``lm``, ``cache``), and
+        ``coverage``: the hard top-B coverage ``sum_e q_e 1[e in top-B(s)]`` of the trained score, the
+        quantity the soft ``cache`` loss stands in for (the loss, whose top-B threshold is detached, can
+        rise while the coverage improves).
     added_parameters
         Inference-time parameters the deployed routers add (temporal, plus spatio in ``full`` modes).
     seconds
@@ -264,6 +267,7 @@ def train_model(model: Any, sequences: Sequence[Sequence[int]], cfg: TrainConfig
                 term = cl.temporal if cfg.objective == "temporal" else cl.spatio_temporal
                 loss = loss + cfg.cache_weight * term if cfg.trains_backbone else loss + term
                 parts["cache"] = float(term.detach())
+                parts["coverage"] = _coverage(cl, cfg.objective)
         parts["loss"] = float(loss.detach())
         return loss, parts
 
@@ -288,6 +292,12 @@ def pair_rows(request: np.ndarray, position: np.ndarray) -> np.ndarray:
         same = request[1:] == request[:-1]
         prev[1:][same] = np.arange(n - 1)[same]
     return prev
+
+
+def _coverage(cl: Any, objective: str) -> float:
+    """The hard coverage of the term whose soft surrogate is optimised (logged beside its loss)."""
+    v = cl.coverage_temporal if objective == "temporal" else cl.coverage_spatio_temporal
+    return float(v) if v is not None else float("nan")
 
 
 def fit_native_routers(hidden: np.ndarray, logits: np.ndarray, *, chunk: int = 4096) -> tuple[np.ndarray, float]:
@@ -389,7 +399,8 @@ def train_offline(prev: np.ndarray, hidden: np.ndarray, logits: np.ndarray, cfg:
         local_prev = torch.cat([torch.arange(b, 2 * b), torch.full((b,), -1)])
         cl = cache_losses(routers, h, lg, local_prev, capacity=cfg.capacity, tau=cfg.tau, objective=cfg.objective)
         term = cl.temporal if cfg.objective == "temporal" else cl.spatio_temporal
-        return term, {"cache": float(term.detach()), "loss": float(term.detach())}
+        return term, {"cache": float(term.detach()), "loss": float(term.detach()),
+                      "coverage": _coverage(cl, cfg.objective)}
 
     info = {"source": "trace", **(meta or {})}
     return _run(cfg, routers=routers, params=params, micro=micro, n_items=int(pairs.size), out=out, backbone=None,

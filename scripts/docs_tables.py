@@ -1,0 +1,119 @@
+"""Regenerate the measured tables of docs/ from the commands the docs name.
+
+Each table sits between two markers in its Markdown file::
+
+    <!-- table: NAME -->
+    | ... the table ... |
+    <!-- /table -->
+
+``python scripts/docs_tables.py`` runs every table's command (on the bundled data, in-process through the
+command line) and rewrites the text between the markers; ``--check`` rewrites nothing and exits 1 when a
+document differs from what its commands print now (``tests/test_docs_tables.py`` runs the check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE_MODEL = "src/expertcache/data/example_model_trace"
+
+
+def _run(args: list[str]) -> dict:
+    from click.testing import CliRunner
+
+    from expertcache.cli import main
+
+    res = CliRunner().invoke(main, args)
+    if res.exit_code != 0:
+        raise SystemExit(f"expertcache {' '.join(args)} failed:\n{res.output}")
+    return json.loads(res.output.strip().splitlines()[-1])
+
+
+def _compare_table(args: list[str], availability: bool) -> str:
+    rep = _run(["prefetch", "compare", *args, "--json"])
+    rows = [r for r in rep["rows"] if "hit" in r]
+    unit = rows[0]["load_unit"]
+    mb = unit == "bytes/token"
+    head = ["family", "policy", "Hit %", "AdjHit %", "MB/token" if mb else "blocks/token", "P", "m", "added params"]
+    if availability:
+        head.append("decision availability")
+    out = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * 6 + ("---|" if availability else "")]
+    for r in rows:
+        load = r["load_per_token"] / 1e6 if mb else r["load_per_token"]
+        cells = [r["family"], r["name"], f"{100 * r['hit']:.2f}", f"{100 * r['adj_hit']:.2f}", f"{load:.3f}" if mb else f"{load:.2f}",
+                 str(r["proactive_loads"]), f"{r['miss_fraction']:.4f}", f"{r['added_params']:,}"]
+        if availability:
+            cells.append(r["availability"])
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def _affinity_table(args: list[str]) -> str:
+    rep = _run(["affinity", *args, "--json"])
+    out = ["| policy | FCFS m | causal m | oracle m | causal gain | oracle gain | share | dp99 (blocks/step) "
+           "| latency dp99 |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rep["rows"]:
+        share = "n/a" if r["share"] is None else f"{r['share']:.1%}"
+        dp = "n/a" if r["delta_p99_causal"] is None else f"{r['delta_p99_causal']:+.2%}"
+        out.append(f"| {r['policy']} | {r['fcfs']:.2%} | {r['causal']:.2%} | {r['oracle']:.2%} | "
+                   f"{r['causal_gain']:+.2%} | {r['oracle_gain']:+.2%} | {share} | {dp} | "
+                   f"{r['delta_latency_p99_causal']:+.2%} |")
+    p99 = "; ".join(f"{name}: " + ", ".join(f"{r['policy']} {r['p99_blocks'][name]:g}" for r in rep["rows"])
+                    for name in rep["stats"])
+    return "\n".join(out) + f"\n\np99 blocks demand-missed per step — {p99}."
+
+
+#: name -> (document, the command the document names, what renders the table)
+TABLES: dict[str, tuple[str, str, Callable[[], str]]] = {
+    "prefetch-example": ("docs/prefetch.md", "expertcache prefetch compare example",
+                         lambda: _compare_table(["example"], True)),
+    "prefetch-example-model": ("docs/prefetch.md", f"expertcache prefetch compare {EXAMPLE_MODEL} -B 8",
+                               lambda: _compare_table([EXAMPLE_MODEL, "-B", "8"], False)),
+    "affinity-example-model": ("docs/experiments.md", f"expertcache affinity {EXAMPLE_MODEL} --best-of 0",
+                               lambda: _affinity_table([EXAMPLE_MODEL, "--best-of", "0"])),
+}
+
+_BLOCK = r"(<!-- table: {name} -->\n)(.*?)(\n<!-- /table -->)"
+
+
+def render(names: list[str] | None = None) -> dict[str, str]:
+    """Each document's text with the named tables (default: all) regenerated."""
+    docs: dict[str, str] = {}
+    for name, (doc, _, make) in TABLES.items():
+        if names and name not in names:
+            continue
+        text = docs.get(doc, (ROOT / doc).read_text())
+        pat = re.compile(_BLOCK.format(name=re.escape(name)), flags=re.S)
+        if not pat.search(text):
+            raise SystemExit(f"{doc}: no '<!-- table: {name} -->' ... '<!-- /table -->' block")
+        table = make()
+        docs[doc] = pat.sub(lambda m, t=table: m.group(1) + t + m.group(3), text)
+    return docs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if a document differs; write nothing")
+    ap.add_argument("names", nargs="*", help=f"tables to regenerate (default: all of {', '.join(TABLES)})")
+    a = ap.parse_args(argv)
+    stale = []
+    for doc, text in render(a.names).items():
+        if (ROOT / doc).read_text() != text:
+            stale.append(doc)
+            if not a.check:
+                (ROOT / doc).write_text(text)
+    if a.check and stale:
+        print("stale tables in: " + ", ".join(stale) + " (run python scripts/docs_tables.py)", file=sys.stderr)
+        return 1
+    print(("up to date" if not stale else "rewrote " + ", ".join(stale)) if not a.check else "up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
