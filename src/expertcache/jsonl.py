@@ -20,11 +20,19 @@ __all__ = ["iter_records", "check_shape", "json_object", "int_field", "int_list"
 
 def check_shape(n_layers: int, n_experts: int, top_k: int) -> None:
     """Check the ``--layers/--experts/--top-k`` arguments of an import."""
-    for name, value in (("--layers", n_layers), ("--experts", n_experts), ("--top-k", top_k)):
+    from .storage import MAX_BLOCKS, MAX_EXPERTS, MAX_LAYERS
+
+    for name, value, hi in (("--layers", n_layers, MAX_LAYERS), ("--experts", n_experts, MAX_EXPERTS),
+                            ("--top-k", top_k, MAX_EXPERTS)):
         if value < 1:
             raise ValidationError(f"{name} must be a positive integer; got {value}")
+        if value > hi:
+            raise ValidationError(f"{name} must be at most {hi}; got {value}")
     if top_k > n_experts:
         raise ValidationError(f"--top-k must be <= --experts ({n_experts}); got {top_k}")
+    if n_layers * n_experts > MAX_BLOCKS:
+        raise ValidationError(f"--layers x --experts = {n_layers * n_experts:,} blocks exceeds the supported "
+                              f"{MAX_BLOCKS:,}; check the model shape")
 
 
 def iter_records(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:

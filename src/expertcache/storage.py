@@ -331,17 +331,84 @@ def read_manifest(directory: str | os.PathLike[str], kind: str) -> dict[str, Any
     for key in ("n_layers", "n_experts", "top_k"):
         value = manifest.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValidationError(f"must be a positive integer; got {value!r}", source=str(path), field=key)
-    if not isinstance(manifest.get("files"), dict):
+            raise ValidationError(f"must be a positive integer; got {_short(value)}", source=str(path), field=key)
+    check_model_shape(manifest["n_layers"], manifest["n_experts"], manifest["top_k"], source=str(path))
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not all(isinstance(v, dict) for v in files.values()):
         raise IntegrityError("no 'files' table", source=str(path), field="files")
+    for name in files:
+        inside(directory, name, str(path), "files")
     return manifest
+
+
+#: Bounds on a model's shape (docs/safety.md): expert ids are stored as int16, and replay keeps
+#: per-block state for all ``L * N`` blocks, so a crafted manifest cannot make it allocate gigabytes.
+MAX_LAYERS = 4096
+MAX_EXPERTS = 32767
+MAX_BLOCKS = 1 << 22
+
+
+def _short(value: Any) -> str:
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10 ** 30 else f"an integer of {len(str(abs(value)))} digits"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_model_shape(n_layers: Any, n_experts: Any, top_k: Any, *, source: str | None = None,
+                      names: tuple[str, str, str] = ("n_layers", "n_experts", "top_k")) -> None:
+    """Check ``L, N, k`` are integers within the supported bounds (:data:`MAX_LAYERS`, ...).
+
+    Raises
+    ------
+    ValidationError
+        Naming the offending field (``names`` gives how the caller calls them, e.g. ``--layers``).
+    """
+    import numbers
+
+    for name, value, hi in zip(names, (n_layers, n_experts, top_k), (MAX_LAYERS, MAX_EXPERTS, MAX_EXPERTS),
+                               strict=True):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValidationError(f"must be a positive integer; got {_short(value)}", source=source, field=name)
+        if value > hi:
+            raise ValidationError(f"at most {hi} are supported; got {_short(value)}", source=source, field=name)
+    if top_k > n_experts:
+        raise ValidationError(f"must be <= {names[1]} ({n_experts}); got {top_k}", source=source, field=names[2])
+    if int(n_layers) * int(n_experts) > MAX_BLOCKS:
+        raise ValidationError(f"{names[0]} x {names[1]} = {int(n_layers) * int(n_experts):,} blocks exceeds the "
+                              f"supported {MAX_BLOCKS:,}", source=source, field=names[1])
+
+
+def inside(directory: str | os.PathLike[str], name: Any, source: str, field: str) -> Path:
+    """``directory / name`` for a file name read from a manifest, refusing one that leaves the directory.
+
+    An absolute path, a ``..`` component, a backslash or NUL, or a symbolic link that resolves outside
+    ``directory`` is refused: a manifest can only point at files it sits beside.
+    """
+    if not isinstance(name, str) or not name or "\x00" in name or "\\" in name:
+        raise ValidationError(f"expected a relative file name; got {_short(name)}", source=source, field=field)
+    rel = Path(name)
+    if rel.is_absolute() or name.startswith("/") or any(part in ("..", "") for part in name.split("/")) \
+            or rel.drive:
+        raise ValidationError(f"file name {name!r} leaves the directory (absolute or '..'); a manifest may "
+                              "only name files inside its own directory", source=source, field=field)
+    base = Path(directory)
+    target = base / rel
+    try:
+        real_base = base.resolve()
+        real = target.resolve()
+    except (OSError, RuntimeError):
+        raise ValidationError(f"file name {name!r} cannot be resolved (a symbolic link loop?)", source=source,
+                              field=field) from None
+    if real != real_base and real_base not in real.parents:
+        raise ValidationError(f"file {name!r} is a symbolic link leaving the directory; a manifest may only "
+                              "name files inside its own directory", source=source, field=field)
+    return target
 
 
 def read_table(directory: str | os.PathLike[str], manifest: dict[str, Any], name: str) -> pa.Table:
     """Read ``name`` after checking it exists and matches its manifest sha256."""
     directory = Path(directory)
     entry = manifest["files"].get(name)
-    path = directory / name
+    path = inside(directory, name, str(directory / MANIFEST), "files")
     if entry is None:
         raise IntegrityError(f"manifest.json does not list {name}", source=str(directory))
     if not path.is_file():
