@@ -525,7 +525,11 @@ def exclusive_lock(directory: str | os.PathLike[str], what: str) -> Iterator[Non
         os.ftruncate(fd, 0)
         os.lseek(fd, 0, os.SEEK_SET)
         os.write(fd, (body + "\n").encode())
-        yield
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):      # released cleanly: an empty lock file, the same bytes each run
+                os.ftruncate(fd, 0)
     finally:
         os.close(fd)
 

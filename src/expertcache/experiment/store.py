@@ -105,7 +105,7 @@ class ResultStore:
         pid and host, is not inherited by worker processes and is released by the OS when the holder
         ends, however it ends, so a killed run's lock is taken over by the next.
         """
-        with exclusive_lock(self.path, "result store"):
+        with exclusive_lock(self.path, "store"):
             yield
 
     # ------------------------------------------------------------------ metadata
