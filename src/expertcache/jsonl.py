@@ -230,3 +230,52 @@ def read_json(path: str | os.PathLike[str], what: str = "a JSON document") -> An
     if _depth(obj, MAX_DEPTH):
         raise ValidationError(f"nesting deeper than {MAX_DEPTH} levels; expected {what}", source=src)
     return obj
+
+
+def read_toml(path: str | os.PathLike[str], what: str = "a TOML file") -> dict[str, Any]:
+    """Read a TOML document with the guards of :func:`read_json` (size, BOM, nesting, 64-bit integers).
+
+    Raises
+    ------
+    ValidationError
+        One line naming the file (and the key, for an integer out of range).
+    """
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+
+    src = str(path)
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_DOCUMENT_BYTES + 1)
+    except OSError as exc:
+        raise ValidationError(f"cannot read {what} ({exc.strerror or exc})", source=src) from None
+    if len(raw) > MAX_DOCUMENT_BYTES:
+        raise ValidationError(f"larger than {MAX_DOCUMENT_BYTES:,} bytes; expected {what}", source=src)
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValidationError(f"not UTF-8 text; expected {what}", source=src) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValidationError(f"not valid TOML ({exc})", source=src) from None
+    except RecursionError:
+        raise ValidationError(f"nesting deeper than {MAX_DEPTH} levels; expected {what}", source=src) from None
+    except ValueError as exc:                      # e.g. an integer longer than Python converts
+        raise ValidationError(f"not valid TOML ({str(exc)[:120]})", source=src) from None
+    if _depth(data, MAX_DEPTH):
+        raise ValidationError(f"nesting deeper than {MAX_DEPTH} levels; expected {what}", source=src)
+    stack: list[tuple[Any, str]] = [(data, "")]
+    while stack:
+        cur, where = stack.pop()
+        if isinstance(cur, dict):
+            stack.extend((v, f"{where}.{k}" if where else str(k)) for k, v in cur.items())
+        elif isinstance(cur, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(cur))
+        elif isinstance(cur, int) and not isinstance(cur, bool) and not -_INT64 <= cur < _INT64:
+            raise ValidationError("integer outside the 64-bit range TOML allows", source=src, field=where)
+    return data

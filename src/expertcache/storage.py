@@ -313,11 +313,12 @@ def read_manifest(directory: str | os.PathLike[str], kind: str) -> dict[str, Any
     if not path.is_file():
         raise IntegrityError("manifest.json is missing; is this a directory written by expertcache?",
                              source=str(directory))
+    from .jsonl import read_json
+
     try:
-        manifest = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise IntegrityError(f"not valid JSON ({exc}); the file is truncated or corrupt",
-                             source=str(path)) from None
+        manifest = read_json(path, "a manifest")
+    except ValidationError as exc:
+        raise IntegrityError(f"{exc.detail}; the file is truncated or corrupt", source=str(path)) from None
     if not isinstance(manifest, dict):
         raise IntegrityError("expected a JSON object", source=str(path))
     if manifest.get("kind") != kind:

@@ -96,7 +96,7 @@ def check_identity(out: Path, identity: dict[str, Any]) -> bool:
         return False
     try:
         stored = json.loads(path.read_text())["identity"]
-    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError):
+    except (ValueError, RecursionError, KeyError, TypeError, AttributeError):
         raise IntegrityError("not a valid collection identity file; choose another -o", source=str(path)) from None
     if stored != identity:
         keys = sorted(k for k in set(stored) | set(identity) if stored.get(k) != identity.get(k))

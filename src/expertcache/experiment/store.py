@@ -79,7 +79,7 @@ class ResultStore:
         if meta.is_file():
             try:
                 kind = json.loads(meta.read_text()).get("kind")
-            except (json.JSONDecodeError, AttributeError):
+            except (ValueError, RecursionError, AttributeError, OSError):
                 kind = None
             if kind != _KIND:
                 raise ValidationError("store.json does not describe an expertcache result store",
@@ -112,7 +112,7 @@ class ResultStore:
     def read_meta(self) -> dict[str, Any]:
         try:
             return json.loads((self.path / _META).read_text())
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError, RecursionError):
             return {}
 
     def write_meta(self, meta: dict[str, Any]) -> None:
