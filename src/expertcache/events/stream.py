@@ -336,6 +336,10 @@ def read_events(directory: str | os.PathLike[str]) -> EventStream:
         if isinstance(exc, ValidationError):
             raise
         raise ValidationError(f"unexpected column type ({exc})", source=src) from None
+    i = _first(arrays["active"] < 1)
+    if i is not None:
+        raise ValidationError(f"active must be >= 1; got {arrays['active'][i]}", source=src, record=i + 1,
+                              field="active")
     i = _first(arrays["logical"] != arrays["active"] * k)
     if i is not None:
         raise ValidationError(f"logical must be active * k = {int(arrays['active'][i]) * k}; got "
