@@ -31,11 +31,12 @@ from conftest import route_records, write_jsonl
 
 from expertcache.cli import main
 from expertcache.errors import ValidationError
-from expertcache.storage import MARKER, sha256_file
+from expertcache.storage import sha256_file
 
 SECONDS = 8.0               # a few seconds on a loaded 2-core machine
 PEAK_BYTES = 256 << 20      # Python-side allocations (numpy included) while one case runs
 SRC = str(Path(__file__).resolve().parents[1] / "src")
+MARKER = ".expertcache-output"     # expertcache.storage.MARKER, spelled out so this file runs against older code
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -1067,3 +1068,32 @@ def test_workers_die_with_their_parent(tmp_path):
     else:
         os.kill(child, signal.SIGKILL)
         pytest.fail("the worker outlived its parent")
+
+
+def test_the_documented_bounds_are_the_code_s():
+    """docs/safety.md §3 states each bound; the table must match the constants the code enforces."""
+    import importlib
+    import re
+
+    from expertcache import jsonl, storage
+
+    cli_main = importlib.import_module("expertcache.cli.main")
+    from expertcache.nextuse import predictors
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "safety.md").read_text()
+    rows = dict(re.findall(r"^\| (.+?) \| (.+?) \| .+? \|$", text, flags=re.M))
+
+    def num(cell: str) -> int:
+        return int(cell.split()[0].replace(",", ""))
+
+    assert num(rows["MoE layers `L`"]) == storage.MAX_LAYERS
+    assert num(rows["experts per layer `N` (int16 ids)"]) == storage.MAX_EXPERTS
+    assert num(rows["block universe `L x N`"]) == storage.MAX_BLOCKS
+    assert num(rows["JSON / TOML nesting"]) == jsonl.MAX_DEPTH
+    assert num(rows["JSON Lines record"]) << 20 == jsonl.MAX_LINE_BYTES
+    assert num(rows["JSON / TOML document"]) << 20 == jsonl.MAX_DOCUMENT_BYTES
+    assert num(rows["one `.npy` / all members of an `.npz`"]) << 30 == storage.MAX_ARRAY_BYTES
+    assert int(rows["`.npz` compression ratio"].split("-")[0]) == storage.MAX_COMPRESSION_RATIO
+    depth, trees = rows["boosted trees: depth, count"].split(", ")
+    assert (int(depth), int(trees.replace(",", ""))) == (predictors.MAX_TREE_DEPTH, predictors.MAX_TREES)
+    assert num(rows["residency fractions per `--rho`"].rstrip(",")) == cli_main.MAX_RHO_VALUES
