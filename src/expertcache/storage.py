@@ -501,6 +501,11 @@ def exclusive_lock(directory: str | os.PathLike[str], what: str) -> Iterator[Non
         Another live process holds the lock (its pid and host are named). A lock whose holder died
         is released by the OS and simply taken over; a holder recorded on this host that is no
         longer running is waited for briefly (the OS releases its lock as it exits).
+
+    Notes
+    -----
+    POSIX locks are released when the holding process closes *any* descriptor of the file, so
+    nothing else in the holding process may open ``.lock`` (:func:`lock_holder` is for the others).
     """
     directory = Path(directory)
     path = directory / LOCK

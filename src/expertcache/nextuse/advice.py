@@ -146,8 +146,13 @@ def load_advice(path, stream=None) -> Advice:
             raise ValidationError("not valid JSON", source=src, field="provenance") from None
         if not isinstance(provenance, dict):
             raise ValidationError("expected a JSON object", source=src, field="provenance")
-    return Advice(z["next_use"].astype(np.int32, copy=False) if "next_use" in names else None, provenance,
-                  z.get("priority"), z.get("prefetch_score"))
+    nxt = z.get("next_use")
+    if nxt is not None and nxt.dtype != np.int32:
+        if nxt.size and (int(nxt.min()) < 0 or int(nxt.max()) > int(K.NEVER)):
+            raise ValidationError(f"next_use must be in [0, {int(K.NEVER)}] (int32); got {int(nxt.min())}.."
+                                  f"{int(nxt.max())}", source=src, field="next_use")
+        nxt = nxt.astype(np.int32)
+    return Advice(nxt, provenance, z.get("priority"), z.get("prefetch_score"))
 
 
 def advice_from_predictions(features: AccessFeatures, log_distance: np.ndarray,
