@@ -384,6 +384,27 @@ def test_trace_manifest_symlink_leaving_the_directory_is_refused(trace_dir, tmp_
     refuse(tmp_path, ["trace", "info", trace_dir], "symbolic link leaving the directory")
 
 
+def test_trace_parquet_that_would_decode_to_gigabytes_is_refused_before_reading(trace_dir, tmp_path):
+    """A run-length 'bomb': a few kilobytes declaring 2**28 rows; refused from the footer, nothing decoded."""
+    path = trace_dir / "routes.parquet"
+    chunk = pa.table({"layer": pa.array(np.zeros(1 << 22, np.int16))})
+    with pq.ParquetWriter(path, chunk.schema, compression="zstd") as w:
+        for _ in range(64):
+            w.write_table(chunk)
+    m = json.loads((trace_dir / "manifest.json").read_text())
+    m["files"]["routes.parquet"] = {"sha256": sha256_file(path), "rows": 1 << 28}
+    (trace_dir / "manifest.json").write_text(json.dumps(m))
+    assert path.stat().st_size < 8 << 20
+    refuse(tmp_path, ["trace", "info", trace_dir], "routes.parquet", "refused before reading")
+
+
+def test_trace_parquet_footer_rows_must_match_the_manifest(trace_dir, tmp_path):
+    m = json.loads((trace_dir / "manifest.json").read_text())
+    m["files"]["routes.parquet"]["rows"] += 16
+    (trace_dir / "manifest.json").write_text(json.dumps(m))
+    refuse(tmp_path, ["trace", "info", trace_dir], "routes.parquet", "declares")
+
+
 # ============================================================================= stream directories
 def _events(stream_dir: Path) -> pa.Table:
     return pq.read_table(stream_dir / "events.parquet")
@@ -1097,6 +1118,9 @@ def test_the_documented_bounds_are_the_code_s():
     assert num(rows["JSON / TOML document"]) << 20 == jsonl.MAX_DOCUMENT_BYTES
     assert num(rows["one `.npy` / all members of an `.npz`"]) << 30 == storage.MAX_ARRAY_BYTES
     assert int(rows["`.npz` compression ratio"].split("-")[0]) == storage.MAX_COMPRESSION_RATIO
+    parquet = rows["Parquet decoded size"].split()
+    assert (int(parquet[0].split("-")[0]), int(parquet[5])) == (storage.MAX_PARQUET_EXPANSION,
+                                                               storage.MAX_PARQUET_FLOOR >> 20)
     depth, trees = rows["boosted trees: depth, count"].split(", ")
     assert (int(depth), int(trees.replace(",", ""))) == (predictors.MAX_TREE_DEPTH, predictors.MAX_TREES)
     assert num(rows["residency fractions per `--rho`"].rstrip(",")) == cli_main.MAX_RHO_VALUES

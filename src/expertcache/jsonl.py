@@ -19,6 +19,13 @@ from .errors import ValidationError
 __all__ = ["iter_records", "check_shape", "json_object", "int_field", "int_list", "float_list"]
 
 
+#: Bounds on a model's shape (docs/safety.md): expert ids are stored as int16, and replay keeps
+#: per-block state for all ``L * N`` blocks, so a crafted manifest cannot make it allocate gigabytes.
+MAX_LAYERS = 4096
+MAX_EXPERTS = 32767
+MAX_BLOCKS = 1 << 22
+
+
 def _shown(value: Any, limit: int = 60) -> str:
     """``repr(value)`` clipped to ``limit`` characters (a hostile record can hold megabytes)."""
     text = repr(value) if not isinstance(value, (list, dict, str)) or len(value) < 1000 else \
@@ -28,8 +35,6 @@ def _shown(value: Any, limit: int = 60) -> str:
 
 def check_shape(n_layers: int, n_experts: int, top_k: int) -> None:
     """Check the ``--layers/--experts/--top-k`` arguments of an import."""
-    from .storage import MAX_BLOCKS, MAX_EXPERTS, MAX_LAYERS
-
     for name, value, hi in (("--layers", n_layers, MAX_LAYERS), ("--experts", n_experts, MAX_EXPERTS),
                             ("--top-k", top_k, MAX_EXPERTS)):
         if value < 1:

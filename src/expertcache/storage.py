@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import __version__
+from . import jsonl as _jsonl
 from .errors import IntegrityError, OutputExistsError, ValidationError
 
 SCHEMA_VERSION = 1
@@ -313,10 +314,8 @@ def read_manifest(directory: str | os.PathLike[str], kind: str) -> dict[str, Any
     if not path.is_file():
         raise IntegrityError("manifest.json is missing; is this a directory written by expertcache?",
                              source=str(directory))
-    from .jsonl import read_json
-
     try:
-        manifest = read_json(path, "a manifest")
+        manifest = _jsonl.read_json(path, "a manifest")
     except ValidationError as exc:
         raise IntegrityError(f"{exc.detail}; the file is truncated or corrupt", source=str(path)) from None
     if not isinstance(manifest, dict):
@@ -342,11 +341,8 @@ def read_manifest(directory: str | os.PathLike[str], kind: str) -> dict[str, Any
     return manifest
 
 
-#: Bounds on a model's shape (docs/safety.md): expert ids are stored as int16, and replay keeps
-#: per-block state for all ``L * N`` blocks, so a crafted manifest cannot make it allocate gigabytes.
-MAX_LAYERS = 4096
-MAX_EXPERTS = 32767
-MAX_BLOCKS = 1 << 22
+#: Bounds on a model's shape (docs/safety.md), defined beside the JSON Lines checks that use them too.
+MAX_LAYERS, MAX_EXPERTS, MAX_BLOCKS = _jsonl.MAX_LAYERS, _jsonl.MAX_EXPERTS, _jsonl.MAX_BLOCKS
 
 
 def _short(value: Any) -> str:
@@ -421,6 +417,7 @@ def read_table(directory: str | os.PathLike[str], manifest: dict[str, Any], name
             "the file was modified or truncated; re-create it",
             source=str(path),
         )
+    _check_parquet_size(path, entry.get("rows"))
     try:
         table = pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as exc:
@@ -428,6 +425,34 @@ def read_table(directory: str | os.PathLike[str], manifest: dict[str, Any], name
     if table.num_rows != entry.get("rows"):
         raise IntegrityError(f"expected {entry.get('rows')} rows; found {table.num_rows}", source=str(path))
     return table
+
+
+#: A Parquet file may decode to at most this many bytes plus :data:`MAX_PARQUET_EXPANSION` times its size.
+MAX_PARQUET_FLOOR = 256 << 20
+MAX_PARQUET_EXPANSION = 100
+_PHYSICAL_WIDTH = {"BOOLEAN": 1, "INT32": 4, "FLOAT": 4, "INT64": 8, "DOUBLE": 8, "INT96": 12}
+
+
+def _check_parquet_size(path: Path, rows: Any) -> None:
+    """Refuse a Parquet file whose footer declares other rows than the manifest, or that would decode to far
+    more memory than its size suggests (a run-length "bomb"), before any column is read."""
+    try:
+        md = pq.ParquetFile(path).metadata
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise IntegrityError(f"not a readable Parquet file ({exc})", source=str(path)) from None
+    if md.num_rows != rows:
+        raise IntegrityError(f"expected {rows} rows; the file declares {md.num_rows}", source=str(path))
+    decoded = 0
+    for g in range(md.num_row_groups):
+        group = md.row_group(g)
+        for c in range(group.num_columns):
+            col = group.column(c)
+            decoded += col.num_values * _PHYSICAL_WIDTH.get(col.physical_type, 8) + max(col.total_uncompressed_size, 0)
+    limit = MAX_PARQUET_FLOOR + MAX_PARQUET_EXPANSION * path.stat().st_size
+    if decoded > limit:
+        raise IntegrityError(f"declares about {decoded:,} bytes of data in a {path.stat().st_size:,}-byte file "
+                             f"(more than {MAX_PARQUET_EXPANSION}-fold plus {MAX_PARQUET_FLOOR >> 20} MiB); refused "
+                             "before reading", source=str(path))
 
 
 def require_columns(table: pa.Table, columns: dict[str, str], source: str) -> None:
