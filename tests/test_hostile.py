@@ -784,12 +784,22 @@ def test_a_good_spec_expands(tmp_path, base):
     (lambda s: s.replace('[inputs.a]\ntrace = "TRACE"', 'inputs = 5'), "inputs"),
     (lambda s: "\x00\xff", "spec.toml"),
     (lambda s: s.replace("[grid]", "grid = 3\n[x]"), "spec.toml"),
+    (lambda s: s + 'offsets = "random:0:99999999999999999999"\n', "offsets"),
+    (lambda s: s + 'offsets = "stagger:9223372036854775807"\n', "offsets"),
 ])
 def test_hostile_specs_are_one_line_errors(tmp_path, base, edit, fragment):
     spec = tmp_path / "spec.toml"
     text = edit(GOOD_SPEC).replace("TRACE", str(base / "trace"))
     spec.write_bytes(text.encode("latin-1") if "\xff" in text else text.encode())
     refuse(tmp_path, ["spec", "expand", spec], fragment)
+
+
+def test_a_huge_rotation_window_does_not_hang(tmp_path, base):
+    """The deadline look-ahead is bounded by the admitted sessions, not by the window (2**63 - 1 here)."""
+    spec = _spec(tmp_path, base, GOOD_SPEC.replace("batch = 2", 'batch = 2\ndiscipline = "rotation"\nadmitted = 4\n'
+                                                   "window = 9223372036854775807"))
+    res = bounded(lambda: CliRunner().invoke(main, ["spec", "run", str(spec), "--store", str(tmp_path / "st")]))
+    assert res.exit_code == 0, res.output
 
 
 def test_a_spec_with_a_byte_order_mark_is_accepted(tmp_path, base):

@@ -20,6 +20,10 @@ __all__ = ["ArrivalOffsets", "fcfs_schedule", "build_events", "fcfs_decode_sched
            "decode_rows", "events_from_schedule"]
 
 
+#: Largest arrival offset (steps): arrivals stay well inside int64 for any number of requests.
+MAX_OFFSET = 2 ** 40
+
+
 @dataclass(frozen=True)
 class ArrivalOffsets:
     """Arrival steps of requests under continuous batching (docs/design.md §4).
@@ -47,6 +51,9 @@ class ArrivalOffsets:
             raise ValidationError(f"stagger must be >= 0; got {self.stagger}", field="offsets")
         if self.kind == "random" and not 0 <= self.low <= self.high:
             raise ValidationError(f"random offsets need 0 <= low <= high; got {self.low}:{self.high}", field="offsets")
+        if max(self.stagger, self.low, self.high) > MAX_OFFSET:
+            raise ValidationError(f"arrival offsets must be at most {MAX_OFFSET} steps; got "
+                                  f"{max(self.stagger, self.low, self.high)}", field="offsets")
 
     @classmethod
     def parse(cls, text: str, seed: int = 0) -> ArrivalOffsets:
