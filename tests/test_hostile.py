@@ -258,6 +258,10 @@ def test_a_closed_pipe_exits_quietly(base):
     assert proc.returncode != 2
 
 
+def test_nextuse_fit_row_bound_is_validated(stream_dir, tmp_path):
+    refuse(tmp_path, ["nextuse", "fit", stream_dir, "-o", tmp_path / "m.json", "--max-rows", "-5"], "max_rows")
+
+
 @pytest.mark.parametrize("rho", ["0:1:1e-9", "0:1:0", "0:inf:1", "0.5,2", "0:1.5:0.5"])
 def test_rho_lists_are_bounded_before_they_are_built(stream_dir, tmp_path, rho):
     refuse(tmp_path, ["replay", stream_dir, "--rho", rho], "--rho")

@@ -23,6 +23,9 @@ __all__ = ["LinearNextUse", "GradientBoostedNextUse", "load_predictor", "transfe
 
 
 def _fit_rows(f: AccessFeatures, max_rows: int | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, (int, np.integer))
+                                 or max_rows < 1):
+        raise ValidationError(f"max_rows must be a positive integer; got {max_rows!r}", field="max_rows")
     ok = ~f.never_again
     X, y = f.X[ok], f.log_next_distance[ok]
     if X.shape[0] == 0:
