@@ -1138,3 +1138,6 @@ def test_the_documented_bounds_are_the_code_s():
     depth, trees = rows["boosted trees: depth, count"].split(", ")
     assert (int(depth), int(trees.replace(",", ""))) == (predictors.MAX_TREE_DEPTH, predictors.MAX_TREES)
     assert num(rows["residency fractions per `--rho`"].rstrip(",")) == cli_main.MAX_RHO_VALUES
+    from expertcache.events import fcfs
+
+    assert num(rows["arrival offsets (`stagger:D`, `random:LO:HI`)"]) == fcfs.MAX_OFFSET
