@@ -1141,3 +1141,10 @@ def test_the_documented_bounds_are_the_code_s():
     from expertcache.events import fcfs
 
     assert num(rows["arrival offsets (`stagger:D`, `random:LO:HI`)"]) == fcfs.MAX_OFFSET
+
+
+def test_usage_errors_are_one_line_and_a_bare_group_still_shows_its_help(tmp_path, stream_dir):
+    refuse(tmp_path, ["replay", stream_dir, "--no-such-option"], "--no-such-option", "-h")
+    refuse(tmp_path, ["replay"], "STREAM_DIR")
+    res = CliRunner().invoke(main, ["trace"])
+    assert "Usage:" in res.output and "import" in res.output

@@ -146,6 +146,9 @@ def _progress(total_hint: int | None = None):
                     console=console, transient=True, disable=not console.is_terminal)
 
 
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
 class _Main(click.Group):
     """The top-level group: a usage error (bad option value, unknown option) is one line, exit status 2,
     like every other error a user can cause (``error: ...; see 'expertcache CMD -h'``)."""
@@ -155,6 +158,9 @@ class _Main(click.Group):
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _NO_ARGS_IS_HELP as exc:     # a bare group (click >= 8.2): its help, as click prints it
+            exc.show()
+            sys.exit(exc.exit_code)
         except click.UsageError as exc:
             where = exc.ctx.command_path if exc.ctx is not None else "expertcache"
             message = " ".join(exc.format_message().split())
