@@ -87,7 +87,7 @@ def audit(path: str, labels: str | None, prompts: str | None, bands: str, cohort
     from ..events import ArrivalOffsets
 
     if out:
-        _require_new(out, overwrite)
+        _require_new(out, overwrite, file=True)
         _check_out(out)
     route_cfg = RouteAuditConfig(bands=parse_bands(bands), cohort_size=cohort_size, low_agreement=low_agreement,
                                  prefix_agreement=prefix_agreement, decay_margin=decay_margin, max_pairs=max_pairs,

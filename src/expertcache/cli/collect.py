@@ -44,14 +44,15 @@ def collect(model: str, prompts: str, out: str, max_new_tokens: int, max_prompt_
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..collect import CollectConfig, read_prompts
-    from ..collect.runner import collect as run_collect
 
     config = CollectConfig(max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens,
                            chat_template=not no_chat_template, batch_size=batch_size, shard_size=shard_size,
                            save_logits=save_logits, save_hidden=save_hidden, dtype=dtype, device=device,
                            device_map=device_map, revision=revision)
-    n_prompts = len(read_prompts(prompts))  # bad rows fail before the model loads
+    n_prompts = len(read_prompts(prompts))  # bad rows fail before the model loads (and before torch is imported)
     from transformers.utils import logging as hf_logging
+
+    from ..collect.runner import collect as run_collect
 
     hf_logging.disable_progress_bar()   # transformers' weight-loading bar would interleave with ours and errors
     console = Console(stderr=True)

@@ -23,16 +23,28 @@ def _fail(message: str) -> None:
     sys.exit(EXIT_USER_ERROR)
 
 
-def _require_new(out: str, overwrite: bool) -> None:
-    """Refuse an existing output before any work (the write itself is atomic too)."""
-    import os
+def _require_new(out: str, overwrite: bool, *, file: bool = False) -> None:
+    """Refuse an output before any work: an existing one without ``--overwrite``, and with it anything but
+    a directory (or file) this tool may replace (:func:`expertcache.storage.check_output`, docs/safety.md).
 
-    if os.path.exists(out) and not overwrite:
-        _fail(f"{out}: output already exists; choose another path or pass --overwrite")
+    The write itself is atomic and checks again at the instant of replacing.
+    """
+    from ..errors import OutputExistsError
+    from ..storage import check_output
+
+    try:
+        check_output(out, overwrite, directory=not file)
+    except OutputExistsError as exc:
+        _fail(str(exc))
 
 
 def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn package errors into a one-line message and exit status 2."""
+    """Turn package errors into a one-line message and exit status 2.
+
+    A closed stdout (``expertcache trace info T | head -1``) is not an error: the BrokenPipeError goes on
+    to click, which exits quietly. Other ``OSError`` (unreadable input, a full disk) print the file
+    they concern and what happened.
+    """
     import functools
 
     @functools.wraps(fn)
@@ -41,10 +53,24 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except ExpertCacheError as exc:
             _fail(str(exc))
+        except BrokenPipeError:
+            raise
         except OSError as exc:  # unreadable input, full disk: the user's environment, not a bug
-            _fail(f"{exc.filename or ''}: {exc.strerror or exc}")
+            _fail(_os_error_line(exc))
 
     return wrapper
+
+
+def _os_error_line(exc: OSError) -> str:
+    """One line for an ``OSError``: the file it concerns, what happened, and for a full disk what to do."""
+    import errno
+
+    what = exc.strerror or str(exc) or type(exc).__name__
+    where = f"{exc.filename}: " if exc.filename else ""
+    hint = ""
+    if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)) or "no space left" in what.lower():
+        hint = "; free some space or write elsewhere (no partial output was kept)"
+    return f"{where}{what}{hint}"
 
 
 def _csv(kind: type, name: str) -> Callable[[click.Context, click.Parameter, str], list]:
@@ -69,8 +95,18 @@ def _console():
     return probe if probe.is_terminal else Console(width=160)
 
 
+#: The most residency fractions one ``--rho`` option may list (a range is expanded, so it is bounded first).
+MAX_RHO_VALUES = 10_000
+
+
 def _rho_list(ctx: click.Context, param: click.Parameter, value: str) -> list[float]:
-    """Parse ``0.4``, ``0.2,0.3,0.4`` or a range ``START:STOP:STEP`` (inclusive), mixed with commas."""
+    """Parse ``0.4``, ``0.2,0.3,0.4`` or a range ``START:STOP:STEP`` (inclusive), mixed with commas.
+
+    Every value must be a number in [0, 1], and all together at most :data:`MAX_RHO_VALUES` (checked
+    before a range is expanded).
+    """
+    import math
+
     out: list[float] = []
     for item in (v.strip() for v in str(value).split(",")):
         if not item:
@@ -78,14 +114,23 @@ def _rho_list(ctx: click.Context, param: click.Parameter, value: str) -> list[fl
         try:
             if ":" in item:
                 start, stop, step = (float(x) for x in item.split(":"))
-                if step <= 0 or stop < start:
+                if not all(math.isfinite(x) for x in (start, stop, step)) or step <= 0 or stop < start:
                     raise ValueError
-                n = int(round((stop - start) / step)) + 1
-                out.extend(round(start + i * step, 10) for i in range(n))
+                count = math.floor((stop - start) / step + 0.5) + 1
+                if count + len(out) > MAX_RHO_VALUES:
+                    raise click.BadParameter(f"{item!r} expands to {count} values; at most {MAX_RHO_VALUES} "
+                                             "residency fractions per run (use a larger STEP)")
+                values = [round(start + i * step, 10) for i in range(count)]
             else:
-                out.append(float(item))
+                values = [float(item)]
         except ValueError:
             raise click.BadParameter(f"expected numbers or START:STOP:STEP ranges; got {item!r}") from None
+        bad = [v for v in values if not (math.isfinite(v) and 0.0 <= v <= 1.0)]
+        if bad:
+            raise click.BadParameter(f"rho must be a number in [0, 1]; got {bad[0]!r}")
+        out.extend(values)
+        if len(out) > MAX_RHO_VALUES:
+            raise click.BadParameter(f"at most {MAX_RHO_VALUES} residency fractions per run; got more")
     if not out:
         raise click.BadParameter("expected at least one residency fraction")
     return out
@@ -101,7 +146,35 @@ def _progress(total_hint: int | None = None):
                     console=console, transient=True, disable=not console.is_terminal)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+class _Main(click.Group):
+    """The top-level group: a usage error (bad option value, unknown option) is one line, exit status 2,
+    like every other error a user can cause (``error: ...; see 'expertcache CMD -h'``)."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # type: ignore[override]
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _NO_ARGS_IS_HELP as exc:     # a bare group (click >= 8.2): its help, as click prints it
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "expertcache"
+            message = " ".join(exc.format_message().split())
+            _fail(f"{message}; see '{where} -h'")
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) and not isinstance(rv, bool) else 0)
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="expertcache")
 def main() -> None:
     """Measure Mixture-of-Experts expert caching honestly.

@@ -9,6 +9,7 @@ import click
 from .main import (
     _fail,
     _guard,
+    _require_new,
     main,
 )
 
@@ -26,8 +27,9 @@ def nextuse() -> None:
               help="Model file: .json for linear, .npz for gbt.")
 @click.option("--max-rows", type=int, default=200_000, show_default=True, help="Rows sampled for fitting.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--overwrite", is_flag=True, help="Replace an existing model file.")
 @_guard
-def nextuse_fit(stream_dir: str, kind: str, out: str, max_rows: int, seed: int) -> None:
+def nextuse_fit(stream_dir: str, kind: str, out: str, max_rows: int, seed: int, overwrite: bool) -> None:
     """Fit a next-use-distance predictor on STREAM_DIR's access features."""
     from ..events import read_events
     from ..nextuse import GradientBoostedNextUse, LinearNextUse, access_features, transfer_r2
@@ -35,6 +37,7 @@ def nextuse_fit(stream_dir: str, kind: str, out: str, max_rows: int, seed: int) 
     want = ".json" if kind == "linear" else ".npz"
     if not out.endswith(want):
         _fail(f"{out}: a {kind} model is written as {want}")
+    _require_new(out, overwrite, file=True)
     f = access_features(read_events(stream_dir))
     model = (LinearNextUse.fit(f, max_rows, seed) if kind == "linear"
              else GradientBoostedNextUse.fit(f, max_rows=max_rows, seed=seed))
@@ -49,10 +52,11 @@ def nextuse_fit(stream_dir: str, kind: str, out: str, max_rows: int, seed: int) 
 @click.option("--scope", type=click.Choice(["per-layer", "global"]), default="per-layer", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True, help="Tie seed.")
 @click.option("--advice-out", type=click.Path(dir_okay=False), default=None, help="Also write the advice .npz.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --advice-out file.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_guard
 def nextuse_eval(model_path: str, stream_dir: str, rho: float, scope: str, seed: int, advice_out: str | None,
-                 as_json: bool) -> None:
+                 overwrite: bool, as_json: bool) -> None:
     """Transfer R2 on STREAM_DIR and the predicted-next-use policy against the baselines (Table 15 shape)."""
     from ..analysis.gap import CAUSAL_POLICIES
     from ..events import read_events
@@ -65,6 +69,8 @@ def nextuse_eval(model_path: str, stream_dir: str, rho: float, scope: str, seed:
     )
     from ..replay import ReplayConfig, replay
 
+    if advice_out:
+        _require_new(advice_out, overwrite, file=True)
     model = load_predictor(model_path)
     stream = read_events(stream_dir)
     f = access_features(stream)

@@ -102,7 +102,7 @@ def compare_cmd(source: str, calibration: str | None, rho: float, capacity: int 
     from ..trace import RoutingTrace
 
     if plot_path:
-        _require_new(plot_path, overwrite)
+        _require_new(plot_path, overwrite, file=True)
     names = tuple(p.strip() for p in policies.split(",") if p.strip()) if policies else None
     cfg = CompareConfig(rho=rho, capacity=capacity, budget=budget, batch=batch, prefill_init=prefill_init,
                         lookahead=lookahead, store_size=store_size, option_steps=option_steps,

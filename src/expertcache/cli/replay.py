@@ -14,6 +14,7 @@ from .main import (
     _fail,
     _guard,
     _progress,
+    _require_new,
     _rho_list,
     main,
 )
@@ -56,10 +57,12 @@ def _policy_help() -> str:
               help="Worker processes for independent runs (0 = all local cores); results are identical.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Write the miss-ratio curves to this .png/.pdf/.svg (needs matplotlib).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --plot file.")
 @_guard
 def replay_cmd(stream_dir: str, policies: list[str], rhos: list[float], scope: str, semantics: list[str],
                tie_break: str, seed: int, calibration: str | None, lfu_in_cache_counters: bool,
-               lrfu_lambda: float, warmup_events: int | None, advice_path: str | None, as_json: bool, show_layers: bool, jobs: int, plot_path: str | None) -> None:
+               lrfu_lambda: float, warmup_events: int | None, advice_path: str | None, as_json: bool, show_layers: bool, jobs: int, plot_path: str | None,
+               overwrite: bool) -> None:
     """Replay STREAM_DIR for every (policy, semantics, rho) and report transfers (§2.4)."""
     from ..events import read_events
     from ..replay import ReplayConfig
@@ -72,6 +75,8 @@ def replay_cmd(stream_dir: str, policies: list[str], rhos: list[float], scope: s
         _fail(f"--jobs must be >= 0; got {jobs}")
     if plot_path and not plot_path.lower().endswith((".png", ".pdf", ".svg")):
         _fail(f"{plot_path}: --plot file must end in .png, .pdf or .svg")
+    if plot_path:
+        _require_new(plot_path, overwrite, file=True)
     from ..replay import default_jobs, sweep
 
     stream = read_events(stream_dir)
@@ -82,7 +87,7 @@ def replay_cmd(stream_dir: str, policies: list[str], rhos: list[float], scope: s
     if advice_path:
         from ..nextuse import load_advice
 
-        advice = load_advice(advice_path)
+        advice = load_advice(advice_path, stream=stream)
     with _progress() as bar:
         task = bar.add_task("replay", total=None)
         results = sweep(stream, configs, calib, jobs=jobs or default_jobs(), advice=advice,

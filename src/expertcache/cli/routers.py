@@ -227,7 +227,7 @@ def export_cmd(checkpoint: str, trace_dir: str, batch: int, offsets: str, seed: 
     from ..routers.advice import save_router_advice
     from ..storage import atomic_file
 
-    _require_new(out, overwrite)
+    _require_new(out, overwrite, file=True)
     folder = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(folder):
         _fail(f"{out}: the folder {folder} does not exist; create it or choose another path")

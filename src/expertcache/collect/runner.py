@@ -430,67 +430,68 @@ def collect(model: Any, prompts: str | os.PathLike[str], out: str | os.PathLike[
         return CollectResult(out, done_trace.n_requests, done_trace.n_tokens, int((done_trace.phase == 1).sum()),
                              n_shards, n_shards, True, 0.0)
     store.write_identity(out, identity)
-    store.clean_partial(out)
-    use_template = bool(config.chat_template and getattr(tokenizer, "chat_template", None))
-    categories = {r.request_id: r.category for r in records if r.category is not None}
-    provenance: dict[str, Any] = {
-        "generator": "expertcache collect", "model": model_id, "model_type": hf_config.model_type,
-        "revision": config.revision, "commit": getattr(hf_config, "_commit_hash", None),
-        "config_sha256": identity["config_sha256"], "router_sha256": identity["router_sha256"],
-        "transformers_version": transformers.__version__, "torch_version": torch.__version__,
-        "collection": config.to_dict(), "collection_sha256": csha,
-        "prompts_file": os.path.basename(os.fspath(prompts)), "prompts_sha256": prompts_sha,
-        "n_prompts": len(records), "chat_template": use_template,
-        "enable_thinking": False if use_template and _template_reads(tokenizer, "enable_thinking") else None,
-        "moe_layers": [lay.decoder_layer for lay in layers],
-        "n_decoder_layers": int(getattr(hf_config, "num_hidden_layers", max(lay.decoder_layer for lay in layers) + 1)),
-        "router_score": adapter.score, "router_class": adapter.router_class,
-        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
-        "expert_block_bytes": _expert_block_bytes(layers, N),
-        "eos_token_ids": _eos_ids(model, tokenizer),
-        "decode_semantics": "decode row j = forward of generated token j at position prompt_len + j; "
-                            "EOS is not forwarded; at most max_new_tokens decode rows",
-    }
-    if categories:
-        provenance["categories"] = categories
-    eos = _eos_ids(model, tokenizer)
-    pad_id = getattr(tokenizer, "pad_token_id", None)
-    pad_id = int(pad_id if pad_id is not None else (eos[0] if eos else 0))
-    skipped = 0
-    done = 0
-    n_tok = n_dec = 0
-    gen_seconds = 0.0
-    with RouterRecorder(layers, save_hidden=config.save_hidden) as recorder:
-        for s in range(n_shards):
-            lo, hi = s * config.shard_size, min(len(records), (s + 1) * config.shard_size)
-            if store.shard_done(out, s, csha):
-                skipped += 1
-                done = hi
-                if progress:
-                    progress(ProgressEvent(done, len(records), 0, 0, 0.0, s, True))
-                continue
-            routed: list[_Routed] = []
-            with store.open_shard(out, s) as writer:
-                for blo in range(lo, hi, config.batch_size):
-                    bhi = min(hi, blo + config.batch_size)
-                    t0 = time.perf_counter()
-                    res = _run_batch(model, recorder, adapter, [encoded[i][0] for i in range(blo, bhi)], config,
-                                     eos, pad_id)
-                    dt = time.perf_counter() - t0
-                    gen_seconds += dt
-                    for r in res:   # hidden states / logits go to disk now, not at the end of the shard
-                        writer.append(r.arrays)
-                    routed.extend(replace(r, arrays={}) for r in res)
-                    del res
-                    toks = sum(r.experts.shape[0] for r in routed[-(bhi - blo):])
-                    decs = sum(r.n_decode for r in routed[-(bhi - blo):])
-                    n_tok += toks
-                    n_dec += decs
-                    done = bhi
+    with store.collection_lock(out):   # one collect per directory at a time
+        store.clean_partial(out)
+        use_template = bool(config.chat_template and getattr(tokenizer, "chat_template", None))
+        categories = {r.request_id: r.category for r in records if r.category is not None}
+        provenance: dict[str, Any] = {
+            "generator": "expertcache collect", "model": model_id, "model_type": hf_config.model_type,
+            "revision": config.revision, "commit": getattr(hf_config, "_commit_hash", None),
+            "config_sha256": identity["config_sha256"], "router_sha256": identity["router_sha256"],
+            "transformers_version": transformers.__version__, "torch_version": torch.__version__,
+            "collection": config.to_dict(), "collection_sha256": csha,
+            "prompts_file": os.path.basename(os.fspath(prompts)), "prompts_sha256": prompts_sha,
+            "n_prompts": len(records), "chat_template": use_template,
+            "enable_thinking": False if use_template and _template_reads(tokenizer, "enable_thinking") else None,
+            "moe_layers": [lay.decoder_layer for lay in layers],
+            "n_decoder_layers": int(getattr(hf_config, "num_hidden_layers", max(lay.decoder_layer for lay in layers) + 1)),
+            "router_score": adapter.score, "router_class": adapter.router_class,
+            "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+            "expert_block_bytes": _expert_block_bytes(layers, N),
+            "eos_token_ids": _eos_ids(model, tokenizer),
+            "decode_semantics": "decode row j = forward of generated token j at position prompt_len + j; "
+                                "EOS is not forwarded; at most max_new_tokens decode rows",
+        }
+        if categories:
+            provenance["categories"] = categories
+        eos = _eos_ids(model, tokenizer)
+        pad_id = getattr(tokenizer, "pad_token_id", None)
+        pad_id = int(pad_id if pad_id is not None else (eos[0] if eos else 0))
+        skipped = 0
+        done = 0
+        n_tok = n_dec = 0
+        gen_seconds = 0.0
+        with RouterRecorder(layers, save_hidden=config.save_hidden) as recorder:
+            for s in range(n_shards):
+                lo, hi = s * config.shard_size, min(len(records), (s + 1) * config.shard_size)
+                if store.shard_done(out, s, csha):
+                    skipped += 1
+                    done = hi
                     if progress:
-                        progress(ProgressEvent(done, len(records), toks, decs, dt, s, False))
-                writer.finish(_shard_trace(records[lo:hi], encoded[lo:hi], routed, L, N, k, csha, s))
-    trace = store.finalize(out, n_shards, provenance)
+                        progress(ProgressEvent(done, len(records), 0, 0, 0.0, s, True))
+                    continue
+                routed: list[_Routed] = []
+                with store.open_shard(out, s) as writer:
+                    for blo in range(lo, hi, config.batch_size):
+                        bhi = min(hi, blo + config.batch_size)
+                        t0 = time.perf_counter()
+                        res = _run_batch(model, recorder, adapter, [encoded[i][0] for i in range(blo, bhi)], config,
+                                         eos, pad_id)
+                        dt = time.perf_counter() - t0
+                        gen_seconds += dt
+                        for r in res:   # hidden states / logits go to disk now, not at the end of the shard
+                            writer.append(r.arrays)
+                        routed.extend(replace(r, arrays={}) for r in res)
+                        del res
+                        toks = sum(r.experts.shape[0] for r in routed[-(bhi - blo):])
+                        decs = sum(r.n_decode for r in routed[-(bhi - blo):])
+                        n_tok += toks
+                        n_dec += decs
+                        done = bhi
+                        if progress:
+                            progress(ProgressEvent(done, len(records), toks, decs, dt, s, False))
+                    writer.finish(_shard_trace(records[lo:hi], encoded[lo:hi], routed, L, N, k, csha, s))
+        trace = store.finalize(out, n_shards, provenance)
     return CollectResult(out, trace.n_requests, trace.n_tokens, int((trace.phase == 1).sum()), n_shards, skipped,
                          False, gen_seconds)
 

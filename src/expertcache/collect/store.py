@@ -32,7 +32,11 @@ from ..errors import IntegrityError, ValidationError
 from ..storage import (
     MANIFEST,
     atomic_directory,
+    atomic_write_bytes,
+    exclusive_lock,
+    inside,
     read_manifest,
+    read_npy,
     sha256_file,
     write_manifest,
     write_table,
@@ -92,7 +96,7 @@ def check_identity(out: Path, identity: dict[str, Any]) -> bool:
         return False
     try:
         stored = json.loads(path.read_text())["identity"]
-    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError):
+    except (ValueError, RecursionError, KeyError, TypeError, AttributeError):
         raise IntegrityError("not a valid collection identity file; choose another -o", source=str(path)) from None
     if stored != identity:
         keys = sorted(k for k in set(stored) | set(identity) if stored.get(k) != identity.get(k))
@@ -115,9 +119,13 @@ def write_identity(out: Path, identity: dict[str, Any]) -> None:
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def collection_lock(out: Path):
+    """Hold ``out/.lock`` while a run writes the collection: a second concurrent ``collect`` into the same
+    directory is refused (naming the holder's pid and host); a killed run's lock is taken over."""
+    return exclusive_lock(out, "collection")
 
 
 def shard_dir(out: Path, index: int) -> Path:
@@ -322,19 +330,28 @@ def read_array(trace_dir: str | os.PathLike[str], name: str) -> np.ndarray:
     if not entries:
         raise ValidationError(f"this trace has no {name!r} array; collect with {ARRAY_NAMES[name]}",
                               source=str(directory))
-    L, n = manifest["n_layers"], manifest["n_tokens"]
+    L, n = manifest["n_layers"], manifest.get("n_tokens")
+    src = str(directory / MANIFEST)
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise IntegrityError("expected a list of {file, sha256, rows} entries", source=src, field=f"arrays.{name}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise IntegrityError(f"expected a positive n_tokens; got {str(n)[:40]}", source=src, field="n_tokens")
     parts = []
     for e in entries:
-        path = directory / e["file"]
+        path = inside(directory, e.get("file"), src, f"arrays.{name}[].file")
+        rows = e.get("rows")
+        if isinstance(rows, bool) or not isinstance(rows, int) or not 0 < rows <= n:
+            raise IntegrityError(f"expected rows in [1, {n}]; got {str(rows)[:40]}", source=src,
+                                 field=f"arrays.{name}[].rows")
         if not path.is_file():
             raise IntegrityError("listed in manifest.json but missing", source=str(path))
         if sha256_file(path) != e.get("sha256"):
             raise IntegrityError("sha256 mismatch: the file was modified or truncated; re-collect it",
                                  source=str(path))
-        arr = np.load(path, allow_pickle=False)
-        if arr.dtype != np.float16 or arr.ndim != 3 or arr.shape[0] != e.get("rows") or arr.shape[1] != L:
-            raise IntegrityError(f"expected float16[{e.get('rows')}, {L}, *]; got {arr.dtype}{list(arr.shape)}",
-                                 source=str(path))
+        try:
+            arr = read_npy(path, expect_shape=(rows, L, None), expect_dtypes={"float16"})
+        except ValidationError as exc:
+            raise IntegrityError(f"expected float16[{rows}, {L}, *]: {exc.detail}", source=str(path)) from None
         parts.append(arr)
     out = parts[0] if len(parts) == 1 else np.concatenate(parts)
     if out.shape[0] != n:

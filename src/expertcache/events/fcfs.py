@@ -23,6 +23,10 @@ __all__ = ["ArrivalOffsets", "ARRIVAL_KINDS", "fcfs_schedule", "build_events", "
            "decode_rows", "events_from_schedule"]
 
 
+#: Largest arrival offset (steps): arrivals stay well inside int64 for any number of requests.
+MAX_OFFSET = 2 ** 40
+
+
 @dataclass(frozen=True)
 class ArrivalOffsets:
     """Arrival steps of requests under continuous batching (docs/design.md §4).
@@ -62,6 +66,9 @@ class ArrivalOffsets:
             raise ValidationError(f"stagger must be >= 0; got {self.stagger}", field="offsets")
         if self.kind == "random" and not 0 <= self.low <= self.high:
             raise ValidationError(f"random offsets need 0 <= low <= high; got {self.low}:{self.high}", field="offsets")
+        if max(self.stagger, self.low, self.high) > MAX_OFFSET:
+            raise ValidationError(f"arrival offsets must be at most {MAX_OFFSET} steps; got "
+                                  f"{max(self.stagger, self.low, self.high)}", field="offsets")
         if self.kind == "poisson" and not (math.isfinite(self.rate) and 0 < self.rate <= 1e6):
             raise ValidationError(f"a Poisson arrival rate must be in (0, 1e6] requests per step; got {self.rate}",
                                   field="offsets")
@@ -105,7 +112,11 @@ class ArrivalOffsets:
         if self.kind == "random":
             return rng.integers(self.low, self.high, size=n_requests, endpoint=True).astype(np.int64)
         if self.kind == "poisson":
-            return np.floor(np.cumsum(rng.exponential(1.0 / self.rate, size=n_requests))).astype(np.int64)
+            times = np.cumsum(rng.exponential(1.0 / self.rate, size=n_requests))
+            if times.size and times[-1] > MAX_OFFSET:
+                raise ValidationError(f"a Poisson rate of {self.rate:g} per step puts the last of {n_requests} "
+                                      f"arrivals beyond {MAX_OFFSET} steps; use a higher rate", field="offsets")
+            return np.floor(times).astype(np.int64)
         if self.ids is None:
             if len(self.times) != n_requests:
                 raise ValidationError(f"the file lists {len(self.times)} arrival steps; the trace has {n_requests} "
@@ -129,7 +140,7 @@ class ArrivalOffsets:
 #: Arrival processes of :class:`ArrivalOffsets`.
 ARRIVAL_KINDS = ("zero", "stagger", "random", "poisson", "file")
 _MAX_ARRIVAL_FILE = 64 << 20
-_MAX_ARRIVAL_STEP = 1 << 40
+_MAX_ARRIVAL_STEP = MAX_OFFSET
 
 
 def _read_arrivals(path: str) -> ArrivalOffsets:

@@ -128,7 +128,8 @@ def select_batch(config: RotationConfig, s: int, admitted: list[int], last: dict
     # serve now the earliest deadlines that later steps could not absorb: for every horizon h,
     # the sessions due by s+h beyond the B*h slots of steps s+1..s+h (keeps every deadline feasible)
     due = np.array([last[r] + W - s for r in edf])          # steps left until each deadline
-    need = max(int((due <= h).sum()) - B * h for h in range(W))
+    # horizons h >= ceil(A/B) add nothing (at most A sessions are due, B*h slots): the same max, O(A/B) not O(W)
+    need = max(int((due <= h).sum()) - B * h for h in range(min(W, -(-len(edf) // B) + 1)))
     mandatory = edf[:min(B, max(0, need))]
     room = B - len(mandatory)
     keys = {r: (last[r], order[r]) for r in admitted}

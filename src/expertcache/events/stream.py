@@ -20,11 +20,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import ValidationError
 from ..jsonl import check_shape, int_field, int_list, iter_records
 from ..storage import (
     atomic_directory,
+    check_model_shape,
     read_manifest,
     read_table,
     require_columns,
@@ -214,6 +216,7 @@ def _validate_stream(s: EventStream, source: str) -> None:
     if N > np.iinfo(np.int16).max:
         raise ValidationError(f"at most {np.iinfo(np.int16).max} experts per layer are supported; got {N}",
                               source=source, field="n_experts")
+    check_model_shape(L, N, k, source=source)
     n = s.step.shape[0]
     for name in ("layer", "active", "logical_per_event"):
         if getattr(s, name).shape != (n,):
@@ -286,7 +289,14 @@ def _check_events(step, layer, active, offsets, expert, mult, gate_mass, logical
 
 
 def read_events(directory: str | os.PathLike[str]) -> EventStream:
-    """Load a stream directory written by :meth:`EventStream.save`, verifying hashes and contents."""
+    """Load a stream directory written by :meth:`EventStream.save`, verifying hashes and contents.
+
+    Every column is checked once, vectorised, before conversion (docs/safety.md): integer types
+    without nulls for ``step``, ``layer``, ``active``, ``logical`` and the member lists, values within
+    the stored types, ``logical = active * k`` per event, multiplicities in ``[1, active]`` summing to
+    ``logical`` (or all 1 where they are unknown), and the event, union and logical counts the
+    manifest declares; the model shape is bounded (:func:`expertcache.storage.check_model_shape`).
+    """
     directory = Path(directory)
     manifest = read_manifest(directory, _KIND)
     L, N, k = manifest["n_layers"], manifest["n_experts"], manifest["top_k"]
@@ -294,32 +304,98 @@ def read_events(directory: str | os.PathLike[str]) -> EventStream:
     src = str(directory / _EVENTS)
     require_columns(table, {"step": "int", "layer": "int", "active": "int", "logical": "int",
                             "experts": "list of ints", "multiplicity": "list of ints"}, src)
+    declared = manifest.get("n_events")
+    if declared is not None and declared != table.num_rows:
+        raise ValidationError(f"manifest declares {declared!r}; the data holds {table.num_rows} events",
+                              source=src, field="n_events")
     try:
         experts = table["experts"].combine_chunks()
-        if experts.null_count:
-            raise ValidationError("null event", source=src, field="experts")
-        offsets = experts.offsets.to_numpy().astype(np.int64)
-        offsets = offsets - offsets[0]
-        flat = experts.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+        offsets, flat = _int_lists(experts, src, "experts", 0, N)
 
-        def flat_list(name: str, dtype) -> np.ndarray:
+        def flat_list(name: str, integer: bool) -> np.ndarray:
             col = table[name].combine_chunks()
-            if col.null_count or not np.array_equal(col.offsets.to_numpy() - col.offsets.to_numpy()[0], offsets):
+            if col.null_count or not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)) or \
+                    not np.array_equal(col.offsets.to_numpy() - col.offsets.to_numpy()[0], offsets):
                 raise ValidationError("must have one entry per expert of each event", source=src, field=name)
-            return col.flatten().to_numpy(zero_copy_only=False).astype(dtype)
+            values = col.flatten()
+            if values.null_count:
+                raise ValidationError("null entries are not allowed", source=src, field=name)
+            if integer and not pa.types.is_integer(values.type):
+                raise ValidationError(f"expected integers; got {values.type}", source=src, field=name)
+            if not integer and not pa.types.is_floating(values.type):
+                raise ValidationError(f"expected floating-point numbers; got {values.type}", source=src, field=name)
+            return values.to_numpy(zero_copy_only=False)
 
-        mult = flat_list("multiplicity", np.int32)
-        gm = flat_list("gate_mass", np.float32) if "gate_mass" in table.column_names else None
-        arrays = {name: table[name].to_numpy() for name in ("step", "layer", "active", "logical")}
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+        mult = flat_list("multiplicity", True).astype(np.int64)
+        gm = flat_list("gate_mass", False).astype(np.float32) if "gate_mass" in table.column_names else None
+        arrays = {name: _int_array(table[name], src, name, hi)
+                  for name, hi in (("step", 2 ** 62), ("layer", L), ("active", 2 ** 31 - 1),
+                                   ("logical", 2 ** 62))}
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError,
+            OverflowError) as exc:
         if isinstance(exc, ValidationError):
             raise
         raise ValidationError(f"unexpected column type ({exc})", source=src) from None
+    i = _first(arrays["active"] < 1)
+    if i is not None:
+        raise ValidationError(f"active must be >= 1; got {arrays['active'][i]}", source=src, record=i + 1,
+                              field="active")
+    i = _first(arrays["logical"] != arrays["active"] * k)
+    if i is not None:
+        raise ValidationError(f"logical must be active * k = {int(arrays['active'][i]) * k}; got "
+                              f"{arrays['logical'][i]}", source=src, record=i + 1, field="logical")
     _check_events(arrays["step"], arrays["layer"], arrays["active"], offsets, flat, mult, gm,
                   arrays["logical"], L, N, k, src)
-    return EventStream(L, N, k, arrays["step"].astype(np.int64), arrays["layer"].astype(np.int32),
-                       arrays["active"].astype(np.int32), arrays["logical"].astype(np.int64), offsets,
-                       flat.astype(np.int16), mult, gm, manifest.get("provenance", {}))
+    sizes = np.diff(offsets)
+    sums = np.add.reduceat(mult, offsets[:-1]) if mult.size else np.zeros(0, dtype=np.int64)
+    ones = np.add.reduceat((mult == 1).astype(np.int64), offsets[:-1]) == sizes if mult.size else sums
+    i = _first((sums != arrays["logical"]) & ~ones)
+    if i is not None:
+        raise ValidationError(f"multiplicities must sum to logical = active * k = {arrays['logical'][i]} (or all "
+                              f"be 1 where unknown); got {sums[i]}", source=src, record=i + 1, field="multiplicity")
+    for key, got in (("union", int(flat.shape[0])), ("logical", int(arrays["logical"].sum()))):
+        declared = manifest.get(key)
+        if declared is not None and declared != got:
+            raise ValidationError(f"manifest declares {declared!r}; the data holds {got}", source=src, field=key)
+    return EventStream(L, N, k, arrays["step"], arrays["layer"].astype(np.int32),
+                       arrays["active"].astype(np.int32), arrays["logical"], offsets,
+                       flat.astype(np.int16), mult.astype(np.int32), gm, manifest.get("provenance", {}))
+
+
+def _int_array(column: pa.ChunkedArray, src: str, name: str, hi: int) -> np.ndarray:
+    """An integer column without nulls as int64, values below ``hi`` (lower bounds: :func:`_check_events`)."""
+    col = column.combine_chunks()
+    if not pa.types.is_integer(col.type):
+        raise ValidationError(f"expected an integer column; got {col.type}", source=src, field=name)
+    if col.null_count:
+        raise ValidationError("null entries are not allowed", source=src, field=name)
+    if pa.types.is_uint64(col.type) and (pc.max(col).as_py() or 0) >= hi:
+        raise ValidationError(f"must be < {hi}; got {pc.max(col).as_py()}", source=src, field=name)
+    values = col.to_numpy(zero_copy_only=False).astype(np.int64)
+    i = _first(values >= hi)
+    if i is not None:
+        raise ValidationError(f"must be < {hi}; got {values[i]}", source=src, record=i + 1, field=name)
+    return values
+
+
+def _int_lists(col: pa.Array, src: str, name: str, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR offsets and int64 members of a list-of-integers column, members checked in ``[lo, hi)``."""
+    if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
+        raise ValidationError(f"expected a list column; got {col.type}", source=src, field=name)
+    if col.null_count:
+        raise ValidationError("null event", source=src, field=name)
+    offsets = col.offsets.to_numpy().astype(np.int64)
+    offsets = offsets - offsets[0]
+    values = col.flatten()
+    if values.null_count:
+        raise ValidationError("null entries are not allowed", source=src, field=name)
+    if not pa.types.is_integer(values.type):
+        raise ValidationError(f"expected integer ids; got {values.type}", source=src, field=name)
+    if pa.types.is_uint64(values.type) and (pc.max(values).as_py() or 0) >= hi:
+        raise ValidationError(f"expert id must be in [{lo}, {hi}); got {pc.max(values).as_py()}", source=src,
+                              field=name)
+    flat = values.to_numpy(zero_copy_only=False).astype(np.int64)
+    return offsets, flat
 
 
 def concat_streams(first: EventStream, second: EventStream, provenance: dict[str, Any] | None = None) -> EventStream:

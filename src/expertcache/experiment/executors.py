@@ -22,7 +22,54 @@ EXECUTORS = ("local", "ray")
 _CONTEXT: dict[str, Any] = {}
 
 
-def _init_worker(context: dict[str, Any]) -> None:
+def _die_with_parent(parent_pid: int) -> None:
+    """Make this worker process end when ``parent_pid`` (the run) ends, however it ends.
+
+    On Linux the kernel sends SIGKILL on the parent's death (``prctl(PR_SET_PDEATHSIG)``); everywhere a
+    daemon thread also polls the parent and exits when it is gone. A killed ``spec run`` therefore
+    leaves no orphaned worker behind (that could hold files open or keep computing).
+    """
+    import signal
+    import sys
+    import threading
+    import time
+
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)      # PR_SET_PDEATHSIG = 1
+        except (OSError, AttributeError):
+            pass
+    ppid = os.getppid()          # the run itself (fork, spawn) or a fork server started by it
+
+    def gone() -> bool:
+        if os.getppid() != ppid:
+            return True
+        try:
+            os.kill(parent_pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+        return False
+
+    if gone():                  # the parent died before prctl took effect
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if gone():
+                os._exit(1)
+
+    threading.Thread(target=watch, name="expertcache-parent-watch", daemon=True).start()
+
+
+def _init_worker(context: dict[str, Any], parent_pid: int | None = None) -> None:
+    if parent_pid is not None:
+        _die_with_parent(parent_pid)
     _CONTEXT["context"] = context
 
 
@@ -41,7 +88,7 @@ class LocalExecutor:
     def __enter__(self) -> LocalExecutor:
         if self.jobs > 1:
             self._pool = ProcessPoolExecutor(max_workers=self.jobs, initializer=_init_worker,
-                                             initargs=(self.context,))
+                                             initargs=(self.context, os.getpid()))
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

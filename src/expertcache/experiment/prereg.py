@@ -39,9 +39,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import statistics
-import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -153,21 +153,14 @@ def _check_where(where: Any, what: str, source: str) -> dict[str, Any]:
 
 def load_criteria(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate a criteria TOML file; return the document body to freeze."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
+    from ..jsonl import read_toml
 
     src = str(path)
     p = Path(path)
     if not p.is_file():
         raise ValidationError("criteria file not found; expected TOML with [prereg], [splits.*], [[criteria]]",
                               source=src)
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ValidationError(f"not valid TOML ({exc})", source=src) from None
-    return criteria_document(data, source=src)
+    return criteria_document(read_toml(p, "a criteria TOML file"), source=src)
 
 
 def criteria_document(data: Mapping[str, Any], source: str = "<dict>") -> dict[str, Any]:
@@ -179,7 +172,13 @@ def criteria_document(data: Mapping[str, Any], source: str = "<dict>") -> dict[s
     if not isinstance(head, dict) or not isinstance(head.get("title"), str) or not head["title"]:
         raise ValidationError("[prereg] needs title = \"...\"", source=source, field="prereg.title")
     splits: dict[str, dict[str, Any]] = {}
-    for name, tbl in (data.get("splits") or {}).items():
+    raw_splits = data.get("splits") or {}
+    if not isinstance(raw_splits, dict):
+        raise ValidationError("splits must be tables: [splits.NAME]", source=source, field="splits")
+    revisions = head.get("revisions", [])
+    if not isinstance(revisions, list):
+        raise ValidationError("revisions must be a list", source=source, field="prereg.revisions")
+    for name, tbl in raw_splits.items():
         if not isinstance(tbl, dict) or set(tbl) - {"where", "confirmatory", "description"}:
             raise ValidationError("a split is where = {...}, confirmatory = true|false, description = \"...\"",
                                   source=source, field=f"splits.{name}")
@@ -205,17 +204,18 @@ def criteria_document(data: Mapping[str, Any], source: str = "<dict>") -> dict[s
         ids.add(cid)
         if not isinstance(c.get("metric"), str) or not c["metric"]:
             raise ValidationError("metric must name gap or a stored metric", source=source, field=f"{where}.metric")
-        if c.get("comparison") not in COMPARISONS:
+        if not isinstance(c.get("comparison"), str) or c.get("comparison") not in COMPARISONS:
             raise ValidationError(f"comparison must be one of {' '.join(COMPARISONS)}; got {c.get('comparison')!r}",
                                   source=source, field=f"{where}.comparison")
         t = c.get("threshold")
-        if isinstance(t, bool) or not isinstance(t, (int, float)):
-            raise ValidationError(f"threshold must be a number; got {t!r}", source=source, field=f"{where}.threshold")
-        if c.get("split") not in splits:
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+            raise ValidationError(f"threshold must be a finite number; got {str(t)[:40]}", source=source,
+                                  field=f"{where}.threshold")
+        if not isinstance(c.get("split"), str) or c.get("split") not in splits:
             raise ValidationError(f"split must name a [splits.NAME] table; got {c.get('split')!r}", source=source,
                                   field=f"{where}.split")
         agg = c.get("aggregate", "all")
-        if agg not in AGGREGATES:
+        if not isinstance(agg, str) or agg not in AGGREGATES:
             raise ValidationError(f"aggregate must be one of {', '.join(AGGREGATES)}; got {agg!r}", source=source,
                                   field=f"{where}.aggregate")
         cw = _check_where(c.get("where"), f"{where}.where", source)
@@ -226,7 +226,7 @@ def criteria_document(data: Mapping[str, Any], source: str = "<dict>") -> dict[s
                     "split": c["split"], "where": cw, "aggregate": agg,
                     "description": str(c.get("description", ""))})
     return {"title": head["title"], "statement": str(head.get("statement", "")),
-            "revisions": list(head.get("revisions", [])), "splits": splits, "criteria": out}
+            "revisions": list(revisions), "splits": splits, "criteria": out}
 
 
 # ----------------------------------------------------------------------------- files
@@ -240,7 +240,10 @@ def _ledger(doc: Path) -> Path:
 
 def _write_new(path: Path, text: str) -> None:
     """Create ``path`` atomically; never replace an existing file."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    import secrets
+
+    tmp = str(path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)     # the umask's mode, unlike mkstemp's 0600
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -356,7 +359,7 @@ def verify(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
     except FileNotFoundError:
         raise ValidationError("frozen document not found (expertcache prereg freeze writes it)", source=str(p)) \
             from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:
         raise IntegrityError(f"not valid JSON ({exc}); the frozen document was damaged", source=str(p)) from None
     if not isinstance(frozen, dict) or frozen.get("kind") != _KIND or not isinstance(frozen.get("document"), dict):
         raise ValidationError("not a frozen pre-registration document", source=str(p))
@@ -388,7 +391,7 @@ def _read_ledger(path: Path) -> list[dict[str, Any]]:
         if line.strip():
             try:
                 out.append(json.loads(line))
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):
                 raise IntegrityError("unreadable read record", source=str(path), record=line_no) from None
     return out
 

@@ -253,19 +253,13 @@ class ExperimentSpec:
 # ----------------------------------------------------------------------------- loading
 def load_spec(path: str | os.PathLike[str]) -> ExperimentSpec:
     """Read a TOML spec; relative paths inside resolve against the spec's directory."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
-
     p = Path(path)
     if not p.is_file():
         raise ValidationError("spec file not found; expected a TOML experiment spec", source=str(p))
+    from ..jsonl import read_toml
+
     raw = p.read_bytes()
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ValidationError(f"not valid TOML ({exc})", source=str(p)) from None
+    data = read_toml(p, "a TOML experiment spec")
     spec = spec_from_dict(data, base_dir=p.resolve().parent, source=str(p))
     return ExperimentSpec(**{**{f.name: getattr(spec, f.name) for f in fields(spec)},
                              "text_sha256": hashlib.sha256(raw).hexdigest()})
@@ -359,7 +353,7 @@ def spec_from_dict(data: Mapping[str, Any], base_dir: str | os.PathLike[str] = "
 def _manifest_kind(directory: str, source: str) -> str:
     try:
         kind = json.loads((Path(directory) / "manifest.json").read_text()).get("kind")
-    except (OSError, json.JSONDecodeError, AttributeError):
+    except (OSError, ValueError, RecursionError, AttributeError):
         raise ValidationError("manifest.json is not readable JSON", source=directory) from None
     return {"routing_trace": "trace", "event_stream": "stream"}.get(kind, str(kind))
 
@@ -608,7 +602,9 @@ def _at(source: str, where: str) -> Iterator[None]:
 
 
 def _n_requests(trace_dir: str) -> int:
-    n = json.loads((Path(trace_dir) / "manifest.json").read_text()).get("n_requests")
+    from ..storage import read_manifest
+
+    n = read_manifest(trace_dir, "routing_trace").get("n_requests")
     if not isinstance(n, int) or n < 1:
         raise ValidationError("manifest.json lacks a positive n_requests", source=trace_dir)
     return n

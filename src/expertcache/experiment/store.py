@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import ValidationError
-from ..storage import atomic_file, atomic_write_bytes
+from ..storage import atomic_file, atomic_write_bytes, exclusive_lock
 from .spec import CONDITION_FIELDS, PlannedCondition
 from .tasks import METRICS
 
@@ -79,7 +79,7 @@ class ResultStore:
         if meta.is_file():
             try:
                 kind = json.loads(meta.read_text()).get("kind")
-            except (json.JSONDecodeError, AttributeError):
+            except (ValueError, RecursionError, AttributeError, OSError):
                 kind = None
             if kind != _KIND:
                 raise ValidationError("store.json does not describe an expertcache result store",
@@ -101,25 +101,18 @@ class ResultStore:
     def lock(self) -> Iterator[None]:
         """Hold the store's write lock; a second concurrent run is refused with a clear error.
 
-        An OS lock on ``.lock`` (``fcntl.flock`` on Unix, ``msvcrt.locking`` on Windows), released
-        by the OS when the process ends, however it ends. Elsewhere a clear error says so.
+        :func:`expertcache.storage.exclusive_lock`: a POSIX lock on ``.lock`` that records the holder's
+        pid and host, is not inherited by worker processes and is released by the OS when the holder
+        ends, however it ends, so a killed run's lock is taken over by the next.
         """
-        fh = open(self.path / ".lock", "a+b")
-        try:
-            try:
-                _lock_file(fh)
-            except OSError:       # BlockingIOError (fcntl) or PermissionError (msvcrt): held by another run
-                raise ValidationError("another run holds this store's lock; wait for it or use another --store",
-                                      source=str(self.path)) from None
+        with exclusive_lock(self.path, "store"):
             yield
-        finally:
-            fh.close()
 
     # ------------------------------------------------------------------ metadata
     def read_meta(self) -> dict[str, Any]:
         try:
             return json.loads((self.path / _META).read_text())
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError, RecursionError):
             return {}
 
     def write_meta(self, meta: dict[str, Any]) -> None:
@@ -202,24 +195,6 @@ class ResultStore:
                 tmp.unlink()
                 n += 1
         return n
-
-
-def _lock_file(fh) -> None:
-    """Take an exclusive, non-blocking OS lock on the open file ``fh`` (raises OSError if it is held)."""
-    try:
-        import fcntl
-    except ImportError:
-        fcntl = None
-    if fcntl is not None:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return
-    try:
-        import msvcrt
-    except ImportError:
-        raise ValidationError("this platform has neither fcntl nor msvcrt file locks, which a result store needs "
-                              "to keep two runs from writing it at once; run on Linux, macOS or Windows") from None
-    fh.seek(0)
-    msvcrt.locking(fh.fileno(), msvcrt.LK_NBLCK, 1)
 
 
 def _dedupe(t: pa.Table) -> pa.Table:

@@ -101,32 +101,58 @@ def save_advice(advice: Advice, path) -> None:
         np.savez(fh, provenance=np.array(json.dumps(advice.provenance)), **arrays)
 
 
-def load_advice(path) -> Advice:
-    """Read advice written by :func:`save_advice` (``np.load(allow_pickle=False)``)."""
+def load_advice(path, stream=None) -> Advice:
+    """Read advice written by :func:`save_advice` (no pickle), checking sizes before allocating.
+
+    Every member's declared shape and dtype is checked against the bytes actually present (a crafted
+    header cannot make the reader allocate more than the file holds) and, when ``stream`` is given,
+    against that stream: ``priority`` / ``prefetch_score`` ``float32[n_events, N]``, ``next_use``
+    ``int32[union]``.
+
+    Raises
+    ------
+    ValidationError
+        One line naming the file and the offending member.
+    """
     import json
-    import zipfile
 
     from ..errors import ValidationError
+    from ..storage import read_npz
 
+    src = str(path)
+    dense = None if stream is None else (stream.n_events, stream.n_experts)
+    expect = {"priority": (dense or (None, None), {"float32"}),
+              "prefetch_score": (dense or (None, None), {"float32"}),
+              "next_use": ((None,) if stream is None else (stream.union,), {"int32", "int64"}),
+              "provenance": ((), None)}
     try:
-        z = np.load(path, allow_pickle=False)
-        if not isinstance(z, np.lib.npyio.NpzFile):
-            raise ValueError("not an .npz archive")
-        with z:
-            names = set(z.files)
-            if not names & {"next_use", "priority", "prefetch_score"}:
-                raise ValueError("it holds none of next_use, priority, prefetch_score")
-            # copy=False: the dense arrays are float32[n_events, N] already; no second copy of each
-            return Advice(
-                z["next_use"].astype(np.int32, copy=False) if "next_use" in names else None,
-                json.loads(str(z["provenance"])) if "provenance" in names else {},
-                z["priority"].astype(np.float32, copy=False) if "priority" in names else None,
-                z["prefetch_score"].astype(np.float32, copy=False) if "prefetch_score" in names else None,
-            )
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-        raise ValidationError(f"cannot read advice ({exc}); expected an .npz from `expertcache nextuse eval "
-                              "--advice-out` or an advice producer of expertcache.prefetch",
-                              source=str(path)) from None
+        z = read_npz(path, expect=expect)
+    except ValidationError as exc:
+        raise ValidationError(f"cannot read advice: {exc.detail}; expected an .npz from `expertcache nextuse "
+                              "eval --advice-out` or an advice producer", source=src, field=exc.field) from None
+    names = set(z)
+    if not names & {"next_use", "priority", "prefetch_score"}:
+        raise ValidationError("cannot read advice (it holds none of next_use, priority, prefetch_score); expected "
+                              "an .npz from `expertcache nextuse eval --advice-out` or an advice producer of "
+                              "expertcache.prefetch", source=src)
+    provenance: dict[str, Any] = {}
+    if "provenance" in names:
+        p = z["provenance"]
+        if p.dtype.kind != "U":
+            raise ValidationError("expected a JSON string", source=src, field="provenance")
+        try:
+            provenance = json.loads(str(p))
+        except (ValueError, RecursionError):
+            raise ValidationError("not valid JSON", source=src, field="provenance") from None
+        if not isinstance(provenance, dict):
+            raise ValidationError("expected a JSON object", source=src, field="provenance")
+    nxt = z.get("next_use")
+    if nxt is not None and nxt.dtype != np.int32:
+        if nxt.size and (int(nxt.min()) < 0 or int(nxt.max()) > int(K.NEVER)):
+            raise ValidationError(f"next_use must be in [0, {int(K.NEVER)}] (int32); got {int(nxt.min())}.."
+                                  f"{int(nxt.max())}", source=src, field="next_use")
+        nxt = nxt.astype(np.int32)
+    return Advice(nxt, provenance, z.get("priority"), z.get("prefetch_score"))
 
 
 def advice_from_predictions(features: AccessFeatures, log_distance: np.ndarray,

@@ -23,6 +23,9 @@ __all__ = ["LinearNextUse", "GradientBoostedNextUse", "load_predictor", "transfe
 
 
 def _fit_rows(f: AccessFeatures, max_rows: int | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, (int, np.integer))
+                                 or max_rows < 1):
+        raise ValidationError(f"max_rows must be a positive integer; got {max_rows!r}", field="max_rows")
     ok = ~f.never_again
     X, y = f.X[ok], f.log_next_distance[ok]
     if X.shape[0] == 0:
@@ -57,9 +60,12 @@ class LinearNextUse:
         return ((X - self.mean) / self.scale) @ self.coef + self.intercept
 
     def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the model as JSON, atomically (a failed write leaves any older file as it was)."""
+        from ..storage import atomic_write_bytes
+
         body = {"kind": "linear", "features": list(FEATURE_NAMES), "mean": self.mean.tolist(),
                 "scale": self.scale.tolist(), "coef": self.coef.tolist(), "intercept": self.intercept}
-        Path(path).write_text(json.dumps(body, indent=2) + "\n")
+        atomic_write_bytes(path, (json.dumps(body, indent=2) + "\n").encode())
         return Path(path)
 
 
@@ -117,8 +123,11 @@ class GradientBoostedNextUse:
         return out
 
     def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the trees as plain ``.npz`` arrays, atomically."""
+        from ..storage import atomic_file
+
         path = Path(path)
-        with open(path, "wb") as fh:
+        with atomic_file(path) as tmp, open(tmp, "wb") as fh:
             np.savez(fh, kind=np.array("gbt"), features=np.array(FEATURE_NAMES),
                      init=np.array(self.init), learning_rate=np.array(self.learning_rate),
                      tree_offsets=self.tree_offsets, left=self.left, right=self.right, feature=self.feature,
@@ -126,28 +135,120 @@ class GradientBoostedNextUse:
         return path
 
 
+#: Bounds a loaded boosted-tree model must respect (checked before :meth:`GradientBoostedNextUse.predict`).
+MAX_TREE_DEPTH = 64
+MAX_TREES = 100_000
+
+
 def load_predictor(path: str | os.PathLike[str]) -> LinearNextUse | GradientBoostedNextUse:
-    """Load a saved predictor (JSON linear model or ``.npz`` trees); never unpickles."""
+    """Load a saved predictor (JSON linear model or ``.npz`` trees); never unpickles.
+
+    Everything is validated at load: the linear model's arrays (one finite number per feature), the
+    trees' structure (node indices in range, every child after its parent so no cycle, depth at most
+    :data:`MAX_TREE_DEPTH`, feature indices in range, finite thresholds and values), so prediction
+    always terminates.
+    """
+    from ..jsonl import read_json
+    from ..storage import read_npz
+
     path = Path(path)
+    src = str(path)
+    if path.suffix == ".json":
+        body = read_json(path, "a linear next-use model")
+        if not isinstance(body, dict) or body.get("kind") != "linear" or body.get("features") != list(FEATURE_NAMES):
+            raise ValidationError("not a linear next-use model for these features", source=src)
+        d = len(FEATURE_NAMES)
+        arrays = {}
+        for name in ("mean", "scale", "coef"):
+            v = body.get(name)
+            if not isinstance(v, list) or len(v) != d or \
+                    any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in v):
+                raise ValidationError(f"expected {d} numbers (one per feature)", source=src, field=name)
+            arr = np.array(v, dtype=np.float64)
+            if not np.isfinite(arr).all() or (name == "scale" and (arr == 0).any()):
+                raise ValidationError("expected finite numbers" + (", non-zero" if name == "scale" else ""),
+                                      source=src, field=name)
+            arrays[name] = arr
+        b = body.get("intercept")
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not np.isfinite(b):
+            raise ValidationError(f"expected a finite number; got {str(b)[:40]}", source=src, field="intercept")
+        return LinearNextUse(arrays["mean"], arrays["scale"], arrays["coef"], float(b))
     try:
-        if path.suffix == ".json":
-            body = json.loads(path.read_text())
-            if body.get("kind") != "linear" or body.get("features") != list(FEATURE_NAMES):
-                raise ValidationError("not a linear next-use model for these features", source=str(path))
-            return LinearNextUse(np.array(body["mean"]), np.array(body["scale"]), np.array(body["coef"]),
-                                 float(body["intercept"]))
-        z = np.load(path, allow_pickle=False)
-        if not isinstance(z, np.lib.npyio.NpzFile):
-            raise ValidationError("expected a .json linear model or an .npz boosted-tree model", source=str(path))
-        with z:
-            if str(z["kind"]) != "gbt" or list(z["features"]) != list(FEATURE_NAMES):
-                raise ValidationError("not a boosted-tree next-use model for these features", source=str(path))
-            return GradientBoostedNextUse(float(z["init"]), float(z["learning_rate"]), z["tree_offsets"], z["left"],
-                                          z["right"], z["feature"], z["threshold"], z["value"])
-    except (OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
-        if isinstance(exc, ValidationError):
-            raise
-        raise ValidationError(f"cannot read a next-use model ({exc})", source=str(path)) from None
+        z = read_npz(path, required=("kind", "features", "init", "learning_rate", "tree_offsets", "left", "right",
+                                     "feature", "threshold", "value"))
+    except ValidationError as exc:
+        raise ValidationError(f"cannot read a next-use model: {exc.detail}; expected a .json linear model or an "
+                              ".npz boosted-tree model", source=src, field=exc.field) from None
+    if z["kind"].shape != () or str(z["kind"]) != "gbt" or z["features"].ndim != 1 or \
+            list(z["features"]) != list(FEATURE_NAMES):
+        raise ValidationError("not a boosted-tree next-use model for these features", source=src)
+    return _validated_trees(z, src)
+
+
+def _validated_trees(z: dict[str, np.ndarray], src: str) -> GradientBoostedNextUse:
+    """Check the flat tree arrays (see :func:`load_predictor`) and build the model."""
+    scalars = {}
+    for name in ("init", "learning_rate"):
+        a = z[name]
+        if a.shape != () or a.dtype.kind not in "fiu" or not np.isfinite(a):
+            raise ValidationError("expected a finite scalar", source=src, field=name)
+        scalars[name] = float(a)
+    for name in ("tree_offsets", "left", "right", "feature"):
+        if z[name].ndim != 1 or z[name].dtype.kind not in "iu":
+            raise ValidationError(f"expected a 1-D integer array; got {z[name].dtype} {z[name].shape}",
+                                  source=src, field=name)
+    for name in ("threshold", "value"):
+        if z[name].ndim != 1 or z[name].dtype.kind != "f":
+            raise ValidationError(f"expected a 1-D float array; got {z[name].dtype} {z[name].shape}",
+                                  source=src, field=name)
+    off = z["tree_offsets"].astype(np.int64)
+    left, right, feature = (z[n].astype(np.int64) for n in ("left", "right", "feature"))
+    threshold, value = z["threshold"].astype(np.float64), z["value"].astype(np.float64)
+    n = left.shape[0]
+    for name, a in (("right", right), ("feature", feature), ("threshold", threshold), ("value", value)):
+        if a.shape[0] != n:
+            raise ValidationError(f"expected {n} entries (one per node, as 'left'); got {a.shape[0]}", source=src,
+                                  field=name)
+    if off.shape[0] < 2 or off.shape[0] - 1 > MAX_TREES or off[0] != 0 or off[-1] != n or (np.diff(off) < 1).any():
+        raise ValidationError(f"expected increasing node offsets from 0 to {n}, at most {MAX_TREES} trees",
+                              source=src, field="tree_offsets")
+    tree = np.repeat(np.arange(off.shape[0] - 1), np.diff(off))
+    local = np.arange(n) - off[tree]
+    size = np.diff(off)[tree]
+    leaf = left < 0
+    bad = _first_true((leaf != (right < 0)) | (leaf & ((left != -1) | (right != -1))))
+    if bad is not None:
+        raise ValidationError(f"node {bad}: a leaf has left = right = -1, an inner node two children",
+                              source=src, field="left")
+    for name, child in (("left", left), ("right", right)):
+        bad = _first_true(~leaf & ((child <= local) | (child >= size)))
+        if bad is not None:
+            raise ValidationError(f"node {bad}: child {child[bad]} must come after its parent inside its tree "
+                                  f"(local index in ({local[bad]}, {size[bad]})): no cycles", source=src,
+                                  field=name)
+    bad = _first_true(~leaf & ((feature < 0) | (feature >= len(FEATURE_NAMES)) | ~np.isfinite(threshold)))
+    if bad is not None:
+        raise ValidationError(f"node {bad}: feature index must be in [0, {len(FEATURE_NAMES)}) with a finite "
+                              "threshold", source=src, field="feature")
+    bad = _first_true(leaf & ~np.isfinite(value))
+    if bad is not None:
+        raise ValidationError(f"node {bad}: leaf values must be finite", source=src, field="value")
+    frontier = off[:-1].copy()                  # the roots, global indices; children come after parents
+    for _ in range(MAX_TREE_DEPTH + 1):
+        frontier = frontier[~leaf[frontier]]
+        if frontier.size == 0:
+            break
+        frontier = np.unique(np.concatenate([off[tree[frontier]] + left[frontier],
+                                             off[tree[frontier]] + right[frontier]]))
+    else:
+        raise ValidationError(f"a tree is deeper than {MAX_TREE_DEPTH} levels", source=src, field="left")
+    return GradientBoostedNextUse(scalars["init"], scalars["learning_rate"], off, left, right, feature, threshold,
+                                  value)
+
+
+def _first_true(mask: np.ndarray) -> int | None:
+    idx = np.flatnonzero(mask)
+    return int(idx[0]) if idx.size else None
 
 
 def transfer_r2(model: LinearNextUse | GradientBoostedNextUse, f: AccessFeatures) -> float:

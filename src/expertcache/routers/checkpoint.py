@@ -67,8 +67,16 @@ class RouterWeights:
 
 
 def load_router_weights(path: str | os.PathLike[str]) -> RouterWeights:
-    """Read ``routers.safetensors`` (a file, or a checkpoint directory holding one) with numpy."""
+    """Read ``routers.safetensors`` (a file, or a checkpoint directory holding one) with numpy.
+
+    Validated before anything is stacked: the file opens as safetensors, its ``expertcache`` metadata
+    is a JSON object whose ``n_layers`` is a bounded positive integer equal to the number of layers
+    the file holds, and every layer's weight (``[N, d]``, floats) and bias (``[N]``) has the same shape.
+    """
     from safetensors import safe_open
+
+    from ..jsonl import json_object
+    from ..storage import MAX_LAYERS
 
     p = Path(path)
     if p.is_dir():
@@ -76,25 +84,56 @@ def load_router_weights(path: str | os.PathLike[str]) -> RouterWeights:
     if not p.is_file():
         raise ValidationError(f"{p}: no router checkpoint here; expected the output directory of "
                               "`expertcache routers train`")
+    src = str(p)
     try:
-        with safe_open(str(p), framework="numpy") as f:
+        with safe_open(src, framework="numpy") as f:
             meta = f.metadata() or {}
-            t = {k: f.get_tensor(k) for k in f.keys()}
-        info = json.loads(meta.get("expertcache", "{}"))
-        L = int(info["n_layers"])
-    except (OSError, ValueError, KeyError) as exc:
-        raise ValidationError(f"cannot read router weights ({exc})", source=str(p)) from None
+            keys = list(f.keys())
+            if len(keys) > 4 * MAX_LAYERS:
+                raise ValidationError(f"holds {len(keys)} tensors; a router file holds at most 4 per layer",
+                                      source=src)
+            t = {k: f.get_tensor(k) for k in keys}
+    except ValidationError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - safetensors raises its own SafetensorError for a malformed file
+        raise ValidationError(f"cannot read router weights ({type(exc).__name__}: {str(exc)[:120]}); expected "
+                              "the routers.safetensors of `expertcache routers train`", source=src) from None
+    raw = meta.get("expertcache", "{}")
+    info = json_object(raw if isinstance(raw, str) else "null", src, 1)
+    L = info.get("n_layers")
+    if isinstance(L, bool) or not isinstance(L, int) or not 1 <= L <= MAX_LAYERS:
+        raise ValidationError(f"metadata n_layers must be an integer in [1, {MAX_LAYERS}]; got {str(L)[:40]}",
+                              source=src, field="n_layers")
+    present = sum(1 for k in t if k.startswith("temporal.") and k.endswith(".weight"))
+    if present != L:
+        raise ValidationError(f"metadata declares {L} layers; the file holds temporal weights for {present}",
+                              source=src, field="n_layers")
 
     def stack(prefix: str, what: str) -> np.ndarray | None:
         keys = [f"{prefix}.{l}.{what}" for l in range(L)]
         if not all(k in t for k in keys):
             if what == "bias":
                 return None
-            raise ValidationError(f"router file lacks {prefix}.*.{what}", source=str(p))
+            raise ValidationError(f"router file lacks {prefix}.*.{what}", source=src)
+        first = t[keys[0]]
+        ndim = 2 if what == "weight" else 1
+        for k in keys:
+            a = t[k]
+            if a.ndim != ndim or a.shape != first.shape or a.dtype.kind != "f" or 0 in a.shape:
+                raise ValidationError(f"expected {'[N, d]' if ndim == 2 else '[N]'} floats of one shape on every "
+                                      f"layer; got {a.dtype} {list(a.shape)}", source=src, field=k)
         return np.stack([t[k].astype(np.float32) for k in keys])
 
-    return RouterWeights(stack("temporal", "weight"), stack("spatio", "weight"), stack("temporal", "bias"),
-                         stack("spatio", "bias"), str(info.get("kind", "softmax")), info)
+    tw, sw = stack("temporal", "weight"), stack("spatio", "weight")
+    tb, sb = stack("temporal", "bias"), stack("spatio", "bias")
+    if sw.shape != tw.shape or any(b is not None and b.shape != tw.shape[:2] for b in (tb, sb)):
+        raise ValidationError(f"temporal and spatio weights (and biases) must agree on [L, N, d] = {list(tw.shape)}",
+                              source=src, field="spatio")
+    kind = info.get("kind", "softmax")
+    if kind not in ("softmax", "sigmoid"):
+        raise ValidationError(f"metadata kind must be 'softmax' or 'sigmoid'; got {str(kind)[:40]!r}", source=src,
+                              field="kind")
+    return RouterWeights(tw, sw, tb, sb, kind, info)
 
 
 def save_checkpoint(out: str | os.PathLike[str], *, routers: Any, optimizer: Any, trainer: dict[str, Any],

@@ -40,16 +40,20 @@ def read_labels(path: str | os.PathLike[str]) -> dict[str, str]:
                               "or JSON Lines records {\"request_id\", \"category\"}", source=src)
     labels: dict[str, str] = {}
     if p.suffix.lower() == ".csv":
+        row_no = 0
         try:
-            with open(p, encoding="utf-8", newline="") as fh:
+            with open(p, encoding="utf-8-sig", newline="") as fh:      # -sig: Excel's byte-order mark
                 reader = csv.DictReader(fh)
                 if reader.fieldnames is None or not {"request_id", "category"} <= set(reader.fieldnames):
                     raise ValidationError(f"expected a header with 'request_id' and 'category'; got "
-                                          f"{reader.fieldnames}", source=src)
+                                          f"{str(reader.fieldnames)[:80]}", source=src)
+                row_no = 1
                 for row_no, row in enumerate(reader, start=2):
                     _add(labels, row.get("request_id"), row.get("category"), src, row_no)
         except UnicodeDecodeError:
             raise ValidationError("not UTF-8 text; expected CSV", source=src) from None
+        except csv.Error as exc:      # e.g. a field over csv.field_size_limit() (128 KiB), a NUL byte
+            raise ValidationError(f"not readable CSV ({exc})", source=src, record=row_no + 1) from None
     else:
         for line_no, rec in iter_records(p):
             _add(labels, rec.get("request_id"), rec.get("category"), src, line_no)
@@ -62,7 +66,8 @@ def _add(labels: dict[str, str], rid, cat, src: str, record: int) -> None:
     if rid is None or (isinstance(rid, str) and not rid.strip()):
         raise ValidationError("missing request_id", source=src, record=record, field="request_id")
     if not isinstance(cat, str) or not cat.strip():
-        raise ValidationError(f"expected a non-empty category string; got {cat!r}", source=src, record=record,
+        raise ValidationError(f"expected a non-empty category string; got {str(cat)[:60]!r}", source=src,
+                              record=record,
                               field="category")
     rid = str(rid)
     if rid in labels and labels[rid] != cat:

@@ -16,10 +16,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import ValidationError
 from ..storage import (
     atomic_directory,
+    check_model_shape,
     read_manifest,
     read_table,
     require_columns,
@@ -167,10 +169,11 @@ def validate_trace(trace: RoutingTrace, source: str) -> None:
     """Check shapes, dtypes and value ranges of a trace; raise ValidationError with the first fault."""
     L, N, k = trace.n_layers, trace.n_experts, trace.top_k
     for name, value in (("n_layers", L), ("n_experts", N), ("top_k", k)):
-        if not isinstance(value, (int, np.integer)) or value < 1:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValidationError(f"must be a positive integer; got {value!r}", source=source, field=name)
     if k > N:
         raise ValidationError(f"top_k must be <= n_experts ({N}); got {k}", source=source, field="top_k")
+    check_model_shape(L, N, k, source=source)
     n = trace.request.shape[0]
     expected = {
         "request": (n,),
@@ -240,7 +243,14 @@ def _first(mask: np.ndarray) -> int | None:
 
 
 def read_trace(directory: str | os.PathLike[str]) -> RoutingTrace:
-    """Load a trace directory written by :meth:`RoutingTrace.save`, verifying hashes and contents."""
+    """Load a trace directory written by :meth:`RoutingTrace.save`, verifying hashes and contents.
+
+    Every column is checked once, vectorised, before it is converted (docs/safety.md): its Arrow type
+    (integers where ids and positions are stored, floats for weights), no nulls (``token_id`` may be
+    null = unknown), values within the stored type and the model (expert ids in ``[0, N)``, positions
+    in ``[0, 2**31)``, token ids in ``[0, 2**63)``), per-token columns equal on the ``L`` rows of a
+    token, and the row and request counts the manifest declares.
+    """
     directory = Path(directory)
     manifest = read_manifest(directory, _KIND)
     L, N, k = manifest["n_layers"], manifest["n_experts"], manifest["top_k"]
@@ -252,68 +262,191 @@ def read_trace(directory: str | os.PathLike[str]) -> RoutingTrace:
     if rows % L:
         raise ValidationError(f"expected a multiple of L={L} rows (one per token and layer); got {rows}", source=src)
     n = rows // L
+    for key, want in (("n_tokens", n),):
+        declared = manifest.get(key)
+        if declared is not None and declared != want:
+            raise ValidationError(f"manifest declares {declared!r}; the data holds {want}", source=src, field=key)
     try:
-        layer = table["layer"].to_numpy()
+        layer = _int_column(table, "layer", 0, L, src)
         expect_layer = np.tile(np.arange(L), n)
         row = _first(layer != expect_layer)
         if row is not None:
             raise ValidationError(f"expected layer {expect_layer[row]} (rows are token-major, layers 0..L-1); "
                                   f"got {layer[row]}", source=src, record=row + 1, field="layer")
-        experts = _fixed_list(table["experts"], k, src, "experts").reshape(n, L, k).astype(np.int16)
+        experts = _fixed_list(table["experts"], k, src, "experts", integer=(0, N)).reshape(n, L, k).astype(np.int16)
         gates = None
         if "gates" in table.column_names:
             gates = _fixed_list(table["gates"], k, src, "gates").reshape(n, L, k).astype(np.float32)
-        first_rows = pa.array(np.arange(0, rows, L, dtype=np.int64))    # one row per token, not per (token, layer)
-        req_col = table["request_id"].take(first_rows).combine_chunks()
-        if pa.types.is_dictionary(req_col.type):
-            req_col = req_col.cast(pa.string())
-        req_strings = req_col.to_pylist()
-        request_ids = tuple(dict.fromkeys(req_strings))
-        lookup = {r: i for i, r in enumerate(request_ids)}
-        request = np.fromiter((lookup[r] for r in req_strings), dtype=np.int32, count=n)
-        phase_col = table["phase"].take(first_rows).combine_chunks()
+        request_ids, request = _request_column(table["request_id"], n, L, src)
+        phase_col = table["phase"].combine_chunks()
+        if phase_col.null_count:
+            raise ValidationError("null entries are not allowed", source=src, record=_first_null(phase_col),
+                                  field="phase")
         if pa.types.is_dictionary(phase_col.type):
             phase_col = phase_col.cast(pa.string())
-        phase_names = phase_col.to_pylist()
-        bad = [i for i, p in enumerate(phase_names) if p not in PHASES]
-        if bad:
-            raise ValidationError(f"phase must be 'prefill' or 'decode'; got {phase_names[bad[0]]!r}",
-                                  source=src, record=bad[0] * L + 1, field="phase")
-        phase = np.array([PHASES.index(p) for p in phase_names], dtype=np.int8)
-        position = table["position"].to_numpy()[::L].astype(np.int32)
+        if not (pa.types.is_string(phase_col.type) or pa.types.is_large_string(phase_col.type)):
+            raise ValidationError(f"expected 'prefill' or 'decode' strings; got {phase_col.type}", source=src,
+                                  field="phase")
+        phase_all = np.full(rows, -1, dtype=np.int8)
+        for code, name in enumerate(PHASES):
+            phase_all[pc.equal(phase_col, name).to_numpy(zero_copy_only=False)] = code
+        row = _first(phase_all < 0)
+        if row is not None:
+            raise ValidationError(f"phase must be 'prefill' or 'decode'; got {_clip(phase_col[row].as_py())}",
+                                  source=src, record=row + 1, field="phase")
+        _same_per_token(phase_all, n, L, src, "phase")
+        phase = phase_all[::L]
+        position_all = _int_column(table, "position", 0, 2 ** 31, src)
+        _same_per_token(position_all, n, L, src, "position")
+        position = position_all[::L].astype(np.int32)
         if "token_id" in table.column_names:
-            token_id = table["token_id"].fill_null(-1).to_numpy()[::L].astype(np.int64)
+            tok_all = _int_column(table, "token_id", 0, 2 ** 63, src, nullable=True)
+            _same_per_token(tok_all, n, L, src, "token_id")
+            token_id = tok_all[::L]
         else:
             token_id = np.full(n, -1, dtype=np.int64)
         probs = entropy = margin = None
         if "probs" in table.column_names:
             probs = _fixed_list(table["probs"], k, src, "probs").reshape(n, L, k).astype(np.float32)
         if "entropy" in table.column_names:
-            entropy = table["entropy"].to_numpy().reshape(n, L).astype(np.float32)
+            entropy = _float_column(table, "entropy", src).reshape(n, L)
         if "margin" in table.column_names:
-            margin = table["margin"].to_numpy().reshape(n, L).astype(np.float32)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
-        raise ValidationError(f"unexpected column type ({exc})", source=src) from None
+            margin = _float_column(table, "margin", src).reshape(n, L)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, OverflowError) as exc:
+        raise ValidationError(f"unexpected column type ({_clip(str(exc))})", source=src) from None
+    declared = manifest.get("n_requests")
+    if declared is not None and declared != len(request_ids):
+        raise ValidationError(f"manifest declares {declared!r}; the data holds {len(request_ids)} requests",
+                              source=src, field="n_requests")
     return RoutingTrace(L, N, k, request_ids, request, phase, position, experts, gates, token_id,
                         provenance=manifest.get("provenance", {}), probs=probs, entropy=entropy, margin=margin)
 
 
-def _fixed_list(column: pa.ChunkedArray, k: int, src: str, name: str) -> np.ndarray:
+def _clip(text: Any, n: int = 80) -> str:
+    text = repr(text) if not isinstance(text, str) else text
+    return text if len(text) <= n else text[:n - 3] + "..."
+
+
+def _first_null(arr: pa.Array) -> int | None:
+    row = _first(~np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool))
+    return None if row is None else row + 1
+
+
+def _int_column(table: pa.Table, name: str, lo: int, hi: int, src: str, nullable: bool = False) -> np.ndarray:
+    """An integer column as int64, checked: integer Arrow type, no nulls (or -1 for them), values in [lo, hi)."""
+    col = table[name].combine_chunks()
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    if not pa.types.is_integer(col.type):
+        raise ValidationError(f"expected an integer column; got {col.type}", source=src, field=name)
+    valid = None
+    if col.null_count:
+        if not nullable:
+            raise ValidationError("null entries are not allowed", source=src, record=_first_null(col), field=name)
+        valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        col = col.fill_null(lo)
+    if pa.types.is_uint64(col.type):
+        mx = pc.max(col).as_py()
+        if mx is not None and mx >= hi:
+            row = _first(np.asarray(pc.greater_equal(col, pa.scalar(hi, pa.uint64())).to_numpy(
+                zero_copy_only=False), dtype=bool))
+            raise ValidationError(f"must be in [{lo}, {hi}); got {mx}", source=src,
+                                  record=None if row is None else row + 1, field=name)
+    values = col.to_numpy(zero_copy_only=False).astype(np.int64)
+    bad = (values < lo) | (values >= hi) if hi <= 2 ** 63 - 1 else values < lo
+    row = _first(bad)
+    if row is not None:
+        raise ValidationError(f"must be in [{lo}, {hi}); got {values[row]}", source=src, record=row + 1, field=name)
+    if valid is not None:
+        values[~valid] = -1
+    return values
+
+
+def _float_column(table: pa.Table, name: str, src: str) -> np.ndarray:
+    col = table[name].combine_chunks()
+    if not pa.types.is_floating(col.type):
+        raise ValidationError(f"expected a float column; got {col.type}", source=src, field=name)
+    if col.null_count:
+        raise ValidationError("null entries are not allowed", source=src, record=_first_null(col), field=name)
+    return col.to_numpy(zero_copy_only=False).astype(np.float32)
+
+
+def _same_per_token(values: np.ndarray, n: int, L: int, src: str, name: str) -> None:
+    """The ``L`` rows of a token carry the same per-token value; the first that differs is named."""
+    if L == 1:
+        return
+    grid = values.reshape(n, L)
+    diff = grid[:, 1:] != grid[:, :1]
+    tok = _first(diff.any(axis=1))
+    if tok is not None:
+        j = int(np.flatnonzero(diff[tok])[0]) + 1
+        raise ValidationError(f"differs between the layers of one token ({grid[tok, 0]} at layer 0, "
+                              f"{grid[tok, j]} at layer {j})", source=src, record=tok * L + j + 1, field=name)
+
+
+def _request_column(column: pa.ChunkedArray, n: int, L: int, src: str) -> tuple[tuple[str, ...], np.ndarray]:
+    """Request ids (strings, no nulls, the same on a token's L rows) and each token's request index."""
+    col = column.combine_chunks()
+    if col.null_count:
+        raise ValidationError("null request id (every row needs one)", source=src, record=_first_null(col),
+                              field="request_id")
+    if pa.types.is_dictionary(col.type):
+        if not (pa.types.is_string(col.type.value_type) or pa.types.is_large_string(col.type.value_type)):
+            raise ValidationError(f"expected strings; got {col.type}", source=src, field="request_id")
+        col = col.cast(col.type.value_type)
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        raise ValidationError(f"expected strings; got {col.type}", source=src, field="request_id")
+    enc = pc.dictionary_encode(col)
+    codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    _same_per_token(codes, n, L, src, "request_id")
+    codes = codes[::L]
+    uniq, first_at, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    order = np.argsort(first_at, kind="stable")           # ids in order of first appearance
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.shape[0])
+    names = enc.dictionary.to_pylist()
+    request_ids = tuple(names[int(c)] for c in uniq[order])
+    return request_ids, rank[inverse].astype(np.int32)
+
+
+def _fixed_list(column: pa.ChunkedArray, k: int, src: str, name: str,
+                integer: tuple[int, int] | None = None) -> np.ndarray:
+    """The flat values of a list column of ``k`` entries per row: integers in ``integer = (lo, hi)``
+    (checked before any narrowing cast), or floats (NaN allowed only where the caller checks)."""
     arr = column.combine_chunks()
     if arr.null_count:
-        raise ValidationError("null entries are not allowed", source=src, field=name)
+        raise ValidationError("null entries are not allowed", source=src, record=_first_null(arr), field=name)
     if pa.types.is_fixed_size_list(arr.type):
         if arr.type.list_size != k:
             raise ValidationError(f"expected lists of top_k={k}; got {arr.type.list_size}", source=src, field=name)
-        return arr.flatten().to_numpy(zero_copy_only=False)
-    if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+    elif pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
         lengths = arr.value_lengths().to_numpy(zero_copy_only=False)
         row = _first(lengths != k)
         if row is not None:
             raise ValidationError(f"expected {k} entries (top_k); got {lengths[row]}", source=src,
                                   record=row + 1, field=name)
-        return arr.flatten().to_numpy(zero_copy_only=False)
-    raise ValidationError(f"expected a list column; got {arr.type}", source=src, field=name)
+    else:
+        raise ValidationError(f"expected a list column; got {arr.type}", source=src, field=name)
+    flat = arr.flatten()
+    if flat.null_count:
+        pos = _first(~np.asarray(flat.is_valid().to_numpy(zero_copy_only=False), dtype=bool))
+        raise ValidationError("null entries are not allowed", source=src,
+                              record=None if pos is None else pos // k + 1, field=name)
+    if integer is not None:
+        if not pa.types.is_integer(flat.type):
+            raise ValidationError(f"expected integer ids; got {flat.type}", source=src, field=name)
+        lo, hi = integer
+        if pa.types.is_uint64(flat.type) and (pc.max(flat).as_py() or 0) >= 2 ** 63:
+            raise ValidationError(f"must be in [{lo}, {hi}); got {pc.max(flat).as_py()}", source=src, field=name)
+        values = flat.to_numpy(zero_copy_only=False).astype(np.int64)
+        pos = _first((values < lo) | (values >= hi))
+        if pos is not None:
+            raise ValidationError(f"expert id must be in [{lo}, {hi}); got {values[pos]}", source=src,
+                                  record=pos // k + 1, field=name)
+        return values
+    if not pa.types.is_floating(flat.type):
+        raise ValidationError(f"expected floating-point numbers; got {flat.type}", source=src, field=name)
+    return flat.to_numpy(zero_copy_only=False)
 
 
 def select_requests(trace: RoutingTrace, indices: np.ndarray | list[int], note: str = "") -> RoutingTrace:
