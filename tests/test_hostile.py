@@ -1022,14 +1022,15 @@ def _kill_spec(tmp_path: Path) -> Path:
     spec = tmp_path / "spec.toml"
     spec.write_text(f'[inputs.a]\ntrace = "{tmp_path / "tr"}"\n[grid]\ninput = "a"\nbatch = [1, 2, 3, 4]\n'
                     'policy = ["lru", "lfu", "belady", "lfru"]\nrho = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]\n'
-                    "tie_seed = [0, 1, 2]\n")
+                    "tie_seed = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n")
     return spec
 
 
 def _spec_run(spec: Path, store: Path, jobs: int) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": SRC}
+    # small result chunks: the first part lands early, long before an idle machine finishes the run
     return subprocess.Popen([sys.executable, "-c", "from expertcache.cli import main; main()", "spec", "run",
-                             str(spec), "--store", str(store), "--jobs", str(jobs)],
+                             str(spec), "--store", str(store), "--jobs", str(jobs), "--chunk-seconds", "0.2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
 
 

@@ -246,3 +246,19 @@ def test_the_compiled_scanner_in_parallel_chunks_equals_the_record_by_record_rea
     with pytest.raises(ValidationError) as err:
         import_routes_jsonl(tmp_path / "b.jsonl", 2, 8, 2)
     assert "record 62" in str(err.value) and "layer" in str(err.value)
+
+
+def test_the_sorted_shortcut_agrees_with_lexsort():
+    """Files already in (request, position, layer) order skip the sort; the check must be exactly 'lexsort would
+    return the rows in place' (ties in row order)."""
+    from expertcache.trace.importers._common import _lex_sorted
+
+    rng = np.random.default_rng(0)
+    for _ in range(3000):
+        n = int(rng.integers(0, 9))
+        r, p, layer = (rng.integers(0, 3, n) for _ in range(3))
+        if rng.random() < 0.3:  # make sorted cases common
+            o = np.lexsort((layer, p, r))
+            r, p, layer = r[o], p[o], layer[o]
+        in_place = bool(np.array_equal(np.lexsort((np.arange(n), layer, p, r)), np.arange(n)))
+        assert _lex_sorted(r, p, layer) == in_place

@@ -45,3 +45,19 @@ def test_flags_name_the_twins_hit_blocks_unit_by_unit(policy, scope, semantics):
 def test_sequential_random_is_refused():
     with pytest.raises(ValidationError, match="member order"):
         replay_hits(_stream(1), ReplayConfig("lru", semantics="sequential-random"))
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfru", "static", "belady"])
+def test_per_step_misses_equal_the_difference_of_warmup_replays(policy):
+    """The miss-burst series from one flagged replay equals its definition by counting from each step's first
+    event on (one replay per step): T(start of s) - T(start of s + 1)."""
+    from dataclasses import replace
+
+    from expertcache.experiment.scoped import per_step_transferred
+
+    stream, calib = _stream(3, batch=2), _stream(4)
+    cfg = ReplayConfig(policy, rho=0.3, seed=2)
+    _, starts = np.unique(stream.step, return_index=True)
+    tail = [replay(stream, replace(cfg, warmup_events=int(e)), calibration=calib).demand_misses for e in starts]
+    want = np.array(tail, dtype=np.int64) - np.array(tail[1:] + [0], dtype=np.int64)
+    assert per_step_transferred(stream, cfg, calib).tolist() == want.tolist()

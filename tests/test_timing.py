@@ -167,3 +167,16 @@ def test_docs_commands_run_on_the_bundled_example(tmp_path, monkeypatch):
         res = runner.invoke(main, args[1:])
         assert res.exit_code == 0, (line, res.output)
     assert (tmp_path / "timeline.png").stat().st_size > 10_000
+
+
+def test_plot_never_replaces_a_file_without_overwrite(tmp_path):
+    TINY.save(tmp_path / "s")
+    save_profile(HAND, tmp_path / "hand.json")
+    mine = tmp_path / "mine.png"
+    mine.write_bytes(b"the user's own figure")
+    args = ["timing", str(tmp_path / "s"), "--policy", "lru", "--capacity", "2", "--profile", str(tmp_path / "hand.json"),
+            "--plot", str(mine)]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2 and mine.read_bytes() == b"the user's own figure"
+    res = CliRunner().invoke(main, [*args, "--overwrite"])
+    assert res.exit_code == 0 and mine.read_bytes() != b"the user's own figure"

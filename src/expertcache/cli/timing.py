@@ -6,7 +6,7 @@ import json
 
 import click
 
-from .main import _console, _csv, _fail, _guard, main
+from .main import _console, _csv, _fail, _guard, _require_new, main
 
 
 class _DefaultRun(click.Group):
@@ -52,11 +52,12 @@ def timing() -> None:
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Draw the timeline of a window of steps to this .png/.pdf/.svg (needs matplotlib).")
 @click.option("--window", default="0:4", show_default=True, help="FIRST:COUNT counted steps for --plot.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --plot file.")
 @_guard
 def timing_run(stream_dir: str, policies: list[str], profile_name: str, rho: float, capacity: int | None,
                scope: str, contract: str, tie_break: str, seed: int, calibration: str | None,
                expert_bytes: int | None, warmup_events: int | None, as_json: bool, plot_path: str | None,
-               window: str) -> None:
+               window: str, overwrite: bool) -> None:
     """Replay STREAM_DIR for each policy and time it under a hardware profile."""
     from ..events import read_events
     from ..replay import ReplayConfig
@@ -71,6 +72,10 @@ def timing_run(stream_dir: str, policies: list[str], profile_name: str, rho: flo
         _fail(f"--window must be FIRST:COUNT with FIRST >= 0 and COUNT >= 1; got {window!r}")
     if expert_bytes is not None and expert_bytes < 1:
         _fail(f"--expert-bytes must be >= 1; got {expert_bytes}")
+    if plot_path:
+        if not plot_path.lower().endswith((".png", ".pdf", ".svg")):
+            _fail(f"{plot_path}: --plot file must end in .png, .pdf or .svg")
+        _require_new(plot_path, overwrite, file=True)
     profile = load_profile(profile_name)
     stream = read_events(stream_dir)
     calib = read_events(calibration) if calibration else None

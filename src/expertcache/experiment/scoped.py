@@ -352,19 +352,19 @@ def per_step_transferred(stream: EventStream, config: ReplayConfig,
                          calibration: EventStream | None = None) -> Any:
     """Demand-missed blocks per scheduling step (``int64[n_steps]``, step order): the miss-burst series.
 
-    Computed without touching the replay kernels: ``T(e)``, the demand misses counted from event ``e`` on
-    (``ReplayConfig.warmup_events = e``; the same decisions, only the counting starts later), is taken at
-    every step's first event, and a step's misses are ``T(start) - T(next start)``. One replay per step,
-    so the cost is ``O(steps x events)``.
+    One replay with per-access hit flags (:func:`expertcache.replay.replay_hits`): a step's misses are the
+    members of its events that did not hit. Every event is counted (``config.warmup_events`` is ignored).
     """
-    from dataclasses import replace
-
     import numpy as np
 
+    from ..replay import replay_hits
+
+    _, hit = replay_hits(stream, config, calibration)
+    size = np.diff(stream.offsets)
+    per_event = size - np.add.reduceat(hit.astype(np.int64), stream.offsets[:-1]) if stream.n_events else size
+    per_event[size == 0] = 0
     _, starts = np.unique(stream.step, return_index=True)
-    tail = np.array([replay(stream, replace(config, warmup_events=int(e)), calibration).demand_misses
-                     for e in starts] + [0], dtype=np.int64)
-    return tail[:-1] - tail[1:]
+    return np.add.reduceat(per_event, starts).astype(np.int64) if starts.size else np.zeros(0, np.int64)
 
 
 @dataclass(frozen=True)

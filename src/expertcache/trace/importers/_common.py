@@ -399,6 +399,18 @@ def _expert_ids(value: Any) -> tuple[int, ...] | str:
     return tuple(value)
 
 
+def _non_decreasing(a: np.ndarray) -> bool:
+    return bool(a.shape[0] < 2 or (a[1:] >= a[:-1]).all())
+
+
+def _lex_sorted(r: np.ndarray, p: np.ndarray, l: np.ndarray) -> bool:
+    """Whether the rows are in ``(r, p, l)`` order already (ties kept in row order, as ``np.lexsort`` would)."""
+    if r.shape[0] < 2:
+        return True
+    dr, dp, dl = r[1:] - r[:-1], p[1:] - p[:-1], l[1:] - l[:-1]
+    return bool(((dr > 0) | ((dr == 0) & ((dp > 0) | ((dp == 0) & (dl >= 0))))).all())
+
+
 def _group_starts(*keys: np.ndarray) -> np.ndarray:
     """For arrays sorted by ``keys``: True where a new group starts."""
     n = keys[0].shape[0]
@@ -585,7 +597,8 @@ def assemble(recs: Records, *, fmt: str, n_layers: int | None, n_experts: int | 
         pos = np.zeros(n, np.int64)
         pos[o] = rank
     if monotone_positions:
-        o = idx[np.argsort(req[idx], kind="stable")]
+        ri = req[idx]
+        o = idx if _non_decreasing(ri) else idx[np.argsort(ri, kind="stable")]
         same = req[o][1:] == req[o][:-1]
         dec = np.flatnonzero(same & (pos[o][1:] < pos[o][:-1]))
         if dec.size:
@@ -594,9 +607,10 @@ def assemble(recs: Records, *, fmt: str, n_layers: int | None, n_experts: int | 
             faults.fatal(i, f"positions must not decrease within a request; got {int(pos[i])} after "
                             f"{int(pos[prev])} (line {prev_line})", "position")
 
-    # ---- tokens: sort records by (request, position, layer, record)
-    order = np.lexsort((idx, li_all[idx], pos[idx], req[idx]))
-    o = idx[order]
+    # ---- tokens: sort records by (request, position, layer, record); files written in that order skip the sort
+    r_i, p_i, l_i = req[idx], pos[idx], li_all[idx]
+    o = idx if _lex_sorted(r_i, p_i, l_i) else idx[np.lexsort((idx, l_i, p_i, r_i))]
+    del r_i, p_i, l_i
     r_o, p_o, l_o = req[o], pos[o], li_all[o]
     dup = ~_group_starts(r_o, p_o, l_o)
     if dup.any():
@@ -622,8 +636,8 @@ def assemble(recs: Records, *, fmt: str, n_layers: int | None, n_experts: int | 
     first_rec = o[tstart]
     # phase must agree across the layers of a token (the first record in file order decides)
     ph_o = phase[o]
-    first_in_file = np.full(n_tok_all, np.iinfo(np.int64).max, np.int64)
-    np.minimum.at(first_in_file, tok_of, o)
+    # a token's records are contiguous in ``o``: per-token reductions are reduceat over its segments
+    first_in_file = np.minimum.reduceat(o, np.flatnonzero(tstart)) if o.size else np.zeros(0, np.int64)
     ref_phase = phase[first_in_file][tok_of]
     differs = ph_o != ref_phase
     if differs.any():
@@ -635,10 +649,12 @@ def assemble(recs: Records, *, fmt: str, n_layers: int | None, n_experts: int | 
     if tok is not None:
         t_o = tok[o]
         known = t_o >= 0
+        seg = np.flatnonzero(np.r_[True, tok_of[1:] != tok_of[:-1]]) if o.size else np.zeros(0, np.int64)
         ref = np.full(n_tok_all, -1, np.int64)
-        np.maximum.at(ref, tok_of[known], t_o[known])
         lo = np.full(n_tok_all, np.iinfo(np.int64).max, np.int64)
-        np.minimum.at(lo, tok_of[known], t_o[known])
+        if o.size:
+            ref[tok_of[seg]] = np.maximum.reduceat(t_o, seg)  # unknown ids are -1 and never win the max
+            lo[tok_of[seg]] = np.minimum.reduceat(np.where(known, t_o, np.iinfo(np.int64).max), seg)
         clash = known & (t_o != lo[tok_of])
         if clash.any():
             faults.fatal(int(o[clash].min()), "token_id differs between layers of the same position", "token_id")

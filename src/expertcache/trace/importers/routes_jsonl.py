@@ -254,7 +254,7 @@ def _slow(p: Path, src: str, category_from: str | None) -> Records:
                 if tok is None:
                     tok = -1
                 if isinstance(tok, bool) or not isinstance(tok, int) or not -1 <= tok < 2**62:
-                    raise fail(f"expected a non-negative integer; got {tok!r:.60}", "token_id")
+                    raise fail(f"expected a non-negative 64-bit integer (below 2**62); got {tok!r:.60}", "token_id")
                 cat = file_cat
                 if category_from not in (None, "file"):
                     cv = rec.get(category_from)
@@ -270,16 +270,22 @@ def _slow(p: Path, src: str, category_from: str | None) -> Records:
 
 
 def _object(line: str, src: str, line_no: int) -> dict[str, Any]:
+    """One record, parsed with the shared guards (nesting, 64-bit integers, lone surrogates): jsonl.json_object."""
+    from ...jsonl import json_object
+
     try:
-        rec = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise ValidationError(f"not valid JSON ({exc.msg}); the line may be truncated", source=src,
-                              record=line_no) from None
-    except RecursionError:
-        raise ValidationError("nested too deeply to be a routing record", source=src, record=line_no) from None
-    if not isinstance(rec, dict):
-        raise ValidationError(f"expected a JSON object; got {type(rec).__name__}", source=src, record=line_no)
-    return rec
+        return json_object(line, src, line_no)
+    except ValidationError as exc:
+        if exc.field is None and "64-bit" in exc.detail:  # name the field that holds the integer
+            try:
+                rec = json.loads(line)
+            except (ValueError, RecursionError):
+                raise exc from None
+            for key, value in rec.items() if isinstance(rec, dict) else ():
+                items = value if isinstance(value, list) else [value]
+                if any(isinstance(v, int) and not isinstance(v, bool) and not -2**63 <= v < 2**63 for v in items):
+                    raise ValidationError(exc.detail, source=src, record=line_no, field=key) from None
+        raise
 
 
 def _int(rec: dict[str, Any], name: str, fail, hi: int) -> int:
