@@ -198,7 +198,7 @@ def rotation_schedule(trace: RoutingTrace, config: RotationConfig, offsets: Arri
         s += 1
     lat = np.array([finish[r] - arrivals[r] + 1 for r in finish], dtype=np.float64)
     stats = RotationStats(float(np.mean(batches)), int(intervals_max), int(violations),
-                          float(np.percentile(lat, 99)), len(batches))
+                          float(np.percentile(lat, 99, method="inverted_cdf")), len(batches))
     step, req, tok = (np.array(x, dtype=np.int64) for x in (out_s, out_r, out_t))
     idx = np.lexsort((req, step))
     return step[idx], req[idx], tok[idx], stats
