@@ -62,6 +62,7 @@ def test_quick_matrix_equal_layer_by_layer_and_as_documented():
 
 
 @pytest.mark.slow
+@pytest.mark.matrix
 def test_full_tiny_matrix_regenerates_docs_table():
     rows = run_matrix(TINY_SPEC)
     assert all(r.equal for r in rows)
@@ -69,6 +70,7 @@ def test_full_tiny_matrix_regenerates_docs_table():
 
 
 @pytest.mark.slow
+@pytest.mark.matrix
 def test_example_matrix_regenerates_docs_table():
     from expertcache.execute.example import example_model_dir
 
