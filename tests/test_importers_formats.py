@@ -209,9 +209,11 @@ def test_declared_shapes_far_beyond_the_data_allocate_nothing(tmp_path):
 
 
 def test_mixtral_never_writes_an_enormous_n(tmp_path):
-    src = _lines(tmp_path / "m.jsonl", [dict(MIX[0], experts=[1, 2**63])])
-    r = CliRunner().invoke(main, ["trace", "import", src, "--format", "mixtral-jsonl", "-o", str(tmp_path / "o")])
-    assert r.exit_code == 2 and "32768" in r.output and not (tmp_path / "o").exists()
+    """An id past the stored int16 range is refused with the bound; one past 64 bits by the shared JSON guard."""
+    for big, said in ((40000, "32768"), (2**63, "64-bit")):
+        src = _lines(tmp_path / "m.jsonl", [dict(MIX[0], experts=[1, big])])
+        r = CliRunner().invoke(main, ["trace", "import", src, "--format", "mixtral-jsonl", "-o", str(tmp_path / "o")])
+        assert r.exit_code == 2 and said in r.output and "'experts'" in r.output and not (tmp_path / "o").exists()
 
 
 def test_the_compiled_scanner_in_parallel_chunks_equals_the_record_by_record_reader(tmp_path, monkeypatch):

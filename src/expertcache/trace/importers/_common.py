@@ -851,3 +851,27 @@ def phase_code(phase: str) -> int:
 
 
 __all__ += ["concat_records", "RowBuffer", "file_list", "phase_code", "PREFILL", "DECODE"]
+
+
+def guarded_record(line: str, src: str, line_no: int) -> dict[str, Any]:
+    """One JSON Lines record through the shared guards (:func:`expertcache.jsonl.json_object`: nesting, 64-bit
+    integers, lone surrogates), naming the field that holds an integer outside the 64-bit range."""
+    import json
+
+    from ...jsonl import json_object
+
+    try:
+        return json_object(line, src, line_no)
+    except ValidationError as exc:
+        if exc.field is None and "64-bit" in exc.detail:
+            try:
+                rec = json.loads(line)
+            except (ValueError, RecursionError):
+                raise exc from None
+            for key, value in rec.items() if isinstance(rec, dict) else ():
+                items = [value]
+                while items and any(isinstance(v, list) for v in items):  # flatten nested lists (warp layers)
+                    items = [x for v in items for x in (v if isinstance(v, list) else [v])]
+                if any(isinstance(v, int) and not isinstance(v, bool) and not -2**63 <= v < 2**63 for v in items):
+                    raise ValidationError(exc.detail, source=src, record=line_no, field=key) from None
+        raise

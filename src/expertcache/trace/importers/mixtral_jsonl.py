@@ -7,7 +7,6 @@ pyarrow cannot type it, or with ``skip_bad_rows``, it is read record by record (
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Sequence
@@ -30,6 +29,7 @@ from ._common import (
     assemble,
     concat_records,
     file_list,
+    guarded_record,
     phase_code,
 )
 
@@ -208,16 +208,10 @@ def _slow(p: Path, default_phase: int, category_from: str | None) -> Records:
             for line_no, line in enumerate(handle, start=1):
                 if not line.strip():
                     continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    buf.bad(line_no, f"not valid JSON ({exc.msg}); the line may be truncated", None)
-                    continue
-                except RecursionError:
-                    buf.bad(line_no, "nested too deeply to be a routing record", None)
-                    continue
-                if not isinstance(rec, dict):
-                    buf.bad(line_no, f"expected a JSON object; got {type(rec).__name__}", None)
+                try:  # the shared guards: nesting, 64-bit integers, lone surrogates (jsonl.json_object)
+                    rec = guarded_record(line, src, line_no)
+                except ValidationError as exc:
+                    buf.bad(line_no, exc.detail, exc.field)
                     continue
                 dataset, pid = rec.get("dataset", ""), rec.get("problem_id")
                 if dataset is None:

@@ -8,7 +8,6 @@ the first fault. Both readers feed the same assembly, so they give the same trac
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Sequence
@@ -28,6 +27,7 @@ from ._common import (
     _check_shape_args,
     assemble,
     concat_records,
+    guarded_record,
 )
 
 __all__ = ["import_routes_jsonl", "read_routes_records"]
@@ -270,22 +270,7 @@ def _slow(p: Path, src: str, category_from: str | None) -> Records:
 
 
 def _object(line: str, src: str, line_no: int) -> dict[str, Any]:
-    """One record, parsed with the shared guards (nesting, 64-bit integers, lone surrogates): jsonl.json_object."""
-    from ...jsonl import json_object
-
-    try:
-        return json_object(line, src, line_no)
-    except ValidationError as exc:
-        if exc.field is None and "64-bit" in exc.detail:  # name the field that holds the integer
-            try:
-                rec = json.loads(line)
-            except (ValueError, RecursionError):
-                raise exc from None
-            for key, value in rec.items() if isinstance(rec, dict) else ():
-                items = value if isinstance(value, list) else [value]
-                if any(isinstance(v, int) and not isinstance(v, bool) and not -2**63 <= v < 2**63 for v in items):
-                    raise ValidationError(exc.detail, source=src, record=line_no, field=key) from None
-        raise
+    return guarded_record(line, src, line_no)
 
 
 def _int(rec: dict[str, Any], name: str, fail, hi: int) -> int:

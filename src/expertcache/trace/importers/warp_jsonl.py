@@ -11,7 +11,6 @@ One file is one request (its name without the extension); every line is a decode
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,6 +30,7 @@ from ._common import (
     assemble,
     concat_records,
     file_list,
+    guarded_record,
 )
 
 __all__ = ["import_warp_jsonl", "READING"]
@@ -140,16 +140,10 @@ def _slow(p: Path, category_from: str | None) -> tuple[Records, int]:
                 if not line.strip():
                     continue
                 rows += 1
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    buf.bad(line_no, f"not valid JSON ({exc.msg}); the line may be truncated", None)
-                    continue
-                except RecursionError:
-                    buf.bad(line_no, "nested too deeply to be a routing record", None)
-                    continue
-                if not isinstance(rec, dict):
-                    buf.bad(line_no, f"expected a JSON object; got {type(rec).__name__}", None)
+                try:  # the shared guards: nesting, 64-bit integers, lone surrogates (jsonl.json_object)
+                    rec = guarded_record(line, src, line_no)
+                except ValidationError as exc:
+                    buf.bad(line_no, exc.detail, exc.field)
                     continue
                 tok = rec.get("tok")
                 if isinstance(tok, bool) or not isinstance(tok, int) or not 0 <= tok <= MAX_POSITION:
