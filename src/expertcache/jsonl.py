@@ -201,16 +201,8 @@ def float_list(value: Any, src: str, line_no: int, k: int, name: str = "gates") 
 MAX_DOCUMENT_BYTES = 64 << 20
 
 
-def read_json(path: str | os.PathLike[str], what: str = "a JSON document") -> Any:
-    """Read one JSON document with the same guards as :func:`json_object` (size, nesting, integers).
-
-    Raises
-    ------
-    ValidationError
-        One line naming the file: missing, over :data:`MAX_DOCUMENT_BYTES`, not UTF-8, not valid JSON,
-        nested deeper than :data:`MAX_DEPTH`, or holding an integer outside the 64-bit range.
-    """
-    src = str(path)
+def _read_document(path: str | os.PathLike[str], src: str, what: str) -> str:
+    """A small UTF-8 document's text: at most :data:`MAX_DOCUMENT_BYTES`, a byte-order mark dropped."""
     try:
         with open(path, "rb") as fh:
             raw = fh.read(MAX_DOCUMENT_BYTES + 1)
@@ -224,6 +216,20 @@ def read_json(path: str | os.PathLike[str], what: str = "a JSON document") -> An
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ValidationError(f"not UTF-8 text; expected {what}", source=src) from None
+    return text
+
+
+def read_json(path: str | os.PathLike[str], what: str = "a JSON document") -> Any:
+    """Read one JSON document with the same guards as :func:`json_object` (size, nesting, integers).
+
+    Raises
+    ------
+    ValidationError
+        One line naming the file: missing, over :data:`MAX_DOCUMENT_BYTES`, not UTF-8, not valid JSON,
+        nested deeper than :data:`MAX_DEPTH`, or holding an integer outside the 64-bit range.
+    """
+    src = str(path)
+    text = _read_document(path, src, what)
     try:
         obj = json.loads(text, parse_int=_parse_int)
     except _TooLarge:
@@ -251,19 +257,7 @@ def read_toml(path: str | os.PathLike[str], what: str = "a TOML file") -> dict[s
         import tomli as tomllib  # type: ignore[no-redef]
 
     src = str(path)
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_DOCUMENT_BYTES + 1)
-    except OSError as exc:
-        raise ValidationError(f"cannot read {what} ({exc.strerror or exc})", source=src) from None
-    if len(raw) > MAX_DOCUMENT_BYTES:
-        raise ValidationError(f"larger than {MAX_DOCUMENT_BYTES:,} bytes; expected {what}", source=src)
-    if raw.startswith(b"\xef\xbb\xbf"):
-        raw = raw[3:]
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValidationError(f"not UTF-8 text; expected {what}", source=src) from None
+    text = _read_document(path, src, what)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
