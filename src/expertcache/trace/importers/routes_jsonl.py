@@ -223,7 +223,7 @@ def _slow(p: Path, src: str, category_from: str | None) -> Records:
             for line_no, line in enumerate(handle, start=1):
                 if not line.strip():
                     continue
-                rec = _object(line, src, line_no)
+                rec = guarded_record(line, src, line_no)
 
                 def fail(message: str, name: str | None, line_no: int = line_no) -> ValidationError:
                     return ValidationError(message, source=src, record=line_no, field=name)
@@ -267,10 +267,6 @@ def _slow(p: Path, src: str, category_from: str | None) -> Records:
     if category_from not in (None, "file") and not buf.any_cat:
         raise ValidationError(f"no field {category_from!r} (--category-from) in the records", source=src)
     return buf.records()
-
-
-def _object(line: str, src: str, line_no: int) -> dict[str, Any]:
-    return guarded_record(line, src, line_no)
 
 
 def _int(rec: dict[str, Any], name: str, fail, hi: int) -> int:
