@@ -69,14 +69,67 @@ def _affinity_table(args: list[str]) -> str:
     return "\n".join(out) + f"\n\np99 blocks demand-missed per step — {p99}."
 
 
+ROUTERS_DATA = "docs/data/routers_example.json"
+
+
+def _routers_data() -> dict:
+    return json.loads((ROOT / ROUTERS_DATA).read_text())
+
+
+def _hit(ev: dict, method: str) -> float:
+    return 100 * next(r["hit"] for r in ev["table"] if r["method"] == method)
+
+
+def _routers_temporal_table() -> str:
+    """Hit (%) per capacity, means over the tie seeds (LRU with [min, max]), from scripts/routers_tables.py."""
+    d = _routers_data()
+    methods = ("LRU", "LFU", "LRFU", "Native p^R (untrained)", "Temporal Router")
+    out = ["| B (of 32) | LRU | LFU | LRFU | native `p^R` (router at init) | Temporal Router | Temporal - LRU "
+           "| Hit logged at the end of training |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for b in d["capacities"]:
+        evals = d["temporal"][str(b)]["evals"]
+        per = {m: [_hit(ev, m) for ev in evals] for m in methods}
+        mean = {m: sum(v) / len(v) for m, v in per.items()}
+        diff = mean["Temporal Router"] - mean["LRU"]
+        best = max(("LRU", "LFU", "LRFU"), key=lambda m: mean[m])
+        cells = [f"{mean['LRU']:.2f} [{min(per['LRU']):.2f}, {max(per['LRU']):.2f}]"]
+        cells += [f"{mean[m]:.2f}" for m in ("LFU", "LRFU", "Native p^R (untrained)")]
+        t = f"{mean['Temporal Router']:.2f}"
+        cells += [f"**{t}**" if mean["Temporal Router"] > mean[best] else t, f"{diff:+.2f}",
+                  f"{d['temporal'][str(b)]['train']['final']['hit'] * 100:.2f} (seed 0)"]
+        out.append(f"| {b} | " + " | ".join(cells) + " |")
+    spread = max(max(_hit(ev, m) for ev in d["temporal"][str(b)]["evals"]) -
+                 min(_hit(ev, m) for ev in d["temporal"][str(b)]["evals"])
+                 for b in d["capacities"] for m in methods[1:])
+    return "\n".join(out) + (f"\n\nAcross the {len(d['seeds'])} tie seeds the rows other than LRU vary by at most "
+                             f"{spread:.2f} pp. Measured on weights sha256 `{d['model_weights_sha256'][:12]}…` "
+                             f"(Python {d['python']}, torch {d['torch']}, transformers {d['transformers']}, "
+                             f"{d['threads']} thread(s)).")
+
+
+def _routers_budget_table() -> str:
+    """The full mode's pre-access budget sweep (B = 8, seed 0) and LRU's load in the same run."""
+    d = _routers_data()
+    ev = d["full"]["eval"]
+    out = ["| R | Hit | AdjHit | Load (MB/token) | P |", "|---:|---:|---:|---:|---:|"]
+    for r in ev["budget_sweep"]:
+        out.append(f"| {r['budget']} | {100 * r['hit']:.2f} | {100 * r['adj_hit']:.2f} | "
+                   f"{r['load_per_token'] / 1e6:.3f} | {r['proactive_loads']:,} |")
+    lru = next(r for r in ev["table"] if r["method"] == "LRU")
+    return "\n".join(out) + (f"\n\nLRU at `B = 8` in the same run: Hit {100 * lru['hit']:.2f}, "
+                             f"{lru['load_per_token'] / 1e6:.3f} MB/token.")
+
+
 #: name -> (document, the command the document names, what renders the table)
 TABLES: dict[str, tuple[str, str, Callable[[], str]]] = {
     "prefetch-example": ("docs/prefetch.md", "expertcache prefetch compare example",
                          lambda: _compare_table(["example"], True)),
-    "prefetch-example-model": ("docs/prefetch.md", f"expertcache prefetch compare {EXAMPLE_MODEL} -B 8",
-                               lambda: _compare_table([EXAMPLE_MODEL, "-B", "8"], False)),
+    "prefetch-example-model": ("docs/prefetch.md", f"expertcache prefetch compare {EXAMPLE_MODEL} -C 8",
+                               lambda: _compare_table([EXAMPLE_MODEL, "-C", "8"], False)),
     "affinity-example-model": ("docs/experiments.md", f"expertcache affinity {EXAMPLE_MODEL} --best-of 0",
                                lambda: _affinity_table([EXAMPLE_MODEL, "--best-of", "0"])),
+    "routers-temporal": ("docs/routers.md", "python scripts/routers_tables.py", _routers_temporal_table),
+    "routers-budget": ("docs/routers.md", "python scripts/routers_tables.py", _routers_budget_table),
 }
 
 _BLOCK = r"(<!-- table: {name} -->\n)(.*?)(\n<!-- /table -->)"

@@ -631,7 +631,7 @@ def test_cli_train_export_eval(tmp_path, trace_with_arrays):
     assert np.array_equal(adv.prefetch_score, direct.prefetch_score)
     adv.validate(build_events(trace, 2), need=("priority", "prefetch_score"))
     res = run(main, ["routers", "eval", ck, "--trace", str(tdir), "--capacity", "3", "--budget", "2",
-                     "--budgets", "0,1,2", "--capacities", "2,4", "--json"])
+                     "--sweep-budget", "0,1,2", "--sweep-capacity", "2,4", "--json"])
     assert res.exit_code == 0, res.output
     ev = json.loads(res.output)
     methods = [r["method"] for r in ev["table"]]
@@ -690,9 +690,9 @@ def test_cli_eval_export_bad_options_are_one_line(tmp_path, trace_with_arrays, m
     cases = [
         (["eval", ck, "--trace", str(tdir), "--capacity", "0"], "capacity B must be in [1, N)"),
         (["eval", ck, "--trace", str(tdir), "--capacity", str(N)], "capacity B must be in [1, N)"),
-        (["eval", ck, "--trace", str(tdir), "--capacity", "3", "--capacities", "2,9"], "capacity B must be in"),
+        (["eval", ck, "--trace", str(tdir), "--capacity", "3", "--sweep-capacity", "2,9"], "capacity B must be in"),
         (["eval", ck, "--trace", str(tdir), "--capacity", "3", "--budget", "-1"], "R >= 0"),
-        (["eval", ck, "--trace", str(tdir), "--capacity", "3", "--budgets", "0,-2"], "R >= 0"),
+        (["eval", ck, "--trace", str(tdir), "--capacity", "3", "--sweep-budget", "0,-2"], "R >= 0"),
         (["eval", ck, "--trace", str(tdir), "--capacity", "3", "--tasks", str(tmp_path / "bin.jsonl"),
           "--model", str(tmp_path)], "UTF-8"),
         (["export", ck, "--trace", str(tdir), "-o", str(tmp_path / "no" / "a.npz")], "does not exist"),
@@ -899,7 +899,7 @@ def test_routers_eval_and_prefetch_compare_score_the_baselines_under_one_protoco
         ev = json.loads(res.output)
         assert ev["scope"]["protocol"].startswith("per-request prefill-initialised decode")
         res = run(main, ["prefetch", "compare", str(tdir), "--calibration", str(tdir), "--capacity", "3",
-                         "--policies", "lru,lfu,lrfu,least-stale", "--tie-break", tie, "--expert-bytes", "1000000",
+                         "--policy", "lru,lfu,lrfu,least-stale", "--tie-break", tie, "--expert-bytes", "1000000",
                          "--json"])
         assert res.exit_code == 0, res.output
         cmp_rows = {r["name"]: r for r in json.loads(res.output)["rows"]}

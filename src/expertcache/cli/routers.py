@@ -85,7 +85,7 @@ def _emit_train(res: Any, as_json: bool) -> None:
               help="Offline auxiliary-only training from a trace collected with --save-hidden --save-logits.")
 @click.option("--mode", type=click.Choice(["lm-only", "temporal", "full", "aux-temporal", "aux-full"]),
               default=None, help="What trains [default: temporal with --data, aux-temporal with --trace].")
-@click.option("--capacity", type=int, required=True, help="B: experts per layer the cache holds.")
+@click.option("--capacity", "-C", type=int, required=True, help="B: experts per layer the cache holds.")
 @click.option("--tau", type=float, default=0.03, show_default=True, help="Soft top-B temperature.")
 @click.option("--cache-weight", type=float, default=0.10, show_default=True, help="s_w in L_LM + s_w L_cache.")
 @click.option("--lr", type=float, default=1e-5, show_default=True)
@@ -303,12 +303,12 @@ def _table(rows: list, title: str) -> None:
 @click.argument("checkpoint", type=click.Path(exists=True, file_okay=False))
 @click.option("--trace", "trace_dir", required=True, type=click.Path(exists=True, file_okay=False),
               help="Held-out trace with hidden states and router logits.")
-@click.option("--capacity", type=int, required=True, help="B: experts per layer the cache holds.")
+@click.option("--capacity", "-C", type=int, required=True, help="B: experts per layer the cache holds.")
 @click.option("--budget", type=int, default=0, show_default=True,
               help="R: pre-access candidates for the Spatio-Temporal row (0: no such row).")
-@click.option("--budgets", callback=_csv(int, "integers"), default=None,
+@click.option("--sweep-budget", "budgets", callback=_csv(int, "integers"), default=None,
               help="Also replay this checkpoint at each R (CLR Table 3), e.g. 0,2,4.")
-@click.option("--capacities", callback=_csv(int, "integers"), default=None,
+@click.option("--sweep-capacity", "capacities", callback=_csv(int, "integers"), default=None,
               help="Also LRU vs Temporal Router at each B (CLR Table 3), e.g. 2,3,4,5.")
 @click.option("--batch", type=int, default=1, show_default=True, help="Concurrency of the FCFS schedule.")
 @click.option("--offsets", default="zero", show_default=True, help="Arrival offsets, as in `events build`.")
@@ -349,7 +349,7 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
         _fail("--baselines scores the prefetch baselines under the per-request prefill protocol: use --batch 1 "
               "with --prefill-init (the defaults)")
     if budget < 0 or any(r < 0 for r in budgets or ()):
-        _fail(f"--budget and --budgets take R >= 0 pre-access candidates; got {budget} and {budgets}")
+        _fail(f"--budget and --sweep-budget take R >= 0 pre-access candidates; got {budget} and {budgets}")
     tasks = None
     if tasks_path:
         from ..routers.data import load_tasks
