@@ -10,6 +10,7 @@ from .main import (
     _fail,
     _guard,
     _require_new,
+    _working,
     main,
 )
 
@@ -47,13 +48,14 @@ def events_build(trace_dir: str, batch: int, offsets: str, seed: int, prefill_in
     if batch < 1:
         _fail(f"--batch must be a positive integer; got {batch}")
     offs = ArrivalOffsets.parse(offsets, seed=seed)
-    if prefill_init:
-        from ..events.prefill import prefill_initialised_events
+    with _working("building events"):
+        if prefill_init:
+            from ..events.prefill import prefill_initialised_events
 
-        stream = prefill_initialised_events(read_trace(trace_dir), batch, prefill_chunk, prefill_order, offs)
-    else:
-        stream = build_events(read_trace(trace_dir), batch, offs)
-    stream.save(out, overwrite=overwrite)
+            stream = prefill_initialised_events(read_trace(trace_dir), batch, prefill_chunk, prefill_order, offs)
+        else:
+            stream = build_events(read_trace(trace_dir), batch, offs)
+        stream.save(out, overwrite=overwrite)
     warm = int(stream.provenance.get("warmup_events", 0))
     click.echo(f"wrote {out}: {stream.n_events} events, union {stream.union}, logical {stream.logical} "
                f"(union/logical {stream.union / stream.logical:.4f})"
@@ -74,8 +76,9 @@ def events_import(events_jsonl: str, layers: int, experts: int, top_k: int, out:
     from ..events import import_events_jsonl
 
     _require_new(out, overwrite)
-    stream = import_events_jsonl(events_jsonl, layers, experts, top_k)
-    stream.save(out, overwrite=overwrite)
+    with _working("importing events"):
+        stream = import_events_jsonl(events_jsonl, layers, experts, top_k)
+        stream.save(out, overwrite=overwrite)
     click.echo(f"wrote {out}: {stream.n_events} events, union {stream.union}, logical {stream.logical}")
 
 

@@ -10,6 +10,7 @@ from .main import (
     _fail,
     _guard,
     _require_new,
+    _working,
     main,
 )
 
@@ -38,9 +39,10 @@ def nextuse_fit(stream_dir: str, kind: str, out: str, max_rows: int, seed: int, 
     if not out.endswith(want):
         _fail(f"{out}: a {kind} model is written as {want}")
     _require_new(out, overwrite, file=True)
-    f = access_features(read_events(stream_dir))
-    model = (LinearNextUse.fit(f, max_rows, seed) if kind == "linear"
-             else GradientBoostedNextUse.fit(f, max_rows=max_rows, seed=seed))
+    with _working(f"fitting a {kind} next-use model"):
+        f = access_features(read_events(stream_dir))
+        model = (LinearNextUse.fit(f, max_rows, seed) if kind == "linear"
+                 else GradientBoostedNextUse.fit(f, max_rows=max_rows, seed=seed))
     model.save(out)
     click.echo(f"wrote {out}: {kind} model, in-sample R2 {transfer_r2(model, f):.3f}")
 
@@ -73,12 +75,13 @@ def nextuse_eval(model_path: str, stream_dir: str, rho: float, scope: str, seed:
         _require_new(advice_out, overwrite, file=True)
     model = load_predictor(model_path)
     stream = read_events(stream_dir)
-    f = access_features(stream)
-    advice = advice_from_predictions(f, model.predict(f.X), {"model": model_path})
-    miss = {p: replay(stream, ReplayConfig(p, rho=rho, scope=scope, seed=seed)).miss_fraction
-            for p in (*CAUSAL_POLICIES, "belady")}
-    miss["predicted-next-use"] = replay(stream, ReplayConfig("predicted-next-use", rho=rho, scope=scope, seed=seed),
-                                        advice=advice).miss_fraction
+    with _working("predicting next use and replaying"):
+        f = access_features(stream)
+        advice = advice_from_predictions(f, model.predict(f.X), {"model": model_path})
+        miss = {p: replay(stream, ReplayConfig(p, rho=rho, scope=scope, seed=seed)).miss_fraction
+                for p in (*CAUSAL_POLICIES, "belady")}
+        miss["predicted-next-use"] = replay(stream, ReplayConfig("predicted-next-use", rho=rho, scope=scope,
+                                                                 seed=seed), advice=advice).miss_fraction
     best = min(CAUSAL_POLICIES, key=lambda p: (miss[p], p))
     gap = miss[best] - miss["belady"]
     out = {"transfer_r2": transfer_r2(model, f), "miss_fraction": miss, "best_causal": best,
@@ -124,10 +127,11 @@ def nextuse_victims(model_path: str, stream_dir: str, rho: float, scope: str, se
         _fail("--every and --bootstrap must be >= 1")
     model = load_predictor(model_path)
     stream = read_events(stream_dir)
-    f = access_features(stream)
-    advice = advice_from_predictions(f, model.predict(f.X), {"model": model_path})
-    rep = score_decisions(record_decisions(stream, advice, rho, scope, seed, every, candidates=candidates), n_boot,
-                          seed)
+    with _working("ranking victims"):
+        f = access_features(stream)
+        advice = advice_from_predictions(f, model.predict(f.X), {"model": model_path})
+        rep = score_decisions(record_decisions(stream, advice, rho, scope, seed, every, candidates=candidates),
+                              n_boot, seed)
     if as_json:
         click.echo(json.dumps(rep.to_dict(), sort_keys=True))
         return

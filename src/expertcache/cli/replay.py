@@ -16,7 +16,9 @@ from .main import (
     _progress,
     _require_new,
     _rho_list,
+    _stream_batch,
     main,
+    read_calibration,
 )
 
 
@@ -82,7 +84,7 @@ def replay_cmd(stream_dir: str, policies: list[str], rhos: list[float], scope: s
     stream = read_events(stream_dir)
     if warmup_events is None and stream.provenance.get("warmup_events"):
         configs = [replace(c, warmup_events=int(stream.provenance["warmup_events"])) for c in configs]
-    calib = read_events(calibration) if calibration else None
+    calib = read_calibration(calibration, _stream_batch(stream)) if calibration else None
     advice = None
     if advice_path:
         from ..nextuse import load_advice

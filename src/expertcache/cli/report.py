@@ -76,11 +76,11 @@ def demo(batch: int, rho: float, seed: int, example: str, as_json: bool) -> None
 @click.option("--scope", type=click.Choice(["per-layer", "global"]), default="per-layer", show_default=True)
 @click.option("--batch", "-B", type=int, default=8, show_default=True, help="Concurrency when SOURCE is a trace.")
 @click.option("--offsets", default="zero", show_default=True, help="Arrival offsets when SOURCE is a trace.")
-@click.option("--seeds", default="0,1,2,3,4", show_default=True, callback=_csv(int, "integers"),
+@click.option("--seed", "seeds", default="0,1,2,3,4", show_default=True, callback=_csv(int, "integers"),
               help="Tie seeds for the gap (spread = implementation stability).")
-@click.option("--batches", default="1,2,4,8,16", show_default=True, callback=_csv(int, "integers"),
+@click.option("--sweep-batch", "batches", default="1,2,4,8,16", show_default=True, callback=_csv(int, "integers"),
               help="B sweep (traces only).")
-@click.option("--rhos", default="0.2,0.3,0.4", show_default=True, callback=_csv(float, "numbers"),
+@click.option("--sweep-rho", "rhos", default="0.2,0.3,0.4", show_default=True, callback=_csv(float, "numbers"),
               help="rho sweep.")
 @click.option("--permutations", type=int, default=5, show_default=True, help="Step permutations (§6.5).")
 @click.option("--block-bytes", type=float, default=None,
@@ -125,8 +125,8 @@ def report_cmd(source: str | None, example: bool, out: str, rho: float, scope: s
     # the complete, canonical command (defaults spelled out), so the report can be regenerated exactly
     command = " ".join([
         "expertcache report", "--example" if example else source, "-o", out, "--rho", f"{rho:g}", "--scope", scope,
-        "--batch", str(batch), "--offsets", offsets, "--seeds", ",".join(map(str, seeds)),
-        "--batches", ",".join(map(str, batches)), "--rhos", ",".join(f"{r:g}" for r in rhos),
+        "--batch", str(batch), "--offsets", offsets, "--seed", ",".join(map(str, seeds)),
+        "--sweep-batch", ",".join(map(str, batches)), "--sweep-rho", ",".join(f"{r:g}" for r in rhos),
         "--permutations", str(permutations),
         *(["--block-bytes", f"{block_bytes:g}"] if block_bytes else []),
         *(["--block-bytes-preset", block_bytes_preset] if block_bytes_preset else []),
@@ -152,7 +152,7 @@ def report_cmd(source: str | None, example: bool, out: str, rho: float, scope: s
 
 @main.command("align")
 @click.argument("traces", nargs=-1, required=True)
-@click.option("--batches", default="1,2,4,8,16", show_default=True, callback=_csv(int, "integers"),
+@click.option("--sweep-batch", "batches", default="1,2,4,8,16", show_default=True, callback=_csv(int, "integers"),
               help="Concurrencies to measure for every model.")
 @click.option("--batch", "-B", type=int, default=8, show_default=True, help="The conventional batch alignment.")
 @click.option("--rho", type=float, default=0.4, show_default=True, help="Residency fraction.")

@@ -10,6 +10,7 @@ from .main import (
     _fail,
     _guard,
     _require_new,
+    _working,
     main,
 )
 
@@ -77,37 +78,38 @@ def trace_import(sources: tuple[str, ...], fmt: str, layers: int | None, experts
         prov["model"] = model
     report = None
     shape = dict(n_layers=layers, n_experts=experts, top_k=top_k)
-    if fmt == "routes-jsonl":
-        from ..trace import import_routes_jsonl
+    with _working(f"importing {fmt}"):
+        if fmt == "routes-jsonl":
+            from ..trace import import_routes_jsonl
 
-        if None in (layers, experts, top_k):
-            _fail("--format routes-jsonl needs --layers, --experts and --top-k")
-        if skip_bad_rows:
-            _fail("--skip-bad-rows applies to the foreign formats; a routes-jsonl file must be valid")
-        if len(sources) == 1:
-            prov["source"] = prov["source"][0]
-        tr = import_routes_jsonl(list(sources), layers, experts, top_k, provenance=prov, category_from=category_from)
-    elif fmt == "mixtral-jsonl":
-        from ..trace.importers import import_mixtral_jsonl
+            if None in (layers, experts, top_k):
+                _fail("--format routes-jsonl needs --layers, --experts and --top-k")
+            if skip_bad_rows:
+                _fail("--skip-bad-rows applies to the foreign formats; a routes-jsonl file must be valid")
+            if len(sources) == 1:
+                prov["source"] = prov["source"][0]
+            tr = import_routes_jsonl(list(sources), layers, experts, top_k, provenance=prov, category_from=category_from)
+        elif fmt == "mixtral-jsonl":
+            from ..trace.importers import import_mixtral_jsonl
 
-        tr, report = import_mixtral_jsonl(list(sources), **shape, phase=phase, skip_bad_rows=skip_bad_rows,
-                                          category_from=category_from, provenance=prov)
-    elif fmt == "deepseek-csv":
-        from ..trace.importers import import_deepseek_csv
+            tr, report = import_mixtral_jsonl(list(sources), **shape, phase=phase, skip_bad_rows=skip_bad_rows,
+                                              category_from=category_from, provenance=prov)
+        elif fmt == "deepseek-csv":
+            from ..trace.importers import import_deepseek_csv
 
-        tr, report = import_deepseek_csv(list(sources), **shape, phase=phase, skip_bad_rows=skip_bad_rows,
-                                         category_from=category_from, provenance=prov)
-    elif fmt == "warp-jsonl":
-        from ..trace.importers import import_warp_jsonl
+            tr, report = import_deepseek_csv(list(sources), **shape, phase=phase, skip_bad_rows=skip_bad_rows,
+                                             category_from=category_from, provenance=prov)
+        elif fmt == "warp-jsonl":
+            from ..trace.importers import import_warp_jsonl
 
-        tr, report = import_warp_jsonl(list(sources), **shape, skip_bad_rows=skip_bad_rows,
-                                       category_from=category_from, provenance=prov)
-    else:
-        from ..trace.importers import import_columnar
+            tr, report = import_warp_jsonl(list(sources), **shape, skip_bad_rows=skip_bad_rows,
+                                           category_from=category_from, provenance=prov)
+        else:
+            from ..trace.importers import import_columnar
 
-        tr, report = import_columnar(list(sources), mapping=mapping, **shape, phase=phase,
-                                     category_from=category_from, skip_bad_rows=skip_bad_rows, provenance=prov)
-    tr.save(out, overwrite=overwrite)
+            tr, report = import_columnar(list(sources), mapping=mapping, **shape, phase=phase,
+                                         category_from=category_from, skip_bad_rows=skip_bad_rows, provenance=prov)
+        tr.save(out, overwrite=overwrite)
     caveat = shape_caveat(tr.provenance, tr.n_experts)
     if as_json:
         click.echo(json.dumps({"out": out, "n_requests": tr.n_requests, "n_tokens": tr.n_tokens,

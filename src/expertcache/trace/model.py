@@ -9,6 +9,7 @@ format) and ``manifest.json``.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,8 @@ from ..storage import (
     write_manifest,
     write_table,
 )
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["RoutingTrace", "PHASES", "PREFILL", "DECODE", "read_trace", "validate_trace", "select_requests"]
 
@@ -254,6 +257,7 @@ def read_trace(directory: str | os.PathLike[str]) -> RoutingTrace:
     directory = Path(directory)
     manifest = read_manifest(directory, _KIND)
     L, N, k = manifest["n_layers"], manifest["n_experts"], manifest["top_k"]
+    _log.info("reading trace %s (L = %s, N = %s, k = %s)", directory, L, N, k)
     table = read_table(directory, manifest, _ROUTES)
     src = str(directory / _ROUTES)
     require_columns(table, {"request_id": "request id", "phase": "prefill|decode", "position": "int",
