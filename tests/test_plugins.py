@@ -216,6 +216,8 @@ def test_cli_plugin_file(tmp_path, registered):
     res = CliRunner().invoke(main, ["replay", str(tmp_path / "s"), "--plugin", str(wrong), "--policy", "w"])
     assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
     assert str(wrong) in res.output and "must take exactly key(b, t, last, freq, state)" in res.output
+    res = CliRunner().invoke(main, ["replay", str(tmp_path / "s"), "--plugin", str(tmp_path / "none.py")])
+    assert res.exit_code == 2 and res.output.count("\n") == 1 and "no such plugin file" in res.output
     res = CliRunner().invoke(main, ["replay", str(tmp_path / "s"), "--policy", "not-registered"])
     assert res.exit_code == 2 and "unknown policy" in res.output
 
