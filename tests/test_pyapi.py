@@ -51,6 +51,19 @@ def test_sweep_results_table_in_input_order():
     assert results_to_arrow(res, per_layer=True).num_rows == 3
 
 
+def test_any_record_with_to_dict_to_arrow():
+    from expertcache.analysis import replay_bytes
+    from expertcache.frames import records_to_arrow
+
+    s = small()
+    rows = records_to_arrow([replay_bytes(s, 4, 10), replay_bytes(s, 2, 10, warmup_events=1)]).to_pylist()
+    # 3 steps of 1 active request each: 3 tokens, and 2 after a warm-up of one event
+    assert [(r["bytes_moved"], r["output_tokens"]) for r in rows] == [(40, 3), (20, 2)]
+    r = replay(s, ReplayConfig("lru", capacity=(2,), tie_break="id"))
+    nested = records_to_arrow([r]).to_pylist()[0]
+    assert nested["hits"] == 2 and nested["per_layer"][0]["demand_misses"] == 4
+
+
 def test_stream_and_trace_to_arrow(tmp_path):
     s = small()
     t = s.to_arrow()

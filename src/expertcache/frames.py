@@ -15,12 +15,23 @@ import pyarrow as pa
 
 from .errors import ExpertCacheError
 
-__all__ = ["rows_to_arrow", "arrow_to_pandas"]
+__all__ = ["rows_to_arrow", "records_to_arrow", "records_to_pandas", "arrow_to_pandas"]
 
 
 def rows_to_arrow(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
     """A table with one row per mapping (the union of their keys; a missing key is null)."""
     return pa.Table.from_pylist(list(rows))
+
+
+def records_to_arrow(records: Sequence[Any]) -> pa.Table:
+    """One row per record of any kind with a ``to_dict()`` (every result record of expertcache has one:
+    ``TimingResult``, ``GapResult``, ``TrafficReading``, ...); nested lists and dicts become Arrow lists and structs."""
+    return rows_to_arrow([r.to_dict() for r in records])
+
+
+def records_to_pandas(records: Sequence[Any]) -> Any:
+    """:func:`records_to_arrow` as a pandas DataFrame (needs pandas: ``pip install pandas``)."""
+    return arrow_to_pandas(records_to_arrow(records))
 
 
 def arrow_to_pandas(table: pa.Table) -> Any:
