@@ -109,6 +109,9 @@ def events_info(stream_dir: str, rho: float, as_json: bool) -> None:
         click.echo(json.dumps(info, sort_keys=True))
         return
     caveat = info.pop("capacity_caveat")
+    from ..trace.provenance import provenance_summary
+
+    info["provenance"] = provenance_summary(s.provenance) + " (--json for all)"
     for key, value in info.items():
         click.echo(f"{key:30s} {value:.4f}" if isinstance(value, float) else f"{key:30s} {value}")
         if caveat and key in ("n_experts", "capacity_mean", "fraction_events_over_capacity"):

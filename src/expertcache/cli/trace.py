@@ -143,12 +143,13 @@ def trace_import(sources: tuple[str, ...], fmt: str, layers: int | None, experts
 
 @trace.command("info")
 @click.argument("trace_dir", type=click.Path())
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object (the whole provenance included).")
+@click.option("--full", is_flag=True, help="Print the whole provenance (indented JSON) instead of a one-line summary.")
 @_guard
-def trace_info(trace_dir: str, as_json: bool) -> None:
+def trace_info(trace_dir: str, as_json: bool, full: bool) -> None:
     """Validate TRACE_DIR and summarise it (with the caveat when N was inferred from the data)."""
     from ..trace import DECODE, read_trace
-    from ..trace.provenance import shape_caveat
+    from ..trace.provenance import provenance_summary, shape_caveat
 
     tr = read_trace(trace_dir)
     caveat = shape_caveat(tr.provenance, tr.n_experts)
@@ -164,6 +165,9 @@ def trace_info(trace_dir: str, as_json: bool) -> None:
             if value:
                 click.echo(f"{'':16s} ({value})")
             continue
+        if key == "provenance":
+            value = json.dumps(value, indent=2, sort_keys=True, default=str) if full else \
+                provenance_summary(value) + " (--full or --json for all)"
         click.echo(f"{key:16s} {value}")
 
 

@@ -145,6 +145,23 @@ class RoutingTrace:
         assert table.num_rows == rows
         return table
 
+    def to_arrow(self) -> pa.Table:
+        """:meth:`to_table`: one row per (token, layer), the columns of ``routes.parquet``."""
+        return self.to_table()
+
+    def to_pandas(self) -> Any:
+        """:meth:`to_arrow` as a pandas DataFrame (needs pandas: ``pip install pandas``)."""
+        from ..frames import arrow_to_pandas
+
+        return arrow_to_pandas(self.to_table())
+
+    def __repr__(self) -> str:
+        """A summary (shape and sizes); the arrays are in the attributes and :meth:`to_arrow`."""
+        extra = [name for name in ("gates", "probs", "entropy", "margin") if getattr(self, name) is not None]
+        return (f"RoutingTrace(L={self.n_layers}, N={self.n_experts}, k={self.top_k}, n_requests={self.n_requests}, "
+                f"n_tokens={self.n_tokens}, decode_tokens={int((self.phase == DECODE).sum())}, "
+                f"arrays=experts{''.join(', ' + e for e in extra)}, provenance=<{len(self.provenance)} keys>)")
+
     def save(self, out: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
         """Write the trace as a directory (``routes.parquet`` + ``manifest.json``), atomically."""
         n, L, k = self.n_tokens, self.n_layers, self.top_k
