@@ -172,17 +172,28 @@ def trace_info(trace_dir: str, as_json: bool, full: bool) -> None:
 
 
 @trace.command("examples")
-@click.option("--path", "name", default=None, metavar="NAME", help="Print only the path of bundled file NAME.")
+@click.option("--path", "name", default=None, metavar="NAME", help="Print only the path of bundled example NAME.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per example (name, kind, path, caption).")
 @_guard
-def trace_examples(name: str | None) -> None:
-    """List the bundled routing files in foreign formats, with their paths (for trace import)."""
-    from ..trace.examples import RAW_EXAMPLES, raw_example_path
+def trace_examples(name: str | None, as_json: bool) -> None:
+    """List the bundled examples (traces, prompts, labels, foreign-format files) with their paths.
+
+    `expertcache trace examples --path example_model_trace` prints one path, for use in a shell:
+    `expertcache events build "$(expertcache trace examples --path example_model_trace)" -B 8 -o stream`.
+    """
+    from .. import examples
 
     if name is not None:
-        click.echo(str(raw_example_path(name)))
+        click.echo(str(examples.path(name.replace("-", "_"))))          # warp-olmoe is warp_olmoe
         return
-    for key, (_, fmt, caption) in RAW_EXAMPLES.items():
-        click.echo(f"{key}  --format {fmt}  {raw_example_path(key)}\n    {caption}")
+    for key in examples.names():
+        ex = examples.describe(key)
+        if as_json:
+            click.echo(json.dumps({"name": key, "kind": ex.kind, "path": str(examples.path(key)),
+                                   "caption": ex.caption}, sort_keys=True))
+            continue
+        how = f"  (trace import --format {ex.kind})" if ex.kind in ("warp-jsonl",) else ""
+        click.echo(f"{key:24s} {ex.kind:13s} {examples.path(key)}{how}\n    {ex.caption}")
 
 
 # ---------------------------------------------------------------------------- events
