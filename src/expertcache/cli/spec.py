@@ -75,8 +75,11 @@ def spec_expand(spec_file: str, as_json: bool, limit: int) -> None:
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="local: worker processes; ray: Ray tasks (pip install 'expertcache[ray]').")
 @click.option("--jobs", "-j", type=int, default=1, show_default=True,
-              help="Local worker processes, or CPUs of a local Ray instance (0 = all local cores).")
-@click.option("--address", default=None, help="Ray cluster address (ray://HOST:10001 or auto); ray executor only.")
+              help="Local worker processes, or CPUs of a local Ray instance (0 = all local cores); on a Ray "
+                   "cluster its CPUs are used.")
+@click.option("--address", default=None,
+              help="Ray cluster to use: auto (the one `ray start --head` started here), HOST:6379 or "
+                   "ray://HOST:10001; default: $RAY_ADDRESS, else a local instance. Ray executor only.")
 @click.option("--chunk-seconds", type=float, default=2.0, show_default=True,
               help="Write finished conditions to the store at least this often (a kill loses at most this much).")
 @click.option("--json", "as_json", is_flag=True, help="Print the run report as a JSON object.")
@@ -129,7 +132,7 @@ def spec_run(spec_file: str, store: str, executor: str, jobs: int, address: str 
         return
     click.echo(f"{report.n_conditions} conditions: ran {len(report.ran)}, skipped {report.n_skipped} "
                f"(stored, same hash) in {report.seconds:.1f} s ({report.conditions_per_minute:,.0f} conditions/min, "
-               f"{executor}, {jobs} jobs); results: {os.path.join(store, 'results.parquet')}")
+               f"{executor}, {report.jobs} jobs); results: {os.path.join(store, 'results.parquet')}")
 
 
 def _where(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict:
