@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
-from .main import _guard
+from .main import _echo_json, _guard
 
 
 def _policies(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
@@ -133,7 +132,7 @@ def execute(model: str, prompts: str | None, out: str, policies: list[str], rho:
         result = run_execute(model, prompts, out, configs, calibration=calib, advice_from=advice_from, advice=adv,
                              reference=not no_reference, overwrite=overwrite, progress=progress)
     if as_json:
-        click.echo(json.dumps(result.to_dict(), sort_keys=True, default=str))
+        _echo_json(result.to_dict())
         return
     _print(result)
 

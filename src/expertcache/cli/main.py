@@ -38,6 +38,17 @@ def _require_new(out: str, overwrite: bool, *, file: bool = False) -> None:
         _fail(str(exc))
 
 
+def _echo_json(obj: Any) -> None:
+    """Print ``obj`` as one JSON line carrying ``schema_version`` and ``tool_version`` (docs/design.md §5).
+
+    Every ``--json`` output goes through here: one object for a single result, one per line (JSON Lines)
+    for per-run records; keys are snake_case (a policy name used as a key is written ``belady_forced``).
+    """
+    from ..storage import json_text
+
+    click.echo(json_text(obj, snake=True))
+
+
 def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn package errors into a one-line message and exit status 2.
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from typing import Any
 
 import click
 
-from .main import _console, _csv, _fail, _guard, _progress, _require_new
+from .main import _console, _csv, _echo_json, _fail, _guard, _progress, _require_new
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -61,7 +60,7 @@ def _deterministic():
 
 def _emit_train(res: Any, as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps(res.to_dict(), sort_keys=True))
+        _echo_json(res.to_dict())
         return
     last = res.history[-1] if res.history else {}
     parts = ", ".join(f"{k} {v:.4f}" for k, v in last.items() if k not in ("step", "lr"))
@@ -241,7 +240,7 @@ def export_cmd(checkpoint: str, trace_dir: str, batch: int, offsets: str, seed: 
             int(np.isfinite(adv.prefetch_score).any(1).sum()),
             **adv.provenance}
     if as_json:
-        click.echo(json.dumps(info, sort_keys=True))
+        _echo_json(info)
     else:
         click.echo(f"wrote {out}: {info['n_events']} events x {info['n_experts']} experts "
                    f"({info['events_with_prefetch_candidates']} with pre-access candidates)")
@@ -414,9 +413,9 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
         scope["note"] += (f"; {mode}: its Spatio Routers were not trained, so the R > 0 rows use their "
                           "initialisation W^S_l = W^R_(l+1)")
     if as_json:
-        click.echo(json.dumps({"scope": scope, "accuracy": accuracy_info, "table": [r.to_dict() for r in rows],
-                               "budget_sweep": [r.to_dict() for r in r_rows],
-                               "capacity_sweep": [r.to_dict() for r in b_rows]}, sort_keys=True))
+        _echo_json({"scope": scope, "accuracy": accuracy_info, "table": [r.to_dict() for r in rows],
+                    "budget_sweep": [r.to_dict() for r in r_rows],
+                    "capacity_sweep": [r.to_dict() for r in b_rows]})
         return
     click.echo(f"{scope['decode_events']} decode events counted, {scope['warmup_events']} prefill events replayed "
                f"uncounted; batch {batch}; protocol: {protocol}; {scope['note']}")

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from .main import _console, _fail, _guard
+from .main import _console, _echo_json, _fail, _guard
 
 
 @click.group("spec")
@@ -48,7 +48,7 @@ def spec_expand(spec_file: str, as_json: bool, limit: int) -> None:
     rows = conditions_table_rows(expand(sp))
     if as_json:
         for row in rows:
-            click.echo(json.dumps(row, sort_keys=True))
+            _echo_json(row)
         return
     from rich.table import Table
 
@@ -128,7 +128,7 @@ def spec_run(spec_file: str, store: str, executor: str, jobs: int, address: str 
     finally:
         signal.signal(signal.SIGTERM, previous)
     if as_json:
-        click.echo(json.dumps(report.to_dict(), sort_keys=True))
+        _echo_json(report.to_dict())
         return
     click.echo(f"{report.n_conditions} conditions: ran {len(report.ran)}, skipped {report.n_skipped} "
                f"(stored, same hash) in {report.seconds:.1f} s ({report.conditions_per_minute:,.0f} conditions/min, "
@@ -166,7 +166,7 @@ def spec_summary(results: str, metric: str, rows: list[str], cols: list[str], wh
 
     summ = summarize(read_results(results), metric, rows, cols, where)
     if as_json:
-        click.echo(json.dumps(summ.to_dict(), sort_keys=True))
+        _echo_json(summ.to_dict())
         return
     from rich.markup import escape
     from rich.table import Table

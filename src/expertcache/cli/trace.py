@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from .main import (
+    _echo_json,
     _fail,
     _guard,
     _require_new,
@@ -110,9 +109,8 @@ def trace_import(sources: tuple[str, ...], fmt: str, layers: int | None, experts
     tr.save(out, overwrite=overwrite)
     caveat = shape_caveat(tr.provenance, tr.n_experts)
     if as_json:
-        click.echo(json.dumps({"out": out, "n_requests": tr.n_requests, "n_tokens": tr.n_tokens,
-                               "n_experts_caveat": caveat, "report": report.to_dict() if report else None},
-                              sort_keys=True))
+        _echo_json({"out": out, "n_requests": tr.n_requests, "n_tokens": tr.n_tokens,
+                    "n_experts_caveat": caveat, "report": report.to_dict() if report else None})
         return
     click.echo(f"wrote {out}: {tr.n_requests} requests, {tr.n_tokens} tokens, "
                f"L={tr.n_layers} N={tr.n_experts} k={tr.top_k}")
@@ -155,7 +153,7 @@ def trace_info(trace_dir: str, as_json: bool) -> None:
             "has_gates": tr.gates is not None, "has_token_ids": bool((tr.token_id >= 0).any()),
             "provenance": tr.provenance}
     if as_json:
-        click.echo(json.dumps(info, sort_keys=True))
+        _echo_json(info)
         return
     for key, value in info.items():
         if key == "n_experts_caveat":
@@ -167,11 +165,19 @@ def trace_info(trace_dir: str, as_json: bool) -> None:
 
 @trace.command("examples")
 @click.option("--path", "name", default=None, metavar="NAME", help="Print only the path of bundled file NAME.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per bundled file (JSON Lines).")
 @_guard
-def trace_examples(name: str | None) -> None:
+def trace_examples(name: str | None, as_json: bool) -> None:
     """List the bundled routing files in foreign formats, with their paths (for trace import)."""
     from ..trace.examples import RAW_EXAMPLES, raw_example_path
 
+    if as_json:
+        for key, (_, fmt, caption) in RAW_EXAMPLES.items():
+            if name is None or name == key:
+                _echo_json({"name": key, "format": fmt, "path": str(raw_example_path(key)), "caption": caption})
+        if name is not None and name not in RAW_EXAMPLES:
+            raw_example_path(name)      # its one-line error
+        return
     if name is not None:
         click.echo(str(raw_example_path(name)))
         return
