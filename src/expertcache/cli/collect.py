@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .main import _echo_json, _guard
+from .main import _echo_json, _guard, _require_extra
 
 
 @click.command("collect")
@@ -38,6 +38,7 @@ def collect(model: str, prompts: str, out: str, max_new_tokens: int, max_prompt_
     Greedy decoding, chat template with reasoning disabled, prefill and decode
     routing recorded separately; sharded, hashed and resumable (docs/collect.md).
     """
+    _require_extra("collect", "torch", "transformers", "safetensors")
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

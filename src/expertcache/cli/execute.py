@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from .main import _echo_json, _guard
+from .main import _echo_json, _guard, _require_extra
 
 
 def _policies(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
@@ -76,6 +76,7 @@ def execute(model: str, prompts: str | None, out: str, policies: list[str], rho:
     (events/, for `expertcache replay`), counts.json and timings.parquet; and checks that replay of the
     recorded trace predicts the executor's transfers layer by layer.
     """
+    _require_extra("execute", "torch", "transformers", "safetensors")
     from ..errors import ValidationError
     from ..events import ArrivalOffsets
     from ..execute.config import ExecuteConfig

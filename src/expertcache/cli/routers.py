@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from .main import _console, _csv, _echo_json, _fail, _guard, _progress, _require_new
+from .main import _console, _csv, _echo_json, _fail, _guard, _progress, _require_extra, _require_new
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -112,6 +112,7 @@ def train_cmd(model_path: str | None, data_path: str | None, trace_dir: str | No
               device: str | None, deterministic: bool, model_out: str | None, out: str, overwrite: bool,
               as_json: bool) -> None:
     """Train Temporal (and Spatio) Routers on a model and local text, or offline on a trace."""
+    _require_extra("routers", "torch", "safetensors", *(("transformers",) if model_path else ()))
     from ..routers.config import TrainConfig
 
     if (data_path is None) == (trace_dir is None):
@@ -220,6 +221,7 @@ def _advice(checkpoint: str, trace_dir: str, batch: int, offsets: str, seed: int
 def export_cmd(checkpoint: str, trace_dir: str, batch: int, offsets: str, seed: int, stream_dir: str | None,
                use: str, out: str, overwrite: bool, as_json: bool) -> None:
     """Write per-event priority / prefetch-score advice of CHECKPOINT for a trace's event stream."""
+    _require_extra("routers", "safetensors")
     import numpy as np
 
     from ..events import read_events
@@ -305,6 +307,7 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
              baselines_dir: str | None, tasks_path: str | None,
              model_path: str | None, max_new_tokens: int, device: str | None, as_json: bool) -> None:
     """CLR Table 1-shaped results of CHECKPOINT on a held-out trace (and Table 3 sweeps)."""
+    _require_extra("routers", "safetensors", *(("torch", "transformers") if model_path else ()))
     from ..events import ArrivalOffsets, build_events
     from ..routers import evaluate as ev
 
