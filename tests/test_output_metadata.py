@@ -137,3 +137,16 @@ def test_with_metadata_keeps_other_keys():
     meta = out.schema.metadata
     assert meta[b"pandas"] == b"{}" and meta[b"expertcache.row"] == b"one x"
     assert meta[b"expertcache.note"] == b'{"a": 1}' and b"expertcache.absent" not in meta
+
+
+def test_collected_shards_and_the_merged_trace_carry_metadata(tmp_path):
+    from expertcache.collect.store import finalize, shard_dir, write_shard
+
+    tr = _trace()
+    write_shard(tmp_path, 0, tr, {})
+    _common(_meta(shard_dir(tmp_path, 0) / "routes.parquet"), "(token, layer)")
+    merged = finalize(tmp_path, 1, {"model": "synthetic"})
+    meta = _meta(tmp_path / "routes.parquet")
+    _common(meta, "(token, layer)")
+    assert meta["expertcache.top_k"] == "2"
+    assert np.array_equal(read_trace(tmp_path).experts, merged.experts)
