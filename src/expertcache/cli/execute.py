@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
-from .main import _guard, read_calibration
+from .main import _echo_json, _guard, _require_extra, read_calibration
 
 
 def _policies(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
@@ -77,6 +76,7 @@ def execute(model: str, prompts: str | None, out: str, policies: list[str], rho:
     (events/, for `expertcache replay`), counts.json and timings.parquet; and checks that replay of the
     recorded trace predicts the executor's transfers layer by layer.
     """
+    _require_extra("execute", "torch", "transformers", "safetensors")
     from ..errors import ValidationError
     from ..events import ArrivalOffsets
     from ..execute.config import ExecuteConfig
@@ -133,7 +133,7 @@ def execute(model: str, prompts: str | None, out: str, policies: list[str], rho:
         result = run_execute(model, prompts, out, configs, calibration=calib, advice_from=advice_from, advice=adv,
                              reference=not no_reference, overwrite=overwrite, progress=progress)
     if as_json:
-        click.echo(json.dumps(result.to_dict(), sort_keys=True, default=str))
+        _echo_json(result.to_dict())
         return
     _print(result)
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from .main import (
     _csv,
+    _echo_json,
     _fail,
     _guard,
     _working,
@@ -87,7 +86,7 @@ def affinity_cmd(trace_dir: str, admitted: int, batch: int, window: int, rho: fl
         rows, stats = affinity_experiment(trace, cfg, rho, tuple(policies), calibration=calib, tie_break=tie_break,
                                           seed=seed)
         bound = best_of_n_estimate(trace, cfg, n_draws) if n_draws > 0 else None
-    scope = scope_block(trace, rho, batch, f"rotation, {admitted} admitted, {batch} served",
+    scope = scope_block(trace, rho, f"B = {batch}", f"rotation, {admitted} admitted, {batch} served",
                         f"W = {window} (max inter-service interval)")
     scope["replay"] = "event-atomic, full trajectories"
     scope["static_protocol"] = fit
@@ -118,7 +117,7 @@ def affinity_cmd(trace_dir: str, admitted: int, batch: int, window: int, rho: fl
 def _scoped(scope: dict, as_json: bool, payload: dict) -> bool:
     """Print ``{"scope": ..., **payload}`` as JSON (True: done) or the D4 scope line before a table (False)."""
     if as_json:
-        click.echo(json.dumps({"scope": scope, **payload}, sort_keys=True))
+        _echo_json({"scope": scope, **payload})
         return True
     click.echo("scope: " + "; ".join(f"{k} {v}" for k, v in scope.items()))
     return False

@@ -38,6 +38,65 @@ def _require_new(out: str, overwrite: bool, *, file: bool = False) -> None:
         _fail(str(exc))
 
 
+def _echo_json(obj: Any) -> None:
+    """Print ``obj`` as one JSON line carrying ``schema_version`` and ``tool_version`` (docs/design.md §5).
+
+    Every ``--json`` output goes through here: one object for a single result, one per line (JSON Lines)
+    for per-run records; keys are snake_case (a policy name used as a key is written ``belady_forced``).
+    """
+    from ..storage import json_text
+
+    click.echo(json_text(obj, snake=True))
+
+
+#: Optional modules, the extra (pyproject.toml) that installs each, and the commands whose extra it is.
+_OPTIONAL = {"torch": None, "transformers": None, "safetensors": None, "tokenizers": None,
+             "ray": "ray", "matplotlib": "plot", "sklearn": "nextuse", "libcachesim": "libcachesim"}
+_MODEL_EXTRAS = {"collect": "collect", "routers": "routers", "execute": "execute"}
+
+
+def _absent(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):         # a broken install, or blocked (sys.modules[name] = None)
+        return True
+
+
+def _command_path() -> str:
+    ctx = click.get_current_context(silent=True)
+    return ctx.command_path if ctx is not None else "expertcache"
+
+
+def _missing_line(modules: list[str], extra: str) -> str:
+    """The one line for missing optional modules (docs/design.md §5)."""
+    return (f"`{_command_path()}` needs {', '.join(modules)}, which {'is' if len(modules) == 1 else 'are'} not "
+            f"installed: pip install 'expertcache[{extra}]'")
+
+
+def _require_extra(extra: str, *modules: str) -> None:
+    """Fail with one line naming ``pip install 'expertcache[EXTRA]'`` when any of ``modules`` is missing.
+
+    Called first by the commands that need an optional extra (``collect``, ``execute``, ``routers``), before
+    any input is read, as ``--plot`` does for matplotlib.
+    """
+    missing = [m for m in modules if _absent(m)]
+    if missing:
+        _fail(_missing_line(missing, extra))
+
+
+def _extra_for(module: str) -> str | None:
+    """The extra that installs ``module`` for the running command, or None for a module that is not optional."""
+    root = module.split(".")[0]
+    if root not in _OPTIONAL:
+        return None
+    if _OPTIONAL[root] is not None:
+        return _OPTIONAL[root]
+    words = _command_path().split()
+    return _MODEL_EXTRAS.get(words[1] if len(words) > 1 else "", "collect")
+
+
 def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn package errors into a one-line message and exit status 2.
 
@@ -53,6 +112,11 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except ExpertCacheError as exc:
             _fail(str(exc))
+        except ModuleNotFoundError as exc:   # an optional dependency imported deep inside: the extra to install
+            extra = _extra_for(exc.name or "")
+            if extra is None:
+                raise
+            _fail(_missing_line([(exc.name or "").split(".")[0]], extra))
         except BrokenPipeError:
             raise
         except OSError as exc:  # unreadable input, full disk: the user's environment, not a bug
@@ -242,7 +306,8 @@ def _renamed(args: list[str]) -> list[str]:
     path = tuple(words)
     root = args[:args.index(words[0])] if words else []
     quiet = "-q" in root or "--quiet" in root
-    table = RENAMED.get(path) or RENAMED.get(path[:1]) or {}
+    key = path if path in RENAMED else path[:1]
+    table = RENAMED.get(key, {})
     if not table:
         return args
     out = []
@@ -253,7 +318,7 @@ def _renamed(args: list[str]) -> list[str]:
         new = table.get(name) if a.startswith("-") else None
         if new is not None:
             if not quiet:
-                click.echo(f"note: {name} is now spelled {new} ('expertcache {' '.join(path)} -h')", err=True)
+                click.echo(f"note: {name} is now spelled {new} ('expertcache {' '.join(key)} -h')", err=True)
             a = new + eq + value
         out.append(a)
     return out

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
-from .main import _console, _fail, _guard, _progress, _require_new
+from .main import _console, _echo_json, _fail, _guard, _progress, _require_new
 
 
 @click.group("prefetch")
@@ -139,7 +138,7 @@ def compare_cmd(source: str, calibration: str | None, rho: float, capacity: int 
     if plot_path:
         plot_compare(report, plot_path)
     if as_json:
-        click.echo(json.dumps(report.to_dict()))
+        _echo_json(report.to_dict())
         return
     from rich.table import Table
 
@@ -236,7 +235,7 @@ def advice_cmd(stream_dir: str, producer: str, option_steps: int, out: str, over
             "replay_priority": produced.priority, "prefetch": produced.prefetch,
             "availability": produced.availability, "n_events": stream.n_events}
     if as_json:
-        click.echo(json.dumps(info, sort_keys=True))
+        _echo_json(info)
         return
     click.echo(f"wrote {out}: {producer} advice ({', '.join(info['fields'])}) for {stream.n_events} events; "
                f"replay it with --priority {produced.priority} -R <budget>; decision availability: "
@@ -290,8 +289,10 @@ def replay_cmd(stream_dir: str, advice_path: str | None, priority: str, budget: 
                                   warmup_events=warmup, lrfu_lambda=lrfu_lambda, expert_bytes=expert_bytes)
             results.append(replay_proactive(stream, cfg, advice))
     if as_json:
+        from ..storage import stream_source
+
         for res in results:
-            click.echo(json.dumps(res.to_dict(per_layer=False)))
+            _echo_json({**res.to_dict(per_layer=False), **stream_source(stream_dir)})
         return
     from rich.table import Table
 

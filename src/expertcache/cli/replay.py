@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import replace
 
@@ -11,6 +10,7 @@ import click
 from .main import (
     _console,
     _csv,
+    _echo_json,
     _fail,
     _guard,
     _progress,
@@ -115,8 +115,11 @@ def replay_cmd(stream_dir: str, policies: list[str], rhos: list[float], scope: s
         plot_miss_ratio_curves(results, plot_path)
     traffic = _bytes_of(stream, results, expert_bytes)
     if as_json:
+        from ..storage import stream_source
+
+        source = stream_source(stream_dir)
         for res, tr in zip(results, traffic, strict=True):
-            click.echo(json.dumps({**res.to_dict(), **_bytes_fields(tr, stream, res)}, sort_keys=True))
+            _echo_json({**res.to_dict(), **_bytes_fields(tr, stream, res), **source})
         return
     _print_results(results, show_layers, traffic)
     if plot_path:
@@ -207,8 +210,8 @@ def conformance(as_json: bool) -> None:
         r = replay(s, replace(CONFORMANCE_CONFIG, semantics=sem))
         out[sem] = {"hits": r.hits, "misses": r.demand_misses, "expected_hits": hits, "expected_misses": misses}
         ok &= (r.hits, r.demand_misses) == (hits, misses)
-    if as_json:
-        click.echo(json.dumps({"ok": ok, "union": s.union, **out}, sort_keys=True))
+    if as_json:     # one row per semantics: values are never keys (docs/design.md §5)
+        _echo_json({"ok": ok, "union": s.union, "rows": [{"semantics": sem, **v} for sem, v in out.items()]})
     else:
         click.echo(f"conformance trace: 3 layers x 4 experts x 5 steps, {s.union} union accesses; "
                    "lru, rho=0.5 (c_l=2), tie-break id")

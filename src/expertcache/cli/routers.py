@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from typing import Any
 
 import click
 
-from .main import _console, _csv, _fail, _guard, _progress, _require_new
+from .main import _console, _csv, _echo_json, _fail, _guard, _progress, _require_extra, _require_new
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -69,7 +68,7 @@ def _same_shape(routers: Any, trace: Any, hidden: Any, path: str) -> None:
 
 def _emit_train(res: Any, as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps(res.to_dict(), sort_keys=True))
+        _echo_json(res.to_dict())
         return
     last = res.history[-1] if res.history else {}
     parts = ", ".join(f"{k} {v:.4f}" for k, v in last.items() if k not in ("step", "lr"))
@@ -126,6 +125,7 @@ def train_cmd(model_path: str | None, data_path: str | None, trace_dir: str | No
               device: str | None, deterministic: bool, model_out: str | None, eval_trace: str | None,
               eval_every: int, out: str, overwrite: bool, as_json: bool) -> None:
     """Train Temporal (and Spatio) Routers on a model and local text, or offline on a trace."""
+    _require_extra("routers", "torch", "safetensors", *(("transformers",) if model_path else ()))
     from ..routers.config import TrainConfig
 
     if (data_path is None) == (trace_dir is None):
@@ -255,6 +255,7 @@ def _advice(checkpoint: str, trace_dir: str, batch: int, offsets: str, seed: int
 def export_cmd(checkpoint: str, trace_dir: str, batch: int, offsets: str, seed: int, stream_dir: str | None,
                use: str, out: str, overwrite: bool, as_json: bool) -> None:
     """Write per-event priority / prefetch-score advice of CHECKPOINT for a trace's event stream."""
+    _require_extra("routers", "safetensors")
     import numpy as np
 
     from ..events import read_events
@@ -275,7 +276,7 @@ def export_cmd(checkpoint: str, trace_dir: str, batch: int, offsets: str, seed: 
             int(np.isfinite(adv.prefetch_score).any(1).sum()),
             **adv.provenance}
     if as_json:
-        click.echo(json.dumps(info, sort_keys=True))
+        _echo_json(info)
     else:
         click.echo(f"wrote {out}: {info['n_events']} events x {info['n_experts']} experts "
                    f"({info['events_with_prefetch_candidates']} with pre-access candidates)")
@@ -340,6 +341,7 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
              baselines_dir: str | None, tasks_path: str | None,
              model_path: str | None, max_new_tokens: int, device: str | None, as_json: bool) -> None:
     """CLR Table 1-shaped results of CHECKPOINT on a held-out trace (and Table 3 sweeps)."""
+    _require_extra("routers", "safetensors", *(("torch", "transformers") if model_path else ()))
     from ..events import ArrivalOffsets, build_events
     from ..routers import evaluate as ev
 
@@ -448,9 +450,9 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
         scope["note"] += (f"; {mode}: its Spatio Routers were not trained, so the R > 0 rows use their "
                           "initialisation W^S_l = W^R_(l+1)")
     if as_json:
-        click.echo(json.dumps({"scope": scope, "accuracy": accuracy_info, "table": [r.to_dict() for r in rows],
-                               "budget_sweep": [r.to_dict() for r in r_rows],
-                               "capacity_sweep": [r.to_dict() for r in b_rows]}, sort_keys=True))
+        _echo_json({"scope": scope, "accuracy": accuracy_info, "table": [r.to_dict() for r in rows],
+                    "budget_sweep": [r.to_dict() for r in r_rows],
+                    "capacity_sweep": [r.to_dict() for r in b_rows]})
         return
     click.echo(f"{scope['decode_events']} decode events counted, {scope['warmup_events']} prefill events replayed "
                f"uncounted; batch {batch}; protocol: {protocol}; {scope['note']}")

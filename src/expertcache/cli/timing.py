@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from .main import _console, _csv, _fail, _guard, _require_new, _stream_batch, main, read_calibration
+from .main import (
+    _console,
+    _csv,
+    _echo_json,
+    _fail,
+    _guard,
+    _require_new,
+    _stream_batch,
+    main,
+    read_calibration,
+)
 
 
 class _DefaultRun(click.Group):
@@ -97,8 +105,10 @@ def timing_run(stream_dir: str, policies: list[str], profile_name: str, rho: flo
 
         plot_timeline(results, plot_path, first, count)
     if as_json:
+        from ..storage import stream_source
+
         for r in results:
-            click.echo(json.dumps(r.to_dict(), sort_keys=True))
+            _echo_json({**r.to_dict(), **stream_source(stream_dir)})
         return
     from rich.table import Table
 

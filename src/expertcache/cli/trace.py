@@ -7,6 +7,7 @@ import json
 import click
 
 from .main import (
+    _echo_json,
     _fail,
     _guard,
     _require_new,
@@ -112,9 +113,8 @@ def trace_import(sources: tuple[str, ...], fmt: str, layers: int | None, experts
         tr.save(out, overwrite=overwrite)
     caveat = shape_caveat(tr.provenance, tr.n_experts)
     if as_json:
-        click.echo(json.dumps({"out": out, "n_requests": tr.n_requests, "n_tokens": tr.n_tokens,
-                               "n_experts_caveat": caveat, "report": report.to_dict() if report else None},
-                              sort_keys=True))
+        _echo_json({"out": out, "n_requests": tr.n_requests, "n_tokens": tr.n_tokens,
+                    "n_experts_caveat": caveat, "report": report.to_dict() if report else None})
         return
     click.echo(f"wrote {out}: {tr.n_requests} requests, {tr.n_tokens} tokens, "
                f"L={tr.n_layers} N={tr.n_experts} k={tr.top_k}")
@@ -158,7 +158,7 @@ def trace_info(trace_dir: str, as_json: bool, full: bool) -> None:
             "has_gates": tr.gates is not None, "has_token_ids": bool((tr.token_id >= 0).any()),
             "provenance": tr.provenance}
     if as_json:
-        click.echo(json.dumps(info, sort_keys=True))
+        _echo_json(info)
         return
     for key, value in info.items():
         if key == "n_experts_caveat":
@@ -183,14 +183,14 @@ def trace_examples(name: str | None, as_json: bool) -> None:
     """
     from .. import examples
 
-    if name is not None:
-        click.echo(str(examples.path(name.replace("-", "_"))))          # warp-olmoe is warp_olmoe
+    keys = examples.names() if name is None else (examples.describe(name.replace("-", "_")).name,)  # warp-olmoe
+    if name is not None and not as_json:
+        click.echo(str(examples.path(keys[0])))
         return
-    for key in examples.names():
+    for key in keys:
         ex = examples.describe(key)
         if as_json:
-            click.echo(json.dumps({"name": key, "kind": ex.kind, "path": str(examples.path(key)),
-                                   "caption": ex.caption}, sort_keys=True))
+            _echo_json({"name": key, "kind": ex.kind, "path": str(examples.path(key)), "caption": ex.caption})
             continue
         how = f"  (trace import --format {ex.kind})" if ex.kind in ("warp-jsonl",) else ""
         click.echo(f"{key:24s} {ex.kind:13s} {examples.path(key)}{how}\n    {ex.caption}")

@@ -39,6 +39,9 @@ __all__ = ["EventStream", "concat_streams", "import_events_jsonl", "dump_events_
 
 _KIND = "event_stream"
 _EVENTS = "events.parquet"
+#: What one row of ``events.parquet`` is (its Parquet metadata, docs/design.md §3).
+EVENTS_ROW = ("one event (step, layer): the distinct experts the active requests route to at that layer "
+              "in that step, with how many requests route to each")
 
 
 @dataclass(frozen=True, eq=False)
@@ -209,7 +212,8 @@ class EventStream:
         """Write ``events.parquet`` + ``manifest.json`` to ``out``, atomically."""
         table = self.to_arrow()
         with atomic_directory(out, overwrite=overwrite) as tmp:
-            entry = write_table(tmp, _EVENTS, table)
+            entry = write_table(tmp, _EVENTS, table, EVENTS_ROW,
+                                shape=(self.n_layers, self.n_experts, self.top_k))
             write_manifest(tmp, {
                 "kind": _KIND,
                 "n_layers": self.n_layers, "n_experts": self.n_experts, "top_k": self.top_k,

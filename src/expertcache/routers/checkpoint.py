@@ -157,7 +157,7 @@ def save_checkpoint(out: str | os.PathLike[str], *, routers: Any, optimizer: Any
     import torch
     from safetensors.torch import save_file, save_model
 
-    from ..storage import atomic_directory
+    from ..storage import atomic_directory, json_text
 
     info = {"n_layers": routers.n_layers, "n_experts": routers.n_experts, "d_model": routers.d_model,
             "kind": routers.kind, **(meta or {})}
@@ -173,7 +173,7 @@ def save_checkpoint(out: str | os.PathLike[str], *, routers: Any, optimizer: Any
             tensors["rng.torch"] = torch.get_rng_state()
             groups = [{k: v for k, v in g.items()} for g in osd["param_groups"]]
             save_file(tensors, str(tmp / OPTIMIZER_FILE), metadata={"param_groups": json.dumps(groups)})
-        (tmp / TRAINER_FILE).write_text(json.dumps(trainer, indent=1, sort_keys=True))
+        (tmp / TRAINER_FILE).write_text(json_text(trainer, indent=1))
     return Path(out)
 
 

@@ -39,6 +39,8 @@ PHASES = ("prefill", "decode")
 PREFILL, DECODE = 0, 1
 _KIND = "routing_trace"
 _ROUTES = "routes.parquet"
+#: What one row of ``routes.parquet`` is (its Parquet metadata, docs/design.md §3).
+ROUTES_ROW = "one (token, layer): the top-k experts the router chose for that token at that layer"
 
 
 @dataclass(frozen=True, eq=False)
@@ -167,7 +169,7 @@ class RoutingTrace:
         n, L, k = self.n_tokens, self.n_layers, self.top_k
         table = self.to_table()
         with atomic_directory(out, overwrite=overwrite) as tmp:
-            entry = write_table(tmp, _ROUTES, table)
+            entry = write_table(tmp, _ROUTES, table, ROUTES_ROW, shape=(L, self.n_experts, k))
             write_manifest(
                 tmp,
                 {
