@@ -289,3 +289,28 @@ def test_prefetch_issue_points_are_validated():
         simulate_prefetch(PF_STREAM, PF_CFG, PF_HAND, _pf_advice(), issue="prev-layer:2")
     with pytest.raises(ValidationError, match="issue must be"):
         simulate_prefetch(PF_STREAM, PF_CFG, PF_HAND, _pf_advice(), issue="soon")
+
+
+def test_cli_times_prefetches_from_an_advice_file(tmp_path):
+    """`timing STREAM --advice FILE --priority K -R N`: the hand-derived prefetch run, and one-line refusals."""
+    from expertcache.nextuse import save_advice
+
+    PF_STREAM.save(tmp_path / "s")
+    save_advice(_pf_advice(), tmp_path / "a.npz")
+    save_profile(PF_HAND, tmp_path / "p.json")
+    runner = CliRunner()
+    base = ["timing", str(tmp_path / "s"), "--capacity", "1", "--tie-break", "id", "--profile", str(tmp_path / "p.json")]
+    res = runner.invoke(main, [*base, "--advice", str(tmp_path / "a.npz"), "-R", "0,1", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in res.output.splitlines()]
+    assert [(r["prefetch_budget"], r["transferred"], r["prefetch_loads"]) for r in rows] == [(0, 6, 0), (1, 7, 3)]
+    assert (rows[1]["time_s"], rows[1]["prefetch_timely"], rows[1]["prefetch_late"], rows[1]["prefetch_useless"]) \
+        == (51.0, 1, 1, 1)
+    table = runner.invoke(main, [*base, "--advice", str(tmp_path / "a.npz"), "-R", "1", "--issue", "prev-token"])
+    assert table.exit_code == 0 and "timely" in table.output and "prev-token" in table.output
+    for extra, words in ((["--policy", "lru"], "--priority"), (["--scope", "global"], "per-layer"),
+                         (["--contract", "serialized"], "fused"), (["--issue", "later"], "issue must be"),
+                         (["-R", "x"], "--budget"), (["--priority", "advice"], "advice")):
+        bad = runner.invoke(main, [*base, "--advice", str(tmp_path / "a.npz"), *extra])
+        assert bad.exit_code == 2 and words in bad.output and len(bad.output.strip().splitlines()) == 1, \
+            (extra, bad.output)
