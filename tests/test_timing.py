@@ -314,3 +314,31 @@ def test_cli_times_prefetches_from_an_advice_file(tmp_path):
         bad = runner.invoke(main, [*base, "--advice", str(tmp_path / "a.npz"), *extra])
         assert bad.exit_code == 2 and words in bad.output and len(bad.output.strip().splitlines()) == 1, \
             (extra, bad.output)
+
+
+def test_prefetch_compare_with_a_profile_times_each_row_at_its_availability():
+    """`compare(..., profile=P)`: the same counts as without, each row's timing equal to simulate_prefetch at the
+    issue point its decision availability names."""
+    from expertcache.prefetch.comparison import CompareConfig, compare
+    from expertcache.timing.prefetch import issue_for_availability
+    from expertcache.trace import read_trace
+
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    trace = read_trace(root / "src/expertcache/data/example_model_trace")
+    cfg = CompareConfig(capacity=8, policies=("lru", "moe-infinity", "promoe", "te-moe", "next-true"),
+                        tie_break="id", expert_bytes=98_304)
+    prof = load_profile("pcie-gen4-x16")
+    plain, timed = compare(trace, cfg), compare(trace, cfg, profile=prof)
+    issues = {}
+    for a, b in zip(plain.rows, timed.rows, strict=True):
+        assert a.result == b.result and a.timing is None
+        t = b.timing
+        assert (t.transferred, t.demand_misses, t.prefetch_loads) == \
+            (b.result.transferred, b.result.demand_misses, b.result.proactive_loads)
+        assert t.prefetch_timely + t.prefetch_late == b.result.useful_prefetches
+        issues[b.name] = t.issue if t.prefetch_budget else None
+        assert b.to_dict()["timing"]["tpot_mean_s"] == t.tpot_mean_s
+    assert issues == {"lru": None, "moe-infinity": "prev-token", "promoe": "prev-layer:3", "te-moe": "prev-token",
+                      "next-true": "prev-layer"}
+    assert issue_for_availability("option start (future routing: upper bound)") == "prev-token"
+    assert issue_for_availability("Prev. layer (h_(l-1)) + Curr. layer") == "prev-layer"

@@ -60,8 +60,9 @@ def issue_lead(issue: str, n_layers: int) -> int:
 def issue_for_availability(availability: str) -> str | None:
     """The issue point of a baseline's decision availability (``expertcache prefetch compare``'s column).
 
-    ``None`` for update-only rows (``Curr. layer``: nothing is prefetched). The oracle rows have no causal
-    availability; they are issued at the previous layer, like the earliest causal predictor.
+    ``None`` for update-only rows (``Curr. layer``: nothing is prefetched). Option sets (``option start``, the
+    oracle one too) are reloaded when the previous step ends; the next-true oracle has no causal availability
+    and is issued at the previous layer, like the earliest causal predictor.
 
     >>> issue_for_availability("Prev. layer (l-3)"), issue_for_availability("Prev. token")
     ('prev-layer:3', 'prev-token')
@@ -69,7 +70,7 @@ def issue_for_availability(availability: str) -> str | None:
     text = availability.strip()
     if text.startswith("Curr. layer"):
         return None
-    if text.startswith("Prev. token") or text.startswith("option start (prev"):
+    if text.startswith("Prev. token") or text.startswith("option start"):
         return "prev-token"
     if text.startswith("Prev. layer (l-"):
         return f"prev-layer:{int(text[len('Prev. layer (l-'):].split(')')[0])}"
