@@ -22,6 +22,7 @@ class _DefaultRun(click.Group):
 def timing() -> None:
     """Put replays on a device timeline: `expertcache timing STREAM --policy lru,lfu --profile P`.
 
+    With prefetches: `expertcache timing STREAM --advice FILE --priority advice -R 6 --issue prev-layer`.
     Built-in profiles: pcie-gen4-x16, pcie-gen5-x16, nvlink-c2c (link figures stated, compute ASSUMED);
     or a profile JSON (docs/timing.md).
     """

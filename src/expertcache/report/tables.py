@@ -137,5 +137,5 @@ def _timing_section(tm: dict | str) -> list[str]:
     for r in tm["rows"]:
         lines.append(f"| {r['policy']} | {r['transferred']:,} | {r['tpot_mean_s'] * 1e3:.4g} | "
                      f"{r['tpot_p50_s'] * 1e3:.4g} | {r['tpot_p99_s'] * 1e3:.4g} | {r['tokens_per_s']:,.1f} | "
-                     f"{r['stall_share']:.1%} | {(r['bytes_per_token'] or 0) / 1e6:.4g} |")
+                     f"{r['stall_share']:.2%} | {(r['bytes_per_token'] or 0) / 1e6:.4g} |")
     return lines

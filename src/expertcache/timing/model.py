@@ -20,7 +20,8 @@ Per forward step the step's own cost is paid first; then, layer by layer:
      then computed.
 
 "Stall" is time the compute unit waits for expert weights. Not modelled: KV-cache traffic competing for the
-link, several devices, kernel-launch overheads beyond the fixed costs, prefetches (see docs/timing.md).
+link, several devices, kernel-launch overheads beyond the fixed costs (see docs/timing.md). Prefetches from advice
+are put on the same timeline by :func:`expertcache.timing.prefetch.simulate_prefetch`.
 """
 
 from __future__ import annotations
