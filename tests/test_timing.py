@@ -306,8 +306,18 @@ def test_cli_times_prefetches_from_an_advice_file(tmp_path):
     assert [(r["prefetch_budget"], r["transferred"], r["prefetch_loads"]) for r in rows] == [(0, 6, 0), (1, 7, 3)]
     assert (rows[1]["time_s"], rows[1]["prefetch_timely"], rows[1]["prefetch_late"], rows[1]["prefetch_useless"]) \
         == (51.0, 1, 1, 1)
-    table = runner.invoke(main, [*base, "--advice", str(tmp_path / "a.npz"), "-R", "1", "--issue", "prev-token"])
-    assert table.exit_code == 0 and "timely" in table.output and "prev-token" in table.output
+    # `prefetch replay` on the same stream and advice counts the same transfers
+    pr = runner.invoke(main, ["prefetch", "replay", str(tmp_path / "s"), "--advice", str(tmp_path / "a.npz"),
+                              "-R", "0,1", "-B", "1", "--tie-break", "id", "--json"])
+    assert pr.exit_code == 0, pr.output
+    want = [json.loads(line) for line in pr.output.splitlines()]
+    assert [(w["transferred"], w["demand_misses"], w["proactive_loads"], w["useful_prefetches"]) for w in want] == \
+        [(r["transferred"], r["demand_misses"], r["prefetch_loads"], r["prefetch_timely"] + r["prefetch_late"])
+         for r in rows]
+    table = runner.invoke(main, [*base, "--advice", str(tmp_path / "a.npz"), "-R", "1", "--issue", "prev-token",
+                                 "--plot", str(tmp_path / "pf.png")])
+    assert table.exit_code == 0 and "timely" in table.output and "prev-token" in table.output, table.output
+    assert (tmp_path / "pf.png").stat().st_size > 5_000
     for extra, words in ((["--policy", "lru"], "--priority"), (["--scope", "global"], "per-layer"),
                          (["--contract", "serialized"], "fused"), (["--issue", "later"], "issue must be"),
                          (["-R", "x"], "--budget"), (["--priority", "advice"], "advice")):
