@@ -54,6 +54,21 @@ def _compare_table(args: list[str], availability: bool) -> str:
     return "\n".join(out)
 
 
+def _timed_compare_table(args: list[str]) -> str:
+    rep = _run(["prefetch", "compare", *args, "--json"])
+    out = ["| policy | issued at | TPOT mean ms | TPOT p99 ms | stall share | D | P | timely | late | useless |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rep["rows"]:
+        t = r.get("timing")
+        if not t:
+            continue
+        out.append(f"| {r['name']} | {t['issue'] if t['prefetch_budget'] else '-'} | {t['tpot_mean_s'] * 1e3:.4f} | "
+                   f"{t['tpot_p99_s'] * 1e3:.4f} | {t['stall_share']:.2%} | {t['demand_misses']:,} | "
+                   f"{t['prefetch_loads']:,} | {t['prefetch_timely']:,} | {t['prefetch_late']:,} | "
+                   f"{t['prefetch_useless']:,} |")
+    return "\n".join(out)
+
+
 def _affinity_table(args: list[str]) -> str:
     rep = _run(["affinity", *args, "--json"])
     out = ["| policy | FCFS m | causal m | oracle m | causal gain | oracle gain | share | dp99 (blocks/step) "
@@ -140,6 +155,9 @@ TABLES: dict[str, tuple[str, str, Callable[[], str]]] = {
                          lambda: _compare_table(["example"], True)),
     "prefetch-example-model": ("docs/prefetch.md", f"expertcache prefetch compare {EXAMPLE_MODEL} -C 8",
                                lambda: _compare_table([EXAMPLE_MODEL, "-C", "8"], False)),
+    "timing-prefetch-example-model": (
+        "docs/timing.md", f"expertcache prefetch compare {EXAMPLE_MODEL} -C 8 --profile pcie-gen4-x16",
+        lambda: _timed_compare_table([EXAMPLE_MODEL, "-C", "8", "--profile", "pcie-gen4-x16"])),
     "affinity-example-model": ("docs/experiments.md", f"expertcache affinity {EXAMPLE_MODEL} --best-of 0",
                                lambda: _affinity_table([EXAMPLE_MODEL, "--best-of", "0"])),
     "routers-temporal": ("docs/routers.md", "python scripts/routers_tables.py", _routers_temporal_table),

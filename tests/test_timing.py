@@ -11,9 +11,12 @@ from click.testing import CliRunner
 from expertcache.cli import main
 from expertcache.errors import ValidationError
 from expertcache.events import EventStream, build_events
+from expertcache.nextuse import Advice
 from expertcache.replay import ReplayConfig, policy_names, replay
+from expertcache.replay.proactive import ProactiveConfig, replay_proactive
 from expertcache.timing import HardwareProfile, load_profile, save_profile, simulate
 from expertcache.timing.model import nearest_rank
+from expertcache.timing.prefetch import simulate_prefetch
 from expertcache.trace.synth import SynthConfig, synthesize_trace
 
 # Two layers, three steps, one request choosing two experts per layer; capacity 2 per layer, LRU.
@@ -180,3 +183,172 @@ def test_plot_never_replaces_a_file_without_overwrite(tmp_path):
     assert res.exit_code == 2 and mine.read_bytes() == b"the user's own figure"
     res = CliRunner().invoke(main, [*args, "--overwrite"])
     assert res.exit_code == 0 and mine.read_bytes() != b"the user's own figure"
+
+
+# Prefetches. Two layers, three steps, top-1, one slot per layer, LRU (ties: lower id kept), R = 1:
+#   events  e0 s0L0 {0}  e1 s0L1 {0}  e2 s1L0 {1}  e3 s1L1 {1}  e4 s2L0 {0}  e5 s2L1 {2}
+#   advice  e2: prefetch 1 (replaces 0, then hit: useful)   e3: prefetch 3 (replaces 0; e3 misses 1, and the
+#   update keeps 1 over 3 (equal LRU stamps, lower id): 3 leaves unused: useless)   e5: prefetch 2 (replaces 1,
+#   then hit: useful). Demand misses: e0, e1, e3, e4 (4); hits e2, e5; P = 3.
+PF_STREAM = EventStream.from_lists(n_layers=2, n_experts=4, top_k=1, steps=[0, 0, 1, 1, 2, 2], layers=[0, 1] * 3,
+                                   experts=[[0], [0], [1], [1], [0], [2]], active=[1] * 6)
+#: step 1; dense 3 (layer 0) and 1 (layer 1); expert 2; a transfer 5 B / 1 B/s = 5
+PF_HAND = HardwareProfile("pf-hand", "hand-made for the test", bandwidth=1.0, expert_bytes=5,
+                          dense_fixed_s=(3.0, 1.0), expert_fixed_s=2.0, step_fixed_s=1.0)
+PF_CFG = ProactiveConfig("lru", capacity=(1, 1), prefetch_budget=1, tie_break="id")
+
+
+def _pf_advice() -> Advice:
+    pf = np.full((6, 4), np.nan, dtype=np.float32)
+    pf[2, 1] = pf[3, 3] = pf[5, 2] = 1.0
+    return Advice(prefetch_score=pf)
+
+
+def test_hand_derived_prefetch_timeline_prev_layer():
+    """Issued when the previous layer's routing is known, behind that event's own miss (one channel):
+    s0 (t=1): e0 routed 4, miss lands 9 (stall 5), ends 11; e1 routed 12, miss lands 17 (stall 5), ends 19;
+      e2's prefetch issued at 12, starts 17, lands 22.
+    s1 (t=20): e2 routed 23 > 22: TIMELY, ends 25; e3's prefetch issued at 23, lands 28; e3 routed 26, its miss
+      waits for the link until 28, lands 33 (stall 7: the useless prefetch cost 2), ends 35.
+    s2 (t=36): e4 routed 39, miss lands 44 (stall 5), ends 46; e5's prefetch issued at 39 behind it: starts 44,
+      lands 49; e5 routed 47: LATE, waits 2, ends 51.
+    Steps 19, 16, 16; stall 24; link 7 x 5 = 35."""
+    r = simulate_prefetch(PF_STREAM, PF_CFG, PF_HAND, _pf_advice())
+    t = r.timeline
+    assert t.event_routed.tolist() == [4.0, 12.0, 23.0, 26.0, 39.0, 47.0]
+    assert t.event_end.tolist() == [11.0, 19.0, 25.0, 35.0, 46.0, 51.0]
+    assert t.event_stall.tolist() == [5.0, 5.0, 0.0, 7.0, 5.0, 2.0]
+    assert (t.step_end - t.step_start).tolist() == [19.0, 16.0, 16.0]
+    assert (r.time_s, r.stall_s, r.link_busy_s) == (51.0, 24.0, 35.0)
+    assert (r.transferred, r.demand_misses, r.hits, r.prefetch_loads) == (7, 4, 2, 3)
+    assert (r.prefetch_timely, r.prefetch_late, r.prefetch_useless, r.prefetch_late_stall_s) == (1, 1, 1, 2.0)
+    assert r.bytes_per_token == 7 * 5 / 3 and r.issue == "prev-layer"
+
+
+def test_hand_derived_prefetch_timeline_prev_token_and_blocking_link():
+    """prev-token: a step's prefetches are issued when the previous step ends.
+    s0 as above, ends 19. s1: at 19 e2's prefetch (lands 24) and e3's (lands 29); t=20; e2 routed 23: LATE,
+      waits 1, ends 26; e3 routed 27, miss behind the prefetch lands 34 (stall 7), ends 36.
+    s2: at 36 e5's prefetch lands 41; t=37; e4 routed 40, miss lands 46 (stall 6), ends 48; e5 routed 49: TIMELY,
+      ends 51.
+    Blocking link, prev-layer: every copy is made by the compute unit when issued: e1 copies its miss and e2's
+    prefetch (stall 10) and ends 24; s1 t=25, e2 routed 28, copies e3's prefetch to 33, ends 35; e3 routed 36,
+    miss to 41, ends 43; s2 t=44, e4 routed 47, miss + e5's prefetch to 57, ends 59; e5 routed 60, ends 62.
+    Both useful prefetches are timely (nothing is ever in flight), and cost 5 each: without them 6 misses, 57."""
+    r = simulate_prefetch(PF_STREAM, PF_CFG, PF_HAND, _pf_advice(), issue="prev-token")
+    assert r.timeline.event_end.tolist() == [11.0, 19.0, 26.0, 36.0, 48.0, 51.0]
+    assert r.timeline.event_stall.tolist() == [5.0, 5.0, 1.0, 7.0, 6.0, 0.0]
+    assert (r.prefetch_timely, r.prefetch_late, r.prefetch_useless, r.prefetch_late_stall_s) == (1, 1, 1, 1.0)
+    blocking = HardwareProfile(**{**PF_HAND.to_dict(), "dense_fixed_s": (3.0, 1.0), "overlap": False})
+    b = simulate_prefetch(PF_STREAM, PF_CFG, blocking, _pf_advice())
+    assert b.timeline.event_end.tolist() == [11.0, 24.0, 35.0, 43.0, 59.0, 62.0]
+    assert b.timeline.event_stall.tolist() == [5.0, 10.0, 5.0, 5.0, 10.0, 0.0]
+    assert (b.time_s, b.stall_s, b.prefetch_timely, b.prefetch_late, b.prefetch_useless) == (62.0, 35.0, 2, 0, 1)
+    none = simulate(PF_STREAM, ReplayConfig("lru", capacity=(1, 1), tie_break="id"), blocking)
+    assert (none.time_s, none.transferred) == (57.0, 6)
+
+
+def test_prefetch_timeline_without_prefetches_is_the_plain_timeline():
+    """R = 0: the prefetch kernel reproduces simulate's timeline event for event (overlap, blocking, 2 channels)."""
+    tr = synthesize_trace(SynthConfig(n_layers=3, n_experts=16, top_k=2, n_requests=6, decode_tokens=15, seed=7))
+    stream = build_events(tr, 3)
+    base = load_profile("pcie-gen4-x16")
+    for prof in (base, HardwareProfile(**{**base.to_dict(), "overlap": False}),
+                 HardwareProfile(**{**base.to_dict(), "copy_streams": 2})):
+        got = simulate_prefetch(stream, ProactiveConfig("lru", rho=0.3, tie_break="id"), prof, expert_bytes=1 << 20)
+        want = simulate(stream, ReplayConfig("lru", rho=0.3, tie_break="id"), prof, expert_bytes=1 << 20)
+        assert np.array_equal(got.timeline.event_end, want.timeline.event_end)
+        assert np.array_equal(got.timeline.event_stall, want.timeline.event_stall)
+        assert (got.time_s, got.transferred, got.hits) == (want.time_s, want.transferred, want.hits)
+
+
+@pytest.mark.parametrize("priority,issue", [("lru", "prev-layer"), ("lfu", "prev-layer:2"),
+                                            ("advice", "prev-token"), ("lrfu", "prev-layer")])
+def test_prefetch_counts_equal_the_proactive_replay(priority, issue):
+    """The timing run's D, P, hits and useful prefetches are the proactive replay's (random advice, warm-up)."""
+    tr = synthesize_trace(SynthConfig(n_layers=3, n_experts=16, top_k=2, n_requests=8, decode_tokens=20,
+                                      prefill_tokens=2, seed=4))
+    stream = build_events(tr, 4)
+    rng = np.random.default_rng(1)
+    pf = rng.random((stream.n_events, 16)).astype(np.float32)
+    pf[pf < 0.6] = np.nan
+    advice = Advice(priority=rng.random((stream.n_events, 16)).astype(np.float32), prefetch_score=pf)
+    cfg = ProactiveConfig(priority, rho=0.3, prefetch_budget=3, warmup_events=6)
+    r = simulate_prefetch(stream, cfg, load_profile("pcie-gen4-x16"), advice, issue=issue, expert_bytes=1 << 20)
+    want = replay_proactive(stream, cfg, advice)
+    assert want.proactive_loads > 0 and 0 < want.useful_prefetches < want.proactive_loads
+    assert (r.transferred, r.demand_misses, r.hits, r.prefetch_loads) == \
+        (want.transferred, want.demand_misses, want.hits, want.proactive_loads)
+    assert r.prefetch_timely + r.prefetch_late == want.useful_prefetches
+    assert r.prefetch_useless == want.wasted_prefetches
+    assert r.output_tokens == want.tokens and 0 <= r.stall_s <= r.time_s
+
+
+def test_prefetch_issue_points_are_validated():
+    with pytest.raises(ValidationError, match="layer distance"):
+        simulate_prefetch(PF_STREAM, PF_CFG, PF_HAND, _pf_advice(), issue="prev-layer:2")
+    with pytest.raises(ValidationError, match="issue must be"):
+        simulate_prefetch(PF_STREAM, PF_CFG, PF_HAND, _pf_advice(), issue="soon")
+
+
+def test_cli_times_prefetches_from_an_advice_file(tmp_path):
+    """`timing STREAM --advice FILE --priority K -R N`: the hand-derived prefetch run, and one-line refusals."""
+    from expertcache.nextuse import save_advice
+
+    PF_STREAM.save(tmp_path / "s")
+    save_advice(_pf_advice(), tmp_path / "a.npz")
+    save_profile(PF_HAND, tmp_path / "p.json")
+    runner = CliRunner()
+    base = ["timing", str(tmp_path / "s"), "--capacity", "1", "--tie-break", "id", "--profile", str(tmp_path / "p.json")]
+    res = runner.invoke(main, [*base, "--advice", str(tmp_path / "a.npz"), "-R", "0,1", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in res.output.splitlines()]
+    assert [(r["prefetch_budget"], r["transferred"], r["prefetch_loads"]) for r in rows] == [(0, 6, 0), (1, 7, 3)]
+    assert (rows[1]["time_s"], rows[1]["prefetch_timely"], rows[1]["prefetch_late"], rows[1]["prefetch_useless"]) \
+        == (51.0, 1, 1, 1)
+    # `prefetch replay` on the same stream and advice counts the same transfers
+    pr = runner.invoke(main, ["prefetch", "replay", str(tmp_path / "s"), "--advice", str(tmp_path / "a.npz"),
+                              "-R", "0,1", "-C", "1", "--tie-break", "id", "--json"])
+    assert pr.exit_code == 0, pr.output
+    want = [json.loads(line) for line in pr.output.splitlines()]
+    assert [(w["transferred"], w["demand_misses"], w["proactive_loads"], w["useful_prefetches"]) for w in want] == \
+        [(r["transferred"], r["demand_misses"], r["prefetch_loads"], r["prefetch_timely"] + r["prefetch_late"])
+         for r in rows]
+    table = runner.invoke(main, [*base, "--advice", str(tmp_path / "a.npz"), "-R", "1", "--issue", "prev-token",
+                                 "--plot", str(tmp_path / "pf.png")])
+    assert table.exit_code == 0 and "timely" in table.output and "prev-token" in table.output, table.output
+    assert (tmp_path / "pf.png").stat().st_size > 5_000
+    for extra, words in ((["--policy", "lru"], "--priority"), (["--scope", "global"], "per-layer"),
+                         (["--contract", "serialized"], "fused"), (["--issue", "later"], "issue must be"),
+                         (["-R", "x"], "--budget"), (["--priority", "advice"], "advice")):
+        bad = runner.invoke(main, [*base, "--advice", str(tmp_path / "a.npz"), *extra])
+        assert bad.exit_code == 2 and words in bad.output and len(bad.output.strip().splitlines()) == 1, \
+            (extra, bad.output)
+
+
+def test_prefetch_compare_with_a_profile_times_each_row_at_its_availability():
+    """`compare(..., profile=P)`: the same counts as without, each row's timing equal to simulate_prefetch at the
+    issue point its decision availability names."""
+    from expertcache.prefetch.comparison import CompareConfig, compare
+    from expertcache.timing.prefetch import issue_for_availability
+    from expertcache.trace import read_trace
+
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    trace = read_trace(root / "src/expertcache/data/example_model_trace")
+    cfg = CompareConfig(capacity=8, policies=("lru", "moe-infinity", "promoe", "te-moe", "next-true"),
+                        tie_break="id", expert_bytes=98_304)
+    prof = load_profile("pcie-gen4-x16")
+    plain, timed = compare(trace, cfg), compare(trace, cfg, profile=prof)
+    issues = {}
+    for a, b in zip(plain.rows, timed.rows, strict=True):
+        assert a.result == b.result and a.timing is None
+        t = b.timing
+        assert (t.transferred, t.demand_misses, t.prefetch_loads) == \
+            (b.result.transferred, b.result.demand_misses, b.result.proactive_loads)
+        assert t.prefetch_timely + t.prefetch_late == b.result.useful_prefetches
+        issues[b.name] = t.issue if t.prefetch_budget else None
+        assert b.to_dict()["timing"]["tpot_mean_s"] == t.tpot_mean_s
+    assert issues == {"lru": None, "moe-infinity": "prev-token", "promoe": "prev-layer:3", "te-moe": "prev-token",
+                      "next-true": "prev-layer"}
+    assert issue_for_availability("option start (future routing: upper bound)") == "prev-token"
+    assert issue_for_availability("Prev. layer (h_(l-1)) + Curr. layer") == "prev-layer"

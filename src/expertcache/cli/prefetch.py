@@ -89,12 +89,17 @@ def _hidden(trace_dir: str | None, use: bool):
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Write a figure (.png/.svg/.pdf): Hit and AdjHit bars, Load/token points.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --plot file.")
+@click.option("--profile", "profile_name", default=None,
+              help="A hardware profile (built-in name or JSON, docs/timing.md): time every row too, its prefetches "
+                   "issued at its decision availability and sharing the link with demand misses (TPOT, stall "
+                   "share, timely/late/useless prefetches); needs a block size (--expert-bytes or the trace's).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @_guard
 def compare_cmd(source: str, calibration: str | None, rho: float, capacity: int | None, budget: int | None,
                 batch: int, prefill_init: bool | None, lookahead: int, store_size: int, option_steps: int,
                 lrfu_lambda: float, expert_bytes: int | None, policies: str | None, seed: int, tie_break: str,
-                use_hidden: bool, plot_path: str | None, overwrite: bool, as_json: bool) -> None:
+                use_hidden: bool, plot_path: str | None, overwrite: bool, profile_name: str | None,
+                as_json: bool) -> None:
     """Compare classic, MoE-specific and prefetching baselines on SOURCE (a trace or stream directory,
     or 'example' for the bundled trace): Hit, AdjHit, Load per token, added parameters, decision availability.
     """
@@ -108,11 +113,21 @@ def compare_cmd(source: str, calibration: str | None, rho: float, capacity: int 
                         lookahead=lookahead, store_size=store_size, option_steps=option_steps,
                         lrfu_lambda=lrfu_lambda, seed=seed, tie_break=tie_break,
                         expert_bytes=expert_bytes, policies=names)
+    profile = None
+    if profile_name is not None:
+        from ..timing import load_profile
+
+        profile = load_profile(profile_name)
     data, trace_dir, label = _load_source(source)
     declared = _declared_bytes(data)
     if expert_bytes is None and declared:
         expert_bytes = declared
         cfg = CompareConfig(**{**cfg.__dict__, "expert_bytes": expert_bytes})
+    if profile is not None and expert_bytes is None and profile.expert_bytes is None:
+        from ..errors import ValidationError
+
+        raise ValidationError("timing needs the expert block size: pass --expert-bytes BYTES (the trace "
+                              "declares none)", source=source)
     hidden, _ = _hidden(trace_dir, use_hidden) if isinstance(data, RoutingTrace) else (None, "")
     calib = hidden_cal = None
     if calibration is not None:
@@ -134,7 +149,7 @@ def compare_cmd(source: str, calibration: str | None, rho: float, capacity: int 
             bar.update(task, total=total, advance=1)
 
         report = compare(data, cfg, calibration=calib, hidden=hidden, hidden_calibration=hidden_cal,
-                         label="example" if source == "example" else label, progress=tick)
+                         label="example" if source == "example" else label, progress=tick, profile=profile)
     if plot_path:
         plot_compare(report, plot_path)
     if as_json:
@@ -175,8 +190,30 @@ def compare_cmd(source: str, calibration: str | None, rho: float, capacity: int 
         text = f"skipped: {row.skipped}" if row.result is None else row.note
         if text:
             console.print(f"  {row.name}: {text}")
+    if profile is not None:
+        console.print(_timing_table(report, profile))
     if plot_path:
         console.print(f"figure: {plot_path}")
+
+
+def _timing_table(report: Any, profile: Any) -> Any:
+    """The rows on the timeline: TPOT, tokens/s, stall share and the prefetches split by timeliness."""
+    from rich.table import Table
+
+    table = Table(title=f"On the timeline — profile {profile.name} ({profile.measured}); prefetches issued at "
+                        "each row's decision availability", title_justify="left")
+    for col in ("policy", "issued at", "TPOT mean ms", "TPOT p99 ms", "tokens/s", "stall share", "P", "timely",
+                "late", "useless"):
+        table.add_column(col, justify="left" if col in ("policy", "issued at") else "right")
+    for row in report.rows:
+        t = row.timing
+        if t is None:
+            continue
+        table.add_row(row.name, t.issue if t.prefetch_budget else "-", f"{t.tpot_mean_s * 1e3:.3f}",
+                      f"{t.tpot_p99_s * 1e3:.3f}", f"{t.tokens_per_s:,.1f}", f"{t.stall_share:.1%}",
+                      f"{t.prefetch_loads:,}", f"{t.prefetch_timely:,}", f"{t.prefetch_late:,}",
+                      f"{t.prefetch_useless:,}")
+    return table
 
 
 def _declared_bytes(data: Any) -> int | None:

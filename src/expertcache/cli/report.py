@@ -87,7 +87,11 @@ def demo(batch: int, rho: float, seed: int, example: str, as_json: bool) -> None
 @click.option("--block-bytes-preset", type=click.Choice(["frontier-reference"]), default=None,
               help="Use the §3.2 reference frame's 16.74 MiB blocks; figures are labelled projections.")
 @click.option("--target-tokens-per-s", type=float, default=None, help="Target service rate (tokens/s).")
-@click.option("--bandwidth", type=float, default=None, help="Host-to-device bandwidth budget (bytes/s).")
+@click.option("--bandwidth", type=float, default=None,
+              help="Host-to-device bandwidth budget (bytes/s) [default: the --profile's bandwidth].")
+@click.option("--profile", "profile", default=None,
+              help="A hardware profile (built-in name or JSON, docs/timing.md): adds the time section (policy x "
+                   "TPOT, tokens/s, stall share, bytes/token) and gives the §6.6 budget its bandwidth.")
 @click.option("--nextuse-model", type=click.Path(dir_okay=False), default=None,
               help="A next-use model fitted on a disjoint stream: adds the Tables 15-16 section.")
 @click.option("--labels", type=click.Path(dir_okay=False), default=None,
@@ -106,8 +110,8 @@ def demo(batch: int, rho: float, seed: int, example: str, as_json: bool) -> None
 def report_cmd(source: str | None, example: bool, out: str, rho: float, scope: str, batch: int, offsets: str,
                seeds: list[int], batches: list[int], rhos: list[float], permutations: int,
                block_bytes: float | None, block_bytes_preset: str | None, target_tokens_per_s: float | None,
-               bandwidth: float | None, nextuse_model: str | None, labels: str | None, prompts: str | None,
-               jobs: int, no_figures: bool, overwrite: bool, as_json: bool) -> None:
+               bandwidth: float | None, profile: str | None, nextuse_model: str | None, labels: str | None,
+               prompts: str | None, jobs: int, no_figures: bool, overwrite: bool, as_json: bool) -> None:
     """Measure SOURCE (a trace or stream directory) and write the reporting block, tables and figures."""
     from importlib import resources
 
@@ -121,7 +125,7 @@ def report_cmd(source: str | None, example: bool, out: str, rho: float, scope: s
                        batches=tuple(batches), rhos=tuple(rhos), n_permutations=permutations,
                        block_bytes=block_bytes, block_bytes_preset=block_bytes_preset,
                        target_tokens_per_s=target_tokens_per_s,
-                       bandwidth_budget=bandwidth, nextuse_model=nextuse_model, labels=labels, prompts=prompts,
+                       bandwidth_budget=bandwidth, profile=profile, nextuse_model=nextuse_model, labels=labels, prompts=prompts,
                        jobs=jobs or default_jobs())
     # the complete, canonical command (defaults spelled out), so the report can be regenerated exactly
     command = " ".join([
@@ -133,6 +137,7 @@ def report_cmd(source: str | None, example: bool, out: str, rho: float, scope: s
         *(["--block-bytes-preset", block_bytes_preset] if block_bytes_preset else []),
         *(["--target-tokens-per-s", f"{target_tokens_per_s:g}"] if target_tokens_per_s else []),
         *(["--bandwidth", f"{bandwidth:g}"] if bandwidth else []),
+        *(["--profile", profile] if profile else []),
         *(["--nextuse-model", nextuse_model] if nextuse_model else []),
         *(["--labels", labels] if labels else []),
         *(["--prompts", prompts] if prompts else []),

@@ -144,7 +144,7 @@ def train_cmd(model_path: str | None, data_path: str | None, trace_dir: str | No
         _fail("--eval-every needs --eval-trace (the held-out trace the Hit is measured on)")
     evaluate = None
     if eval_trace is not None:
-        from ..routers.train import hit_evaluator
+        from ..routers.evaluate import hit_evaluator
 
         ev_trace, ev_hidden, ev_logits = _trace_arrays(eval_trace)   # a bad trace fails before any training
         evaluate = hit_evaluator(ev_trace, ev_hidden, ev_logits, capacity, seed=seed)

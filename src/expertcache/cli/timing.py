@@ -30,6 +30,7 @@ class _DefaultRun(click.Group):
 def timing() -> None:
     """Put replays on a device timeline: `expertcache timing STREAM --policy lru,lfu --profile P`.
 
+    With prefetches: `expertcache timing STREAM --advice FILE --priority advice -R 6 --issue prev-layer`.
     Built-in profiles: pcie-gen4-x16, pcie-gen5-x16, nvlink-c2c (link figures stated, compute ASSUMED);
     or a profile JSON (docs/timing.md).
     """
@@ -56,6 +57,18 @@ def timing() -> None:
               help="Bytes per expert block [default: the profile's, else the stream's recorded size].")
 @click.option("--warmup-events", type=int, default=None,
               help="Leading events that fill the cache but are not timed [default: the stream's own warm-up].")
+@click.option("--advice", "advice_path", type=click.Path(dir_okay=False), default=None,
+              help="Prefetch with this advice .npz (priority and/or prefetch_score aligned to STREAM_DIR's events, "
+                   "as `prefetch replay --advice`): the proactive replay's loads go on the link too.")
+@click.option("--priority", default=None,
+              help="With prefetches: comma list of retention keys lru, lfu, lfru, lrfu, advice (as `prefetch "
+                   "replay`) [default: lru]; replaces --policy.")
+@click.option("--budget", "-R", default=None,
+              help="With prefetches: comma list of candidate budgets R, one run each [default: 0].")
+@click.option("--issue", default="prev-layer", show_default=True,
+              help="When an event's prefetches are issued: prev-layer (the preceding layer's routing is known), "
+                   "prev-layer:D (D layers before, a lookahead predictor), prev-token (the previous step ended).")
+@click.option("--lrfu-lambda", type=float, default=0.5, show_default=True, help="LRFU decay (--priority lrfu).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per policy (JSON Lines).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Draw the timeline of a window of steps to this .png/.pdf/.svg (needs matplotlib).")
@@ -64,9 +77,15 @@ def timing() -> None:
 @_guard
 def timing_run(stream_dir: str, policies: list[str], profile_name: str, rho: float, capacity: int | None,
                scope: str, contract: str, tie_break: str, seed: int, calibration: str | None,
-               expert_bytes: int | None, warmup_events: int | None, as_json: bool, plot_path: str | None,
+               expert_bytes: int | None, warmup_events: int | None, advice_path: str | None, priority: str | None,
+               budget: str | None, issue: str, lrfu_lambda: float, as_json: bool, plot_path: str | None,
                window: str, overwrite: bool) -> None:
-    """Replay STREAM_DIR for each policy and time it under a hardware profile."""
+    """Replay STREAM_DIR for each policy and time it under a hardware profile.
+
+    With --advice, --priority or --budget the replay is the proactive one of `expertcache prefetch replay`
+    (per-layer, fused contract): each event's prefetches are issued at --issue and share the link with the
+    demand misses; the table adds the proactive loads P split into timely, late and useless.
+    """
     from ..events import read_events
     from ..replay import ReplayConfig
     from ..timing import load_profile, simulate
@@ -95,7 +114,11 @@ def timing_run(stream_dir: str, policies: list[str], profile_name: str, rho: flo
         _fail(f"{stream_dir}: the expert block size is unknown (the stream records none): pass --expert-bytes "
               "BYTES, or use a profile with expert_bytes")
     results = []
-    for policy in policies:
+    proactive = advice_path is not None or priority is not None or budget is not None
+    if proactive:
+        results = _proactive_runs(stream, profile, policies, advice_path, priority, budget, issue, rho, caps,
+                                  scope, contract, tie_break, seed, warm, lrfu_lambda, expert_bytes)
+    for policy in policies if not proactive else ():
         cfg = ReplayConfig(policy, rho=rho, capacity=caps, scope=scope, tie_break=tie_break, seed=seed,
                            warmup_events=warm)
         results.append(simulate(stream, cfg, profile, contract=contract, calibration=calib,
@@ -116,14 +139,59 @@ def timing_run(stream_dir: str, policies: list[str], profile_name: str, rho: flo
     table = Table(title=f"{stream_dir}: {head.n_steps} steps, {head.output_tokens} output tokens; profile "
                         f"{profile.name} ({contract}, {head.scope}, capacity {head.capacity_total} blocks, "
                         f"{head.expert_bytes:,} B per expert)")
-    for col in ("policy", "transfers", "hits", "TPOT mean ms", "TPOT p50 ms", "TPOT p99 ms", "tokens/s",
-                "stall share", "link busy", "MB/token"):
-        table.add_column(col, justify="left" if col == "policy" else "right")
+    extra = ("R", "P", "timely", "late", "useless") if proactive else ()
+    for col in ("priority" if proactive else "policy", *extra, "transfers", "hits", "TPOT mean ms", "TPOT p50 ms",
+                "TPOT p99 ms", "tokens/s", "stall share", "link busy", "MB/token"):
+        table.add_column(col, justify="left" if col in ("policy", "priority") else "right")
     for r in results:
-        table.add_row(r.policy, f"{r.transferred:,}", f"{r.hits:,}", f"{r.tpot_mean_s * 1e3:.3f}",
+        pf = (str(r.prefetch_budget), f"{r.prefetch_loads:,}", f"{r.prefetch_timely:,}", f"{r.prefetch_late:,}",
+              f"{r.prefetch_useless:,}") if proactive else ()
+        table.add_row(r.policy, *pf, f"{r.transferred:,}", f"{r.hits:,}", f"{r.tpot_mean_s * 1e3:.3f}",
                       f"{r.tpot_p50_s * 1e3:.3f}", f"{r.tpot_p99_s * 1e3:.3f}", f"{r.tokens_per_s:,.1f}",
                       f"{r.stall_share:.1%}", f"{r.link_busy_share:.1%}",
                       f"{(r.bytes_per_token or 0) / 1e6:.3f}")
     console = _console()
     console.print(table)
+    if proactive:
+        console.print(f"prefetches issued at {issue}; timely: landed before the expert was to compute; late: the "
+                      "compute unit waited for it; useless: never hit before leaving the cache")
     console.print(f"profile source: {profile.source}")
+
+
+def _proactive_runs(stream, profile, policies, advice_path, priority, budget, issue, rho, caps, scope, contract,
+                    tie_break, seed, warm, lrfu_lambda, expert_bytes) -> list:
+    """One :func:`expertcache.timing.prefetch.simulate_prefetch` per retention key x budget."""
+    from ..replay.proactive import ProactiveConfig
+    from ..timing.prefetch import issue_lead, simulate_prefetch
+
+    ctx = click.get_current_context()
+    if ctx.get_parameter_source("policies") is not click.core.ParameterSource.DEFAULT:
+        _fail("with --advice/--priority/--budget the retention keys are --priority (lru, lfu, lfru, lrfu, advice), "
+              "not --policy")
+    if scope != "per-layer":
+        _fail("prefetching replays a per-layer cache: drop --scope global")
+    if contract != "fused":
+        _fail("prefetching is timed under the fused contract (the proactive replay is event-atomic): drop "
+              "--contract serialized")
+    issue_lead(issue, stream.n_layers)
+    keys = [p.strip() for p in (priority or "lru").split(",") if p.strip()]
+    if not keys:
+        _fail(f"--priority: expected a comma list of retention keys; got {priority!r}")
+    try:
+        budgets = [int(v) for v in (budget or "0").split(",") if v.strip()]
+    except ValueError:
+        budgets = []
+    if not budgets or any(b < 0 for b in budgets):
+        _fail(f"--budget: expected a comma list of non-negative integers; got {budget!r}")
+    advice = None
+    if advice_path is not None:
+        from ..nextuse import load_advice
+
+        advice = load_advice(advice_path)
+    results = []
+    for key in keys:
+        for r in budgets:
+            cfg = ProactiveConfig(key, rho=rho, capacity=caps, prefetch_budget=r, tie_break=tie_break, seed=seed,
+                                  warmup_events=warm, lrfu_lambda=lrfu_lambda)
+            results.append(simulate_prefetch(stream, cfg, profile, advice, issue=issue, expert_bytes=expert_bytes))
+    return results

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import ValidationError
 from .spec import ExperimentSpec, PlannedCondition, expand
-from .tasks import METRICS, plan_tasks
+from .tasks import plan_tasks
 
 __all__ = ["RunReport", "run_spec"]
 
@@ -64,9 +64,9 @@ class RunReport:
 
 
 # ----------------------------------------------------------------------------- driver
-def _rows(p: PlannedCondition, values: tuple[float, ...]) -> list[dict[str, Any]]:
+def _rows(p: PlannedCondition, values: dict[str, float]) -> list[dict[str, Any]]:
     base = {"condition_id": p.condition_id, "condition_hash": p.condition_hash, **p.condition.params()}
-    return [{**base, "metric": m, "value": v} for m, v in zip(METRICS, values, strict=False)]
+    return [{**base, "metric": m, "value": v} for m, v in values.items()]
 
 
 def run_spec(spec: ExperimentSpec, store: str | Path, executor: str = "local", jobs: int = 1,

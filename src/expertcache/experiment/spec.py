@@ -234,6 +234,8 @@ class ExperimentSpec:
     base_dir: str = "."
     text_sha256: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The ``[timing]`` table (:class:`expertcache.experiment.timing.TimingSpec`), or ``None``: no timing metrics.
+    timing: Any = None
 
     def context(self) -> dict[str, Any]:
         """Picklable description of inputs (with their manifest sha256) and selections, for workers.
@@ -245,9 +247,12 @@ class ExperimentSpec:
         for n, i in self.inputs.items():
             inputs[n] = {**asdict(i), "manifest_sha256": _manifest_digest(i.path, digests),
                          "calibration_sha256": _manifest_digest(i.calibration, digests) if i.calibration else None}
-        return {"inputs": inputs,
-                "selections": {n: {"name": s.name, "kind": s.kind, "params": list(map(list, s.params))}
-                               for n, s in self.selections.items()}}
+        out = {"inputs": inputs,
+               "selections": {n: {"name": s.name, "kind": s.kind, "params": list(map(list, s.params))}
+                              for n, s in self.selections.items()}}
+        if self.timing is not None:
+            out["timing"] = self.timing.to_dict()
+        return out
 
 
 # ----------------------------------------------------------------------------- loading
@@ -286,10 +291,10 @@ def spec_from_dict(data: Mapping[str, Any], base_dir: str | os.PathLike[str] = "
                    source: str = "<dict>") -> ExperimentSpec:
     """Build an :class:`ExperimentSpec` from the TOML structure (a dict)."""
     base = Path(base_dir)
-    unknown = set(data) - {"experiment", "inputs", "selections", "grid"}
+    unknown = set(data) - {"experiment", "inputs", "selections", "grid", "timing"}
     if unknown:
         raise ValidationError(f"unknown top-level table(s) {sorted(unknown)}; expected experiment, inputs, "
-                              "selections, grid", source=source)
+                              "selections, grid, timing", source=source)
     exp = data.get("experiment", {})
     if not isinstance(exp, dict) or not isinstance(exp.get("name", ""), str):
         raise ValidationError("[experiment] needs name = \"...\"", source=source, field="experiment")
@@ -345,9 +350,14 @@ def spec_from_dict(data: Mapping[str, Any], base_dir: str | os.PathLike[str] = "
         for req in ("input", "policy", "rho"):
             if req not in g:
                 raise ValidationError(f"grid needs '{req}'", source=source, field=f"grid[{i}]")
+    timing = None
+    if "timing" in data:
+        from .timing import parse_timing
+
+        timing = parse_timing(data["timing"], base, source, [i.path for i in inputs.values()])
     return ExperimentSpec(exp.get("name", ""), str(exp.get("description", "")), inputs, selections,
                           tuple(grids_raw), source, str(base.resolve()),
-                          extra={k: v for k, v in exp.items() if k not in ("name", "description")})
+                          extra={k: v for k, v in exp.items() if k not in ("name", "description")}, timing=timing)
 
 
 def _manifest_kind(directory: str, source: str) -> str:
@@ -568,6 +578,10 @@ def expand(spec: ExperimentSpec) -> tuple[PlannedCondition, ...]:
             if pol.needs_calibration and inp.calibration is None:
                 raise ValidationError(f"policy 'static' needs calibration = \"DIR\" in [inputs.{inp.name}]",
                                       source=spec.source, field=f"{where}.policy")
+            if spec.timing is not None:
+                from .timing import check_semantics
+
+                check_semantics(raw["semantics"], spec.source, where)
             cond = Condition(**raw)
             cid = cond.condition_id
             if cid in seen:
@@ -584,6 +598,8 @@ def expand(spec: ExperimentSpec) -> tuple[PlannedCondition, ...]:
                 "selection": sel_defs.get(cond.selection) if cond.selection else None,
                 "warm": sel_defs.get(cond.warm) if cond.warm else None,
             }
+            if spec.timing is not None:       # only then: hashes of specs without timing are unchanged
+                basis["timing"] = spec.timing.to_dict()
             seen[cid] = PlannedCondition(cond, cid, _digest(basis))
     if not seen:
         raise ValidationError("the grid has no conditions: every combination pairs a warm selection with itself "

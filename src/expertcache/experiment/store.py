@@ -33,6 +33,7 @@ from ..errors import ValidationError
 from ..storage import atomic_file, atomic_write_bytes, exclusive_lock, json_text, write_parquet
 from .spec import CONDITION_FIELDS, PlannedCondition
 from .tasks import METRICS
+from .timing import TIMING_METRICS
 
 __all__ = ["ResultStore", "read_results", "RESULT_SCHEMA", "RESULTS_FILE"]
 
@@ -175,7 +176,7 @@ class ResultStore:
                                   source=str(self.path))
         keep = [i for i, pair in enumerate(pairs) if pair in order]
         t = t.take(pa.array(keep, pa.int64()))
-        rank = {m: i for i, m in enumerate(METRICS)}
+        rank = {m: i for i, m in enumerate((*METRICS, *TIMING_METRICS))}
         pairs = [pairs[i] for i in keep]
         metrics = t["metric"].to_pylist()
         idx = sorted(range(t.num_rows), key=lambda i: (order[pairs[i]], rank.get(metrics[i], len(rank)),

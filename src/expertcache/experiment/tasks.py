@@ -312,8 +312,9 @@ def _context_key(context: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(context).encode()).hexdigest()
 
 
-def run_task(context: dict[str, Any], task: Task) -> list[tuple[str, tuple[float, ...]]]:
-    """Compute every condition of ``task``: ``(condition_id, metric values in METRICS order)`` each.
+def run_task(context: dict[str, Any], task: Task) -> list[tuple[str, dict[str, float]]]:
+    """Compute every condition of ``task``: ``(condition_id, {metric: value})`` each, in METRICS order
+    (then the spec's timing metrics, :mod:`expertcache.experiment.timing`, when it has a ``[timing]`` table).
 
     Runs in a worker process (or Ray worker); built traces and streams are cached there.
     """
@@ -335,11 +336,18 @@ def run_task(context: dict[str, Any], task: Task) -> list[tuple[str, tuple[float
             cal = _cached(_STREAMS, (ckey, "calibration", task.stream),
                           lambda: _calibration(context, stream_fields), _STREAM_LIMIT)
         results = replay_curve(s, base, [rho for _, rho in members], cal)
-        for (cid, _), r in zip(members, results, strict=True):
+        for (cid, rho), r in zip(members, results, strict=True):
             values = [r.transferred, r.demand_misses, r.hits, r.initial_load, r.logical, r.union, r.n_events,
                       r.capacity_total, r.miss_fraction, r.steady_miss_fraction, r.union_over_logical,
                       r.warmup_events]
             if stats is not None:
                 values += [stats.mean_batch, stats.max_interval, stats.deadline_violations, stats.p99_latency_steps]
-            out.append((cid, tuple(float(v) for v in values)))
+            metrics = {m: float(v) for m, v in zip(METRICS, values, strict=False)}
+            if "timing" in context:
+                from dataclasses import replace
+
+                from .timing import timing_values
+
+                metrics.update(timing_values(context["timing"], s, replace(base, rho=rho), cal))
+            out.append((cid, metrics))
     return out

@@ -135,9 +135,13 @@ class CompareRow:
     note: str
     skipped: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    #: With a hardware profile (``compare(..., profile=P)``): the row's replay on the timeline, its prefetches
+    #: issued at its decision availability (:func:`expertcache.timing.prefetch.simulate_prefetch`).
+    timing: Any = None
 
     def to_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in asdict(self).items() if k != "result"}
+        out = {k: v for k, v in asdict(self).items() if k not in ("result", "timing")}
+        out["timing"] = self.timing.to_dict() if self.timing is not None else None
         if self.result is not None:
             r = self.result
             out.update(hit=r.hit, adj_hit=r.adj_hit, load_per_token=r.load_per_token, load_unit=r.load_unit,
@@ -190,7 +194,7 @@ def split_trace(trace: RoutingTrace) -> tuple[RoutingTrace, RoutingTrace, np.nda
 def compare(source: RoutingTrace | EventStream, config: CompareConfig = CompareConfig(),
             calibration: RoutingTrace | None = None, hidden: np.ndarray | None = None,
             hidden_calibration: np.ndarray | None = None, label: str = "",
-            progress: Callable[[int], None] | None = None) -> CompareReport:
+            progress: Callable[[int], None] | None = None, profile: Any = None) -> CompareReport:
     """Run every selected baseline on ``source`` and return the table.
 
     Parameters
@@ -206,6 +210,10 @@ def compare(source: RoutingTrace | EventStream, config: CompareConfig = CompareC
         ``calibration`` if given); ``None`` = routing-derived features.
     progress
         Called once per finished row with the total.
+    profile
+        A :class:`expertcache.timing.HardwareProfile`: each row is also put on a timeline, its prefetches issued
+        at its decision availability (:func:`expertcache.timing.prefetch.issue_for_availability`); the counts
+        are the same replay's. Needs a block size (``config.expert_bytes``, the profile's, or the trace's).
     """
     from .activation import activation_aware
     from .context import advice_context
@@ -254,11 +262,21 @@ def compare(source: RoutingTrace | EventStream, config: CompareConfig = CompareC
     budget = config.budget if config.budget is not None else int(math.floor(0.75 * min(caps) + 0.5))
     hidden_kind = "hidden states" if hidden is not None else "none (routing-derived features)"
 
-    def run(produced: Produced) -> ProactiveResult:
+    timings: dict[str, Any] = {}
+
+    def run(produced: Produced, name: str = "") -> ProactiveResult:
         cfg = ProactiveConfig(produced.priority, capacity=caps, prefetch_budget=budget if produced.prefetch else 0,
                               tie_break=config.tie_break, seed=config.seed, lrfu_lambda=config.lrfu_lambda,
                               expert_bytes=config.expert_bytes)
-        return replay_proactive(stream, cfg, produced.advice, count_mask=mask)
+        if profile is None:
+            return replay_proactive(stream, cfg, produced.advice, count_mask=mask)
+        from ..timing.prefetch import issue_for_availability, simulate_prefetch
+
+        issue = issue_for_availability(produced.availability) or "prev-layer"    # update-only rows: nothing issued
+        t = simulate_prefetch(stream, cfg, profile, produced.advice, issue=issue, count_mask=mask,
+                              expert_bytes=config.expert_bytes)
+        timings[name] = t
+        return t.replay
 
     rows = []
     for name in names:
@@ -287,8 +305,9 @@ def compare(source: RoutingTrace | EventStream, config: CompareConfig = CompareC
                 p = option_set(stream, config.option_steps, "past" if name == "te-moe" else "future", mask)
             else:
                 p = next_true(stream, mask)
-            rows.append(CompareRow(name, b.family, b.description, run(p), p.added_params, p.store_entries,
-                                   p.availability, p.note, details=p.details))
+            result = run(p, name)
+            rows.append(CompareRow(name, b.family, b.description, result, p.added_params, p.store_entries,
+                                   p.availability, p.note, details=p.details, timing=timings.get(name)))
             del p                   # one baseline's advice arrays alive at a time
         if progress is not None:
             progress(len(names))

@@ -65,7 +65,7 @@ def _below(a, b, k1, k2, tie):
 
 @jit
 def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie, key_code, lam, priority,
-                     prefetch, budget, counted, hits, misses, proactive, useful):
+                     prefetch, budget, counted, hits, misses, proactive, useful, hit_flag, pf_expert, pf_n):
     """Replay with pre-access refinement and a retention key; counts into per-layer arrays.
 
     Parameters
@@ -93,7 +93,14 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     hits, misses, proactive, useful : int64[L]
         Outputs: hits, demand misses, proactive loads, and proactive loads later hit
         before leaving the cache.
+    hit_flag : uint8[n_access] (or [0])
+        Output when not empty: 1 where the access hit (every event, counted or not).
+    pf_expert : int32[n_events, W] (or [0, 0]), pf_n : int64[n_events] (or [0])
+        Outputs when not empty (``W >= min(budget, N)``): the experts inserted by pre-access refinement
+        before each event, in insertion order, and how many (every event, counted or not).
     """
+    record_hits = hit_flag.shape[0] > 0
+    record_pf = pf_n.shape[0] > 0
     n_blocks = n_layers * n_experts
     n_events = offsets.shape[0] - 1
     slots = 1
@@ -174,6 +181,9 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                     prefetched[v] = False
                     res[layer, lo] = b
                 in_cache[b] = True
+                if record_pf:
+                    pf_expert[i, pf_n[i]] = e
+                    pf_n[i] += 1
                 prefetched[b] = count          # only counted loads can be counted as useful
                 last[b] = i                 # a load is an insertion at the most recent end (LRU clock)
                 if count:
@@ -184,6 +194,8 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
             b = base + expert[a]
             member[b] = True
             if in_cache[b]:
+                if record_hits:
+                    hit_flag[a] = 1
                 if count:
                     hits[layer] += 1
                     if prefetched[b]:

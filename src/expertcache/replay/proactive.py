@@ -34,7 +34,7 @@ from ..events import EventStream, concat_streams
 from .engine import TIE_BREAKS, _tie_ranks, capacities_for_rho
 
 __all__ = ["PRIORITIES", "ProactiveConfig", "ProactiveLayerCounts", "ProactiveResult", "replay_proactive",
-           "prefill_then_decode", "decode_tokens"]
+           "replay_proactive_hits", "ProactiveTrace", "prefill_then_decode", "decode_tokens"]
 
 #: Retention priority sources: base policy keys, or the advice priority (``U_B``).
 PRIORITIES = ("lru", "lfu", "lfru", "lrfu", "advice")
@@ -266,6 +266,50 @@ def replay_proactive(stream: EventStream, config: ProactiveConfig, advice=None,
     >>> (r.accesses, r.hits, r.demand_misses, r.proactive_loads)
     (6, 2, 4, 0)
     """
+    return _replay_proactive(stream, config, advice, count_mask, None)
+
+
+@dataclass(frozen=True)
+class ProactiveTrace:
+    """What a proactive replay did, access by access and event by event (for the timing model).
+
+    Attributes
+    ----------
+    hit
+        ``bool[stream.union]``: the access hit (aligned to ``stream.expert``; warm-up events too).
+    prefetch_offsets
+        ``int64[n_events + 1]``: CSR offsets into :attr:`prefetch_expert`.
+    prefetch_expert
+        ``int32[n_prefetches]``: the experts pre-access refinement inserted before each event, in insertion
+        order (warm-up events too; only counted events' insertions are ``proactive_loads``).
+    """
+
+    hit: np.ndarray
+    prefetch_offsets: np.ndarray
+    prefetch_expert: np.ndarray
+
+
+def replay_proactive_hits(stream: EventStream, config: ProactiveConfig, advice=None,
+                          count_mask: np.ndarray | None = None) -> tuple[ProactiveResult, ProactiveTrace]:
+    """:func:`replay_proactive`, plus which accesses hit and which blocks were prefetched before each event.
+
+    Both come from the same kernel run as the counts: ``trace.hit`` over the counted events sums to
+    ``result.hits`` and the prefetches of the counted events number ``result.proactive_loads``.
+
+    >>> import numpy as np
+    >>> from expertcache.nextuse import Advice
+    >>> s = EventStream.from_lists(1, 4, 1, steps=[0, 1], layers=[0, 0], experts=[[0], [2]], active=[1, 1])
+    >>> pf = np.full((2, 4), np.nan, dtype=np.float32); pf[1, 2] = 1.0
+    >>> r, t = replay_proactive_hits(s, ProactiveConfig("lru", capacity=(1,), prefetch_budget=1),
+    ...                              Advice(prefetch_score=pf))
+    >>> t.hit.astype(int).tolist(), t.prefetch_offsets.tolist(), t.prefetch_expert.tolist(), r.useful_prefetches
+    ([0, 1], [0, 0, 1], [2], 1)
+    """
+    return _replay_proactive(stream, config, advice, count_mask, True)
+
+
+def _replay_proactive(stream: EventStream, config: ProactiveConfig, advice, count_mask: np.ndarray | None,
+                      record: bool | None):
     from . import _proactive as KP
 
     L, N = stream.n_layers, stream.n_experts
@@ -294,15 +338,22 @@ def replay_proactive(stream: EventStream, config: ProactiveConfig, advice=None,
     hits, misses, proactive, useful = (np.zeros(L, dtype=np.int64) for _ in range(4))
     code = {"lru": KP.PKEY_LRU, "lfu": KP.PKEY_LFU, "lfru": KP.PKEY_LFRU, "lrfu": KP.PKEY_LRFU,
             "advice": KP.PKEY_ADVICE}[config.priority]
+    if record:
+        width = min(int(config.prefetch_budget), N) if prefetch.shape[0] else 0
+        hit_flag = np.zeros(stream.expert.shape[0], dtype=np.uint8)
+        pf_expert = np.zeros((stream.n_events, width), dtype=np.int32)
+        pf_n = np.zeros(stream.n_events, dtype=np.int64)
+    else:
+        hit_flag, pf_expert, pf_n = np.zeros(0, np.uint8), np.zeros((0, 0), np.int32), np.zeros(0, np.int64)
     KP.replay_proactive(stream.offsets, stream.expert, stream.layer, N, L, caps, tie, code,
                         float(config.lrfu_lambda), priority, prefetch, int(config.prefetch_budget), counted,
-                        hits, misses, proactive, useful)
+                        hits, misses, proactive, useful, hit_flag, pf_expert, pf_n)
     layer_logical = np.bincount(stream.layer[counted], weights=stream.logical_per_event[counted],
                                 minlength=L).astype(np.int64)
     per_layer = tuple(ProactiveLayerCounts(l, int(caps[l]), int(hits[l] + misses[l]), int(hits[l]), int(misses[l]),
                                            int(proactive[l]), int(useful[l]), int(layer_logical[l]))
                       for l in range(L))
-    return ProactiveResult(
+    result = ProactiveResult(
         priority=config.priority, prefetch_budget=int(config.prefetch_budget),
         rho=None if config.capacity is not None else float(config.rho), capacity_total=int(caps.sum()),
         tie_break=config.tie_break, seed=int(config.seed), warmup_events=int(config.warmup_events),
@@ -312,6 +363,13 @@ def replay_proactive(stream: EventStream, config: ProactiveConfig, advice=None,
         logical=int(layer_logical.sum()), tokens=decode_tokens(stream, counted), n_events=int(counted.sum()),
         per_layer=per_layer,
     )
+    if not record:
+        return result
+    offsets = np.zeros(stream.n_events + 1, dtype=np.int64)
+    np.cumsum(pf_n, out=offsets[1:])
+    flat = pf_expert[np.arange(pf_expert.shape[1])[None, :] < pf_n[:, None]] if pf_expert.shape[1] else \
+        np.zeros(0, np.int32)
+    return result, ProactiveTrace(hit_flag.astype(bool), offsets, flat.astype(np.int32))
 
 
 def prefill_then_decode(prefill: EventStream, decode: EventStream) -> tuple[EventStream, int]:

@@ -59,6 +59,15 @@ def _capacity(d: dict[str, Any], c: ReportConfig) -> str:
     return text + ("; N is a lower bound (inferred), so the true quota may be larger" if d.get("shape_caveat") else "")
 
 
+def _budget(d: dict[str, Any], c: ReportConfig) -> str:
+    """§6.6's budget: given by hand (--bandwidth) or the hardware profile's bandwidth (--profile); which, said."""
+    tr = d["traffic"]
+    bw = tr.get("bandwidth_budget")
+    if not bw or not c.target_tokens_per_s:
+        return NOT_REPORTED
+    return f"{bw:g} B/s at {c.target_tokens_per_s:g} tokens/s, {tr.get('bandwidth_budget_source', 'given')}"
+
+
 def _bytes(d: dict[str, Any]) -> str:
     tr, best = d["traffic"], d["gap"]["best_causal"]
     if "offline_bytes_per_token" in tr:
@@ -121,8 +130,7 @@ def _appendix_b(d: dict[str, Any], c: ReportConfig) -> tuple[str, dict[str, dict
         ("forced-admission decomposition", f"{_fmt(gp['admission_share'], True)} / "
                                            f"{_fmt(gp['future_victim_share'], True)}"),
         ("absolute bytes per output token", _bytes(d)),
-        ("bandwidth budget assumed", f"{c.bandwidth_budget:g} B/s at {c.target_tokens_per_s:g} tokens/s"
-         if c.bandwidth_budget and c.target_tokens_per_s else NOT_REPORTED),
+        ("bandwidth budget assumed", _budget(d, c)),
     ]
     out = []
     structured: dict[str, dict[str, str]] = {}

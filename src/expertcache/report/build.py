@@ -98,6 +98,11 @@ def build_report(source: str | os.PathLike[str], config: ReportConfig = ReportCo
     path = Path(source)
     if not (path / MANIFEST).is_file():
         read_events(path)  # raises the standard "not a directory written by expertcache" error
+    profile = None
+    if config.profile is not None:        # before any measuring: a bad profile is a one-line error at once
+        from ..timing import load_profile
+
+        profile = load_profile(config.profile)
     trace, stream, manifest = _load(path)
     prov = manifest.get("provenance", {})
     if trace is not None:
@@ -132,10 +137,13 @@ def build_report(source: str | os.PathLike[str], config: ReportConfig = ReportCo
     if block_bytes is None and config.block_bytes_preset:
         block_bytes = PRESETS[config.block_bytes_preset].block_bytes
         source_of_bytes, projection = f"preset {config.block_bytes_preset} (analytical projection)", True
+    budget, budget_source = config.bandwidth_budget, "given (--bandwidth)"
+    if profile is not None and budget is None:
+        budget, budget_source = profile.bandwidth, f"profile {profile.name} ({profile.measured})"
     traffic = traffic_reading(stream, by_policy[(best, "event-atomic")].transferred,
                               by_policy[("belady", "event-atomic")].transferred,
                               block_bytes if block_bytes else 1.0, gap.gap,
-                              config.target_tokens_per_s, config.bandwidth_budget, projection=projection)
+                              config.target_tokens_per_s, budget, projection=projection)
     curve_grid = [round(0.05 * i, 2) for i in range(1, 20)]
     curve_policies = tuple(dict.fromkeys(("lru", gap.best_causal, "belady")))   # the best causal policy too
     curves = {p: [(c.rho, c.miss_fraction) for c in replay_curve(
@@ -201,12 +209,15 @@ def build_report(source: str | os.PathLike[str], config: ReportConfig = ReportCo
         "concentration": conc.to_dict(),
         "top8_mass": top8,
         "gate_mass_by_rank": gates.tolist() if gates is not None else NOT_REPORTED,
-        "traffic": {**traffic.to_dict(), "block_bytes_source": source_of_bytes}
+        "traffic": {**traffic.to_dict(), "block_bytes_source": source_of_bytes,
+                    "bandwidth_budget_source": budget_source if budget is not None else NOT_REPORTED}
         if block_bytes else {"blocks_per_token_causal": traffic.causal_blocks_per_token,
                                     "blocks_per_token_offline": traffic.offline_blocks_per_token,
                                     "output_tokens": traffic.output_tokens,
                                     "bytes_per_token": NOT_REPORTED + " (pass --block-bytes)",
                                     "cell": traffic.cell},
+        "timing": (_timing_section(stream, config, profile, block_bytes, source_of_bytes, best)
+                   if profile is not None else NOT_REPORTED + " (pass --profile)"),
         "rho_sweep": rho_sweep,
         "batch_sweep": batch_sweep or NOT_REPORTED + " (needs a trace, not a stream)",
         "curves": {p: [{"rho": r, "miss_fraction": m} for r, m in v] for p, v in curves.items()},
@@ -225,6 +236,34 @@ def build_report(source: str | os.PathLike[str], config: ReportConfig = ReportCo
                "capacities": (list(regime.capacity_per_layer) if scope != "global"
                               else [total_capacity(rho, L, N) / L])}
     return Report(data, block, figures)
+
+
+#: Policies of the time section, besides the best causal one.
+TIMING_POLICIES = ("lru", "lfu", "static-same-trace", "belady")
+
+
+def _timing_section(stream: EventStream, config: ReportConfig, profile: Any, block_bytes: float | None,
+                    source_of_bytes: str, best: str) -> dict[str, Any] | str:
+    """The replays of the report put on a timeline under ``profile`` (fused contract, tie seed ``seeds[0]``)."""
+    from ..timing import simulate
+    from ..timing.model import recorded_expert_bytes
+
+    if block_bytes:
+        nbytes, nbytes_source = int(block_bytes), source_of_bytes
+    elif profile.expert_bytes:
+        nbytes, nbytes_source = int(profile.expert_bytes), f"profile {profile.name}"
+    elif recorded_expert_bytes(stream):
+        nbytes, nbytes_source = int(recorded_expert_bytes(stream)), "input (expert_block_bytes)"
+    else:
+        return NOT_REPORTED + " (the expert block size is unknown: pass --block-bytes)"
+    policies = tuple(dict.fromkeys((*TIMING_POLICIES[:2], best, *TIMING_POLICIES[2:])))
+    rows = [simulate(stream, ReplayConfig(p, rho=config.rho, scope=config.scope, seed=config.seeds[0]), profile,
+                     expert_bytes=nbytes).to_dict() for p in policies]
+    return {"profile": {"name": profile.name, "source": profile.source, "measured": profile.measured,
+                        "bandwidth": profile.bandwidth, "latency_s": profile.latency_s,
+                        "copy_streams": profile.copy_streams, "overlap": profile.overlap},
+            "contract": "fused", "expert_bytes": nbytes, "expert_bytes_source": nbytes_source,
+            "tie_seed": config.seeds[0], "rows": rows}
 
 
 def _nextuse_section(stream: EventStream, config: ReportConfig) -> dict[str, Any]:

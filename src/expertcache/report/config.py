@@ -17,7 +17,11 @@ PRESETS = {"frontier-reference": REFERENCE_FRAME}
 
 @dataclass(frozen=True)
 class ReportConfig:
-    """What the report measures. Every field is written into the report."""
+    """What the report measures. Every field is written into the report.
+
+    ``profile`` (a built-in hardware profile name or a profile JSON, docs/timing.md) adds the time section and
+    gives §6.6's budget its bandwidth when ``bandwidth_budget`` is not given.
+    """
 
     rho: float = 0.4
     scope: str = "per-layer"
@@ -31,6 +35,7 @@ class ReportConfig:
     block_bytes_preset: str | None = None
     target_tokens_per_s: float | None = None
     bandwidth_budget: float | None = None
+    profile: str | None = None
     nextuse_model: str | None = None
     labels: str | None = None
     prompts: str | None = None

@@ -91,6 +91,7 @@ def _markdown(report: Report, figures: list[str]) -> str:
                   "| victim chosen by | in optimal set [95% CI] | distance regret |", "|---|---|---|"]
         lines += [f"| {k} | {m:.2%} [{lo:.2%}, {hi:.2%}] | {v['distance_regret'][k][0]:.5f} |"
                   for k, (m, lo, hi) in v["in_optimal_set"].items()]
+    lines += _timing_section(d["timing"])
     t = d["traffic"]
     lines += ["", "## Absolute traffic (§6.6)", "", "```", json.dumps(t, indent=2, default=str), "```", "",
               "## Figures", ""]
@@ -118,3 +119,23 @@ def _import_section(d: dict) -> list[str]:
         lines += [f"  - {x}" for x in rec.get(key) or []]
     lines += [f"- note: {n}" for n in rec.get("notes") or []]
     return lines + [""]
+
+
+def _timing_section(tm: dict | str) -> list[str]:
+    """Policy x time per output token under the hardware profile (``report --profile``; docs/timing.md)."""
+    if not isinstance(tm, dict):
+        return ["", "## Time per output token (docs/timing.md)", "", f"Time: {tm}."]
+    p = tm["profile"]
+    lines = ["", "## Time per output token (docs/timing.md)", "",
+             f"Profile **{p['name']}** ({p['measured']}): {p['source']}. Link {p['bandwidth']:g} B/s, "
+             f"{p['latency_s']:g} s per transfer, {p['copy_streams']} channel(s), "
+             f"{'overlapping' if p['overlap'] else 'blocking'} compute; fused contract (event-atomic replay, tie "
+             f"seed {tm['tie_seed']}); {tm['expert_bytes']:,} bytes per expert block ({tm['expert_bytes_source']}). "
+             "TPOT percentiles are nearest rank, token-weighted.", "",
+             "| policy | transfers | TPOT mean ms | TPOT p50 ms | TPOT p99 ms | tokens/s | stall share | "
+             "MB/token |", "|---|---|---|---|---|---|---|---|"]
+    for r in tm["rows"]:
+        lines.append(f"| {r['policy']} | {r['transferred']:,} | {r['tpot_mean_s'] * 1e3:.4g} | "
+                     f"{r['tpot_p50_s'] * 1e3:.4g} | {r['tpot_p99_s'] * 1e3:.4g} | {r['tokens_per_s']:,.1f} | "
+                     f"{r['stall_share']:.2%} | {(r['bytes_per_token'] or 0) / 1e6:.4g} |")
+    return lines

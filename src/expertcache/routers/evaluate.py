@@ -26,7 +26,7 @@ from ..errors import ValidationError
 from ..events import EventStream
 from .advice import RouterAdvice
 
-__all__ = ["TableRow", "BASELINE_ROWS", "COMPARE_BASELINES", "baseline_rows", "per_request_prefill", "results_table", "temporal_hit", "budget_sweep", "capacity_sweep", "AccuracyResult", "exact_match",
+__all__ = ["TableRow", "BASELINE_ROWS", "COMPARE_BASELINES", "baseline_rows", "per_request_prefill", "results_table", "temporal_hit", "hit_evaluator", "budget_sweep", "capacity_sweep", "AccuracyResult", "exact_match",
            "concentration_by_weight", "CLASSIC"]
 
 #: The classic replacement rows of CLR Tab. 1 (retention keys of the proactive replay).
@@ -230,6 +230,31 @@ def temporal_hit(trace: Any, hidden: np.ndarray, logits: np.ndarray, weights: An
     row = _row("Temporal Router", stream, "advice", capacity, 0, _engine_advice(adv), warmup=0, expert_bytes=None,
                tie_break=tie_break, seed=seed, added=0, accuracy=None, count_mask=mask)
     return float(row.hit)
+
+
+def hit_evaluator(trace: Any, hidden: np.ndarray, logits: np.ndarray, capacity: int, *, tie_break: str = "random",
+                  seed: int = 0) -> Callable[[Any], dict[str, float]]:
+    """``evaluate`` for the training loops: the live Temporal Router's Hit (%) on a held-out trace.
+
+    The number ``routers eval`` prints in its "Temporal Router" row for a checkpoint of these weights (batch 1,
+    per-request prefill, ``P = 0``; :func:`temporal_hit`), so the log shows the quantity the run is
+    for beside the loss of its detached-threshold surrogate. The trace's hidden states are its own backbone's:
+    in the joint modes, where the backbone moves, this scores the routers on the original routing.
+    """
+    from .checkpoint import weights_of
+
+    if not 1 <= capacity < trace.n_experts:
+        raise ValidationError(f"capacity B must be in [1, N) = [1, {trace.n_experts}) of the evaluation trace; "
+                              f"got {capacity}")
+
+    def evaluate(routers: Any) -> dict[str, float]:
+        w = weights_of(routers)
+        if w.temporal_w.shape[:2] != (trace.n_layers, trace.n_experts) or w.temporal_w.shape[2] != hidden.shape[2]:
+            raise ValidationError(f"the evaluation trace is (L, N, d) = ({trace.n_layers}, {trace.n_experts}, "
+                                  f"{hidden.shape[2]}); the routers are {tuple(w.temporal_w.shape)}")
+        return {"hit": temporal_hit(trace, hidden, logits, w, capacity, tie_break=tie_break, seed=seed)}
+
+    return evaluate
 
 
 def _check_capacity_n(n_experts: int, capacity: int) -> None:

@@ -38,7 +38,7 @@ from ..errors import ValidationError
 from .config import TrainConfig
 
 __all__ = ["TrainResult", "lr_factor", "tokenize_texts", "train_model", "train_offline", "pair_rows",
-           "fit_native_routers", "hit_evaluator"]
+           "fit_native_routers"]
 
 
 @dataclass(frozen=True)
@@ -220,7 +220,7 @@ def train_model(model: Any, sequences: Sequence[Sequence[int]], cfg: TrainConfig
     on_step
         Called after every optimizer step with ``(step, total, record)``.
     evaluate, eval_every
-        ``evaluate(routers)`` returns extra fields (e.g. ``{"hit": ...}`` from :func:`hit_evaluator`) merged into
+        ``evaluate(routers)`` returns extra fields (e.g. ``{"hit": ...}`` from :func:`~.evaluate.hit_evaluator`) merged into
         the step's record every ``eval_every`` steps and after the last step (after that step's update).
     """
     import torch
@@ -284,31 +284,6 @@ def train_model(model: Any, sequences: Sequence[Sequence[int]], cfg: TrainConfig
                 meta=info, resume=resume, stop_after=stop_after, on_step=on_step, device=device,
                 evaluate=evaluate, eval_every=eval_every)
 
-
-def hit_evaluator(trace: Any, hidden: np.ndarray, logits: np.ndarray, capacity: int, *, tie_break: str = "random",
-                  seed: int = 0) -> Callable[[Any], dict[str, float]]:
-    """``evaluate`` for the training loops: the live Temporal Router's Hit (%) on a held-out trace.
-
-    The number ``routers eval`` prints in its "Temporal Router" row for a checkpoint of these weights (batch 1,
-    per-request prefill, ``P = 0``; :func:`~.evaluate.temporal_hit`), so the log shows the quantity the run is
-    for beside the loss of its detached-threshold surrogate. The trace's hidden states are its own backbone's:
-    in the joint modes, where the backbone moves, this scores the routers on the original routing.
-    """
-    from .checkpoint import weights_of
-    from .evaluate import temporal_hit
-
-    if not 1 <= capacity < trace.n_experts:
-        raise ValidationError(f"capacity B must be in [1, N) = [1, {trace.n_experts}) of the evaluation trace; "
-                              f"got {capacity}")
-
-    def evaluate(routers: Any) -> dict[str, float]:
-        w = weights_of(routers)
-        if w.temporal_w.shape[:2] != (trace.n_layers, trace.n_experts) or w.temporal_w.shape[2] != hidden.shape[2]:
-            raise ValidationError(f"the evaluation trace is (L, N, d) = ({trace.n_layers}, {trace.n_experts}, "
-                                  f"{hidden.shape[2]}); the routers are {tuple(w.temporal_w.shape)}")
-        return {"hit": temporal_hit(trace, hidden, logits, w, capacity, tie_break=tie_break, seed=seed)}
-
-    return evaluate
 
 
 # --------------------------------------------------------------------------- offline, from a trace

@@ -10,7 +10,7 @@ from typing import Any
 from .profile import PROFILES, HardwareProfile, load_profile, profile_names, save_profile
 
 __all__ = ["HardwareProfile", "PROFILES", "load_profile", "save_profile", "profile_names", "simulate",
-           "TimingResult", "Timeline", "CONTRACTS"]
+           "TimingResult", "Timeline", "CONTRACTS", "simulate_prefetch"]
 
 
 def __getattr__(name: str) -> Any:
@@ -18,4 +18,8 @@ def __getattr__(name: str) -> Any:
         from . import model
 
         return getattr(model, name)
+    if name == "simulate_prefetch":
+        from . import prefetch
+
+        return prefetch.simulate_prefetch
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

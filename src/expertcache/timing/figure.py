@@ -21,7 +21,8 @@ def plot_timeline(results: Sequence[TimingResult], path: str | os.PathLike[str],
 
     Rows: the layer's dense work (routing known at its end), its experts computing (the wait for weights is
     part of this bar; its total is in the title), and the link carrying the layer's transfers (per channel
-    share). Times are milliseconds from the window's start.
+    share; with prefetches, its demand misses and the prefetches made for it, drawn from its routing although
+    the prefetches were issued earlier). Times are milliseconds from the window's start.
     """
     path = Path(path)
     if path.suffix.lower() not in (".png", ".pdf", ".svg"):

@@ -20,13 +20,14 @@ Per forward step the step's own cost is paid first; then, layer by layer:
      then computed.
 
 "Stall" is time the compute unit waits for expert weights. Not modelled: KV-cache traffic competing for the
-link, several devices, kernel-launch overheads beyond the fixed costs, prefetches (see docs/timing.md).
+link, several devices, kernel-launch overheads beyond the fixed costs (see docs/timing.md). Prefetches from advice
+are put on the same timeline by :func:`expertcache.timing.prefetch.simulate_prefetch`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -34,10 +35,12 @@ import numpy as np
 from ..errors import ValidationError
 from ..events import EventStream
 from ..replay import ReplayConfig, ReplayResult, replay_hits
+from ..replay.proactive import ProactiveResult
 from . import _kernels as K
 from .profile import HardwareProfile
 
-__all__ = ["CONTRACTS", "TimingResult", "Timeline", "simulate", "nearest_rank", "recorded_expert_bytes"]
+__all__ = ["CONTRACTS", "TimingResult", "Timeline", "simulate", "nearest_rank", "recorded_expert_bytes", "build_result",
+           "layer_tokens"]
 
 CONTRACTS = ("fused", "serialized")
 _SEMANTICS = {"fused": "event-atomic", "serialized": "sequential-ascending"}
@@ -98,13 +101,23 @@ class TimingResult:
     link_busy_share: float
     expert_bytes: int | None
     bytes_per_token: float | None
-    replay: ReplayResult = field(repr=False, compare=False)
+    replay: ReplayResult | ProactiveResult = field(repr=False, compare=False)
     timeline: Timeline = field(repr=False, compare=False)
+    #: With prefetches (:func:`expertcache.timing.prefetch.simulate_prefetch`): the candidate budget ``R``, when
+    #: they are issued, and the proactive loads ``P`` (``transferred = demand_misses + P``) split into timely
+    #: (landed before their expert was to compute), late (the compute unit waited ``prefetch_late_stall_s`` in
+    #: all for them) and useless (never hit before leaving the cache: the replay's wasted prefetches).
+    prefetch_budget: int = 0
+    issue: str | None = None
+    prefetch_loads: int = 0
+    prefetch_timely: int = 0
+    prefetch_late: int = 0
+    prefetch_useless: int = 0
+    prefetch_late_stall_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """The scalar fields as a JSON-ready dict (no arrays)."""
-        d = {k: v for k, v in asdict(self).items() if k not in ("replay", "timeline")}
-        return d
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("replay", "timeline")}
 
 
 def nearest_rank(values: np.ndarray, q: float, weights: np.ndarray | None = None) -> float:
@@ -161,42 +174,56 @@ def simulate(stream: EventStream, config: ReplayConfig, profile: HardwareProfile
     costs = profile.per_layer(stream.n_layers)
     n = stream.n_events
     out = [np.zeros(n, dtype=np.float64) for _ in range(5)]
-    tokens = (stream.logical_per_event // max(stream.top_k, 1)).astype(np.int64)
     K.timeline(stream.offsets, stream.multiplicity, hit.view(np.uint8), stream.step.astype(np.int64),
-               stream.layer, tokens, costs, float(profile.step_fixed_s), float(profile.step_per_token_s),
-               float(profile.transfer_s(int(nbytes))), int(profile.copy_streams),
+               stream.layer, layer_tokens(stream), costs, float(profile.step_fixed_s),
+               float(profile.step_per_token_s), float(profile.transfer_s(int(nbytes))), int(profile.copy_streams),
                _contract_code(contract, profile), *out)
+    counted_ev = np.arange(n) >= int(config.warmup_events)
+    return build_result(stream, profile, out, counted_ev, int(nbytes), result.transferred,
+                        policy=config.policy, contract=contract, semantics=semantics, scope=config.scope,
+                        rho=config.rho, capacity_total=result.capacity_total, demand_misses=result.demand_misses,
+                        hits=result.hits, initial_load=result.initial_load, replay=result)
+
+
+def layer_tokens(stream: EventStream) -> np.ndarray:
+    """``int64[n_events]``: tokens each event's layer processes (routed tokens / k)."""
+    return (stream.logical_per_event // max(stream.top_k, 1)).astype(np.int64)
+
+
+def build_result(stream: EventStream, profile: HardwareProfile, out: list[np.ndarray], counted_ev: np.ndarray,
+                 nbytes: int, transferred: int, **fields: Any) -> TimingResult:
+    """A :class:`TimingResult` from the timeline kernel's per-event outputs (``out``: start, routed, end, stall,
+    link) over the counted events ``counted_ev`` (a step counts when its first event does); ``fields`` are the
+    counts and labels of the replay."""
     start, routed, end, stall, link = out
-    warm = int(config.warmup_events)
+    n = stream.n_events
     # steps: the first event of each step opens it; its end is its last event's end
     first = np.flatnonzero(np.r_[True, stream.step[1:] != stream.step[:-1]]) if n else np.zeros(0, np.int64)
     last = np.r_[first[1:] - 1, n - 1] if n else np.zeros(0, np.int64)
     step_start = np.r_[0.0, end[last[:-1]]] if n else np.zeros(0)  # a step begins when the previous ended
     step_end = end[last] if n else np.zeros(0)
     step_tokens = stream.active[first].astype(np.int64) if n else np.zeros(0, np.int64)
-    step_counted = first >= warm
+    step_counted = counted_ev[first] if n else np.zeros(0, np.bool_)
     dur = step_end - step_start
     counted_dur = dur[step_counted]
     counted_tok = step_tokens[step_counted]
     time_s = float(counted_dur.sum())
     out_tokens = int(counted_tok.sum())
-    counted_ev = np.arange(n) >= warm
     stall_s = float(stall[counted_ev].sum())
     link_s = float(link[counted_ev].sum()) / profile.copy_streams
     timeline = Timeline(start, routed, end, stall, link, stream.step[first] if n else np.zeros(0, np.int64),
                         step_start, step_end, step_tokens, step_counted)
     return TimingResult(
-        config.policy, contract, semantics, config.scope, config.rho, result.capacity_total, profile.name,
-        int(profile.copy_streams),
-        result.transferred, result.demand_misses, result.hits, result.initial_load, out_tokens,
-        int(step_counted.sum()), time_s,
+        profile=profile.name, copy_streams=int(profile.copy_streams), transferred=int(transferred),
+        output_tokens=out_tokens, n_steps=int(step_counted.sum()), time_s=time_s,
         # each token of a step waits that step: token-weighted statistics of the step durations
-        float((counted_dur * counted_tok).sum() / out_tokens) if out_tokens else 0.0,
-        nearest_rank(counted_dur, 0.5, counted_tok), nearest_rank(counted_dur, 0.99, counted_tok),
-        out_tokens / time_s if time_s > 0 else 0.0,
-        stall_s, stall_s / time_s if time_s > 0 else 0.0, link_s, link_s / time_s if time_s > 0 else 0.0,
-        int(nbytes), result.transferred * int(nbytes) / out_tokens if out_tokens else None,
-        result, timeline)
+        tpot_mean_s=float((counted_dur * counted_tok).sum() / out_tokens) if out_tokens else 0.0,
+        tpot_p50_s=nearest_rank(counted_dur, 0.5, counted_tok), tpot_p99_s=nearest_rank(counted_dur, 0.99, counted_tok),
+        tokens_per_s=out_tokens / time_s if time_s > 0 else 0.0,
+        stall_s=stall_s, stall_share=stall_s / time_s if time_s > 0 else 0.0, link_busy_s=link_s,
+        link_busy_share=link_s / time_s if time_s > 0 else 0.0, expert_bytes=int(nbytes),
+        bytes_per_token=transferred * int(nbytes) / out_tokens if out_tokens else None, timeline=timeline,
+        **fields)
 
 
 def _contract_code(contract: str, profile: HardwareProfile) -> int:
