@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import numpy as np
     import torch
+    from transformers.utils import logging as hf_logging
 
     from expertcache.collect import CollectConfig, read_prompts
     from expertcache.collect.runner import encode_prompt, load_tokenizer, load_weights
@@ -66,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     from expertcache.replay import ReplayConfig
     from expertcache.timing import load_profile, save_profile, simulate
     from expertcache.timing.calibrate import CalibrationSpans
+
+    hf_logging.disable_progress_bar()
 
     model = args.model or str(example_model_dir())
     prompts = args.prompts or str(example_prompts())

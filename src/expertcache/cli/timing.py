@@ -156,7 +156,8 @@ def timing_calibrate(model: str, out: str | None, prompts: str | None, device: s
     by scripts/example_model/make_all.py). The executor runs the prompts with every expert resident (c = N)
     at each --batch; per MoE layer the dense work and the MoE block are fitted (fixed + per token; fixed +
     per expert + per routed token), the step's own cost is the forward minus its layers, and the link comes
-    from timed copies of one and four expert blocks (blocking on CPU, overlapping on CUDA). Writes the
+    from timed copies of one and four expert blocks (overlap false: the executor's copies block compute on
+    CPU and share the compute stream on CUDA). Writes the
     profile JSON (measured: "measured"; source: machine, device, torch, model, date; fit residuals in
     extra). See docs/timing.md, Calibration.
     """

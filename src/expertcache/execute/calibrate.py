@@ -12,8 +12,14 @@ a GPU, ``perf_counter_ns`` on CPU):
   decoder layers (embedding, dense-only layers, final norm, head).
 
 The link is timed apart from the runs: repeated copies host -> device of buffers of one and four expert blocks
-(pinned host memory and ``non_blocking`` on CUDA, where the executor's copies overlap compute; a plain
-``copy_`` on CPU, where they block it). The fit itself is :func:`expertcache.timing.calibrate.fit_profile`.
+(pinned host memory and ``non_blocking`` on CUDA, as the executor copies; a plain ``copy_`` on CPU). The fit
+itself is :func:`expertcache.timing.calibrate.fit_profile`.
+
+The profile says ``overlap: false`` on both devices, because that is what this executor does: on CPU a copy
+is a ``memcpy`` on the computing thread; on CUDA its ``non_blocking`` copies are issued on the current stream,
+the stream the layers compute on, so a copy waits for the kernels queued before it and the kernels after it
+wait for the copy (stream order): the link and compute alternate, as under the blocking contract. An engine
+that copies on a stream of its own can set ``overlap: true`` in the profile by hand.
 """
 
 from __future__ import annotations
@@ -310,4 +316,4 @@ def profile_from_spans(spans: CalibrationSpans, info: dict[str, Any], config: Ca
              "experts_implementation": config.experts_implementation, "date": when}
     return fit_profile(spans, n_layers=info["n_layers"], expert_bytes=info["expert_bytes"],
                        name=f"calibrated-{model_name}-{config.device.replace(':', '')}", source=source,
-                       overlap=cuda, extra=extra)
+                       overlap=False, extra=extra)
