@@ -54,11 +54,15 @@ def _hand_spans(k: int = 4, n_experts: int = 32) -> CalibrationSpans:
     tok = np.repeat(tokens, 2)
     members = np.minimum(tok * k, rng.integers(k, n_experts + 1, tok.shape[0]))
     routed = tok * k
-    dense = np.array(A)[layer] + np.array(B_)[layer] * tok
+    decode = np.r_[np.ones(60, bool), np.zeros(12, bool)]
+    ev_decode = np.repeat(decode, 2)
+    # prefill forwards cost another line (their attention differs): the fit must follow the decode forwards
+    dense = np.array(A)[layer] + np.array(B_)[layer] * tok + np.where(ev_decode, 0.0, 5e-4 + 1e-5 * tok)
     moe = np.array(C0)[layer] + np.array(C1)[layer] * members + np.array(C2)[layer] * routed
+    step = STEP0 + STEP1 * tokens + np.where(decode, 0.0, 7e-4)
     copy_bytes = np.repeat([EXPERT, 4 * EXPERT], 20)
-    return CalibrationSpans(layer, tok, members, routed, dense, moe, tokens, STEP0 + STEP1 * tokens, copy_bytes,
-                            LAT + copy_bytes / BW, np.full(30, EXEC_LAT + EXPERT / BW))
+    return CalibrationSpans(layer, tok, members, routed, dense, moe, tokens, step, copy_bytes,
+                            LAT + copy_bytes / BW, np.full(30, EXEC_LAT + EXPERT / BW), ev_decode, decode)
 
 
 def test_fit_profile_recovers_hand_chosen_costs():
@@ -72,6 +76,12 @@ def test_fit_profile_recovers_hand_chosen_costs():
     assert close(p.extra["fit"]["link"]["standalone_latency_s"], LAT)
     assert p.measured == "measured" and p.expert_bytes == EXPERT and p.overlap is False
     assert all(f["median_abs_rel"] < 1e-9 for f in p.extra["fit"]["dense"] + p.extra["fit"]["moe"])
+    assert all(f["prefill"]["median_abs_rel"] > 0.05 for f in p.extra["fit"]["dense"])
+    # without the phase flags one line through both phases misses the decode costs
+    s = _hand_spans()
+    blind = fit_profile(CalibrationSpans(*[getattr(s, f) for f in s.__dataclass_fields__][:11]), n_layers=2,
+                        expert_bytes=EXPERT, name="x", source="y", overlap=False)
+    assert not close(blind.step_fixed_s, STEP0) or not close(blind.step_per_token_s, STEP1)
 
 
 def test_the_fitted_profile_reproduces_a_hand_timed_forward():
@@ -90,16 +100,19 @@ def test_bad_spans_are_refused():
     s = _hand_spans()
     with pytest.raises(ValidationError, match="one length"):
         CalibrationSpans(*[getattr(s, f) for f in s.__dataclass_fields__][:5], s.event_moe_s[:-1],
-                         *[getattr(s, f) for f in s.__dataclass_fields__][6:])
+                         *[getattr(s, f) for f in s.__dataclass_fields__][6:11])
     with pytest.raises(ValidationError, match="finite"):
         CalibrationSpans(*[getattr(s, f) for f in s.__dataclass_fields__][:10], np.array([np.nan]))
     with pytest.raises(ValidationError, match="layer 2"):
         fit_profile(s, n_layers=3, expert_bytes=EXPERT, name="x", source="y", overlap=False)
     one = CalibrationSpans(*[getattr(s, f) for f in s.__dataclass_fields__][:8], s.copy_bytes[:5], s.copy_s[:5],
                            s.transfer_s)
+    with pytest.raises(ValidationError, match="one entry per"):
+        CalibrationSpans(*[getattr(s, f) for f in s.__dataclass_fields__][:11], s.event_decode[:-1])
     with pytest.raises(ValidationError, match="two sizes"):
         fit_profile(one, n_layers=2, expert_bytes=EXPERT, name="x", source="y", overlap=False)
-    assert CalibrationSpans.concat([s, s]).event_layer.shape[0] == 2 * s.event_layer.shape[0]
+    both = CalibrationSpans.concat([s, one])
+    assert both.event_layer.shape[0] == 2 * s.event_layer.shape[0] and both.event_decode.sum() == 120 + 144  # flags of `one` default to decode
 
 
 @pytest.fixture(scope="module")
@@ -164,3 +177,21 @@ def test_cli_errors_are_one_line_and_exit_2(tiny_model, tmp_path):
     res = runner.invoke(main, ["timing", "calibrate", str(model), "--prompts", str(prompts), "-o", str(mine)])
     assert res.exit_code == 2 and mine.read_text() == "the user's file"
 
+
+
+def test_the_cpu_clock_leaves_out_time_the_thread_did_not_run():
+    pytest.importorskip("torch")
+    import time
+
+    from expertcache.execute.timings import SpanTimer
+
+    spans = {}
+    for clock in ("wall", "cpu"):
+        timer = SpanTimer("cpu", clock)
+        token = timer.begin()
+        time.sleep(0.05)                       # the thread is off the CPU
+        timer.end(token, "forward", 0, 1)
+        spans[clock] = int(timer.columns()["ns"][0])
+    assert spans["wall"] >= 50_000_000 > 5 * spans["cpu"]
+    with pytest.raises(ValueError, match="clock"):
+        SpanTimer("cpu", "sundial")

@@ -160,7 +160,8 @@ def measure_spans(model_id: str, prompts: str | os.PathLike[str], config: Calibr
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("layer", "tokens", "members", "routed", "dense", "moe",
-                                                          "step_tokens", "step_other", "transfer")}
+                                                          "step_tokens", "step_other", "transfer", "event_decode",
+                                                          "step_decode")}
     info: dict[str, Any] = {}
     try:
         for B in config.batches:
@@ -193,7 +194,7 @@ def measure_spans(model_id: str, prompts: str | os.PathLike[str], config: Calibr
         cat["layer"].astype(np.int64), cat["tokens"].astype(np.int64), cat["members"].astype(np.int64),
         cat["routed"].astype(np.int64), cat["dense"].astype(np.float64), cat["moe"].astype(np.float64),
         cat["step_tokens"].astype(np.int64), cat["step_other"].astype(np.float64), copy_bytes, copy_s,
-        cat["transfer"].astype(np.float64))
+        cat["transfer"].astype(np.float64), cat["event_decode"].astype(bool), cat["step_decode"].astype(bool))
     dev = torch.device(config.device)
     info["torch"] = torch.__version__
     info["device_name"] = (torch.cuda.get_device_name(dev) if dev.type == "cuda" else
@@ -237,6 +238,10 @@ def _collect(res: Any, stream: Any, cols: dict[str, list[np.ndarray]]) -> None:
     cols["dense"].append(dec[f_idx, l_idx] - moe[f_idx, l_idx])
     cols["step_tokens"].append(tokens)
     cols["step_other"].append(forward - dec.sum(axis=1))
+    phase = np.zeros(n_fwd, dtype=np.int64)
+    phase[log[:, 0]] = log[:, 2]
+    cols["event_decode"].append(phase[f_idx] == 1)
+    cols["step_decode"].append(phase == 1)
     cols["transfer"].append(ns[kind == "copy"])
 
 

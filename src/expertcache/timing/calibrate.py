@@ -3,12 +3,16 @@
 Every cost of :class:`~expertcache.timing.HardwareProfile` is linear in what the timeline knows about an event
 or a step, so each is fitted by a small linear regression, per MoE layer where the profile is per layer:
 
-* **dense work** of layer ``l`` (its decoder layer minus its MoE block): ``a_l + b_l * tokens``;
+* **dense work** of layer ``l`` (its decoder layer minus its MoE block): ``a_l + b_l * tokens``, fitted on the
+  decode forwards (what time per output token is made of: a batched decode forward's attention runs with a
+  padding mask over the KV cache, a prefill's over its own causal window, and one line through both
+  mispredicts decode); the prefill residuals are reported beside;
 * **MoE block** of layer ``l`` with every member resident: ``c0_l + c1_l * members + c2_l * routed tokens``;
   ``c1_l`` is ``expert_fixed_s``, ``c2_l`` ``expert_per_token_s``, and the block's own fixed part ``c0_l``
   (the controller's and the kernel's per-event overhead) joins the dense fixed cost, since the timeline pays
   both once per event: ``dense_fixed_s = a_l + c0_l``, ``dense_per_token_s = b_l``;
-* **step** (the forward minus its MoE decoder layers): ``step_fixed_s + step_per_token_s * tokens``;
+* **step** (the forward minus its MoE decoder layers): ``step_fixed_s + step_per_token_s * tokens``, on the
+  decode forwards likewise;
 * **link**: the standalone copies of one and four expert blocks give ``bytes / second`` (the slope); the
   per-transfer ``latency_s`` is what the executor's own copies of one block take beyond ``bytes / bandwidth``
   (its copy path: one ``copy_`` per stacked tensor, the slot bookkeeping), or, without such copies, the
@@ -54,6 +58,8 @@ class CalibrationSpans:
         Its duration.
     transfer_s : float64[n_transfers]
         The executor's own copies of one expert block (may be empty).
+    event_decode, step_decode : bool[n_events], bool[n_steps], optional
+        Whether the event's (the step's) forward is a decode forward; ``None``: all are.
     """
 
     event_layer: np.ndarray
@@ -67,6 +73,8 @@ class CalibrationSpans:
     copy_bytes: np.ndarray
     copy_s: np.ndarray
     transfer_s: np.ndarray
+    event_decode: np.ndarray | None = None
+    step_decode: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         groups = (("event_layer", "event_tokens", "event_members", "event_routed", "event_dense_s", "event_moe_s"),
@@ -76,7 +84,13 @@ class CalibrationSpans:
             if len(n) != 1 or len(next(iter(n))) != 1:
                 raise ValidationError(f"{', '.join(group)} must be one-dimensional arrays of one length",
                                       field=group[0])
+        for name, like in (("event_decode", "event_layer"), ("step_decode", "step_tokens")):
+            v = getattr(self, name)
+            if v is not None and np.asarray(v).shape != np.asarray(getattr(self, like)).shape:
+                raise ValidationError(f"{name} must have one entry per entry of {like}", field=name)
         for f in fields(self):
+            if getattr(self, f.name) is None:
+                continue
             a = np.asarray(getattr(self, f.name))
             if a.size and (not np.all(np.isfinite(a)) or np.any(a < 0)):
                 raise ValidationError(f"{f.name} must be finite and >= 0", field=f.name)
@@ -86,7 +100,15 @@ class CalibrationSpans:
         """The spans of several measurements pooled (e.g. rounds spread over time on a shared machine)."""
         if not parts:
             raise ValidationError("no spans to pool", field="spans")
-        return cls(*(np.concatenate([np.asarray(getattr(p, f.name)) for p in parts]) for f in fields(cls)))
+        out = []
+        for f in fields(cls):
+            values = [getattr(p, f.name) for p in parts]
+            if f.name in ("event_decode", "step_decode"):
+                like = "event_layer" if f.name == "event_decode" else "step_tokens"
+                values = [np.ones(np.asarray(getattr(p, like)).shape[0], bool) if v is None else v
+                          for v, p in zip(values, parts, strict=True)]
+            out.append(np.concatenate([np.asarray(v) for v in values]))
+        return cls(*out)
 
 
 def fit_nonnegative(X: np.ndarray, y: np.ndarray, *, robust: bool = True, iterations: int = 50) -> np.ndarray:
@@ -148,6 +170,14 @@ def _nnls_weighted(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
     return best
 
 
+def _decode(flags: np.ndarray | None, mask: np.ndarray) -> np.ndarray:
+    """Within ``mask``: the decode entries, or all of them when there are no flags or no decode entry."""
+    if flags is None:
+        return np.ones(int(mask.sum()), bool)
+    d = np.asarray(flags, bool)[mask]
+    return d if d.any() else np.ones(d.shape[0], bool)
+
+
 def residual_summary(pred: np.ndarray, y: np.ndarray) -> dict[str, Any]:
     """``n``, and the median and 90th-percentile absolute relative residual ``|pred - y| / y``."""
     y = np.asarray(y, dtype=np.float64)
@@ -191,8 +221,9 @@ def fit_profile(spans: CalibrationSpans, *, n_layers: int, expert_bytes: int, na
         if not m.any():
             raise ValidationError(f"no calibration event of MoE layer {l}", field="spans")
         tok = s.event_tokens[m].astype(np.float64)
+        dec = _decode(s.event_decode, m)
         Xd = np.column_stack([np.ones(tok.shape[0]), tok])
-        a, b = fit_nonnegative(Xd, s.event_dense_s[m])
+        a, b = fit_nonnegative(Xd[dec], s.event_dense_s[m][dec])
         Xm = np.column_stack([np.ones(tok.shape[0]), s.event_members[m].astype(np.float64),
                               s.event_routed[m].astype(np.float64)])
         c0, c1, c2 = fit_nonnegative(Xm, s.event_moe_s[m])
@@ -201,14 +232,17 @@ def fit_profile(spans: CalibrationSpans, *, n_layers: int, expert_bytes: int, na
         exp_fixed.append(float(c1))
         exp_tok.append(float(c2))
         fit["dense"].append({"layer": l, "fixed_s": float(a), "per_token_s": float(b),
-                             **residual_summary(Xd @ [a, b], s.event_dense_s[m])})
+                             **residual_summary(Xd[dec] @ [a, b], s.event_dense_s[m][dec]),
+                             "prefill": residual_summary(Xd[~dec] @ [a, b], s.event_dense_s[m][~dec])})
         fit["moe"].append({"layer": l, "fixed_s": float(c0), "per_member_s": float(c1), "per_routed_token_s":
                            float(c2), **residual_summary(Xm @ [c0, c1, c2], s.event_moe_s[m])})
     if s.step_tokens.shape[0] == 0:
         raise ValidationError("no calibration step", field="spans")
     Xs = np.column_stack([np.ones(s.step_tokens.shape[0]), s.step_tokens.astype(np.float64)])
-    step_fixed, step_tok = fit_nonnegative(Xs, s.step_other_s)
-    fit["step"] = residual_summary(Xs @ [step_fixed, step_tok], s.step_other_s)
+    dec = _decode(s.step_decode, np.ones(s.step_tokens.shape[0], bool))
+    step_fixed, step_tok = fit_nonnegative(Xs[dec], s.step_other_s[dec])
+    fit["step"] = {**residual_summary(Xs[dec] @ [step_fixed, step_tok], s.step_other_s[dec]),
+                   "prefill": residual_summary(Xs[~dec] @ [step_fixed, step_tok], s.step_other_s[~dec])}
     sizes = np.unique(s.copy_bytes)
     if sizes.shape[0] < 2:
         raise ValidationError("the link fit needs standalone copies of at least two sizes", field="spans")
