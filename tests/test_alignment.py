@@ -51,7 +51,7 @@ def test_align_command(traces, tmp_path):
     for name, tr in traces.items():
         tr.save(tmp_path / name)
         args.append(f"{name}={tmp_path / name}")
-    res = CliRunner().invoke(main, ["align", *args, "--batches", "1,2,4", "--batch", "2", "--json"])
+    res = CliRunner().invoke(main, ["align", *args, "--sweep-batch", "1,2,4", "--batch", "2", "--json"])
     assert res.exit_code == 0, res.output
     rows = [json.loads(x) for x in res.output.splitlines()]
     assert {r["alignment"] for r in rows} >= {"batch size"}

@@ -43,7 +43,7 @@ def test_service_disciplines_keep_the_request_set():
 def test_experiment_commands(tmp_path):
     tr = select_requests(example_trace(), range(16))
     tr.save(tmp_path / "t")
-    for args in (["static-vs-dynamic", "--batches", "2,4"], ["disciplines", "-B", "4", "-A", "8", "-W", "2"]):
+    for args in (["static-vs-dynamic", "--batch", "2,4"], ["disciplines", "-B", "4", "-A", "8", "-W", "2"]):
         res = CliRunner().invoke(main, ["experiment", *args[:1], str(tmp_path / "t"), *args[1:], "--json"])
         assert res.exit_code == 0, res.output
         out = json.loads(res.output)
@@ -119,8 +119,8 @@ def test_cli_transition_and_partition_print_scope(tmp_path):
 
     synthesize_trace(SynthConfig(n_layers=2, n_experts=16, top_k=2, n_requests=12, decode_tokens=8, working_set=4,
                                  n_categories=3, seed=3)).save(tmp_path / "t")
-    r = CliRunner().invoke(main, ["experiment", "transition", str(tmp_path / "t"), "--windows", "2,4", "--rhos",
-                                  "0.25", "--seeds", "0", "-B", "2"])
+    r = CliRunner().invoke(main, ["experiment", "transition", str(tmp_path / "t"), "--windows", "2,4", "--rho",
+                                  "0.25", "--seed", "0", "-B", "2"])
     assert r.exit_code == 0, r.output
     assert r.output.startswith("scope: model") and "units meet gap >= 10%" in r.output
     r = CliRunner().invoke(main, ["experiment", "partition", str(tmp_path / "t"), "--groups",

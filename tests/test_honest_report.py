@@ -63,8 +63,8 @@ def imported(tmp_path_factory):
     res = CliRunner().invoke(main, ["trace", "import", "--format", "mixtral-jsonl", str(src), "-o", str(d / "tr")])
     assert res.exit_code == 0, res.output
     out = d / "rep"
-    res = CliRunner().invoke(main, ["report", str(d / "tr"), "-o", str(out), "--no-figures", "--seeds", "0,1",
-                                    "--permutations", "0", "--batches", "2,4,8,16", "--rhos", "0.4"])
+    res = CliRunner().invoke(main, ["report", str(d / "tr"), "-o", str(out), "--no-figures", "--seed", "0,1",
+                                    "--permutations", "0", "--sweep-batch", "2,4,8,16", "--sweep-rho", "0.4"])
     assert res.exit_code == 0, res.output
     return d / "tr", out
 
@@ -205,8 +205,8 @@ def test_block_numbers_on_the_bundled_example_match_an_independent_recomputation
 
     out = tmp_path / "rep"
     src = ["--example"] if example == "example_trace" else [str(DATA / example)]
-    res = CliRunner().invoke(main, ["report", *src, "-o", str(out), "--no-figures", "--seeds", "0",
-                                    "--permutations", "0", "--batches", "8", "--rhos", "0.4"])
+    res = CliRunner().invoke(main, ["report", *src, "-o", str(out), "--no-figures", "--seed", "0",
+                                    "--permutations", "0", "--sweep-batch", "8", "--sweep-rho", "0.4"])
     assert res.exit_code == 0, res.output
     block = (out / "block.txt").read_text()
     tr = read_trace(DATA / example)
@@ -270,7 +270,7 @@ def test_affinity_dp99_depends_on_the_policy_and_scope_names_the_protocol():
     # the latency proxy is its own column and is the schedule's, not the policy's
     assert rows["lfru"]["delta_latency_p99_causal"] == rows["static"]["delta_latency_p99_causal"]
     assert out["scope"]["static_protocol"].startswith("frozen: pin list fitted once on the 28 even requests")
-    res = CliRunner().invoke(main, ["affinity", str(EXAMPLE_MODEL), "--best-of", "0", "--json", "--policies",
+    res = CliRunner().invoke(main, ["affinity", str(EXAMPLE_MODEL), "--best-of", "0", "--json", "--policy",
                                     "static-same-trace", "--tie-break", "id"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
@@ -290,7 +290,7 @@ def test_affinity_share_is_na_below_the_threshold_and_small_traces_warn(tmp_path
     from expertcache.trace import select_requests
 
     select_requests(tr, np.arange(10), "ten requests").save(tiny)
-    res = CliRunner().invoke(main, ["affinity", str(tiny), "--best-of", "0", "--policies", "lfru"])
+    res = CliRunner().invoke(main, ["affinity", str(tiny), "--best-of", "0", "--policy", "lfru"])
     assert res.exit_code == 0, res.output
     assert "WARNING: the trace has 10 requests but 24 admitted sessions" in res.output
     res = CliRunner().invoke(main, ["experiment", "disciplines", str(tiny), "--tie-break", "id"])
@@ -320,8 +320,8 @@ def _report_files(out: Path) -> dict[str, bytes]:
 def test_two_report_runs_are_byte_identical_and_figures_read_right(tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "rep"
-    args = ["report", "--example", "-o", str(out), "--seeds", "0,1", "--permutations", "3", "--batches", "2,8",
-            "--rhos", "0.3,0.4"]
+    args = ["report", "--example", "-o", str(out), "--seed", "0,1", "--permutations", "3", "--sweep-batch", "2,8",
+            "--sweep-rho", "0.3,0.4"]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     first = _report_files(out)
@@ -396,8 +396,8 @@ def test_b8_is_measured_on_the_bundled_matched_example(tmp_path):
     assert sum(r["arm"] == "fixed" for r in rows) == 16 and len(rows) == 48
     out = tmp_path / "rep"
     res = CliRunner().invoke(main, ["report", str(DATA / "example_matched_trace"), "--labels", str(labels), "-o",
-                                    str(out), "--no-figures", "--seeds", "0", "--permutations", "0", "--batches", "8",
-                                    "--rhos", "0.4"])
+                                    str(out), "--no-figures", "--seed", "0", "--permutations", "0", "--sweep-batch", "8",
+                                    "--sweep-rho", "0.4"])
     assert res.exit_code == 0, res.output
     b8 = _block_line((out / "block.txt").read_text(), "matched-pair attribution (B8)")
     assert b8.startswith("fixed minus diverse arm, union reduction: band 0-16 ")

@@ -16,9 +16,9 @@ ROOT = Path(__file__).resolve().parents[1] / "src" / "expertcache"
 #: Stage of each top-level folder or module, in pipeline order (docs/design.md §1). Equal ranks may import
 #: each other's modules only where no cycle results (checked below).
 RANK = {
-    "": 0, "errors": 0, "storage": 0, "jsonl": 0, "_jit": 0,
+    "": 0, "errors": 0, "storage": 0, "jsonl": 0, "_jit": 0, "frames": 0,
     "trace": 1, "probes": 1,
-    "collect": 2, "events": 2,
+    "collect": 2, "events": 2, "examples": 2,
     "replay": 3,
     "analysis": 4, "timing": 4, "execute": 4, "nextuse": 4, "prefetch": 4, "routers": 4, "audit": 4, "plot": 4, "conformance": 4,
     "experiment": 5, "report": 5,

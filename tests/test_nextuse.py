@@ -127,11 +127,11 @@ def test_nextuse_commands(splits, tmp_path):
                      str(tmp_path / "a.npz"), "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
-    assert set(out["miss_fraction"]) >= {"predicted-next-use", "belady", "lfu"}
+    assert set(out["miss_fraction"]) >= {"predicted_next_use", "belady", "lfu"}   # --json keys are snake_case
     res = run(main, ["replay", str(tmp_path / "h"), "--policy", "predicted-next-use", "--advice",
                      str(tmp_path / "a.npz"), "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["miss_fraction"] == pytest.approx(out["miss_fraction"]["predicted-next-use"])
+    assert json.loads(res.output)["miss_fraction"] == pytest.approx(out["miss_fraction"]["predicted_next_use"])
     res = run(main, ["replay", str(tmp_path / "h"), "--policy", "predicted-next-use"])
     assert res.exit_code == 2 and "needs advice" in res.output
     res = run(main, ["nextuse", "fit", str(tmp_path / "c"), "-o", str(tmp_path / "m.npz")])

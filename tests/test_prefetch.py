@@ -270,7 +270,7 @@ def test_cli_compare_on_the_bundled_example(tmp_path):
     assert rows["next-true"]["hit"] == 1.0 and rows["next-true"]["proactive_loads"] > 0
     assert rows["promoe"]["added_params"] > 0 and rows["lru"]["added_params"] == 0
     assert (tmp_path / "f.png").stat().st_size > 0
-    table = runner.invoke(main, ["prefetch", "compare", "example", "--policies", "lru,te-moe", "-B", "8"])
+    table = runner.invoke(main, ["prefetch", "compare", "example", "--policy", "lru,te-moe", "-C", "8"])
     assert table.exit_code == 0 and "AdjHit" in table.output and "te-moe" in table.output
 
 
@@ -278,7 +278,7 @@ def test_cli_errors_are_one_line(tmp_path):
     runner = CliRunner()
     res = runner.invoke(main, ["prefetch", "compare", str(tmp_path)])
     assert res.exit_code == 2 and "error:" in res.output and "Traceback" not in res.output
-    res = runner.invoke(main, ["prefetch", "compare", "example", "--policies", "belady-prefetch"])
+    res = runner.invoke(main, ["prefetch", "compare", "example", "--policy", "belady-prefetch"])
     assert res.exit_code == 2 and "unknown baseline" in res.output
 
 
@@ -288,8 +288,8 @@ def test_cli_reads_collected_hidden_states(tmp_path):
 
     trace, h16, _ = hidden_trace(n=400, prompt=2)
     write_shard(tmp_path, 0, trace, {"hidden": h16})
-    res = CliRunner().invoke(main, ["prefetch", "compare", str(shard_dir(tmp_path, 0)), "--policies",
-                                    "lru,promoe,finemoe", "-B", "3", "--json"])
+    res = CliRunner().invoke(main, ["prefetch", "compare", str(shard_dir(tmp_path, 0)), "--policy",
+                                    "lru,promoe,finemoe", "-C", "3", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     rows = {r["name"]: r for r in out["rows"]}
@@ -297,8 +297,8 @@ def test_cli_reads_collected_hidden_states(tmp_path):
     assert rows["promoe"]["details"]["feature"] == "hidden"
     assert rows["finemoe"]["details"]["semantic"] == "mean prompt hidden state"
     assert rows["promoe"]["useful_prefetches"] > 0.8 * rows["promoe"]["proactive_loads"]
-    plain = CliRunner().invoke(main, ["prefetch", "compare", str(shard_dir(tmp_path, 0)), "--policies", "promoe",
-                                      "-B", "3", "--json", "--no-hidden"])
+    plain = CliRunner().invoke(main, ["prefetch", "compare", str(shard_dir(tmp_path, 0)), "--policy", "promoe",
+                                      "-C", "3", "--json", "--no-hidden"])
     assert json.loads(plain.output)["rows"][0]["details"]["feature"] == "routing"
 
 
@@ -327,7 +327,7 @@ def test_cli_replay_reproduces_the_clr_example(tmp_path):
     pf[2] = [0.20, 0.65, 0.70, 0.20, 0.45, 0.35]
     save_advice(Advice(priority=prio, prefetch_score=pf), tmp_path / "a.npz")
     res = CliRunner().invoke(main, ["prefetch", "replay", str(tmp_path / "s"), "--advice", str(tmp_path / "a.npz"),
-                                    "--priority", "advice,lru", "-R", "0,2", "-B", "2", "--warmup", "2",
+                                    "--priority", "advice,lru", "-R", "0,2", "-C", "2", "--warmup", "2",
                                     "--tie-break", "id", "--json"])
     assert res.exit_code == 0, res.output
     rows = [json.loads(line) for line in res.output.splitlines()]
@@ -336,9 +336,9 @@ def test_cli_replay_reproduces_the_clr_example(tmp_path):
     assert got == {("advice", 0): (2, 1, 0), ("advice", 2): (2, 0, 1), ("lru", 0): (2, 2, 0), ("lru", 2): (2, 0, 1)}
     adv2 = next(r for r in rows if r["priority"] == "advice" and r["prefetch_budget"] == 2)
     assert adv2["hit"] == 1.0 and adv2["adj_hit"] == pytest.approx(2 / 3)
-    table = CliRunner().invoke(main, ["prefetch", "replay", str(tmp_path / "s"), "-B", "2"])
+    table = CliRunner().invoke(main, ["prefetch", "replay", str(tmp_path / "s"), "-C", "2"])
     assert table.exit_code == 0 and "AdjHit" in table.output
-    bad = CliRunner().invoke(main, ["prefetch", "replay", str(tmp_path / "s"), "--priority", "advice", "-B", "2"])
+    bad = CliRunner().invoke(main, ["prefetch", "replay", str(tmp_path / "s"), "--priority", "advice", "-C", "2"])
     assert bad.exit_code == 2 and "reads advice" in bad.output
 
 
@@ -384,18 +384,18 @@ def test_a_prefill_initialised_stream_counts_decode_only(small, tmp_path):
     assert rep.warmup_events == warm and rep.prefill_init
     assert (lru.accesses, lru.demand_misses, lru.tokens) == (want.union, want.demand_misses, decode_tokens)
     stream.save(tmp_path / "s")
-    res = CliRunner().invoke(main, ["prefetch", "replay", str(tmp_path / "s"), "-B", "5", "--tie-break", "id",
+    res = CliRunner().invoke(main, ["prefetch", "replay", str(tmp_path / "s"), "-C", "5", "--tie-break", "id",
                                     "--json"])
     assert res.exit_code == 0, res.output
     got = json.loads(res.output)
     assert (got["warmup_events"], got["demand_misses"], got["tokens"]) == (warm, want.demand_misses, decode_tokens)
-    cold = CliRunner().invoke(main, ["prefetch", "replay", str(tmp_path / "s"), "-B", "5", "--warmup", "0", "--json"])
+    cold = CliRunner().invoke(main, ["prefetch", "replay", str(tmp_path / "s"), "-C", "5", "--warmup", "0", "--json"])
     assert json.loads(cold.output)["tokens"] > decode_tokens
 
 
 def test_compare_and_replay_reject_out_of_range_lists_and_rho(tmp_path):
     runner = CliRunner()
-    for args in (["--rho", "2"], ["--rho", "-0.5"], ["--policies", ",,"]):
+    for args in (["--rho", "2"], ["--rho", "-0.5"], ["--policy", ",,"]):
         res = runner.invoke(main, ["prefetch", "compare", "example", *args])
         assert res.exit_code == 2 and "Traceback" not in res.output, res.output
         assert ("rho" in res.output) or ("at least one" in res.output)
@@ -468,3 +468,34 @@ def test_routing_semantic_embedding_is_the_unit_prompt_histogram(small):
         want[r] = multi_hot(small.experts[rows].reshape(-1, small.top_k), N).reshape(rows.size, L * N).sum(0)
     want /= np.linalg.norm(want, axis=1, keepdims=True)
     np.testing.assert_array_equal(semantic_embeddings(small, None), want.astype(np.float32))
+
+
+def test_prefetch_advice_command_writes_what_prefetch_replay_reads(tmp_path):
+    """`prefetch advice` makes advice from a stream alone; next-true with R >= k and c >= k hits every access
+    (each event's experts are loaded before it: D = 0, and every proactive load is used), by hand."""
+    from expertcache.events import build_events
+    from expertcache.nextuse import load_advice
+
+    tr = synthesize_trace(SynthConfig(n_layers=2, n_experts=8, top_k=2, n_requests=3, decode_tokens=5,
+                                      working_set=4, seed=4))
+    s = build_events(tr, 1)
+    s.save(tmp_path / "s")
+    run = CliRunner().invoke
+    res = run(main, ["prefetch", "advice", str(tmp_path / "s"), "--producer", "next-true", "-o",
+                     str(tmp_path / "a.npz"), "--json"])
+    assert res.exit_code == 0, res.output
+    info = json.loads(res.output)
+    assert info["fields"] == ["prefetch_score"] and info["replay_priority"] == "lru"
+    adv = load_advice(tmp_path / "a.npz")
+    assert np.array_equal(np.isfinite(adv.prefetch_score).sum(axis=1), np.diff(s.offsets))
+    rep = run(main, ["prefetch", "replay", str(tmp_path / "s"), "--advice", str(tmp_path / "a.npz"), "-R", "2",
+                     "-C", "2", "--json"])
+    assert rep.exit_code == 0, rep.output
+    r = json.loads(rep.output.strip().splitlines()[-1])
+    assert r["demand_misses"] == 0 and r["hit"] == 1.0 and r["useful_prefetches"] == r["proactive_loads"] > 0
+    te = run(main, ["prefetch", "advice", str(tmp_path / "s"), "-o", str(tmp_path / "t.npz")])
+    assert te.exit_code == 0 and "--priority advice" in te.output
+    assert load_advice(tmp_path / "t.npz").fields_present() == ("priority", "prefetch_score")
+    for args, needle in ((["-o", str(tmp_path / "a.npz")], "exists"), (["-o", str(tmp_path / "x.txt")], ".npz")):
+        bad = run(main, ["prefetch", "advice", str(tmp_path / "s"), *args])
+        assert bad.exit_code == 2 and needle in bad.output and "Traceback" not in bad.output

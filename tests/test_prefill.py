@@ -69,7 +69,7 @@ def test_prefill_order_command(trace, tmp_path):
 def test_prefill_gap_command(trace, tmp_path):
     trace.save(tmp_path / "t2")
     res = CliRunner().invoke(main, ["experiment", "prefill-gap", str(tmp_path / "t2"), "--chunk", "8",
-                                    "--seeds", "0,1", "--json"])
+                                    "--seed", "0,1", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert [r["rho"] for r in out["rows"]] == [0.2, 0.3, 0.4]

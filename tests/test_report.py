@@ -85,7 +85,7 @@ def test_report_on_a_stream_marks_the_batch_sweep_not_reported(tmp_path):
 
     build_events(select_requests(example_trace(), range(8)), 4).save(tmp_path / "s")
     res = CliRunner().invoke(main, ["report", str(tmp_path / "s"), "-o", str(tmp_path / "r"), "--no-figures",
-                                    "--permutations", "2", "--seeds", "0,1"])
+                                    "--permutations", "2", "--seed", "0,1"])
     assert res.exit_code == 0, res.output
     data = json.loads((tmp_path / "r" / "report.json").read_text())
     assert data["batch_sweep"].startswith("not reported")
@@ -102,7 +102,7 @@ def test_report_bad_input(tmp_path):
 
 def test_block_bytes_preset_is_labelled_a_projection(tmp_path):
     res = CliRunner().invoke(main, ["report", "--example", "-o", str(tmp_path / "r"), "--no-figures",
-                                    "--permutations", "0", "--seeds", "0", "--batches", "8",
+                                    "--permutations", "0", "--seed", "0", "--sweep-batch", "8",
                                     "--block-bytes-preset", "frontier-reference"])
     assert res.exit_code == 0, res.output
     data = json.loads((tmp_path / "r" / "report.json").read_text())
@@ -128,7 +128,7 @@ def test_report_with_a_nextuse_model(tmp_path):
     run = CliRunner().invoke
     assert run(main, ["nextuse", "fit", str(tmp_path / "calib"), "-o", str(tmp_path / "m.json")]).exit_code == 0
     res = run(main, ["report", str(tmp_path / "held"), "-o", str(tmp_path / "r"), "--no-figures", "--permutations",
-                     "0", "--seeds", "0", "--nextuse-model", str(tmp_path / "m.json")])
+                     "0", "--seed", "0", "--nextuse-model", str(tmp_path / "m.json")])
     assert res.exit_code == 0, res.output
     data = json.loads((tmp_path / "r" / "report.json").read_text())
     assert set(data["nextuse"]["victims"]["in_optimal_set"]) == {"random candidate", "predicted next use", "LRU",

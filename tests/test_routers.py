@@ -631,7 +631,7 @@ def test_cli_train_export_eval(tmp_path, trace_with_arrays):
     assert np.array_equal(adv.prefetch_score, direct.prefetch_score)
     adv.validate(build_events(trace, 2), need=("priority", "prefetch_score"))
     res = run(main, ["routers", "eval", ck, "--trace", str(tdir), "--capacity", "3", "--budget", "2",
-                     "--budgets", "0,1,2", "--capacities", "2,4", "--json"])
+                     "--sweep-budget", "0,1,2", "--sweep-capacity", "2,4", "--json"])
     assert res.exit_code == 0, res.output
     ev = json.loads(res.output)
     methods = [r["method"] for r in ev["table"]]
@@ -690,9 +690,9 @@ def test_cli_eval_export_bad_options_are_one_line(tmp_path, trace_with_arrays, m
     cases = [
         (["eval", ck, "--trace", str(tdir), "--capacity", "0"], "capacity B must be in [1, N)"),
         (["eval", ck, "--trace", str(tdir), "--capacity", str(N)], "capacity B must be in [1, N)"),
-        (["eval", ck, "--trace", str(tdir), "--capacity", "3", "--capacities", "2,9"], "capacity B must be in"),
+        (["eval", ck, "--trace", str(tdir), "--capacity", "3", "--sweep-capacity", "2,9"], "capacity B must be in"),
         (["eval", ck, "--trace", str(tdir), "--capacity", "3", "--budget", "-1"], "R >= 0"),
-        (["eval", ck, "--trace", str(tdir), "--capacity", "3", "--budgets", "0,-2"], "R >= 0"),
+        (["eval", ck, "--trace", str(tdir), "--capacity", "3", "--sweep-budget", "0,-2"], "R >= 0"),
         (["eval", ck, "--trace", str(tdir), "--capacity", "3", "--tasks", str(tmp_path / "bin.jsonl"),
           "--model", str(tmp_path)], "UTF-8"),
         (["export", ck, "--trace", str(tdir), "-o", str(tmp_path / "no" / "a.npz")], "does not exist"),
@@ -899,7 +899,7 @@ def test_routers_eval_and_prefetch_compare_score_the_baselines_under_one_protoco
         ev = json.loads(res.output)
         assert ev["scope"]["protocol"].startswith("per-request prefill-initialised decode")
         res = run(main, ["prefetch", "compare", str(tdir), "--calibration", str(tdir), "--capacity", "3",
-                         "--policies", "lru,lfu,lrfu,least-stale", "--tie-break", tie, "--expert-bytes", "1000000",
+                         "--policy", "lru,lfu,lrfu,least-stale", "--tie-break", tie, "--expert-bytes", "1000000",
                          "--json"])
         assert res.exit_code == 0, res.output
         cmp_rows = {r["name"]: r for r in json.loads(res.output)["rows"]}
@@ -991,3 +991,51 @@ def test_routers_eval_holds_the_prefetch_baselines_in_the_same_table(tmp_path, t
     res = run(main, ["routers", "eval", ck, "--trace", str(tdir), "--capacity", "3", "--baselines", str(tdir),
                      "--batch", "2"])
     assert res.exit_code == 2 and "--baselines" in res.output
+
+
+def test_training_log_hit_is_what_routers_eval_prints(tmp_path, trace_with_arrays):
+    """`--eval-trace` logs the live Temporal Router's Hit; it equals `routers eval` on the checkpoint of that step.
+
+    The two sides share no code path for the weights: the log reads the live torch modules, `routers eval`
+    reads the safetensors checkpoint written after the step.
+    """
+    import json
+
+    from click.testing import CliRunner
+
+    from expertcache.cli import main
+    from expertcache.routers.checkpoint import read_trainer_state
+
+    tdir, trace, hidden, logits = trace_with_arrays
+    run = CliRunner().invoke
+    for steps in (2, 4):
+        ck = str(tmp_path / f"ck{steps}")
+        res = run(main, ["routers", "train", "--trace", str(tdir), "--capacity", "3", "--max-steps", str(steps),
+                         "--batch-size", "16", "--grad-accum", "1", "--lr", "0.05", "--eval-trace", str(tdir),
+                         "--eval-every", "2", "-o", ck, "--json"])
+        assert res.exit_code == 0, res.output
+        hist = read_trainer_state(ck)["history"]
+        logged = [rec.get("hit") for rec in hist]
+        assert [h is not None for h in logged] == [(i + 1) % 2 == 0 for i in range(steps)]
+        assert json.loads(res.output)["final"]["hit"] == logged[-1]
+        ev = run(main, ["routers", "eval", ck, "--trace", str(tdir), "--capacity", "3", "--json"])
+        assert ev.exit_code == 0, ev.output
+        row = next(r for r in json.loads(ev.output)["table"] if r["method"] == "Temporal Router")
+        assert logged[-1] == row["hit"]
+
+
+def test_eval_trace_errors_are_one_line(tmp_path, trace_with_arrays):
+    from click.testing import CliRunner
+
+    from expertcache.cli import main
+
+    tdir = str(trace_with_arrays[0])
+    run = CliRunner().invoke
+    base = ["routers", "train", "--trace", tdir, "--capacity", "3", "--max-steps", "1", "-o", str(tmp_path / "c")]
+    for extra, needle in ((["--eval-every", "2"], "--eval-every needs --eval-trace"),
+                          (["--eval-trace", tdir, "--eval-every", "-1"], "--eval-every takes N >= 0"),
+                          (["--eval-trace", str(tmp_path / "nope")], "nope")):
+        res = run(main, base + extra)
+        assert res.exit_code == 2, (extra, res.output)
+        assert needle in res.output and "Traceback" not in res.output
+        assert not (tmp_path / "c").exists()

@@ -291,10 +291,132 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
         fh.write(data)
 
 
-def write_table(directory: Path, name: str, table: pa.Table) -> dict[str, Any]:
-    """Write ``table`` as ``directory/name`` (zstd Parquet); return its manifest entry."""
+# ----------------------------------------------------------------------------- self-describing outputs
+#: Prefix of the Parquet key-value metadata keys this tool writes (``expertcache.tool_version``, ...).
+PARQUET_META_PREFIX = "expertcache."
+
+
+def parquet_metadata(row: str, *, shape: tuple[int, int, int] | None = None,
+                     **fields: Any) -> dict[str, str]:
+    """The key-value metadata of a Parquet file this tool writes (docs/design.md §3).
+
+    Parameters
+    ----------
+    row
+        What one row of the table is, in words (``"one (token, layer): the top-k experts routed"``).
+    shape
+        The model shape ``(L, N, k)`` where known: ``n_layers``, ``n_experts``, ``top_k``.
+    fields
+        Further facts (the stream a table was computed from, ...); ``None`` values are left out,
+        others are written as text (a dict or list as JSON).
+
+    Returns
+    -------
+    dict
+        ``{"expertcache.tool_version": ..., "expertcache.schema_version": "1", "expertcache.row": row, ...}``.
+    """
+    meta: dict[str, Any] = {"tool_version": __version__, "schema_version": SCHEMA_VERSION, "row": row}
+    if shape is not None:
+        meta.update(zip(("n_layers", "n_experts", "top_k"), (int(x) for x in shape), strict=True))
+    meta.update({k: v for k, v in fields.items() if v is not None})
+    return {PARQUET_META_PREFIX + k: v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
+            for k, v in meta.items()}
+
+
+def with_metadata(table: pa.Table, row: str, *, shape: tuple[int, int, int] | None = None,
+                  **fields: Any) -> pa.Table:
+    """``table`` with :func:`parquet_metadata` merged into its schema metadata (other keys kept)."""
+    old = dict(table.schema.metadata or {})
+    old.update({k.encode(): v.encode() for k, v in parquet_metadata(row, shape=shape, **fields).items()})
+    return table.replace_schema_metadata(old)
+
+
+def write_parquet(path: str | os.PathLike[str], table: pa.Table, row: str, *,
+                  shape: tuple[int, int, int] | None = None, compression: str = "zstd", **fields: Any) -> None:
+    """Write ``table`` to ``path`` as Parquet carrying :func:`parquet_metadata` (the one Parquet writer)."""
+    pq.write_table(with_metadata(table, row, shape=shape, **fields), path, compression=compression)
+
+
+def read_parquet_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The ``expertcache.*`` metadata of a Parquet file, prefix dropped; ``{}`` for a file without any.
+
+    Files written before the metadata existed read as ``{}``; nothing else about reading them changes.
+    """
+    raw = pq.read_schema(path).metadata or {}
+    n = len(PARQUET_META_PREFIX)
+    return {k.decode()[n:]: v.decode() for k, v in raw.items() if k.decode(errors="replace").startswith(
+        PARQUET_META_PREFIX)}
+
+
+def stored_source(directory: str | os.PathLike[str], role: str = "stream") -> dict[str, Any]:
+    """Name a stored input in a record: ``{role: path, role_manifest_sha256: sha256 of its manifest.json}``.
+
+    The manifest holds the sha256 of every data file, so its hash identifies the data; ``None`` when the
+    directory has no manifest (an input that is not a stored object).
+    """
+    path = Path(directory)
+    manifest = path / MANIFEST
+    sha = sha256_file(manifest) if manifest.is_file() else None
+    return {role: str(path), f"{role}_manifest_sha256": sha}
+
+
+def stream_source(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """:func:`stored_source` of an event-stream directory: ``{"stream": ..., "stream_manifest_sha256": ...}``."""
+    return stored_source(directory, "stream")
+
+
+#: Keys whose values are stored data echoed as recorded (request ids, file names as keys): never renamed.
+VERBATIM_KEYS = frozenset({"provenance", "requests", "categories", "files"})
+
+
+def snake_keys(obj: Any) -> Any:
+    """``obj`` with every ``-`` in a mapping key written ``_`` (``belady-forced`` -> ``belady_forced``).
+
+    A name used as a key (a policy, a semantics) thus reads like every other field; the values under
+    :data:`VERBATIM_KEYS` are left as stored.
+    """
+    if isinstance(obj, dict):
+        return {(k.replace("-", "_") if isinstance(k, str) else k): (v if k in VERBATIM_KEYS else snake_keys(v))
+                for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [snake_keys(v) for v in obj]
+    return obj
+
+
+def json_record(obj: Any, *, snake: bool = False) -> dict[str, Any]:
+    """``obj`` (a mapping) with ``schema_version`` and ``tool_version`` first (docs/design.md §5).
+
+    An object that already has a ``schema_version`` (a stored manifest) keeps its own. With ``snake``,
+    keys go through :func:`snake_keys` (every ``--json`` line does).
+    """
+    body = {"schema_version": SCHEMA_VERSION, "tool_version": __version__, **dict(obj)}
+    return snake_keys(body) if snake else body
+
+
+def json_text(obj: Any, *, indent: int | None = None, snake: bool = False) -> str:
+    """One JSON document (no trailing newline) of :func:`json_record`: keys sorted, values not JSON-native
+    (paths, numpy scalars) as text. Every JSON file and ``--json`` line of the tool goes through it."""
+    return json.dumps(json_record(obj, snake=snake), indent=indent, sort_keys=True, default=_jsonable)
+
+
+def _jsonable(x: Any) -> Any:
+    item = getattr(x, "item", None)            # numpy scalars
+    if callable(item):
+        try:
+            return item()
+        except (TypeError, ValueError):
+            pass
+    tolist = getattr(x, "tolist", None)        # numpy arrays
+    if callable(tolist):
+        return tolist()
+    return str(x)
+
+
+def write_table(directory: Path, name: str, table: pa.Table, row: str = "", *,
+                shape: tuple[int, int, int] | None = None, **fields: Any) -> dict[str, Any]:
+    """Write ``table`` as ``directory/name`` (zstd Parquet, :func:`write_parquet`); return its manifest entry."""
     path = directory / name
-    pq.write_table(table, path, compression="zstd")
+    write_parquet(path, table, row or f"a row of {name}", shape=shape, **fields)
     return {"sha256": sha256_file(path), "rows": table.num_rows}
 
 

@@ -14,7 +14,8 @@ import numpy as np
 
 from ..events import EventStream
 
-__all__ = ["ReferenceFrame", "REFERENCE_FRAME", "output_tokens", "TrafficReading", "traffic_reading"]
+__all__ = ["ReferenceFrame", "REFERENCE_FRAME", "output_tokens", "TrafficReading", "traffic_reading",
+           "recorded_block_bytes", "ReplayBytes", "replay_bytes"]
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -38,10 +39,50 @@ class ReferenceFrame:
 REFERENCE_FRAME = ReferenceFrame()
 
 
-def output_tokens(stream: EventStream) -> int:
-    """Decode tokens executed: ``sum over steps of |A(s)|`` (one active count per step)."""
+def output_tokens(stream: EventStream, warmup_events: int = 0) -> int:
+    """Decode tokens executed: ``sum over steps of |A(s)|`` (one active count per step).
+
+    With ``warmup_events = W`` only the steps whose first event is counted (index ``>= W``)
+    contribute, as for the timing model's tokens.
+    """
     _, first = np.unique(stream.step, return_index=True)
-    return int(stream.active[first].sum())
+    return int(stream.active[first[first >= warmup_events]].sum())
+
+
+def recorded_block_bytes(stream: EventStream) -> int | None:
+    """The expert block size (bytes) the stream's manifest, or its trace's, declares (``expert_block_bytes``)."""
+    prov = stream.provenance
+    for p in (prov, prov.get("trace_provenance") or {}):
+        value = p.get("expert_block_bytes") if isinstance(p, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+@dataclass(frozen=True)
+class ReplayBytes:
+    """Bytes one replay moves: ``transferred * expert_block_bytes``, and per output token.
+
+    ``output_tokens`` counts the steps of counted events (:func:`output_tokens` after the
+    warm-up); ``bytes_per_output_token`` is ``None`` when no token is counted.
+    """
+
+    expert_block_bytes: int
+    source: str
+    bytes_moved: int
+    output_tokens: int
+    bytes_per_output_token: float | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def replay_bytes(stream: EventStream, transferred: int, block_bytes: int, warmup_events: int = 0,
+                 source: str = "given") -> ReplayBytes:
+    """Bytes moved by a replay of ``stream`` that transferred ``transferred`` blocks of ``block_bytes`` each."""
+    tokens = output_tokens(stream, warmup_events)
+    moved = int(transferred) * int(block_bytes)
+    return ReplayBytes(int(block_bytes), source, moved, tokens, moved / tokens if tokens else None)
 
 
 @dataclass(frozen=True)

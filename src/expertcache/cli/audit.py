@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from .main import _console, _guard, _progress, _require_new
+from .main import _console, _echo_json, _guard, _progress, _require_new
 
 
 def _is_trace(path: str) -> bool:
@@ -102,7 +102,7 @@ def audit(path: str, labels: str | None, prompts: str | None, bands: str, cohort
     if out:
         _write_json(out, result)
     if as_json:
-        click.echo(json.dumps(result, sort_keys=True))
+        _echo_json(result)
         return
     _print(result)
     if out:
@@ -175,11 +175,11 @@ def _check_out(out: str) -> None:
 
 
 def _write_json(out: str, result: dict[str, Any]) -> None:
-    from ..storage import atomic_write_bytes
+    from ..storage import atomic_write_bytes, json_text
 
     target = Path(out)
     target.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(target, (json.dumps(result, indent=2, sort_keys=True) + "\n").encode())
+    atomic_write_bytes(target, (json_text(result, indent=2) + "\n").encode())
 
 
 def _print(result: dict[str, Any]) -> None:

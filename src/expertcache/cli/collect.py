@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from .main import _guard
+from .main import _echo_json, _guard, _require_extra
 
 
 @click.command("collect")
@@ -40,6 +38,7 @@ def collect(model: str, prompts: str, out: str, max_new_tokens: int, max_prompt_
     Greedy decoding, chat template with reasoning disabled, prefill and decode
     routing recorded separately; sharded, hashed and resumable (docs/collect.md).
     """
+    _require_extra("collect", "torch", "transformers", "safetensors")
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -73,7 +72,7 @@ def collect(model: str, prompts: str, out: str, max_new_tokens: int, max_prompt_
     info = result.to_dict()
     info["tokens_per_s"] = totals["tokens"] / totals["seconds"] if totals["seconds"] > 0 else None
     if as_json:
-        click.echo(json.dumps(info, sort_keys=True))
+        _echo_json(info)
     elif result.already_complete:
         click.echo(f"{out}: already complete ({result.n_requests} requests, {result.n_tokens} tokens); nothing to do")
     else:

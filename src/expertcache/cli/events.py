@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from .main import (
+    _echo_json,
     _fail,
     _guard,
     _require_new,
+    _working,
     main,
 )
 
@@ -35,9 +35,10 @@ def events() -> None:
               show_default=True, help="Execution order of the warm-up prefill.")
 @click.option("-o", "--out", required=True, type=click.Path(file_okay=False), help="Stream directory to create.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output directory.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was written as one JSON object.")
 @_guard
 def events_build(trace_dir: str, batch: int, offsets: str, seed: int, prefill_init: bool, prefill_chunk: int,
-                 prefill_order: str, out: str, overwrite: bool) -> None:
+                 prefill_order: str, out: str, overwrite: bool, as_json: bool) -> None:
     """Schedule the decode routing of TRACE_DIR under FCFS continuous batching."""
 
     from ..events import ArrivalOffsets, build_events
@@ -47,14 +48,18 @@ def events_build(trace_dir: str, batch: int, offsets: str, seed: int, prefill_in
     if batch < 1:
         _fail(f"--batch must be a positive integer; got {batch}")
     offs = ArrivalOffsets.parse(offsets, seed=seed)
-    if prefill_init:
-        from ..events.prefill import prefill_initialised_events
+    with _working("building events"):
+        if prefill_init:
+            from ..events.prefill import prefill_initialised_events
 
-        stream = prefill_initialised_events(read_trace(trace_dir), batch, prefill_chunk, prefill_order, offs)
-    else:
-        stream = build_events(read_trace(trace_dir), batch, offs)
-    stream.save(out, overwrite=overwrite)
+            stream = prefill_initialised_events(read_trace(trace_dir), batch, prefill_chunk, prefill_order, offs)
+        else:
+            stream = build_events(read_trace(trace_dir), batch, offs)
+        stream.save(out, overwrite=overwrite)
     warm = int(stream.provenance.get("warmup_events", 0))
+    if as_json:
+        _echo_json(_written(out, stream))
+        return
     click.echo(f"wrote {out}: {stream.n_events} events, union {stream.union}, logical {stream.logical} "
                f"(union/logical {stream.union / stream.logical:.4f})"
                + (f"; the first {warm} are prefill warm-up events (not counted by replay)" if warm else ""))
@@ -67,16 +72,32 @@ def events_build(trace_dir: str, batch: int, offsets: str, seed: int, prefill_in
 @click.option("--top-k", "-k", type=int, required=True, help="Experts per token k.")
 @click.option("-o", "--out", required=True, type=click.Path(file_okay=False), help="Stream directory to create.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output directory.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was written as one JSON object.")
 @_guard
-def events_import(events_jsonl: str, layers: int, experts: int, top_k: int, out: str, overwrite: bool) -> None:
+def events_import(events_jsonl: str, layers: int, experts: int, top_k: int, out: str, overwrite: bool,
+                  as_json: bool) -> None:
     """Import EVENTS_JSONL (event records, docs/design.md §3), e.g. a hand-written stream."""
 
     from ..events import import_events_jsonl
 
     _require_new(out, overwrite)
-    stream = import_events_jsonl(events_jsonl, layers, experts, top_k)
-    stream.save(out, overwrite=overwrite)
+    with _working("importing events"):
+        stream = import_events_jsonl(events_jsonl, layers, experts, top_k)
+        stream.save(out, overwrite=overwrite)
+    if as_json:
+        _echo_json(_written(out, stream))
+        return
     click.echo(f"wrote {out}: {stream.n_events} events, union {stream.union}, logical {stream.logical}")
+
+
+def _written(out: str, stream) -> dict:
+    """What ``events build`` and ``events import`` wrote, as the record their ``--json`` prints."""
+    from ..storage import stream_source
+
+    return {**stream_source(out), "n_layers": stream.n_layers, "n_experts": stream.n_experts,
+            "top_k": stream.top_k, "n_events": stream.n_events, "union": stream.union, "logical": stream.logical,
+            "union_over_logical": stream.union / stream.logical if stream.logical else None,
+            "warmup_events": int(stream.provenance.get("warmup_events", 0))}
 
 
 @events.command("info")
@@ -103,9 +124,12 @@ def events_info(stream_dir: str, rho: float, as_json: bool) -> None:
             "capacity_caveat": shape_caveat(s.provenance, s.n_experts), "mean_event_ratio": rg.r_mean,
             "fraction_events_over_capacity": rg.r_fraction_over_1, "provenance": s.provenance}
     if as_json:
-        click.echo(json.dumps(info, sort_keys=True))
+        _echo_json(info)
         return
     caveat = info.pop("capacity_caveat")
+    from ..trace.provenance import provenance_summary
+
+    info["provenance"] = provenance_summary(s.provenance) + " (--json for all)"
     for key, value in info.items():
         click.echo(f"{key:30s} {value:.4f}" if isinstance(value, float) else f"{key:30s} {value}")
         if caveat and key in ("n_experts", "capacity_mean", "fraction_events_over_capacity"):
@@ -145,7 +169,7 @@ def events_export(stream_dir: str, fmt: str, scope: str, rho: float, out: str, o
     info = {"path": str(Path(stream_dir)), "manifest_sha256": sha256_file(Path(stream_dir) / MANIFEST)}
     result = export_stream(stream, out, fmt, scope, rho, overwrite=overwrite, stream_info=info)
     if as_json:
-        click.echo(json.dumps(result.to_dict(), sort_keys=True))
+        _echo_json(result.to_dict())
         return
     n = sum(t.n_requests for t in result.traces)
     click.echo(f"wrote {len(result.traces)} {fmt} trace(s), {n:,} requests, to {out} "

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
-from .main import _guard
+from .main import _echo_json, _guard, _require_extra, read_calibration
 
 
 def _policies(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
@@ -30,7 +29,7 @@ def _policies(ctx: click.Context, param: click.Parameter, value: str) -> list[st
 @click.option("--out", "-o", "out", type=click.Path(), required=True, help="Run directory to create.")
 @click.option("--policy", "-p", "policies", default="lru", show_default=True, callback=_policies,
               help="Comma list of controller policies, or 'all' (every policy needing no extra input).")
-@click.option("--rho", type=float, default=0.5, show_default=True,
+@click.option("--rho", type=float, default=0.4, show_default=True,
               help="Residency fraction: per-layer quota floor(rho*L*N + 0.5) split as in docs/semantics.md.")
 @click.option("--scope", type=click.Choice(["per-layer", "global"]), default="per-layer", show_default=True)
 @click.option("--contract", type=click.Choice(["fused", "serialized"]), default="fused", show_default=True,
@@ -77,6 +76,7 @@ def execute(model: str, prompts: str | None, out: str, policies: list[str], rho:
     (events/, for `expertcache replay`), counts.json and timings.parquet; and checks that replay of the
     recorded trace predicts the executor's transfers layer by layer.
     """
+    _require_extra("execute", "torch", "transformers", "safetensors")
     from ..errors import ValidationError
     from ..events import ArrivalOffsets
     from ..execute.config import ExecuteConfig
@@ -105,7 +105,7 @@ def execute(model: str, prompts: str | None, out: str, policies: list[str], rho:
         if calibration is None:
             raise ValidationError("policy static needs --calibration (a stream or trace directory)",
                                   field="calibration")
-        calib = _read_calibration(calibration, batch, offs)
+        calib = read_calibration(calibration, batch, offs)
     adv = None
     if "predicted-next-use" in policies:
         if advice_path is None:
@@ -133,26 +133,9 @@ def execute(model: str, prompts: str | None, out: str, policies: list[str], rho:
         result = run_execute(model, prompts, out, configs, calibration=calib, advice_from=advice_from, advice=adv,
                              reference=not no_reference, overwrite=overwrite, progress=progress)
     if as_json:
-        click.echo(json.dumps(result.to_dict(), sort_keys=True, default=str))
+        _echo_json(result.to_dict())
         return
     _print(result)
-
-
-def _read_calibration(path: str, batch: int, offsets: Any) -> Any:
-    from pathlib import Path
-
-    from ..errors import ValidationError
-    from ..events import build_events, read_events
-    from ..trace import read_trace
-
-    try:
-        kind = __import__("json").loads((Path(path) / "manifest.json").read_text()).get("kind")
-    except (OSError, ValueError):
-        raise ValidationError("expected a stream or trace directory with a manifest.json",
-                              source=path, field="calibration") from None
-    if kind == "event_stream":
-        return read_events(path)
-    return build_events(read_trace(path), batch, offsets)
 
 
 def _print(result: Any) -> None:

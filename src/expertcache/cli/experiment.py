@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import click
 
 from .main import (
     _csv,
+    _echo_json,
     _fail,
     _guard,
+    _working,
     main,
+    read_calibration,
+    read_calibration_input,
 )
 
 _TIE = click.option("--tie-break", type=click.Choice(["random", "id"]), default="random", show_default=True,
@@ -31,7 +32,7 @@ def _warn(scope: dict) -> None:
 @click.option("--batch", "-B", type=int, default=8, show_default=True, help="Sessions served per step.")
 @click.option("--window", "-W", type=int, default=4, show_default=True, help="Max steps between services.")
 @click.option("--rho", type=float, default=0.4, show_default=True)
-@click.option("--policies", default="lfru,static", show_default=True, callback=_csv(str, "policies"),
+@click.option("--policy", "policies", default="lfru,static", show_default=True, callback=_csv(str, "policies"),
               help="'static' is frozen (pin list fitted once on the calibration requests, §8.3); "
                    "'static-same-trace' is the diagnostic refitted on each scheduler's trajectory.")
 @click.option("--calibration", type=click.Path(), default=None,
@@ -53,7 +54,7 @@ def affinity_cmd(trace_dir: str, admitted: int, batch: int, window: int, rho: fl
     """
     import numpy as np
 
-    from ..events import build_events, read_events
+    from ..events import build_events
     from ..events.rotation import RotationConfig, best_of_n_estimate
     from ..experiment.scoped import (
         SHARE_MIN_GAIN,
@@ -62,7 +63,6 @@ def affinity_cmd(trace_dir: str, admitted: int, batch: int, window: int, rho: fl
         small_trace_warnings,
     )
     from ..replay import ReplayConfig
-    from ..storage import MANIFEST
     from ..trace import read_trace, select_requests
 
     cfg = RotationConfig(admitted, batch, window)
@@ -72,9 +72,7 @@ def affinity_cmd(trace_dir: str, admitted: int, batch: int, window: int, rho: fl
     calib, trace, fit = None, full, "n/a (no frozen 'static' policy requested)"
     if "static" in policies:
         if calibration:
-            kind = json.loads((Path(calibration) / MANIFEST).read_text()).get("kind") \
-                if (Path(calibration) / MANIFEST).is_file() else None
-            calib = build_events(read_trace(calibration), batch) if kind == "routing_trace" else read_events(calibration)
+            calib = read_calibration(calibration, batch)
             fit = f"frozen: pin list fitted once on {calibration}, used on every trajectory"
         else:
             idx = np.arange(full.n_requests)
@@ -84,10 +82,11 @@ def affinity_cmd(trace_dir: str, admitted: int, batch: int, window: int, rho: fl
                    f"used on every trajectory of the {trace.n_requests} odd requests")
     if "static-same-trace" in policies:
         fit += "; static-same-trace: diagnostic, refitted on each scheduler's own trajectory"
-    rows, stats = affinity_experiment(trace, cfg, rho, tuple(policies), calibration=calib, tie_break=tie_break,
-                                      seed=seed)
-    bound = best_of_n_estimate(trace, cfg, n_draws) if n_draws > 0 else None
-    scope = scope_block(trace, rho, batch, f"rotation, {admitted} admitted, {batch} served",
+    with _working("affinity: replaying every scheduler"):
+        rows, stats = affinity_experiment(trace, cfg, rho, tuple(policies), calibration=calib, tie_break=tie_break,
+                                          seed=seed)
+        bound = best_of_n_estimate(trace, cfg, n_draws) if n_draws > 0 else None
+    scope = scope_block(trace, rho, f"B = {batch}", f"rotation, {admitted} admitted, {batch} served",
                         f"W = {window} (max inter-service interval)")
     scope["replay"] = "event-atomic, full trajectories"
     scope["static_protocol"] = fit
@@ -118,7 +117,7 @@ def affinity_cmd(trace_dir: str, admitted: int, batch: int, window: int, rho: fl
 def _scoped(scope: dict, as_json: bool, payload: dict) -> bool:
     """Print ``{"scope": ..., **payload}`` as JSON (True: done) or the D4 scope line before a table (False)."""
     if as_json:
-        click.echo(json.dumps({"scope": scope, **payload}, sort_keys=True))
+        _echo_json({"scope": scope, **payload})
         return True
     click.echo("scope: " + "; ".join(f"{k} {v}" for k, v in scope.items()))
     return False
@@ -137,7 +136,12 @@ def _split_trace(trace_dir: str, calibration: str | None):
 
     trace = read_trace(trace_dir)
     if calibration:
-        return trace, read_trace(calibration), "calibration trace " + calibration
+        cal = read_calibration_input(calibration)
+        from ..events import EventStream
+
+        what = ("calibration stream (its own B, at every B) " if isinstance(cal, EventStream)
+                else "calibration trace ")
+        return trace, cal, what + calibration
     idx = np.arange(trace.n_requests)
     return (select_requests(trace, idx[1::2], "odd requests"), select_requests(trace, idx[0::2], "even requests"),
             "even requests of the same trace (disjoint from the evaluated odd ones)")
@@ -146,8 +150,9 @@ def _split_trace(trace_dir: str, calibration: str | None):
 @experiment.command("static-vs-dynamic")
 @click.argument("trace_dir", type=click.Path())
 @click.option("--calibration", type=click.Path(), default=None,
-              help="Calibration trace for the pin list (default: even requests; odd ones are evaluated).")
-@click.option("--batches", default="2,4,8,16", show_default=True, callback=_csv(int, "integers"))
+              help="Calibration trace or stream for the pin list (default: even requests; odd ones are evaluated).")
+@click.option("--batch", "-B", "batches", default="2,4,8,16", show_default=True, callback=_csv(int, "integers"),
+              help="Comma list of concurrencies B.")
 @click.option("--rho", type=float, default=0.4, show_default=True)
 @_TIE
 @_SEED
@@ -161,7 +166,8 @@ def experiment_static(trace_dir: str, calibration: str | None, batches: list[int
 
     ReplayConfig(rho=rho)
     trace, calib, fit = _split_trace(trace_dir, calibration)
-    rows, scope = static_vs_dynamic(trace, calib, batches, rho, tie_break, seed)
+    with _working("static vs dynamic"):
+        rows, scope = static_vs_dynamic(trace, calib, batches, rho, tie_break, seed)
     scope["static_fit_source"] = fit
     if _scoped(scope, as_json, {"rows": [r.to_dict() for r in rows]}):
         return
@@ -174,7 +180,7 @@ def experiment_static(trace_dir: str, calibration: str | None, batches: list[int
 @experiment.command("disciplines")
 @click.argument("trace_dir", type=click.Path())
 @click.option("--calibration", type=click.Path(), default=None,
-              help="Calibration trace for the pin list (default: even requests; odd ones are evaluated).")
+              help="Calibration trace or stream for the pin list (default: even requests; odd ones are evaluated).")
 @click.option("--batch", "-B", type=int, default=8, show_default=True)
 @click.option("--admitted", "-A", type=int, default=24, show_default=True)
 @click.option("--window", "-W", type=int, default=4, show_default=True)
@@ -191,7 +197,8 @@ def experiment_disciplines(trace_dir: str, calibration: str | None, batch: int, 
 
     ReplayConfig(rho=rho)
     trace, calib, fit = _split_trace(trace_dir, calibration)
-    rows, scope = service_disciplines(trace, calib, batch, admitted, window, rho, tie_break, seed)
+    with _working("service disciplines"):
+        rows, scope = service_disciplines(trace, calib, batch, admitted, window, rho, tie_break, seed)
     scope["static_fit_source"] = fit
     if _scoped(scope, as_json, {"rows": [r.to_dict() for r in rows]}):
         return
@@ -205,7 +212,7 @@ def experiment_disciplines(trace_dir: str, calibration: str | None, batch: int, 
 @click.argument("trace_dir", type=click.Path())
 @click.option("--chunk", type=int, default=16, show_default=True, help="Prefill chunk size in tokens.")
 @click.option("--rho", type=float, default=0.4, show_default=True)
-@click.option("--policies", default="lru,belady", show_default=True, callback=_csv(str, "policies"))
+@click.option("--policy", "policies", default="lru,belady", show_default=True, callback=_csv(str, "policies"))
 @click.option("--json", "as_json", is_flag=True)
 @_guard
 def experiment_prefill(trace_dir: str, chunk: int, rho: float, policies: list[str], as_json: bool) -> None:
@@ -220,10 +227,11 @@ def experiment_prefill(trace_dir: str, chunk: int, rho: float, policies: list[st
     for p in policies:
         ReplayConfig(p, rho=rho)
     trace = read_trace(trace_dir)
-    streams = {o: prefill_events(trace, chunk, o) for o in ORDERS}
-    rows = [{"order": o, "scope": sc, "policy": p, "transferred": replay(s, ReplayConfig(p, rho=rho, scope=sc)).transferred,
-             "logical": s.logical}
-            for o, s in streams.items() for sc in ("per-layer", "global") for p in policies]
+    with _working("prefill orders"):
+        streams = {o: prefill_events(trace, chunk, o) for o in ORDERS}
+        rows = [{"order": o, "scope": sc, "policy": p, "transferred": replay(s, ReplayConfig(p, rho=rho, scope=sc)).transferred,
+                 "logical": s.logical}
+                for o, s in streams.items() for sc in ("per-layer", "global") for p in policies]
     lengths = np.bincount(trace.request[trace.phase == PREFILL], minlength=trace.n_requests)
     est = uniform_prefill_estimate(trace.n_layers, trace.n_experts, trace.top_k, int(lengths[lengths > 0].mean()),
                                    chunk, rho)
@@ -242,8 +250,8 @@ def experiment_prefill(trace_dir: str, chunk: int, rho: float, policies: list[st
 @experiment.command("prefill-gap")
 @click.argument("trace_dir", type=click.Path())
 @click.option("--chunk", type=int, default=128, show_default=True, help="Prefill block size in tokens.")
-@click.option("--rhos", default="0.2,0.3,0.4", show_default=True, callback=_csv(float, "numbers"))
-@click.option("--seeds", default="0,1,2,3,4", show_default=True, callback=_csv(int, "integers"))
+@click.option("--rho", "rhos", default="0.2,0.3,0.4", show_default=True, callback=_csv(float, "numbers"))
+@click.option("--seed", "seeds", default="0,1,2,3,4", show_default=True, callback=_csv(int, "integers"))
 @click.option("--order", type=click.Choice(["chunk-major", "layer-major"]), default="chunk-major", show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @_guard
@@ -259,8 +267,9 @@ def experiment_prefill_gap(trace_dir: str, chunk: int, rhos: list[float], seeds:
     for r in rhos:
         ReplayConfig(rho=r)
     trace = read_trace(trace_dir)
-    stream = prefill_events(trace, chunk, order)
-    rows = [gap_decomposition(stream, r, seeds=tuple(seeds)).to_dict() for r in rhos]
+    with _working("prefill gap"):
+        stream = prefill_events(trace, chunk, order)
+        rows = [gap_decomposition(stream, r, seeds=tuple(seeds)).to_dict() for r in rhos]
     scope = scope_block(trace, rhos, "one request at a time", f"prefill, {chunk}-token blocks, {order}", "n/a")
     if _scoped(scope, as_json, {"rows": rows}):
         return
@@ -281,8 +290,8 @@ def experiment_prefill_gap(trace_dir: str, chunk: int, rhos: list[float], seeds:
                    "10,25,50,100 that the smallest category can fill].")
 @click.option("--warm", type=int, default=None, help="Requests of the source category that warm the cache "
               "[default: the largest window].")
-@click.option("--rhos", default="0.2,0.3,0.4", show_default=True, callback=_csv(float, "numbers"))
-@click.option("--seeds", default="0,1,2", show_default=True, callback=_csv(int, "integers"),
+@click.option("--rho", "rhos", default="0.2,0.3,0.4", show_default=True, callback=_csv(float, "numbers"))
+@click.option("--seed", "seeds", default="0,1,2", show_default=True, callback=_csv(int, "integers"),
               help="Request-order seeds.")
 @click.option("--batch", "-B", type=int, default=8, show_default=True)
 @click.option("--threshold", type=float, default=0.10, show_default=True, help="Criterion: gap >= threshold.")
@@ -300,7 +309,8 @@ def experiment_transition(trace_dir: str, labels: str | None, windows: list[int]
     if batch < 1:
         _fail(f"--batch must be a positive integer; got {batch}")
     trace = read_trace(trace_dir)
-    units, scope = warm_transition(trace, labels, windows, rhos, seeds, batch, warm, threshold=threshold)
+    with _working("warm transitions"):
+        units, scope = warm_transition(trace, labels, windows, rhos, seeds, batch, warm, threshold=threshold)
     if _scoped(scope, as_json, {"units": [u.to_dict() for u in units]}):
         return
     click.echo(f"{'A -> B':28s} {'N':>4s} {'rho':>5s} {'seed':>4s} {'best causal':>12s} {'m':>8s} {'belady':>8s} "
@@ -342,7 +352,8 @@ def experiment_partition(trace_dir: str, labels: str | None, groups: str | None,
     parts = [[c.strip() for c in g.split(",") if c.strip()] for g in groups.split(";")] if groups else None
     if parts is not None and any(not p for p in parts):
         _fail(f"--groups has an empty partition: {groups!r}; expected e.g. 'math;code;*'")
-    res, scope = category_partition(read_trace(trace_dir), labels, parts, slots, rho, batch, policy, seed)
+    with _working("category partition"):
+        res, scope = category_partition(read_trace(trace_dir), labels, parts, slots, rho, batch, policy, seed)
     if _scoped(scope, as_json, {"result": res.to_dict()}):
         return
     for g, sl, sh, u in zip(res.partitions, res.slots, res.logical_share, res.per_step_union, strict=True):

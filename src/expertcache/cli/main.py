@@ -38,6 +38,65 @@ def _require_new(out: str, overwrite: bool, *, file: bool = False) -> None:
         _fail(str(exc))
 
 
+def _echo_json(obj: Any) -> None:
+    """Print ``obj`` as one JSON line carrying ``schema_version`` and ``tool_version`` (docs/design.md §5).
+
+    Every ``--json`` output goes through here: one object for a single result, one per line (JSON Lines)
+    for per-run records; keys are snake_case (a policy name used as a key is written ``belady_forced``).
+    """
+    from ..storage import json_text
+
+    click.echo(json_text(obj, snake=True))
+
+
+#: Optional modules, the extra (pyproject.toml) that installs each, and the commands whose extra it is.
+_OPTIONAL = {"torch": None, "transformers": None, "safetensors": None, "tokenizers": None,
+             "ray": "ray", "matplotlib": "plot", "sklearn": "nextuse", "libcachesim": "libcachesim"}
+_MODEL_EXTRAS = {"collect": "collect", "routers": "routers", "execute": "execute"}
+
+
+def _absent(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):         # a broken install, or blocked (sys.modules[name] = None)
+        return True
+
+
+def _command_path() -> str:
+    ctx = click.get_current_context(silent=True)
+    return ctx.command_path if ctx is not None else "expertcache"
+
+
+def _missing_line(modules: list[str], extra: str) -> str:
+    """The one line for missing optional modules (docs/design.md §5)."""
+    return (f"`{_command_path()}` needs {', '.join(modules)}, which {'is' if len(modules) == 1 else 'are'} not "
+            f"installed: pip install 'expertcache[{extra}]'")
+
+
+def _require_extra(extra: str, *modules: str) -> None:
+    """Fail with one line naming ``pip install 'expertcache[EXTRA]'`` when any of ``modules`` is missing.
+
+    Called first by the commands that need an optional extra (``collect``, ``execute``, ``routers``), before
+    any input is read, as ``--plot`` does for matplotlib.
+    """
+    missing = [m for m in modules if _absent(m)]
+    if missing:
+        _fail(_missing_line(missing, extra))
+
+
+def _extra_for(module: str) -> str | None:
+    """The extra that installs ``module`` for the running command, or None for a module that is not optional."""
+    root = module.split(".")[0]
+    if root not in _OPTIONAL:
+        return None
+    if _OPTIONAL[root] is not None:
+        return _OPTIONAL[root]
+    words = _command_path().split()
+    return _MODEL_EXTRAS.get(words[1] if len(words) > 1 else "", "collect")
+
+
 def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn package errors into a one-line message and exit status 2.
 
@@ -53,6 +112,11 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except ExpertCacheError as exc:
             _fail(str(exc))
+        except ModuleNotFoundError as exc:   # an optional dependency imported deep inside: the extra to install
+            extra = _extra_for(exc.name or "")
+            if extra is None:
+                raise
+            _fail(_missing_line([(exc.name or "").split(".")[0]], extra))
         except BrokenPipeError:
             raise
         except OSError as exc:  # unreadable input, full disk: the user's environment, not a bug
@@ -143,7 +207,121 @@ def _progress(total_hint: int | None = None):
 
     console = Console(stderr=True)
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=console, transient=True, disable=not console.is_terminal)
+                    console=console, transient=True, disable=_QUIET or not console.is_terminal)
+
+
+class _working:
+    """An indeterminate progress bar with elapsed time for one long call (``with _working("building events"):``)."""
+
+    def __init__(self, description: str) -> None:
+        self.description = description
+
+    def __enter__(self) -> Any:
+        import logging
+
+        logging.getLogger("expertcache.cli").info("%s ...", self.description)
+        self._bar = _progress()
+        self._bar.__enter__()
+        self._bar.add_task(self.description, total=None)
+        return self._bar
+
+    def __exit__(self, *exc: Any) -> None:
+        self._bar.__exit__(*exc)
+
+
+def read_calibration(path: str, batch: int | None = None, offsets: Any = None, *, what: str = "--calibration") -> Any:
+    """A calibration input as an event stream: a stream directory as it is, a trace as its FCFS decode events.
+
+    A trace is built at ``batch`` (and ``offsets``); without ``batch`` at the concurrency of the stream it
+    calibrates is unknown, so the caller passes the evaluated stream's own B.
+    """
+    import json
+    from pathlib import Path
+
+    from ..errors import ValidationError
+    from ..events import build_events, read_events
+    from ..trace import read_trace
+
+    try:
+        kind = json.loads((Path(path) / "manifest.json").read_text()).get("kind")
+    except (OSError, ValueError, AttributeError):
+        raise ValidationError(f"{what}: expected a stream or trace directory with a manifest.json",
+                              source=path, field="calibration") from None
+    if kind == "event_stream":
+        return read_events(path)
+    return build_events(read_trace(path), batch or 1, offsets)
+
+
+def _stream_batch(stream: Any) -> int:
+    """The concurrency B a stream was built at (its provenance), for a calibration trace built alike; else 1."""
+    b = stream.provenance.get("batch")
+    return int(b) if isinstance(b, int) and not isinstance(b, bool) and b >= 1 else 1
+
+
+def read_calibration_input(path: str) -> Any:
+    """A calibration input as it is: a :class:`~expertcache.trace.RoutingTrace` or an event stream."""
+    import json
+    from pathlib import Path
+
+    from ..errors import ValidationError
+    from ..events import read_events
+    from ..trace import read_trace
+
+    try:
+        kind = json.loads((Path(path) / "manifest.json").read_text()).get("kind")
+    except (OSError, ValueError, AttributeError):
+        raise ValidationError("--calibration: expected a stream or trace directory with a manifest.json",
+                              source=path, field="calibration") from None
+    return read_events(path) if kind == "event_stream" else read_trace(path)
+
+
+#: Option spellings renamed for one convention (docs/cli.md): a quantity's option takes one value or a comma
+#: list (``--rho``, ``--policy``, ``--seed``), a sweep beside a single value is ``--sweep-X``, a cache capacity
+#: is ``--capacity/-C``. The old spellings still work for a while, with a note on stderr.
+RENAMED: dict[tuple[str, ...], dict[str, str]] = {
+    ("report",): {"--seeds": "--seed", "--rhos": "--sweep-rho", "--batches": "--sweep-batch"},
+    ("align",): {"--batches": "--sweep-batch"},
+    ("affinity",): {"--policies": "--policy"},
+    ("experiment", "static-vs-dynamic"): {"--batches": "--batch"},
+    ("experiment", "prefill-order"): {"--policies": "--policy"},
+    ("experiment", "prefill-gap"): {"--rhos": "--rho", "--seeds": "--seed"},
+    ("experiment", "transition"): {"--rhos": "--rho", "--seeds": "--seed"},
+    ("prefetch", "compare"): {"--policies": "--policy", "-B": "-C"},
+    ("prefetch", "replay"): {"-B": "-C"},
+    ("routers", "eval"): {"--budgets": "--sweep-budget", "--capacities": "--sweep-capacity"},
+}
+
+
+def _renamed(args: list[str]) -> list[str]:
+    """``args`` with the old spellings of :data:`RENAMED` replaced (a note on stderr for each)."""
+    words: list[str] = []
+    for a in args:                      # the command path: the leading words (root options such as -v skipped)
+        if a.startswith("-"):
+            if words:
+                break
+            continue
+        words.append(a)
+        if len(words) == 2:
+            break
+    path = tuple(words)
+    root = args[:args.index(words[0])] if words else []
+    quiet = "-q" in root or "--quiet" in root
+    key = path if path in RENAMED else path[:1]
+    table = RENAMED.get(key, {})
+    if not table:
+        return args
+    out = []
+    for a in args:
+        name, eq, value = a.partition("=")
+        if len(name) > 2 and not name.startswith("--") and name[:2] in table:   # -B8
+            name, eq, value = name[:2], "", a[2:]
+        new = table.get(name) if a.startswith("-") else None
+        if new is not None:
+            if not quiet:
+                click.echo(f"note: {name} is now spelled {new} ('expertcache {' '.join(key)} -h')", err=True)
+            a = new + eq + value
+        out.append(a)
+    return out
 
 
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
@@ -154,6 +332,7 @@ class _Main(click.Group):
     like every other error a user can cause (``error: ...; see 'expertcache CMD -h'``)."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # type: ignore[override]
+        args = _renamed(list(sys.argv[1:] if args is None else args))
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
@@ -174,8 +353,40 @@ class _Main(click.Group):
         sys.exit(rv if isinstance(rv, int) and not isinstance(rv, bool) else 0)
 
 
+def _set_verbosity(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """``-v``/``-q`` on the root: the ``expertcache`` logger's level (stderr), and ``-q`` hides progress bars."""
+    ctx.meta[f"expertcache.{param.name}"] = value
+    configure_logging(ctx.meta.get("expertcache.verbose", 0), ctx.meta.get("expertcache.quiet", False))
+    return value
+
+
+def configure_logging(verbose: int = 0, quiet: bool = False) -> None:
+    """Log records of ``expertcache.*`` to stderr: warnings by default, ``-v`` info, ``-vv`` debug, ``-q`` errors."""
+    import logging
+
+    global _QUIET
+    _QUIET = bool(quiet)
+    level = logging.ERROR if quiet else (logging.WARNING, logging.INFO)[min(verbose, 1)] if verbose < 2 \
+        else logging.DEBUG
+    logger = logging.getLogger("expertcache")
+    logger.setLevel(level)
+    if not any(getattr(h, "_expertcache", False) for h in logger.handlers):
+        handler = logging.StreamHandler()        # sys.stderr at emit time (works under test runners too)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        handler._expertcache = True              # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.propagate = False
+
+
+_QUIET = False
+
+
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="expertcache")
+@click.option("-v", "--verbose", count=True, expose_value=False, is_eager=True, callback=_set_verbosity,
+              help="Log what the command does to stderr (-v info, -vv debug).")
+@click.option("-q", "--quiet", is_flag=True, expose_value=False, is_eager=True, callback=_set_verbosity,
+              help="Only errors on stderr: no progress bars, no notes.")
 def main() -> None:
     """Measure Mixture-of-Experts expert caching honestly.
 

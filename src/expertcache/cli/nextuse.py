@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from .main import (
+    _echo_json,
     _fail,
     _guard,
     _require_new,
+    _working,
     main,
 )
 
@@ -28,8 +28,10 @@ def nextuse() -> None:
 @click.option("--max-rows", type=int, default=200_000, show_default=True, help="Rows sampled for fitting.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--overwrite", is_flag=True, help="Replace an existing model file.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_guard
-def nextuse_fit(stream_dir: str, kind: str, out: str, max_rows: int, seed: int, overwrite: bool) -> None:
+def nextuse_fit(stream_dir: str, kind: str, out: str, max_rows: int, seed: int, overwrite: bool,
+                as_json: bool) -> None:
     """Fit a next-use-distance predictor on STREAM_DIR's access features."""
     from ..events import read_events
     from ..nextuse import GradientBoostedNextUse, LinearNextUse, access_features, transfer_r2
@@ -38,11 +40,19 @@ def nextuse_fit(stream_dir: str, kind: str, out: str, max_rows: int, seed: int, 
     if not out.endswith(want):
         _fail(f"{out}: a {kind} model is written as {want}")
     _require_new(out, overwrite, file=True)
-    f = access_features(read_events(stream_dir))
-    model = (LinearNextUse.fit(f, max_rows, seed) if kind == "linear"
-             else GradientBoostedNextUse.fit(f, max_rows=max_rows, seed=seed))
+    with _working(f"fitting a {kind} next-use model"):
+        f = access_features(read_events(stream_dir))
+        model = (LinearNextUse.fit(f, max_rows, seed) if kind == "linear"
+                 else GradientBoostedNextUse.fit(f, max_rows=max_rows, seed=seed))
     model.save(out)
-    click.echo(f"wrote {out}: {kind} model, in-sample R2 {transfer_r2(model, f):.3f}")
+    r2 = transfer_r2(model, f)
+    if as_json:
+        from ..storage import stream_source
+
+        _echo_json({"out": out, "model": kind, "in_sample_r2": r2, "max_rows": max_rows, "seed": seed,
+                    **stream_source(stream_dir)})
+        return
+    click.echo(f"wrote {out}: {kind} model, in-sample R2 {r2:.3f}")
 
 
 @nextuse.command("eval")
@@ -73,12 +83,13 @@ def nextuse_eval(model_path: str, stream_dir: str, rho: float, scope: str, seed:
         _require_new(advice_out, overwrite, file=True)
     model = load_predictor(model_path)
     stream = read_events(stream_dir)
-    f = access_features(stream)
-    advice = advice_from_predictions(f, model.predict(f.X), {"model": model_path})
-    miss = {p: replay(stream, ReplayConfig(p, rho=rho, scope=scope, seed=seed)).miss_fraction
-            for p in (*CAUSAL_POLICIES, "belady")}
-    miss["predicted-next-use"] = replay(stream, ReplayConfig("predicted-next-use", rho=rho, scope=scope, seed=seed),
-                                        advice=advice).miss_fraction
+    with _working("predicting next use and replaying"):
+        f = access_features(stream)
+        advice = advice_from_predictions(f, model.predict(f.X), {"model": model_path})
+        miss = {p: replay(stream, ReplayConfig(p, rho=rho, scope=scope, seed=seed)).miss_fraction
+                for p in (*CAUSAL_POLICIES, "belady")}
+        miss["predicted-next-use"] = replay(stream, ReplayConfig("predicted-next-use", rho=rho, scope=scope,
+                                                                 seed=seed), advice=advice).miss_fraction
     best = min(CAUSAL_POLICIES, key=lambda p: (miss[p], p))
     gap = miss[best] - miss["belady"]
     out = {"transfer_r2": transfer_r2(model, f), "miss_fraction": miss, "best_causal": best,
@@ -89,7 +100,7 @@ def nextuse_eval(model_path: str, stream_dir: str, rho: float, scope: str, seed:
         with atomic_file(advice_out) as tmp:
             save_advice(advice, tmp)
     if as_json:
-        click.echo(json.dumps(out, sort_keys=True))
+        _echo_json(out)
         return
     click.echo(f"transfer R2 on log next-use distance: {out['transfer_r2']:.3f}")
     for p, m in miss.items():
@@ -124,12 +135,13 @@ def nextuse_victims(model_path: str, stream_dir: str, rho: float, scope: str, se
         _fail("--every and --bootstrap must be >= 1")
     model = load_predictor(model_path)
     stream = read_events(stream_dir)
-    f = access_features(stream)
-    advice = advice_from_predictions(f, model.predict(f.X), {"model": model_path})
-    rep = score_decisions(record_decisions(stream, advice, rho, scope, seed, every, candidates=candidates), n_boot,
-                          seed)
+    with _working("ranking victims"):
+        f = access_features(stream)
+        advice = advice_from_predictions(f, model.predict(f.X), {"model": model_path})
+        rep = score_decisions(record_decisions(stream, advice, rho, scope, seed, every, candidates=candidates),
+                              n_boot, seed)
     if as_json:
-        click.echo(json.dumps(rep.to_dict(), sort_keys=True))
+        _echo_json(rep.to_dict())
         return
     click.echo(f"{rep.n_decisions} sampled decisions (every {every}th); candidate set: {rep.candidates}; "
                f"mean candidate set {rep.mean_candidates:.1f}, "

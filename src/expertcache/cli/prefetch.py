@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
-from .main import _console, _guard, _progress, _require_new
+from .main import _console, _echo_json, _fail, _guard, _progress, _require_new
 
 
 @click.group("prefetch")
@@ -64,9 +63,10 @@ def _hidden(trace_dir: str | None, use: bool):
 @click.argument("source", type=click.Path())
 @click.option("--calibration", type=click.Path(file_okay=False), default=None,
               help="Trace the predictors and stores are fitted on (default: the even requests of SOURCE; "
-                   "its odd requests are evaluated).")
-@click.option("--rho", type=float, default=0.25, show_default=True, help="Residency fraction (per-layer quotas).")
-@click.option("--capacity", "-B", type=int, default=None, help="Experts per layer (CLR's B); overrides --rho.")
+                   "its odd requests are evaluated). A trace, not a stream: they learn from token-level routing.")
+@click.option("--rho", type=float, default=0.25, show_default=True,
+              help="Residency fraction (per-layer quotas); 0.25 is CLR's setting, B = 8 of N = 32.")
+@click.option("--capacity", "-C", type=int, default=None, help="Experts per layer (CLR's B); overrides --rho.")
 @click.option("--budget", "-R", type=int, default=None,
               help="Candidate budget R of prefetching rows [default: 75% of the smallest capacity].")
 @click.option("--batch", type=int, default=1, show_default=True, help="FCFS continuous-batching concurrency.")
@@ -81,7 +81,7 @@ def _hidden(trace_dir: str | None, use: bool):
 @click.option("--expert-bytes", type=int, default=None,
               help="Bytes per expert block (S_expert) for Load/token in MB [default: the trace's "
                    "expert_block_bytes when its manifest declares one, else Load/token is in blocks].")
-@click.option("--policies", default=None, help="Comma list of baselines [default: all].")
+@click.option("--policy", "policies", default=None, help="Comma list of baselines [default: all].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Tie ranks and store sampling.")
 @click.option("--tie-break", type=click.Choice(["random", "id"]), default="random", show_default=True)
 @click.option("--hidden/--no-hidden", "use_hidden", default=True, show_default=True,
@@ -120,7 +120,10 @@ def compare_cmd(source: str, calibration: str | None, rho: float, capacity: int 
         if not isinstance(calib, RoutingTrace):
             from ..errors import ValidationError
 
-            raise ValidationError("--calibration must be a routing trace directory", source=calibration)
+            raise ValidationError("--calibration must be a routing trace directory: the predictors and stores "
+                                  "learn from token-level routing (request, position, layer), which an event "
+                                  "stream no longer holds; give the trace the stream was built from",
+                                  source=calibration)
         hidden_cal, _ = _hidden(cal_dir, use_hidden and hidden is not None)
         if hidden_cal is None:
             hidden = None
@@ -135,7 +138,7 @@ def compare_cmd(source: str, calibration: str | None, rho: float, capacity: int 
     if plot_path:
         plot_compare(report, plot_path)
     if as_json:
-        click.echo(json.dumps(report.to_dict()))
+        _echo_json(report.to_dict())
         return
     from rich.table import Table
 
@@ -196,6 +199,49 @@ def _ints(text: str, name: str) -> list[int]:
     return out
 
 
+@prefetch.command("advice")
+@click.argument("stream_dir", type=click.Path(file_okay=False))
+@click.option("--producer", type=click.Choice(["te-moe", "te-moe-oracle", "next-true"]), default="te-moe",
+              show_default=True,
+              help="te-moe: each option window's experts from the previous window (causal); te-moe-oracle: from "
+                   "the window itself (an upper bound); next-true: every event's own experts (an oracle).")
+@click.option("--option-steps", type=int, default=4, show_default=True, help="Steps per option window (te-moe).")
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False), help="Advice .npz to write.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing advice file.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@_guard
+def advice_cmd(stream_dir: str, producer: str, option_steps: int, out: str, overwrite: bool, as_json: bool) -> None:
+    """Write a stream-only prefetch baseline's advice (priority and/or prefetch_score) for `prefetch replay`."""
+    from ..events import read_events
+    from ..nextuse import save_advice
+    from ..prefetch.options import next_true, option_set
+    from ..storage import atomic_file
+
+    if not out.endswith(".npz"):
+        _fail(f"{out}: advice is written as .npz")
+    _require_new(out, overwrite, file=True)
+    stream = read_events(stream_dir)
+    warm = int(stream.provenance.get("warmup_events", 0) or 0)
+    mask = None
+    if warm:
+        import numpy as np
+
+        mask = np.arange(stream.n_events) >= warm
+    produced = (next_true(stream, mask) if producer == "next-true"
+                else option_set(stream, option_steps, "past" if producer == "te-moe" else "future", mask))
+    with atomic_file(out) as tmp:
+        save_advice(produced.advice, tmp)
+    info = {"out": out, "producer": producer, "fields": list(produced.advice.fields_present()),
+            "replay_priority": produced.priority, "prefetch": produced.prefetch,
+            "availability": produced.availability, "n_events": stream.n_events}
+    if as_json:
+        _echo_json(info)
+        return
+    click.echo(f"wrote {out}: {producer} advice ({', '.join(info['fields'])}) for {stream.n_events} events; "
+               f"replay it with --priority {produced.priority} -R <budget>; decision availability: "
+               f"{produced.availability}")
+
+
 @prefetch.command("replay")
 @click.argument("stream_dir", type=click.Path(file_okay=False))
 @click.option("--advice", "advice_path", type=click.Path(dir_okay=False), default=None,
@@ -205,7 +251,7 @@ def _ints(text: str, name: str) -> list[int]:
 @click.option("--budget", "-R", default="0", show_default=True,
               help="Comma list of candidate budgets R (0 = no pre-access refinement); one replay each.")
 @click.option("--rho", type=float, default=0.4, show_default=True, help="Residency fraction (per-layer quotas).")
-@click.option("--capacity", "-B", type=int, default=None, help="Experts per layer (CLR's B); overrides --rho.")
+@click.option("--capacity", "-C", type=int, default=None, help="Experts per layer (CLR's B); overrides --rho.")
 @click.option("--warmup", type=int, default=None,
               help="Leading events that fill the cache but are not counted (e.g. prefill events) [default: the "
                    "stream's own warm-up, as written by `expertcache events build --prefill-init`, else 0].")
@@ -243,8 +289,10 @@ def replay_cmd(stream_dir: str, advice_path: str | None, priority: str, budget: 
                                   warmup_events=warmup, lrfu_lambda=lrfu_lambda, expert_bytes=expert_bytes)
             results.append(replay_proactive(stream, cfg, advice))
     if as_json:
+        from ..storage import stream_source
+
         for res in results:
-            click.echo(json.dumps(res.to_dict(per_layer=False)))
+            _echo_json({**res.to_dict(per_layer=False), **stream_source(stream_dir)})
         return
     from rich.table import Table
 

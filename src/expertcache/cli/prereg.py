@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
+from .main import _echo_json
 from .spec import _console, _guard
 
 
@@ -32,7 +31,7 @@ def prereg_freeze(criteria: str, out: str, results: str | None, spec_file: str |
 
     path, sha = freeze(load_criteria(criteria), out, results=results, spec=spec_file, force=force)
     if as_json:
-        click.echo(json.dumps({"path": str(path), "sha256": sha}, sort_keys=True))
+        _echo_json({"path": str(path), "sha256": sha})
         return
     click.echo(f"froze {path} (sha256 {sha}); publish this hash before reading results")
 
@@ -49,7 +48,7 @@ def prereg_evaluate(document: str, results: str, force: bool, as_json: bool) -> 
 
     outcome = evaluate(document, results, force=force)
     if as_json:
-        click.echo(json.dumps(outcome.to_dict(), sort_keys=True))
+        _echo_json(outcome.to_dict())
         return
     from rich.table import Table
 
@@ -70,10 +69,14 @@ def prereg_evaluate(document: str, results: str, force: bool, as_json: bool) -> 
 
 @prereg.command("verify")
 @click.argument("document", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @_guard
-def prereg_verify(document: str) -> None:
+def prereg_verify(document: str, as_json: bool) -> None:
     """Check that DOCUMENT is unchanged since it was frozen (its hash and every recorded read)."""
     from ..experiment.prereg import verify
 
     _, sha = verify(document)
+    if as_json:
+        _echo_json({"path": document, "sha256": sha, "unchanged": True})
+        return
     click.echo(f"{document}: unchanged since freezing (sha256 {sha})")

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from .main import _console, _guard, _require_new
+from .main import _console, _echo_json, _guard, _require_new
 
 
 @click.group("probe")
@@ -58,7 +56,7 @@ def build(sources_dir: str | None, source_items: tuple[str, ...], wrappers: str 
     ps = build_probe_set(sources, wrappers, config)
     write_probe_set(ps, out, overwrite=overwrite)
     if as_json:
-        click.echo(json.dumps({"out": out, **ps.manifest}, sort_keys=True))
+        _echo_json({"out": out, **ps.manifest})
         return
     cells = ps.manifest["cells"]
     click.echo(f"wrote {out}: {ps.manifest['n_records']} records ({ps.manifest['n_fixed']} in the fixed arm), "
@@ -77,7 +75,7 @@ def audit_prompts(prompts: str, by_split: bool, as_json: bool) -> None:
     rows = prompt_diagnostics(read_prompts(prompts), by_split=by_split)
     if as_json:
         for r in rows:
-            click.echo(json.dumps(r.to_dict(), sort_keys=True))
+            _echo_json(r.to_dict())
         return
     print_prompt_table(rows)
 

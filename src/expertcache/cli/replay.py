@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import replace
 
@@ -11,19 +10,22 @@ import click
 from .main import (
     _console,
     _csv,
+    _echo_json,
     _fail,
     _guard,
     _progress,
     _require_new,
     _rho_list,
+    _stream_batch,
     main,
+    read_calibration,
 )
 
 
 def _policy_help() -> str:
     from ..replay.policies import POLICIES  # no numba: the registry is plain data
 
-    return "Comma list of: " + ", ".join(POLICIES) + "."
+    return "Comma list of: " + ", ".join(POLICIES) + ", or a policy a --plugin file registers."
 
 
 @main.command("replay")
@@ -51,6 +53,12 @@ def _policy_help() -> str:
                    "warm-up (streams built with --prefill-init), else 0].")
 @click.option("--advice", "advice_path", type=click.Path(dir_okay=False), default=None,
               help="Advice .npz for predicted-next-use (from `expertcache nextuse eval --advice-out`).")
+@click.option("--plugin", "plugins", multiple=True, type=click.Path(dir_okay=False),
+              help="Python file that registers policies (register_policy(NAME, key=...), docs/policies.md); "
+                   "it is executed. Repeatable.")
+@click.option("--expert-bytes", type=int, default=None,
+              help="Bytes of one expert block, for bytes moved and bytes per output token [default: the "
+                   "stream's or its trace's manifest expert_block_bytes (collect records it), else not reported].")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run (JSON Lines).")
 @click.option("--per-layer", "show_layers", is_flag=True, help="Also print the per-layer table.")
 @click.option("--jobs", "-j", type=int, default=1, show_default=True,
@@ -61,11 +69,20 @@ def _policy_help() -> str:
 @_guard
 def replay_cmd(stream_dir: str, policies: list[str], rhos: list[float], scope: str, semantics: list[str],
                tie_break: str, seed: int, calibration: str | None, lfu_in_cache_counters: bool,
-               lrfu_lambda: float, warmup_events: int | None, advice_path: str | None, as_json: bool, show_layers: bool, jobs: int, plot_path: str | None,
+               lrfu_lambda: float, warmup_events: int | None, advice_path: str | None, plugins: tuple[str, ...],
+               expert_bytes: int | None, as_json: bool, show_layers: bool, jobs: int, plot_path: str | None,
                overwrite: bool) -> None:
     """Replay STREAM_DIR for every (policy, semantics, rho) and report transfers (§2.4)."""
     from ..events import read_events
     from ..replay import ReplayConfig
+
+    if expert_bytes is not None and expert_bytes < 1:
+        _fail(f"--expert-bytes must be a positive integer; got {expert_bytes}")
+    if plugins:
+        from ..replay.policies import load_plugin
+
+        for path in plugins:
+            load_plugin(path)
 
     configs = [ReplayConfig(policy=p, rho=r, scope=scope, semantics=s, tie_break=tie_break, seed=seed,
                             lfu_in_cache_counters=lfu_in_cache_counters, lrfu_lambda=lrfu_lambda,
@@ -82,7 +99,7 @@ def replay_cmd(stream_dir: str, policies: list[str], rhos: list[float], scope: s
     stream = read_events(stream_dir)
     if warmup_events is None and stream.provenance.get("warmup_events"):
         configs = [replace(c, warmup_events=int(stream.provenance["warmup_events"])) for c in configs]
-    calib = read_events(calibration) if calibration else None
+    calib = read_calibration(calibration, _stream_batch(stream)) if calibration else None
     advice = None
     if advice_path:
         from ..nextuse import load_advice
@@ -96,18 +113,48 @@ def replay_cmd(stream_dir: str, policies: list[str], rhos: list[float], scope: s
         from ..plot import plot_miss_ratio_curves
 
         plot_miss_ratio_curves(results, plot_path)
+    traffic = _bytes_of(stream, results, expert_bytes)
     if as_json:
-        for res in results:
-            click.echo(json.dumps(res.to_dict(), sort_keys=True))
+        from ..storage import stream_source
+
+        source = stream_source(stream_dir)
+        for res, tr in zip(results, traffic, strict=True):
+            _echo_json({**res.to_dict(), **_bytes_fields(tr, stream, res), **source})
         return
-    _print_results(results, show_layers)
+    _print_results(results, show_layers, traffic)
     if plot_path:
         click.echo(f"wrote {plot_path}")
 
 
-def _print_results(results: list, show_layers: bool) -> None:
+def _bytes_of(stream, results: list, expert_bytes: int | None) -> list:
+    """Per result, the bytes it moved (:func:`expertcache.analysis.replay_bytes`), or None without a block size."""
+    from ..analysis.traffic import recorded_block_bytes, replay_bytes
+
+    block, source = expert_bytes, "--expert-bytes"
+    if block is None:
+        block, source = recorded_block_bytes(stream), "manifest expert_block_bytes"
+    if block is None:
+        return [None] * len(results)
+    return [replay_bytes(stream, r.transferred, block, r.warmup_events, source) for r in results]
+
+
+def _bytes_fields(tr, stream, result) -> dict:
+    """JSON fields of the bytes a run moved (null when no block size is known)."""
+    if tr is None:
+        from ..analysis.traffic import output_tokens
+
+        return {"expert_block_bytes": None, "expert_block_bytes_source": None, "bytes_moved": None,
+                "output_tokens": output_tokens(stream, result.warmup_events), "bytes_per_output_token": None}
+    return {"expert_block_bytes": tr.expert_block_bytes, "expert_block_bytes_source": tr.source,
+            "bytes_moved": tr.bytes_moved, "output_tokens": tr.output_tokens,
+            "bytes_per_output_token": tr.bytes_per_output_token}
+
+
+def _print_results(results: list, show_layers: bool, traffic: list | None = None) -> None:
     from rich.table import Table
 
+    traffic = traffic or [None] * len(results)
+    with_bytes = traffic[0] is not None if traffic else False
     console = _console()
     if results:
         r = results[0]
@@ -116,14 +163,21 @@ def _print_results(results: list, show_layers: bool) -> None:
                       "(deduplication: the scheduler's, never a policy's)"
                       + (f"; after {r.warmup_events} warm-up events (replayed, not counted)" if r.warmup_events
                          else ""))
+        if with_bytes:
+            t = traffic[0]
+            console.print(f"expert block {t.expert_block_bytes:,} B ({t.source}); {t.output_tokens} output tokens")
     table = Table(title="effective miss fraction m = transferred / logical (§2.4)")
-    for col in ("policy", "semantics", "rho", "capacity", "transferred", "initial", "hits", "misses", "m"):
+    cols = ("policy", "semantics", "rho", "capacity", "transferred", "initial", "hits", "misses", "m") + \
+        (("MB moved", "B/token") if with_bytes else ())
+    for col in cols:
         text = col in ("policy", "semantics")
         table.add_column(col, justify="left" if text else "right", no_wrap=True)
-    for r in results:
+    for r, t in zip(results, traffic, strict=True):
+        extra = (f"{t.bytes_moved / 1e6:.3f}", "-" if t.bytes_per_output_token is None
+                 else f"{t.bytes_per_output_token:,.0f}") if t is not None else ()
         table.add_row(r.policy, r.semantics, f"{r.rho:g}" if r.rho is not None else "-", str(r.capacity_total),
                       str(r.transferred), str(r.initial_load), str(r.hits), str(r.demand_misses),
-                      f"{r.miss_fraction:.2%}")
+                      f"{r.miss_fraction:.2%}", *extra)
     console.print(table)
     if show_layers:
         for r in results:
@@ -156,8 +210,8 @@ def conformance(as_json: bool) -> None:
         r = replay(s, replace(CONFORMANCE_CONFIG, semantics=sem))
         out[sem] = {"hits": r.hits, "misses": r.demand_misses, "expected_hits": hits, "expected_misses": misses}
         ok &= (r.hits, r.demand_misses) == (hits, misses)
-    if as_json:
-        click.echo(json.dumps({"ok": ok, "union": s.union, **out}, sort_keys=True))
+    if as_json:     # one row per semantics: values are never keys (docs/design.md §5)
+        _echo_json({"ok": ok, "union": s.union, "rows": [{"semantics": sem, **v} for sem, v in out.items()]})
     else:
         click.echo(f"conformance trace: 3 layers x 4 experts x 5 steps, {s.union} union accesses; "
                    "lru, rho=0.5 (c_l=2), tie-break id")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from .main import (
     _console,
     _csv,
+    _echo_json,
     _fail,
     _guard,
     _progress,
@@ -41,7 +40,7 @@ def demo(batch: int, rho: float, seed: int, example: str, as_json: bool) -> None
 
         report = run_demo(batch=batch, rho=rho, seed=seed, progress=tick, example=example)
     if as_json:
-        click.echo(json.dumps(report.to_dict(), sort_keys=True))
+        _echo_json(report.to_dict())
         return
     from rich.table import Table
 
@@ -76,11 +75,11 @@ def demo(batch: int, rho: float, seed: int, example: str, as_json: bool) -> None
 @click.option("--scope", type=click.Choice(["per-layer", "global"]), default="per-layer", show_default=True)
 @click.option("--batch", "-B", type=int, default=8, show_default=True, help="Concurrency when SOURCE is a trace.")
 @click.option("--offsets", default="zero", show_default=True, help="Arrival offsets when SOURCE is a trace.")
-@click.option("--seeds", default="0,1,2,3,4", show_default=True, callback=_csv(int, "integers"),
+@click.option("--seed", "seeds", default="0,1,2,3,4", show_default=True, callback=_csv(int, "integers"),
               help="Tie seeds for the gap (spread = implementation stability).")
-@click.option("--batches", default="1,2,4,8,16", show_default=True, callback=_csv(int, "integers"),
+@click.option("--sweep-batch", "batches", default="1,2,4,8,16", show_default=True, callback=_csv(int, "integers"),
               help="B sweep (traces only).")
-@click.option("--rhos", default="0.2,0.3,0.4", show_default=True, callback=_csv(float, "numbers"),
+@click.option("--sweep-rho", "rhos", default="0.2,0.3,0.4", show_default=True, callback=_csv(float, "numbers"),
               help="rho sweep.")
 @click.option("--permutations", type=int, default=5, show_default=True, help="Step permutations (§6.5).")
 @click.option("--block-bytes", type=float, default=None,
@@ -101,12 +100,14 @@ def demo(batch: int, rho: float, seed: int, example: str, as_json: bool) -> None
 @click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Worker processes (0 = all cores).")
 @click.option("--no-figures", is_flag=True, help="Skip the figures (no matplotlib needed).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output directory.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print {out, files, report} as one JSON object (report: what report.json holds).")
 @_guard
 def report_cmd(source: str | None, example: bool, out: str, rho: float, scope: str, batch: int, offsets: str,
                seeds: list[int], batches: list[int], rhos: list[float], permutations: int,
                block_bytes: float | None, block_bytes_preset: str | None, target_tokens_per_s: float | None,
                bandwidth: float | None, nextuse_model: str | None, labels: str | None, prompts: str | None,
-               jobs: int, no_figures: bool, overwrite: bool) -> None:
+               jobs: int, no_figures: bool, overwrite: bool, as_json: bool) -> None:
     """Measure SOURCE (a trace or stream directory) and write the reporting block, tables and figures."""
     from importlib import resources
 
@@ -125,8 +126,8 @@ def report_cmd(source: str | None, example: bool, out: str, rho: float, scope: s
     # the complete, canonical command (defaults spelled out), so the report can be regenerated exactly
     command = " ".join([
         "expertcache report", "--example" if example else source, "-o", out, "--rho", f"{rho:g}", "--scope", scope,
-        "--batch", str(batch), "--offsets", offsets, "--seeds", ",".join(map(str, seeds)),
-        "--batches", ",".join(map(str, batches)), "--rhos", ",".join(f"{r:g}" for r in rhos),
+        "--batch", str(batch), "--offsets", offsets, "--seed", ",".join(map(str, seeds)),
+        "--sweep-batch", ",".join(map(str, batches)), "--sweep-rho", ",".join(f"{r:g}" for r in rhos),
         "--permutations", str(permutations),
         *(["--block-bytes", f"{block_bytes:g}"] if block_bytes else []),
         *(["--block-bytes-preset", block_bytes_preset] if block_bytes_preset else []),
@@ -144,15 +145,22 @@ def report_cmd(source: str | None, example: bool, out: str, rho: float, scope: s
         else:
             rep = build_report(source, cfg, command)
         write_report(rep, out, overwrite=overwrite, figures=not no_figures)
-    click.echo(rep.block, nl=False)
     skipped = rep.data.get("figures")
+    if as_json:
+        from pathlib import Path
+
+        _echo_json({"out": out, "files": sorted(p.relative_to(out).as_posix() for p in Path(out).rglob("*")
+                                                if p.is_file() and not p.name.startswith(".")),
+                    "report": rep.data})
+        return
+    click.echo(rep.block, nl=False)
     click.echo(f"wrote {out}/report.md, report.json, block.txt"
                + ("" if no_figures or skipped else " and figures/") + (f"; figures {skipped}" if skipped else ""))
 
 
 @main.command("align")
 @click.argument("traces", nargs=-1, required=True)
-@click.option("--batches", default="1,2,4,8,16", show_default=True, callback=_csv(int, "integers"),
+@click.option("--sweep-batch", "batches", default="1,2,4,8,16", show_default=True, callback=_csv(int, "integers"),
               help="Concurrencies to measure for every model.")
 @click.option("--batch", "-B", type=int, default=8, show_default=True, help="The conventional batch alignment.")
 @click.option("--rho", type=float, default=0.4, show_default=True, help="Residency fraction.")
@@ -179,7 +187,7 @@ def align_cmd(traces: tuple[str, ...], batches: list[int], batch: int, rho: floa
     rows = align(grid, batch, targets, tolerance)
     if as_json:
         for r in rows:
-            click.echo(json.dumps(r.to_dict(), sort_keys=True))
+            _echo_json(r.to_dict())
         return
     from rich.table import Table
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from typing import Any
 
 import click
 
-from .main import _console, _csv, _fail, _guard, _progress, _require_new
+from .main import _console, _csv, _echo_json, _fail, _guard, _progress, _require_extra, _require_new
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -59,9 +58,17 @@ def _deterministic():
         torch.use_deterministic_algorithms(before)
 
 
+def _same_shape(routers: Any, trace: Any, hidden: Any, path: str) -> None:
+    got = (trace.n_layers, trace.n_experts, int(hidden.shape[2]))
+    want = (int(routers.n_layers), int(routers.n_experts), int(routers.d_model))
+    if got != want:
+        _fail(f"--eval-trace {path} is (L, N, d) = {got}; the model's routers are {want}: evaluate on a trace "
+              "collected from this model")
+
+
 def _emit_train(res: Any, as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps(res.to_dict(), sort_keys=True))
+        _echo_json(res.to_dict())
         return
     last = res.history[-1] if res.history else {}
     parts = ", ".join(f"{k} {v:.4f}" for k, v in last.items() if k not in ("step", "lr"))
@@ -77,7 +84,7 @@ def _emit_train(res: Any, as_json: bool) -> None:
               help="Offline auxiliary-only training from a trace collected with --save-hidden --save-logits.")
 @click.option("--mode", type=click.Choice(["lm-only", "temporal", "full", "aux-temporal", "aux-full"]),
               default=None, help="What trains [default: temporal with --data, aux-temporal with --trace].")
-@click.option("--capacity", type=int, required=True, help="B: experts per layer the cache holds.")
+@click.option("--capacity", "-C", type=int, required=True, help="B: experts per layer the cache holds.")
 @click.option("--tau", type=float, default=0.03, show_default=True, help="Soft top-B temperature.")
 @click.option("--cache-weight", type=float, default=0.10, show_default=True, help="s_w in L_LM + s_w L_cache.")
 @click.option("--lr", type=float, default=1e-5, show_default=True)
@@ -102,6 +109,11 @@ def _emit_train(res: Any, as_json: bool) -> None:
 @click.option("--model-out", type=click.Path(file_okay=False), default=None,
               help="Also save the trained backbone (joint modes) as a Hugging Face model directory, e.g. to "
                    "collect its routing.")
+@click.option("--eval-trace", type=click.Path(file_okay=False), default=None,
+              help="Held-out trace (collect --save-hidden --save-logits): log the Temporal Router's Hit on it, as "
+                   "`routers eval` scores it (batch 1, per-request prefill, P = 0), beside the loss.")
+@click.option("--eval-every", type=int, default=0, show_default=True,
+              help="With --eval-trace: evaluate every N optimizer steps (0: after the last step only).")
 @click.option("-o", "--out", required=True, type=click.Path(file_okay=False), help="Checkpoint directory.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing checkpoint directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
@@ -110,9 +122,10 @@ def train_cmd(model_path: str | None, data_path: str | None, trace_dir: str | No
               capacity: int, tau: float, cache_weight: float, lr: float, weight_decay: float, warmup_ratio: float,
               max_grad_norm: float, grad_accum: int, batch_size: int, epochs: float, max_steps: int | None,
               max_length: int, precision: str, fused: str, seed: int, save_every: int, resume: str | None,
-              device: str | None, deterministic: bool, model_out: str | None, out: str, overwrite: bool,
-              as_json: bool) -> None:
+              device: str | None, deterministic: bool, model_out: str | None, eval_trace: str | None,
+              eval_every: int, out: str, overwrite: bool, as_json: bool) -> None:
     """Train Temporal (and Spatio) Routers on a model and local text, or offline on a trace."""
+    _require_extra("routers", "torch", "safetensors", *(("transformers",) if model_path else ()))
     from ..routers.config import TrainConfig
 
     if (data_path is None) == (trace_dir is None):
@@ -125,6 +138,16 @@ def train_cmd(model_path: str | None, data_path: str | None, trace_dir: str | No
         if data_path is None or (mode or "temporal").startswith("aux-"):
             _fail("--model-out needs a joint mode (lm-only, temporal, full) with --data: only they change the backbone")
         _require_new(model_out, overwrite)
+    if eval_every < 0:
+        _fail(f"--eval-every takes N >= 0 optimizer steps; got {eval_every}")
+    if eval_every and eval_trace is None:
+        _fail("--eval-every needs --eval-trace (the held-out trace the Hit is measured on)")
+    evaluate = None
+    if eval_trace is not None:
+        from ..routers.train import hit_evaluator
+
+        ev_trace, ev_hidden, ev_logits = _trace_arrays(eval_trace)   # a bad trace fails before any training
+        evaluate = hit_evaluator(ev_trace, ev_hidden, ev_logits, capacity, seed=seed)
     cfg = TrainConfig(mode=mode or ("temporal" if data_path else "aux-temporal"), capacity=capacity, tau=tau,
                       cache_weight=cache_weight, lr=lr, weight_decay=weight_decay, warmup_ratio=warmup_ratio,
                       max_grad_norm=max_grad_norm, grad_accum=grad_accum, batch_size=batch_size, epochs=epochs,
@@ -142,10 +165,15 @@ def train_cmd(model_path: str | None, data_path: str | None, trace_dir: str | No
 
             texts = load_texts(data_path)      # a bad file fails before the model loads
             model, tok = _load_model(model_path, device)  # type: ignore[arg-type]
+            if eval_trace is not None:
+                from ..routers.modules import CacheRouters
+
+                _same_shape(CacheRouters.for_model(model), ev_trace, ev_hidden, eval_trace)
             seqs = tokenize_texts(tok, texts, cfg.max_length)
             pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
             res = train_model(model, seqs, cfg, out, pad_id=int(pad), resume=resume, on_step=tick,
-                              meta={"model": model_path, "data": data_path, "deterministic": deterministic})
+                              meta={"model": model_path, "data": data_path, "deterministic": deterministic},
+                              evaluate=evaluate, eval_every=eval_every)
             if model_out is not None:
                 from ..storage import atomic_directory
 
@@ -158,6 +186,11 @@ def train_cmd(model_path: str | None, data_path: str | None, trace_dir: str | No
             from ..routers.train import fit_native_routers, pair_rows, train_offline
 
             trace, hidden, logits = _trace_arrays(trace_dir)  # type: ignore[arg-type]
+            if eval_trace is not None and (ev_trace.n_layers, ev_trace.n_experts, ev_hidden.shape[2]) != \
+                    (trace.n_layers, trace.n_experts, hidden.shape[2]):
+                _fail(f"--eval-trace {eval_trace} is (L, N, d) = ({ev_trace.n_layers}, {ev_trace.n_experts}, "
+                      f"{ev_hidden.shape[2]}); the training trace is ({trace.n_layers}, {trace.n_experts}, "
+                      f"{hidden.shape[2]}): evaluate on a trace of the same model")
             meta: dict[str, Any] = {"trace": trace_dir, "deterministic": deterministic}
             if model_path is not None:
                 from ..routers.modules import CacheRouters
@@ -174,7 +207,8 @@ def train_cmd(model_path: str | None, data_path: str | None, trace_dir: str | No
                 b, kind = None, str(trace.provenance.get("router_score", "softmax"))
                 meta["init"] = f"least-squares fit of the trace's logits (relative residual {resid:.2e})"
             res = train_offline(pair_rows(trace.request, trace.position), hidden, logits, cfg, out,
-                                native_weights=w, native_bias=b, kind=kind, resume=resume, on_step=tick, meta=meta)
+                                native_weights=w, native_bias=b, kind=kind, resume=resume, on_step=tick, meta=meta,
+                                evaluate=evaluate, eval_every=eval_every)
     _emit_train(res, as_json)
 
 
@@ -221,6 +255,7 @@ def _advice(checkpoint: str, trace_dir: str, batch: int, offsets: str, seed: int
 def export_cmd(checkpoint: str, trace_dir: str, batch: int, offsets: str, seed: int, stream_dir: str | None,
                use: str, out: str, overwrite: bool, as_json: bool) -> None:
     """Write per-event priority / prefetch-score advice of CHECKPOINT for a trace's event stream."""
+    _require_extra("routers", "safetensors")
     import numpy as np
 
     from ..events import read_events
@@ -241,7 +276,7 @@ def export_cmd(checkpoint: str, trace_dir: str, batch: int, offsets: str, seed: 
             int(np.isfinite(adv.prefetch_score).any(1).sum()),
             **adv.provenance}
     if as_json:
-        click.echo(json.dumps(info, sort_keys=True))
+        _echo_json(info)
     else:
         click.echo(f"wrote {out}: {info['n_events']} events x {info['n_experts']} experts "
                    f"({info['events_with_prefetch_candidates']} with pre-access candidates)")
@@ -269,12 +304,12 @@ def _table(rows: list, title: str) -> None:
 @click.argument("checkpoint", type=click.Path(exists=True, file_okay=False))
 @click.option("--trace", "trace_dir", required=True, type=click.Path(exists=True, file_okay=False),
               help="Held-out trace with hidden states and router logits.")
-@click.option("--capacity", type=int, required=True, help="B: experts per layer the cache holds.")
+@click.option("--capacity", "-C", type=int, required=True, help="B: experts per layer the cache holds.")
 @click.option("--budget", type=int, default=0, show_default=True,
               help="R: pre-access candidates for the Spatio-Temporal row (0: no such row).")
-@click.option("--budgets", callback=_csv(int, "integers"), default=None,
+@click.option("--sweep-budget", "budgets", callback=_csv(int, "integers"), default=None,
               help="Also replay this checkpoint at each R (CLR Table 3), e.g. 0,2,4.")
-@click.option("--capacities", callback=_csv(int, "integers"), default=None,
+@click.option("--sweep-capacity", "capacities", callback=_csv(int, "integers"), default=None,
               help="Also LRU vs Temporal Router at each B (CLR Table 3), e.g. 2,3,4,5.")
 @click.option("--batch", type=int, default=1, show_default=True, help="Concurrency of the FCFS schedule.")
 @click.option("--offsets", default="zero", show_default=True, help="Arrival offsets, as in `events build`.")
@@ -306,6 +341,7 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
              baselines_dir: str | None, tasks_path: str | None,
              model_path: str | None, max_new_tokens: int, device: str | None, as_json: bool) -> None:
     """CLR Table 1-shaped results of CHECKPOINT on a held-out trace (and Table 3 sweeps)."""
+    _require_extra("routers", "safetensors", *(("torch", "transformers") if model_path else ()))
     from ..events import ArrivalOffsets, build_events
     from ..routers import evaluate as ev
 
@@ -315,7 +351,7 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
         _fail("--baselines scores the prefetch baselines under the per-request prefill protocol: use --batch 1 "
               "with --prefill-init (the defaults)")
     if budget < 0 or any(r < 0 for r in budgets or ()):
-        _fail(f"--budget and --budgets take R >= 0 pre-access candidates; got {budget} and {budgets}")
+        _fail(f"--budget and --sweep-budget take R >= 0 pre-access candidates; got {budget} and {budgets}")
     tasks = None
     if tasks_path:
         from ..routers.data import load_tasks
@@ -414,9 +450,9 @@ def eval_cmd(checkpoint: str, trace_dir: str, capacity: int, budget: int, budget
         scope["note"] += (f"; {mode}: its Spatio Routers were not trained, so the R > 0 rows use their "
                           "initialisation W^S_l = W^R_(l+1)")
     if as_json:
-        click.echo(json.dumps({"scope": scope, "accuracy": accuracy_info, "table": [r.to_dict() for r in rows],
-                               "budget_sweep": [r.to_dict() for r in r_rows],
-                               "capacity_sweep": [r.to_dict() for r in b_rows]}, sort_keys=True))
+        _echo_json({"scope": scope, "accuracy": accuracy_info, "table": [r.to_dict() for r in rows],
+                    "budget_sweep": [r.to_dict() for r in r_rows],
+                    "capacity_sweep": [r.to_dict() for r in b_rows]})
         return
     click.echo(f"{scope['decode_events']} decode events counted, {scope['warmup_events']} prefill events replayed "
                f"uncounted; batch {batch}; protocol: {protocol}; {scope['note']}")

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from .main import _console, _fail, _guard
+from .main import _console, _echo_json, _fail, _guard
 
 
 @click.group("spec")
@@ -48,7 +48,7 @@ def spec_expand(spec_file: str, as_json: bool, limit: int) -> None:
     rows = conditions_table_rows(expand(sp))
     if as_json:
         for row in rows:
-            click.echo(json.dumps(row, sort_keys=True))
+            _echo_json(row)
         return
     from rich.table import Table
 
@@ -75,8 +75,11 @@ def spec_expand(spec_file: str, as_json: bool, limit: int) -> None:
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="local: worker processes; ray: Ray tasks (pip install 'expertcache[ray]').")
 @click.option("--jobs", "-j", type=int, default=1, show_default=True,
-              help="Local worker processes, or CPUs of a local Ray instance (0 = all local cores).")
-@click.option("--address", default=None, help="Ray cluster address (ray://HOST:10001 or auto); ray executor only.")
+              help="Local worker processes, or CPUs of a local Ray instance (0 = all local cores); on a Ray "
+                   "cluster its CPUs are used.")
+@click.option("--address", default=None,
+              help="Ray cluster to use: auto (the one `ray start --head` started here), HOST:6379 or "
+                   "ray://HOST:10001; default: $RAY_ADDRESS, else a local instance. Ray executor only.")
 @click.option("--chunk-seconds", type=float, default=2.0, show_default=True,
               help="Write finished conditions to the store at least this often (a kill loses at most this much).")
 @click.option("--json", "as_json", is_flag=True, help="Print the run report as a JSON object.")
@@ -125,11 +128,11 @@ def spec_run(spec_file: str, store: str, executor: str, jobs: int, address: str 
     finally:
         signal.signal(signal.SIGTERM, previous)
     if as_json:
-        click.echo(json.dumps(report.to_dict(), sort_keys=True))
+        _echo_json(report.to_dict())
         return
     click.echo(f"{report.n_conditions} conditions: ran {len(report.ran)}, skipped {report.n_skipped} "
                f"(stored, same hash) in {report.seconds:.1f} s ({report.conditions_per_minute:,.0f} conditions/min, "
-               f"{executor}, {jobs} jobs); results: {os.path.join(store, 'results.parquet')}")
+               f"{executor}, {report.jobs} jobs); results: {os.path.join(store, 'results.parquet')}")
 
 
 def _where(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict:
@@ -163,7 +166,7 @@ def spec_summary(results: str, metric: str, rows: list[str], cols: list[str], wh
 
     summ = summarize(read_results(results), metric, rows, cols, where)
     if as_json:
-        click.echo(json.dumps(summ.to_dict(), sort_keys=True))
+        _echo_json(summ.to_dict())
         return
     from rich.markup import escape
     from rich.table import Table

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from .main import _console, _csv, _fail, _guard, _require_new, main
+from .main import (
+    _console,
+    _csv,
+    _echo_json,
+    _fail,
+    _guard,
+    _require_new,
+    _stream_batch,
+    main,
+    read_calibration,
+)
 
 
 class _DefaultRun(click.Group):
@@ -78,7 +86,7 @@ def timing_run(stream_dir: str, policies: list[str], profile_name: str, rho: flo
         _require_new(plot_path, overwrite, file=True)
     profile = load_profile(profile_name)
     stream = read_events(stream_dir)
-    calib = read_events(calibration) if calibration else None
+    calib = read_calibration(calibration, _stream_batch(stream)) if calibration else None
     warm = int(stream.provenance.get("warmup_events", 0)) if warmup_events is None else warmup_events
     caps = None
     if capacity is not None:
@@ -97,8 +105,10 @@ def timing_run(stream_dir: str, policies: list[str], profile_name: str, rho: flo
 
         plot_timeline(results, plot_path, first, count)
     if as_json:
+        from ..storage import stream_source
+
         for r in results:
-            click.echo(json.dumps(r.to_dict(), sort_keys=True))
+            _echo_json({**r.to_dict(), **stream_source(stream_dir)})
         return
     from rich.table import Table
 

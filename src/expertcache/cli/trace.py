@@ -7,9 +7,11 @@ import json
 import click
 
 from .main import (
+    _echo_json,
     _fail,
     _guard,
     _require_new,
+    _working,
     main,
 )
 
@@ -77,42 +79,42 @@ def trace_import(sources: tuple[str, ...], fmt: str, layers: int | None, experts
         prov["model"] = model
     report = None
     shape = dict(n_layers=layers, n_experts=experts, top_k=top_k)
-    if fmt == "routes-jsonl":
-        from ..trace import import_routes_jsonl
+    with _working(f"importing {fmt}"):
+        if fmt == "routes-jsonl":
+            from ..trace import import_routes_jsonl
 
-        if None in (layers, experts, top_k):
-            _fail("--format routes-jsonl needs --layers, --experts and --top-k")
-        if skip_bad_rows:
-            _fail("--skip-bad-rows applies to the foreign formats; a routes-jsonl file must be valid")
-        if len(sources) == 1:
-            prov["source"] = prov["source"][0]
-        tr = import_routes_jsonl(list(sources), layers, experts, top_k, provenance=prov, category_from=category_from)
-    elif fmt == "mixtral-jsonl":
-        from ..trace.importers import import_mixtral_jsonl
+            if None in (layers, experts, top_k):
+                _fail("--format routes-jsonl needs --layers, --experts and --top-k")
+            if skip_bad_rows:
+                _fail("--skip-bad-rows applies to the foreign formats; a routes-jsonl file must be valid")
+            if len(sources) == 1:
+                prov["source"] = prov["source"][0]
+            tr = import_routes_jsonl(list(sources), layers, experts, top_k, provenance=prov, category_from=category_from)
+        elif fmt == "mixtral-jsonl":
+            from ..trace.importers import import_mixtral_jsonl
 
-        tr, report = import_mixtral_jsonl(list(sources), **shape, phase=phase, skip_bad_rows=skip_bad_rows,
-                                          category_from=category_from, provenance=prov)
-    elif fmt == "deepseek-csv":
-        from ..trace.importers import import_deepseek_csv
+            tr, report = import_mixtral_jsonl(list(sources), **shape, phase=phase, skip_bad_rows=skip_bad_rows,
+                                              category_from=category_from, provenance=prov)
+        elif fmt == "deepseek-csv":
+            from ..trace.importers import import_deepseek_csv
 
-        tr, report = import_deepseek_csv(list(sources), **shape, phase=phase, skip_bad_rows=skip_bad_rows,
-                                         category_from=category_from, provenance=prov)
-    elif fmt == "warp-jsonl":
-        from ..trace.importers import import_warp_jsonl
+            tr, report = import_deepseek_csv(list(sources), **shape, phase=phase, skip_bad_rows=skip_bad_rows,
+                                             category_from=category_from, provenance=prov)
+        elif fmt == "warp-jsonl":
+            from ..trace.importers import import_warp_jsonl
 
-        tr, report = import_warp_jsonl(list(sources), **shape, skip_bad_rows=skip_bad_rows,
-                                       category_from=category_from, provenance=prov)
-    else:
-        from ..trace.importers import import_columnar
+            tr, report = import_warp_jsonl(list(sources), **shape, skip_bad_rows=skip_bad_rows,
+                                           category_from=category_from, provenance=prov)
+        else:
+            from ..trace.importers import import_columnar
 
-        tr, report = import_columnar(list(sources), mapping=mapping, **shape, phase=phase,
-                                     category_from=category_from, skip_bad_rows=skip_bad_rows, provenance=prov)
-    tr.save(out, overwrite=overwrite)
+            tr, report = import_columnar(list(sources), mapping=mapping, **shape, phase=phase,
+                                         category_from=category_from, skip_bad_rows=skip_bad_rows, provenance=prov)
+        tr.save(out, overwrite=overwrite)
     caveat = shape_caveat(tr.provenance, tr.n_experts)
     if as_json:
-        click.echo(json.dumps({"out": out, "n_requests": tr.n_requests, "n_tokens": tr.n_tokens,
-                               "n_experts_caveat": caveat, "report": report.to_dict() if report else None},
-                              sort_keys=True))
+        _echo_json({"out": out, "n_requests": tr.n_requests, "n_tokens": tr.n_tokens,
+                    "n_experts_caveat": caveat, "report": report.to_dict() if report else None})
         return
     click.echo(f"wrote {out}: {tr.n_requests} requests, {tr.n_tokens} tokens, "
                f"L={tr.n_layers} N={tr.n_experts} k={tr.top_k}")
@@ -141,12 +143,13 @@ def trace_import(sources: tuple[str, ...], fmt: str, layers: int | None, experts
 
 @trace.command("info")
 @click.argument("trace_dir", type=click.Path())
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object (the whole provenance included).")
+@click.option("--full", is_flag=True, help="Print the whole provenance (indented JSON) instead of a one-line summary.")
 @_guard
-def trace_info(trace_dir: str, as_json: bool) -> None:
+def trace_info(trace_dir: str, as_json: bool, full: bool) -> None:
     """Validate TRACE_DIR and summarise it (with the caveat when N was inferred from the data)."""
     from ..trace import DECODE, read_trace
-    from ..trace.provenance import shape_caveat
+    from ..trace.provenance import provenance_summary, shape_caveat
 
     tr = read_trace(trace_dir)
     caveat = shape_caveat(tr.provenance, tr.n_experts)
@@ -155,28 +158,42 @@ def trace_info(trace_dir: str, as_json: bool) -> None:
             "has_gates": tr.gates is not None, "has_token_ids": bool((tr.token_id >= 0).any()),
             "provenance": tr.provenance}
     if as_json:
-        click.echo(json.dumps(info, sort_keys=True))
+        _echo_json(info)
         return
     for key, value in info.items():
         if key == "n_experts_caveat":
             if value:
                 click.echo(f"{'':16s} ({value})")
             continue
+        if key == "provenance":
+            value = json.dumps(value, indent=2, sort_keys=True, default=str) if full else \
+                provenance_summary(value) + " (--full or --json for all)"
         click.echo(f"{key:16s} {value}")
 
 
 @trace.command("examples")
-@click.option("--path", "name", default=None, metavar="NAME", help="Print only the path of bundled file NAME.")
+@click.option("--path", "name", default=None, metavar="NAME", help="Print only the path of bundled example NAME.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per example (name, kind, path, caption).")
 @_guard
-def trace_examples(name: str | None) -> None:
-    """List the bundled routing files in foreign formats, with their paths (for trace import)."""
-    from ..trace.examples import RAW_EXAMPLES, raw_example_path
+def trace_examples(name: str | None, as_json: bool) -> None:
+    """List the bundled examples (traces, prompts, labels, foreign-format files) with their paths.
 
-    if name is not None:
-        click.echo(str(raw_example_path(name)))
+    `expertcache trace examples --path example_model_trace` prints one path, for use in a shell:
+    `expertcache events build "$(expertcache trace examples --path example_model_trace)" -B 8 -o stream`.
+    """
+    from .. import examples
+
+    keys = examples.names() if name is None else (examples.describe(name.replace("-", "_")).name,)  # warp-olmoe
+    if name is not None and not as_json:
+        click.echo(str(examples.path(keys[0])))
         return
-    for key, (_, fmt, caption) in RAW_EXAMPLES.items():
-        click.echo(f"{key}  --format {fmt}  {raw_example_path(key)}\n    {caption}")
+    for key in keys:
+        ex = examples.describe(key)
+        if as_json:
+            _echo_json({"name": key, "kind": ex.kind, "path": str(examples.path(key)), "caption": ex.caption})
+            continue
+        how = f"  (trace import --format {ex.kind})" if ex.kind in ("warp-jsonl",) else ""
+        click.echo(f"{key:24s} {ex.kind:13s} {examples.path(key)}{how}\n    {ex.caption}")
 
 
 # ---------------------------------------------------------------------------- events

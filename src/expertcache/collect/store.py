@@ -35,6 +35,7 @@ from ..storage import (
     atomic_write_bytes,
     exclusive_lock,
     inside,
+    json_text,
     read_manifest,
     read_npy,
     sha256_file,
@@ -42,6 +43,7 @@ from ..storage import (
     write_table,
 )
 from ..trace import RoutingTrace, read_trace
+from ..trace.model import ROUTES_ROW
 
 __all__ = ["read_array", "ARRAY_NAMES", "check_output", "check_identity", "write_identity", "shard_dir", "shard_done",
            "write_shard", "open_shard", "ShardWriter", "finalize", "IDENTITY"]
@@ -54,7 +56,7 @@ _KIND = "routing_trace"
 
 
 def _dumps(obj: Any) -> str:
-    return json.dumps(obj, indent=2, sort_keys=True) + "\n"
+    return json_text(obj, indent=2) + "\n"
 
 
 def identity_sha256(identity: dict[str, Any]) -> str:
@@ -201,7 +203,8 @@ class ShardWriter:
         """Write the routes, the ``.npy`` arrays (rows must match ``trace``) and the manifest."""
         self.close()
         tmp = self.directory
-        files = {_ROUTES: write_table(tmp, _ROUTES, trace.to_table())}
+        files = {_ROUTES: write_table(tmp, _ROUTES, trace.to_table(), ROUTES_ROW,
+                                      shape=(trace.n_layers, trace.n_experts, trace.top_k))}
         array_entries: dict[str, list[dict[str, Any]]] = {}
         for name, (_, trailing) in sorted(self._parts.items()):
             rows = self._rows[name]
@@ -294,7 +297,8 @@ def finalize(out: Path, n_shards: int, provenance: dict[str, Any]) -> RoutingTra
     prov = {**provenance, "shards": shard_entries, "requests": requests}
     trace = _concat(traces, prov)
     tmp = out / f".{_ROUTES}.tmp"
-    entry = write_table(out, tmp.name, trace.to_table())
+    entry = write_table(out, tmp.name, trace.to_table(), ROUTES_ROW,
+                        shape=(trace.n_layers, trace.n_experts, trace.top_k))
     os.replace(tmp, out / _ROUTES)
     body = _trace_manifest(trace, {_ROUTES: entry}, arrays)
     tmp_dir = out / ".manifest.tmp"

@@ -7,6 +7,7 @@ The schedule ``(step, request, token)`` then becomes an :class:`EventStream`.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ import numpy as np
 from ..errors import ValidationError
 from ..trace.model import DECODE, RoutingTrace
 from .stream import EventStream
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["ArrivalOffsets", "ARRIVAL_KINDS", "fcfs_schedule", "build_events", "fcfs_decode_schedule", "events_before_request",
            "decode_rows", "events_from_schedule"]
@@ -344,6 +347,8 @@ def events_from_schedule(trace: RoutingTrace, step: np.ndarray, req: np.ndarray,
     gm = np.concatenate([p[4] for p in parts]) if trace.gates is not None else None
     active = np.concatenate([p[5] for p in parts])
     ev_step = ev_ids // L
+    _log.info("FCFS events: %d events over %d steps at B = %d (%d union accesses)", sizes.shape[0],
+              int(ev_step[-1]) + 1 if ev_step.size else 0, int(provenance.get("batch", 0) or 0), int(sizes.sum()))
     return EventStream(L, N, k, ev_step.astype(np.int64), (ev_ids % L).astype(np.int32), active,
                        active.astype(np.int64) * k, csr, expert, mult, gm, dict(provenance))
 

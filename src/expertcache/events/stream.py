@@ -39,6 +39,9 @@ __all__ = ["EventStream", "concat_streams", "import_events_jsonl", "dump_events_
 
 _KIND = "event_stream"
 _EVENTS = "events.parquet"
+#: What one row of ``events.parquet`` is (its Parquet metadata, docs/design.md §3).
+EVENTS_ROW = ("one event (step, layer): the distinct experts the active requests route to at that layer "
+              "in that step, with how many requests route to each")
 
 
 @dataclass(frozen=True, eq=False)
@@ -172,9 +175,17 @@ class EventStream:
             mult[order].astype(np.int32), gm, dict(provenance or {}),
         )
 
-    # ---------------------------------------------------------------- storage
-    def save(self, out: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
-        """Write ``events.parquet`` + ``manifest.json`` to ``out``, atomically."""
+    def __repr__(self) -> str:
+        """A summary (shape and sizes); the arrays are in the attributes and :meth:`to_arrow`."""
+        steps = f"{int(self.step[0])}..{int(self.step[-1])}" if self.n_events else "-"
+        return (f"EventStream(L={self.n_layers}, N={self.n_experts}, k={self.top_k}, n_events={self.n_events}, "
+                f"steps={steps}, union={self.union}, logical={self.logical}, "
+                f"gate_mass={self.gate_mass is not None}, provenance=<{len(self.provenance)} keys>)")
+
+    # ------------------------------------------------------------ dataframes
+    def to_arrow(self) -> pa.Table:
+        """One row per event, the columns of ``events.parquet``: step, layer, active, logical and the
+        member lists ``experts``, ``multiplicity`` (and ``gate_mass`` when known)."""
         cols: dict[str, pa.Array] = {
             "step": pa.array(self.step, pa.int64()),
             "layer": pa.array(self.layer, pa.int32()),
@@ -188,9 +199,21 @@ class EventStream:
         if self.gate_mass is not None:
             cols["gate_mass"] = pa.ListArray.from_arrays(pa.array(self.offsets.astype(np.int32)),
                                                          pa.array(self.gate_mass, pa.float32()))
-        table = pa.table(cols)
+        return pa.table(cols)
+
+    def to_pandas(self) -> Any:
+        """:meth:`to_arrow` as a pandas DataFrame (needs pandas: ``pip install pandas``)."""
+        from ..frames import arrow_to_pandas
+
+        return arrow_to_pandas(self.to_arrow())
+
+    # ---------------------------------------------------------------- storage
+    def save(self, out: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+        """Write ``events.parquet`` + ``manifest.json`` to ``out``, atomically."""
+        table = self.to_arrow()
         with atomic_directory(out, overwrite=overwrite) as tmp:
-            entry = write_table(tmp, _EVENTS, table)
+            entry = write_table(tmp, _EVENTS, table, EVENTS_ROW,
+                                shape=(self.n_layers, self.n_experts, self.top_k))
             write_manifest(tmp, {
                 "kind": _KIND,
                 "n_layers": self.n_layers, "n_experts": self.n_experts, "top_k": self.top_k,

@@ -21,7 +21,6 @@ Regenerate the table of docs/execute.md::
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ..storage import json_text
 from .config import ExecuteConfig
 from .controller import NEVER
 
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_out:
         with open(args.json_out, "w") as fh:
             for r in rows:
-                fh.write(json.dumps(r.to_dict()) + "\n")
+                fh.write(json_text(r.to_dict()) + "\n")
     if args.markdown:
         print("\n\n".join(tables))
     return 0 if all(r.equal for r in rows) else 1

@@ -20,11 +20,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..errors import ValidationError
 from ..events import EventStream
-from ..storage import atomic_directory
+from ..storage import atomic_directory, json_text
 from .config import ExecuteConfig
 from .stream import executed_stream
 
@@ -215,21 +213,12 @@ def execute(model_id: str, prompts: str | os.PathLike[str], out: str | os.PathLi
                       "memory": res.memory,
                       "event_log_columns": ["forward", "layer", "phase", "hits", "misses"],
                       "event_log": res.event_log.tolist()}
-            (d / "counts.json").write_text(json.dumps(counts, indent=1, default=_jsonable))
+            (d / "counts.json").write_text(json_text(counts, indent=1))
             summaries.append(summary)
             del model, ex, res
-        (tmp / "execute.json").write_text(json.dumps({
+        (tmp / "execute.json").write_text(json_text({
             "kind": KIND, "model": model_id, "prompts": os.path.basename(os.fspath(prompts)),
             "runs": summaries, "reference": ref_summary,
-            "configs": {n: c.to_dict() for n, c in zip(names, configs, strict=True)}}, indent=1, default=_jsonable))
+            "configs": {n: c.to_dict() for n, c in zip(names, configs, strict=True)}}, indent=1))
     return ExecuteRun(out, tuple(summaries), ref_summary)
 
-
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (np.floating,)):
-        return float(x)
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    raise TypeError(type(x).__name__)

@@ -85,8 +85,10 @@ class SpanTimer:
 def write_timings(path: Path, columns: dict[str, np.ndarray]) -> None:
     """Write the timing columns as Parquet (``path`` is a temporary location the caller renames)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
+
+    from ..storage import write_parquet
 
     table = pa.table({"kind": pa.array(columns["kind"].tolist(), pa.string()),
                       **{k: pa.array(columns[k], pa.int64()) for k in TIMING_COLUMNS[1:]}})
-    pq.write_table(table, path)
+    write_parquet(path, table, "one timed span of the executor: its kind, forward, phase, layer, expert, bytes and ns",
+                  compression="snappy")

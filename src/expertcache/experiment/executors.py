@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from pathlib import Path
 from typing import Any
 
 from ..errors import ExpertCacheError, ValidationError
@@ -119,32 +120,42 @@ def _ray_task(context: dict[str, Any], task: Task) -> list:
 
 
 class RayExecutor:
-    """Tasks as Ray remote functions: a local instance (``num_cpus=jobs``) or a cluster at ``address``.
+    """Tasks as Ray remote functions: on a local instance (``num_cpus=jobs``) or on an existing cluster.
 
-    Every Ray worker must be able to import this version of expertcache (``pip install
-    expertcache[ray]`` on each node) and read the spec's input paths (a shared filesystem).
+    The cluster is ``address`` when given (``auto``: the one ``ray start --head`` started on this machine,
+    ``HOST:6379`` or ``ray://HOST:10001``), else the ``RAY_ADDRESS`` environment variable, as Ray's own
+    tools read it; with neither, a local instance of ``jobs`` CPUs is started and shut down afterwards.
+    On a cluster ``jobs`` becomes the cluster's CPU count once connected. Every Ray worker must be able
+    to import this version of expertcache (``pip install expertcache[ray]`` on each node) and read the
+    spec's input paths (a shared filesystem).
     """
 
     def __init__(self, jobs: int, context: dict[str, Any], address: str | None = None) -> None:
         self.jobs = max(1, int(jobs))
         self.context = context
-        self.address = address
+        self.address = address or os.environ.get("RAY_ADDRESS") or None
+        self.source = "--address" if address else "RAY_ADDRESS"
         self._started = False
 
     def __enter__(self) -> RayExecutor:
-        try:
-            import ray
-        except ImportError:
-            raise ValidationError("the ray executor needs Ray: pip install 'expertcache[ray]'",
-                                  field="executor") from None
+        ray = _import_ray()
         self._ray = ray
         if not ray.is_initialized():
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-            if self.address:
-                ray.init(address=self.address, log_to_driver=False)
-            else:
-                ray.init(num_cpus=self.jobs, include_dashboard=False, log_to_driver=False)
+            try:
+                if self.address:
+                    ray.init(address=self.address, log_to_driver=False)
+                else:
+                    ray.init(num_cpus=self.jobs, include_dashboard=False, log_to_driver=False)
+            except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError, ...
+                raise ValidationError(_unreachable(self.address, self.source, exc), field="address") from None
             self._started = True
+        if self.address or not self._started:      # a cluster (or a session the caller opened): its CPUs
+            try:
+                cpus = int(ray.cluster_resources().get("CPU", 0))
+            except Exception:  # noqa: BLE001 - the job count is informative only
+                cpus = 0
+            self.jobs = max(1, cpus)
         self._remote = ray.remote(_ray_task)
         self._context_ref = ray.put(self.context)
         return self
@@ -176,6 +187,28 @@ class RayExecutor:
                     raise cause from None
                 raise
             yield result
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ValidationError("the ray executor needs Ray: pip install 'expertcache[ray]'",
+                              field="executor") from None
+    return ray
+
+
+def _unreachable(address: str | None, source: str, exc: BaseException) -> str:
+    """One line for a Ray cluster that could not be reached (or a local instance that did not start)."""
+    lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
+    why = (lines[0] if lines else type(exc).__name__)[:200]
+    if address:
+        auth = ""
+        if "RAY_AUTH_MODE" not in os.environ and (Path.home() / ".ray" / "auth_token").is_file():
+            auth = "; a cluster with token authentication also needs RAY_AUTH_MODE=token here"
+        return (f"cannot reach the Ray cluster at {address!r} (from {source}): {why}; start one with "
+                f"`ray start --head`, or fix or unset the address{auth} (docs/experiments.md)")
+    return f"cannot start a local Ray instance: {why}"
 
 
 def make_executor(name: str, jobs: int, context: dict[str, Any], address: str | None = None):

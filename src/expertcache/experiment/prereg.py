@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import IntegrityError, OutputExistsError, ValidationError
+from ..storage import json_text
 
 __all__ = ["Criterion", "Split", "CriterionOutcome", "Outcome", "load_criteria", "freeze", "verify",
            "evaluate", "COMPARISONS", "AGGREGATES"]
@@ -302,7 +303,7 @@ def freeze(document: Mapping[str, Any], out: str | os.PathLike[str], results: st
     sha = _sha(body)
     frozen = {"kind": _KIND, "format": _FORMAT, "sha256": sha, "document": body}
     out.parent.mkdir(parents=True, exist_ok=True)
-    _write_new(out, json.dumps(frozen, indent=2, sort_keys=True) + "\n")
+    _write_new(out, json_text(frozen, indent=2) + "\n")
     _write_new(_sidecar(out), f"{sha}  {out.name}\n")
     return out, sha
 
@@ -469,5 +470,5 @@ def evaluate(path: str | os.PathLike[str], results: str | os.PathLike[str], forc
                                  "document_sha256": sha, "forced": s in already, "outcome": out_path.name}) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
-    _write_new(out_path, json.dumps(outcome.to_dict(), indent=2, sort_keys=True) + "\n")
+    _write_new(out_path, json_text(outcome.to_dict(), indent=2) + "\n")
     return outcome

@@ -11,6 +11,7 @@ table is written in condition order.
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -82,9 +83,11 @@ def run_spec(spec: ExperimentSpec, store: str | Path, executor: str = "local", j
     executor
         ``"local"`` (worker processes; ``jobs=1`` runs in this process) or ``"ray"``.
     jobs
-        Local worker processes, or CPUs of a local Ray instance (ignored with ``address``).
+        Local worker processes, or CPUs of a local Ray instance (on a Ray cluster the report gives the
+        cluster's CPUs instead).
     address
-        Ray cluster address (``ray://host:10001`` or ``auto``); ``None`` starts a local instance.
+        Ray cluster address (``auto``, ``HOST:6379`` or ``ray://HOST:10001``); ``None`` reads the
+        ``RAY_ADDRESS`` environment variable and, without it, starts a local instance.
     progress
         Called as ``progress(done, pending)`` after each task; it may raise (e.g. ``KeyboardInterrupt``)
         to stop the run: results received so far are stored first.
@@ -97,20 +100,37 @@ def run_spec(spec: ExperimentSpec, store: str | Path, executor: str = "local", j
     -------
     RunReport
     """
-    from .executors import make_executor
     from .store import ResultStore
 
     t0 = time.perf_counter()
     planned = expand(spec)
     by_id = {p.condition_id: p for p in planned}
+    new_store = not (Path(store).exists() or Path(store).is_symlink())
     st = ResultStore.open(store, create=True)
+    try:
+        report = _run(spec, st, planned, by_id, executor, jobs, address, progress, flush_seconds,
+                      flush_conditions, task_conditions)
+    except BaseException:
+        if new_store and not st.part_files():   # nothing was stored: leave no empty, incomplete store behind
+            shutil.rmtree(st.path, ignore_errors=True)
+        raise
+    return RunReport(report.n_conditions, report.n_skipped, report.ran, time.perf_counter() - t0, True,
+                     str(store), executor, report.jobs)
+
+
+def _run(spec: ExperimentSpec, st: Any, planned: list[PlannedCondition], by_id: dict[str, PlannedCondition],
+         executor: str, jobs: int, address: str | None, progress: Callable[[int, int], None] | None,
+         flush_seconds: float, flush_conditions: int, task_conditions: int) -> RunReport:
+    """The body of :func:`run_spec` on an opened store (times and paths are filled in by the caller)."""
+    from .executors import make_executor
+
     with st.lock():
         st.clean_temporaries()
         previous = st.read_meta().get("spec_name")
         if previous and spec.name and previous != spec.name:
             raise ValidationError(f"this store holds experiment {previous!r}, not {spec.name!r}; a store keeps one "
                                   "spec's results (a complete run drops conditions not in the spec): use another "
-                                  "--store", source=str(store))
+                                  "--store", source=str(st.path))
         done = st.done_pairs()
         pending = [p for p in planned if (p.condition_id, p.condition_hash) not in done]
         tasks = plan_tasks(pending, task_conditions)
@@ -126,6 +146,7 @@ def run_spec(spec: ExperimentSpec, store: str | Path, executor: str = "local", j
         try:
             if tasks:
                 with make_executor(executor, jobs, spec.context(), address) as ex:
+                    jobs = ex.jobs      # a Ray cluster's CPUs
                     for result in ex.imap_unordered(tasks):
                         for cid, values in result:
                             buffer.extend(_rows(by_id[cid], values))
@@ -141,4 +162,4 @@ def run_spec(spec: ExperimentSpec, store: str | Path, executor: str = "local", j
         st.consolidate(planned, {**meta, "complete": True})
     order = {p.condition_id: i for i, p in enumerate(planned)}
     return RunReport(len(planned), len(planned) - len(pending), tuple(sorted(ran, key=order.__getitem__)),
-                     time.perf_counter() - t0, True, str(store), executor, jobs)
+                     0.0, True, "", executor, jobs)

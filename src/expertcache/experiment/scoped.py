@@ -45,14 +45,19 @@ class StaticRow:
         return asdict(self)
 
 
-def static_vs_dynamic(trace: RoutingTrace, calibration: RoutingTrace, batches: Sequence[int] = (2, 4, 8, 16),
+def _calibration_events(calibration: RoutingTrace | EventStream, batch: int) -> EventStream:
+    """A calibration trace's FCFS decode events at ``batch``; a calibration stream as it is (its own B)."""
+    return calibration if isinstance(calibration, EventStream) else build_events(calibration, batch)
+
+
+def static_vs_dynamic(trace: RoutingTrace, calibration: RoutingTrace | EventStream, batches: Sequence[int] = (2, 4, 8, 16),
                       rho: float = 0.4, tie_break: str = "random", seed: int = 0
                       ) -> tuple[list[StaticRow], dict[str, Any]]:
     """Table 19 shape. ``static_vs_lfru = (m_lfru - m_static) / m_lfru`` (negative: static is worse)."""
     rows = []
     for b in batches:
         s = build_events(trace, b)
-        cal = build_events(calibration, b)
+        cal = _calibration_events(calibration, b)
         m = {p: replay(s, ReplayConfig(p, rho=rho, tie_break=tie_break, seed=seed), cal).miss_fraction
              for p in ("static", "lfru", "belady")}
         rows.append(StaticRow(int(b), m["static"], m["lfru"], m["belady"], (m["lfru"] - m["static"]) / m["lfru"]))
@@ -93,11 +98,11 @@ def small_trace_warnings(trace: RoutingTrace, batch: int, admitted: int | None =
     return out
 
 
-def service_disciplines(trace: RoutingTrace, calibration: RoutingTrace, batch: int = 8, admitted: int = 24,
+def service_disciplines(trace: RoutingTrace, calibration: RoutingTrace | EventStream, batch: int = 8, admitted: int = 24,
                         window: int = 4, rho: float = 0.4, tie_break: str = "random", seed: int = 0
                         ) -> tuple[list[DisciplineRow], dict[str, Any]]:
     """Table 20 shape: continuous batching at ``batch`` vs rotation (``admitted``/``batch``, ``window``)."""
-    cal = build_events(calibration, batch)
+    cal = _calibration_events(calibration, batch)
     cont = build_events(trace, batch)
     rot, stats = rotation_events(trace, RotationConfig(admitted, batch, window))
     rows = []

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import ValidationError
-from ..storage import atomic_file, atomic_write_bytes, exclusive_lock
+from ..storage import atomic_file, atomic_write_bytes, exclusive_lock, json_text, write_parquet
 from .spec import CONDITION_FIELDS, PlannedCondition
 from .tasks import METRICS
 
@@ -41,6 +41,8 @@ _META = "store.json"
 _PARTS = "parts"
 _KIND = "experiment_store"
 _FORMAT = 1
+#: What one row of a result table is (its Parquet metadata, docs/design.md §3).
+RESULT_ROW = "one (condition, metric) of an experiment spec run: the condition's fields, the metric and its value"
 
 _FIELD_TYPES = {
     "input": pa.string(), "selection": pa.string(), "order_seed": pa.int64(), "warm": pa.string(),
@@ -118,7 +120,7 @@ class ResultStore:
     def write_meta(self, meta: dict[str, Any]) -> None:
         """Replace ``store.json`` atomically."""
         body = {"kind": _KIND, "format": _FORMAT, **meta}
-        atomic_write_bytes(self.path / _META, (json.dumps(body, indent=2, sort_keys=True) + "\n").encode())
+        atomic_write_bytes(self.path / _META, (json_text(body, indent=2) + "\n").encode())
 
     # ------------------------------------------------------------------ chunks
     def part_files(self) -> list[Path]:
@@ -132,7 +134,7 @@ class ResultStore:
         name = f"part-{time.time_ns():020d}-{os.getpid()}.parquet"
         final = self.path / _PARTS / name
         with atomic_file(final) as tmp:
-            pq.write_table(rows_to_table(rows), tmp, compression="zstd")
+            write_parquet(tmp, rows_to_table(rows), RESULT_ROW, store_format=_FORMAT)
         return final
 
     def _sources(self) -> list[Path]:
@@ -180,7 +182,8 @@ class ResultStore:
                                                        metrics[i]))
         t = t.take(pa.array(idx, pa.int64()))
         with atomic_file(self.path / RESULTS_FILE) as tmp:
-            pq.write_table(t, tmp, compression="zstd")
+            write_parquet(tmp, t, RESULT_ROW, store_format=_FORMAT, spec_name=meta.get("spec_name"),
+                          spec_sha256=meta.get("spec_sha256"), n_conditions=meta.get("n_conditions"))
         for part in self.part_files():
             with contextlib.suppress(OSError):
                 part.unlink()

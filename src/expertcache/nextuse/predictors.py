@@ -9,7 +9,6 @@ needed to fit, not to load or predict).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,11 +60,11 @@ class LinearNextUse:
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the model as JSON, atomically (a failed write leaves any older file as it was)."""
-        from ..storage import atomic_write_bytes
+        from ..storage import atomic_write_bytes, json_text
 
         body = {"kind": "linear", "features": list(FEATURE_NAMES), "mean": self.mean.tolist(),
                 "scale": self.scale.tolist(), "coef": self.coef.tolist(), "intercept": self.intercept}
-        atomic_write_bytes(path, (json.dumps(body, indent=2) + "\n").encode())
+        atomic_write_bytes(path, (json_text(body, indent=2) + "\n").encode())
         return Path(path)
 
 

@@ -38,7 +38,7 @@ import numpy as np
 
 from .. import __version__
 from ..errors import ValidationError
-from ..storage import atomic_directory, sha256_file
+from ..storage import atomic_directory, json_text, sha256_file
 from .sources import Payload, discover_sources, example_sources_dir, read_sources
 from .text import jaccard, ngrams
 from .wrappers import Wrappers, load_wrappers
@@ -264,5 +264,5 @@ def write_probe_set(probe_set: ProbeSet, out: str | os.PathLike[str], *, overwri
             (tmp / name).write_text(body, encoding="utf-8", newline="\n")
             files[name] = {"sha256": sha256_file(tmp / name)}
         manifest = {**probe_set.manifest, "files": files}
-        (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        (tmp / MANIFEST_FILE).write_text(json_text(manifest, indent=2) + "\n", encoding="utf-8")
     return Path(out)

@@ -343,8 +343,18 @@ def _lam(config: ReplayConfig, policy: Policy) -> float:
     return float(config.lrfu_lambda) if policy.key_code == KEY_LRFU else -1.0
 
 
+def _loop_plugin(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses, hit_flag) -> None:
+    """A policy registered from Python: the scan loop compiled around its key and update (docs/policies.md)."""
+    from .plugins import initial_state, plugin_kernel
+
+    offsets, expert, layer, _, n_experts, n_layers, global_scope, atomic, _ = args
+    plugin_kernel(policy)(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, caps, tie,
+                          initial_state(policy, n_layers * n_experts), config.warmup_events, hits, misses, hit_flag)
+
+
 #: Policy.loop -> the function that runs it (all make the same decision for a key).
-_LOOPS = {"list": _loop_list, "belady": _loop_belady, "heap": _loop_generic, "scan": _loop_generic}
+_LOOPS = {"list": _loop_list, "belady": _loop_belady, "heap": _loop_generic, "scan": _loop_generic,
+          "plugin": _loop_plugin}
 
 
 def _layer_totals(stream: EventStream, start: int = 0) -> tuple[np.ndarray, np.ndarray]:

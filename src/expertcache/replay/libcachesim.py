@@ -26,7 +26,6 @@ Two formats:
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,10 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__
 from ..errors import ValidationError
 from ..events import EventStream
-from ..storage import atomic_directory
+from ..storage import atomic_directory, json_text
 from .engine import capacities_for_rho, total_capacity
 
 __all__ = ["FORMATS", "ORACLE_GENERAL", "NEVER_AGAIN", "ExportedTrace", "LibCacheSimExport", "flatten_accesses",
@@ -203,6 +201,5 @@ def export_stream(stream: EventStream, out: str | os.PathLike[str], fmt: str = "
             {"time_field": 1, "obj_id_field": 2, "obj_size_field": 3, "has_header": True, "delimiter": ","}
             if fmt == "csv" else None,
             tuple(notes))
-        (tmp / EXPORT_FILE).write_text(json.dumps({"tool": "expertcache", "tool_version": __version__,
-                                                   **result.to_dict()}, indent=2) + "\n")
+        (tmp / EXPORT_FILE).write_text(json_text({"tool": "expertcache", **result.to_dict()}, indent=2) + "\n")
     return result

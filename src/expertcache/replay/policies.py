@@ -2,17 +2,22 @@
 
 A policy scores; the engine decides and counts. Dynamic policies are one key
 code of :mod:`._kernels` plus one :func:`register_policy` line here. Static
-policies have no key: the engine pins a set and never changes it.
+policies have no key: the engine pins a set and never changes it. A user's
+policy written in Python (a numba-jitted key over per-block state) is
+registered with ``register_policy("name", key=...)`` (:mod:`.plugins`,
+docs/policies.md).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..errors import ValidationError
 from . import keys as K
 
-__all__ = ["Policy", "register_policy", "get_policy", "policy_names", "POLICIES"]
+__all__ = ["Policy", "register_policy", "unregister_policy", "load_plugin", "get_policy", "policy_names", "POLICIES"]
 
 
 @dataclass(frozen=True)
@@ -38,7 +43,8 @@ class Policy:
     loop
         Which engine loop replays it: ``"list"`` (recency list, LRU order), ``"belady"``
         (int64 next-use heap), ``"heap"`` (generic key heap, keys that change only on
-        access), ``"scan"`` (re-rank every candidate; drifting keys) or ``"static"``.
+        access), ``"scan"`` (re-rank every candidate; drifting keys), ``"static"``, or
+        ``"plugin"`` (a policy registered from Python: the scan loop calling its key).
         All make the same decision for a given key (docs/performance.md).
     stack
         Whether its ranking at each unit boundary is independent of the capacity, so that
@@ -46,6 +52,11 @@ class Policy:
         every capacity (:func:`expertcache.replay.replay_curve`).
     description
         One line for help texts and reports.
+    key_fn, update_fn, state_init
+        Plugin policies only (``loop="plugin"``, docs/policies.md): the jitted key
+        ``key(b, t, last, freq, state) -> float``, the optional jitted update
+        ``update(b, t, hit, last, freq, state)`` and the initial value of each column
+        of the per-block ``state`` array.
     """
 
     name: str
@@ -58,17 +69,94 @@ class Policy:
     stack: bool = False
     loop: str = "heap"
     description: str = ""
+    key_fn: Callable | None = None
+    update_fn: Callable | None = None
+    state_init: tuple[float, ...] = ()
 
 
 POLICIES: dict[str, Policy] = {}
 
 
-def register_policy(policy: Policy) -> Policy:
-    """Add ``policy`` to the registry; a duplicate name raises ``ValueError``."""
+def register_policy(policy: Policy | str, *, key: Callable | None = None, update: Callable | None = None,
+                    state: Sequence[float] = (), description: str = "") -> Policy:
+    """Add a policy to the registry; a duplicate name raises ``ValueError``.
+
+    Parameters
+    ----------
+    policy
+        A :class:`Policy` (the built-ins), or the name of a new policy written in Python.
+    key, update, state, description
+        For a name: the numba-jitted key ``key(b, t, last, freq, state) -> float`` (the
+        larger is retained), an optional jitted ``update(b, t, hit, last, freq, state)``
+        run on every access, and the initial value of each per-block state column
+        (docs/policies.md). The functions are compiled and checked here; one that does not
+        fit the signature raises a one-line :class:`~expertcache.errors.ValidationError`.
+
+    Examples
+    --------
+    See docs/policies.md for a complete LRU-2 in a dozen lines.
+    """
+    if isinstance(policy, str):
+        from .plugins import compile_plugin  # numba loads only when a Python policy is registered
+
+        if policy in POLICIES:
+            raise ValidationError(f"policy {policy!r} is already registered", field="policy")
+        key_fn, update_fn, init = compile_plugin(policy, key, update, state)
+        policy = Policy(policy, "dynamic", -1, loop="plugin", description=description or "policy registered from Python",
+                        key_fn=key_fn, update_fn=update_fn, state_init=init)
+    elif key is not None or update is not None or state or description:
+        raise ValidationError("key, update, state and description apply when registering by name",
+                              field="policy")
     if policy.name in POLICIES:
         raise ValueError(f"policy {policy.name!r} is already registered")
     POLICIES[policy.name] = policy
     return policy
+
+
+def unregister_policy(name: str) -> None:
+    """Remove a policy registered from Python (``register_policy(name, key=...)``); built-ins stay."""
+    policy = get_policy(name)
+    if policy.loop != "plugin":
+        raise ValidationError(f"policy {name!r} is built in and cannot be unregistered", field="policy")
+    del POLICIES[name]
+
+
+def load_plugin(path: str) -> list[str]:
+    """Run the Python file ``path`` (which calls ``register_policy``); return the policy names it added.
+
+    This executes the file, as ``python path`` would: load only files you trust. Any failure
+    (missing file, syntax error, an exception, a bad policy) is one line naming the file. A file
+    already loaded in this process (and whose policies are still registered) is not run again.
+    """
+    import importlib.util
+    import os
+
+    if not os.path.isfile(path):
+        raise ValidationError("no such plugin file (a Python file that calls register_policy)", source=path,
+                              field="plugin")
+    real = os.path.realpath(path)
+    if real in _LOADED and all(n in POLICIES for n in _LOADED[real]):
+        return list(_LOADED[real])
+    before = set(POLICIES)
+    name = "expertcache_plugin_" + re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ValidationError("not a Python file", source=path, field="plugin")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except ValidationError as exc:
+        raise ValidationError(exc.detail, source=path, field=exc.field or "plugin") from None
+    except Exception as exc:  # the user's file: whatever it raises becomes one line
+        from .plugins import first_line
+
+        raise ValidationError(f"the plugin failed to load: {type(exc).__name__}: {first_line(exc)}", source=path,
+                              field="plugin") from None
+    _LOADED[real] = [n for n in POLICIES if n not in before]
+    return list(_LOADED[real])
+
+
+_LOADED: dict[str, list[str]] = {}
 
 
 def get_policy(name: str) -> Policy:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["LayerCounts", "ReplayResult"]
+__all__ = ["LayerCounts", "ReplayResult", "results_to_arrow", "results_to_pandas"]
+
+#: Configuration columns repeated on every per-layer row.
+_RUN = ("policy", "semantics", "scope", "rho", "tie_break", "seed", "warmup_events")
 
 
 @dataclass(frozen=True)
@@ -103,3 +107,40 @@ class ReplayResult:
             steady_miss_fraction=self.steady_miss_fraction,
         )
         return out
+
+    def rows(self, per_layer: bool = False) -> list[dict[str, Any]]:
+        """Table rows: one (:meth:`to_dict` without layers), or one per layer with the run's configuration."""
+        if not per_layer:
+            return [self.to_dict(per_layer=False)]
+        run = {f: getattr(self, f) for f in _RUN}
+        return [{**run, **asdict(x)} for x in self.per_layer]
+
+    def to_arrow(self, per_layer: bool = False) -> Any:
+        """:meth:`rows` as a :class:`pyarrow.Table`."""
+        return results_to_arrow([self], per_layer)
+
+    def to_pandas(self, per_layer: bool = False) -> Any:
+        """:meth:`rows` as a pandas DataFrame (needs pandas: ``pip install pandas``)."""
+        return results_to_pandas([self], per_layer)
+
+    def __repr__(self) -> str:
+        rho = "None" if self.rho is None else f"{self.rho:g}"
+        return (f"ReplayResult(policy={self.policy!r}, semantics={self.semantics!r}, scope={self.scope!r}, "
+                f"rho={rho}, capacity_total={self.capacity_total}, hits={self.hits}, "
+                f"demand_misses={self.demand_misses}, transferred={self.transferred}, logical={self.logical}, "
+                f"miss_fraction={self.miss_fraction:.4f}, per_layer=<{len(self.per_layer)} layers>)")
+
+
+def results_to_arrow(results: Sequence[ReplayResult], per_layer: bool = False) -> Any:
+    """A :class:`pyarrow.Table` of many results (e.g. a :func:`~expertcache.replay.sweep`): one row per run,
+    or per run and layer with ``per_layer=True``."""
+    from ..frames import rows_to_arrow
+
+    return rows_to_arrow([row for r in results for row in r.rows(per_layer)])
+
+
+def results_to_pandas(results: Sequence[ReplayResult], per_layer: bool = False) -> Any:
+    """:func:`results_to_arrow` as a pandas DataFrame (needs pandas: ``pip install pandas``)."""
+    from ..frames import arrow_to_pandas
+
+    return arrow_to_pandas(results_to_arrow(results, per_layer))

@@ -32,7 +32,7 @@ from ..analysis.alignment import reference_frame_r_null
 from ..analysis.concentration import selection_counts
 from ..events import ArrivalOffsets, EventStream, build_events, read_events
 from ..replay import ReplayConfig, policy_names, replay_curve, sweep, total_capacity
-from ..storage import MANIFEST, atomic_directory, sha256_file
+from ..storage import MANIFEST, atomic_directory, json_text, sha256_file
 from ..trace import DECODE, RoutingTrace, read_trace
 from ..trace.provenance import import_record, shape_caveat
 from .block import NOT_REPORTED, _appendix_b
@@ -265,7 +265,7 @@ def write_report(report: Report, out: str | os.PathLike[str], *, overwrite: bool
         if figures:
             (tmp / "figures").mkdir()
             names = _figures(report, tmp / "figures")
-        (tmp / "report.json").write_text(json.dumps(report.data, indent=2, sort_keys=True, default=str) + "\n")
+        (tmp / "report.json").write_text(json_text(report.data, indent=2) + "\n")
         (tmp / "block.txt").write_text(report.block)
         (tmp / "report.md").write_text(_markdown(report, names))
     return Path(out)

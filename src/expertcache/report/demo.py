@@ -70,8 +70,9 @@ class DemoReport:
             "mean_event_ratio": self.mean_ratio, "fraction_events_over_capacity": self.frac_over,
             "rows": [
                 {"policy": r.policy,
-                 **{f"miss_fraction_{s}": r.miss(s) for s in DEMO_SEMANTICS},
-                 **{f"inflation_{s}": r.inflation(s) for s in DEMO_SEMANTICS if s != "event-atomic"}}
+                 **{f"miss_fraction_{s.replace('-', '_')}": r.miss(s) for s in DEMO_SEMANTICS},
+                 **{f"inflation_{s.replace('-', '_')}": r.inflation(s) for s in DEMO_SEMANTICS
+                    if s != "event-atomic"}}
                 for r in self.rows
             ],
         }

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import ValidationError
 
-__all__ = ["RouterWeights", "load_router_weights", "ROUTERS_FILE", "BACKBONE_FILE", "OPTIMIZER_FILE",
+__all__ = ["RouterWeights", "load_router_weights", "weights_of", "ROUTERS_FILE", "BACKBONE_FILE", "OPTIMIZER_FILE",
            "TRAINER_FILE", "save_checkpoint", "load_checkpoint_into", "read_trainer_state"]
 
 ROUTERS_FILE = "routers.safetensors"
@@ -64,6 +64,21 @@ class RouterWeights:
     def n_experts(self) -> int:
         """``N``."""
         return int(self.temporal_w.shape[1])
+
+
+def weights_of(routers: Any) -> RouterWeights:
+    """The live routers' current weights as a :class:`RouterWeights` (what a checkpoint of them would load as)."""
+    sd = {k: v.detach().float().cpu().numpy() for k, v in routers.state_dict().items()}
+    L = int(routers.n_layers)
+
+    def stack(prefix: str, what: str) -> np.ndarray | None:
+        keys = [f"{prefix}.{l}.{what}" for l in range(L)]
+        return np.stack([sd[k] for k in keys]) if all(k in sd for k in keys) else None
+
+    tw, sw = stack("temporal", "weight"), stack("spatio", "weight")
+    assert tw is not None and sw is not None
+    return RouterWeights(tw, sw, stack("temporal", "bias"), stack("spatio", "bias"), str(routers.kind),
+                         {"n_layers": L})
 
 
 def load_router_weights(path: str | os.PathLike[str]) -> RouterWeights:
@@ -142,7 +157,7 @@ def save_checkpoint(out: str | os.PathLike[str], *, routers: Any, optimizer: Any
     import torch
     from safetensors.torch import save_file, save_model
 
-    from ..storage import atomic_directory
+    from ..storage import atomic_directory, json_text
 
     info = {"n_layers": routers.n_layers, "n_experts": routers.n_experts, "d_model": routers.d_model,
             "kind": routers.kind, **(meta or {})}
@@ -158,7 +173,7 @@ def save_checkpoint(out: str | os.PathLike[str], *, routers: Any, optimizer: Any
             tensors["rng.torch"] = torch.get_rng_state()
             groups = [{k: v for k, v in g.items()} for g in osd["param_groups"]]
             save_file(tensors, str(tmp / OPTIMIZER_FILE), metadata={"param_groups": json.dumps(groups)})
-        (tmp / TRAINER_FILE).write_text(json.dumps(trainer, indent=1, sort_keys=True))
+        (tmp / TRAINER_FILE).write_text(json_text(trainer, indent=1))
     return Path(out)
 
 

@@ -26,7 +26,7 @@ from ..errors import ValidationError
 from ..events import EventStream
 from .advice import RouterAdvice
 
-__all__ = ["TableRow", "BASELINE_ROWS", "COMPARE_BASELINES", "baseline_rows", "per_request_prefill", "results_table", "budget_sweep", "capacity_sweep", "AccuracyResult", "exact_match",
+__all__ = ["TableRow", "BASELINE_ROWS", "COMPARE_BASELINES", "baseline_rows", "per_request_prefill", "results_table", "temporal_hit", "budget_sweep", "capacity_sweep", "AccuracyResult", "exact_match",
            "concentration_by_weight", "CLASSIC"]
 
 #: The classic replacement rows of CLR Tab. 1 (retention keys of the proactive replay).
@@ -212,6 +212,29 @@ def per_request_prefill(trace: Any, advice: RouterAdvice) -> tuple[EventStream, 
         score[mask] = advice.prefetch_score
     prov = {**advice.provenance, "protocol": "per-request prefill-initialised decode (CLR §4.1)"}
     return s, mask, RouterAdvice(pri, score, 0, prov)
+
+
+def temporal_hit(trace: Any, hidden: np.ndarray, logits: np.ndarray, weights: Any, capacity: int, *,
+                 tie_break: str = "random", seed: int = 0) -> float:
+    """Hit (%) of the Temporal Router at ``P = 0`` on ``trace``: the "Temporal Router" row of ``routers eval``.
+
+    Batch 1 under the per-request prefill protocol (:func:`per_request_prefill`), update-only, no pre-access
+    loads, so ``AdjHit = Hit``. ``weights`` is a :class:`~.checkpoint.RouterWeights` (a checkpoint, or
+    :func:`~.checkpoint.weights_of` live routers during training).
+    """
+    from .advice import router_advice
+
+    _check_capacity_n(trace.n_experts, capacity)
+    adv = router_advice(trace, hidden, logits, weights, 1)
+    stream, mask, adv = per_request_prefill(trace, adv)
+    row = _row("Temporal Router", stream, "advice", capacity, 0, _engine_advice(adv), warmup=0, expert_bytes=None,
+               tie_break=tie_break, seed=seed, added=0, accuracy=None, count_mask=mask)
+    return float(row.hit)
+
+
+def _check_capacity_n(n_experts: int, capacity: int) -> None:
+    if not 1 <= capacity < n_experts:
+        raise ValidationError(f"capacity B must be in [1, N) = [1, {n_experts}); got {capacity}")
 
 
 #: The ``prefetch compare`` baselines ``routers eval --baselines`` adds (the classic rows are already there).

@@ -38,7 +38,7 @@ from ..errors import ValidationError
 from .config import TrainConfig
 
 __all__ = ["TrainResult", "lr_factor", "tokenize_texts", "train_model", "train_offline", "pair_rows",
-           "fit_native_routers"]
+           "fit_native_routers", "hit_evaluator"]
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,8 @@ def _same_run(saved: dict[str, Any], cfg: TrainConfig, source: str) -> None:
 def _run(cfg: TrainConfig, *, routers: Any, params: list[Any], micro: Callable[[int], tuple[Any, dict]],
          n_items: int, out: str | os.PathLike[str], backbone: Any | None, meta: dict[str, Any],
          resume: str | os.PathLike[str] | None, stop_after: int | None,
-         on_step: Callable[[int, int, dict], None] | None, device: Any) -> TrainResult:
+         on_step: Callable[[int, int, dict], None] | None, device: Any,
+         evaluate: Callable[[Any], dict[str, float]] | None = None, eval_every: int = 0) -> TrainResult:
     import torch
 
     from .checkpoint import load_checkpoint_into, save_checkpoint
@@ -155,6 +156,8 @@ def _run(cfg: TrainConfig, *, routers: Any, params: list[Any], micro: Callable[[
         rec = {"step": step + 1, "lr": opt.param_groups[0]["lr"], **parts_sum}
         opt.step()
         step += 1
+        if evaluate is not None and (step == end or (eval_every > 0 and step % eval_every == 0)):
+            rec.update(evaluate(routers))
         history.append(rec)
         if on_step is not None:
             on_step(step, total, rec)
@@ -192,7 +195,8 @@ def tokenize_texts(tokenizer: Any, texts: Sequence[str], max_length: int) -> lis
 def train_model(model: Any, sequences: Sequence[Sequence[int]], cfg: TrainConfig, out: str | os.PathLike[str], *,
                 pad_id: int = 0, routers: Any | None = None, resume: str | os.PathLike[str] | None = None,
                 stop_after: int | None = None, on_step: Callable[[int, int, dict], None] | None = None,
-                meta: dict[str, Any] | None = None) -> TrainResult:
+                meta: dict[str, Any] | None = None, evaluate: Callable[[Any], dict[str, float]] | None = None,
+                eval_every: int = 0) -> TrainResult:
     """Post-train a Hugging Face MoE model with auxiliary cache routers (CLR §3.4).
 
     Parameters
@@ -215,6 +219,9 @@ def train_model(model: Any, sequences: Sequence[Sequence[int]], cfg: TrainConfig
         Stop (and save) after this many optimizer steps in total, as if interrupted.
     on_step
         Called after every optimizer step with ``(step, total, record)``.
+    evaluate, eval_every
+        ``evaluate(routers)`` returns extra fields (e.g. ``{"hit": ...}`` from :func:`hit_evaluator`) merged into
+        the step's record every ``eval_every`` steps and after the last step (after that step's update).
     """
     import torch
 
@@ -274,7 +281,34 @@ def train_model(model: Any, sequences: Sequence[Sequence[int]], cfg: TrainConfig
     _, per_epoch = _total_steps(cfg, len(seqs))
     info = {"source": "model", "model_type": model.config.model_type, **(meta or {})}
     return _run(cfg, routers=routers, params=params, micro=micro, n_items=len(seqs), out=out, backbone=model,
-                meta=info, resume=resume, stop_after=stop_after, on_step=on_step, device=device)
+                meta=info, resume=resume, stop_after=stop_after, on_step=on_step, device=device,
+                evaluate=evaluate, eval_every=eval_every)
+
+
+def hit_evaluator(trace: Any, hidden: np.ndarray, logits: np.ndarray, capacity: int, *, tie_break: str = "random",
+                  seed: int = 0) -> Callable[[Any], dict[str, float]]:
+    """``evaluate`` for the training loops: the live Temporal Router's Hit (%) on a held-out trace.
+
+    The number ``routers eval`` prints in its "Temporal Router" row for a checkpoint of these weights (batch 1,
+    per-request prefill, ``P = 0``; :func:`~.evaluate.temporal_hit`), so the log shows the quantity the run is
+    for beside the loss of its detached-threshold surrogate. The trace's hidden states are its own backbone's:
+    in the joint modes, where the backbone moves, this scores the routers on the original routing.
+    """
+    from .checkpoint import weights_of
+    from .evaluate import temporal_hit
+
+    if not 1 <= capacity < trace.n_experts:
+        raise ValidationError(f"capacity B must be in [1, N) = [1, {trace.n_experts}) of the evaluation trace; "
+                              f"got {capacity}")
+
+    def evaluate(routers: Any) -> dict[str, float]:
+        w = weights_of(routers)
+        if w.temporal_w.shape[:2] != (trace.n_layers, trace.n_experts) or w.temporal_w.shape[2] != hidden.shape[2]:
+            raise ValidationError(f"the evaluation trace is (L, N, d) = ({trace.n_layers}, {trace.n_experts}, "
+                                  f"{hidden.shape[2]}); the routers are {tuple(w.temporal_w.shape)}")
+        return {"hit": temporal_hit(trace, hidden, logits, w, capacity, tie_break=tie_break, seed=seed)}
+
+    return evaluate
 
 
 # --------------------------------------------------------------------------- offline, from a trace
@@ -348,7 +382,8 @@ def train_offline(prev: np.ndarray, hidden: np.ndarray, logits: np.ndarray, cfg:
                   out: str | os.PathLike[str], *, native_weights: np.ndarray, native_bias: np.ndarray | None = None,
                   kind: str = "softmax", resume: str | os.PathLike[str] | None = None, stop_after: int | None = None,
                   on_step: Callable[[int, int, dict], None] | None = None,
-                  meta: dict[str, Any] | None = None) -> TrainResult:
+                  meta: dict[str, Any] | None = None, evaluate: Callable[[Any], dict[str, float]] | None = None,
+                  eval_every: int = 0) -> TrainResult:
     """Auxiliary-only training from collected arrays (no model needed).
 
     Parameters
@@ -363,6 +398,8 @@ def train_offline(prev: np.ndarray, hidden: np.ndarray, logits: np.ndarray, cfg:
     native_weights, native_bias
         ``W^R``: ``(L, N, d)`` (and ``(L, N)``) to initialise the routers from; see
         :func:`fit_native_routers` when only the trace is at hand.
+    evaluate, eval_every
+        As in :func:`train_model`.
     """
     import torch
 
@@ -404,5 +441,6 @@ def train_offline(prev: np.ndarray, hidden: np.ndarray, logits: np.ndarray, cfg:
 
     info = {"source": "trace", **(meta or {})}
     return _run(cfg, routers=routers, params=params, micro=micro, n_items=int(pairs.size), out=out, backbone=None,
-                meta=info, resume=resume, stop_after=stop_after, on_step=on_step, device=torch.device("cpu"))
+                meta=info, resume=resume, stop_after=stop_after, on_step=on_step, device=torch.device("cpu"),
+                evaluate=evaluate, eval_every=eval_every)
 

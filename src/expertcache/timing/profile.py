@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ValidationError
-from ..storage import atomic_write_bytes
+from ..storage import atomic_write_bytes, json_text
 
 __all__ = ["HardwareProfile", "PROFILES", "load_profile", "save_profile", "profile_names"]
 
@@ -136,6 +136,7 @@ def _from_dict(d: Any, source: str) -> HardwareProfile:
     if not isinstance(d, dict):
         raise ValidationError(f"expected a JSON object; got {type(d).__name__}", source=source)
     known = set(HardwareProfile.__dataclass_fields__)
+    d = {k: v for k, v in d.items() if k not in ("schema_version", "tool_version")}   # what save_profile adds
     unknown = sorted(set(d) - known)
     if unknown:
         raise ValidationError(f"unknown field(s) {', '.join(unknown)}; expected some of {', '.join(sorted(known))}",
@@ -175,7 +176,7 @@ def load_profile(name_or_path: str | os.PathLike[str]) -> HardwareProfile:
 
 def save_profile(profile: HardwareProfile, path: str | os.PathLike[str]) -> Path:
     """Write ``profile`` as JSON (atomically)."""
-    atomic_write_bytes(Path(path), (json.dumps(profile.to_dict(), indent=2, sort_keys=True) + "\n").encode())
+    atomic_write_bytes(Path(path), (json_text(profile.to_dict(), indent=2) + "\n").encode())
     return Path(path)
 
 

@@ -9,6 +9,7 @@ format) and ``manifest.json``.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,8 @@ from ..storage import (
     write_table,
 )
 
+_log = logging.getLogger(__name__)
+
 __all__ = ["RoutingTrace", "PHASES", "PREFILL", "DECODE", "read_trace", "validate_trace", "select_requests"]
 
 #: Phase codes stored in ``RoutingTrace.phase``.
@@ -36,6 +39,8 @@ PHASES = ("prefill", "decode")
 PREFILL, DECODE = 0, 1
 _KIND = "routing_trace"
 _ROUTES = "routes.parquet"
+#: What one row of ``routes.parquet`` is (its Parquet metadata, docs/design.md §3).
+ROUTES_ROW = "one (token, layer): the top-k experts the router chose for that token at that layer"
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,12 +147,29 @@ class RoutingTrace:
         assert table.num_rows == rows
         return table
 
+    def to_arrow(self) -> pa.Table:
+        """:meth:`to_table`: one row per (token, layer), the columns of ``routes.parquet``."""
+        return self.to_table()
+
+    def to_pandas(self) -> Any:
+        """:meth:`to_arrow` as a pandas DataFrame (needs pandas: ``pip install pandas``)."""
+        from ..frames import arrow_to_pandas
+
+        return arrow_to_pandas(self.to_table())
+
+    def __repr__(self) -> str:
+        """A summary (shape and sizes); the arrays are in the attributes and :meth:`to_arrow`."""
+        extra = [name for name in ("gates", "probs", "entropy", "margin") if getattr(self, name) is not None]
+        return (f"RoutingTrace(L={self.n_layers}, N={self.n_experts}, k={self.top_k}, n_requests={self.n_requests}, "
+                f"n_tokens={self.n_tokens}, decode_tokens={int((self.phase == DECODE).sum())}, "
+                f"arrays=experts{''.join(', ' + e for e in extra)}, provenance=<{len(self.provenance)} keys>)")
+
     def save(self, out: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
         """Write the trace as a directory (``routes.parquet`` + ``manifest.json``), atomically."""
         n, L, k = self.n_tokens, self.n_layers, self.top_k
         table = self.to_table()
         with atomic_directory(out, overwrite=overwrite) as tmp:
-            entry = write_table(tmp, _ROUTES, table)
+            entry = write_table(tmp, _ROUTES, table, ROUTES_ROW, shape=(L, self.n_experts, k))
             write_manifest(
                 tmp,
                 {
@@ -254,6 +276,7 @@ def read_trace(directory: str | os.PathLike[str]) -> RoutingTrace:
     directory = Path(directory)
     manifest = read_manifest(directory, _KIND)
     L, N, k = manifest["n_layers"], manifest["n_experts"], manifest["top_k"]
+    _log.info("reading trace %s (L = %s, N = %s, k = %s)", directory, L, N, k)
     table = read_table(directory, manifest, _ROUTES)
     src = str(directory / _ROUTES)
     require_columns(table, {"request_id": "request id", "phase": "prefill|decode", "position": "int",
