@@ -36,10 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None, help="model directory [default: the example model]")
     ap.add_argument("--prompts", default=None, help="prompts JSONL [default: the bundled example prompts]")
-    ap.add_argument("--batches", default="4,8", help="batch sizes of the validation runs")
-    ap.add_argument("--rhos", default="0.25,0.5", help="residency fractions of the validation runs")
-    ap.add_argument("--policies", default="lru,static")
-    ap.add_argument("--calib-batches", default="1,8", help="batch sizes of the calibration runs")
+    ap.add_argument("--batch", default="4,8", help="batch sizes of the validation runs")
+    ap.add_argument("--rho", default="0.25,0.5", help="residency fractions of the validation runs")
+    ap.add_argument("--policy", default="lru,static")
+    ap.add_argument("--calib-batch", default="1,8", help="batch sizes of the calibration runs")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--calib-max-new-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (calibration and runs)")
@@ -72,11 +72,11 @@ def main(argv: list[str] | None = None) -> int:
 
     model = args.model or str(example_model_dir())
     prompts = args.prompts or str(example_prompts())
-    groups = [(int(b), float(r)) for b in args.batches.split(",") for r in args.rhos.split(",")]
-    policies = args.policies.split(",")
+    groups = [(int(b), float(r)) for b in args.batch.split(",") for r in args.rho.split(",")]
+    policies = args.policy.split(",")
     if "static" in policies and policies[0] == "static":
         raise SystemExit("static pins what the cell's first policy routed: list another policy before it")
-    cc = CalibrateConfig(batches=tuple(int(x) for x in args.calib_batches.split(",")),
+    cc = CalibrateConfig(batches=tuple(int(x) for x in args.calib_batch.split(",")),
                          max_new_tokens=args.calib_max_new_tokens, device=args.device, threads=args.threads,
                          clock=args.clock, rounds=args.rounds)
     ccfg = CollectConfig(max_new_tokens=args.max_new_tokens, dtype="auto")

@@ -135,7 +135,8 @@ def test_calibrate_writes_a_valid_measured_profile(tiny_model, tmp_path):
                                     "--copy-repeats", "5", "--threads", "1", "--json"])
     assert res.exit_code == 0, res.output
     p = load_profile(out)
-    assert json.loads(res.output) == p.to_dict()
+    printed = json.loads(res.output)
+    assert {k: v for k, v in printed.items() if not k.endswith("_version")} == json.loads(json.dumps(p.to_dict()))
     assert p.measured == "measured" and p.overlap is False and p.expert_bytes == 2 * 16 * 32 * 4 + 32 * 16 * 4
     assert torch.__version__ in p.source and "device cpu" in p.source and "model model" in p.source
     for name in ("dense_fixed_s", "dense_per_token_s", "expert_fixed_s", "expert_per_token_s"):

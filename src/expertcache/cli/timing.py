@@ -227,7 +227,7 @@ def timing_calibrate(model: str, out: str | None, prompts: str | None, device: s
         profile = calibrate(model, prompts, cfg, progress=progress)
     save_profile(profile, out)
     if as_json:
-        click.echo(json.dumps(profile.to_dict(), sort_keys=True))
+        _echo_json(profile.to_dict())
         return
     _print_profile(profile, out)
 
