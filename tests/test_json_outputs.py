@@ -24,7 +24,7 @@ DATA = resources.files("expertcache") / "data"
 #: Commands printing one record per run or row (JSON Lines); every other command prints one object.
 PER_RUN = {"replay", "prefetch replay", "timing run", "spec expand", "align", "probe audit", "trace examples"}
 #: Commands that need torch and a model (see the module docstring).
-TORCH_BOUND = {"collect", "execute", "routers train", "routers export", "routers eval"}
+TORCH_BOUND = {"collect", "execute", "routers train", "routers export", "routers eval", "timing calibrate"}
 
 
 def _leaves(cmd: click.Command, path: tuple[str, ...] = ()):

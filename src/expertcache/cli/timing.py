@@ -195,3 +195,131 @@ def _proactive_runs(stream, profile, policies, advice_path, priority, budget, is
                                   warmup_events=warm, lrfu_lambda=lrfu_lambda)
             results.append(simulate_prefetch(stream, cfg, profile, advice, issue=issue, expert_bytes=expert_bytes))
     return results
+
+
+@timing.command("calibrate")
+@click.argument("model")
+@click.option("--out", "-o", "out", type=click.Path(dir_okay=False), default=None,
+              help="Profile JSON to write [default: calibrated-<model>-<device>.json here].")
+@click.option("--prompts", type=click.Path(dir_okay=False), default=None,
+              help="Prompts JSONL (as for collect) [default: the bundled example prompts].")
+@click.option("--device", default="cpu", show_default=True, help="Compute device (cpu, cuda, cuda:1).")
+@click.option("--batch", "-B", "batches", default="1,8", show_default=True, callback=_csv(int, "batch sizes"),
+              help="Comma list of batch sizes of the calibration runs (two or more separate per-token costs).")
+@click.option("--max-new-tokens", type=int, default=32, show_default=True, help="Decode forwards per request.")
+@click.option("--max-prompt-tokens", type=int, default=4096, show_default=True, help="Prompt cap.")
+@click.option("--no-chat-template", is_flag=True, help="Tokenize prompt text raw.")
+@click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
+              show_default=True)
+@click.option("--experts-implementation", type=click.Choice(["eager", "batched_mm", "grouped_mm", "model"]),
+              default="eager", show_default=True, help="transformers experts kernel (as for execute).")
+@click.option("--threads", type=int, default=None, help="torch CPU threads while measuring [default: torch's].")
+@click.option("--clock", type=click.Choice(["wall", "cpu"]), default="wall", show_default=True,
+              help="CPU span clock: wall time (what execute records) or the thread's CPU time (steadier on a "
+                   "shared machine, with --threads 1). CUDA spans are CUDA events.")
+@click.option("--rounds", type=int, default=1, show_default=True,
+              help="Repeat the whole measurement and pool the spans (spreads it over the machine's load).")
+@click.option("--copy-repeats", type=int, default=200, show_default=True,
+              help="Timed standalone copies per buffer size (one and four expert blocks).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
+@click.option("--json", "as_json", is_flag=True, help="Print the profile as one JSON object.")
+@_guard
+def timing_calibrate(model: str, out: str | None, prompts: str | None, device: str, batches: list[int],
+                     max_new_tokens: int, max_prompt_tokens: int, no_chat_template: bool, dtype: str,
+                     experts_implementation: str, threads: int | None, clock: str, rounds: int,
+                     copy_repeats: int, overwrite: bool, as_json: bool) -> None:
+    """Measure a hardware profile on this machine: MODEL's real layers and real host->device copies.
+
+    MODEL is a local model directory of a supported architecture, or 'example' (the example model, rebuilt
+    by scripts/example_model/make_all.py). The executor runs the prompts with every expert resident (c = N)
+    at each --batch; per MoE layer the dense work and the MoE block are fitted (fixed + per token; fixed +
+    per expert + per routed token), the step's own cost is the forward minus its layers, and the link comes
+    from timed copies of one and four expert blocks (overlap false: the executor's copies block compute on
+    CPU and share the compute stream on CUDA). Writes the
+    profile JSON (measured: "measured"; source: machine, device, torch, model, date; fit residuals in
+    extra). See docs/timing.md, Calibration.
+    """
+    import os
+    from pathlib import Path
+
+    from ..collect import CollectConfig
+    from ..collect.runner import check_placement
+    from ..execute.calibrate import CalibrateConfig, calibrate
+    from ..timing import save_profile
+
+    if model == "example":
+        from ..execute.example import example_model_dir
+
+        model = str(example_model_dir())
+    if prompts is None:
+        from ..execute.example import example_prompts
+
+        prompts = str(example_prompts())
+    if not Path(model).is_dir():
+        _fail(f"{model}: no such model directory (expected a local directory with config.json, weights and "
+              "tokenizer, or 'example')")
+    if not Path(prompts).is_file():
+        _fail(f"{prompts}: no such prompts file")
+    for name, value, lo in (("--max-new-tokens", max_new_tokens, 1), ("--max-prompt-tokens", max_prompt_tokens, 1),
+                            ("--rounds", rounds, 1), ("--copy-repeats", copy_repeats, 3)):
+        if value < lo:
+            _fail(f"{name} must be >= {lo}; got {value}")
+    if threads is not None and threads < 1:
+        _fail(f"--threads must be >= 1; got {threads}")
+    if any(b < 1 for b in batches):
+        _fail(f"--batch sizes must be >= 1; got {','.join(map(str, batches))}")
+    check_placement(CollectConfig(device=None if device == "cpu" else device))
+    cfg = CalibrateConfig(batches=tuple(batches), max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens,
+                          chat_template=not no_chat_template, device=device, dtype=dtype,
+                          experts_implementation=None if experts_implementation == "model" else experts_implementation,
+                          copy_repeats=copy_repeats, threads=threads, clock=clock, rounds=rounds)
+    if out is None:
+        out = f"calibrated-{os.path.basename(os.path.normpath(model))}-{device.replace(':', '')}.json"
+    _require_new(out, overwrite, file=True)
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    console = Console(stderr=True)
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=console, transient=True, disable=not console.is_terminal)
+    tasks: dict[str, object] = {}
+    with bar:
+        def progress(name: str, done: int, total: int) -> None:
+            if name not in tasks:
+                tasks[name] = bar.add_task(name, total=total)
+            bar.update(tasks[name], completed=done)   # type: ignore[arg-type]
+
+        profile = calibrate(model, prompts, cfg, progress=progress)
+    save_profile(profile, out)
+    if as_json:
+        _echo_json(profile.to_dict())
+        return
+    _print_profile(profile, out)
+
+
+def _print_profile(profile, out: str) -> None:
+    from rich.table import Table
+
+    fit = profile.extra.get("fit", {})
+    table = Table(title=f"{out}: {profile.name}")
+    for col in ("MoE layer", "dense fixed us", "dense us/token", "expert fixed us", "expert us/routed token",
+                "dense fit |rel| p50", "MoE fit |rel| p50"):
+        table.add_column(col, justify="right")
+    n = len(profile.dense_fixed_s) if isinstance(profile.dense_fixed_s, tuple) else 1
+    costs = profile.per_layer(n)
+    for l in range(n):
+        d, m = fit.get("dense", [{}] * n)[l], fit.get("moe", [{}] * n)[l]
+        table.add_row(str(l), *(f"{costs[i, l] * 1e6:.2f}" for i in range(4)),
+                      f"{d.get('median_abs_rel') or 0:.1%}", f"{m.get('median_abs_rel') or 0:.1%}")
+    console = _console()
+    console.print(table)
+    link = fit.get("link", {})
+    console.print(f"step: {profile.step_fixed_s * 1e6:.2f} us + {profile.step_per_token_s * 1e6:.3f} us/token "
+                  f"(fit |rel| p50 {fit.get('step', {}).get('median_abs_rel') or 0:.1%}); link: "
+                  f"{profile.bandwidth / 1e9:.2f} GB/s, {profile.latency_s * 1e6:.2f} us per transfer "
+                  f"(standalone copy intercept {link.get('standalone_latency_s', 0) * 1e6:.2f} us), overlap "
+                  f"{str(profile.overlap).lower()}, {profile.expert_bytes:,} B per expert", soft_wrap=True)
+    console.print(f"source: {profile.source}", soft_wrap=True)

@@ -231,13 +231,17 @@ class Executor:
         Keep every forward's logits (tests compare them bit for bit).
     host_dir
         ``--host-tier mmap``: the model directory whose safetensors files become the host tier.
+    clock
+        CPU span clock of the timings (:data:`~expertcache.execute.timings.CLOCKS`): ``"wall"`` (default)
+        or ``"cpu"`` (the thread's CPU time); CUDA spans are CUDA events either way.
     """
 
     def __init__(self, model: Any, config: ExecuteConfig, *, eos_token_ids: Sequence[int] | None = None,
                  calibration: EventStream | None = None, advice_stream: EventStream | None = None,
                  advice: Any = None, offload: bool = True, keep_logits: bool = False,
-                 host_dir: str | None = None) -> None:
+                 host_dir: str | None = None, clock: str = "wall") -> None:
         self.model = model
+        self.clock = clock
         self.config = config
         self.offload = offload
         self.keep_logits = keep_logits
@@ -448,7 +452,7 @@ class Executor:
         # the workspace starts at what a decode event can need (B*k distinct experts) and grows when a
         # prefill needs more at once (DeviceTier.reserve); serialized units need one block
         max_unit = min(self.N, self.k * cfg.batch) if cfg.contract == "fused" else 1
-        self.timer = SpanTimer(self.device)
+        self.timer = SpanTimer(self.device, self.clock)
         self.counts = np.zeros((self.L, 4), dtype=np.int64)
         self.event_log: list[tuple[int, int, int, int, int]] = []
         self.copies = 0

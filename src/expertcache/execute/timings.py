@@ -1,5 +1,10 @@
 """Timing of copies, layers and steps: CUDA events on a GPU, ``perf_counter_ns`` on CPU (needs torch).
 
+On CPU the clock can instead be the calling thread's CPU time (``clock="cpu"``, ``thread_time_ns``): what
+the span's work cost the executing thread, without the time other processes held the core. On a machine
+shared with other work that is the steadier figure (``expertcache timing calibrate --clock cpu``); with more
+than one torch thread it misses the work of the other threads.
+
 Every timed span becomes one row of ``timings.parquet``: ``kind`` (``copy``, ``layer``, ``forward``),
 the forward index, its phase, the MoE layer (``-1`` for a forward), the expert (copies; else ``-1``),
 bytes moved (copies) and the duration in nanoseconds. On CUDA the events are recorded on the
@@ -15,17 +20,26 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SpanTimer", "TIMING_COLUMNS", "write_timings"]
+__all__ = ["SpanTimer", "TIMING_COLUMNS", "CLOCKS", "write_timings"]
 
+#: CPU clocks of :class:`SpanTimer`: wall time, or the calling thread's CPU time.
+CLOCKS = {"wall": time.perf_counter_ns, "cpu": time.thread_time_ns}
 TIMING_COLUMNS = ("kind", "forward", "phase", "layer", "expert", "bytes", "ns")
 
 
 class SpanTimer:
-    """Collects spans; ``begin()`` returns a token, ``end(token, ...)`` records the span."""
+    """Collects spans; ``begin()`` returns a token, ``end(token, ...)`` records the span.
 
-    def __init__(self, device: Any) -> None:
+    ``clock`` (CPU only; CUDA spans are CUDA events): ``"wall"`` or ``"cpu"`` (:data:`CLOCKS`).
+    """
+
+    def __init__(self, device: Any, clock: str = "wall") -> None:
         import torch
 
+        if clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {', '.join(CLOCKS)}; got {clock!r}")
+        self._now = CLOCKS[clock]
+        self.clock = clock
         self.cuda = getattr(device, "type", str(device)) == "cuda"
         self._torch = torch
         self.rows: list[tuple] = []
@@ -37,7 +51,7 @@ class SpanTimer:
             ev = self._torch.cuda.Event(enable_timing=True)
             ev.record()
             return ev
-        return time.perf_counter_ns()
+        return self._now()
 
     def end(self, token: Any, kind: str, forward: int, phase: int, layer: int = -1, expert: int = -1,
             nbytes: int = 0) -> None:
@@ -47,7 +61,7 @@ class SpanTimer:
             ev.record()
             self._pending.append((token, ev, kind, forward, phase, layer, expert, nbytes))
         else:
-            self.rows.append((kind, forward, phase, layer, expert, nbytes, time.perf_counter_ns() - token))
+            self.rows.append((kind, forward, phase, layer, expert, nbytes, self._now() - token))
 
     def flush(self) -> None:
         """Resolve pending CUDA events (synchronises); a no-op on CPU."""
