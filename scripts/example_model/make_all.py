@@ -54,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_train:
         man = corpus.extract(work)
         print(f"[1/4] corpus: {man['n_exchanges']} exchanges, {man['n_chars']} chars, sha256 {man['sha256'][:12]}")
+        if man["deviations"]:
+            print(f"      differs from the documented corpus ({str(man['documented_sha256'])[:12]}) in "
+                  f"{len(man['deviations'])} module(s): {', '.join(man['deviations'])}")
         tokenizer.train_tokenizer(work / "corpus.jsonl", work / "tokenizer")
         print(f"[2/4] tokenizer: {work / 'tokenizer'}")
         summary = train.train(work / "corpus.jsonl", work / "tokenizer", model_dir, cfg,

@@ -54,9 +54,12 @@ def _policies(ctx: click.Context, param: click.Parameter, value: str) -> list[st
 @click.option("--device", default="cpu", show_default=True, help="Compute device (cpu, cuda, cuda:1).")
 @click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
               show_default=True)
-@click.option("--host-tier", type=click.Choice(["ram", "mmap"]), default="ram", show_default=True,
-              help="Where expert weights live off the device: a CPU copy (pinned on CUDA) or the memory-mapped "
-                   "safetensors file.")
+@click.option("--host-tier", type=click.Choice(["auto", "mmap", "ram"]), default="auto", show_default=True,
+              help="Where expert weights live off the device. mmap: the model is built without its routed "
+                   "experts and they are read from the memory-mapped safetensors files, one expert per miss "
+                   "(a model larger than RAM runs; add --no-reference, the reference loads it in full); ram: "
+                   "full load, experts copied to CPU memory (pinned on CUDA); auto: mmap where the checkpoint "
+                   "can be mapped, else ram (the reason is printed).")
 @click.option("--experts-implementation", type=click.Choice(["eager", "batched_mm", "grouped_mm", "model"]),
               default="eager", show_default=True,
               help="transformers experts kernel for the run and the reference (model: keep the model's).")
@@ -150,7 +153,12 @@ def _print(result: Any) -> None:
                       f"{r.get('memory_device_expert_bytes', 0):,} B = {r.get('memory_slots_total')} expert slots "
                       f"of {r.get('memory_block_bytes')} B (capacity + workspace; at most "
                       f"{r.get('memory_slots_high_water_total')} in use at once), host tier "
-                      f"{r.get('memory_host_tier')}", soft_wrap=True)
+                      f"{r.get('memory_host_tier')} {r.get('memory_host_expert_bytes', 0):,} B"
+                      + (f" (mmap not possible: {r['memory_host_tier_fallback']})"
+                         if r.get("memory_host_tier_fallback") else "")
+                      + (f"; process peak RSS {r['memory_process_peak_rss_bytes']:,} B, anonymous "
+                         f"{r['memory_process_rss_anon_bytes']:,} B" if r.get("memory_process_peak_rss_bytes")
+                         else ""), soft_wrap=True)
     for r in runs:
         logits = ("logits bit-exact" if r.get("logits_bit_exact") else
                   (f"logits max|diff| {r['logits_max_abs_diff']:.2g}" if r.get("logits_max_abs_diff") is not None

@@ -13,7 +13,9 @@ __all__ = ["ExecuteConfig", "CONTRACTS", "HOST_TIERS", "EXPERTS_IMPLEMENTATIONS"
 
 #: Execution contracts and the replay semantics each must equal.
 CONTRACTS = {"fused": "event-atomic", "serialized": "sequential-ascending"}
-HOST_TIERS = ("ram", "mmap")
+#: Host tiers: ``mmap`` the checkpoint's safetensors files memory-mapped (experts never loaded), ``ram`` a
+#: CPU copy after a full load, ``auto`` mmap where the checkpoint can be mapped, else ram (reason recorded).
+HOST_TIERS = ("auto", "mmap", "ram")
 #: transformers experts kernels the executor runs (all read ``num_experts`` and stacked weights).
 EXPERTS_IMPLEMENTATIONS = ("eager", "batched_mm", "grouped_mm")
 
@@ -53,7 +55,10 @@ class ExecuteConfig:
     device, dtype
         Compute device (``cpu``, ``cuda``, ``cuda:1``) and model dtype.
     host_tier
-        ``"ram"`` (a CPU copy, pinned on CUDA) or ``"mmap"`` (the safetensors file, memory-mapped).
+        ``"mmap"`` (the model is built without its routed experts and the host tier is views into the
+        memory-mapped safetensors files, so a model larger than RAM runs), ``"ram"`` (the model is
+        loaded in full and its experts copied to CPU memory, pinned on CUDA), or ``"auto"`` (default:
+        ``mmap`` where the checkpoint can be mapped, else ``ram`` with the reason recorded).
     experts_implementation
         transformers' experts kernel the run uses (and the reference run with it): ``"eager"``
         (default; logits bit-exact under both contracts), ``"batched_mm"`` (bit-exact fused),
@@ -75,7 +80,7 @@ class ExecuteConfig:
     lrfu_lambda: float = 0.5
     device: str = "cpu"
     dtype: str = "auto"
-    host_tier: str = "ram"
+    host_tier: str = "auto"
     experts_implementation: str | None = "eager"
 
     def __post_init__(self) -> None:

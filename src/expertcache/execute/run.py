@@ -144,6 +144,20 @@ def execute(model_id: str, prompts: str | os.PathLike[str], out: str | os.PathLi
     def load() -> Any:
         return load_weights(model_id, cpu_cfg)
 
+    def load_for(cfg: ExecuteConfig) -> tuple[Any, Any, str | None]:
+        """``(model, host tier or None, why auto fell back to ram)``: mmap builds the model without experts."""
+        if cfg.host_tier == "ram":
+            return load(), None, None
+        from .checkpoint import UnmappableCheckpoint, load_offloaded
+
+        try:
+            model, host = load_offloaded(model_id, base.dtype)
+        except UnmappableCheckpoint as e:
+            if cfg.host_tier == "mmap":
+                raise
+            return load(), None, str(e)
+        return model, host, None
+
     names = [run_name(c, configs) for c in configs]
     if len(set(names)) != len(names):
         raise ValidationError("two runs of this call would write the same directory; vary one setting at a time",
@@ -169,7 +183,7 @@ def execute(model_id: str, prompts: str | os.PathLike[str], out: str | os.PathLi
         if calibration is not None:
             calibration.save(tmp / "calibration")
         for cfg, name in zip(configs, names, strict=True):
-            model = load()
+            model, host, fallback = load_for(cfg)
             if eos is None:
                 from .runner import _eos_ids
 
@@ -177,8 +191,7 @@ def execute(model_id: str, prompts: str | os.PathLike[str], out: str | os.PathLi
             adv_stream = (executed_stream(advice_trace, cfg.batch, cfg.offsets).stream
                           if cfg.policy in ("belady", "belady-forced") and advice_trace is not None else None)
             ex = Executor(model, cfg, eos_token_ids=eos, calibration=calibration, advice_stream=adv_stream,
-                          advice=advice, keep_logits=reference,
-                          host_dir=model_id if cfg.host_tier == "mmap" else None)
+                          advice=advice, keep_logits=reference, host=host)
             res = ex.run(encoded, request_ids,
                          progress=(lambda d, n, name=name: progress(name, d, n)) if progress else None)
             pred, exs = replay_prediction(res, calibration, advice)
@@ -191,6 +204,8 @@ def execute(model_id: str, prompts: str | os.PathLike[str], out: str | os.PathLi
             per_layer_ok = [
                 (x.hits, x.misses, x.initial_load) == (p.hits, p.demand_misses, p.initial_load)
                 for x, p in zip(res.per_layer, pred.per_layer, strict=True)]
+            if fallback is not None:
+                res.memory["host_tier_fallback"] = fallback
             summary = res.summary()
             summary.update({"run": name, "rho": cfg.rho, "replay_transferred": pred.transferred,
                             "replay_hits": pred.hits, "replay_equal_per_layer": all(per_layer_ok),
@@ -215,7 +230,7 @@ def execute(model_id: str, prompts: str | os.PathLike[str], out: str | os.PathLi
                       "event_log": res.event_log.tolist()}
             (d / "counts.json").write_text(json_text(counts, indent=1))
             summaries.append(summary)
-            del model, ex, res
+            del model, host, ex, res
         (tmp / "execute.json").write_text(json_text({
             "kind": KIND, "model": model_id, "prompts": os.path.basename(os.fspath(prompts)),
             "runs": summaries, "reference": ref_summary,

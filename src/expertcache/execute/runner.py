@@ -37,10 +37,10 @@ from .config import ExecuteConfig
 from .controller import NEVER, CacheController, pinned_blocks, tie_ranks
 from .moe import PatchedExperts, expert_parameters
 from .schedule import FcfsScheduler
-from .tiers import DeviceTier, HostTier, mmap_host_tier
+from .tiers import DeviceTier, HostTier
 from .timings import SpanTimer
 
-__all__ = ["Executor", "ExecutionResult", "LayerPhaseCounts", "units_of_stream"]
+__all__ = ["Executor", "ExecutionResult", "LayerPhaseCounts", "units_of_stream", "process_memory"]
 
 
 @dataclass(frozen=True)
@@ -196,6 +196,28 @@ class _Accumulator:
         return self.buf.sum(dim=1).to(self.hidden.dtype) if self.per_slot else self.buf
 
 
+def process_memory() -> dict[str, int]:
+    """This process's memory from ``/proc/self/status`` (Linux; empty elsewhere), in bytes.
+
+    ``process_peak_rss_bytes`` (VmHWM) counts every resident page, including pages of the mapped
+    checkpoint the run touched; ``process_rss_anon_bytes`` (RssAnon) is the memory the kernel cannot
+    drop — with ``--host-tier mmap`` it excludes the expert weights, whose file pages are reclaimable
+    page cache (``process_rss_file_bytes``, RssFile) re-read from the file when evicted.
+    """
+    fields = {"VmHWM": "process_peak_rss_bytes", "RssAnon": "process_rss_anon_bytes",
+              "RssFile": "process_rss_file_bytes"}
+    out: dict[str, int] = {}
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key in fields:
+                    out[fields[key]] = int(value.split()[0]) * 1024
+    except OSError:
+        return {}
+    return out
+
+
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
     eos = getattr(model.generation_config, "eos_token_id", None)
     if eos is None and tokenizer is not None:
@@ -229,8 +251,10 @@ class Executor:
         ``False``: the reference run of the unmodified model (no tiers, no controller).
     keep_logits
         Keep every forward's logits (tests compare them bit for bit).
-    host_dir
-        ``--host-tier mmap``: the model directory whose safetensors files become the host tier.
+    host
+        ``--host-tier mmap``: the mapped host tier of
+        :func:`~expertcache.execute.checkpoint.load_offloaded`, whose ``model`` has its expert
+        parameters on ``meta``; default: the loaded expert weights become the host tier (a CPU copy).
     clock
         CPU span clock of the timings (:data:`~expertcache.execute.timings.CLOCKS`): ``"wall"`` (default)
         or ``"cpu"`` (the thread's CPU time); CUDA spans are CUDA events either way.
@@ -239,7 +263,7 @@ class Executor:
     def __init__(self, model: Any, config: ExecuteConfig, *, eos_token_ids: Sequence[int] | None = None,
                  calibration: EventStream | None = None, advice_stream: EventStream | None = None,
                  advice: Any = None, offload: bool = True, keep_logits: bool = False,
-                 host_dir: str | None = None, clock: str = "wall") -> None:
+                 host: HostTier | None = None, clock: str = "wall") -> None:
         self.model = model
         self.clock = clock
         self.config = config
@@ -258,9 +282,9 @@ class Executor:
         self.advice_stream = advice_stream
         self.advice = advice
         self.patches: list[PatchedExperts] = []
-        self.host: HostTier | None = None
+        self.host: HostTier | None = host
+        self.mapped = host is not None
         self.tier: DeviceTier | None = None
-        self.host_dir = host_dir
         if config.experts_implementation is not None and hasattr(model, "set_experts_implementation"):
             model.set_experts_implementation(config.experts_implementation)
         self._impl = getattr(hf, "_experts_implementation", None) or "eager"
@@ -317,23 +341,21 @@ class Executor:
                                           pinned=pinned, next_use=next_use)
         # tiers: host (pinned on CUDA, or the mapped checkpoint) and device slots
         cuda = self.device.type == "cuda"
-        stacked = []
-        for layer, names in zip(self.layers, self.names, strict=True):
-            stacked.append({n: getattr(layer.experts, n).detach().to("cpu") for n in names})
-        if self.host_dir is not None:
-            mods = {id(m): n for n, m in self.model.named_modules()}
-            self.host = mmap_host_tier(self.host_dir, [mods[id(lay.experts)] for lay in self.layers], self.names,
-                                       N, reference=stacked)
+        if self.mapped:
+            assert self.host is not None
+            like = self.host.like()
         else:
+            stacked = [{n: getattr(layer.experts, n).detach().to("cpu") for n in names}
+                       for layer, names in zip(self.layers, self.names, strict=True)]
             self.host = HostTier.from_stacked([{n: (t.pin_memory() if cuda else t) for n, t in d.items()}
                                                for d in stacked], "pinned" if cuda else "ram")
-        like = {n: t[0] for n, t in stacked[0].items()}
-        del stacked
+            like = {n: t[0] for n, t in stacked[0].items()}
+            del stacked
         for li, layer in enumerate(self.layers):
             patch = PatchedExperts(layer.experts, self.names[li], self._handler(li))
             patch.detach_weights()
-            if self.host_dir is not None:
-                patch.original = {}      # the file is the host tier; the loaded copy is released
+            if self.mapped:
+                patch.original = {}      # the file is the host tier; the module's experts were never loaded
             self.patches.append(patch)
         self.model.to(self.device)
         self.tier = DeviceTier(like, self.slots, self.device, self.dtype)
@@ -620,7 +642,7 @@ class Executor:
                 "device_non_expert_bytes": int(non_expert),
                 "host_tier": self.host.kind, "host_expert_bytes": self.host.nbytes,
                 "slots_total": int(sum(self.tier.slots)), "slots_high_water_total": int(sum(self.tier.high_water)),
-                "capacity_total": int(sum(self.caps))}
+                "capacity_total": int(sum(self.caps)), **process_memory()}
 
     def _trace(self, prompts, request_ids, generated, stop, routes) -> RoutingTrace:
         L, k = self.L, self.k

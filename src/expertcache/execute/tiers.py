@@ -2,7 +2,8 @@
 
 * :class:`HostTier` — every routed expert's weights, per MoE layer: a CPU copy (pinned when the
   device is CUDA, so copies can be asynchronous) or, with ``mmap``, views straight into the
-  checkpoint's ``.safetensors`` file(s), memory-mapped, never read into RAM as a whole.
+  checkpoint's ``.safetensors`` file(s), memory-mapped, never read into RAM as a whole
+  (:func:`expertcache.execute.checkpoint.load_offloaded` builds it without loading the experts).
 * :class:`DeviceTier` — per partition (a layer under per-layer scope, one pool under global scope)
   ``S`` slots of expert weights on the compute device: ``c`` cache slots plus a workspace for the
   misses of the current unit beyond capacity. Each copy host -> slot is one counted transfer.
@@ -21,7 +22,7 @@ import torch
 
 from ..errors import ValidationError
 
-__all__ = ["HostTier", "DeviceTier", "safetensors_views", "mmap_host_tier"]
+__all__ = ["HostTier", "DeviceTier", "safetensors_views"]
 
 _ST_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
 
@@ -66,14 +67,6 @@ def safetensors_views(model_dir: str | os.PathLike[str]) -> dict[str, torch.Tens
     return out
 
 
-#: Per-expert checkpoint names transformers 5 writes for stacked experts, and how they stack:
-#: fused parameter -> the per-expert tensors concatenated along dim 0, in order.
-_PER_EXPERT = (
-    {"gate_up_proj": ("gate_proj", "up_proj"), "down_proj": ("down_proj",)},   # qwen*, olmoe, deepseek_v3
-    {"gate_up_proj": ("w1", "w3"), "down_proj": ("w2",)},                       # mixtral (legacy names)
-)
-
-
 class HostTier:
     """Expert weights of every MoE layer off the device.
 
@@ -97,63 +90,18 @@ class HostTier:
         """The pieces of expert ``expert`` of MoE layer ``layer``."""
         return self.pieces[layer][expert]
 
+    def like(self) -> dict[str, torch.Tensor]:
+        """``{name: meta tensor}`` shaped like one expert block (the shape of a device slot)."""
+        out = {}
+        for name, parts in self.pieces[0][0].items():
+            shape = parts[0].shape if len(parts) == 1 else (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
+            out[name] = torch.empty(shape, dtype=parts[0].dtype, device="meta")
+        return out
+
     @property
     def nbytes(self) -> int:
         """Bytes of expert weights this tier holds (mapped bytes for ``mmap``)."""
         return self.block_bytes * sum(len(layer) for layer in self.pieces)
-
-
-def mmap_host_tier(model_dir: str | os.PathLike[str], module_names: list[str], names: list[list[str]],
-                   n_experts: int, reference: list[dict[str, torch.Tensor]] | None = None) -> HostTier:
-    """A host tier of views into the checkpoint's safetensors files.
-
-    Parameters
-    ----------
-    model_dir
-        The model directory.
-    module_names
-        Qualified name of each MoE layer's experts module (``model.layers.0.mlp.experts``).
-    names
-        Each layer's stacked parameter names (``gate_up_proj``, ``down_proj``, ...).
-    n_experts
-        ``N``.
-    reference
-        The loaded model's stacked tensors per layer: the first and last expert of every layer are
-        compared bit for bit with the mapped ones, so a layout this reader misunderstands fails here.
-
-    Raises
-    ------
-    ValidationError
-        The file holds neither the stacked names nor a known per-expert layout, or a mapped block
-        differs from the loaded weights.
-    """
-    views = safetensors_views(model_dir)
-    pieces: list[list[dict[str, list[torch.Tensor]]]] = []
-    for li, (mod, lnames) in enumerate(zip(module_names, names, strict=True)):
-        if all(f"{mod}.{n}" in views for n in lnames):
-            layer = [{n: [views[f"{mod}.{n}"][e]] for n in lnames} for e in range(n_experts)]
-        else:
-            layer = None
-            for table in _PER_EXPERT:
-                if set(lnames) <= set(table) and all(f"{mod}.0.{p}.weight" in views for n in lnames
-                                                     for p in table[n]):
-                    layer = [{n: [views[f"{mod}.{e}.{p}.weight"] for p in table[n]] for n in lnames}
-                             for e in range(n_experts)]
-                    break
-            if layer is None:
-                raise ValidationError(f"the checkpoint stores the experts of {mod} in a layout --host-tier mmap "
-                                      "does not read (neither stacked nor per-expert gate/up/down); use "
-                                      "--host-tier ram", source=str(model_dir), field="host_tier")
-        if reference is not None:
-            for e in (0, n_experts - 1):
-                for n in lnames:
-                    got = torch.cat([p.reshape(-1, *p.shape[1:]) for p in layer[e][n]], dim=0)
-                    if got.shape != reference[li][n][e].shape or not torch.equal(got, reference[li][n][e]):
-                        raise ValidationError(f"the mapped weights of {mod} expert {e} ({n}) differ from the loaded "
-                                              "model's; use --host-tier ram", source=str(model_dir),
-                                              field="host_tier")
-        pieces.append(layer)
-    return HostTier(pieces, "mmap")
 
 
 class DeviceTier:
