@@ -30,7 +30,7 @@ def plot_timeline(results: Sequence[TimingResult], path: str | os.PathLike[str],
     if not results:
         raise ExpertCacheError("nothing to plot")
     plt = _pyplot()
-    fig, axes = plt.subplots(len(results), 1, figsize=(9, 1.9 * len(results) + 0.6), layout="constrained",
+    fig, axes = plt.subplots(len(results), 1, figsize=(9, 2.2 * len(results) + 0.6), layout="constrained",
                              squeeze=False)
     colors = {"dense": "#9aa5b1", "experts": "#2b6cb0", "link": "#dd6b20"}
     for ax, r in zip(axes[:, 0], results, strict=True):
@@ -55,8 +55,11 @@ def plot_timeline(results: Sequence[TimingResult], path: str | os.PathLike[str],
         stall = float(t.event_stall[ev].sum())
         ax.set_yticks([2, 1, 0], ["dense", "experts", "link"])
         ax.set_xlim(0, (t1 - t0) * ms)
-        ax.set_title(f"{r.policy} ({r.contract}, {r.profile}): steps {first_step}-{first_step + hi - lo} of the "
-                     f"counted ones; waiting for weights {stall * ms:.3f} ms of {(t1 - t0) * ms:.3f} ms",
+        pre = "" if r.issue is None else (f", R = {r.prefetch_budget} issued {r.issue}: {r.prefetch_loads} "
+                                         f"prefetches in the run ({r.prefetch_timely} timely, {r.prefetch_late} "
+                                         f"late, {r.prefetch_useless} useless)")
+        ax.set_title(f"{r.policy} ({r.contract}, {r.profile}){pre}\nsteps {first_step}-{first_step + hi - lo} of "
+                     f"the counted ones; waiting for weights {stall * ms:.3f} ms of {(t1 - t0) * ms:.3f} ms",
                      fontsize=9)
     axes[-1, 0].set_xlabel("time in the window (ms); vertical lines: step starts")
     return save_figure(fig, path)
