@@ -235,21 +235,10 @@ def read_calibration(path: str, batch: int | None = None, offsets: Any = None, *
     A trace is built at ``batch`` (and ``offsets``); without ``batch`` at the concurrency of the stream it
     calibrates is unknown, so the caller passes the evaluated stream's own B.
     """
-    import json
-    from pathlib import Path
+    from ..events import EventStream, build_events
 
-    from ..errors import ValidationError
-    from ..events import build_events, read_events
-    from ..trace import read_trace
-
-    try:
-        kind = json.loads((Path(path) / "manifest.json").read_text()).get("kind")
-    except (OSError, ValueError, AttributeError):
-        raise ValidationError(f"{what}: expected a stream or trace directory with a manifest.json",
-                              source=path, field="calibration") from None
-    if kind == "event_stream":
-        return read_events(path)
-    return build_events(read_trace(path), batch or 1, offsets)
+    cal = read_calibration_input(path, what=what)
+    return cal if isinstance(cal, EventStream) else build_events(cal, batch or 1, offsets)
 
 
 def _stream_batch(stream: Any) -> int:
@@ -258,7 +247,7 @@ def _stream_batch(stream: Any) -> int:
     return int(b) if isinstance(b, int) and not isinstance(b, bool) and b >= 1 else 1
 
 
-def read_calibration_input(path: str) -> Any:
+def read_calibration_input(path: str, *, what: str = "--calibration") -> Any:
     """A calibration input as it is: a :class:`~expertcache.trace.RoutingTrace` or an event stream."""
     import json
     from pathlib import Path
@@ -270,7 +259,7 @@ def read_calibration_input(path: str) -> Any:
     try:
         kind = json.loads((Path(path) / "manifest.json").read_text()).get("kind")
     except (OSError, ValueError, AttributeError):
-        raise ValidationError("--calibration: expected a stream or trace directory with a manifest.json",
+        raise ValidationError(f"{what}: expected a stream or trace directory with a manifest.json",
                               source=path, field="calibration") from None
     return read_events(path) if kind == "event_stream" else read_trace(path)
 

@@ -113,8 +113,7 @@ def _row(method: str, stream: EventStream, priority: str, capacity: int, budget:
 
 
 def _check_capacity(stream: EventStream, capacity: int) -> None:
-    if not 1 <= capacity < stream.n_experts:
-        raise ValidationError(f"capacity B must be in [1, N) = [1, {stream.n_experts}); got {capacity}")
+    _check_capacity_n(stream.n_experts, capacity)
 
 
 def results_table(stream: EventStream, advice: RouterAdvice, capacity: int, budget: int, *,
@@ -243,9 +242,7 @@ def hit_evaluator(trace: Any, hidden: np.ndarray, logits: np.ndarray, capacity: 
     """
     from .checkpoint import weights_of
 
-    if not 1 <= capacity < trace.n_experts:
-        raise ValidationError(f"capacity B must be in [1, N) = [1, {trace.n_experts}) of the evaluation trace; "
-                              f"got {capacity}")
+    _check_capacity_n(trace.n_experts, capacity)
 
     def evaluate(routers: Any) -> dict[str, float]:
         w = weights_of(routers)

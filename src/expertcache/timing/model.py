@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ..analysis.traffic import recorded_block_bytes
 from ..errors import ValidationError
 from ..events import EventStream
 from ..replay import ReplayConfig, ReplayResult, replay_hits
@@ -232,10 +233,6 @@ def _contract_code(contract: str, profile: HardwareProfile) -> int:
     return K.FUSED_OVERLAP if profile.overlap else K.FUSED_BLOCKING
 
 
-def recorded_expert_bytes(stream: EventStream) -> int | None:
-    """The expert block size the stream (or the trace it was built from) records, if any."""
-    for prov in (stream.provenance, stream.provenance.get("trace_provenance") or {}):
-        value = prov.get("expert_block_bytes") if isinstance(prov, dict) else None
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
+#: The expert block size the stream (or the trace it was built from) records, if any (one reader for replay,
+#: report and timing).
+recorded_expert_bytes = recorded_block_bytes
