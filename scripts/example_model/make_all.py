@@ -27,6 +27,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
+import portable  # noqa: E402
+
+portable.apply()  # before anything imports torch: the CPU kernels every x86-64 machine runs alike
+
 import corpus  # noqa: E402
 import record  # noqa: E402
 import tokenizer  # noqa: E402

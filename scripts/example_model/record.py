@@ -27,6 +27,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import portable  # sibling module: the CPU kernels every x86-64 machine runs alike
+
 ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = ROOT / "src" / "expertcache" / "data" / "example_prompts.jsonl"
 TRACE_DIR = ROOT / "src" / "expertcache" / "data" / "example_model_trace"
@@ -69,8 +71,9 @@ def record(model_dir: Path, out: Path, max_new_tokens: int = MAX_NEW_TOKENS, ove
     if overwrite and out.exists():
         shutil.rmtree(out)
     cmd = command(model_dir, out, max_new_tokens)
-    print(f"+ OMP_NUM_THREADS={RECORD_THREADS}", " ".join(cmd), flush=True)
-    rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": str(RECORD_THREADS)})
+    env = {**portable.PORTABLE_ENV, "OMP_NUM_THREADS": str(RECORD_THREADS)}
+    print("+", " ".join(f"{k}={v}" for k, v in env.items()), " ".join(cmd), flush=True)
+    rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, **env})
     if rc == 0:
         if prune_shards and (out / "shards").is_dir():
             # The per-shard copies (the unit of crash-safe resume) duplicate routes.parquet; not shipped.

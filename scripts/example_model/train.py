@@ -81,9 +81,11 @@ def build_model(cfg: TrainConfig, tokenizer):
 def train(corpus: Path, tokenizer_dir: Path, out_dir: Path, cfg: TrainConfig, corpus_sha256: str = "",
           progress: bool = True) -> dict:
     """Train and ``save_pretrained`` (safetensors) the model and tokenizer into ``out_dir``; return the summary."""
+    import portable  # sibling module (scripts/example_model is on sys.path)
     import torch
     from transformers import AutoTokenizer, GenerationConfig
 
+    portable.check()
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     torch.use_deterministic_algorithms(True)
@@ -160,7 +162,7 @@ def train(corpus: Path, tokenizer_dir: Path, out_dir: Path, cfg: TrainConfig, co
         "first_logged_loss": log[0]["loss"], "last_logged_loss": log[-1]["loss"],
         "heldout_loss_before": held_before, "heldout_loss_after": held_after,
         "final_aux_loss": log[-1]["aux_loss"], "train_seconds": round(time.time() - t0, 1),
-        "torch": torch.__version__,
+        "torch": torch.__version__, "kernels": dict(portable.PORTABLE_ENV),
     }
     (out_dir / "training.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
