@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import ValidationError
 from ..events import EventStream
 from . import _kernels as K
+from . import _kernels_bits as KB
 from .keys import KEY_BELADY_FORCED, KEY_LRFU, KEY_STABLE
 from .policies import Policy, get_policy
 from .result import LayerCounts, ReplayResult
@@ -319,6 +320,9 @@ def _replay(stream: EventStream, config: ReplayConfig, calibration: EventStream 
 def _loop_list(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses, hit_flag) -> None:
     offsets, expert, layer, _, n_experts, n_layers, global_scope, atomic, _ = args
     order, tie_pos = _tie_order(tie, n_layers, n_experts)
+    if atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS:
+        return KB.replay_lru_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, config.warmup_events,
+                                  hits, misses, hit_flag)
     K.replay_lru(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, caps, order, tie_pos,
                  config.warmup_events, hits, misses, hit_flag)
 

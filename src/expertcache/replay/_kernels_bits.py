@@ -1,0 +1,210 @@
+"""Bitset kernels for small per-layer caches (event-atomic replay, per-layer scope, N <= 1024).
+
+Per-layer quotas are small (N is 8-1,024 experts) and an event touches a large
+share of its layer's quota, so these loops keep each layer's state as bitsets
+over *tie positions*: bit ``j`` of a layer's words stands for the block with
+the ``j``-th lowest tie rank in that layer (``tie_pos`` of
+:func:`expertcache.replay.engine._tie_order`). An event becomes one bitset
+``E``; its hits are ``popcount(E & cache)``; lower tie rank = lower bit, so
+"the lowest tie ranks leave first" is "clear the lowest set bits" (LLVM
+``cttz`` / ``x & (x - 1)``).
+
+They make exactly the decision of their list/heap counterparts in
+:mod:`expertcache.replay._kernels` (the engine dispatches here only where they
+apply; tests/test_fast_lru_belady.py compares them on random streams).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import types
+from numba.extending import intrinsic
+
+from .._jit import jit, jit_helper
+
+#: Largest per-layer universe the bitset kernels take (16 words of 64 bits).
+MAX_BITS_EXPERTS = 1024
+
+
+@intrinsic
+def _popc(typingctx, x):
+    """Number of set bits of a uint64 (LLVM ``ctpop``)."""
+    sig = types.uint64(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        return builder.ctpop(args[0])
+
+    return sig, codegen
+
+
+@jit_helper
+def _unlink(k, layer, bhead, btail, bnext, bprev, free, n_free):
+    """Unlink bucket ``k`` from ``layer``'s list and push it on the free stack; returns the new stack size."""
+    q = bprev[k]
+    r = bnext[k]
+    if q >= 0:
+        bnext[q] = r
+    else:
+        bhead[layer] = r
+    if r >= 0:
+        bprev[r] = q
+    else:
+        btail[layer] = q
+    free[n_free] = k
+    return n_free + 1
+
+
+@jit
+def replay_lru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
+                    hit_flag):
+    """Event-atomic, per-layer LRU on bitsets in tie-position space (the decision of ``replay_lru``).
+
+    Residents of a layer sit in *recency buckets*: one bitset per unit clock
+    that still holds residents, linked oldest -> newest. A unit's members
+    share the newest clock, so they form the newest bucket whole; a hit only
+    clears its bit in an older bucket (buckets are swept newest first, where
+    hits are). Evictions take the oldest bucket whole (``cache &= ~bucket``) or,
+    for the last part, its lowest tie positions. A unit larger than the cache
+    keeps only its ``cap`` highest tie positions and evicts every other
+    resident. Live buckets never outnumber residents, so a pool of
+    ``sum(min(c_l, N) + 1)`` buckets suffices.
+
+    Parameters
+    ----------
+    offsets, expert, ev_layer, n_experts, n_layers
+        The stream's CSR arrays and shape (as for ``replay_lru``).
+    capacity
+        ``int64[L]`` per-layer quotas (any non-negative value).
+    tie_pos
+        ``int64[L*N]``: each block's position in its layer's ascending tie order.
+    count_from
+        Events before it are replayed but not counted (warm-up).
+    hits, misses
+        ``int64[L]`` counters, incremented.
+    hit_flag
+        ``uint8[n_access]`` set to 1 on hits, or empty (no flags).
+    """
+    record = hit_flag.shape[0] > 0
+    n_events = offsets.shape[0] - 1
+    n_words = (n_experts + 63) // 64
+    one = np.uint64(1)
+    zero = np.uint64(0)
+    n_pool = 1
+    for layer in range(n_layers):
+        n_pool += min(capacity[layer], n_experts) + 1
+    bbits = np.zeros((n_pool, n_words), dtype=np.uint64)
+    bcnt = np.zeros(n_pool, dtype=np.int64)
+    bnext = np.full(n_pool, -1, dtype=np.int64)
+    bprev = np.full(n_pool, -1, dtype=np.int64)
+    free = np.arange(n_pool - 1, -1, -1).astype(np.int64)   # a stack of free bucket ids
+    n_free = n_pool
+    bhead = np.full(n_layers, -1, dtype=np.int64)
+    btail = np.full(n_layers, -1, dtype=np.int64)
+    size = np.zeros(n_layers, dtype=np.int64)
+    mem = np.zeros((n_layers, n_words), dtype=np.uint64)
+    ev = np.zeros(n_words, dtype=np.uint64)
+    for i in range(n_events):
+        layer = ev_layer[i]
+        cap = capacity[layer]
+        base = layer * n_experts
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        n_mem = hi - lo
+        for w in range(n_words):
+            ev[w] = zero
+        for a in range(lo, hi):
+            tp = tie_pos[base + expert[a]]
+            ev[tp >> 6] |= one << np.uint64(tp & 63)
+        n_hit = 0
+        for w in range(n_words):
+            n_hit += np.int64(_popc(ev[w] & mem[layer, w]))
+        if record and n_hit:
+            for a in range(lo, hi):
+                tp = tie_pos[base + expert[a]]
+                if (mem[layer, tp >> 6] >> np.uint64(tp & 63)) & one:
+                    hit_flag[a] = 1
+        if i >= count_from:
+            hits[layer] += n_hit
+            misses[layer] += n_mem - n_hit
+        if cap == 0 or n_mem == 0:
+            continue
+        if n_mem >= cap:
+            # every other resident leaves; the members with the cap highest tie positions stay
+            k = bhead[layer]
+            while k >= 0:
+                free[n_free] = k
+                n_free += 1
+                k = bnext[k]
+            bhead[layer] = -1
+            btail[layer] = -1
+            drop = n_mem - cap
+            for w in range(n_words):
+                if drop == 0:
+                    break
+                x = ev[w]
+                pc = np.int64(_popc(x))
+                if pc <= drop:
+                    ev[w] = zero
+                    drop -= pc
+                else:
+                    while drop:
+                        x &= x - one
+                        drop -= 1
+                    ev[w] = x
+            for w in range(n_words):
+                mem[layer, w] = ev[w]
+            kept = cap
+        else:
+            # hits leave their (older) buckets: sweep newest first until all are found
+            rem = n_hit
+            k = btail[layer]
+            while rem:
+                q = bprev[k]
+                c = 0
+                for w in range(n_words):
+                    x = bbits[k, w] & ev[w]
+                    if x:
+                        bbits[k, w] ^= x
+                        c += np.int64(_popc(x))
+                if c:
+                    rem -= c
+                    bcnt[k] -= c
+                    if bcnt[k] == 0:
+                        n_free = _unlink(k, layer, bhead, btail, bnext, bprev, free, n_free)
+                k = q
+            # residents outside the unit beyond cap - n_mem leave: oldest bucket first, lowest tie positions
+            need = size[layer] - n_hit - (cap - n_mem)
+            while need > 0:
+                k = bhead[layer]
+                if bcnt[k] <= need:
+                    for w in range(n_words):
+                        mem[layer, w] &= ~bbits[k, w]
+                    need -= bcnt[k]
+                    n_free = _unlink(k, layer, bhead, btail, bnext, bprev, free, n_free)
+                else:
+                    bcnt[k] -= need
+                    for w in range(n_words):
+                        x = bbits[k, w]
+                        while x and need:
+                            y = x & (x - one)
+                            mem[layer, w] ^= x ^ y
+                            x = y
+                            need -= 1
+                        bbits[k, w] = x
+            for w in range(n_words):
+                mem[layer, w] |= ev[w]
+            kept = n_mem
+        # the unit's members form the newest bucket
+        n_free -= 1
+        k = free[n_free]
+        for w in range(n_words):
+            bbits[k, w] = ev[w]
+        bcnt[k] = kept
+        bnext[k] = -1
+        bprev[k] = btail[layer]
+        if btail[layer] >= 0:
+            bnext[btail[layer]] = k
+        else:
+            bhead[layer] = k
+        btail[layer] = k
+        size[layer] = min(size[layer] - n_hit, cap - n_mem) + n_mem if n_mem < cap else cap
