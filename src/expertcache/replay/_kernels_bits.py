@@ -208,3 +208,187 @@ def replay_lru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
             bhead[layer] = k
         btail[layer] = k
         size[layer] = min(size[layer] - n_hit, cap - n_mem) + n_mem if n_mem < cap else cap
+
+
+@jit_helper
+def _evict_lowest(cand, src, n_words, need):
+    """Clear from ``cand`` the ``need`` lowest set bits of ``src`` (``src`` is consumed)."""
+    one = np.uint64(1)
+    for w in range(n_words):
+        y = src[w]
+        while y and need:
+            z = y & (y - one)
+            cand[w] &= ~(y ^ z)
+            y = z
+            need -= 1
+        if need == 0:
+            return
+
+
+@jit_helper
+def _evict_farthest(cand, e, dead, ebits, row, n_words, unseen, grp):
+    """Clear, in ``cand``, the ``e`` candidates (``0 < e < |cand|``) whose next use is farthest.
+
+    Ties (the same next unit, or never again) leave by lower tie position,
+    the order of ``replay_belady``'s keys. Candidates in ``dead`` (never
+    accessed again) go first. The others are found by walking this layer's
+    future events, bitset rows ``row, row + 1, ...`` of ``ebits``: a
+    candidate's next use is the first future event holding it, so once at most
+    ``e`` candidates are still unseen, those are the farthest, and the rest of
+    the ``e`` are the lowest tie positions of the group first seen at that
+    event. Every candidate not in ``dead`` occurs again, so the walk stops
+    within the layer's events. ``unseen`` and ``grp`` are scratch bitsets.
+    """
+    n_never = 0
+    for w in range(n_words):
+        grp[w] = cand[w] & dead[w]
+        n_never += np.int64(_popc(grp[w]))
+    if n_never >= e:
+        _evict_lowest(cand, grp, n_words, e)
+        return
+    n_left = 0
+    for w in range(n_words):
+        cand[w] &= ~grp[w]
+        unseen[w] = cand[w]
+        n_left += np.int64(_popc(unseen[w]))
+    e -= n_never
+    while True:
+        base = row * n_words
+        g = 0
+        for w in range(n_words):
+            grp[w] = unseen[w] & ebits[base + w]
+            g += np.int64(_popc(grp[w]))
+        if n_left - g <= e:
+            for w in range(n_words):
+                cand[w] &= ~(unseen[w] & ~grp[w])
+            _evict_lowest(cand, grp, n_words, e - (n_left - g))
+            return
+        for w in range(n_words):
+            unseen[w] &= ~grp[w]
+        n_left -= g
+        row += 1
+
+
+@jit
+def event_bitsets(offsets, expert, ev_layer, n_experts, n_layers, tie_pos):
+    """Each event's members as a bitset over tie positions, rows in layer-major order; and when blocks die.
+
+    Returns ``ebits, row, death_event, death_pos``: ``ebits[r*W : (r+1)*W]``
+    (``W = ceil(N/64)`` words) is row ``r``; ``row[i]`` is event ``i``'s row,
+    and the events of one layer occupy consecutive rows in stream order (so a
+    layer's future events follow its current row). ``death_event`` (ascending)
+    and ``death_pos`` list, for every block ever accessed, the event of its last
+    access and its layer-offset tie position ``layer*N + tie_pos``.
+    """
+    n_events = offsets.shape[0] - 1
+    n_words = (n_experts + 63) // 64
+    start = np.zeros(n_layers + 1, dtype=np.int64)
+    for i in range(n_events):
+        start[ev_layer[i] + 1] += 1
+    for layer in range(n_layers):
+        start[layer + 1] += start[layer]
+    row = np.empty(n_events, dtype=np.int64)
+    ebits = np.zeros(n_events * n_words, dtype=np.uint64)
+    last = np.full(n_layers * n_experts, -1, dtype=np.int64)
+    one = np.uint64(1)
+    for i in range(n_events):
+        layer = ev_layer[i]
+        r = start[layer]
+        start[layer] = r + 1
+        row[i] = r
+        base = layer * n_experts
+        r *= n_words
+        for a in range(offsets[i], offsets[i + 1]):
+            tp = tie_pos[base + expert[a]]
+            ebits[r + (tp >> 6)] |= one << np.uint64(tp & 63)
+            last[base + tp] = i
+    order = np.argsort(last, kind="mergesort")
+    n_dead = 0
+    for b in range(last.shape[0]):
+        n_dead += last[b] >= 0
+    death_pos = order[order.shape[0] - n_dead:].copy()
+    death_event = last[death_pos]
+    return ebits, row, death_event, death_pos
+
+
+@jit
+def replay_belady_walk(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, forced, count_from,
+                       hits, misses, hit_flag):
+    """Event-atomic, per-layer Belady / Belady-forced-admit without next-use keys (the decision of ``replay_belady``).
+
+    Each layer's residents are a bitset over tie positions and every event a
+    precomputed bitset (:func:`event_bitsets`): hits are ``popcount(E & C)``,
+    and a unit that overflows evicts its ``e`` farthest-next-use candidates
+    by walking the layer's future event bitsets (:func:`_evict_farthest`), so
+    no per-access next-use array is built and the main loop has no per-access
+    work. Belady's candidates are ``C ∪ U`` (bypass allowed); under ``forced``
+    the unit's misses rank below every resident. Parameters as
+    :func:`replay_lru_bits`.
+    """
+    record = hit_flag.shape[0] > 0
+    n_events = offsets.shape[0] - 1
+    n_words = (n_experts + 63) // 64
+    one = np.uint64(1)
+    ebits, row, death_event, death_pos = event_bitsets(offsets, expert, ev_layer, n_experts, n_layers, tie_pos)
+    size = np.zeros(n_layers, dtype=np.int64)
+    mem = np.zeros((n_layers, n_words), dtype=np.uint64)
+    dead = np.zeros((n_layers, n_words), dtype=np.uint64)
+    cand = np.zeros(n_words, dtype=np.uint64)
+    miss = np.zeros(n_words, dtype=np.uint64)
+    unseen = np.zeros(n_words, dtype=np.uint64)
+    grp = np.zeros(n_words, dtype=np.uint64)
+    d = 0
+    n_deaths = death_event.shape[0]
+    for i in range(n_events):
+        layer = ev_layer[i]
+        cap = capacity[layer]
+        r = row[i] * n_words
+        n_mem = offsets[i + 1] - offsets[i]
+        n_miss = 0
+        for w in range(n_words):
+            miss[w] = ebits[r + w] & ~mem[layer, w]
+            n_miss += np.int64(_popc(miss[w]))
+        if record and n_miss < n_mem:
+            base = layer * n_experts
+            for a in range(offsets[i], offsets[i + 1]):
+                tp = tie_pos[base + expert[a]]
+                if (mem[layer, tp >> 6] >> np.uint64(tp & 63)) & one:
+                    hit_flag[a] = 1
+        if i >= count_from:
+            hits[layer] += n_mem - n_miss
+            misses[layer] += n_miss
+        while d < n_deaths and death_event[d] == i:          # members accessed for the last time
+            p = death_pos[d] - layer * n_experts
+            dead[layer, p >> 6] |= one << np.uint64(p & 63)
+            d += 1
+        if n_miss == 0 or cap == 0:
+            continue
+        total = size[layer] + n_miss
+        if total <= cap:
+            for w in range(n_words):
+                mem[layer, w] |= miss[w]
+            size[layer] = total
+            continue
+        e = total - cap
+        nxt = row[i] + 1
+        if not forced:
+            for w in range(n_words):
+                cand[w] = mem[layer, w] | miss[w]
+            _evict_farthest(cand, e, dead[layer], ebits, nxt, n_words, unseen, grp)
+            for w in range(n_words):
+                mem[layer, w] = cand[w]
+        elif e < size[layer]:
+            # forced: the unit's misses stay; e of the residents (hits included) leave
+            for w in range(n_words):
+                cand[w] = mem[layer, w]
+            _evict_farthest(cand, e, dead[layer], ebits, nxt, n_words, unseen, grp)
+            for w in range(n_words):
+                mem[layer, w] = cand[w] | miss[w]
+        else:
+            # forced: every resident leaves, and the misses farthest in the future beyond cap
+            for w in range(n_words):
+                cand[w] = miss[w]
+            _evict_farthest(cand, e - size[layer], dead[layer], ebits, nxt, n_words, unseen, grp)
+            for w in range(n_words):
+                mem[layer, w] = cand[w]
+        size[layer] = cap
