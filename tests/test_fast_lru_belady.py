@@ -126,3 +126,21 @@ def test_an_event_larger_than_the_cache_keeps_its_highest_tie_ranks():
     result, flags = replay_hits(stream, ReplayConfig("lru", capacity=(5,), tie_break="id"))
     # tie_break="id": lower ids rank higher, so experts 0-4 stay and hit on the second event
     assert result.hits == 5 and flags[70:75].all() and not flags[75:].any()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_phases_that_leave_residents_unused_for_long(policy):
+    # experts 0-9 for 30 steps, then 10-19 for 60 steps, then 0-9 again: Belady's walk over future events
+    # runs far ahead while the first phase's blocks are resident, and some are never used again
+    rng = np.random.default_rng(4)
+    rows = []
+    for s in range(120):
+        lo = 0 if s < 30 or s >= 90 else 10
+        rows.append(sorted(rng.choice(np.arange(lo, lo + 10), size=int(rng.integers(1, 6)), replace=False).tolist()))
+    rows.append([25, 26, 27])                                   # blocks seen once, at the very end
+    stream = EventStream.from_lists(1, 70, 70, steps=list(range(len(rows))), layers=[0] * len(rows), experts=rows,
+                                    active=[1] * len(rows))
+    for cap in (1, 4, 9, 12, 30):
+        check_against_old(stream, policy, [cap], seed=cap)
+        want = naive.naive_replay(stream, policy, capacity=[cap], seed=cap)
+        assert replay(stream, ReplayConfig(policy, capacity=(cap,), seed=cap)).hits == want["hits"]
