@@ -12,8 +12,8 @@ What it does (see benchmarks/README.md for the full description):
    5,200 steps, and writes its flattened per-layer (and global) request
    streams as libCacheSim oracleGeneral binary traces.
 2. Headline, at every ``--rho``: event-atomic per-layer ``lru`` against
-   libCacheSim LRU, and event-atomic per-layer ``belady`` (its next-use pass
-   is inside ``replay()``) against libCacheSim Belady *including* its oracle
+   libCacheSim LRU, and event-atomic per-layer ``belady`` (its preparation,
+   event bitsets or a next-use pass, is inside ``replay()``) against libCacheSim Belady *including* its oracle
    (next-access vtime computed from the numpy arrays). After one untimed
    warm-up of each side, the two sides alternate pair by pair (ours, theirs,
    ours, theirs, ... ``--pairs`` times) on the same accesses and capacities;
@@ -587,8 +587,8 @@ def print_report(fig: dict[str, Any], ours: list[OursRow], theirs: list[TheirsRo
           f"{s['steps']} steps, L={N_LAYERS} N={N_EXPERTS} k={TOP_K} B={BATCH}, tie_break=random seed=0")
     print()
     print(f"Headline, alternated: {fig['pairs']} pairs (ours, theirs) per row; ratio = ours M union acc/s / theirs "
-          "M req/s per pair; event-atomic per-layer; our belady includes its next-use pass, libCacheSim Belady "
-          "its oracle")
+          "M req/s per pair; event-atomic per-layer; our belady includes its preparation inside replay() (event "
+          "bitsets or next-use pass), libCacheSim Belady its oracle (next-access vtime)")
     print(f"{'rho':>5s} {'c_l':>7s} {'ours':31s} {'libCacheSim':29s} {'ours M acc/s':>12s} {'theirs M req/s':>14s} "
           f"{'ratio min':>9s} {'ratio median':>12s}")
     for r in fig["alternated"]:

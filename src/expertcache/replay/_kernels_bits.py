@@ -54,7 +54,6 @@ def _unlink(k, layer, bhead, btail, bnext, bprev, free, n_free):
     return n_free + 1
 
 
-@jit
 def replay_lru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
                     hit_flag):
     """Event-atomic, per-layer LRU on bitsets in tie-position space (the decision of ``replay_lru``).
@@ -83,26 +82,30 @@ def replay_lru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
         ``int64[L]`` counters, incremented.
     hit_flag
         ``uint8[n_access]`` set to 1 on hits, or empty (no flags).
+
+    The state arrays are allocated here, in numpy, and the loop runs in
+    :func:`_replay_lru_bits` (allocating inside a kernel costs compile time).
     """
+    n_words = (n_experts + 63) // 64
+    n_pool = 1 + int(np.minimum(capacity, n_experts).sum()) + n_layers
+    _replay_lru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
+                     hit_flag, np.zeros((n_pool, n_words), dtype=np.uint64), np.zeros(n_pool, dtype=np.int64),
+                     np.full(n_pool, -1, dtype=np.int64), np.full(n_pool, -1, dtype=np.int64),
+                     np.arange(n_pool - 1, -1, -1, dtype=np.int64), np.full(n_layers, -1, dtype=np.int64),
+                     np.full(n_layers, -1, dtype=np.int64), np.zeros(n_layers, dtype=np.int64),
+                     np.zeros((n_layers, n_words), dtype=np.uint64), np.zeros(n_words, dtype=np.uint64))
+
+
+@jit
+def _replay_lru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
+                     hit_flag, bbits, bcnt, bnext, bprev, free, bhead, btail, size, mem, ev):
+    """The loop of :func:`replay_lru_bits`; ``free`` starts as a full stack of bucket ids, the rest empty."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     n_words = (n_experts + 63) // 64
     one = np.uint64(1)
     zero = np.uint64(0)
-    n_pool = 1
-    for layer in range(n_layers):
-        n_pool += min(capacity[layer], n_experts) + 1
-    bbits = np.zeros((n_pool, n_words), dtype=np.uint64)
-    bcnt = np.zeros(n_pool, dtype=np.int64)
-    bnext = np.full(n_pool, -1, dtype=np.int64)
-    bprev = np.full(n_pool, -1, dtype=np.int64)
-    free = np.arange(n_pool - 1, -1, -1).astype(np.int64)   # a stack of free bucket ids
-    n_free = n_pool
-    bhead = np.full(n_layers, -1, dtype=np.int64)
-    btail = np.full(n_layers, -1, dtype=np.int64)
-    size = np.zeros(n_layers, dtype=np.int64)
-    mem = np.zeros((n_layers, n_words), dtype=np.uint64)
-    ev = np.zeros(n_words, dtype=np.uint64)
+    n_free = free.shape[0]
     for i in range(n_events):
         layer = ev_layer[i]
         cap = capacity[layer]
@@ -269,27 +272,38 @@ def _evict_farthest(cand, e, dead, ebits, row, n_words, unseen, grp):
         row += 1
 
 
-@jit
 def event_bitsets(offsets, expert, ev_layer, n_experts, n_layers, tie_pos):
     """Each event's members as a bitset over tie positions, rows in layer-major order; and when blocks die.
 
-    Returns ``ebits, row, death_event, death_pos``: ``ebits[r*W : (r+1)*W]``
+    Returns ``ebits, row, dies, dies_next``: ``ebits[r*W : (r+1)*W]``
     (``W = ceil(N/64)`` words) is row ``r``; ``row[i]`` is event ``i``'s row,
     and the events of one layer occupy consecutive rows in stream order (so a
-    layer's future events follow its current row). ``death_event`` (ascending)
-    and ``death_pos`` list, for every block ever accessed, the event of its last
-    access and its layer-offset tie position ``layer*N + tie_pos``.
+    layer's future events follow its current row). The blocks last accessed
+    by event ``i`` form a linked list of layer-offset tie positions
+    ``layer*N + tie_pos``: ``dies[i]`` is the first (-1: none), ``dies_next[p]``
+    the one after ``p``.
     """
     n_events = offsets.shape[0] - 1
     n_words = (n_experts + 63) // 64
-    start = np.zeros(n_layers + 1, dtype=np.int64)
+    ebits = np.zeros(n_events * n_words, dtype=np.uint64)
+    row = np.empty(n_events, dtype=np.int64)
+    dies = np.full(n_events, -1, dtype=np.int32)
+    dies_next = np.full(n_layers * n_experts, -1, dtype=np.int32)
+    _event_bitsets(offsets, expert, ev_layer, n_experts, n_layers, tie_pos, np.zeros(n_layers + 1, dtype=np.int64),
+                   np.full(n_layers * n_experts, -1, dtype=np.int64), ebits, row, dies, dies_next)
+    return ebits, row, dies, dies_next
+
+
+@jit
+def _event_bitsets(offsets, expert, ev_layer, n_experts, n_layers, tie_pos, start, last, ebits, row, dies,
+                   dies_next):
+    """The loop of :func:`event_bitsets` (``start`` zeros, ``last``, ``dies``, ``dies_next`` -1, ``ebits`` 0)."""
+    n_events = offsets.shape[0] - 1
+    n_words = (n_experts + 63) // 64
     for i in range(n_events):
         start[ev_layer[i] + 1] += 1
     for layer in range(n_layers):
         start[layer + 1] += start[layer]
-    row = np.empty(n_events, dtype=np.int64)
-    ebits = np.zeros(n_events * n_words, dtype=np.uint64)
-    last = np.full(n_layers * n_experts, -1, dtype=np.int64)
     one = np.uint64(1)
     for i in range(n_events):
         layer = ev_layer[i]
@@ -302,16 +316,12 @@ def event_bitsets(offsets, expert, ev_layer, n_experts, n_layers, tie_pos):
             tp = tie_pos[base + expert[a]]
             ebits[r + (tp >> 6)] |= one << np.uint64(tp & 63)
             last[base + tp] = i
-    order = np.argsort(last, kind="mergesort")
-    n_dead = 0
-    for b in range(last.shape[0]):
-        n_dead += last[b] >= 0
-    death_pos = order[order.shape[0] - n_dead:].copy()
-    death_event = last[death_pos]
-    return ebits, row, death_event, death_pos
+    for p in range(n_layers * n_experts):
+        if last[p] >= 0:
+            dies_next[p] = dies[last[p]]
+            dies[last[p]] = p
 
 
-@jit
 def replay_belady_walk(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, forced, count_from,
                        hits, misses, hit_flag):
     """Event-atomic, per-layer Belady / Belady-forced-admit without next-use keys (the decision of ``replay_belady``).
@@ -325,20 +335,26 @@ def replay_belady_walk(offsets, expert, ev_layer, n_experts, n_layers, capacity,
     the unit's misses rank below every resident. Parameters as
     :func:`replay_lru_bits`.
     """
+    n_words = (n_experts + 63) // 64
+    ebits, row, dies, dies_next = event_bitsets(offsets, expert, ev_layer, n_experts, n_layers, tie_pos)
+    _replay_belady_walk(offsets, expert, ev_layer, n_experts, capacity, tie_pos, forced, count_from, hits, misses,
+                        hit_flag, ebits, row, dies, dies_next, np.zeros(n_layers, dtype=np.int64),
+                        np.zeros((n_layers, n_words), dtype=np.uint64), np.zeros((n_layers, n_words), dtype=np.uint64),
+                        np.zeros((4, n_words), dtype=np.uint64))
+
+
+@jit
+def _replay_belady_walk(offsets, expert, ev_layer, n_experts, capacity, tie_pos, forced, count_from, hits, misses,
+                        hit_flag, ebits, row, dies, dies_next, size, mem, dead, scratch):
+    """The loop of :func:`replay_belady_walk` (``size``, ``mem``, ``dead`` zeros; ``scratch``: 4 bitsets)."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     n_words = (n_experts + 63) // 64
     one = np.uint64(1)
-    ebits, row, death_event, death_pos = event_bitsets(offsets, expert, ev_layer, n_experts, n_layers, tie_pos)
-    size = np.zeros(n_layers, dtype=np.int64)
-    mem = np.zeros((n_layers, n_words), dtype=np.uint64)
-    dead = np.zeros((n_layers, n_words), dtype=np.uint64)
-    cand = np.zeros(n_words, dtype=np.uint64)
-    miss = np.zeros(n_words, dtype=np.uint64)
-    unseen = np.zeros(n_words, dtype=np.uint64)
-    grp = np.zeros(n_words, dtype=np.uint64)
-    d = 0
-    n_deaths = death_event.shape[0]
+    cand = scratch[0]
+    miss = scratch[1]
+    unseen = scratch[2]
+    grp = scratch[3]
     for i in range(n_events):
         layer = ev_layer[i]
         cap = capacity[layer]
@@ -357,10 +373,11 @@ def replay_belady_walk(offsets, expert, ev_layer, n_experts, n_layers, capacity,
         if i >= count_from:
             hits[layer] += n_mem - n_miss
             misses[layer] += n_miss
-        while d < n_deaths and death_event[d] == i:          # members accessed for the last time
-            p = death_pos[d] - layer * n_experts
-            dead[layer, p >> 6] |= one << np.uint64(p & 63)
-            d += 1
+        p = dies[i]
+        while p >= 0:                                       # members accessed for the last time
+            j = p - layer * n_experts
+            dead[layer, j >> 6] |= one << np.uint64(j & 63)
+            p = dies_next[p]
         if n_miss == 0 or cap == 0:
             continue
         total = size[layer] + n_miss
