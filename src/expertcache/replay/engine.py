@@ -335,13 +335,13 @@ def _walks_belady(config: ReplayConfig, policy: Policy, n_experts: int) -> bool:
 
 def _loop_belady(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses, hit_flag) -> None:
     offsets, expert, layer, _, n_experts, n_layers, global_scope, atomic, access_next = args
-    if n_layers * n_experts >= (1 << 23):   # the int64 key packs the tie rank into 23 bits
-        return _loop_generic(args, config, policy, caps, tie, hits, misses, hit_flag)
-    if _walks_belady(config, policy, n_experts):
+    if _walks_belady(config, policy, n_experts):   # before the key-width check: it builds no next-use array
         _, tie_pos = _tie_order(tie, n_layers, n_experts)
         return KB.replay_belady_walk(offsets, expert, layer, n_experts, n_layers, caps, tie_pos,
                                      policy.key_code == KEY_BELADY_FORCED, config.warmup_events, hits, misses,
                                      hit_flag)
+    if n_layers * n_experts >= (1 << 23):   # the int64 key packs the tie rank into 23 bits
+        return _loop_generic(args, config, policy, caps, tie, hits, misses, hit_flag)
     K.replay_belady(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, access_next, caps, tie,
                     policy.key_code == KEY_BELADY_FORCED, config.warmup_events, hits, misses, hit_flag)
 
