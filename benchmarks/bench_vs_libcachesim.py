@@ -1,6 +1,7 @@
-"""expertcache replay throughput against libCacheSim on a Qwen3-30B-A3B-shaped stream.
+"""expertcache replay throughput against libCacheSim on a Qwen3-30B-A3B-shaped stream, alternated.
 
-    python benchmarks/bench_vs_libcachesim.py [--steps 5200 | --quick] [--json [PATH]]
+    python benchmarks/bench_vs_libcachesim.py [--steps 5200 | --quick] [--pairs 7] [--rho 0.1,0.4,0.75]
+        [--all-policies] [--json [PATH]]
 
 Needs ``pip install libcachesim==0.3.5`` next to expertcache.
 
@@ -8,22 +9,26 @@ What it does (see benchmarks/README.md for the full description):
 
 1. Builds a stream of 48 layers x 128 experts, top-8, B = 8 (skewed per-layer
    popularity that drifts slowly), about 10 M union accesses at the default
-   5,200 steps, plus a disjoint calibration stream (another sampling seed) for
-   the ``static`` policy.
-2. Times ``expertcache.replay.replay`` for every registered policy x
-   {event-atomic, sequential-ascending} x {per-layer, global}, rho = 0.4,
-   tie_break="random", seed 0, after warm-up replays of the same
-   configuration (a short prefix pays the JIT compile / cache load, then a
-   full-size replay the page faults of fresh temporaries).
-3. Times libCacheSim (LRU, LFU, Belady through ``CacheBase.process_trace`` on
-   oracleGeneral binary traces) on the flattened per-layer streams (one cache
-   per layer, capacity c_l) and on one global flattened stream (block id
-   ``layer*128 + expert``, capacity 2,458). Belady's oracle (next-access
-   vtime, from the numpy arrays) is timed separately and included in its
-   headline figure.
-4. Cross-checks miss counts where the semantics coincide, prints the
-   comparison table, memory figures and the JIT compile / cache-load cost
-   (two subprocesses sharing a fresh ``NUMBA_CACHE_DIR``).
+   5,200 steps, and writes its flattened per-layer (and global) request
+   streams as libCacheSim oracleGeneral binary traces.
+2. Headline, at every ``--rho``: event-atomic per-layer ``lru`` against
+   libCacheSim LRU, and event-atomic per-layer ``belady`` (its preparation,
+   event bitsets or a next-use pass, is inside ``replay()``) against libCacheSim Belady *including* its oracle
+   (next-access vtime computed from the numpy arrays). After one untimed
+   warm-up of each side, the two sides alternate pair by pair (ours, theirs,
+   ours, theirs, ... ``--pairs`` times) on the same accesses and capacities;
+   each pair gives one ratio (ours M acc/s / theirs M req/s) and the table
+   prints the min and median of those ratios, so that load drift on a shared
+   machine moves both sides of a pair alike.
+3. Cross-checks miss counts where the semantics coincide (sequential ``lru``
+   == LRU and ``belady-forced`` == Belady, layer by layer, per-layer scope),
+   at every rho; the script exits non-zero if an "equal" expectation fails.
+4. ``--all-policies`` adds, at the first rho, the former every-policy table:
+   every registered policy x {event-atomic, sequential-ascending} x
+   {per-layer, global} (best of ``--repeat``, not alternated), libCacheSim
+   LRU, LFU and Belady per layer and global, and their cross-checks.
+5. Memory figures and the JIT compile / cache-load cost (two subprocesses
+   sharing a fresh ``NUMBA_CACHE_DIR``; ``--no-jit-probe`` skips them).
 
 With a bare ``--json`` stdout carries exactly one JSON object with every
 figure (``--json PATH`` writes it to PATH and still prints the tables);
@@ -37,6 +42,7 @@ import json
 import math
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,7 +59,8 @@ from expertcache.replay.libcachesim import next_access_vtime, write_oracle_gener
 
 # Shape of the benchmark (Qwen3-30B-A3B decode at B = 8) and the replay setting.
 N_LAYERS, N_EXPERTS, TOP_K, BATCH = 48, 128, 8, 8
-RHO = 0.4
+RHOS = (0.1, 0.4, 0.75)  # the headline is 0.4; 0.1 and 0.75 show the regime dependence
+PAIRS = 7
 STEPS_FULL = 5200  # ~10.0 M union accesses (mean |E| ~ 40.2 per event)
 STEPS_QUICK = 520  # ~1.0 M union accesses
 SEMANTICS = ("event-atomic", "sequential-ascending")
@@ -177,7 +184,7 @@ class OursRow:
         return self.union / self.seconds / 1e6
 
 
-def time_ours(stream: EventStream, calibration: EventStream, warm: EventStream, policies: list[str],
+def time_ours(stream: EventStream, calibration: EventStream, warm: EventStream, policies: list[str], rho: float,
               max_config_seconds: float, extra: list[tuple[str, str, str, bool]], repeat: int) -> list[OursRow]:
     """Time ``replay`` for every policy x semantics x scope, plus the ``extra`` configurations.
 
@@ -194,7 +201,7 @@ def time_ours(stream: EventStream, calibration: EventStream, warm: EventStream, 
     steps_total = int(stream.step[-1] - stream.step[0] + 1)
     rows = []
     for policy, sem, scope, in_cache in configs:
-        cfg = ReplayConfig(policy, rho=RHO, scope=scope, semantics=sem, tie_break="random", seed=0,
+        cfg = ReplayConfig(policy, rho=rho, scope=scope, semantics=sem, tie_break="random", seed=0,
                            lfu_in_cache_counters=in_cache)
         cal = calibration if get_policy(policy).needs_calibration else None
         replay(warm, cfg, cal)
@@ -236,6 +243,7 @@ class LcsTraces:
     oracle_global_s: float
     write_s: float
     file_bytes: int
+    layer_ids: list[np.ndarray] = field(default_factory=list, repr=False)  # what the oracle is computed from
 
 
 def timed_best(fn: Any, repeat: int) -> tuple[float, Any]:
@@ -286,7 +294,7 @@ def build_lcs_traces(stream: EventStream, workdir: Path, repeat: int) -> LcsTrac
     nbytes += write_oracle_general(gpath, global_ids, clock, global_next)
     write_s = time.perf_counter() - t0
     return LcsTraces(paths, [int(a.shape[0]) for a in layer_ids], gpath, int(global_ids.shape[0]),
-                     flatten_s, oracle_per_layer_s, oracle_global_s, write_s, nbytes)
+                     flatten_s, oracle_per_layer_s, oracle_global_s, write_s, nbytes, layer_ids)
 
 
 def lcs_hashpower(n_objects: int) -> int:
@@ -367,6 +375,93 @@ def time_theirs(traces: LcsTraces, caps: list[int], total: int, hashpower_auto: 
             log(f"  libCacheSim {policy:7s} {scope:9s} {row.m_req_per_s:7.2f} M req/s  "
                 f"(process {secs:.3f} s, oracle {row.oracle_s:.3f} s)  miss ratio {row.misses / row.requests:.4f}")
     return rows
+
+
+# ------------------------------------------------------------------------------------- alternated
+#: The headline comparisons: (our policy, libCacheSim policy); event-atomic, per-layer scope.
+HEADLINE = (("lru", "LRU"), ("belady", "Belady"))
+#: Per-layer miss-count cross-checks run at every rho: (our policy, semantics, theirs, expectation).
+CHECKS = (("lru", "sequential-ascending", "LRU", "equal"), ("belady-forced", "sequential-ascending", "Belady", "equal"),
+          ("belady", "sequential-ascending", "Belady", "ours<=theirs"))
+
+
+def lcs_per_layer_headline(policy: str, traces: LcsTraces, caps: list[int], hashpower: int | None
+                           ) -> tuple[float, float, list[int]]:
+    """One libCacheSim per-layer run: ``(process seconds, oracle seconds, misses per layer)``.
+
+    For Belady the oracle (next-access vtime of every layer's requests, what the
+    trace files carry) is recomputed and timed in the same call, so that it sits
+    inside the pair like our next-use pass sits inside ``replay()``.
+    """
+    oracle_s = 0.0
+    if policy == "Belady":
+        t0 = time.perf_counter()
+        for ids in traces.layer_ids:
+            next_access_vtime(ids)
+        oracle_s = time.perf_counter() - t0
+    secs, misses = run_lcs(policy, traces.per_layer_paths, caps, traces.per_layer_n, hashpower)
+    return secs, oracle_s, misses
+
+
+def alternate(stream: EventStream, warm: EventStream, traces: LcsTraces, rho: float, pairs: int,
+              hashpower: int | None) -> list[dict[str, Any]]:
+    """Time each headline comparison at ``rho`` as ``pairs`` alternated (ours, theirs) pairs.
+
+    Both sides are warmed first (ours: the short ``warm`` prefix for the JIT,
+    then one untimed full replay; theirs: one untimed full run). Each pair
+    times one full replay of ours, then one full run of theirs, on the same
+    accesses and capacities; its ratio is ours M acc/s over theirs M req/s.
+    """
+    _, caps = per_layer_capacities(rho, N_LAYERS, N_EXPERTS)
+    out = []
+    for policy, lcs_policy in HEADLINE:
+        cfg = ReplayConfig(policy, rho=rho, scope="per-layer", semantics="event-atomic", tie_break="random", seed=0)
+        replay(warm, cfg)
+        replay(stream, cfg)
+        lcs_per_layer_headline(lcs_policy, traces, caps, hashpower)
+        ours_s, theirs_s, oracle_s, ratios = [], [], [], []
+        misses = 0
+        for _ in range(pairs):
+            t0 = time.perf_counter()
+            r = replay(stream, cfg)
+            ours_s.append(time.perf_counter() - t0)
+            proc, orc, _ = lcs_per_layer_headline(lcs_policy, traces, caps, hashpower)
+            theirs_s.append(proc + orc)
+            oracle_s.append(orc)
+            ratios.append((stream.union / ours_s[-1]) / (sum(traces.per_layer_n) / theirs_s[-1]))
+            misses = r.demand_misses
+        row = {"rho": rho, "ours": f"{policy} event-atomic per-layer", "theirs": f"{lcs_policy} per-layer"
+               + (" incl. oracle" if lcs_policy == "Belady" else ""), "pairs": pairs,
+               "ours_s": ours_s, "theirs_s": theirs_s, "theirs_oracle_s": oracle_s, "ratios": ratios,
+               "ratio_min": min(ratios), "ratio_median": statistics.median(ratios),
+               "ours_m_acc_s_median": stream.union / statistics.median(ours_s) / 1e6,
+               "theirs_m_req_s_median": sum(traces.per_layer_n) / statistics.median(theirs_s) / 1e6,
+               "ours_miss_fraction": misses / stream.union}
+        out.append(row)
+        log(f"  rho {rho:<5g} {row['ours']:28s} vs {row['theirs']:25s} ratio min {row['ratio_min']:.2f} "
+            f"median {row['ratio_median']:.2f}  (ours {row['ours_m_acc_s_median']:.1f} M acc/s, theirs "
+            f"{row['theirs_m_req_s_median']:.1f} M req/s)")
+    return out
+
+
+def headline_checks(stream: EventStream, traces: LcsTraces, rho: float, hashpower: int | None
+                    ) -> list[dict[str, Any]]:
+    """Per-layer miss counts of the comparable pairs at ``rho`` (sequential-ascending = libCacheSim's order)."""
+    _, caps = per_layer_capacities(rho, N_LAYERS, N_EXPERTS)
+    theirs = {p: run_lcs(p, traces.per_layer_paths, caps, traces.per_layer_n, hashpower)[1] for p in ("LRU", "Belady")}
+    out = []
+    for policy, sem, lcs_policy, expect in CHECKS:
+        r = replay(stream, ReplayConfig(policy, rho=rho, scope="per-layer", semantics=sem, tie_break="random", seed=0))
+        o = [lc.demand_misses for lc in r.per_layer]
+        t = theirs[lcs_policy]
+        met = {"equal": o == t, "ours<=theirs": all(a <= b for a, b in zip(o, t, strict=True))}[expect]
+        out.append({"rho": rho, "ours": policy, "theirs": lcs_policy, "scope": "per-layer", "semantics": sem,
+                    "ours_misses": sum(o), "theirs_misses": sum(t), "difference": sum(o) - sum(t),
+                    "layers_equal": sum(a == b for a, b in zip(o, t, strict=True)), "expect": expect,
+                    "agrees": o == t, "expectation_met": met})
+        log(f"  rho {rho:<5g} check {policy:13s} {sem} vs {lcs_policy:6s}: ours {sum(o):,} theirs {sum(t):,} "
+            f"({'as expected' if met else 'NOT AS EXPECTED'}: {expect})")
+    return out
 
 
 # ----------------------------------------------------------------------------------------- JIT cost
@@ -486,17 +581,45 @@ def scope_time_ratios(ours: list[OursRow]) -> dict[str, float]:
 
 
 def print_report(fig: dict[str, Any], ours: list[OursRow], theirs: list[TheirsRow]) -> None:
-    """Human-readable tables on stdout."""
+    """Human-readable tables on stdout (the every-policy tables only when ``ours`` is non-empty)."""
     s = fig["stream"]
     print(f"stream: {s['n_events']:,} events, {s['union']:,} union accesses (mean |E| {s['mean_event_size']:.1f}), "
-          f"{s['steps']} steps, L={N_LAYERS} N={N_EXPERTS} k={TOP_K} B={BATCH}, rho={RHO} "
-          f"(total {fig['capacity_total']} blocks, c_l {max(fig['capacities'])}/{min(fig['capacities'])}), "
-          f"tie_break=random seed=0")
+          f"{s['steps']} steps, L={N_LAYERS} N={N_EXPERTS} k={TOP_K} B={BATCH}, tie_break=random seed=0")
     print()
-    print("Headline: million union accesses (= requests) per second; libCacheSim Belady includes its oracle prep")
+    print(f"Headline, alternated: {fig['pairs']} pairs (ours, theirs) per row; ratio = ours M union acc/s / theirs "
+          "M req/s per pair; event-atomic per-layer; our belady includes its preparation inside replay() (event "
+          "bitsets or next-use pass), libCacheSim Belady its oracle (next-access vtime)")
+    print(f"{'rho':>5s} {'c_l':>7s} {'ours':31s} {'libCacheSim':29s} {'ours M acc/s':>12s} {'theirs M req/s':>14s} "
+          f"{'ratio min':>9s} {'ratio median':>12s}")
+    for r in fig["alternated"]:
+        _, caps = per_layer_capacities(r["rho"], N_LAYERS, N_EXPERTS)
+        print(f"{r['rho']:5g} {f'{max(caps)}/{min(caps)}':>7s} {r['ours']:31s} {r['theirs']:29s} "
+              f"{r['ours_m_acc_s_median']:12.2f} {r['theirs_m_req_s_median']:14.2f} {r['ratio_min']:9.2f} "
+              f"{r['ratio_median']:12.2f}")
+    print("(M acc/s and M req/s: from each side's median time over the pairs)")
+    print()
+    print("Per-layer miss-count cross-check (sequential-ascending order = libCacheSim's request order)")
+    print(f"{'rho':>5s} {'ours':14s} {'theirs':7s} {'ours misses':>12s} {'theirs misses':>13s} {'diff':>9s} "
+          f"{'layers eq':>9s}  verdict (expectation)")
+    for c in fig["headline_checks"]:
+        met = "as expected" if c["expectation_met"] else "NOT as expected"
+        print(f"{c['rho']:5g} {c['ours']:14s} {c['theirs']:7s} {c['ours_misses']:12,d} {c['theirs_misses']:13,d} "
+              f"{c['difference']:+9,d} {c['layers_equal']:>6d}/{N_LAYERS}  "
+              f"{'agree' if c['agrees'] else 'differ'}, {met} ({c['expect']})")
+    print()
+    if ours:
+        print_all_policies(fig, ours, theirs)
+    print_costs(fig)
+
+
+def print_all_policies(fig: dict[str, Any], ours: list[OursRow], theirs: list[TheirsRow]) -> None:
+    """The ``--all-policies`` tables (best of ``--repeat``, not alternated)."""
+    a = fig["all_policies"]
+    print(f"--all-policies at rho {a['rho']} (total {a['capacity_total']} blocks; best of {fig['repeat']}, "
+          "not alternated)")
     print(f"{'configuration':56s} {'vs libCacheSim':18s} {'ours M acc/s':>12s} {'theirs M req/s':>14s} "
           f"{'ours/theirs':>11s}")
-    for r in fig["comparison"]:
+    for r in a["comparison"]:
         print(f"{r['configuration']:56s} {r['theirs']:18s} {r['ours_m_acc_s']:12.2f} {r['theirs_m_req_s']:14.2f} "
               f"{r['ratio']:11.2f}")
     print()
@@ -512,8 +635,7 @@ def print_report(fig: dict[str, Any], ours: list[OursRow], theirs: list[TheirsRo
                 cells.append("-" if r is None else f"{r.m_acc_per_s:.2f}{'*' if r.prefix_steps else ''}")
         print(f"{label:32s} {cells[0]:>22s} {cells[1]:>20s} {cells[2]:>21s} {cells[3]:>18s}")
     print()
-    print("libCacheSim (process_trace on oracleGeneral traces; hashpower "
-          f"{fig['libcachesim']['hashpower']})")
+    print(f"libCacheSim (process_trace on oracleGeneral traces; hashpower {fig['libcachesim']['hashpower']})")
     print(f"{'policy':8s} {'scope':9s} {'process s':>10s} {'oracle s':>9s} {'M req/s':>8s} {'miss ratio':>10s}")
     for t in theirs:
         print(f"{t.policy:8s} {t.scope:9s} {t.process_s:10.3f} {t.oracle_s:9.3f} {t.m_req_per_s:8.2f} "
@@ -525,7 +647,7 @@ def print_report(fig: dict[str, Any], ours: list[OursRow], theirs: list[TheirsRo
     print("Miss-count cross-check (sequential-ascending order = libCacheSim's request order)")
     print(f"{'ours':32s} {'theirs':7s} {'scope':9s} {'ours misses':>12s} {'theirs misses':>13s} {'diff':>9s} "
           f"{'layers eq':>9s}  verdict (expectation)")
-    for c in fig["cross_check"]:
+    for c in a["cross_check"]:
         leq = "-" if c["layers_equal"] is None else f"{c['layers_equal']}/{N_LAYERS}"
         met = {True: "as expected", False: "NOT as expected", None: "no exact expectation"}[c["expectation_met"]]
         verdict = ("agree" if c["agrees"] else "differ") + f", {met}"
@@ -533,7 +655,12 @@ def print_report(fig: dict[str, Any], ours: list[OursRow], theirs: list[TheirsRo
               f"{c['difference']:+9,d} {leq:>9s}  {verdict} ({c['expect']})")
     print()
     print("expertcache per-access time, global / per-layer: "
-          + ", ".join(f"{k} {v:.2f}x" for k, v in fig["scope_time_ratio"].items()))
+          + ", ".join(f"{k} {v:.2f}x" for k, v in a["scope_time_ratio"].items()))
+    print()
+
+
+def print_costs(fig: dict[str, Any]) -> None:
+    """Memory and JIT lines."""
     m = fig["memory"]
     print(f"memory: peak RSS {m['peak_rss_mib']:.0f} MiB (after stream build {m['rss_after_streams_mib']:.0f} MiB, "
           f"after expertcache {m['rss_after_ours_mib']:.0f} MiB, after libCacheSim "
@@ -554,26 +681,42 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=None,
                     help=f"scheduling steps (default {STEPS_FULL}, ~10 M union accesses; --quick: {STEPS_QUICK})")
     ap.add_argument("--quick", action="store_true", help=f"smoke run: {STEPS_QUICK} steps (~1 M accesses)")
+    ap.add_argument("--pairs", type=int, default=PAIRS,
+                    help=f"alternated (ours, theirs) timing pairs per headline row (default {PAIRS})")
+    ap.add_argument("--rho", default=",".join(f"{r:g}" for r in RHOS),
+                    help="comma list of residency fractions (default 0.1,0.4,0.75; --all-policies uses the first)")
+    ap.add_argument("--all-policies", action="store_true",
+                    help="also time every registered policy x semantics x scope and libCacheSim LRU/LFU/Belady "
+                         "per layer and global (not alternated), at the first --rho")
     ap.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
                     help="write every figure as one JSON object: to stdout instead of the tables (bare --json), "
                          "or to PATH in addition to them")
-    ap.add_argument("--policies", default=None, help="comma list of expertcache policies (default: all registered)")
+    ap.add_argument("--policies", default=None,
+                    help="with --all-policies: comma list of expertcache policies (default: all registered)")
     ap.add_argument("--max-config-seconds", type=float, default=60.0,
-                    help="time only a prefix of the stream when a configuration would take longer (default 60)")
+                    help="with --all-policies: time only a prefix of the stream when a configuration would take "
+                         "longer (default 60)")
     ap.add_argument("--warm-steps", type=int, default=20, help="steps of the warm-up prefix (default 20)")
-    ap.add_argument("--repeat", type=int, default=1, help="timed runs per configuration, best reported (default 1; prefix-timed ones run once)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="with --all-policies: timed runs per configuration, best reported (default 1)")
     ap.add_argument("--lcs-default-hashpower", action="store_true",
                     help="use libCacheSim's default hashpower 24 instead of one sized to the universe")
     ap.add_argument("--no-jit-probe", action="store_true", help="skip the compile / cache-load subprocesses")
     ap.add_argument("--workdir", default=None, help="directory for the libCacheSim trace files (default: temp)")
     args = ap.parse_args(argv)
-    if args.repeat < 1 or (args.steps is not None and args.steps < 1) or args.warm_steps < 1:
-        ap.error("--repeat, --steps and --warm-steps must be positive")
+    if args.repeat < 1 or (args.steps is not None and args.steps < 1) or args.warm_steps < 1 or args.pairs < 1:
+        ap.error("--repeat, --steps, --warm-steps and --pairs must be positive")
+    try:
+        args.rhos = [float(r) for r in args.rho.split(",")]
+    except ValueError:
+        ap.error(f"--rho must be a comma list of numbers; got {args.rho!r}")
+    if not all(0.0 <= r <= 1.0 for r in args.rhos):
+        ap.error(f"--rho values must lie in [0, 1]; got {args.rho!r}")
     return args
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Run the benchmark and print the table (or the JSON object)."""
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print the tables (or the JSON object); 1 if an "equal" cross-check failed."""
     try:
         import libcachesim
     except ImportError:
@@ -581,32 +724,50 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parse_args(argv)
     steps = args.steps if args.steps is not None else (STEPS_QUICK if args.quick else STEPS_FULL)
-    policies = args.policies.split(",") if args.policies else list(policy_names(advice=False))
-    total, caps = per_layer_capacities(RHO, N_LAYERS, N_EXPERTS)
+    hp_layer = None if args.lcs_default_hashpower else lcs_hashpower(N_EXPERTS)
 
     t0 = time.perf_counter()
     stream = drifting_qwen_stream(steps, sample_seed=0)
-    calibration = drifting_qwen_stream(steps, sample_seed=1)
+    calibration = drifting_qwen_stream(steps, sample_seed=1) if args.all_policies else None
     build_s = time.perf_counter() - t0
     rss_streams = maxrss_mib()
-    log(f"streams: {stream.union:,} union accesses ({stream.n_events:,} events) + calibration, "
-        f"built in {build_s:.1f} s")
-
-    log("expertcache:")
+    log(f"stream: {stream.union:,} union accesses ({stream.n_events:,} events), built in {build_s:.1f} s")
     warm = stream_prefix(stream, min(args.warm_steps, steps))
-    extra = [("lfu", "sequential-ascending", scope, True) for scope in SCOPES]
-    ours = time_ours(stream, calibration, warm, policies, args.max_config_seconds, extra, args.repeat)
-    rss_ours = maxrss_mib()
-    engine_caps = [lc.capacity for lc in replay(warm, ReplayConfig("lru", rho=RHO)).per_layer]
-    if engine_caps != caps:
-        raise SystemExit(f"capacity convention mismatch: engine {engine_caps}, libCacheSim side {caps}")
+    for rho in args.rhos:
+        engine_caps = [lc.capacity for lc in replay(warm, ReplayConfig("lru", rho=rho)).per_layer]
+        if engine_caps != per_layer_capacities(rho, N_LAYERS, N_EXPERTS)[1]:
+            raise SystemExit(f"capacity convention mismatch at rho {rho}: engine {engine_caps}")
 
-    log("libCacheSim:")
+    ours: list[OursRow] = []
+    theirs: list[TheirsRow] = []
+    all_policies = None
     with tempfile.TemporaryDirectory(prefix="lcs-traces-", dir=args.workdir) as tmp:
-        traces = build_lcs_traces(stream, Path(tmp), args.repeat)
-        log(f"  traces: flatten {traces.flatten_s:.2f} s, oracle {traces.oracle_per_layer_s:.2f} s per-layer / "
-            f"{traces.oracle_global_s:.2f} s global, write {traces.write_s:.2f} s")
-        theirs = time_theirs(traces, caps, total, not args.lcs_default_hashpower, args.repeat)
+        traces = build_lcs_traces(stream, Path(tmp), 1)
+        log(f"libCacheSim traces: flatten {traces.flatten_s:.2f} s, oracle {traces.oracle_per_layer_s:.2f} s "
+            f"per-layer, write {traces.write_s:.2f} s")
+        log("alternated pairs:")
+        alternated = [row for rho in args.rhos for row in alternate(stream, warm, traces, rho, args.pairs, hp_layer)]
+        rss_ours = maxrss_mib()
+        log("cross-checks:")
+        checks = [c for rho in args.rhos for c in headline_checks(stream, traces, rho, hp_layer)]
+        if args.all_policies:
+            rho = args.rhos[0]
+            total, caps = per_layer_capacities(rho, N_LAYERS, N_EXPERTS)
+            log(f"--all-policies at rho {rho}: expertcache")
+            policies = args.policies.split(",") if args.policies else list(policy_names(advice=False))
+            extra = [("lfu", "sequential-ascending", scope, True) for scope in SCOPES]
+            ours = time_ours(stream, calibration, warm, policies, rho, args.max_config_seconds, extra, args.repeat)
+            log("--all-policies: libCacheSim")
+            theirs = time_theirs(traces, caps, total, not args.lcs_default_hashpower, args.repeat)
+            all_policies = {"rho": rho, "capacity_total": total, "capacities": caps,
+                            "ours": [{k: v for k, v in asdict(r).items() if k != "per_layer_misses"}
+                                     | {"label": r.label, "m_acc_per_s": r.m_acc_per_s} for r in ours],
+                            "libcachesim_rows": [{k: v for k, v in asdict(t).items() if k != "per_layer_misses"}
+                                                 | {"headline_s": t.headline_s, "m_req_per_s": t.m_req_per_s}
+                                                 for t in theirs],
+                            "comparison": comparison_rows(ours, theirs),
+                            "cross_check": cross_checks(ours, theirs),
+                            "scope_time_ratio": scope_time_ratios(ours)}
     rss_theirs = maxrss_mib()
 
     jit = None if args.no_jit_probe else jit_costs()
@@ -617,34 +778,35 @@ def main(argv: list[str] | None = None) -> None:
         "stream": {"steps": steps, "n_events": stream.n_events, "union": stream.union, "logical": stream.logical,
                    "mean_event_size": stream.union / stream.n_events, "build_s": build_s,
                    "provenance": stream.provenance},
-        "rho": RHO, "capacity_total": total, "capacities": caps, "repeat": args.repeat,
-        "max_config_seconds": args.max_config_seconds,
-        "ours": [{k: v for k, v in asdict(r).items() if k != "per_layer_misses"}
-                 | {"label": r.label, "m_acc_per_s": r.m_acc_per_s} for r in ours],
+        "rhos": args.rhos, "pairs": args.pairs, "repeat": args.repeat,
+        "alternated": alternated,
+        "headline_checks": checks,
         "libcachesim": {
             "hashpower": "24 (default)" if args.lcs_default_hashpower else
             f"{lcs_hashpower(N_EXPERTS)} per-layer / {lcs_hashpower(N_LAYERS * N_EXPERTS)} global",
-            "traces": {k: v for k, v in asdict(traces).items() if k not in ("per_layer_paths", "global_path")
-                       and k != "per_layer_n"},
-            "rows": [{k: v for k, v in asdict(t).items() if k != "per_layer_misses"}
-                     | {"headline_s": t.headline_s, "m_req_per_s": t.m_req_per_s} for t in theirs],
+            "traces": {k: v for k, v in asdict(traces).items()
+                       if k not in ("per_layer_paths", "global_path", "per_layer_n", "layer_ids")},
         },
-        "comparison": comparison_rows(ours, theirs),
-        "cross_check": cross_checks(ours, theirs),
-        "scope_time_ratio": scope_time_ratios(ours),
+        "all_policies": all_policies,
         "memory": {"peak_rss_mib": maxrss_mib(), "rss_after_streams_mib": rss_streams,
                    "rss_after_ours_mib": rss_ours, "rss_after_libcachesim_mib": rss_theirs,
-                   "stream_bytes": nbytes,
-                   "bytes_per_union_access": nbytes / stream.union},
+                   "stream_bytes": nbytes, "bytes_per_union_access": nbytes / stream.union},
         "jit": jit,
     }
+    failed = [c for c in checks + (all_policies["cross_check"] if all_policies else [])
+              if c["expect"] == "equal" and not c["expectation_met"]]
+    fig["equal_checks_failed"] = len(failed)
     if args.json == "-":
         print(json.dumps(fig, indent=1, default=str))
-        return
-    if args.json:
-        Path(args.json).write_text(json.dumps(fig, indent=1, default=str) + "\n")
-    print_report(fig, ours, theirs)
+    else:
+        if args.json:
+            Path(args.json).write_text(json.dumps(fig, indent=1, default=str) + "\n")
+        print_report(fig, ours, theirs)
+    for c in failed:
+        log(f"FAILED: {c['ours']} {c['semantics']} {c['scope']} misses {c['ours_misses']:,} != "
+            f"{c['theirs']} {c['theirs_misses']:,} at rho {c.get('rho', args.rhos[0])}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

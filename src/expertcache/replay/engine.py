@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import ValidationError
 from ..events import EventStream
 from . import _kernels as K
+from . import _kernels_bits as KB
 from .keys import KEY_BELADY_FORCED, KEY_LRFU, KEY_STABLE
 from .policies import Policy, get_policy
 from .result import LayerCounts, ReplayResult
@@ -309,7 +310,7 @@ def _replay(stream: EventStream, config: ReplayConfig, calibration: EventStream 
             caps = np.zeros(n_parts, dtype=np.int64)
         hits_l = np.zeros(L, dtype=np.int64)
         miss_l = np.zeros(L, dtype=np.int64)
-        args = _kernel_inputs(stream, config, policy.needs_next_use)
+        args = _kernel_inputs(stream, config, policy.needs_next_use and not _walks_belady(config, policy, N))
         if policy.needs_advice:
             args = (*args[:-1], _advice_next_use(stream, config, advice))
         _LOOPS[policy.loop](args, config, policy, caps, tie, hits_l, miss_l, _NO_FLAGS if hit_flag is None else hit_flag)
@@ -319,12 +320,26 @@ def _replay(stream: EventStream, config: ReplayConfig, calibration: EventStream 
 def _loop_list(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses, hit_flag) -> None:
     offsets, expert, layer, _, n_experts, n_layers, global_scope, atomic, _ = args
     order, tie_pos = _tie_order(tie, n_layers, n_experts)
+    if atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS:
+        return KB.replay_lru_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, config.warmup_events,
+                                  hits, misses, hit_flag)
     K.replay_lru(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, caps, order, tie_pos,
                  config.warmup_events, hits, misses, hit_flag)
 
 
+def _walks_belady(config: ReplayConfig, policy: Policy, n_experts: int) -> bool:
+    """Whether Belady runs on the bitset walk (``_kernels_bits.replay_belady_walk``), which needs no next-use array."""
+    return (policy.loop == "belady" and not policy.needs_advice and config.semantics == "event-atomic"
+            and config.scope == "per-layer" and n_experts <= KB.MAX_BITS_EXPERTS)
+
+
 def _loop_belady(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses, hit_flag) -> None:
     offsets, expert, layer, _, n_experts, n_layers, global_scope, atomic, access_next = args
+    if _walks_belady(config, policy, n_experts):   # before the key-width check: it builds no next-use array
+        _, tie_pos = _tie_order(tie, n_layers, n_experts)
+        return KB.replay_belady_walk(offsets, expert, layer, n_experts, n_layers, caps, tie_pos,
+                                     policy.key_code == KEY_BELADY_FORCED, config.warmup_events, hits, misses,
+                                     hit_flag)
     if n_layers * n_experts >= (1 << 23):   # the int64 key packs the tie rank into 23 bits
         return _loop_generic(args, config, policy, caps, tie, hits, misses, hit_flag)
     K.replay_belady(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, access_next, caps, tie,

@@ -1,0 +1,411 @@
+"""Bitset kernels for small per-layer caches (event-atomic replay, per-layer scope, N <= 1024).
+
+Per-layer quotas are small (N is 8-1,024 experts) and an event touches a large
+share of its layer's quota, so these loops keep each layer's state as bitsets
+over *tie positions*: bit ``j`` of a layer's words stands for the block with
+the ``j``-th lowest tie rank in that layer (``tie_pos`` of
+:func:`expertcache.replay.engine._tie_order`). An event becomes one bitset
+``E``; its hits are ``popcount(E & cache)``; lower tie rank = lower bit, so
+"the lowest tie ranks leave first" is "clear the lowest set bits" (LLVM
+``cttz`` / ``x & (x - 1)``).
+
+They make exactly the decision of their list/heap counterparts in
+:mod:`expertcache.replay._kernels` (the engine dispatches here only where they
+apply; tests/test_fast_lru_belady.py compares them on random streams).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import types
+from numba.extending import intrinsic
+
+from .._jit import jit, jit_helper
+
+#: Largest per-layer universe the bitset kernels take (16 words of 64 bits).
+MAX_BITS_EXPERTS = 1024
+
+
+@intrinsic
+def _popc(typingctx, x):
+    """Number of set bits of a uint64 (LLVM ``ctpop``)."""
+    sig = types.uint64(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        return builder.ctpop(args[0])
+
+    return sig, codegen
+
+
+@jit_helper
+def _unlink(k, layer, bhead, btail, bnext, bprev, free, n_free):
+    """Unlink bucket ``k`` from ``layer``'s list and push it on the free stack; returns the new stack size."""
+    q = bprev[k]
+    r = bnext[k]
+    if q >= 0:
+        bnext[q] = r
+    else:
+        bhead[layer] = r
+    if r >= 0:
+        bprev[r] = q
+    else:
+        btail[layer] = q
+    free[n_free] = k
+    return n_free + 1
+
+
+def replay_lru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
+                    hit_flag):
+    """Event-atomic, per-layer LRU on bitsets in tie-position space (the decision of ``replay_lru``).
+
+    Residents of a layer sit in *recency buckets*: one bitset per unit clock
+    that still holds residents, linked oldest -> newest. A unit's members
+    share the newest clock, so they form the newest bucket whole; a hit only
+    clears its bit in an older bucket (buckets are swept newest first, where
+    hits are). Evictions take the oldest bucket whole (``cache &= ~bucket``) or,
+    for the last part, its lowest tie positions. A unit larger than the cache
+    keeps only its ``cap`` highest tie positions and evicts every other
+    resident. Live buckets never outnumber residents, so a pool of
+    ``sum(min(c_l, N) + 1)`` buckets suffices.
+
+    Parameters
+    ----------
+    offsets, expert, ev_layer, n_experts, n_layers
+        The stream's CSR arrays and shape (as for ``replay_lru``).
+    capacity
+        ``int64[L]`` per-layer quotas (any non-negative value).
+    tie_pos
+        ``int64[L*N]``: each block's position in its layer's ascending tie order.
+    count_from
+        Events before it are replayed but not counted (warm-up).
+    hits, misses
+        ``int64[L]`` counters, incremented.
+    hit_flag
+        ``uint8[n_access]`` set to 1 on hits, or empty (no flags).
+
+    The state arrays are allocated here, in numpy, and the loop runs in
+    :func:`_replay_lru_bits` (allocating inside a kernel costs compile time).
+    """
+    n_words = (n_experts + 63) // 64
+    n_pool = 1 + int(np.minimum(capacity, n_experts).sum()) + n_layers
+    _replay_lru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
+                     hit_flag, np.zeros((n_pool, n_words), dtype=np.uint64), np.zeros(n_pool, dtype=np.int64),
+                     np.full(n_pool, -1, dtype=np.int64), np.full(n_pool, -1, dtype=np.int64),
+                     np.arange(n_pool - 1, -1, -1, dtype=np.int64), np.full(n_layers, -1, dtype=np.int64),
+                     np.full(n_layers, -1, dtype=np.int64), np.zeros(n_layers, dtype=np.int64),
+                     np.zeros((n_layers, n_words), dtype=np.uint64), np.zeros(n_words, dtype=np.uint64))
+
+
+@jit
+def _replay_lru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
+                     hit_flag, bbits, bcnt, bnext, bprev, free, bhead, btail, size, mem, ev):
+    """The loop of :func:`replay_lru_bits`; ``free`` starts as a full stack of bucket ids, the rest empty."""
+    record = hit_flag.shape[0] > 0
+    n_events = offsets.shape[0] - 1
+    n_words = (n_experts + 63) // 64
+    one = np.uint64(1)
+    zero = np.uint64(0)
+    n_free = free.shape[0]
+    for i in range(n_events):
+        layer = ev_layer[i]
+        cap = capacity[layer]
+        base = layer * n_experts
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        n_mem = hi - lo
+        for w in range(n_words):
+            ev[w] = zero
+        for a in range(lo, hi):
+            tp = tie_pos[base + expert[a]]
+            ev[tp >> 6] |= one << np.uint64(tp & 63)
+        n_hit = 0
+        for w in range(n_words):
+            n_hit += np.int64(_popc(ev[w] & mem[layer, w]))
+        if record and n_hit:
+            for a in range(lo, hi):
+                tp = tie_pos[base + expert[a]]
+                if (mem[layer, tp >> 6] >> np.uint64(tp & 63)) & one:
+                    hit_flag[a] = 1
+        if i >= count_from:
+            hits[layer] += n_hit
+            misses[layer] += n_mem - n_hit
+        if cap == 0 or n_mem == 0:
+            continue
+        if n_mem >= cap:
+            # every other resident leaves; the members with the cap highest tie positions stay
+            k = bhead[layer]
+            while k >= 0:
+                free[n_free] = k
+                n_free += 1
+                k = bnext[k]
+            bhead[layer] = -1
+            btail[layer] = -1
+            drop = n_mem - cap
+            for w in range(n_words):
+                if drop == 0:
+                    break
+                x = ev[w]
+                pc = np.int64(_popc(x))
+                if pc <= drop:
+                    ev[w] = zero
+                    drop -= pc
+                else:
+                    while drop:
+                        x &= x - one
+                        drop -= 1
+                    ev[w] = x
+            for w in range(n_words):
+                mem[layer, w] = ev[w]
+            kept = cap
+        else:
+            # hits leave their (older) buckets: sweep newest first until all are found
+            rem = n_hit
+            k = btail[layer]
+            while rem:
+                q = bprev[k]
+                c = 0
+                for w in range(n_words):
+                    x = bbits[k, w] & ev[w]
+                    if x:
+                        bbits[k, w] ^= x
+                        c += np.int64(_popc(x))
+                if c:
+                    rem -= c
+                    bcnt[k] -= c
+                    if bcnt[k] == 0:
+                        n_free = _unlink(k, layer, bhead, btail, bnext, bprev, free, n_free)
+                k = q
+            # residents outside the unit beyond cap - n_mem leave: oldest bucket first, lowest tie positions
+            need = size[layer] - n_hit - (cap - n_mem)
+            while need > 0:
+                k = bhead[layer]
+                if bcnt[k] <= need:
+                    for w in range(n_words):
+                        mem[layer, w] &= ~bbits[k, w]
+                    need -= bcnt[k]
+                    n_free = _unlink(k, layer, bhead, btail, bnext, bprev, free, n_free)
+                else:
+                    bcnt[k] -= need
+                    for w in range(n_words):
+                        x = bbits[k, w]
+                        while x and need:
+                            y = x & (x - one)
+                            mem[layer, w] ^= x ^ y
+                            x = y
+                            need -= 1
+                        bbits[k, w] = x
+            for w in range(n_words):
+                mem[layer, w] |= ev[w]
+            kept = n_mem
+        # the unit's members form the newest bucket
+        n_free -= 1
+        k = free[n_free]
+        for w in range(n_words):
+            bbits[k, w] = ev[w]
+        bcnt[k] = kept
+        bnext[k] = -1
+        bprev[k] = btail[layer]
+        if btail[layer] >= 0:
+            bnext[btail[layer]] = k
+        else:
+            bhead[layer] = k
+        btail[layer] = k
+        size[layer] = min(size[layer] - n_hit, cap - n_mem) + n_mem if n_mem < cap else cap
+
+
+@jit_helper
+def _evict_lowest(cand, src, n_words, need):
+    """Clear from ``cand`` the ``need`` lowest set bits of ``src`` (``src`` is consumed)."""
+    one = np.uint64(1)
+    for w in range(n_words):
+        y = src[w]
+        while y and need:
+            z = y & (y - one)
+            cand[w] &= ~(y ^ z)
+            y = z
+            need -= 1
+        if need == 0:
+            return
+
+
+@jit_helper
+def _evict_farthest(cand, e, dead, ebits, row, n_words, unseen, grp):
+    """Clear, in ``cand``, the ``e`` candidates (``0 < e < |cand|``) whose next use is farthest.
+
+    Ties (the same next unit, or never again) leave by lower tie position,
+    the order of ``replay_belady``'s keys. Candidates in ``dead`` (never
+    accessed again) go first. The others are found by walking this layer's
+    future events, bitset rows ``row, row + 1, ...`` of ``ebits``: a
+    candidate's next use is the first future event holding it, so once at most
+    ``e`` candidates are still unseen, those are the farthest, and the rest of
+    the ``e`` are the lowest tie positions of the group first seen at that
+    event. Every candidate not in ``dead`` occurs again, so the walk stops
+    within the layer's events. ``unseen`` and ``grp`` are scratch bitsets.
+    """
+    n_never = 0
+    for w in range(n_words):
+        grp[w] = cand[w] & dead[w]
+        n_never += np.int64(_popc(grp[w]))
+    if n_never >= e:
+        _evict_lowest(cand, grp, n_words, e)
+        return
+    n_left = 0
+    for w in range(n_words):
+        cand[w] &= ~grp[w]
+        unseen[w] = cand[w]
+        n_left += np.int64(_popc(unseen[w]))
+    e -= n_never
+    while True:
+        base = row * n_words
+        g = 0
+        for w in range(n_words):
+            grp[w] = unseen[w] & ebits[base + w]
+            g += np.int64(_popc(grp[w]))
+        if n_left - g <= e:
+            for w in range(n_words):
+                cand[w] &= ~(unseen[w] & ~grp[w])
+            _evict_lowest(cand, grp, n_words, e - (n_left - g))
+            return
+        for w in range(n_words):
+            unseen[w] &= ~grp[w]
+        n_left -= g
+        row += 1
+
+
+def event_bitsets(offsets, expert, ev_layer, n_experts, n_layers, tie_pos):
+    """Each event's members as a bitset over tie positions, rows in layer-major order; and when blocks die.
+
+    Returns ``ebits, row, dies, dies_next``: ``ebits[r*W : (r+1)*W]``
+    (``W = ceil(N/64)`` words) is row ``r``; ``row[i]`` is event ``i``'s row,
+    and the events of one layer occupy consecutive rows in stream order (so a
+    layer's future events follow its current row). The blocks last accessed
+    by event ``i`` form a linked list of layer-offset tie positions
+    ``layer*N + tie_pos``: ``dies[i]`` is the first (-1: none), ``dies_next[p]``
+    the one after ``p``.
+    """
+    n_events = offsets.shape[0] - 1
+    n_words = (n_experts + 63) // 64
+    ebits = np.zeros(n_events * n_words, dtype=np.uint64)
+    row = np.empty(n_events, dtype=np.int64)
+    dies = np.full(n_events, -1, dtype=np.int32)
+    dies_next = np.full(n_layers * n_experts, -1, dtype=np.int32)
+    _event_bitsets(offsets, expert, ev_layer, n_experts, n_layers, tie_pos, np.zeros(n_layers + 1, dtype=np.int64),
+                   np.full(n_layers * n_experts, -1, dtype=np.int64), ebits, row, dies, dies_next)
+    return ebits, row, dies, dies_next
+
+
+@jit
+def _event_bitsets(offsets, expert, ev_layer, n_experts, n_layers, tie_pos, start, last, ebits, row, dies,
+                   dies_next):
+    """The loop of :func:`event_bitsets` (``start`` zeros, ``last``, ``dies``, ``dies_next`` -1, ``ebits`` 0)."""
+    n_events = offsets.shape[0] - 1
+    n_words = (n_experts + 63) // 64
+    for i in range(n_events):
+        start[ev_layer[i] + 1] += 1
+    for layer in range(n_layers):
+        start[layer + 1] += start[layer]
+    one = np.uint64(1)
+    for i in range(n_events):
+        layer = ev_layer[i]
+        r = start[layer]
+        start[layer] = r + 1
+        row[i] = r
+        base = layer * n_experts
+        r *= n_words
+        for a in range(offsets[i], offsets[i + 1]):
+            tp = tie_pos[base + expert[a]]
+            ebits[r + (tp >> 6)] |= one << np.uint64(tp & 63)
+            last[base + tp] = i
+    for p in range(n_layers * n_experts):
+        if last[p] >= 0:
+            dies_next[p] = dies[last[p]]
+            dies[last[p]] = p
+
+
+def replay_belady_walk(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, forced, count_from,
+                       hits, misses, hit_flag):
+    """Event-atomic, per-layer Belady / Belady-forced-admit without next-use keys (the decision of ``replay_belady``).
+
+    Each layer's residents are a bitset over tie positions and every event a
+    precomputed bitset (:func:`event_bitsets`): hits are ``popcount(E & C)``,
+    and a unit that overflows evicts its ``e`` farthest-next-use candidates
+    by walking the layer's future event bitsets (:func:`_evict_farthest`), so
+    no per-access next-use array is built and the main loop has no per-access
+    work. Belady's candidates are ``C ∪ U`` (bypass allowed); under ``forced``
+    the unit's misses rank below every resident. Parameters as
+    :func:`replay_lru_bits`.
+    """
+    n_words = (n_experts + 63) // 64
+    ebits, row, dies, dies_next = event_bitsets(offsets, expert, ev_layer, n_experts, n_layers, tie_pos)
+    _replay_belady_walk(offsets, expert, ev_layer, n_experts, capacity, tie_pos, forced, count_from, hits, misses,
+                        hit_flag, ebits, row, dies, dies_next, np.zeros(n_layers, dtype=np.int64),
+                        np.zeros((n_layers, n_words), dtype=np.uint64), np.zeros((n_layers, n_words), dtype=np.uint64),
+                        np.zeros((4, n_words), dtype=np.uint64))
+
+
+@jit
+def _replay_belady_walk(offsets, expert, ev_layer, n_experts, capacity, tie_pos, forced, count_from, hits, misses,
+                        hit_flag, ebits, row, dies, dies_next, size, mem, dead, scratch):
+    """The loop of :func:`replay_belady_walk` (``size``, ``mem``, ``dead`` zeros; ``scratch``: 4 bitsets)."""
+    record = hit_flag.shape[0] > 0
+    n_events = offsets.shape[0] - 1
+    n_words = (n_experts + 63) // 64
+    one = np.uint64(1)
+    cand = scratch[0]
+    miss = scratch[1]
+    unseen = scratch[2]
+    grp = scratch[3]
+    for i in range(n_events):
+        layer = ev_layer[i]
+        cap = capacity[layer]
+        r = row[i] * n_words
+        n_mem = offsets[i + 1] - offsets[i]
+        n_miss = 0
+        for w in range(n_words):
+            miss[w] = ebits[r + w] & ~mem[layer, w]
+            n_miss += np.int64(_popc(miss[w]))
+        if record and n_miss < n_mem:
+            base = layer * n_experts
+            for a in range(offsets[i], offsets[i + 1]):
+                tp = tie_pos[base + expert[a]]
+                if (mem[layer, tp >> 6] >> np.uint64(tp & 63)) & one:
+                    hit_flag[a] = 1
+        if i >= count_from:
+            hits[layer] += n_mem - n_miss
+            misses[layer] += n_miss
+        p = dies[i]
+        while p >= 0:                                       # members accessed for the last time
+            j = p - layer * n_experts
+            dead[layer, j >> 6] |= one << np.uint64(j & 63)
+            p = dies_next[p]
+        if n_miss == 0 or cap == 0:
+            continue
+        total = size[layer] + n_miss
+        if total <= cap:
+            for w in range(n_words):
+                mem[layer, w] |= miss[w]
+            size[layer] = total
+            continue
+        e = total - cap
+        nxt = row[i] + 1
+        if not forced:
+            for w in range(n_words):
+                cand[w] = mem[layer, w] | miss[w]
+            _evict_farthest(cand, e, dead[layer], ebits, nxt, n_words, unseen, grp)
+            for w in range(n_words):
+                mem[layer, w] = cand[w]
+        elif e < size[layer]:
+            # forced: the unit's misses stay; e of the residents (hits included) leave
+            for w in range(n_words):
+                cand[w] = mem[layer, w]
+            _evict_farthest(cand, e, dead[layer], ebits, nxt, n_words, unseen, grp)
+            for w in range(n_words):
+                mem[layer, w] = cand[w] | miss[w]
+        else:
+            # forced: every resident leaves, and the misses farthest in the future beyond cap
+            for w in range(n_words):
+                cand[w] = miss[w]
+            _evict_farthest(cand, e - size[layer], dead[layer], ebits, nxt, n_words, unseen, grp)
+            for w in range(n_words):
+                mem[layer, w] = cand[w]
+        size[layer] = cap

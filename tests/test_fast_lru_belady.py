@@ -1,0 +1,146 @@
+"""The bitset kernels (``replay/_kernels_bits.py``) make exactly the decision of the list/heap kernels.
+
+Event-atomic, per-layer ``lru`` (and ``belady`` / ``belady-forced``) dispatch to
+the bitset loops when N <= 1024. Here they are compared, counts and per-access
+hit flags, against the kernels they replace (called directly) on many random
+streams, with N below, at and above multiples of 64, capacities 0 to beyond the
+universe, events larger than the cache, and warm-up events; and against the
+naive twin (tests/naive.py) on small streams.
+"""
+
+from __future__ import annotations
+
+import naive
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from expertcache.events import EventStream
+from expertcache.replay import ReplayConfig, replay, replay_hits
+from expertcache.replay import _kernels as K
+from expertcache.replay import engine as E
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def random_stream(rng: np.random.Generator, L: int, N: int, n_steps: int, max_size: int,
+                  alpha: float = 1.0, min_size: int = 1) -> EventStream:
+    """Per step one event per layer (at least ``min_size`` members), drawn from a skewed popularity."""
+    w = 1.0 / np.arange(1, N + 1) ** alpha
+    rows = []
+    for s in range(n_steps):
+        for layer in range(L):
+            k = int(rng.integers(min_size, max_size + 1))
+            members = sorted(rng.choice(N, size=min(k, N), replace=False, p=w / w.sum()).tolist())
+            rows.append((s, layer, members))
+    return EventStream.from_lists(L, N, N, steps=[r[0] for r in rows], layers=[r[1] for r in rows],
+                                  experts=[r[2] for r in rows], active=[1] * len(rows))
+
+
+def old_kernel(stream: EventStream, policy: str, caps: np.ndarray, tie_break: str, seed: int, warmup: int):
+    """Counts and hit flags from the kernel the bitset loop replaces (replay_lru / replay_belady)."""
+    L, N = stream.n_layers, stream.n_experts
+    tie = E._tie_ranks(tie_break, seed, L * N)
+    hits = np.zeros(L, dtype=np.int64)
+    misses = np.zeros(L, dtype=np.int64)
+    flags = np.zeros(stream.union, dtype=np.uint8)
+    if policy == "lru":
+        order, tie_pos = E._tie_order(tie, L, N)
+        K.replay_lru(stream.offsets, stream.expert, stream.layer, N, L, False, True, caps, order, tie_pos, warmup,
+                     hits, misses, flags)
+    else:
+        nxt = K.next_use(stream.offsets, stream.expert, stream.layer, N, L, True)
+        K.replay_belady(stream.offsets, stream.expert, stream.layer, N, L, False, True, nxt, caps, tie,
+                        policy == "belady-forced", warmup, hits, misses, flags)
+    return hits, misses, flags.astype(bool)
+
+
+def check_against_old(stream: EventStream, policy: str, caps, tie_break: str = "random", seed: int = 0,
+                      warmup: int = 0) -> None:
+    caps = np.asarray(caps, dtype=np.int64)
+    cfg = ReplayConfig(policy, capacity=tuple(int(c) for c in caps), tie_break=tie_break, seed=seed,
+                       warmup_events=warmup)
+    result, flags = replay_hits(stream, cfg)
+    hits, misses, want_flags = old_kernel(stream, policy, caps, tie_break, seed, warmup)
+    assert [lc.hits for lc in result.per_layer] == hits.tolist()
+    assert [lc.demand_misses for lc in result.per_layer] == misses.tolist()
+    assert np.array_equal(flags, want_flags)
+    assert replay(stream, cfg) == result
+
+
+POLICIES = ["lru", "belady", "belady-forced"]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@given(seed=st.integers(0, 2**32 - 1), N=st.sampled_from([1, 5, 63, 64, 65, 100, 128, 130, 200, 1024]),
+       L=st.integers(1, 3), data=st.data())
+@SETTINGS
+def test_bitset_kernels_equal_the_old_kernels_on_random_streams(policy, seed, N, L, data):
+    rng = np.random.default_rng(seed)
+    max_size = data.draw(st.integers(1, min(N, 80)))
+    stream = random_stream(rng, L, N, n_steps=data.draw(st.integers(1, 40)), max_size=max_size,
+                           alpha=data.draw(st.sampled_from([0.0, 0.8, 1.5])))
+    caps = [data.draw(st.sampled_from([0, 1, 2, max(1, max_size // 2), max_size, max_size + 1, N - 1, N, N + 5,
+                                       10**9])) for _ in range(L)]
+    caps = [max(c, 0) for c in caps]
+    warmup = data.draw(st.integers(0, stream.n_events))
+    check_against_old(stream, policy, caps, data.draw(st.sampled_from(["random", "id"])),
+                      data.draw(st.integers(0, 50)), warmup)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("N", [8, 64, 70, 129])
+@pytest.mark.parametrize("rho", [0.0, 0.05, 0.1, 0.4, 0.75, 1.0])
+def test_bitset_kernels_equal_the_old_kernels_at_every_rho(policy, N, rho):
+    rng = np.random.default_rng(N)
+    stream = random_stream(rng, 3, N, n_steps=120, max_size=min(N, 40), alpha=0.9)
+    check_against_old(stream, policy, E.capacities_for_rho(rho, 3, N), seed=3, warmup=17)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("seed", range(12))
+def test_bitset_kernels_equal_the_naive_twin(policy, seed):
+    rng = np.random.default_rng([seed, 9])
+    N = [6, 13, 66, 70][seed % 4]
+    L = 1 + seed % 3
+    stream = random_stream(rng, L, N, n_steps=25, max_size=min(N, 12), alpha=1.0, min_size=1)
+    for caps in ([0] * L, [1] * L, [3] * L, [7] * L, [N] * L, [N + 3] * L, list(range(2, 2 + L))):
+        for warmup in (0, 5):
+            cfg = ReplayConfig(policy, capacity=tuple(caps), tie_break="random", seed=seed, warmup_events=warmup)
+            want_sets: list[set[int]] = []
+            want = naive.naive_replay(stream, policy, capacity=caps, seed=seed, warmup_events=warmup,
+                                      hit_sets=want_sets)
+            result, flags = replay_hits(stream, cfg)
+            assert result.hits == want["hits"] and result.demand_misses == want["demand_misses"]
+            blocks = stream.block
+            got_sets = [set(blocks[lo:hi][flags[lo:hi]].tolist())
+                        for lo, hi in zip(stream.offsets[:-1], stream.offsets[1:], strict=True)]
+            assert got_sets == want_sets
+
+
+def test_an_event_larger_than_the_cache_keeps_its_highest_tie_ranks():
+    # one layer, N = 70 (two words); the first event (all 70 experts) overflows a cache of 5
+    stream = EventStream.from_lists(1, 70, 70, steps=[0, 1], layers=[0, 0], experts=[list(range(70)), list(range(70))],
+                                    active=[1, 1])
+    result, flags = replay_hits(stream, ReplayConfig("lru", capacity=(5,), tie_break="id"))
+    # tie_break="id": lower ids rank higher, so experts 0-4 stay and hit on the second event
+    assert result.hits == 5 and flags[70:75].all() and not flags[75:].any()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_phases_that_leave_residents_unused_for_long(policy):
+    # experts 0-9 for 30 steps, then 10-19 for 60 steps, then 0-9 again: Belady's walk over future events
+    # runs far ahead while the first phase's blocks are resident, and some are never used again
+    rng = np.random.default_rng(4)
+    rows = []
+    for s in range(120):
+        lo = 0 if s < 30 or s >= 90 else 10
+        rows.append(sorted(rng.choice(np.arange(lo, lo + 10), size=int(rng.integers(1, 6)), replace=False).tolist()))
+    rows.append([25, 26, 27])                                   # blocks seen once, at the very end
+    stream = EventStream.from_lists(1, 70, 70, steps=list(range(len(rows))), layers=[0] * len(rows), experts=rows,
+                                    active=[1] * len(rows))
+    for cap in (1, 4, 9, 12, 30):
+        check_against_old(stream, policy, [cap], seed=cap)
+        want = naive.naive_replay(stream, policy, capacity=[cap], seed=cap)
+        assert replay(stream, ReplayConfig(policy, capacity=(cap,), seed=cap)).hits == want["hits"]
