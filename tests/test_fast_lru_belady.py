@@ -144,3 +144,43 @@ def test_phases_that_leave_residents_unused_for_long(policy):
         check_against_old(stream, policy, [cap], seed=cap)
         want = naive.naive_replay(stream, policy, capacity=[cap], seed=cap)
         assert replay(stream, ReplayConfig(policy, capacity=(cap,), seed=cap)).hits == want["hits"]
+
+
+def _cyclic_scan(N: int, rounds: int) -> EventStream:
+    """One layer, singleton events cycling through all N experts: every kept expert recurs N events ahead."""
+    experts = [[j] for _ in range(rounds) for j in range(N)]
+    return EventStream.from_lists(1, N, 1, steps=list(range(len(experts))), layers=[0] * len(experts),
+                                  experts=experts, active=[1] * len(experts))
+
+
+def test_the_belady_walk_stops_at_its_budget_on_a_cyclic_scan():
+    """A scan makes every walk ~N rows long (over 32 per event): the walk gives up, the heap loop answers."""
+    from expertcache.replay import _kernels_bits as KB
+
+    s = _cyclic_scan(256, 20)
+    tie = E._tie_ranks("random", 0, 256)
+    _, tie_pos = E._tie_order(tie, 1, 256)
+    caps = np.array([128], dtype=np.int64)
+    z = np.zeros(1, dtype=np.int64)
+    assert not KB.replay_belady_walk(s.offsets, s.expert, s.layer, 256, 1, caps, tie_pos, False, 0, z, z.copy(),
+                                     np.empty(0, dtype=np.uint8))
+    assert KB.replay_belady_walk(s.offsets, s.expert, s.layer, 256, 1, caps, tie_pos, False, 0, z, z.copy(),
+                                 np.empty(0, dtype=np.uint8), 10**9)
+    for policy in ("belady", "belady-forced"):
+        check_against_old(s, policy, [128])
+        want = naive.naive_replay(s, policy, capacity=[128])
+        assert replay(s, ReplayConfig(policy, capacity=(128,))).demand_misses == want["demand_misses"]
+
+
+@pytest.mark.parametrize("policy", ["belady", "belady-forced"])
+@pytest.mark.parametrize("seed", range(6))
+def test_the_heap_fallback_after_an_exhausted_walk_budget_starts_from_scratch(policy, seed, monkeypatch):
+    """With a zero budget every walk gives up at its first eviction: counts and flags are still the old kernel's."""
+    from expertcache.replay import _kernels_bits as KB
+
+    walk = KB.replay_belady_walk
+    monkeypatch.setattr(KB, "replay_belady_walk", lambda *a: walk(*a, 0))
+    rng = np.random.default_rng(seed)
+    s = random_stream(rng, 2, 40, 30, 12)
+    for c in (0, 3, 10, 39, 40):
+        check_against_old(s, policy, [c, max(c - 1, 0)], warmup=int(rng.integers(0, 10)))

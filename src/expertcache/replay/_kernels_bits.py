@@ -230,7 +230,7 @@ def _evict_lowest(cand, src, n_words, need):
 
 @jit_helper
 def _evict_farthest(cand, e, dead, ebits, row, n_words, unseen, grp):
-    """Clear, in ``cand``, the ``e`` candidates (``0 < e < |cand|``) whose next use is farthest.
+    """Clear, in ``cand``, the ``e`` candidates (``0 < e < |cand|``) whose next use is farthest; return rows walked.
 
     Ties (the same next unit, or never again) leave by lower tie position,
     the order of ``replay_belady``'s keys. Candidates in ``dead`` (never
@@ -248,13 +248,14 @@ def _evict_farthest(cand, e, dead, ebits, row, n_words, unseen, grp):
         n_never += np.int64(_popc(grp[w]))
     if n_never >= e:
         _evict_lowest(cand, grp, n_words, e)
-        return
+        return 0
     n_left = 0
     for w in range(n_words):
         cand[w] &= ~grp[w]
         unseen[w] = cand[w]
         n_left += np.int64(_popc(unseen[w]))
     e -= n_never
+    start = row
     while True:
         base = row * n_words
         g = 0
@@ -265,7 +266,7 @@ def _evict_farthest(cand, e, dead, ebits, row, n_words, unseen, grp):
             for w in range(n_words):
                 cand[w] &= ~(unseen[w] & ~grp[w])
             _evict_lowest(cand, grp, n_words, e - (n_left - g))
-            return
+            return row - start + 1
         for w in range(n_words):
             unseen[w] &= ~grp[w]
         n_left -= g
@@ -323,7 +324,7 @@ def _event_bitsets(offsets, expert, ev_layer, n_experts, n_layers, tie_pos, star
 
 
 def replay_belady_walk(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, forced, count_from,
-                       hits, misses, hit_flag):
+                       hits, misses, hit_flag, budget=-1):
     """Event-atomic, per-layer Belady / Belady-forced-admit without next-use keys (the decision of ``replay_belady``).
 
     Each layer's residents are a bitset over tie positions and every event a
@@ -334,19 +335,32 @@ def replay_belady_walk(offsets, expert, ev_layer, n_experts, n_layers, capacity,
     work. Belady's candidates are ``C ∪ U`` (bypass allowed); under ``forced``
     the unit's misses rank below every resident. Parameters as
     :func:`replay_lru_bits`.
+
+    The walks are short on real routing (a kept expert recurs within a few
+    events) but a crafted stream can make each one run to the far end of its
+    layer. ``budget`` (default ``32 * n_events + 65,536``) bounds the event
+    rows walked in all: past it the replay stops and returns ``False`` (the
+    counters and hit flags are then partial; the caller re-runs the heap loop,
+    whose cost does not depend on the input's shape). ``True`` when it finished.
     """
     n_words = (n_experts + 63) // 64
+    if budget < 0:
+        budget = 32 * (offsets.shape[0] - 1) + 65536
     ebits, row, dies, dies_next = event_bitsets(offsets, expert, ev_layer, n_experts, n_layers, tie_pos)
-    _replay_belady_walk(offsets, expert, ev_layer, n_experts, capacity, tie_pos, forced, count_from, hits, misses,
+    return _replay_belady_walk(budget, offsets, expert, ev_layer, n_experts, capacity, tie_pos, forced, count_from, hits, misses,
                         hit_flag, ebits, row, dies, dies_next, np.zeros(n_layers, dtype=np.int64),
                         np.zeros((n_layers, n_words), dtype=np.uint64), np.zeros((n_layers, n_words), dtype=np.uint64),
                         np.zeros((4, n_words), dtype=np.uint64))
 
 
 @jit
-def _replay_belady_walk(offsets, expert, ev_layer, n_experts, capacity, tie_pos, forced, count_from, hits, misses,
-                        hit_flag, ebits, row, dies, dies_next, size, mem, dead, scratch):
-    """The loop of :func:`replay_belady_walk` (``size``, ``mem``, ``dead`` zeros; ``scratch``: 4 bitsets)."""
+def _replay_belady_walk(budget, offsets, expert, ev_layer, n_experts, capacity, tie_pos, forced, count_from, hits,
+                        misses, hit_flag, ebits, row, dies, dies_next, size, mem, dead, scratch):
+    """The loop of :func:`replay_belady_walk` (``size``, ``mem``, ``dead`` zeros; ``scratch``: 4 bitsets).
+
+    Returns whether it finished within ``budget`` walked rows.
+    """
+    walked = 0
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     n_words = (n_experts + 63) // 64
@@ -391,21 +405,24 @@ def _replay_belady_walk(offsets, expert, ev_layer, n_experts, capacity, tie_pos,
         if not forced:
             for w in range(n_words):
                 cand[w] = mem[layer, w] | miss[w]
-            _evict_farthest(cand, e, dead[layer], ebits, nxt, n_words, unseen, grp)
+            walked += _evict_farthest(cand, e, dead[layer], ebits, nxt, n_words, unseen, grp)
             for w in range(n_words):
                 mem[layer, w] = cand[w]
         elif e < size[layer]:
             # forced: the unit's misses stay; e of the residents (hits included) leave
             for w in range(n_words):
                 cand[w] = mem[layer, w]
-            _evict_farthest(cand, e, dead[layer], ebits, nxt, n_words, unseen, grp)
+            walked += _evict_farthest(cand, e, dead[layer], ebits, nxt, n_words, unseen, grp)
             for w in range(n_words):
                 mem[layer, w] = cand[w] | miss[w]
         else:
             # forced: every resident leaves, and the misses farthest in the future beyond cap
             for w in range(n_words):
                 cand[w] = miss[w]
-            _evict_farthest(cand, e - size[layer], dead[layer], ebits, nxt, n_words, unseen, grp)
+            walked += _evict_farthest(cand, e - size[layer], dead[layer], ebits, nxt, n_words, unseen, grp)
             for w in range(n_words):
                 mem[layer, w] = cand[w]
         size[layer] = cap
+        if walked > budget:
+            return False
+    return True

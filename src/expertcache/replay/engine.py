@@ -337,9 +337,15 @@ def _loop_belady(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, h
     offsets, expert, layer, _, n_experts, n_layers, global_scope, atomic, access_next = args
     if _walks_belady(config, policy, n_experts):   # before the key-width check: it builds no next-use array
         _, tie_pos = _tie_order(tie, n_layers, n_experts)
-        return KB.replay_belady_walk(offsets, expert, layer, n_experts, n_layers, caps, tie_pos,
-                                     policy.key_code == KEY_BELADY_FORCED, config.warmup_events, hits, misses,
-                                     hit_flag)
+        if KB.replay_belady_walk(offsets, expert, layer, n_experts, n_layers, caps, tie_pos,
+                                 policy.key_code == KEY_BELADY_FORCED, config.warmup_events, hits, misses, hit_flag):
+            return None
+        # the walk ran over its budget (a stream whose kept experts recur far ahead): the heap loop, from scratch
+        hits[:] = 0
+        misses[:] = 0
+        hit_flag[:] = 0
+        access_next = K.next_use(offsets, expert, layer, n_experts, n_layers, atomic)
+        args = (*args[:-1], access_next)
     if n_layers * n_experts >= (1 << 23):   # the int64 key packs the tie rank into 23 bits
         return _loop_generic(args, config, policy, caps, tie, hits, misses, hit_flag)
     K.replay_belady(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, access_next, caps, tie,
