@@ -14,7 +14,8 @@ import numpy as np
 from ..errors import ValidationError
 from ..events import EventStream
 from . import _kernels as K
-from .keys import KEY_BELADY_FORCED, KEY_LRFU, KEY_STABLE
+from . import _kernels_ranked as KR
+from .keys import KEY_BELADY_FORCED, KEY_LEAST_STALE, KEY_LFRU, KEY_LFU, KEY_LRFU, KEY_STABLE
 from .policies import Policy, get_policy
 from .result import LayerCounts, ReplayResult
 
@@ -333,9 +334,43 @@ def _loop_belady(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, h
 
 def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses,
                   hit_flag=_NO_FLAGS) -> None:
+    offsets, expert, layer, step, n_experts, n_layers, global_scope, atomic, _ = args
+    bits = _ranked_bits(policy.key_code, offsets, step, n_layers * n_experts, atomic)
+    if bits is not None:
+        # event-atomic units per layer are large against the quota: select the leaving anew at each
+        # overflow; otherwise (one access per unit, or one large global pool) keep the order in heaps
+        select = policy.key_code == KEY_LFRU or (atomic and not global_scope)
+        kernel = KR.replay_select if select else KR.replay_ranked
+        kernel(offsets, expert, layer, step, n_experts, n_layers, global_scope, atomic, caps, tie,
+               policy.key_code, *bits, bool(config.lfu_in_cache_counters and policy.name == "lfu"),
+               _lam(config, policy), config.warmup_events, hits, misses, hit_flag)
+        return
     kernel = K.replay_heap if policy.key_code in KEY_STABLE else K.replay_scan
     kernel(*args, caps, tie, policy.key_code, bool(config.lfu_in_cache_counters and policy.name == "lfu"),
            _lam(config, policy), config.warmup_events, hits, misses, hit_flag)
+
+
+def _ranked_bits(key_code: int, offsets: np.ndarray, step: np.ndarray, n_blocks: int,
+                 atomic: bool) -> tuple[int, int] | None:
+    """``(tie_bits, coff_bits)`` packing ``key_code``'s key into one int64 for ``_kernels_ranked``.
+
+    ``None`` where the key is not replayed there (the rest runs in ``_kernels.replay_heap`` or
+    ``replay_scan``) or does not fit 63 bits (then ``replay_heap`` too): lfu needs 31 bits of count above
+    the tie rank, least-stale its cycle number and offset in the cycle (lrfu and lfru keep the tie apart).
+    """
+    if key_code not in (KEY_LFU, KEY_LRFU, KEY_LEAST_STALE, KEY_LFRU):
+        return None
+    tie_bits = int(n_blocks).bit_length()        # tie ranks are at most n_blocks
+    if key_code != KEY_LEAST_STALE:
+        return (tie_bits, 0) if key_code != KEY_LFU or tie_bits + 31 <= 63 else None
+    n_events = offsets.shape[0] - 1
+    if n_events == 0:
+        return tie_bits, 0
+    first = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])        # first event of each cycle
+    units = np.diff(np.r_[first, n_events]) if atomic else np.diff(offsets[np.r_[first, n_events]])
+    coff_bits = int(units.max() - 1).bit_length()
+    cycle_bits = int(first.shape[0] - 1).bit_length()
+    return (tie_bits, coff_bits) if tie_bits + coff_bits + cycle_bits <= 63 else None
 
 
 def _lam(config: ReplayConfig, policy: Policy) -> float:
