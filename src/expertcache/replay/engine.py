@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import ValidationError
 from ..events import EventStream
 from . import _kernels as K
+from . import _kernels_order as KO
 from . import _kernels_ranked as KR
 from .keys import KEY_BELADY_FORCED, KEY_LEAST_STALE, KEY_LFRU, KEY_LFU, KEY_LRFU, KEY_STABLE
 from .policies import Policy, get_policy
@@ -167,17 +168,25 @@ def _tie_order(tie: np.ndarray, n_layers: int, n_experts: int) -> tuple[np.ndarr
     return order, tie_pos
 
 
-def _member_order(stream: EventStream, semantics: str, seed: int) -> np.ndarray:
-    """Member expert ids in access order: ascending (as stored), or shuffled per event for sequential-random."""
+def _member_order(stream: EventStream, semantics: str, seed: int, chunk: int = 1 << 20) -> np.ndarray:
+    """Member expert ids in access order: ascending (as stored), or shuffled per event for sequential-random.
+
+    The shuffle draws ``chunk`` 64-bit outputs of the generator at a time (a parameter for tests only).
+    """
     if semantics != "sequential-random":
         return stream.expert
-    rng = np.random.default_rng([seed, 1])
+    # the order of ``seg[rng.permutation(len(seg))]`` event by event, drawn from the generator's raw outputs
+    bits = np.random.default_rng([seed, 1]).bit_generator
     expert = stream.expert.copy()
-    off = stream.offsets
-    for i in range(stream.n_events):
-        seg = expert[off[i]:off[i + 1]]
-        expert[off[i]:off[i + 1]] = seg[rng.permutation(seg.shape[0])]
-    return expert
+    chunk = max(1, min(expert.shape[0], chunk))     # 64-bit outputs per draw (two 32-bit draws each)
+    raw = bits.random_raw(chunk)
+    i, h = 0, 0
+    while True:
+        i, h = KO.shuffle_events(stream.offsets, expert, i, raw, h)
+        if i >= stream.n_events:
+            return expert
+        raw = np.concatenate([raw[h >> 1:], bits.random_raw(chunk)])
+        h &= 1
 
 
 def _kernel_inputs(stream: EventStream, config: ReplayConfig, needs_next_use: bool) -> tuple:
