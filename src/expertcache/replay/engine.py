@@ -346,13 +346,19 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
     offsets, expert, layer, step, n_experts, n_layers, global_scope, atomic, _ = args
     bits = _ranked_bits(policy.key_code, offsets, step, n_layers * n_experts, atomic)
     if bits is not None:
-        # event-atomic units per layer are large against the quota: select the leaving anew at each
-        # overflow; otherwise (one access per unit, or one large global pool) keep the order in heaps
-        select = policy.key_code == KEY_LFRU or (atomic and not global_scope)
-        kernel = KR.replay_select if select else KR.replay_ranked
-        kernel(offsets, expert, layer, step, n_experts, n_layers, global_scope, atomic, caps, tie,
-               policy.key_code, *bits, bool(config.lfu_in_cache_counters and policy.name == "lfu"),
-               _lam(config, policy), config.warmup_events, hits, misses, hit_flag)
+        # event-atomic units per layer are a large share of the quota: keep the residents sorted and merge
+        # each unit in; otherwise (one access per unit, or one large global pool) keep them in heaps.
+        # lfru's drifting key is re-ranked at every overflow.
+        rest = (policy.key_code, *bits, bool(config.lfu_in_cache_counters and policy.name == "lfu"),
+                _lam(config, policy), config.warmup_events, hits, misses, hit_flag)
+        if policy.key_code == KEY_LFRU:
+            KR.replay_select(offsets, expert, layer, step, n_experts, n_layers, global_scope, atomic, caps, tie, *rest)
+        elif atomic and not global_scope:
+            order, tie_pos = _tie_order(tie, n_layers, n_experts)
+            KR.replay_sorted(offsets, expert, layer, step, n_experts, n_layers, global_scope, atomic, caps, tie,
+                             order, tie_pos, *rest)
+        else:
+            KR.replay_ranked(offsets, expert, layer, step, n_experts, n_layers, global_scope, atomic, caps, tie, *rest)
         return
     kernel = K.replay_heap if policy.key_code in KEY_STABLE else K.replay_scan
     kernel(*args, caps, tie, policy.key_code, bool(config.lfu_in_cache_counters and policy.name == "lfu"),
