@@ -20,7 +20,7 @@ from .keys import KEY_BELADY_FORCED, KEY_LEAST_STALE, KEY_LFRU, KEY_LFU, KEY_LRF
 from .policies import Policy, get_policy
 from .result import LayerCounts, ReplayResult
 
-__all__ = ["ReplayConfig", "replay", "replay_hits", "replay_curve", "one_pass_supported", "capacities_for_rho", "total_capacity", "SEMANTICS", "SCOPES",
+__all__ = ["ReplayConfig", "replay", "replay_hits", "replay_curve", "one_pass_supported", "curve_pays", "capacities_for_rho", "total_capacity", "SEMANTICS", "SCOPES",
            "TIE_BREAKS", "static_pinned_set"]
 
 SEMANTICS = ("event-atomic", "sequential-ascending", "sequential-random")
@@ -450,15 +450,54 @@ def one_pass_supported(config: ReplayConfig) -> bool:
     return not (config.lfu_in_cache_counters and policy.name == "lfu")
 
 
+#: Measured time of one curve pass over the time of one replay at rho 0.4, by (policy, event-atomic),
+#: for a largest rho of 0.1, 0.4 and 0.95 (the pass keeps stacks as deep as the largest capacity).
+#: Printed by ``python benchmarks/curves_and_sweeps.py --cost-table``; re-measure when a kernel changes.
+CURVE_COST: dict[tuple[str, bool], tuple[float, float, float]] = {
+    ("lru", True): (0.9, 1.2, 1.5), ("lru", False): (1.2, 4.5, 6.7),
+    ("lfu", True): (2.7, 5.4, 8.7), ("lfu", False): (8.4, 22.2, 28.3),
+    ("lfru", True): (2.3, 3.0, 4.6), ("lfru", False): (3.1, 12.3, 14.8),
+    ("lrfu", True): (1.7, 3.1, 3.6), ("lrfu", False): (4.0, 18.2, 23.5),
+    ("least-stale", True): (2.5, 7.6, 12.3), ("least-stale", False): (6.1, 19.9, 27.6),
+    ("belady", True): (3.4, 6.6, 9.5), ("belady", False): (16.1, 17.4, 15.0),
+}
+_COST_RHO = (0.1, 0.4, 0.95)
+
+
+def curve_pays(config: ReplayConfig, rhos: Sequence[float]) -> bool:
+    """Whether one curve pass is estimated cheaper than one replay per distinct rho in ``rhos``.
+
+    The estimate interpolates :data:`CURVE_COST` (measured pass / replay time ratios) at the
+    largest rho and asks for a 10% margin; a policy not measured there takes separate replays.
+    Only the time changes with the choice, never a count.
+
+    >>> curve_pays(ReplayConfig("lru"), [0.1, 0.2]), curve_pays(ReplayConfig("belady"), [0.2, 0.3, 0.4])
+    (True, False)
+    """
+    n = len(set(rhos))
+    cost = CURVE_COST.get((config.policy, config.semantics == "event-atomic"))
+    if n < 2 or cost is None:
+        return False
+    return float(np.interp(max(rhos), _COST_RHO, cost)) < 0.9 * n
+
+
 def replay_curve(stream: EventStream, config: ReplayConfig, rhos: Sequence[float],
-                 calibration: EventStream | None = None, advice=None) -> tuple[ReplayResult, ...]:
+                 calibration: EventStream | None = None, advice=None,
+                 one_pass: bool | None = None) -> tuple[ReplayResult, ...]:
     """Replay ``stream`` at every residency fraction in ``rhos`` (a miss-ratio curve).
 
     For stack policies under per-layer scope (:func:`one_pass_supported`) one
     pass records each access's depth in the policy's priority stack (Mattson
     et al., 1970): an access at depth ``d`` hits every capacity ``c > d``, so
-    all capacities follow from one histogram. Results are identical to
-    separate :func:`replay` calls (tests check this). Otherwise it loops.
+    all capacities follow from one histogram. That pass is taken where it is
+    estimated cheaper than one replay per rho (:func:`curve_pays`). Results are
+    identical to separate :func:`replay` calls either way (tests check this).
+
+    Parameters
+    ----------
+    one_pass
+        ``None``: the pass where :func:`curve_pays`; ``True``: the pass wherever it is supported;
+        ``False``: separate replays.
 
     Returns
     -------
@@ -468,7 +507,9 @@ def replay_curve(stream: EventStream, config: ReplayConfig, rhos: Sequence[float
     configs = [ReplayConfig(**{**_fields(config), "rho": float(r), "capacity": None}) for r in rhos]
     if not configs:
         return ()
-    if not one_pass_supported(config) or len(configs) == 1:
+    if one_pass is None:
+        one_pass = curve_pays(config, [c.rho for c in configs])
+    if not one_pass_supported(config) or not one_pass or len(configs) == 1:
         return tuple(replay(stream, c, calibration, advice) for c in configs)
     policy = get_policy(config.policy)
     L, N = stream.n_layers, stream.n_experts
