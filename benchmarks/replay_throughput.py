@@ -16,6 +16,12 @@ what counts):
 * lfru global / lfru per-layer (event-atomic and sequential-ascending).
 
 ``ns/acc`` is the median time of the first side per union access.
+
+``--kernel-choice`` instead times, for lfu and least-stale, the two event-atomic
+per-layer kernels of ``replay/_kernels_ranked.py`` (sorted residents vs heaps)
+on ``bench_scaling.routed_stream`` streams of several batch sizes, universes
+and rho, against the quota / mean event size ratio: the crossover sets
+``engine._SORTED_UP_TO``.
 """
 
 from __future__ import annotations
@@ -62,7 +68,11 @@ def main() -> None:
     ap.add_argument("--random-policies", default="lru,lfu",
                     help="policies timed sequential-random vs ascending ('' for none)")
     ap.add_argument("--no-global", action="store_true", help="skip the lfru global / per-layer rows")
+    ap.add_argument("--kernel-choice", action="store_true", help="time sorted vs heap kernels (see above)")
     args = ap.parse_args()
+    if args.kernel_choice:
+        kernel_choice()
+        return
     t0 = time.perf_counter()
     stream = drifting_qwen_stream(args.steps, sample_seed=1)
     n = stream.union
@@ -84,6 +94,45 @@ def main() -> None:
     for sem in () if args.no_global else ("event-atomic", "sequential-ascending"):
         row(f"lfru: global / per-layer ({sem})", ReplayConfig("lfru", rho=0.4, scope="global", semantics=sem),
             ReplayConfig("lfru", rho=0.4, semantics=sem))
+
+
+def kernel_choice() -> None:
+    """Sorted-residents vs heap kernel time, event-atomic per layer, by quota / mean event size."""
+    import numpy as np
+    from bench_scaling import routed_stream
+
+    from expertcache.replay import _kernels_ranked as KR
+    from expertcache.replay import engine
+    from expertcache.replay.keys import KEY_LEAST_STALE, KEY_LFU
+
+    for L, N, B in ((48, 128, 1), (48, 128, 4), (48, 128, 8), (48, 512, 8), (48, 128, 16)):
+        s = routed_stream(L, N, B, 300_000)
+        tie = engine._tie_ranks("random", 0, L * N)
+        order, tie_pos = engine._tie_order(tie, L, N)
+        for rho in (0.1, 0.4, 0.75):
+            caps = engine.capacities_for_rho(rho, L, N)
+            out = []
+            for name, code in (("lfu", KEY_LFU), ("least-stale", KEY_LEAST_STALE)):
+                bits = engine._ranked_bits(code, s.offsets, s.step, L * N, True)
+
+                def run(sorted_, code=code, bits=bits, caps=caps, s=s, tie=tie, order=order, tie_pos=tie_pos):
+                    hm = np.zeros(s.n_layers, np.int64), np.zeros(s.n_layers, np.int64)
+                    head = (s.offsets, s.expert, s.layer, s.step, s.n_experts, s.n_layers, False, True, caps, tie)
+                    tail = (code, *bits, False, -1.0, 0, *hm, np.zeros(0, np.uint8))
+                    t0 = time.perf_counter()
+                    if sorted_:
+                        KR.replay_sorted(*head, order, tie_pos, *tail)
+                    else:
+                        KR.replay_ranked(*head, *tail)
+                    return time.perf_counter() - t0
+
+                run(False)
+                run(True)
+                ratios = sorted(run(True) / run(False) for _ in range(3))
+                out.append(f"{name} sorted/heap {ratios[1]:.2f}")
+            mean = s.union / s.n_events
+            print(f"{L} x {N}, B = {B}, mean |E| {mean:.1f}, quota {caps.max()} = {caps.max() / mean:.2f} |E|: "
+                  + ", ".join(out), flush=True)
 
 
 if __name__ == "__main__":

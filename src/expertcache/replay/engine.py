@@ -346,14 +346,15 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
     offsets, expert, layer, step, n_experts, n_layers, global_scope, atomic, _ = args
     bits = _ranked_bits(policy.key_code, offsets, step, n_layers * n_experts, atomic)
     if bits is not None:
-        # event-atomic units per layer are a large share of the quota: keep the residents sorted and merge
-        # each unit in; otherwise (one access per unit, or one large global pool) keep them in heaps.
-        # lfru's drifting key is re-ranked at every overflow.
+        # where event-atomic units per layer are a large share of the quota, keep the residents sorted and
+        # merge each unit in; otherwise (small units, one access per unit, one large global pool) keep them
+        # in heaps. lfru's drifting key is re-ranked at every overflow.
         rest = (policy.key_code, *bits, bool(config.lfu_in_cache_counters and policy.name == "lfu"),
                 _lam(config, policy), config.warmup_events, hits, misses, hit_flag)
         if policy.key_code == KEY_LFRU:
             KR.replay_select(offsets, expert, layer, step, n_experts, n_layers, global_scope, atomic, caps, tie, *rest)
-        elif atomic and not global_scope:
+        elif atomic and not global_scope and caps.max() <= _SORTED_UP_TO[policy.key_code] * expert.shape[0] / max(
+                offsets.shape[0] - 1, 1):
             order, tie_pos = _tie_order(tie, n_layers, n_experts)
             KR.replay_sorted(offsets, expert, layer, step, n_experts, n_layers, global_scope, atomic, caps, tie,
                              order, tie_pos, *rest)
@@ -363,6 +364,12 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
     kernel = K.replay_heap if policy.key_code in KEY_STABLE else K.replay_scan
     kernel(*args, caps, tie, policy.key_code, bool(config.lfu_in_cache_counters and policy.name == "lfu"),
            _lam(config, policy), config.warmup_events, hits, misses, hit_flag)
+
+
+#: Event-atomic per-layer replays keep residents sorted (``replay_sorted``) while the largest quota is at most
+#: this many times the mean event size, and use heaps (``replay_ranked``) beyond: the measured crossover
+#: (``python benchmarks/replay_throughput.py --kernel-choice``).
+_SORTED_UP_TO = {KEY_LFU: 2.0, KEY_LRFU: 2.0, KEY_LEAST_STALE: 4.0}
 
 
 def _ranked_bits(key_code: int, offsets: np.ndarray, step: np.ndarray, n_blocks: int,
