@@ -105,7 +105,7 @@ def _generic(stream, cfg, atomic, global_scope, caps, tie, code, lam, in_cache):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_every_fast_kernel_equals_the_generic_kernels(seed):
-    """replay_sorted, replay_ranked and replay_select each called directly, whatever the engine would pick."""
+    """replay_sorted, replay_ranked, replay_select and replay_lfru_pool called directly, whatever the engine picks."""
     for s in range(8):
         stream = random_stream(100 * seed + s, L=2, N=int(10 + 7 * s), k=4, steps=12)
         L, N = stream.n_layers, stream.n_experts
@@ -148,6 +148,12 @@ def test_every_fast_kernel_equals_the_generic_kernels(seed):
                 flags = np.zeros(stream.union, dtype=np.uint8)
                 KR.replay_select(stream.offsets, stream.expert, stream.layer, stream.step, N, L, global_scope, atomic,
                                  caps, tie, KEY_LFRU, 0, 0, False, -1.0, 1, hits, misses, flags)
+                assert all((a == b).all() for a, b in zip((hits, misses, flags), want, strict=True))
+                hits = np.zeros(L, dtype=np.int64)
+                misses = np.zeros(L, dtype=np.int64)
+                flags = np.zeros(stream.union, dtype=np.uint8)
+                KR.replay_lfru_pool(stream.offsets, stream.expert, stream.layer, N, L, global_scope, atomic, caps, tie,
+                                    1, hits, misses, flags)
                 assert all((a == b).all() for a, b in zip((hits, misses, flags), want, strict=True))
 
 
@@ -207,3 +213,21 @@ def test_the_curve_choice_follows_the_measured_costs():
     assert not curve_pays(ReplayConfig("belady-forced"), [0.1, 0.2, 0.3])
     for key, cost in engine.CURVE_COST.items():
         assert len(cost) == 3 and all(c > 0 for c in cost), key
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_lfru_pool_on_a_larger_global_cache(seed):
+    """Enough residents for the pool's threshold to move both ways (pools above 64, dumps)."""
+    stream = random_stream(seed, L=4, N=128, k=8, steps=40)
+    L, N = stream.n_layers, stream.n_experts
+    tie = engine._tie_ranks("random", seed, L * N)
+    for atomic in (True, False):
+        for cap in (5, 150, 300):
+            caps = np.array([cap], dtype=np.int64)
+            want = _generic(stream, ReplayConfig("lfru"), atomic, True, caps, tie, KEY_LFRU, -1.0, False)
+            hits = np.zeros(L, dtype=np.int64)
+            misses = np.zeros(L, dtype=np.int64)
+            flags = np.zeros(stream.union, dtype=np.uint8)
+            KR.replay_lfru_pool(stream.offsets, stream.expert, stream.layer, N, L, True, atomic, caps, tie, 0, hits,
+                                misses, flags)
+            assert all((a == b).all() for a, b in zip((hits, misses, flags), want, strict=True)), (atomic, cap)

@@ -351,8 +351,11 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
         # in heaps. lfru's drifting key is re-ranked at every overflow.
         rest = (policy.key_code, *bits, bool(config.lfu_in_cache_counters and policy.name == "lfu"),
                 _lam(config, policy), config.warmup_events, hits, misses, hit_flag)
-        if policy.key_code == KEY_LFRU:
+        if policy.key_code == KEY_LFRU and (atomic or not global_scope):
             KR.replay_select(offsets, expert, layer, step, n_experts, n_layers, global_scope, atomic, caps, tie, *rest)
+        elif policy.key_code == KEY_LFRU:   # one access per unit in one large pool: re-rank only the low keys
+            KR.replay_lfru_pool(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, caps, tie,
+                                config.warmup_events, hits, misses, hit_flag)
         elif atomic and not global_scope and caps.max() <= _SORTED_UP_TO[policy.key_code] * expert.shape[0] / max(
                 offsets.shape[0] - 1, 1):
             order, tie_pos = _tie_order(tie, n_layers, n_experts)
