@@ -119,7 +119,7 @@ def main() -> None:
         run("universe", f"{L * N:,d} blocks ({L} x {N})", routed_stream(L, N, 8, n_acc))
     for B in (1, 4, 16, 64):
         s = routed_stream(48, 128, B, n_acc)
-        run("batch", f"B = {B} (mean |E| {s.union / s.n_events:.1f})", s)
+        run("batch", f"B = {B} (mean event {s.union / s.n_events:.1f})", s)
     for rho in (0.1, 0.25, 0.4, 0.75, 0.9):
         run("rho", f"rho = {rho} (4 M prefix)", four, rho)
     if args.markdown:
