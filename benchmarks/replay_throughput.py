@@ -34,9 +34,32 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import numpy as np  # noqa: E402
 from bench_vs_libcachesim import drifting_qwen_stream  # noqa: E402
 
+from expertcache.events import EventStream  # noqa: E402
 from expertcache.replay import ReplayConfig, replay  # noqa: E402
+
+
+def qwen_shaped_stream(steps: int, seed: int = 0) -> EventStream:
+    """48 x 128, top-8, B = 8 without drift: skewed per-layer popularity, one random ranking per layer.
+
+    The distribution ``bench_vs_libcachesim.drifting_qwen_stream`` (the stream timed here) adds drift to.
+    """
+    L, N, k, B = 48, 128, 8, 8
+    rng = np.random.default_rng(seed)
+    w = 1.0 / np.arange(1, N + 1) ** 0.9
+    w /= w.sum()
+    perm = np.stack([rng.permutation(N) for _ in range(L)])
+    exps, st, ly = [], [], []
+    for s in range(steps):
+        for layer in range(L):
+            z = np.log(w)[None, :] + rng.gumbel(size=(B, N))          # Gumbel top-k: k distinct per request
+            picks = perm[layer][np.argpartition(-z, k - 1, axis=1)[:, :k]]
+            exps.append(np.unique(picks))
+            st.append(s)
+            ly.append(layer)
+    return EventStream.from_lists(L, N, k, st, ly, exps, [B] * len(st))
 
 
 def _time(stream, cfg: ReplayConfig) -> float:
@@ -98,7 +121,6 @@ def main() -> None:
 
 def kernel_choice() -> None:
     """Sorted-residents vs heap kernel time, event-atomic per layer, by quota / mean event size."""
-    import numpy as np
     from bench_scaling import routed_stream
 
     from expertcache.replay import _kernels_ranked as KR
