@@ -107,7 +107,7 @@ def cost_table(stream) -> None:
             one = best(lambda cfg=cfg: replay(stream, cfg))
             r = [best(lambda cfg=cfg, top=top: replay_curve(stream, cfg, [0.05, top], one_pass=True)) / one
                  for top in (0.1, 0.4, 0.95)]
-            row.append(f"({policy!r}, {sem == 'event-atomic'}): ({r[0]:.1f}, {r[1]:.1f}, {r[2]:.1f}),")
+            row.append(f'("{policy}", {sem == "event-atomic"}): ({r[0]:.1f}, {r[1]:.1f}, {r[2]:.1f}),')
         print("    " + " ".join(row), flush=True)
 
 

@@ -462,14 +462,14 @@ def one_pass_supported(config: ReplayConfig) -> bool:
 
 #: Measured time of one curve pass over the time of one replay at rho 0.4, by (policy, event-atomic),
 #: for a largest rho of 0.1, 0.4 and 0.95 (the pass keeps stacks as deep as the largest capacity).
-#: Printed by ``python benchmarks/curves_and_sweeps.py --cost-table``; re-measure when a kernel changes.
+#: Printed by ``python benchmarks/curves_and_sweeps.py --quick --cost-table``; re-measure when a kernel changes.
 CURVE_COST: dict[tuple[str, bool], tuple[float, float, float]] = {
-    ("lru", True): (0.9, 1.2, 1.5), ("lru", False): (1.2, 4.5, 6.7),
-    ("lfu", True): (2.7, 5.4, 8.7), ("lfu", False): (8.4, 22.2, 28.3),
-    ("lfru", True): (2.3, 3.0, 4.6), ("lfru", False): (3.1, 12.3, 14.8),
-    ("lrfu", True): (1.7, 3.1, 3.6), ("lrfu", False): (4.0, 18.2, 23.5),
-    ("least-stale", True): (2.5, 7.6, 12.3), ("least-stale", False): (6.1, 19.9, 27.6),
-    ("belady", True): (3.4, 6.6, 9.5), ("belady", False): (16.1, 17.4, 15.0),
+    ("lru", True): (0.9, 2.3, 1.8), ("lru", False): (1.2, 4.5, 7.2),
+    ("lfu", True): (2.0, 1.9, 3.6), ("lfu", False): (8.1, 41.6, 40.2),
+    ("lfru", True): (2.5, 3.8, 7.9), ("lfru", False): (1.4, 5.7, 5.7),
+    ("lrfu", True): (1.5, 2.9, 4.2), ("lrfu", False): (4.2, 15.5, 18.5),
+    ("least-stale", True): (3.0, 6.1, 7.2), ("least-stale", False): (4.9, 17.0, 27.4),
+    ("belady", True): (3.5, 9.6, 13.6), ("belady", False): (8.0, 21.8, 26.0),
 }
 _COST_RHO = (0.1, 0.4, 0.95)
 
