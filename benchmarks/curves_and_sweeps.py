@@ -19,7 +19,7 @@ the ratios). Everything is warmed up first (JIT).
 ``--cost-table`` instead prints ``engine.CURVE_COST``: for every stack policy
 and event-atomic / sequential units, the time of a forced one-pass curve with
 a largest rho of 0.1, 0.4 and 0.95 over the time of one replay at rho 0.4
-(minimum of 3 each), in the form the engine holds.
+(minimum of 5 rounds, the four timed in turn), in the form the engine holds.
 """
 
 from __future__ import annotations
@@ -95,18 +95,25 @@ def main() -> None:
 
 
 def cost_table(stream) -> None:
-    """Print ``CURVE_COST`` entries: forced one-pass curve time / one replay time, by largest rho."""
-    def best(fn, n=3):
-        fn()
-        return min(timed(fn)[0] for _ in range(n))
+    """Print ``CURVE_COST`` entries: forced one-pass curve time / one replay time, by largest rho.
 
+    The replay and the three curves are timed in turn, 5 rounds, and the minimum of each is kept, so a
+    change of load between them moves no ratio.
+    """
     for policy in ("lru", "lfu", "lfru", "lrfu", "least-stale", "belady"):
         row = []
         for sem in ("event-atomic", "sequential-ascending"):
             cfg = ReplayConfig(policy, semantics=sem)
-            one = best(lambda cfg=cfg: replay(stream, cfg))
-            r = [best(lambda cfg=cfg, top=top: replay_curve(stream, cfg, [0.05, top], one_pass=True)) / one
-                 for top in (0.1, 0.4, 0.95)]
+            sides = [lambda cfg=cfg: replay(stream, cfg)] + [
+                lambda cfg=cfg, top=top: replay_curve(stream, cfg, [0.05, top], one_pass=True)
+                for top in (0.1, 0.4, 0.95)]
+            for fn in sides:
+                fn()
+            best = [float("inf")] * len(sides)
+            for _ in range(5):
+                for j, fn in enumerate(sides):
+                    best[j] = min(best[j], timed(fn)[0])
+            r = [b / best[0] for b in best[1:]]
             row.append(f'("{policy}", {sem == "event-atomic"}): ({r[0]:.1f}, {r[1]:.1f}, {r[2]:.1f}),')
         print("    " + " ".join(row), flush=True)
 

@@ -464,12 +464,12 @@ def one_pass_supported(config: ReplayConfig) -> bool:
 #: for a largest rho of 0.1, 0.4 and 0.95 (the pass keeps stacks as deep as the largest capacity).
 #: Printed by ``python benchmarks/curves_and_sweeps.py --quick --cost-table``; re-measure when a kernel changes.
 CURVE_COST: dict[tuple[str, bool], tuple[float, float, float]] = {
-    ("lru", True): (0.9, 2.3, 1.8), ("lru", False): (1.2, 4.5, 7.2),
-    ("lfu", True): (2.0, 1.9, 3.6), ("lfu", False): (8.1, 41.6, 40.2),
-    ("lfru", True): (2.5, 3.8, 7.9), ("lfru", False): (1.4, 5.7, 5.7),
-    ("lrfu", True): (1.5, 2.9, 4.2), ("lrfu", False): (4.2, 15.5, 18.5),
-    ("least-stale", True): (3.0, 6.1, 7.2), ("least-stale", False): (4.9, 17.0, 27.4),
-    ("belady", True): (3.5, 9.6, 13.6), ("belady", False): (8.0, 21.8, 26.0),
+    ("lru", True): (0.9, 1.3, 1.7), ("lru", False): (1.3, 4.0, 7.2),
+    ("lfu", True): (2.0, 4.2, 8.7), ("lfu", False): (7.5, 25.8, 29.3),
+    ("lfru", True): (1.0, 2.8, 3.8), ("lfru", False): (6.1, 17.3, 24.6),
+    ("lrfu", True): (1.3, 2.3, 2.9), ("lrfu", False): (3.8, 11.8, 16.5),
+    ("least-stale", True): (2.8, 6.2, 9.9), ("least-stale", False): (4.8, 16.3, 22.5),
+    ("belady", True): (3.4, 6.2, 9.1), ("belady", False): (11.2, 26.5, 31.3),
 }
 _COST_RHO = (0.1, 0.4, 0.95)
 
