@@ -18,6 +18,7 @@ from test_twin_large import random_stream
 from expertcache.events import EventStream
 from expertcache.replay import ReplayConfig, curve_pays, engine, replay, replay_curve, replay_hits
 from expertcache.replay import _kernels as K
+from expertcache.replay import _kernels_lfru as KL
 from expertcache.replay import _kernels_ranked as KR
 from expertcache.replay.keys import KEY_LEAST_STALE, KEY_LFRU, KEY_LFU, KEY_LRFU
 
@@ -146,13 +147,13 @@ def test_every_fast_kernel_equals_the_generic_kernels(seed):
                 hits = np.zeros(L, dtype=np.int64)
                 misses = np.zeros(L, dtype=np.int64)
                 flags = np.zeros(stream.union, dtype=np.uint8)
-                KR.replay_select(stream.offsets, stream.expert, stream.layer, stream.step, N, L, global_scope, atomic,
+                KL.replay_select(stream.offsets, stream.expert, stream.layer, stream.step, N, L, global_scope, atomic,
                                  caps, tie, KEY_LFRU, 0, 0, False, -1.0, 1, hits, misses, flags)
                 assert all((a == b).all() for a, b in zip((hits, misses, flags), want, strict=True))
                 hits = np.zeros(L, dtype=np.int64)
                 misses = np.zeros(L, dtype=np.int64)
                 flags = np.zeros(stream.union, dtype=np.uint8)
-                KR.replay_lfru_pool(stream.offsets, stream.expert, stream.layer, N, L, global_scope, atomic, caps, tie,
+                KL.replay_lfru_pool(stream.offsets, stream.expert, stream.layer, N, L, global_scope, atomic, caps, tie,
                                     1, hits, misses, flags)
                 assert all((a == b).all() for a, b in zip((hits, misses, flags), want, strict=True))
 
@@ -228,6 +229,6 @@ def test_lfru_pool_on_a_larger_global_cache(seed):
             hits = np.zeros(L, dtype=np.int64)
             misses = np.zeros(L, dtype=np.int64)
             flags = np.zeros(stream.union, dtype=np.uint8)
-            KR.replay_lfru_pool(stream.offsets, stream.expert, stream.layer, N, L, True, atomic, caps, tie, 0, hits,
+            KL.replay_lfru_pool(stream.offsets, stream.expert, stream.layer, N, L, True, atomic, caps, tie, 0, hits,
                                 misses, flags)
             assert all((a == b).all() for a, b in zip((hits, misses, flags), want, strict=True)), (atomic, cap)

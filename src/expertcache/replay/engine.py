@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import ValidationError
 from ..events import EventStream
 from . import _kernels as K
+from . import _kernels_lfru as KL
 from . import _kernels_order as KO
 from . import _kernels_ranked as KR
 from .keys import KEY_BELADY_FORCED, KEY_LEAST_STALE, KEY_LFRU, KEY_LFU, KEY_LRFU, KEY_STABLE
@@ -352,9 +353,9 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
         rest = (policy.key_code, *bits, bool(config.lfu_in_cache_counters and policy.name == "lfu"),
                 _lam(config, policy), config.warmup_events, hits, misses, hit_flag)
         if policy.key_code == KEY_LFRU and (atomic or not global_scope):
-            KR.replay_select(offsets, expert, layer, step, n_experts, n_layers, global_scope, atomic, caps, tie, *rest)
+            KL.replay_select(offsets, expert, layer, step, n_experts, n_layers, global_scope, atomic, caps, tie, *rest)
         elif policy.key_code == KEY_LFRU:   # one access per unit in one large pool: re-rank only the low keys
-            KR.replay_lfru_pool(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, caps, tie,
+            KL.replay_lfru_pool(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, caps, tie,
                                 config.warmup_events, hits, misses, hit_flag)
         elif atomic and not global_scope and caps.max() <= _SORTED_UP_TO[policy.key_code] * expert.shape[0] / max(
                 offsets.shape[0] - 1, 1):
