@@ -1,6 +1,6 @@
 """One-pass miss-ratio curves and parallel sweeps, timed against their naive equivalents.
 
-    python benchmarks/curves_and_sweeps.py [--steps 5200 | --quick]
+    python benchmarks/curves_and_sweeps.py [--steps 5200 | --quick] [--cost-table]
 
 On the stream of ``bench_vs_libcachesim.py`` (Qwen3-30B-A3B-shaped, ~10 M
 union accesses at the default size), for lru and belady under event-atomic,
@@ -10,13 +10,22 @@ per-layer replay at rho = 0.05:0.95:0.05 (19 points), it reports:
 * ``replay_curve`` (one pass) — its time relative to the single replay,
 * 19 separate replays (the loop it replaces), checked equal to the curve,
 
-and a sweep of 8 independent configurations with ``jobs=1`` and ``jobs=2``
-(processes), checked identical. Everything is warmed up first (JIT).
+a sweep of 8 independent configurations with ``jobs=1`` and ``jobs=2``
+(processes), checked identical, and the choice of ``replay_curve`` between
+one pass and separate replays (``engine.curve_pays``) on a 3-point grid, timed
+against forced separate replays, alternated pair by pair (min and median of
+the ratios). Everything is warmed up first (JIT).
+
+``--cost-table`` instead prints ``engine.CURVE_COST``: for every stack policy
+and event-atomic / sequential units, the time of a forced one-pass curve with
+a largest rho of 0.1, 0.4 and 0.95 over the time of one replay at rho 0.4
+(minimum of 5 rounds, the four timed in turn), in the form the engine holds.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -28,6 +37,7 @@ from bench_vs_libcachesim import STEPS_FULL, STEPS_QUICK, drifting_qwen_stream  
 from expertcache.replay import ReplayConfig, replay, replay_curve, sweep  # noqa: E402
 
 GRID = [round(0.05 * i, 2) for i in range(1, 20)]
+GRID3 = [0.2, 0.3, 0.4]
 
 
 def timed(fn):
@@ -40,9 +50,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=STEPS_FULL)
     ap.add_argument("--quick", action="store_true", help=f"{STEPS_QUICK} steps (~1 M accesses)")
+    ap.add_argument("--cost-table", action="store_true", help="print engine.CURVE_COST as measured here")
+    ap.add_argument("--pairs", type=int, default=5)
     args = ap.parse_args()
     stream = drifting_qwen_stream(STEPS_QUICK if args.quick else args.steps, sample_seed=1)
     print(f"stream: {stream.n_events} events, {stream.union} union accesses")
+    if args.cost_table:
+        cost_table(stream)
+        return
     print(f"{'policy':8s} {'one replay':>11s} {'curve (1 pass)':>15s} {'ratio':>6s} {'19 replays':>11s} {'speed-up':>9s}")
     for policy in ("lru", "belady"):
         cfg = ReplayConfig(policy, semantics="event-atomic", scope="per-layer")
@@ -63,6 +78,44 @@ def main() -> None:
     assert serial == parallel, "parallel sweep differs from serial"
     print(f"sweep of {len(cfgs)} configurations: jobs=1 {t1:.2f}s, jobs=2 {t2:.2f}s "
           f"({t1 / t2:.2f}x; identical results)")
+    print("replay_curve's choice on rho 0.2,0.3,0.4 (auto / separate replays, alternated pairs):")
+    for policy in ("lru", "lfu", "belady"):
+        for sem in ("event-atomic", "sequential-ascending"):
+            cfg = ReplayConfig(policy, semantics=sem)
+            assert replay_curve(stream, cfg, GRID3) == replay_curve(stream, cfg, GRID3, one_pass=False)
+            ratios = []
+            for k in range(args.pairs):
+                sides = [lambda cfg=cfg: replay_curve(stream, cfg, GRID3),
+                         lambda cfg=cfg: replay_curve(stream, cfg, GRID3, one_pass=False)]
+                t = [0.0, 0.0]
+                for j in ((1, 0) if k % 2 else (0, 1)):
+                    t[j] = timed(sides[j])[0]
+                ratios.append(t[0] / t[1])
+            print(f"  {policy:8s} {sem:22s} min {min(ratios):5.2f} median {statistics.median(ratios):5.2f}")
+
+
+def cost_table(stream) -> None:
+    """Print ``CURVE_COST`` entries: forced one-pass curve time / one replay time, by largest rho.
+
+    The replay and the three curves are timed in turn, 5 rounds, and the minimum of each is kept, so a
+    change of load between them moves no ratio.
+    """
+    for policy in ("lru", "lfu", "lfru", "lrfu", "least-stale", "belady"):
+        row = []
+        for sem in ("event-atomic", "sequential-ascending"):
+            cfg = ReplayConfig(policy, semantics=sem)
+            sides = [lambda cfg=cfg: replay(stream, cfg)] + [
+                lambda cfg=cfg, top=top: replay_curve(stream, cfg, [0.05, top], one_pass=True)
+                for top in (0.1, 0.4, 0.95)]
+            for fn in sides:
+                fn()
+            best = [float("inf")] * len(sides)
+            for _ in range(5):
+                for j, fn in enumerate(sides):
+                    best[j] = min(best[j], timed(fn)[0])
+            r = [b / best[0] for b in best[1:]]
+            row.append(f'("{policy}", {sem == "event-atomic"}): ({r[0]:.1f}, {r[1]:.1f}, {r[2]:.1f}),')
+        print("    " + " ".join(row), flush=True)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from typing import Any
 from .policies import POLICIES, Policy, get_policy, policy_names, register_policy, unregister_policy
 from .result import LayerCounts, ReplayResult, results_to_arrow, results_to_pandas
 
-_ENGINE = ("ReplayConfig", "replay", "replay_hits", "replay_curve", "one_pass_supported", "capacities_for_rho", "total_capacity", "SEMANTICS", "SCOPES", "TIE_BREAKS",
+_ENGINE = ("ReplayConfig", "replay", "replay_hits", "replay_curve", "one_pass_supported", "curve_pays", "capacities_for_rho", "total_capacity", "SEMANTICS", "SCOPES", "TIE_BREAKS",
            "static_pinned_set")
 
 __all__ = ["POLICIES", "Policy", "get_policy", "policy_names", "register_policy", "unregister_policy", "LayerCounts", "ReplayResult",

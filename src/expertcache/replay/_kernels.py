@@ -368,36 +368,47 @@ def replay_scan(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_
                 for j in range(n_cand):
                     b = cand[j]
                     k1[b], k2[b] = _key(key_code, b, t, j >= r, last, freq, nxt, cycle, coff, crf)
-                n_go = n_cand - cap
-                # the n_go lowest-ranked candidates, kept in a max-heap (top = best of those leaving)
-                n_sel = 0
-                for j in range(n_cand):
-                    b = cand[j]
-                    if n_sel < n_go:
-                        sel[0, n_sel] = b
-                        sel_pos[b] = n_sel
-                        n_sel += 1
-                        _sift(sel, 0, n_sel - 1, n_sel, sel_pos, k1, k2, tie, True)
-                    elif _less(b, sel[0, 0], k1, k2, tie):
-                        sel_pos[sel[0, 0]] = -1
-                        sel[0, 0] = b
-                        sel_pos[b] = 0
-                        _sift(sel, 0, 0, n_sel, sel_pos, k1, k2, tie, True)
-                kept = 0
-                for j in range(n_cand):
-                    b = cand[j]
-                    if sel_pos[b] >= 0:
-                        sel_pos[b] = -1
-                        in_cache[b] = False
-                        if reset_freq_on_evict:
-                            freq[b] = 0
-                    else:
-                        in_cache[b] = True
-                        res[p, kept] = b
-                        kept += 1
+                _scan_decide(cand, n_cand, cap, sel, sel_pos, k1, k2, tie, in_cache, res, p, freq,
+                             reset_freq_on_evict)
                 n_res[p] = cap
             t += 1
             lunits[layer] += 1
+
+
+@jit_helper
+def _scan_decide(cand, n_cand, cap, sel, sel_pos, k1, k2, tie, in_cache, res, p, freq, reset_freq_on_evict):
+    """The decision of a scan loop: of ``cand[:n_cand]`` (keys in ``k1, k2``) the ``n_cand - cap`` lowest leave.
+
+    The leaving are found in a max-heap ``sel`` (top: the best of those leaving); the kept fill
+    ``res[p, :cap]`` in candidate order and ``in_cache`` is updated. Shared by :func:`replay_scan` and the
+    loops of policies registered from Python (``plugins.py``).
+    """
+    n_go = n_cand - cap
+    n_sel = 0
+    for j in range(n_cand):
+        b = cand[j]
+        if n_sel < n_go:
+            sel[0, n_sel] = b
+            sel_pos[b] = n_sel
+            n_sel += 1
+            _sift(sel, 0, n_sel - 1, n_sel, sel_pos, k1, k2, tie, True)
+        elif _less(b, sel[0, 0], k1, k2, tie):
+            sel_pos[sel[0, 0]] = -1
+            sel[0, 0] = b
+            sel_pos[b] = 0
+            _sift(sel, 0, 0, n_sel, sel_pos, k1, k2, tie, True)
+    kept = 0
+    for j in range(n_cand):
+        b = cand[j]
+        if sel_pos[b] >= 0:
+            sel_pos[b] = -1
+            in_cache[b] = False
+            if reset_freq_on_evict:
+                freq[b] = 0
+        else:
+            in_cache[b] = True
+            res[p, kept] = b
+            kept += 1
 
 
 @jit

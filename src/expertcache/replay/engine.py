@@ -15,11 +15,14 @@ from ..errors import ValidationError
 from ..events import EventStream
 from . import _kernels as K
 from . import _kernels_bits as KB
-from .keys import KEY_BELADY_FORCED, KEY_LRFU, KEY_STABLE
+from . import _kernels_lfru as KL
+from . import _kernels_order as KO
+from . import _kernels_ranked as KR
+from .keys import KEY_BELADY_FORCED, KEY_LEAST_STALE, KEY_LFRU, KEY_LFU, KEY_LRFU, KEY_STABLE
 from .policies import Policy, get_policy
 from .result import LayerCounts, ReplayResult
 
-__all__ = ["ReplayConfig", "replay", "replay_hits", "replay_curve", "one_pass_supported", "capacities_for_rho", "total_capacity", "SEMANTICS", "SCOPES",
+__all__ = ["ReplayConfig", "replay", "replay_hits", "replay_curve", "one_pass_supported", "curve_pays", "capacities_for_rho", "total_capacity", "SEMANTICS", "SCOPES",
            "TIE_BREAKS", "static_pinned_set"]
 
 SEMANTICS = ("event-atomic", "sequential-ascending", "sequential-random")
@@ -167,17 +170,25 @@ def _tie_order(tie: np.ndarray, n_layers: int, n_experts: int) -> tuple[np.ndarr
     return order, tie_pos
 
 
-def _member_order(stream: EventStream, semantics: str, seed: int) -> np.ndarray:
-    """Member expert ids in access order: ascending (as stored), or shuffled per event for sequential-random."""
+def _member_order(stream: EventStream, semantics: str, seed: int, chunk: int = 1 << 20) -> np.ndarray:
+    """Member expert ids in access order: ascending (as stored), or shuffled per event for sequential-random.
+
+    The shuffle draws ``chunk`` 64-bit outputs of the generator at a time (a parameter for tests only).
+    """
     if semantics != "sequential-random":
         return stream.expert
-    rng = np.random.default_rng([seed, 1])
+    # the order of ``seg[rng.permutation(len(seg))]`` event by event, drawn from the generator's raw outputs
+    bits = np.random.default_rng([seed, 1]).bit_generator
     expert = stream.expert.copy()
-    off = stream.offsets
-    for i in range(stream.n_events):
-        seg = expert[off[i]:off[i + 1]]
-        expert[off[i]:off[i + 1]] = seg[rng.permutation(seg.shape[0])]
-    return expert
+    chunk = max(1, min(expert.shape[0], chunk))     # 64-bit outputs per draw (two 32-bit draws each)
+    raw = bits.random_raw(chunk)
+    i, h = 0, 0
+    while True:
+        i, h = KO.shuffle_events(stream.offsets, expert, i, raw, h)
+        if i >= stream.n_events:
+            return expert
+        raw = np.concatenate([raw[h >> 1:], bits.random_raw(chunk)])
+        h &= 1
 
 
 def _kernel_inputs(stream: EventStream, config: ReplayConfig, needs_next_use: bool) -> tuple:
@@ -354,9 +365,59 @@ def _loop_belady(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, h
 
 def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses,
                   hit_flag=_NO_FLAGS) -> None:
+    offsets, expert, layer, step, n_experts, n_layers, global_scope, atomic, _ = args
+    bits = _ranked_bits(policy.key_code, offsets, step, n_layers * n_experts, atomic)
+    if bits is not None:
+        # where event-atomic units per layer are a large share of the quota, keep the residents sorted and
+        # merge each unit in; otherwise (small units, one access per unit, one large global pool) keep them
+        # in heaps. lfru's drifting key is re-ranked at every overflow.
+        rest = (policy.key_code, *bits, bool(config.lfu_in_cache_counters and policy.name == "lfu"),
+                _lam(config, policy), config.warmup_events, hits, misses, hit_flag)
+        if policy.key_code == KEY_LFRU and (atomic or not global_scope):
+            KL.replay_select(offsets, expert, layer, step, n_experts, n_layers, global_scope, atomic, caps, tie, *rest)
+        elif policy.key_code == KEY_LFRU:   # one access per unit in one large pool: re-rank only the low keys
+            KL.replay_lfru_pool(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, caps, tie,
+                                config.warmup_events, hits, misses, hit_flag)
+        elif atomic and not global_scope and caps.max() <= _SORTED_UP_TO[policy.key_code] * expert.shape[0] / max(
+                offsets.shape[0] - 1, 1):
+            order, tie_pos = _tie_order(tie, n_layers, n_experts)
+            KR.replay_sorted(offsets, expert, layer, step, n_experts, n_layers, global_scope, atomic, caps, tie,
+                             order, tie_pos, *rest)
+        else:
+            KR.replay_ranked(offsets, expert, layer, step, n_experts, n_layers, global_scope, atomic, caps, tie, *rest)
+        return
     kernel = K.replay_heap if policy.key_code in KEY_STABLE else K.replay_scan
     kernel(*args, caps, tie, policy.key_code, bool(config.lfu_in_cache_counters and policy.name == "lfu"),
            _lam(config, policy), config.warmup_events, hits, misses, hit_flag)
+
+
+#: Event-atomic per-layer replays keep residents sorted (``replay_sorted``) while the largest quota is at most
+#: this many times the mean event size, and use heaps (``replay_ranked``) beyond: the measured crossover
+#: (``python benchmarks/replay_throughput.py --kernel-choice``).
+_SORTED_UP_TO = {KEY_LFU: 2.0, KEY_LRFU: 2.0, KEY_LEAST_STALE: 4.0}
+
+
+def _ranked_bits(key_code: int, offsets: np.ndarray, step: np.ndarray, n_blocks: int,
+                 atomic: bool) -> tuple[int, int] | None:
+    """``(tie_bits, coff_bits)`` packing ``key_code``'s key into one int64 for ``_kernels_ranked``.
+
+    ``None`` where the key is not replayed there (the rest runs in ``_kernels.replay_heap`` or
+    ``replay_scan``) or does not fit 63 bits (then ``replay_heap`` too): lfu needs 31 bits of count above
+    the tie rank, least-stale its cycle number and offset in the cycle (lrfu and lfru keep the tie apart).
+    """
+    if key_code not in (KEY_LFU, KEY_LRFU, KEY_LEAST_STALE, KEY_LFRU):
+        return None
+    tie_bits = int(n_blocks).bit_length()        # tie ranks are at most n_blocks
+    if key_code != KEY_LEAST_STALE:
+        return (tie_bits, 0) if key_code != KEY_LFU or tie_bits + 31 <= 63 else None
+    n_events = offsets.shape[0] - 1
+    if n_events == 0:
+        return tie_bits, 0
+    first = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])        # first event of each cycle
+    units = np.diff(np.r_[first, n_events]) if atomic else np.diff(offsets[np.r_[first, n_events]])
+    coff_bits = int(units.max() - 1).bit_length()
+    cycle_bits = int(first.shape[0] - 1).bit_length()
+    return (tie_bits, coff_bits) if tie_bits + coff_bits + cycle_bits <= 63 else None
 
 
 def _lam(config: ReplayConfig, policy: Policy) -> float:
@@ -421,15 +482,54 @@ def one_pass_supported(config: ReplayConfig) -> bool:
     return not (config.lfu_in_cache_counters and policy.name == "lfu")
 
 
+#: Measured time of one curve pass over the time of one replay at rho 0.4, by (policy, event-atomic),
+#: for a largest rho of 0.1, 0.4 and 0.95 (the pass keeps stacks as deep as the largest capacity).
+#: Printed by ``python benchmarks/curves_and_sweeps.py --quick --cost-table``; re-measure when a kernel changes.
+CURVE_COST: dict[tuple[str, bool], tuple[float, float, float]] = {
+    ("lru", True): (0.9, 1.3, 1.7), ("lru", False): (1.3, 4.0, 7.2),
+    ("lfu", True): (2.0, 4.2, 8.7), ("lfu", False): (7.5, 25.8, 29.3),
+    ("lfru", True): (1.0, 2.8, 3.8), ("lfru", False): (6.1, 17.3, 24.6),
+    ("lrfu", True): (1.3, 2.3, 2.9), ("lrfu", False): (3.8, 11.8, 16.5),
+    ("least-stale", True): (2.8, 6.2, 9.9), ("least-stale", False): (4.8, 16.3, 22.5),
+    ("belady", True): (3.4, 6.2, 9.1), ("belady", False): (11.2, 26.5, 31.3),
+}
+_COST_RHO = (0.1, 0.4, 0.95)
+
+
+def curve_pays(config: ReplayConfig, rhos: Sequence[float]) -> bool:
+    """Whether one curve pass is estimated cheaper than one replay per distinct rho in ``rhos``.
+
+    The estimate interpolates :data:`CURVE_COST` (measured pass / replay time ratios) at the
+    largest rho and asks for a 10% margin; a policy not measured there takes separate replays.
+    Only the time changes with the choice, never a count.
+
+    >>> curve_pays(ReplayConfig("lru"), [0.1, 0.2]), curve_pays(ReplayConfig("belady"), [0.2, 0.3, 0.4])
+    (True, False)
+    """
+    n = len(set(rhos))
+    cost = CURVE_COST.get((config.policy, config.semantics == "event-atomic"))
+    if n < 2 or cost is None:
+        return False
+    return float(np.interp(max(rhos), _COST_RHO, cost)) < 0.9 * n
+
+
 def replay_curve(stream: EventStream, config: ReplayConfig, rhos: Sequence[float],
-                 calibration: EventStream | None = None, advice=None) -> tuple[ReplayResult, ...]:
+                 calibration: EventStream | None = None, advice=None,
+                 one_pass: bool | None = None) -> tuple[ReplayResult, ...]:
     """Replay ``stream`` at every residency fraction in ``rhos`` (a miss-ratio curve).
 
     For stack policies under per-layer scope (:func:`one_pass_supported`) one
     pass records each access's depth in the policy's priority stack (Mattson
     et al., 1970): an access at depth ``d`` hits every capacity ``c > d``, so
-    all capacities follow from one histogram. Results are identical to
-    separate :func:`replay` calls (tests check this). Otherwise it loops.
+    all capacities follow from one histogram. That pass is taken where it is
+    estimated cheaper than one replay per rho (:func:`curve_pays`). Results are
+    identical to separate :func:`replay` calls either way (tests check this).
+
+    Parameters
+    ----------
+    one_pass
+        ``None``: the pass where :func:`curve_pays`; ``True``: the pass wherever it is supported;
+        ``False``: separate replays.
 
     Returns
     -------
@@ -439,7 +539,9 @@ def replay_curve(stream: EventStream, config: ReplayConfig, rhos: Sequence[float
     configs = [ReplayConfig(**{**_fields(config), "rho": float(r), "capacity": None}) for r in rhos]
     if not configs:
         return ()
-    if not one_pass_supported(config) or len(configs) == 1:
+    if one_pass is None:
+        one_pass = curve_pays(config, [c.rho for c in configs])
+    if not one_pass_supported(config) or not one_pass or len(configs) == 1:
         return tuple(replay(stream, c, calibration, advice) for c in configs)
     policy = get_policy(config.policy)
     L, N = stream.n_layers, stream.n_experts

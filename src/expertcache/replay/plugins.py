@@ -126,7 +126,7 @@ def plugin_kernel(policy) -> Callable:
 
 
 def _make_kernel(key: Callable, update: Callable) -> Callable:
-    max_unit_of, slots_of, less, sift = K._max_unit, K._slots, K._less, K._sift
+    max_unit_of, slots_of, decide = K._max_unit, K._slots, K._scan_decide
     neg_inf = -math.inf
 
     @numba.njit(nogil=True, error_model="numpy")
@@ -196,30 +196,7 @@ def _make_kernel(key: Callable, update: Callable) -> Callable:
                         b = cand[j]
                         v = np.float64(key(b, np.int64(t), last, freq, state))
                         k1[b] = neg_inf if v != v else v      # a NaN key ranks lowest
-                    n_go = n_cand - cap
-                    n_sel = 0
-                    for j in range(n_cand):
-                        b = cand[j]
-                        if n_sel < n_go:
-                            sel[0, n_sel] = b
-                            sel_pos[b] = n_sel
-                            n_sel += 1
-                            sift(sel, 0, n_sel - 1, n_sel, sel_pos, k1, k2, tie, True)
-                        elif less(b, sel[0, 0], k1, k2, tie):
-                            sel_pos[sel[0, 0]] = -1
-                            sel[0, 0] = b
-                            sel_pos[b] = 0
-                            sift(sel, 0, 0, n_sel, sel_pos, k1, k2, tie, True)
-                    kept = 0
-                    for j in range(n_cand):
-                        b = cand[j]
-                        if sel_pos[b] >= 0:
-                            sel_pos[b] = -1
-                            in_cache[b] = False
-                        else:
-                            in_cache[b] = True
-                            res[p, kept] = b
-                            kept += 1
+                    decide(cand, n_cand, cap, sel, sel_pos, k1, k2, tie, in_cache, res, p, freq, False)
                     n_res[p] = cap
                 t += 1
 

@@ -1,0 +1,234 @@
+"""The fast paths of lfu, lrfu, least-stale and lfru, the sequential-random shuffle and the curve choice.
+
+Each kernel of ``replay/_kernels_ranked.py`` is compared with the naive twin
+(tests/naive.py) and with the generic kernels it replaces (``replay_heap``,
+``replay_scan``) on seeded random streams, including capacity 0, capacities at
+or beyond the universe, events larger than the cache, warm-up events, in-cache
+LFU counters and per-access hit flags. The sequential-random order is compared
+with the per-event Python loop it replaces.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from naive import naive_replay
+from test_twin_large import random_stream
+
+from expertcache.events import EventStream
+from expertcache.replay import ReplayConfig, curve_pays, engine, replay, replay_curve, replay_hits
+from expertcache.replay import _kernels as K
+from expertcache.replay import _kernels_lfru as KL
+from expertcache.replay import _kernels_ranked as KR
+from expertcache.replay.keys import KEY_LEAST_STALE, KEY_LFRU, KEY_LFU, KEY_LRFU
+
+FAST = ("lfu", "lrfu", "least-stale", "lfru")
+SEMANTICS = ("event-atomic", "sequential-ascending", "sequential-random")
+CODES = {"lfu": KEY_LFU, "lrfu": KEY_LRFU, "least-stale": KEY_LEAST_STALE, "lfru": KEY_LFRU}
+
+
+def small_stream(rng: np.random.Generator) -> EventStream:
+    """Few layers and experts, missing (step, layer) events, events from 1 expert to all of them."""
+    L = int(rng.integers(1, 4))
+    N = int(rng.integers(1, 12))
+    k = int(rng.integers(1, N + 1))
+    steps = int(rng.integers(1, 15))
+    rows = [(s, l) for s in range(steps) for l in range(L) if rng.random() < 0.7] or [(0, 0)]
+    experts = [sorted(rng.choice(N, int(rng.integers(1, k + 1)), replace=False).tolist()) for _ in rows]
+    return EventStream.from_lists(L, N, k, [r[0] for r in rows], [r[1] for r in rows], experts, [1] * len(rows))
+
+
+def counts(r) -> tuple:
+    return r.hits, r.demand_misses, tuple(x.hits for x in r.per_layer), tuple(x.demand_misses for x in r.per_layer)
+
+
+def naive_counts(d: dict) -> tuple:
+    return d["hits"], d["demand_misses"], tuple(d["per_layer_hits"]), tuple(d["per_layer_demand_misses"])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fast_policies_equal_the_naive_twin_on_random_streams(seed):
+    rng = np.random.default_rng([seed, 19])
+    for trial in range(25):
+        stream = small_stream(rng)
+        for policy in FAST:
+            for semantics in SEMANTICS:
+                for scope in ("per-layer", "global"):
+                    kw = dict(rho=float(rng.choice([0.0, 0.2, 0.5, 0.8, 1.0])), scope=scope, semantics=semantics,
+                              tie_break=str(rng.choice(["id", "random"])), seed=trial,
+                              warmup_events=int(rng.integers(0, 3)) if stream.n_events > 3 else 0,
+                              lfu_in_cache_counters=bool(rng.integers(0, 2)),
+                              lrfu_lambda=float(rng.choice([0.0, 0.25, 0.5, 1.0])))
+                    got = replay(stream, ReplayConfig(policy, **kw))
+                    assert counts(got) == naive_counts(naive_replay(stream, policy, **kw)), (policy, kw)
+
+
+@pytest.mark.parametrize("policy", FAST)
+@pytest.mark.parametrize("semantics", SEMANTICS)
+def test_explicit_capacities_zero_small_and_beyond_the_universe(policy, semantics):
+    stream = random_stream(3, L=3, N=40, k=6, steps=14)   # events of up to 48 members: larger than the caches
+    for scope, caps in (("per-layer", (0, 0, 0)), ("per-layer", (1, 5, 40)), ("per-layer", (3, 41, 500)),
+                        ("global", 0), ("global", 7), ("global", 120), ("global", 10_000)):
+        kw = dict(scope=scope, semantics=semantics, capacity=caps, seed=2)
+        got = replay(stream, ReplayConfig(policy, **kw))
+        assert counts(got) == naive_counts(naive_replay(stream, policy, **kw)), (scope, caps)
+
+
+@pytest.mark.parametrize("policy", FAST)
+@pytest.mark.parametrize("semantics", ("event-atomic", "sequential-ascending"))
+@pytest.mark.parametrize("scope", ("per-layer", "global"))
+def test_hit_flags_of_the_fast_paths_equal_the_twin(policy, semantics, scope):
+    stream = random_stream(5)
+    cfg = ReplayConfig(policy, rho=0.3, scope=scope, semantics=semantics, seed=5, warmup_events=3)
+    result, hit = replay_hits(stream, cfg)
+    want: list[set[int]] = []
+    naive_replay(stream, policy, rho=0.3, scope=scope, semantics=semantics, seed=5, warmup_events=3, hit_sets=want)
+    blocks = np.repeat(stream.layer.astype(np.int64), np.diff(stream.offsets)) * stream.n_experts + stream.expert
+    if semantics == "event-atomic":
+        got = [set(blocks[lo:hi][hit[lo:hi]].tolist()) for lo, hi in zip(stream.offsets[:-1], stream.offsets[1:],
+                                                                          strict=True)]
+    else:
+        got = [{int(b)} if h else set() for b, h in zip(blocks, hit, strict=True)]
+    assert got == want
+    assert result == replay(stream, cfg)
+
+
+def _generic(stream, cfg, atomic, global_scope, caps, tie, code, lam, in_cache):
+    """Counts of the generic kernel (replay_heap, or replay_scan for lfru) the fast paths replace."""
+    hits = np.zeros(stream.n_layers, dtype=np.int64)
+    misses = np.zeros(stream.n_layers, dtype=np.int64)
+    flags = np.zeros(stream.union, dtype=np.uint8)
+    kernel = K.replay_scan if code == KEY_LFRU else K.replay_heap
+    kernel(stream.offsets, stream.expert, stream.layer, stream.step, stream.n_experts, stream.n_layers, global_scope,
+           atomic, np.empty(0, dtype=np.int32), caps, tie, code, in_cache, lam, cfg.warmup_events, hits, misses, flags)
+    return hits, misses, flags
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_every_fast_kernel_equals_the_generic_kernels(seed):
+    """replay_sorted, replay_ranked, replay_select and replay_lfru_pool called directly, whatever the engine picks."""
+    for s in range(8):
+        stream = random_stream(100 * seed + s, L=2, N=int(10 + 7 * s), k=4, steps=12)
+        L, N = stream.n_layers, stream.n_experts
+        tie = engine._tie_ranks("random", s, L * N)
+        order, tie_pos = engine._tie_order(tie, L, N)
+        for policy in ("lfu", "lrfu", "least-stale"):
+            code = CODES[policy]
+            for atomic in (True, False):
+                for global_scope in (False, True):
+                    caps = (np.array([int(0.35 * L * N)]) if global_scope
+                            else np.array([s % (N + 2), int(0.3 * N)], dtype=np.int64))
+                    in_cache = policy == "lfu" and s % 2 == 1
+                    lam = 0.5 if policy == "lrfu" else -1.0
+                    cfg = ReplayConfig(policy, warmup_events=s % 3)
+                    want = _generic(stream, cfg, atomic, global_scope, caps, tie, code, lam, in_cache)
+                    bits = engine._ranked_bits(code, stream.offsets, stream.step, L * N, atomic)
+                    for kernel in ("sorted", "ranked"):
+                        hits = np.zeros(L, dtype=np.int64)
+                        misses = np.zeros(L, dtype=np.int64)
+                        flags = np.zeros(stream.union, dtype=np.uint8)
+                        head = (stream.offsets, stream.expert, stream.layer, stream.step, N, L, global_scope, atomic,
+                                caps, tie)
+                        tail = (code, *bits, in_cache, lam, cfg.warmup_events, hits, misses, flags)
+                        if kernel == "sorted":
+                            if global_scope:
+                                continue   # per-layer only (tie positions are per layer)
+                            KR.replay_sorted(*head, order, tie_pos, *tail)
+                        else:
+                            KR.replay_ranked(*head, *tail)
+                        got = (hits, misses, flags)
+                        assert all((a == b).all() for a, b in zip(got, want, strict=True)), (policy, kernel, atomic,
+                                                                                             global_scope, s)
+        for atomic in (True, False):
+            for global_scope in (False, True):
+                caps = np.array([int(0.4 * L * N)]) if global_scope else np.array([3, N], dtype=np.int64)
+                cfg = ReplayConfig("lfru", warmup_events=1)
+                want = _generic(stream, cfg, atomic, global_scope, caps, tie, KEY_LFRU, -1.0, False)
+                hits = np.zeros(L, dtype=np.int64)
+                misses = np.zeros(L, dtype=np.int64)
+                flags = np.zeros(stream.union, dtype=np.uint8)
+                KL.replay_select(stream.offsets, stream.expert, stream.layer, stream.step, N, L, global_scope, atomic,
+                                 caps, tie, KEY_LFRU, 0, 0, False, -1.0, 1, hits, misses, flags)
+                assert all((a == b).all() for a, b in zip((hits, misses, flags), want, strict=True))
+                hits = np.zeros(L, dtype=np.int64)
+                misses = np.zeros(L, dtype=np.int64)
+                flags = np.zeros(stream.union, dtype=np.uint8)
+                KL.replay_lfru_pool(stream.offsets, stream.expert, stream.layer, N, L, global_scope, atomic, caps, tie,
+                                    1, hits, misses, flags)
+                assert all((a == b).all() for a, b in zip((hits, misses, flags), want, strict=True))
+
+
+def _python_order(stream: EventStream, seed: int) -> np.ndarray:
+    """The sequential-random order as the engine built it before: one numpy permutation per event."""
+    rng = np.random.default_rng([seed, 1])
+    expert = stream.expert.copy()
+    off = stream.offsets
+    for i in range(stream.n_events):
+        seg = expert[off[i]:off[i + 1]]
+        expert[off[i]:off[i + 1]] = seg[rng.permutation(seg.shape[0])]
+    return expert
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_sequential_random_order_equals_the_python_loop(seed):
+    rng = np.random.default_rng([seed, 7])
+    for _ in range(30):
+        L = int(rng.integers(1, 4))
+        N = int(rng.integers(1, 300))
+        rows = [(s, l) for s in range(int(rng.integers(1, 25))) for l in range(L) if rng.random() < 0.8] or [(0, 0)]
+        experts = [sorted(rng.choice(N, int(rng.integers(1, N + 1)), replace=False).tolist()) for _ in rows]
+        stream = EventStream.from_lists(L, N, N, [r[0] for r in rows], [r[1] for r in rows], experts, [1] * len(rows))
+        s = int(rng.integers(0, 10_000))
+        chunk = int(rng.choice([1, 2, 5, 64, 1 << 20]))    # small chunks: draws run out mid-event and resume
+        assert (engine._member_order(stream, "sequential-random", s, chunk) == _python_order(stream, s)).all()
+
+
+def test_sequential_random_order_on_a_large_stream():
+    stream = random_stream(9, L=4, N=128, k=8, steps=60)
+    assert (engine._member_order(stream, "sequential-random", 3) == _python_order(stream, 3)).all()
+
+
+STACK = ("lru", "least-stale", "lfu", "lfru", "lrfu", "belady")
+
+
+@pytest.mark.parametrize("policy", STACK)
+@pytest.mark.parametrize("semantics", SEMANTICS)
+def test_forced_one_pass_equals_separate_replays(policy, semantics):
+    """The curve pass stays tested wherever the cost model would pick separate replays."""
+    for seed in range(3):
+        stream = random_stream(seed, N=48, steps=16)
+        cfg = ReplayConfig(policy, semantics=semantics, seed=seed)
+        rhos = [0.0, 0.1, 0.3, 0.55, 1.0]
+        forced = replay_curve(stream, cfg, rhos, one_pass=True)
+        separate = replay_curve(stream, cfg, rhos, one_pass=False)
+        assert forced == separate == replay_curve(stream, cfg, rhos)
+        assert list(separate) == [replay(stream, ReplayConfig(policy, semantics=semantics, seed=seed, rho=r))
+                                  for r in rhos]
+
+
+def test_the_curve_choice_follows_the_measured_costs():
+    assert curve_pays(ReplayConfig("lru"), [0.1, 0.2])
+    assert not curve_pays(ReplayConfig("belady"), [0.2, 0.3, 0.4])      # a 3-point Belady curve: 3 replays
+    assert curve_pays(ReplayConfig("belady"), [round(0.05 * i, 2) for i in range(1, 20)])
+    assert not curve_pays(ReplayConfig("lru"), [0.4, 0.4])               # one distinct rho: one replay
+    assert not curve_pays(ReplayConfig("belady-forced"), [0.1, 0.2, 0.3])
+    for key, cost in engine.CURVE_COST.items():
+        assert len(cost) == 3 and all(c > 0 for c in cost), key
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_lfru_pool_on_a_larger_global_cache(seed):
+    """Enough residents for the pool's threshold to move both ways (pools above 64, dumps)."""
+    stream = random_stream(seed, L=4, N=128, k=8, steps=40)
+    L, N = stream.n_layers, stream.n_experts
+    tie = engine._tie_ranks("random", seed, L * N)
+    for atomic in (True, False):
+        for cap in (5, 150, 300):
+            caps = np.array([cap], dtype=np.int64)
+            want = _generic(stream, ReplayConfig("lfru"), atomic, True, caps, tie, KEY_LFRU, -1.0, False)
+            hits = np.zeros(L, dtype=np.int64)
+            misses = np.zeros(L, dtype=np.int64)
+            flags = np.zeros(stream.union, dtype=np.uint8)
+            KL.replay_lfru_pool(stream.offsets, stream.expert, stream.layer, N, L, True, atomic, caps, tie, 0, hits,
+                                misses, flags)
+            assert all((a == b).all() for a, b in zip((hits, misses, flags), want, strict=True)), (atomic, cap)
