@@ -1,6 +1,6 @@
 """Make the example MoE model and its routing trace, from nothing but this Python installation.
 
-    python scripts/example_model/make_all.py            # the shipped model (~15 min on one CPU thread)
+    python scripts/example_model/make_all.py            # the example model (72 min on one thread of a loaded 2-core machine)
     python scripts/example_model/make_all.py --quick    # a toy run of the whole pipeline (~1 min)
 
 Steps (each in its own module beside this one):
