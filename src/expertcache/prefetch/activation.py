@@ -73,9 +73,7 @@ def activation_aware(ctx: AdviceContext, calibration: RoutingTrace, store_size: 
     # one scatter per layer over every token: the matched row's ratios, summed over the event's requests
     prio = ctx.empty()
     for layer in range(L):
-        pred = ratio[np.maximum(best, 0), layer, :]                           # [n_exec, N]
-        pred[best < 0] = np.nan
-        ctx.scatter(prio, layer, pred)
+        ctx.scatter_table(prio, layer, ratio[:, layer, :], best)             # best < 0: no prediction
     pf = None
     if prefetch:
         pf = prio.copy()
