@@ -103,7 +103,7 @@ def build_inputs(d: Path, quick: bool, baseline: Path) -> None:
     if not (d / "trace" / "manifest.json").is_file():
         code = ("import sys; from expertcache.trace.synth import SynthConfig, synthesize_trace; "
                 "synthesize_trace(SynthConfig(n_layers=48, n_experts=128, top_k=8, "
-                f"n_requests={requests}, decode_tokens={tokens}, seed=0)).save(sys.argv[1])")
+                f"n_requests={requests}, decode_tokens={tokens}, seed=0, n_categories=4)).save(sys.argv[1])")
         log(f"synthesising {requests} x {tokens} tokens x 48 layers ...")
         subprocess.run([sys.executable, "-c", code, str(d / "trace")], check=True,
                        env={**os.environ, "PYTHONPATH": str(baseline)})

@@ -63,6 +63,52 @@ def _below(a, b, k1, k2, tie):
     return tie[a] < tie[b]
 
 
+@jit_helper
+def _select_lowest(pos, cand, n, d, k1, k2, tie):
+    """Reorder ``pos[:n]`` (indices into ``cand``) so that its first ``d`` entries (``0 < d < n``) are the
+    ``d`` lowest-ranked candidates under :func:`_below` (a strict total order: tie ranks are distinct)."""
+    lo = 0
+    hi = n - 1
+    target = d - 1
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        # median of three to the end as the pivot
+        a, b, c = pos[lo], pos[mid], pos[hi]
+        if _below(cand[a], cand[b], k1, k2, tie):
+            if _below(cand[b], cand[c], k1, k2, tie):
+                m = mid
+            elif _below(cand[a], cand[c], k1, k2, tie):
+                m = hi
+            else:
+                m = lo
+        else:
+            if _below(cand[a], cand[c], k1, k2, tie):
+                m = lo
+            elif _below(cand[b], cand[c], k1, k2, tie):
+                m = hi
+            else:
+                m = mid
+        x = pos[m]
+        pos[m] = pos[hi]
+        pos[hi] = x
+        pv = cand[x]
+        store = lo
+        for j in range(lo, hi):
+            y = pos[j]
+            if _below(cand[y], pv, k1, k2, tie):
+                pos[j] = pos[store]
+                pos[store] = y
+                store += 1
+        pos[hi] = pos[store]
+        pos[store] = x
+        if store == target:
+            return
+        if store < target:
+            lo = store + 1
+        else:
+            hi = store - 1
+
+
 @jit
 def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie, key_code, lam, priority,
                      prefetch, budget, counted, hits, misses, proactive, useful, hit_flag, pf_expert, pf_n):
@@ -122,6 +168,7 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     k2 = np.zeros(n_blocks, dtype=np.float64)
     cand = np.empty(slots + max_unit, dtype=np.int64)
     keep = np.zeros(slots + max_unit, dtype=np.bool_)
+    pos = np.empty(slots + max_unit, dtype=np.int64)
     miss_buf = np.empty(max_unit, dtype=np.int64)
     order = np.empty(n_experts, dtype=np.int64)
     neg = np.empty(n_experts, dtype=np.float64)
@@ -237,13 +284,17 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                     k1[b] = _base_key(key_code, b, i, last, freq, crf, plast, lam)
                     k2[b] = 0.0
                 keep[j] = True
-            # drop the n_c - cap lowest (selection by repeated minimum: n_c is at most slots + |E|)
-            for _ in range(n_c - min(cap, n_c)):
-                lo = -1
+            # drop the n_c - cap lowest: a quickselect under the strict total order (key, key2, tie)
+            n_drop = n_c - min(cap, n_c)
+            if n_drop == n_c:
                 for j in range(n_c):
-                    if keep[j] and (lo < 0 or _below(cand[j], cand[lo], k1, k2, tie)):
-                        lo = j
-                keep[lo] = False
+                    keep[j] = False
+            elif n_drop > 0:
+                for j in range(n_c):
+                    pos[j] = j
+                _select_lowest(pos, cand, n_c, n_drop, k1, k2, tie)
+                for j in range(n_drop):
+                    keep[pos[j]] = False
             kept = 0
             for j in range(n_c):
                 b = cand[j]
