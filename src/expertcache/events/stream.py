@@ -88,6 +88,21 @@ class EventStream:
     def __post_init__(self) -> None:
         _validate_stream(self, "EventStream")
 
+    @classmethod
+    def _trusted(cls, *args: Any, **kwargs: Any) -> EventStream:
+        """A stream from arrays already checked (:func:`read_events`) or built valid by construction (the
+        schedulers): the per-event checks run (they are O(events)), the passes over every member do not."""
+        obj = cls.__new__(cls)
+        names = [f for f in cls.__dataclass_fields__]
+        values = dict(zip(names, args, strict=False))
+        values.update(kwargs)
+        values.setdefault("gate_mass", None)
+        values.setdefault("provenance", {})
+        for name in names:
+            object.__setattr__(obj, name, values[name])
+        _validate_stream(obj, "EventStream", members=False)
+        return obj
+
     # ------------------------------------------------------------------ sizes
     @property
     def n_events(self) -> int:
@@ -231,7 +246,7 @@ def _sort_within(flat: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return np.lexsort((flat, seg))
 
 
-def _validate_stream(s: EventStream, source: str) -> None:
+def _validate_stream(s: EventStream, source: str, members: bool = True) -> None:
     L, N, k = s.n_layers, s.n_experts, s.top_k
     for name, value in (("n_layers", L), ("n_experts", N), ("top_k", k)):
         if not isinstance(value, (int, np.integer)) or value < 1:
@@ -252,11 +267,13 @@ def _validate_stream(s: EventStream, source: str) -> None:
     if n == 0:
         raise ValidationError("the stream holds no events", source=source)
     _check_events(s.step, s.layer, s.active, s.offsets, s.expert, s.multiplicity, s.gate_mass,
-                  s.logical_per_event, L, N, k, source)
+                  s.logical_per_event, L, N, k, source, members)
 
 
-def _check_events(step, layer, active, offsets, expert, mult, gate_mass, logical, L, N, k, source) -> None:
-    """Vectorised checks of event arrays; errors name the 1-based record (event row)."""
+def _check_events(step, layer, active, offsets, expert, mult, gate_mass, logical, L, N, k, source,
+                  members: bool = True) -> None:
+    """Vectorised checks of event arrays; errors name the 1-based record (event row). ``members=False``
+    skips the per-member checks (ids, distinctness, multiplicities, gate mass) of arrays known valid."""
     def rec(i: int) -> int:
         return int(i) + 1
 
@@ -290,25 +307,58 @@ def _check_events(step, layer, active, offsets, expert, mult, gate_mass, logical
     if i is not None:
         raise ValidationError(f"{sizes[i]} distinct experts exceed min(N, active*k) = {min(N, int(logical[i]))}",
                               source=source, record=rec(i), field="experts")
-    seg = np.repeat(np.arange(sizes.shape[0]), sizes)
-    j = first((expert < 0) | (expert >= N))
+    if not members:
+        return
+
+    def event_of(j: int) -> int:
+        return int(np.searchsorted(offsets, j, side="right")) - 1
+
+    # per-member checks a chunk of members at a time: temporaries stay O(chunk), never O(union)
+    j = _first_chunked(expert.shape[0], lambda lo, hi: (expert[lo:hi] < 0) | (expert[lo:hi] >= N))
     if j is not None:
         raise ValidationError(f"expert id must be in [0, {N}); got {expert[j]}", source=source,
-                              record=rec(seg[j]), field="experts")
+                              record=rec(event_of(j)), field="experts")
     if expert.shape[0] > 1:
-        j = first((seg[1:] == seg[:-1]) & (expert[1:] <= expert[:-1]))
+        def repeats(lo: int, hi: int) -> np.ndarray:
+            # member j + 1 (j in [lo, hi)) repeats or descends within its event (event starts excluded)
+            bad = expert[lo + 1:hi + 1] <= expert[lo:hi]
+            starts = offsets[np.searchsorted(offsets, lo + 1):np.searchsorted(offsets, hi + 1)]
+            bad[starts - 1 - lo] = False
+            return bad
+
+        j = _first_chunked(expert.shape[0] - 1, repeats)
         if j is not None:
             raise ValidationError(f"expert ids of an event must be distinct; {expert[j + 1]} repeats",
-                                  source=source, record=rec(seg[j + 1]), field="experts")
-    j = first((mult < 1) | (mult > np.repeat(active, sizes)))
+                                  source=source, record=rec(event_of(j + 1)), field="experts")
+
+    def bad_mult(lo: int, hi: int) -> np.ndarray:
+        ev = np.searchsorted(offsets, np.arange(lo, hi), side="right") - 1
+        m = mult[lo:hi]
+        return (m < 1) | (m > active[ev])
+
+    j = _first_chunked(mult.shape[0], bad_mult)
     if j is not None:
         raise ValidationError(f"multiplicity must be in [1, active]; got {mult[j]}", source=source,
-                              record=rec(seg[j]), field="multiplicity")
+                              record=rec(event_of(j)), field="multiplicity")
     if gate_mass is not None:
-        j = first(~np.isfinite(gate_mass))
+        j = _first_chunked(gate_mass.shape[0], lambda lo, hi: ~np.isfinite(gate_mass[lo:hi]))
         if j is not None:
             raise ValidationError("gate mass must be finite (NaN or inf found)", source=source,
-                                  record=rec(seg[j]), field="gate_mass")
+                                  record=rec(event_of(j)), field="gate_mass")
+
+
+#: Members checked per pass of the per-member checks (bounds their temporaries to a few MB).
+_CHECK_CHUNK = 1 << 20
+
+
+def _first_chunked(n: int, bad) -> int | None:
+    """The first index in ``[0, n)`` where ``bad(lo, hi)`` (a bool array over ``[lo, hi)``) is True, or None."""
+    for lo in range(0, n, _CHECK_CHUNK):
+        hi = min(n, lo + _CHECK_CHUNK)
+        i = _first(bad(lo, hi))
+        if i is not None:
+            return lo + i
+    return None
 
 
 def read_events(directory: str | os.PathLike[str]) -> EventStream:
@@ -349,8 +399,9 @@ def read_events(directory: str | os.PathLike[str]) -> EventStream:
                 raise ValidationError(f"expected floating-point numbers; got {values.type}", source=src, field=name)
             return values.to_numpy(zero_copy_only=False)
 
-        mult = flat_list("multiplicity", True).astype(np.int64)
-        gm = flat_list("gate_mass", False).astype(np.float32) if "gate_mass" in table.column_names else None
+        mult = flat_list("multiplicity", True)                      # the stored type (int32: no copy)
+        gm = flat_list("gate_mass", False).astype(np.float32, copy=False) if "gate_mass" in table.column_names \
+            else None
         arrays = {name: _int_array(table[name], src, name, hi)
                   for name, hi in (("step", 2 ** 62), ("layer", L), ("active", 2 ** 31 - 1),
                                    ("logical", 2 ** 62))}
@@ -370,8 +421,8 @@ def read_events(directory: str | os.PathLike[str]) -> EventStream:
     _check_events(arrays["step"], arrays["layer"], arrays["active"], offsets, flat, mult, gm,
                   arrays["logical"], L, N, k, src)
     sizes = np.diff(offsets)
-    sums = np.add.reduceat(mult, offsets[:-1]) if mult.size else np.zeros(0, dtype=np.int64)
-    ones = np.add.reduceat((mult == 1).astype(np.int64), offsets[:-1]) == sizes if mult.size else sums
+    sums = np.add.reduceat(mult, offsets[:-1], dtype=np.int64) if mult.size else np.zeros(0, dtype=np.int64)
+    ones = sums == sizes        # every multiplicity 1 (they are >= 1, checked above): unknown multiplicities
     i = _first((sums != arrays["logical"]) & ~ones)
     if i is not None:
         raise ValidationError(f"multiplicities must sum to logical = active * k = {arrays['logical'][i]} (or all "
@@ -380,9 +431,11 @@ def read_events(directory: str | os.PathLike[str]) -> EventStream:
         declared = manifest.get(key)
         if declared is not None and declared != got:
             raise ValidationError(f"manifest declares {declared!r}; the data holds {got}", source=src, field=key)
-    return EventStream(L, N, k, arrays["step"], arrays["layer"].astype(np.int32),
-                       arrays["active"].astype(np.int32), arrays["logical"], offsets,
-                       flat.astype(np.int16), mult.astype(np.int32), gm, manifest.get("provenance", {}))
+    # every check above ran once, on the stored types; the stream is built without a second pass
+    return EventStream._trusted(L, N, k, arrays["step"], arrays["layer"].astype(np.int32),
+                                arrays["active"].astype(np.int32), arrays["logical"], offsets,
+                                flat.astype(np.int16, copy=False), mult.astype(np.int32, copy=False), gm,
+                                manifest.get("provenance", {}))
 
 
 def _int_array(column: pa.ChunkedArray, src: str, name: str, hi: int) -> np.ndarray:
@@ -402,7 +455,8 @@ def _int_array(column: pa.ChunkedArray, src: str, name: str, hi: int) -> np.ndar
 
 
 def _int_lists(col: pa.Array, src: str, name: str, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """CSR offsets and int64 members of a list-of-integers column, members checked in ``[lo, hi)``."""
+    """CSR offsets and the members (their stored integer type) of a list-of-integers column; the members'
+    range ``[lo, hi)`` is checked by :func:`_check_events` (here only a uint64 maximum that numpy would wrap)."""
     if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
         raise ValidationError(f"expected a list column; got {col.type}", source=src, field=name)
     if col.null_count:
@@ -417,7 +471,7 @@ def _int_lists(col: pa.Array, src: str, name: str, lo: int, hi: int) -> tuple[np
     if pa.types.is_uint64(values.type) and (pc.max(values).as_py() or 0) >= hi:
         raise ValidationError(f"expert id must be in [{lo}, {hi}); got {pc.max(values).as_py()}", source=src,
                               field=name)
-    flat = values.to_numpy(zero_copy_only=False).astype(np.int64)
+    flat = values.to_numpy(zero_copy_only=False)       # the stored integer type (int16: no copy)
     return offsets, flat
 
 

@@ -72,7 +72,7 @@ def scatter_sorted(out, ev, order, scores, gather):
 
 
 @jit
-def expert_map_scores(dot, x_sq, m_sq, sem, alpha, use_traj, m_take, maps_layer, score):
+def expert_map_scores(dot, add, x_sq, m_sq, sem, alpha, use_traj, m_take, maps_layer, score):
     """Per token: similarity to every stored map, the ``m_take`` best maps' mean row (``expert_map_search``).
 
     Reproduces, per row ``x``::
@@ -85,7 +85,9 @@ def expert_map_scores(dot, x_sq, m_sq, sem, alpha, use_traj, m_take, maps_layer,
     Parameters
     ----------
     dot : float64[n, S]
-        Trajectory dot products (ignored when ``use_traj`` is False).
+        Trajectory dot products (ignored when ``use_traj`` is False); ``add`` is added to it first.
+    add : float32[n, S] (or [0, 0])
+        This layer's dot products (``dot += add`` as numpy does it: each float32 widened, then added).
     x_sq : float64[n], m_sq : float64[S]
         Squared trajectory norms of the tokens and of the stored maps.
     sem : float32[n, S] (or [0, 0])
@@ -111,6 +113,9 @@ def expert_map_scores(dot, x_sq, m_sq, sem, alpha, use_traj, m_take, maps_layer,
     sim = np.empty(n_store, dtype=np.float64)
     for x in range(n):
         # the similarity row first, in a branch-free loop the compiler vectorises
+        if add.shape[0] > 0:
+            for s in range(n_store):
+                dot[x, s] += np.float64(add[x, s])
         if use_traj:
             xs = x_sq[x]
             if has_sem:
@@ -148,3 +153,24 @@ def expert_map_scores(dot, x_sq, m_sq, sem, alpha, use_traj, m_take, maps_layer,
                 acc = np.float32(acc + maps_layer[best[q], c])
             v32 = np.float32(acc / np.float32(m_take))
             score[x, c] = np.nan if v32 <= 0 else v32
+
+
+@jit
+def prefix_activations(experts, rows, base, out):
+    """``out[t] = base + activations of rows[:t]`` (float32 ``[n, L*N]``): a request's partial EAM before each
+    of its tokens (``expertcache.prefetch.activation``).
+
+    ``experts`` is ``int[n_tokens, L, k]``; counts are whole numbers (exact in float32 below 2**24), so this
+    equals ``base + cumsum(multi_hot) - multi_hot`` in any summation order.
+    """
+    n_layers, k = experts.shape[1], experts.shape[2]
+    n_cols = base.shape[0]
+    n_experts = n_cols // n_layers
+    run = base.copy()
+    for t in range(rows.shape[0]):
+        for c in range(n_cols):
+            out[t, c] = run[c]
+        r = rows[t]
+        for l in range(n_layers):
+            for j in range(k):
+                run[l * n_experts + experts[r, l, j]] += np.float32(1.0)

@@ -118,15 +118,18 @@ def expert_map_search(ctx: AdviceContext, calibration: RoutingTrace, store_size:
         for layer in range(L):
             if layer == 0 and sem is None:
                 continue
+            add = _NO_SEM
             if layer > 0:
                 v = vectors(trace, rows, layer - 1)
-                dot += v @ maps[:, layer - 1, :].T
+                add = v @ maps[:, layer - 1, :].T                     # float32 [n, S]; the kernel adds it to dot
                 x_sq += (v.astype(np.float64) ** 2).sum(axis=1)
                 m_sq += map_sq[:, layer - 1]
             if m_take == 0:         # an empty store: no map, no candidate
+                if layer > 0:
+                    dot += add
                 continue
             # similarity, the m_take best maps (ties: lower store index first) and their mean row, per token
-            expert_map_scores(dot, x_sq, m_sq, sem_arg, alpha, layer > 0, m_take,
+            expert_map_scores(dot, add, x_sq, m_sq, sem_arg, alpha, layer > 0, m_take,
                               np.ascontiguousarray(maps[:, layer, :]), score)
             ctx.scatter(pf, layer, score, rows=x)
     adv = ctx.advice(None, pf, {"producer": "expert-map search (FineMoE style)", "store": int(pick.size),
