@@ -22,13 +22,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import ValidationError
+from ..errors import IntegrityError, ValidationError
 from ..jsonl import check_shape, int_field, int_list, iter_records
 from ..storage import (
     atomic_directory,
     check_model_shape,
+    open_table,
     read_manifest,
-    read_table,
     require_columns,
     write_manifest,
     write_table,
@@ -348,7 +348,7 @@ def _check_events(step, layer, active, offsets, expert, mult, gate_mass, logical
 
 
 #: Members checked per pass of the per-member checks (bounds their temporaries to a few MB).
-_CHECK_CHUNK = 1 << 20
+_CHECK_CHUNK = 1 << 18
 
 
 def _first_chunked(n: int, bad) -> int | None:
@@ -373,40 +373,35 @@ def read_events(directory: str | os.PathLike[str]) -> EventStream:
     directory = Path(directory)
     manifest = read_manifest(directory, _KIND)
     L, N, k = manifest["n_layers"], manifest["n_experts"], manifest["top_k"]
-    table = read_table(directory, manifest, _EVENTS)
+    pf = open_table(directory, manifest, _EVENTS)
     src = str(directory / _EVENTS)
-    require_columns(table, {"step": "int", "layer": "int", "active": "int", "logical": "int",
-                            "experts": "list of ints", "multiplicity": "list of ints"}, src)
+    schema = pf.schema_arrow
+    require_columns(schema.empty_table(), {"step": "int", "layer": "int", "active": "int", "logical": "int",
+                                           "experts": "list of ints", "multiplicity": "list of ints"}, src)
+    n_rows = pf.metadata.num_rows
     declared = manifest.get("n_events")
-    if declared is not None and declared != table.num_rows:
-        raise ValidationError(f"manifest declares {declared!r}; the data holds {table.num_rows} events",
+    if declared is not None and declared != n_rows:
+        raise ValidationError(f"manifest declares {declared!r}; the data holds {n_rows} events",
                               source=src, field="n_events")
+    # the member lists are decoded a row group and a column at a time into their final arrays (in the
+    # stored types), so the peak is the stream itself plus one row group's column, never the whole table twice
     try:
-        experts = table["experts"].combine_chunks()
-        offsets, flat = _int_lists(experts, src, "experts", 0, N)
-
-        def flat_list(name: str, integer: bool) -> np.ndarray:
-            col = table[name].combine_chunks()
-            if col.null_count or not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)) or \
-                    not np.array_equal(col.offsets.to_numpy() - col.offsets.to_numpy()[0], offsets):
-                raise ValidationError("must have one entry per expert of each event", source=src, field=name)
-            values = col.flatten()
-            if values.null_count:
-                raise ValidationError("null entries are not allowed", source=src, field=name)
-            if integer and not pa.types.is_integer(values.type):
-                raise ValidationError(f"expected integers; got {values.type}", source=src, field=name)
-            if not integer and not pa.types.is_floating(values.type):
-                raise ValidationError(f"expected floating-point numbers; got {values.type}", source=src, field=name)
-            return values.to_numpy(zero_copy_only=False)
-
-        mult = flat_list("multiplicity", True)                      # the stored type (int32: no copy)
-        gm = flat_list("gate_mass", False).astype(np.float32, copy=False) if "gate_mass" in table.column_names \
-            else None
+        offsets, flat = _member_column(pf, "experts", None, src)
+        if flat.dtype == np.uint64 and flat.size and int(flat.max()) >= N:     # as a whole-table read says it
+            raise ValidationError(f"expert id must be in [0, {N}); got {int(flat.max())}", source=src,
+                                  field="experts")
+        _, mult = _member_column(pf, "multiplicity", offsets, src)
+        gm = (_member_column(pf, "gate_mass", offsets, src)[1].astype(np.float32, copy=False)
+              if "gate_mass" in schema.names else None)
+        table = pf.read(columns=["step", "layer", "active", "logical"], use_threads=False)
+        if table.num_rows != n_rows:
+            raise IntegrityError(f"expected {n_rows} rows; found {table.num_rows}", source=src)
         arrays = {name: _int_array(table[name], src, name, hi)
                   for name, hi in (("step", 2 ** 62), ("layer", L), ("active", 2 ** 31 - 1),
                                    ("logical", 2 ** 62))}
+        del table
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError,
-            OverflowError) as exc:
+            OverflowError, OSError) as exc:
         if isinstance(exc, ValidationError):
             raise
         raise ValidationError(f"unexpected column type ({exc})", source=src) from None
@@ -421,7 +416,10 @@ def read_events(directory: str | os.PathLike[str]) -> EventStream:
     _check_events(arrays["step"], arrays["layer"], arrays["active"], offsets, flat, mult, gm,
                   arrays["logical"], L, N, k, src)
     sizes = np.diff(offsets)
-    sums = np.add.reduceat(mult, offsets[:-1], dtype=np.int64) if mult.size else np.zeros(0, dtype=np.int64)
+    # sums in the stored type when it cannot overflow (a dtype= argument would copy every member to int64)
+    wide = mult.dtype.itemsize >= 8 or (mult.dtype.itemsize == 4 and int(arrays["logical"].max(initial=0)) < 2 ** 31)
+    sums = (np.add.reduceat(mult if wide else mult.astype(np.int64), offsets[:-1]).astype(np.int64)
+            if mult.size else np.zeros(0, dtype=np.int64))
     ones = sums == sizes        # every multiplicity 1 (they are >= 1, checked above): unknown multiplicities
     i = _first((sums != arrays["logical"]) & ~ones)
     if i is not None:
@@ -438,6 +436,68 @@ def read_events(directory: str | os.PathLike[str]) -> EventStream:
                                 manifest.get("provenance", {}))
 
 
+#: Events decoded per batch by :func:`_member_column`: the reader's temporaries stay a few MB.
+_READ_ROWS = 1 << 13
+
+
+def _member_column(pf: Any, name: str, offsets: np.ndarray | None, src: str) -> tuple[np.ndarray, np.ndarray]:
+    """CSR offsets and flat values of the list column ``name`` of ``pf``, decoded :data:`_READ_ROWS` events at
+    a time (a whole column chunk of a large stream decodes through temporaries several times its size).
+
+    ``offsets=None`` reads the ``experts`` column (a list of integers, its offsets returned); otherwise the
+    column must have one entry per expert of each event (the given offsets) and integer (``multiplicity``)
+    or floating-point (``gate_mass``) values. The values keep their stored type. The checks and messages
+    are those of a whole-table read.
+    """
+    integer = name != "gate_mass"
+    col_type = pf.schema_arrow.field(name).type
+    if not (pa.types.is_list(col_type) or pa.types.is_large_list(col_type)):
+        if offsets is None:
+            raise ValidationError(f"expected a list column; got {col_type}", source=src, field=name)
+        raise ValidationError("must have one entry per expert of each event", source=src, field=name)
+    value_type = col_type.value_type
+    if offsets is None and not pa.types.is_integer(value_type):
+        raise ValidationError(f"expected integer ids; got {value_type}", source=src, field=name)
+    md = pf.metadata
+    columns = [c for c in range(md.num_columns) if md.schema.column(c).path.split(".")[0] == name]
+    bound = sum(md.row_group(g).column(columns[0]).num_values for g in range(md.num_row_groups)) \
+        if columns else 0
+    values = np.empty(bound, dtype=value_type.to_pandas_dtype())
+    out_offsets = np.zeros(md.num_rows + 1, dtype=np.int64) if offsets is None else offsets
+    row = 0
+    n_values = 0
+    for batch in pf.iter_batches(batch_size=_READ_ROWS, columns=[name], use_threads=False):
+        for chunk in (batch.column(0),):
+            if chunk.null_count:
+                if offsets is None:
+                    raise ValidationError("null event", source=src, field=name)
+                raise ValidationError("must have one entry per expert of each event", source=src, field=name)
+            o = chunk.offsets.to_numpy().astype(np.int64)
+            local = o - o[0]
+            n = chunk.__len__()
+            if offsets is None:
+                out_offsets[row + 1:row + n + 1] = n_values + local[1:]
+            elif not np.array_equal(offsets[row:row + n + 1] - offsets[row], local):
+                raise ValidationError("must have one entry per expert of each event", source=src, field=name)
+            flat = chunk.flatten()
+            if flat.null_count:
+                raise ValidationError("null entries are not allowed", source=src, field=name)
+            if offsets is not None and integer and not pa.types.is_integer(flat.type):
+                raise ValidationError(f"expected integers; got {flat.type}", source=src, field=name)
+            if offsets is not None and not integer and not pa.types.is_floating(flat.type):
+                raise ValidationError(f"expected floating-point numbers; got {flat.type}", source=src, field=name)
+            m = len(flat)
+            if n_values + m > values.shape[0]:      # a footer that undercounts: grow (never on valid files)
+                values = np.concatenate([values[:n_values], np.empty(n_values + m - values.shape[0],
+                                                                     dtype=values.dtype)])
+            values[n_values:n_values + m] = flat.to_numpy(zero_copy_only=False)
+            n_values += m
+            row += n
+    if offsets is not None and n_values != offsets[-1]:
+        raise ValidationError("must have one entry per expert of each event", source=src, field=name)
+    return out_offsets, values[:n_values]
+
+
 def _int_array(column: pa.ChunkedArray, src: str, name: str, hi: int) -> np.ndarray:
     """An integer column without nulls as int64, values below ``hi`` (lower bounds: :func:`_check_events`)."""
     col = column.combine_chunks()
@@ -452,27 +512,6 @@ def _int_array(column: pa.ChunkedArray, src: str, name: str, hi: int) -> np.ndar
     if i is not None:
         raise ValidationError(f"must be < {hi}; got {values[i]}", source=src, record=i + 1, field=name)
     return values
-
-
-def _int_lists(col: pa.Array, src: str, name: str, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """CSR offsets and the members (their stored integer type) of a list-of-integers column; the members'
-    range ``[lo, hi)`` is checked by :func:`_check_events` (here only a uint64 maximum that numpy would wrap)."""
-    if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
-        raise ValidationError(f"expected a list column; got {col.type}", source=src, field=name)
-    if col.null_count:
-        raise ValidationError("null event", source=src, field=name)
-    offsets = col.offsets.to_numpy().astype(np.int64)
-    offsets = offsets - offsets[0]
-    values = col.flatten()
-    if values.null_count:
-        raise ValidationError("null entries are not allowed", source=src, field=name)
-    if not pa.types.is_integer(values.type):
-        raise ValidationError(f"expected integer ids; got {values.type}", source=src, field=name)
-    if pa.types.is_uint64(values.type) and (pc.max(values).as_py() or 0) >= hi:
-        raise ValidationError(f"expert id must be in [{lo}, {hi}); got {pc.max(values).as_py()}", source=src,
-                              field=name)
-    flat = values.to_numpy(zero_copy_only=False)       # the stored integer type (int16: no copy)
-    return offsets, flat
 
 
 def concat_streams(first: EventStream, second: EventStream, provenance: dict[str, Any] | None = None) -> EventStream:
