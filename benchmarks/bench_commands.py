@@ -70,7 +70,7 @@ tie_seed = [0, 1, 2]
 """
 
 #: Keys whose values depend on the run (paths, wall times), dropped before outputs are compared.
-VOLATILE = {"seconds", "conditions_per_minute", "store", "out", "files", "source", "path", "wall_s",
+VOLATILE = {"seconds", "conditions_per_minute", "store", "out", "files", "source", "path", "command", "wall_s",
             "elapsed_s", "created", "created_at"}
 
 
