@@ -171,7 +171,7 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     pos = np.empty(slots + max_unit, dtype=np.int64)
     miss_buf = np.empty(max_unit, dtype=np.int64)
     order = np.empty(n_experts, dtype=np.int64)
-    neg = np.empty(n_experts, dtype=np.float64)
+    top_s = np.empty(n_experts, dtype=np.float64)
     use_advice = key_code == PKEY_ADVICE
     decay_clock = np.zeros(n_layers, dtype=np.int64)   # events seen per layer: the LRFU clock
     prev_ev = np.full(n_layers, -1, dtype=np.int64)     # the layer's previous event (its priority row)
@@ -184,17 +184,28 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
         decay_clock[layer] += 1
         # 1. pre-access refinement
         if budget > 0 and cap > 0:
-            n_cand = 0
+            # the top-R finite scores, descending, lower id first among equals (what a stable sort of -score
+            # over ascending ids puts first): insertion into a sorted buffer of at most R entries
+            n_top = 0
             for e in range(n_experts):
                 x = prefetch[i, e]
-                if not np.isnan(x) and x > -np.inf:
-                    neg[n_cand] = -x
-                    order[n_cand] = e
-                    n_cand += 1
-            # descending score, lower id first among equals (stable sort of -score over ascending ids)
-            idx = np.argsort(neg[:n_cand], kind="mergesort")
-            for j in range(min(budget, n_cand)):
-                e = order[idx[j]]
+                if np.isnan(x) or x == -np.inf:
+                    continue
+                if n_top < budget:
+                    q = n_top
+                    n_top += 1
+                elif x > top_s[n_top - 1]:
+                    q = n_top - 1
+                else:
+                    continue
+                while q > 0 and x > top_s[q - 1]:
+                    top_s[q] = top_s[q - 1]
+                    order[q] = order[q - 1]
+                    q -= 1
+                top_s[q] = x
+                order[q] = e
+            for j in range(n_top):
+                e = order[j]
                 b = base + e
                 if in_cache[b]:
                     continue
