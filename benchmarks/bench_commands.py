@@ -27,8 +27,8 @@ Commands (each in a fresh child; its wall time and peak RSS, ``ru_maxrss`` from 
 ``audit``             ``expertcache audit TRACE --json``
 ``replay``            ``expertcache replay STREAM --policy lru --json``
 
-Every command is run once per side untimed first (numba caches warm, files in the page cache); then the
-sides alternate pair by pair (baseline, ours; baseline, ours; ...), so load drift on a shared machine
+Every command is run once per side untimed first (numba caches warm, files in the page cache; ``--no-warmup``
+skips it when the caches are known warm, and compares the first pair's outputs instead); then the sides alternate pair by pair (baseline, ours; baseline, ours; ...), so load drift on a shared machine
 hits both. Printed per command: min and median seconds of each side, min and median of the per-pair
 ratios baseline / ours, and the peak RSS of each side; for ``replay`` also bytes per union access,
 ``(peak RSS - peak RSS of replay on tiny/) / union``. Outputs of the two sides must agree: the JSON on
@@ -171,24 +171,33 @@ def union_of(d: Path, stream: str) -> int:
     return int(json.loads((d / stream / "manifest.json").read_text())["union"])
 
 
-def bench(name: str, d: Path, sides: dict[str, Path], pairs: int) -> dict[str, Any]:
-    times: dict[str, list[float]] = {s: [] for s in sides}
-    rss: dict[str, list[int]] = {s: [] for s in sides}
-    seen: dict[str, Any] = {}
-    for side, src in sides.items():            # warm-up: numba caches, page cache; outputs compared
-        clean(name, side, d)
-        _, _, text = run_child(src, command_args(name, side), d)
-        seen[side] = outputs(name, side, text, d)
+def _same(name: str, seen: dict[str, Any]) -> None:
     if seen["baseline"] != seen["ours"]:
         a, b = seen["baseline"], seen["ours"]
         diff = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
         raise SystemExit(f"{name}: the outputs of the two sides differ ({', '.join(diff)})")
+
+
+def bench(name: str, d: Path, sides: dict[str, Path], pairs: int, warmup: bool = True) -> dict[str, Any]:
+    times: dict[str, list[float]] = {s: [] for s in sides}
+    rss: dict[str, list[int]] = {s: [] for s in sides}
+    seen: dict[str, Any] = {}
+    if warmup:
+        for side, src in sides.items():            # warm-up: numba caches, page cache; outputs compared
+            clean(name, side, d)
+            _, _, text = run_child(src, command_args(name, side), d)
+            seen[side] = outputs(name, side, text, d)
+        _same(name, seen)
     for i in range(pairs):
         for side, src in sides.items():
             clean(name, side, d)
-            dt, peak, _ = run_child(src, command_args(name, side), d)
+            dt, peak, text = run_child(src, command_args(name, side), d)
             times[side].append(dt)
             rss[side].append(peak)
+            if not warmup and i == 0:
+                seen[side] = outputs(name, side, text, d)
+        if not warmup and i == 0:
+            _same(name, seen)
         log(f"  {name} pair {i + 1}: baseline {times['baseline'][-1]:.1f} s, ours {times['ours'][-1]:.1f} s")
     ratios = [b / o for b, o in zip(times["baseline"], times["ours"], strict=True)]
     row: dict[str, Any] = {"command": name, "pairs": pairs, "ratio_min": min(ratios),
@@ -227,6 +236,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="24 requests x 96 tokens instead of 144 x 384")
     ap.add_argument("--dir", type=Path, default=None, help="where the inputs are built (kept); default: a temp dir")
     ap.add_argument("--only", default=",".join(COMMANDS), help=f"comma list of {', '.join(COMMANDS)}")
+    ap.add_argument("--no-warmup", action="store_true",
+                    help="no untimed first run (numba caches already warm); the first pair's outputs are compared")
     ap.add_argument("--json", action="store_true", help="print the rows as one JSON object too")
     return ap.parse_args(argv)
 
@@ -249,7 +260,8 @@ def main(argv: list[str] | None = None) -> None:
         log(f"inputs in {d}: {union_of(d, 'stream'):,} union accesses (B = 8)")
         rows = []
         for name in names:
-            rows.append(bench(name, d, sides, args.pairs))
+            rows.append(bench(name, d, sides, args.pairs, warmup=not args.no_warmup))
+            log(json.dumps(rows[-1]))
         print_table(rows)
         if args.json:
             print(json.dumps({"quick": args.quick, "rows": rows}, indent=1))
