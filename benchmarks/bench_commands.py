@@ -19,7 +19,8 @@ holding them is reused):
 * ``tiny/``: a 2-request stream: ``replay`` on it gives the process floor (interpreter, numpy, pyarrow,
   numba and the kernels loaded) that is subtracted from ``replay``'s peak RSS.
 
-Commands (each in a fresh child; its wall time and peak RSS, ``ru_maxrss`` from ``wait4``, are its own):
+Commands (each in a fresh child; its wall time and peak RSS, ``ru_maxrss`` from ``wait4``, are its own;
+BLAS single-threaded on both sides unless ``--blas-threads`` says otherwise):
 
 ``report``            ``expertcache report TRACE -o OUT --no-figures --json``
 ``prefetch compare``  ``expertcache prefetch compare TRACE --batch 8 --json``
@@ -69,6 +70,10 @@ policy = ["lru", "lfu", "lfru", "least-stale", "belady"]
 tie_seed = [0, 1, 2]
 """
 
+#: BLAS threads of both sides (``--blas-threads``): on a small shared machine OpenBLAS's spinning worker
+#: threads turn a 129 x 129 solve into a second of waiting, a cost of neither side's code.
+BLAS_ENV: dict[str, str] = {}
+
 #: Keys whose values depend on the run (paths, wall times), dropped before outputs are compared.
 VOLATILE = {"seconds", "conditions_per_minute", "store", "out", "files", "source", "path", "command", "wall_s",
             "elapsed_s", "created", "created_at"}
@@ -80,7 +85,7 @@ def log(msg: str) -> None:
 
 def run_child(src: Path, args: list[str], cwd: Path) -> tuple[float, int, str]:
     """Run ``python -m expertcache ARGS`` with ``src`` on the path; (seconds, peak RSS bytes, stdout)."""
-    env = {**os.environ, "PYTHONPATH": str(src), "COLUMNS": "200"}
+    env = {**os.environ, "PYTHONPATH": str(src), "COLUMNS": "200", **BLAS_ENV}
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-m", "expertcache", *args], cwd=cwd, env=env, stdout=out,
@@ -238,6 +243,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--only", default=",".join(COMMANDS), help=f"comma list of {', '.join(COMMANDS)}")
     ap.add_argument("--no-warmup", action="store_true",
                     help="no untimed first run (numba caches already warm); the first pair's outputs are compared")
+    ap.add_argument("--blas-threads", type=int, default=1,
+                    help="OPENBLAS/OMP/MKL threads of both sides (default 1; 0 = leave the environment as is)")
     ap.add_argument("--json", action="store_true", help="print the rows as one JSON object too")
     return ap.parse_args(argv)
 
@@ -249,6 +256,9 @@ def main(argv: list[str] | None = None) -> None:
     if bad:
         raise SystemExit(f"unknown command {bad[0]!r}; choose from {', '.join(COMMANDS)}")
     sides = {"baseline": args.baseline.resolve(), "ours": OURS}
+    if args.blas_threads > 0:
+        BLAS_ENV.update({v: str(args.blas_threads) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                                                              "MKL_NUM_THREADS")})
     tmp = None
     if args.dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="bench-commands-")
