@@ -172,6 +172,8 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     miss_buf = np.empty(max_unit, dtype=np.int64)
     order = np.empty(n_experts, dtype=np.int64)
     top_s = np.empty(n_experts, dtype=np.float64)
+    rs = np.empty(slots, dtype=np.float64)                # residents' prefetch scores in a refinement
+    rk = np.empty(slots, dtype=np.float64)                # and their retention keys
     use_advice = key_code == PKEY_ADVICE
     decay_clock = np.zeros(n_layers, dtype=np.int64)   # events seen per layer: the LRFU clock
     prev_ev = np.full(n_layers, -1, dtype=np.int64)     # the layer's previous event (its priority row)
@@ -204,6 +206,8 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                     q -= 1
                 top_s[q] = x
                 order[q] = e
+            pe = prev_ev[layer]
+            keyed = 0           # residents res[layer, :keyed] have their (score, key) in rs, rk for this event
             for j in range(n_top):
                 e = order[j]
                 b = base + e
@@ -212,28 +216,28 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                 s = prefetch[i, e]
                 r = n_res[layer]
                 if r < cap:
+                    slot = r
                     res[layer, r] = b
                     n_res[layer] = r + 1
                 else:
-                    # victim: lowest prefetch score; among equal scores the lowest retention rank, then tie
-                    pe = prev_ev[layer]
-                    lo = -1
-                    lo_s = 0.0
-                    lo_k = 0.0
-                    for q in range(r):
+                    # victim: lowest prefetch score; among equal scores the lowest retention rank, then tie.
+                    # Within the event only the inserted block's score and key change: computed once each.
+                    for q in range(keyed, r):
                         v = res[layer, q]
-                        sv = _score(prefetch[i, v - base])
+                        rs[q] = _score(prefetch[i, v - base])
                         if use_advice:
-                            kv = _score(priority[pe, v - base]) if pe >= 0 else -np.inf
+                            rk[q] = _score(priority[pe, v - base]) if pe >= 0 else -np.inf
                         else:
-                            kv = _base_key(key_code, v, i, last, freq, crf, plast, lam)
-                        if lo < 0 or sv < lo_s or (sv == lo_s and (kv < lo_k or (kv == lo_k and
-                                                                                 tie[v] < tie[res[layer, lo]]))):
+                            rk[q] = _base_key(key_code, v, i, last, freq, crf, plast, lam)
+                    keyed = r
+                    lo = 0
+                    for q in range(1, r):
+                        if rs[q] < rs[lo] or (rs[q] == rs[lo] and (rk[q] < rk[lo] or (
+                                rk[q] == rk[lo] and tie[res[layer, q]] < tie[res[layer, lo]]))):
                             lo = q
-                            lo_s = sv
-                            lo_k = kv
-                    if not s > lo_s:
+                    if not s > rs[lo]:
                         continue
+                    slot = lo
                     v = res[layer, lo]
                     in_cache[v] = False
                     prefetched[v] = False
@@ -246,6 +250,12 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                 last[b] = i                 # a load is an insertion at the most recent end (LRU clock)
                 if count:
                     proactive[layer] += 1
+                if slot < keyed:            # keep the inserted block's score and key for later victim searches
+                    rs[slot] = _score(s)
+                    if use_advice:
+                        rk[slot] = _score(priority[pe, e]) if pe >= 0 else -np.inf
+                    else:
+                        rk[slot] = _base_key(key_code, b, i, last, freq, crf, plast, lam)
         # 2. access against the snapshot
         n_miss = 0
         for a in range(offsets[i], offsets[i + 1]):
