@@ -123,17 +123,18 @@ def build_inputs(d: Path, quick: bool, baseline: Path) -> None:
     (d / "spec.toml").write_text(SPEC)
 
 
-def command_args(name: str, side: str) -> list[str]:
-    """The command line of ``name`` for one side (its outputs go to side-specific paths)."""
+def command_args(name: str) -> list[str]:
+    """The command line of ``name``, run in the side's own directory ``out-SIDE/`` (so both sides' command
+    lines, which a report quotes, are the same)."""
     if name == "report":
-        return ["report", "trace", "-o", f"out-{side}/report", "--no-figures", "--overwrite", "--json"]
+        return ["report", "../trace", "-o", "report", "--no-figures", "--overwrite", "--json"]
     if name == "prefetch-compare":
-        return ["prefetch", "compare", "trace", "--batch", "8", "--json"]
+        return ["prefetch", "compare", "../trace", "--batch", "8", "--json"]
     if name == "spec-run":
-        return ["spec", "run", "spec.toml", "--store", f"out-{side}/store", "--json"]
+        return ["spec", "run", "../spec.toml", "--store", "store", "--json"]
     if name == "audit":
-        return ["audit", "trace", "--json"]
-    return ["replay", "stream", "--policy", "lru", "--json"]
+        return ["audit", "../trace", "--json"]
+    return ["replay", "../stream", "--policy", "lru", "--json"]
 
 
 def _scrub(obj: Any) -> Any:
@@ -190,13 +191,13 @@ def bench(name: str, d: Path, sides: dict[str, Path], pairs: int, warmup: bool =
     if warmup:
         for side, src in sides.items():            # warm-up: numba caches, page cache; outputs compared
             clean(name, side, d)
-            _, _, text = run_child(src, command_args(name, side), d)
+            _, _, text = run_child(src, command_args(name), d / f"out-{side}")
             seen[side] = outputs(name, side, text, d)
         _same(name, seen)
     for i in range(pairs):
         for side, src in sides.items():
             clean(name, side, d)
-            dt, peak, text = run_child(src, command_args(name, side), d)
+            dt, peak, text = run_child(src, command_args(name), d / f"out-{side}")
             times[side].append(dt)
             rss[side].append(peak)
             if not warmup and i == 0:

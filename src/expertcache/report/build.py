@@ -115,7 +115,8 @@ def build_report(source: str | os.PathLike[str], config: ReportConfig = ReportCo
                for p in policy_names(advice=False) if p != "static" for s in FIG_SEMANTICS]
     results = sweep(stream, configs, jobs=config.jobs)
     fig1 = {(r.policy, r.semantics): r.miss_fraction for r in results}
-    gap = gap_decomposition(stream, rho, scope, seeds=config.seeds, jobs=config.jobs)
+    known = dict(zip(configs, results, strict=True))      # replays of `stream` done: not repeated below
+    gap = gap_decomposition(stream, rho, scope, seeds=config.seeds, jobs=config.jobs, known=known)
     perm = (permutation_ablation(stream, config.n_permutations, seed=0, rho=rho, scope=scope,
                                  tie_seeds=config.seeds[:1], jobs=config.jobs)
             if config.n_permutations else None)
@@ -151,7 +152,8 @@ def build_report(source: str | os.PathLike[str], config: ReportConfig = ReportCo
     rho_sweep = []
     gaps_at: dict[float, Any] = {}          # rho -> the seed-0 gap on `stream` (the batch sweep reuses it)
     for r in config.rhos:
-        g = gaps_at[r] = gap_decomposition(stream, r, scope, seeds=config.seeds[:1], jobs=config.jobs)
+        g = gaps_at[r] = gap_decomposition(stream, r, scope, seeds=config.seeds[:1], jobs=config.jobs,
+                                           known=known)
         rho_sweep.append({"rho": r, "r_mean": regime_stats(stream, r, scope).r_mean, "gap": g.gap,
                           "best_causal": g.best_causal, "belady": g.miss_fraction["belady"],
                           "best_causal_miss": g.miss_fraction[g.best_causal]})
