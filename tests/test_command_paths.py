@@ -182,3 +182,18 @@ def test_chunked_member_checks_name_the_first_bad_event(monkeypatch):
     with pytest.raises(ValidationError, match="record 6"):
         EventStream(s.n_layers, s.n_experts, s.top_k, s.step, s.layer, s.active, s.logical_per_event,
                     s.offsets, expert, s.multiplicity)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_spec_curves_equal_replay_curve(seed):
+    """The spec runner's cheaper paths (lfu ranks, least-stale by lru, short belady curves) give replay_curve's
+    results, field for field."""
+    from expertcache.experiment.tasks import _curve
+
+    rng = np.random.default_rng(100 + seed)
+    s = _random_stream(rng, int(rng.integers(1, 4)), int(rng.integers(2, 10)), int(rng.integers(1, 40)))
+    rhos = [0.0, 0.2, 0.5, 1.0]
+    for policy in ("lru", "lfu", "lfru", "least-stale", "belady"):
+        for sem in ("event-atomic", "sequential-ascending"):
+            cfg = ReplayConfig(policy, semantics=sem, seed=seed)
+            assert _curve(s, cfg, rhos, None) == replay_curve(s, cfg, rhos), (policy, sem)
