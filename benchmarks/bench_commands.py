@@ -31,7 +31,7 @@ BLAS single-threaded on both sides unless ``--blas-threads`` says otherwise):
 Every command is run once per side untimed first (numba caches warm, files in the page cache; ``--no-warmup``
 skips it when the caches are known warm, and compares the first pair's outputs instead); then the sides alternate pair by pair (baseline, ours; baseline, ours; ...), so load drift on a shared machine
 hits both. Printed per command: min and median seconds of each side, min and median of the per-pair
-ratios baseline / ours, and the peak RSS of each side; for ``replay`` also bytes per union access,
+ratios baseline / ours (wall time, and CPU time: user + system of the child, less sensitive to other jobs), and the peak RSS of each side; for ``replay`` also bytes per union access,
 ``(peak RSS - peak RSS of replay on tiny/) / union``. Outputs of the two sides must agree: the JSON on
 stdout (``report``: also ``report.json`` and the tables it writes; ``spec run``: the consolidated
 results table) with run-specific fields (paths, wall times) removed; the run fails otherwise.
@@ -74,6 +74,9 @@ tie_seed = [0, 1, 2]
 #: threads turn a 129 x 129 solve into a second of waiting, a cost of neither side's code.
 BLAS_ENV: dict[str, str] = {}
 
+#: CPU seconds of the last child (:func:`run_child`).
+LAST_CPU = [0.0]
+
 #: Keys whose values depend on the run (paths, wall times), dropped before outputs are compared.
 VOLATILE = {"seconds", "conditions_per_minute", "store", "out", "files", "source", "path", "command", "wall_s",
             "elapsed_s", "created", "created_at"}
@@ -84,7 +87,9 @@ def log(msg: str) -> None:
 
 
 def run_child(src: Path, args: list[str], cwd: Path) -> tuple[float, int, str]:
-    """Run ``python -m expertcache ARGS`` with ``src`` on the path; (seconds, peak RSS bytes, stdout)."""
+    """Run ``python -m expertcache ARGS`` with ``src`` on the path; (seconds, peak RSS bytes, stdout).
+
+    The child's CPU seconds (user + system, from ``wait4``) are left in :data:`LAST_CPU`."""
     env = {**os.environ, "PYTHONPATH": str(src), "COLUMNS": "200", **BLAS_ENV}
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
@@ -96,6 +101,7 @@ def run_child(src: Path, args: list[str], cwd: Path) -> tuple[float, int, str]:
         out.seek(0)
         err.seek(0)
         text, etext = out.read().decode(), err.read().decode()
+    LAST_CPU[0] = usage.ru_utime + usage.ru_stime
     if proc.returncode != 0:
         raise SystemExit(f"{src}: expertcache {' '.join(args)} failed ({proc.returncode}):\n{etext[-3000:]}")
     return dt, int(usage.ru_maxrss) * 1024, text
@@ -186,6 +192,7 @@ def _same(name: str, seen: dict[str, Any]) -> None:
 
 def bench(name: str, d: Path, sides: dict[str, Path], pairs: int, warmup: bool = True) -> dict[str, Any]:
     times: dict[str, list[float]] = {s: [] for s in sides}
+    cpu: dict[str, list[float]] = {s: [] for s in sides}
     rss: dict[str, list[int]] = {s: [] for s in sides}
     seen: dict[str, Any] = {}
     if warmup:
@@ -199,18 +206,24 @@ def bench(name: str, d: Path, sides: dict[str, Path], pairs: int, warmup: bool =
             clean(name, side, d)
             dt, peak, text = run_child(src, command_args(name), d / f"out-{side}")
             times[side].append(dt)
+            cpu[side].append(LAST_CPU[0])
             rss[side].append(peak)
             if not warmup and i == 0:
                 seen[side] = outputs(name, side, text, d)
         if not warmup and i == 0:
             _same(name, seen)
-        log(f"  {name} pair {i + 1}: baseline {times['baseline'][-1]:.1f} s, ours {times['ours'][-1]:.1f} s")
+        log(f"  {name} pair {i + 1}: baseline {times['baseline'][-1]:.1f} s ({cpu['baseline'][-1]:.1f} s CPU), "
+            f"ours {times['ours'][-1]:.1f} s ({cpu['ours'][-1]:.1f} s CPU)")
     ratios = [b / o for b, o in zip(times["baseline"], times["ours"], strict=True)]
+    cpu_ratios = [b / o for b, o in zip(cpu["baseline"], cpu["ours"], strict=True)]
     row: dict[str, Any] = {"command": name, "pairs": pairs, "ratio_min": min(ratios),
-                           "ratio_median": statistics.median(ratios)}
+                           "ratio_median": statistics.median(ratios), "cpu_ratio_min": min(cpu_ratios),
+                           "cpu_ratio_median": statistics.median(cpu_ratios)}
     for side in sides:
         row[f"{side}_min_s"] = min(times[side])
         row[f"{side}_median_s"] = statistics.median(times[side])
+        row[f"{side}_cpu_min_s"] = min(cpu[side])
+        row[f"{side}_cpu_median_s"] = statistics.median(cpu[side])
         row[f"{side}_peak_rss_mib"] = max(rss[side]) / 2 ** 20
     if name == "replay":
         union = union_of(d, "stream")
@@ -224,10 +237,11 @@ def bench(name: str, d: Path, sides: dict[str, Path], pairs: int, warmup: bool =
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     print(f"{'command':<18}{'baseline s (min/med)':>22}{'ours s (min/med)':>20}{'ratio min/med':>16}"
-          f"{'RSS MiB base/ours':>20}")
+          f"{'CPU ratio min/med':>19}{'RSS MiB base/ours':>20}")
     for r in rows:
         print(f"{r['command']:<18}{r['baseline_min_s']:>10.1f} /{r['baseline_median_s']:>8.1f}  "
               f"{r['ours_min_s']:>9.1f} /{r['ours_median_s']:>7.1f}  {r['ratio_min']:>7.2f} /{r['ratio_median']:>5.2f}"
+              f"{r['cpu_ratio_min']:>11.2f} /{r['cpu_ratio_median']:>5.2f}"
               f"{r['baseline_peak_rss_mib']:>11.0f} /{r['ours_peak_rss_mib']:>6.0f}")
         if r["command"] == "replay":
             print(f"{'':<18}replay bytes per union access (peak RSS - floor on tiny/) / {r['union']:,}: "
