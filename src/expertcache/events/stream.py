@@ -348,7 +348,7 @@ def _check_events(step, layer, active, offsets, expert, mult, gate_mass, logical
 
 
 #: Members checked per pass of the per-member checks (bounds their temporaries to a few MB).
-_CHECK_CHUNK = 1 << 18
+_CHECK_CHUNK = 1 << 16
 
 
 def _first_chunked(n: int, bad) -> int | None:
@@ -386,6 +386,9 @@ def read_events(directory: str | os.PathLike[str]) -> EventStream:
     # the member lists are decoded a row group and a column at a time into their final arrays (in the
     # stored types), so the peak is the stream itself plus one row group's column, never the whole table twice
     try:
+        # the per-event columns are decoded first (checked below, in the usual order): their reader's
+        # temporaries are free again before the member arrays exist
+        table = pf.read(columns=["step", "layer", "active", "logical"], use_threads=False)
         offsets, flat = _member_column(pf, "experts", None, src)
         if flat.dtype == np.uint64 and flat.size and int(flat.max()) >= N:     # as a whole-table read says it
             raise ValidationError(f"expert id must be in [0, {N}); got {int(flat.max())}", source=src,
@@ -393,7 +396,6 @@ def read_events(directory: str | os.PathLike[str]) -> EventStream:
         _, mult = _member_column(pf, "multiplicity", offsets, src)
         gm = (_member_column(pf, "gate_mass", offsets, src)[1].astype(np.float32, copy=False)
               if "gate_mass" in schema.names else None)
-        table = pf.read(columns=["step", "layer", "active", "logical"], use_threads=False)
         if table.num_rows != n_rows:
             raise IntegrityError(f"expected {n_rows} rows; found {table.num_rows}", source=src)
         arrays = {name: _int_array(table[name], src, name, hi)
@@ -437,7 +439,7 @@ def read_events(directory: str | os.PathLike[str]) -> EventStream:
 
 
 #: Events decoded per batch by :func:`_member_column`: the reader's temporaries stay a few MB.
-_READ_ROWS = 1 << 13
+_READ_ROWS = 1 << 11
 
 
 def _member_column(pf: Any, name: str, offsets: np.ndarray | None, src: str) -> tuple[np.ndarray, np.ndarray]:
