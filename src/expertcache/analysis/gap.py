@@ -10,11 +10,11 @@ the simulator's own nondeterminism — not sampling uncertainty.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from ..events import EventStream
-from ..replay import ReplayConfig, sweep
+from ..replay import ReplayConfig, ReplayResult, sweep
 
 __all__ = ["GapResult", "gap_decomposition", "CAUSAL_POLICIES"]
 
@@ -60,12 +60,20 @@ def _gap(m_c: float, m_b: float) -> float | None:
 
 def gap_decomposition(stream: EventStream, rho: float = 0.4, scope: str = "per-layer",
                       semantics: str = "event-atomic", seeds: Sequence[int] = (0, 1, 2, 3, 4),
-                      causal: Sequence[str] = CAUSAL_POLICIES, jobs: int = 1) -> GapResult:
-    """Replay the causal policies, belady and belady-forced at every seed; return the gap record."""
+                      causal: Sequence[str] = CAUSAL_POLICIES, jobs: int = 1,
+                      known: Mapping[ReplayConfig, ReplayResult] | None = None) -> GapResult:
+    """Replay the causal policies, belady and belady-forced at every seed; return the gap record.
+
+    ``known`` holds results of ``stream`` already computed (by configuration); those are not replayed
+    again (a replay is a pure function of stream and configuration, so the record is the same).
+    """
     names = (*causal, "belady", "belady-forced")
     configs = [ReplayConfig(p, rho=rho, scope=scope, semantics=semantics, tie_break="random", seed=s)
                for s in seeds for p in names]
-    results = sweep(stream, configs, jobs=jobs)
+    known = known or {}
+    todo = [c for c in configs if c not in known]
+    lookup = {**known, **dict(zip(todo, sweep(stream, todo, jobs=jobs) if todo else [], strict=True))}
+    results = [lookup[c] for c in configs]
     per_seed: dict[int, dict[str, float]] = {}
     for cfg, res in zip(configs, results, strict=True):
         per_seed.setdefault(cfg.seed, {})[cfg.policy] = res.miss_fraction

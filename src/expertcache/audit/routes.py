@@ -121,8 +121,9 @@ def pair_stats(view: DecodeView, a: np.ndarray, b: np.ndarray, group: np.ndarray
     n = np.zeros(a.shape[0], dtype=np.int64)
     agree = np.zeros(a.shape[0], dtype=np.int64)
     jac = np.zeros(a.shape[0], dtype=np.float64)
-    K.pair_stats(view.experts, view.tokens, view.use_tokens, view.first, view.length, a, b, group, agree_pos,
-                 count_pos, n, agree, jac)
+    masks = K.route_masks(view.experts, (view.n_experts + 63) // 64)     # set intersections by popcount
+    K.pair_stats(masks, view.experts.shape[2], view.tokens, view.use_tokens, view.first, view.length, a, b, group,
+                 agree_pos, count_pos, n, agree, jac)
     L = view.experts.shape[1]
     with np.errstate(invalid="ignore", divide="ignore"):
         agreement = np.where(n > 0, agree / np.maximum(n, 1), np.nan)

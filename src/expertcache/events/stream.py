@@ -22,13 +22,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import ValidationError
+from ..errors import IntegrityError, ValidationError
 from ..jsonl import check_shape, int_field, int_list, iter_records
 from ..storage import (
     atomic_directory,
     check_model_shape,
+    open_table,
     read_manifest,
-    read_table,
     require_columns,
     write_manifest,
     write_table,
@@ -87,6 +87,21 @@ class EventStream:
 
     def __post_init__(self) -> None:
         _validate_stream(self, "EventStream")
+
+    @classmethod
+    def _trusted(cls, *args: Any, **kwargs: Any) -> EventStream:
+        """A stream from arrays already checked (:func:`read_events`) or built valid by construction (the
+        schedulers): the per-event checks run (they are O(events)), the passes over every member do not."""
+        obj = cls.__new__(cls)
+        names = [f for f in cls.__dataclass_fields__]
+        values = dict(zip(names, args, strict=False))
+        values.update(kwargs)
+        values.setdefault("gate_mass", None)
+        values.setdefault("provenance", {})
+        for name in names:
+            object.__setattr__(obj, name, values[name])
+        _validate_stream(obj, "EventStream", members=False)
+        return obj
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -231,7 +246,7 @@ def _sort_within(flat: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return np.lexsort((flat, seg))
 
 
-def _validate_stream(s: EventStream, source: str) -> None:
+def _validate_stream(s: EventStream, source: str, members: bool = True) -> None:
     L, N, k = s.n_layers, s.n_experts, s.top_k
     for name, value in (("n_layers", L), ("n_experts", N), ("top_k", k)):
         if not isinstance(value, (int, np.integer)) or value < 1:
@@ -252,11 +267,13 @@ def _validate_stream(s: EventStream, source: str) -> None:
     if n == 0:
         raise ValidationError("the stream holds no events", source=source)
     _check_events(s.step, s.layer, s.active, s.offsets, s.expert, s.multiplicity, s.gate_mass,
-                  s.logical_per_event, L, N, k, source)
+                  s.logical_per_event, L, N, k, source, members)
 
 
-def _check_events(step, layer, active, offsets, expert, mult, gate_mass, logical, L, N, k, source) -> None:
-    """Vectorised checks of event arrays; errors name the 1-based record (event row)."""
+def _check_events(step, layer, active, offsets, expert, mult, gate_mass, logical, L, N, k, source,
+                  members: bool = True) -> None:
+    """Vectorised checks of event arrays; errors name the 1-based record (event row). ``members=False``
+    skips the per-member checks (ids, distinctness, multiplicities, gate mass) of arrays known valid."""
     def rec(i: int) -> int:
         return int(i) + 1
 
@@ -290,25 +307,58 @@ def _check_events(step, layer, active, offsets, expert, mult, gate_mass, logical
     if i is not None:
         raise ValidationError(f"{sizes[i]} distinct experts exceed min(N, active*k) = {min(N, int(logical[i]))}",
                               source=source, record=rec(i), field="experts")
-    seg = np.repeat(np.arange(sizes.shape[0]), sizes)
-    j = first((expert < 0) | (expert >= N))
+    if not members:
+        return
+
+    def event_of(j: int) -> int:
+        return int(np.searchsorted(offsets, j, side="right")) - 1
+
+    # per-member checks a chunk of members at a time: temporaries stay O(chunk), never O(union)
+    j = _first_chunked(expert.shape[0], lambda lo, hi: (expert[lo:hi] < 0) | (expert[lo:hi] >= N))
     if j is not None:
         raise ValidationError(f"expert id must be in [0, {N}); got {expert[j]}", source=source,
-                              record=rec(seg[j]), field="experts")
+                              record=rec(event_of(j)), field="experts")
     if expert.shape[0] > 1:
-        j = first((seg[1:] == seg[:-1]) & (expert[1:] <= expert[:-1]))
+        def repeats(lo: int, hi: int) -> np.ndarray:
+            # member j + 1 (j in [lo, hi)) repeats or descends within its event (event starts excluded)
+            bad = expert[lo + 1:hi + 1] <= expert[lo:hi]
+            starts = offsets[np.searchsorted(offsets, lo + 1):np.searchsorted(offsets, hi + 1)]
+            bad[starts - 1 - lo] = False
+            return bad
+
+        j = _first_chunked(expert.shape[0] - 1, repeats)
         if j is not None:
             raise ValidationError(f"expert ids of an event must be distinct; {expert[j + 1]} repeats",
-                                  source=source, record=rec(seg[j + 1]), field="experts")
-    j = first((mult < 1) | (mult > np.repeat(active, sizes)))
+                                  source=source, record=rec(event_of(j + 1)), field="experts")
+
+    def bad_mult(lo: int, hi: int) -> np.ndarray:
+        ev = np.searchsorted(offsets, np.arange(lo, hi), side="right") - 1
+        m = mult[lo:hi]
+        return (m < 1) | (m > active[ev])
+
+    j = _first_chunked(mult.shape[0], bad_mult)
     if j is not None:
         raise ValidationError(f"multiplicity must be in [1, active]; got {mult[j]}", source=source,
-                              record=rec(seg[j]), field="multiplicity")
+                              record=rec(event_of(j)), field="multiplicity")
     if gate_mass is not None:
-        j = first(~np.isfinite(gate_mass))
+        j = _first_chunked(gate_mass.shape[0], lambda lo, hi: ~np.isfinite(gate_mass[lo:hi]))
         if j is not None:
             raise ValidationError("gate mass must be finite (NaN or inf found)", source=source,
-                                  record=rec(seg[j]), field="gate_mass")
+                                  record=rec(event_of(j)), field="gate_mass")
+
+
+#: Members checked per pass of the per-member checks (bounds their temporaries to a few MB).
+_CHECK_CHUNK = 1 << 16
+
+
+def _first_chunked(n: int, bad) -> int | None:
+    """The first index in ``[0, n)`` where ``bad(lo, hi)`` (a bool array over ``[lo, hi)``) is True, or None."""
+    for lo in range(0, n, _CHECK_CHUNK):
+        hi = min(n, lo + _CHECK_CHUNK)
+        i = _first(bad(lo, hi))
+        if i is not None:
+            return lo + i
+    return None
 
 
 def read_events(directory: str | os.PathLike[str]) -> EventStream:
@@ -323,39 +373,37 @@ def read_events(directory: str | os.PathLike[str]) -> EventStream:
     directory = Path(directory)
     manifest = read_manifest(directory, _KIND)
     L, N, k = manifest["n_layers"], manifest["n_experts"], manifest["top_k"]
-    table = read_table(directory, manifest, _EVENTS)
+    pf = open_table(directory, manifest, _EVENTS)
     src = str(directory / _EVENTS)
-    require_columns(table, {"step": "int", "layer": "int", "active": "int", "logical": "int",
-                            "experts": "list of ints", "multiplicity": "list of ints"}, src)
+    schema = pf.schema_arrow
+    require_columns(schema.empty_table(), {"step": "int", "layer": "int", "active": "int", "logical": "int",
+                                           "experts": "list of ints", "multiplicity": "list of ints"}, src)
+    n_rows = pf.metadata.num_rows
     declared = manifest.get("n_events")
-    if declared is not None and declared != table.num_rows:
-        raise ValidationError(f"manifest declares {declared!r}; the data holds {table.num_rows} events",
+    if declared is not None and declared != n_rows:
+        raise ValidationError(f"manifest declares {declared!r}; the data holds {n_rows} events",
                               source=src, field="n_events")
+    # the member lists are decoded a row group and a column at a time into their final arrays (in the
+    # stored types), so the peak is the stream itself plus one row group's column, never the whole table twice
     try:
-        experts = table["experts"].combine_chunks()
-        offsets, flat = _int_lists(experts, src, "experts", 0, N)
-
-        def flat_list(name: str, integer: bool) -> np.ndarray:
-            col = table[name].combine_chunks()
-            if col.null_count or not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)) or \
-                    not np.array_equal(col.offsets.to_numpy() - col.offsets.to_numpy()[0], offsets):
-                raise ValidationError("must have one entry per expert of each event", source=src, field=name)
-            values = col.flatten()
-            if values.null_count:
-                raise ValidationError("null entries are not allowed", source=src, field=name)
-            if integer and not pa.types.is_integer(values.type):
-                raise ValidationError(f"expected integers; got {values.type}", source=src, field=name)
-            if not integer and not pa.types.is_floating(values.type):
-                raise ValidationError(f"expected floating-point numbers; got {values.type}", source=src, field=name)
-            return values.to_numpy(zero_copy_only=False)
-
-        mult = flat_list("multiplicity", True).astype(np.int64)
-        gm = flat_list("gate_mass", False).astype(np.float32) if "gate_mass" in table.column_names else None
+        # the per-event columns are decoded first (checked below, in the usual order): their reader's
+        # temporaries are free again before the member arrays exist
+        table = pf.read(columns=["step", "layer", "active", "logical"], use_threads=False)
+        offsets, flat = _member_column(pf, "experts", None, src)
+        if flat.dtype == np.uint64 and flat.size and int(flat.max()) >= N:     # as a whole-table read says it
+            raise ValidationError(f"expert id must be in [0, {N}); got {int(flat.max())}", source=src,
+                                  field="experts")
+        _, mult = _member_column(pf, "multiplicity", offsets, src)
+        gm = (_member_column(pf, "gate_mass", offsets, src)[1].astype(np.float32, copy=False)
+              if "gate_mass" in schema.names else None)
+        if table.num_rows != n_rows:
+            raise IntegrityError(f"expected {n_rows} rows; found {table.num_rows}", source=src)
         arrays = {name: _int_array(table[name], src, name, hi)
                   for name, hi in (("step", 2 ** 62), ("layer", L), ("active", 2 ** 31 - 1),
                                    ("logical", 2 ** 62))}
+        del table
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError,
-            OverflowError) as exc:
+            OverflowError, OSError) as exc:
         if isinstance(exc, ValidationError):
             raise
         raise ValidationError(f"unexpected column type ({exc})", source=src) from None
@@ -370,8 +418,11 @@ def read_events(directory: str | os.PathLike[str]) -> EventStream:
     _check_events(arrays["step"], arrays["layer"], arrays["active"], offsets, flat, mult, gm,
                   arrays["logical"], L, N, k, src)
     sizes = np.diff(offsets)
-    sums = np.add.reduceat(mult, offsets[:-1]) if mult.size else np.zeros(0, dtype=np.int64)
-    ones = np.add.reduceat((mult == 1).astype(np.int64), offsets[:-1]) == sizes if mult.size else sums
+    # sums in the stored type when it cannot overflow (a dtype= argument would copy every member to int64)
+    wide = mult.dtype.itemsize >= 8 or (mult.dtype.itemsize == 4 and int(arrays["logical"].max(initial=0)) < 2 ** 31)
+    sums = (np.add.reduceat(mult if wide else mult.astype(np.int64), offsets[:-1]).astype(np.int64)
+            if mult.size else np.zeros(0, dtype=np.int64))
+    ones = sums == sizes        # every multiplicity 1 (they are >= 1, checked above): unknown multiplicities
     i = _first((sums != arrays["logical"]) & ~ones)
     if i is not None:
         raise ValidationError(f"multiplicities must sum to logical = active * k = {arrays['logical'][i]} (or all "
@@ -380,9 +431,73 @@ def read_events(directory: str | os.PathLike[str]) -> EventStream:
         declared = manifest.get(key)
         if declared is not None and declared != got:
             raise ValidationError(f"manifest declares {declared!r}; the data holds {got}", source=src, field=key)
-    return EventStream(L, N, k, arrays["step"], arrays["layer"].astype(np.int32),
-                       arrays["active"].astype(np.int32), arrays["logical"], offsets,
-                       flat.astype(np.int16), mult.astype(np.int32), gm, manifest.get("provenance", {}))
+    # every check above ran once, on the stored types; the stream is built without a second pass
+    return EventStream._trusted(L, N, k, arrays["step"], arrays["layer"].astype(np.int32),
+                                arrays["active"].astype(np.int32), arrays["logical"], offsets,
+                                flat.astype(np.int16, copy=False), mult.astype(np.int32, copy=False), gm,
+                                manifest.get("provenance", {}))
+
+
+#: Events decoded per batch by :func:`_member_column`: the reader's temporaries stay a few MB.
+_READ_ROWS = 1 << 11
+
+
+def _member_column(pf: Any, name: str, offsets: np.ndarray | None, src: str) -> tuple[np.ndarray, np.ndarray]:
+    """CSR offsets and flat values of the list column ``name`` of ``pf``, decoded :data:`_READ_ROWS` events at
+    a time (a whole column chunk of a large stream decodes through temporaries several times its size).
+
+    ``offsets=None`` reads the ``experts`` column (a list of integers, its offsets returned); otherwise the
+    column must have one entry per expert of each event (the given offsets) and integer (``multiplicity``)
+    or floating-point (``gate_mass``) values. The values keep their stored type. The checks and messages
+    are those of a whole-table read.
+    """
+    integer = name != "gate_mass"
+    col_type = pf.schema_arrow.field(name).type
+    if not (pa.types.is_list(col_type) or pa.types.is_large_list(col_type)):
+        if offsets is None:
+            raise ValidationError(f"expected a list column; got {col_type}", source=src, field=name)
+        raise ValidationError("must have one entry per expert of each event", source=src, field=name)
+    value_type = col_type.value_type
+    if offsets is None and not pa.types.is_integer(value_type):
+        raise ValidationError(f"expected integer ids; got {value_type}", source=src, field=name)
+    md = pf.metadata
+    columns = [c for c in range(md.num_columns) if md.schema.column(c).path.split(".")[0] == name]
+    bound = sum(md.row_group(g).column(columns[0]).num_values for g in range(md.num_row_groups)) \
+        if columns else 0
+    values = np.empty(bound, dtype=value_type.to_pandas_dtype())
+    out_offsets = np.zeros(md.num_rows + 1, dtype=np.int64) if offsets is None else offsets
+    row = 0
+    n_values = 0
+    for batch in pf.iter_batches(batch_size=_READ_ROWS, columns=[name], use_threads=False):
+        for chunk in (batch.column(0),):
+            if chunk.null_count:
+                if offsets is None:
+                    raise ValidationError("null event", source=src, field=name)
+                raise ValidationError("must have one entry per expert of each event", source=src, field=name)
+            o = chunk.offsets.to_numpy().astype(np.int64)
+            local = o - o[0]
+            n = chunk.__len__()
+            if offsets is None:
+                out_offsets[row + 1:row + n + 1] = n_values + local[1:]
+            elif not np.array_equal(offsets[row:row + n + 1] - offsets[row], local):
+                raise ValidationError("must have one entry per expert of each event", source=src, field=name)
+            flat = chunk.flatten()
+            if flat.null_count:
+                raise ValidationError("null entries are not allowed", source=src, field=name)
+            if offsets is not None and integer and not pa.types.is_integer(flat.type):
+                raise ValidationError(f"expected integers; got {flat.type}", source=src, field=name)
+            if offsets is not None and not integer and not pa.types.is_floating(flat.type):
+                raise ValidationError(f"expected floating-point numbers; got {flat.type}", source=src, field=name)
+            m = len(flat)
+            if n_values + m > values.shape[0]:      # a footer that undercounts: grow (never on valid files)
+                values = np.concatenate([values[:n_values], np.empty(n_values + m - values.shape[0],
+                                                                     dtype=values.dtype)])
+            values[n_values:n_values + m] = flat.to_numpy(zero_copy_only=False)
+            n_values += m
+            row += n
+    if offsets is not None and n_values != offsets[-1]:
+        raise ValidationError("must have one entry per expert of each event", source=src, field=name)
+    return out_offsets, values[:n_values]
 
 
 def _int_array(column: pa.ChunkedArray, src: str, name: str, hi: int) -> np.ndarray:
@@ -399,26 +514,6 @@ def _int_array(column: pa.ChunkedArray, src: str, name: str, hi: int) -> np.ndar
     if i is not None:
         raise ValidationError(f"must be < {hi}; got {values[i]}", source=src, record=i + 1, field=name)
     return values
-
-
-def _int_lists(col: pa.Array, src: str, name: str, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """CSR offsets and int64 members of a list-of-integers column, members checked in ``[lo, hi)``."""
-    if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
-        raise ValidationError(f"expected a list column; got {col.type}", source=src, field=name)
-    if col.null_count:
-        raise ValidationError("null event", source=src, field=name)
-    offsets = col.offsets.to_numpy().astype(np.int64)
-    offsets = offsets - offsets[0]
-    values = col.flatten()
-    if values.null_count:
-        raise ValidationError("null entries are not allowed", source=src, field=name)
-    if not pa.types.is_integer(values.type):
-        raise ValidationError(f"expected integer ids; got {values.type}", source=src, field=name)
-    if pa.types.is_uint64(values.type) and (pc.max(values).as_py() or 0) >= hi:
-        raise ValidationError(f"expert id must be in [{lo}, {hi}); got {pc.max(values).as_py()}", source=src,
-                              field=name)
-    flat = values.to_numpy(zero_copy_only=False).astype(np.int64)
-    return offsets, flat
 
 
 def concat_streams(first: EventStream, second: EventStream, provenance: dict[str, Any] | None = None) -> EventStream:

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..trace import PREFILL, RoutingTrace
 from .context import AdviceContext
-from .produced import Produced, multi_hot
+from .produced import Produced
 
 __all__ = ["request_eams", "activation_aware"]
 
@@ -52,6 +52,8 @@ def activation_aware(ctx: AdviceContext, calibration: RoutingTrace, store_size: 
     Returns retention priorities (``U_B``) and, with ``prefetch``, the same
     predicted ratios as pre-access scores.
     """
+    from ._kernels import prefix_activations
+
     trace = ctx.trace
     L, N = trace.n_layers, trace.n_experts
     store = request_eams(calibration)[:store_size]
@@ -65,17 +67,15 @@ def activation_aware(ctx: AdviceContext, calibration: RoutingTrace, store_size: 
         x = x[np.argsort(ctx.exec_row[x])]                                   # the request's tokens in order
         p_rows = np.flatnonzero(pre_rows & (trace.request == r))
         base = np.bincount((layer_base + trace.experts[p_rows]).ravel(), minlength=L * N).astype(np.float32)
-        hot = multi_hot(trace.experts[ctx.exec_row[x]].reshape(-1, trace.top_k), N).reshape(x.size, L * N)
-        partial = base[None, :] + np.cumsum(hot, axis=0) - hot               # activations before each token
+        partial = np.empty((x.size, L * N), dtype=np.float32)               # activations before each token
+        prefix_activations(trace.experts, ctx.exec_row[x].astype(np.int64), base, partial)
         sims = _unit(partial) @ store_unit.T                                 # cosine, [n_tok, n_store]
         known = np.linalg.norm(partial, axis=1) > 0
         best[x] = np.where(known, np.argmax(sims, axis=1), -1)               # ties: the first stored request
     # one scatter per layer over every token: the matched row's ratios, summed over the event's requests
     prio = ctx.empty()
     for layer in range(L):
-        pred = ratio[np.maximum(best, 0), layer, :]                           # [n_exec, N]
-        pred[best < 0] = np.nan
-        ctx.scatter(prio, layer, pred)
+        ctx.scatter_table(prio, layer, ratio[:, layer, :], best)             # best < 0: no prediction
     pf = None
     if prefetch:
         pf = prio.copy()

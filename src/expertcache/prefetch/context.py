@@ -24,6 +24,15 @@ from ..trace import PREFILL, RoutingTrace
 
 __all__ = ["AdviceContext", "advice_context", "warmup_advice"]
 
+#: No looked-up rows: :func:`._kernels.scatter_sorted` reads the scores per token.
+_NO_ROWS = np.zeros(0, dtype=np.int64)
+
+
+def _scatter_sorted(*args) -> None:
+    from ._kernels import scatter_sorted  # numba loads when advice is produced, not on import
+
+    scatter_sorted(*args)
+
 
 @dataclass(frozen=True, eq=False)
 class AdviceContext:
@@ -74,22 +83,25 @@ class AdviceContext:
         ``scores`` is ``float[n, N]`` for the executed tokens ``rows`` (all of them by
         default); calls for different rows accumulate. A NaN entry of one request
         leaves the other requests' sum unchanged; an entry where no request has a
-        score stays NaN.
+        score stays NaN. The sums are float64, in token order within each event
+        (:func:`._kernels.scatter_sorted`).
         """
         ev = self.exec_event[:, layer] if rows is None else self.exec_event[rows, layer]
         if ev.size == 0:
             return
         order = np.argsort(ev, kind="stable")
-        ev = ev[order]
-        valid = ~np.isnan(scores[order])
-        filled = np.where(valid, scores[order], 0.0).astype(np.float64)
-        starts = np.flatnonzero(np.r_[True, ev[1:] != ev[:-1]])
-        touched = ev[starts]
-        acc = np.add.reduceat(filled, starts, axis=0)
-        cnt = np.add.reduceat(valid.astype(np.int64), starts, axis=0)
-        cur = out[touched].astype(np.float64)
-        new = np.where(cnt > 0, np.where(np.isnan(cur), 0.0, cur) + acc, cur)
-        out[touched] = new.astype(np.float32)
+        _scatter_sorted(out, np.ascontiguousarray(ev[order], dtype=np.int64), order.astype(np.int64),
+                        np.ascontiguousarray(scores), _NO_ROWS)
+
+    def scatter_table(self, out: np.ndarray, layer: int, table: np.ndarray, table_row: np.ndarray) -> None:
+        """:meth:`scatter` of every executed token's scores ``table[table_row[x]]`` (a negative row: no score),
+        without the ``[n_exec, N]`` array of looked-up rows."""
+        ev = self.exec_event[:, layer]
+        if ev.size == 0:
+            return
+        order = np.argsort(ev, kind="stable")
+        _scatter_sorted(out, np.ascontiguousarray(ev[order], dtype=np.int64), order.astype(np.int64),
+                        np.ascontiguousarray(table), np.ascontiguousarray(table_row, dtype=np.int64))
 
     def advice(self, priority: np.ndarray | None, prefetch: np.ndarray | None, provenance: dict) -> Advice:
         """Wrap event arrays as :class:`Advice`, filling the warm-up (prefill) rows in place (:func:`warmup_advice`)."""

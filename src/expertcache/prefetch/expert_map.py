@@ -28,6 +28,9 @@ from ..trace import PREFILL, RoutingTrace
 from .context import AdviceContext
 from .produced import Produced
 
+#: No semantic similarities (``expertcache.prefetch._kernels.expert_map_scores``).
+_NO_SEM = np.zeros((0, 0), dtype=np.float32)
+
 __all__ = ["semantic_embeddings", "expert_map_search", "top_m_rows"]
 
 
@@ -80,6 +83,8 @@ def expert_map_search(ctx: AdviceContext, calibration: RoutingTrace, store_size:
                       alpha: float = 0.5, seed: int = 0, hidden: np.ndarray | None = None,
                       hidden_calibration: np.ndarray | None = None, chunk: int = 4096) -> Produced:
     """FineMoE-style prefetch advice for ``ctx`` (see the module docstring)."""
+    from ._kernels import expert_map_scores
+
     trace = ctx.trace
     L, N = trace.n_layers, trace.n_experts
     dec = np.flatnonzero(calibration.phase != PREFILL)
@@ -108,23 +113,24 @@ def expert_map_search(ctx: AdviceContext, calibration: RoutingTrace, store_size:
         dot = np.zeros((x.size, pick.size), dtype=np.float64)
         x_sq = np.zeros(x.size, dtype=np.float64)
         m_sq = np.zeros(pick.size, dtype=np.float64)
+        sem_arg = sem if sem is not None else _NO_SEM
+        score = np.empty((x.size, N), dtype=np.float32)
         for layer in range(L):
-            if layer == 0:
-                if sem is None:
-                    continue
-                sim = sem
-            else:
+            if layer == 0 and sem is None:
+                continue
+            add = _NO_SEM
+            if layer > 0:
                 v = vectors(trace, rows, layer - 1)
-                dot += v @ maps[:, layer - 1, :].T
+                add = v @ maps[:, layer - 1, :].T                     # float32 [n, S]; the kernel adds it to dot
                 x_sq += (v.astype(np.float64) ** 2).sum(axis=1)
                 m_sq += map_sq[:, layer - 1]
-                norm = np.multiply.outer(x_sq, m_sq)
-                np.sqrt(norm, out=norm)
-                traj = np.divide(dot, norm, out=np.zeros_like(dot), where=norm > 0)
-                sim = alpha * sem + (1.0 - alpha) * traj if sem is not None else traj
-            best = top_m_rows(sim, m_take)                                    # ties: lower store index first
-            score = maps[best, layer, :].mean(axis=1)                         # [n, N]
-            score[score <= 0] = np.nan
+            if m_take == 0:         # an empty store: no map, no candidate
+                if layer > 0:
+                    dot += add
+                continue
+            # similarity, the m_take best maps (ties: lower store index first) and their mean row, per token
+            expert_map_scores(dot, add, x_sq, m_sq, sem_arg, alpha, layer > 0, m_take,
+                              np.ascontiguousarray(maps[:, layer, :]), score)
             ctx.scatter(pf, layer, score, rows=x)
     adv = ctx.advice(None, pf, {"producer": "expert-map search (FineMoE style)", "store": int(pick.size),
                                 "semantic": "hidden" if hidden is not None else "prompt routing"})

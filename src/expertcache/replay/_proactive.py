@@ -63,6 +63,52 @@ def _below(a, b, k1, k2, tie):
     return tie[a] < tie[b]
 
 
+@jit_helper
+def _select_lowest(pos, cand, n, d, k1, k2, tie):
+    """Reorder ``pos[:n]`` (indices into ``cand``) so that its first ``d`` entries (``0 < d < n``) are the
+    ``d`` lowest-ranked candidates under :func:`_below` (a strict total order: tie ranks are distinct)."""
+    lo = 0
+    hi = n - 1
+    target = d - 1
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        # median of three to the end as the pivot
+        a, b, c = pos[lo], pos[mid], pos[hi]
+        if _below(cand[a], cand[b], k1, k2, tie):
+            if _below(cand[b], cand[c], k1, k2, tie):
+                m = mid
+            elif _below(cand[a], cand[c], k1, k2, tie):
+                m = hi
+            else:
+                m = lo
+        else:
+            if _below(cand[a], cand[c], k1, k2, tie):
+                m = lo
+            elif _below(cand[b], cand[c], k1, k2, tie):
+                m = hi
+            else:
+                m = mid
+        x = pos[m]
+        pos[m] = pos[hi]
+        pos[hi] = x
+        pv = cand[x]
+        store = lo
+        for j in range(lo, hi):
+            y = pos[j]
+            if _below(cand[y], pv, k1, k2, tie):
+                pos[j] = pos[store]
+                pos[store] = y
+                store += 1
+        pos[hi] = pos[store]
+        pos[store] = x
+        if store == target:
+            return
+        if store < target:
+            lo = store + 1
+        else:
+            hi = store - 1
+
+
 @jit
 def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie, key_code, lam, priority,
                      prefetch, budget, counted, hits, misses, proactive, useful, hit_flag, pf_expert, pf_n):
@@ -122,9 +168,12 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     k2 = np.zeros(n_blocks, dtype=np.float64)
     cand = np.empty(slots + max_unit, dtype=np.int64)
     keep = np.zeros(slots + max_unit, dtype=np.bool_)
+    pos = np.empty(slots + max_unit, dtype=np.int64)
     miss_buf = np.empty(max_unit, dtype=np.int64)
     order = np.empty(n_experts, dtype=np.int64)
-    neg = np.empty(n_experts, dtype=np.float64)
+    top_s = np.empty(n_experts, dtype=np.float64)
+    rs = np.empty(slots, dtype=np.float64)                # residents' prefetch scores in a refinement
+    rk = np.empty(slots, dtype=np.float64)                # and their retention keys
     use_advice = key_code == PKEY_ADVICE
     decay_clock = np.zeros(n_layers, dtype=np.int64)   # events seen per layer: the LRFU clock
     prev_ev = np.full(n_layers, -1, dtype=np.int64)     # the layer's previous event (its priority row)
@@ -137,45 +186,58 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
         decay_clock[layer] += 1
         # 1. pre-access refinement
         if budget > 0 and cap > 0:
-            n_cand = 0
+            # the top-R finite scores, descending, lower id first among equals (what a stable sort of -score
+            # over ascending ids puts first): insertion into a sorted buffer of at most R entries
+            n_top = 0
             for e in range(n_experts):
                 x = prefetch[i, e]
-                if not np.isnan(x) and x > -np.inf:
-                    neg[n_cand] = -x
-                    order[n_cand] = e
-                    n_cand += 1
-            # descending score, lower id first among equals (stable sort of -score over ascending ids)
-            idx = np.argsort(neg[:n_cand], kind="mergesort")
-            for j in range(min(budget, n_cand)):
-                e = order[idx[j]]
+                if np.isnan(x) or x == -np.inf:
+                    continue
+                if n_top < budget:
+                    q = n_top
+                    n_top += 1
+                elif x > top_s[n_top - 1]:
+                    q = n_top - 1
+                else:
+                    continue
+                while q > 0 and x > top_s[q - 1]:
+                    top_s[q] = top_s[q - 1]
+                    order[q] = order[q - 1]
+                    q -= 1
+                top_s[q] = x
+                order[q] = e
+            pe = prev_ev[layer]
+            keyed = 0           # residents res[layer, :keyed] have their (score, key) in rs, rk for this event
+            for j in range(n_top):
+                e = order[j]
                 b = base + e
                 if in_cache[b]:
                     continue
                 s = prefetch[i, e]
                 r = n_res[layer]
                 if r < cap:
+                    slot = r
                     res[layer, r] = b
                     n_res[layer] = r + 1
                 else:
-                    # victim: lowest prefetch score; among equal scores the lowest retention rank, then tie
-                    pe = prev_ev[layer]
-                    lo = -1
-                    lo_s = 0.0
-                    lo_k = 0.0
-                    for q in range(r):
+                    # victim: lowest prefetch score; among equal scores the lowest retention rank, then tie.
+                    # Within the event only the inserted block's score and key change: computed once each.
+                    for q in range(keyed, r):
                         v = res[layer, q]
-                        sv = _score(prefetch[i, v - base])
+                        rs[q] = _score(prefetch[i, v - base])
                         if use_advice:
-                            kv = _score(priority[pe, v - base]) if pe >= 0 else -np.inf
+                            rk[q] = _score(priority[pe, v - base]) if pe >= 0 else -np.inf
                         else:
-                            kv = _base_key(key_code, v, i, last, freq, crf, plast, lam)
-                        if lo < 0 or sv < lo_s or (sv == lo_s and (kv < lo_k or (kv == lo_k and
-                                                                                 tie[v] < tie[res[layer, lo]]))):
+                            rk[q] = _base_key(key_code, v, i, last, freq, crf, plast, lam)
+                    keyed = r
+                    lo = 0
+                    for q in range(1, r):
+                        if rs[q] < rs[lo] or (rs[q] == rs[lo] and (rk[q] < rk[lo] or (
+                                rk[q] == rk[lo] and tie[res[layer, q]] < tie[res[layer, lo]]))):
                             lo = q
-                            lo_s = sv
-                            lo_k = kv
-                    if not s > lo_s:
+                    if not s > rs[lo]:
                         continue
+                    slot = lo
                     v = res[layer, lo]
                     in_cache[v] = False
                     prefetched[v] = False
@@ -188,6 +250,12 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                 last[b] = i                 # a load is an insertion at the most recent end (LRU clock)
                 if count:
                     proactive[layer] += 1
+                if slot < keyed:            # keep the inserted block's score and key for later victim searches
+                    rs[slot] = _score(s)
+                    if use_advice:
+                        rk[slot] = _score(priority[pe, e]) if pe >= 0 else -np.inf
+                    else:
+                        rk[slot] = _base_key(key_code, b, i, last, freq, crf, plast, lam)
         # 2. access against the snapshot
         n_miss = 0
         for a in range(offsets[i], offsets[i + 1]):
@@ -237,13 +305,17 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                     k1[b] = _base_key(key_code, b, i, last, freq, crf, plast, lam)
                     k2[b] = 0.0
                 keep[j] = True
-            # drop the n_c - cap lowest (selection by repeated minimum: n_c is at most slots + |E|)
-            for _ in range(n_c - min(cap, n_c)):
-                lo = -1
+            # drop the n_c - cap lowest: a quickselect under the strict total order (key, key2, tie)
+            n_drop = n_c - min(cap, n_c)
+            if n_drop == n_c:
                 for j in range(n_c):
-                    if keep[j] and (lo < 0 or _below(cand[j], cand[lo], k1, k2, tie)):
-                        lo = j
-                keep[lo] = False
+                    keep[j] = False
+            elif n_drop > 0:
+                for j in range(n_c):
+                    pos[j] = j
+                _select_lowest(pos, cand, n_c, n_drop, k1, k2, tie)
+                for j in range(n_drop):
+                    keep[pos[j]] = False
             kept = 0
             for j in range(n_c):
                 b = cand[j]

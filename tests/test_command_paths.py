@@ -1,0 +1,199 @@
+"""The fast paths of the commands against what they replace (issue 19: commands at Qwen3 size).
+
+* ``lfu_curve`` (the spec runner's LFU curves) against the naive twin and ``replay_curve``;
+* the advice kernels of ``expertcache.prefetch`` against the numpy expressions they replaced, bit for bit;
+* ``read_events`` decoding member lists in batches, on the stored types.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from naive import naive_replay
+
+from expertcache.events import EventStream, read_events
+from expertcache.replay import ReplayConfig, replay_curve
+from expertcache.replay.lfu_curve import lfu_curve, lfu_curve_supported
+
+
+def _random_stream(rng, L, N, n_steps, k=2):
+    steps = np.repeat(np.arange(n_steps), L)
+    layers = np.tile(np.arange(L), n_steps)
+    experts = [list(rng.choice(N, size=int(rng.integers(1, N + 1)), replace=False)) for _ in range(n_steps * L)]
+    return EventStream.from_lists(L, N, k, steps, layers, experts, [max(1, (len(e) + 1) // 2) for e in experts])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_lfu_curve_equals_naive_and_replay_curve(seed):
+    rng = np.random.default_rng(seed)
+    s = _random_stream(rng, int(rng.integers(1, 4)), int(rng.integers(2, 10)), int(rng.integers(1, 40)))
+    rhos = [0.0, 0.1, 0.35, 0.6, 1.0]            # capacity 0 up to the whole universe
+    for sem, tb, tseed in itertools.product(("event-atomic", "sequential-ascending", "sequential-random"),
+                                            ("random", "id"), (0, 5)):
+        cfg = ReplayConfig("lfu", semantics=sem, tie_break=tb, seed=tseed)
+        got = lfu_curve(s, cfg, rhos)
+        assert got == replay_curve(s, cfg, rhos)
+        for r, res in zip(rhos, got, strict=True):
+            want = naive_replay(s, "lfu", rho=r, semantics=sem, tie_break=tb, seed=tseed)
+            assert (res.hits, res.demand_misses) == (want["hits"], want["demand_misses"])
+
+
+def test_lfu_curve_refuses_what_it_does_not_cover():
+    assert not lfu_curve_supported(ReplayConfig("lfu", lfu_in_cache_counters=True))
+    assert not lfu_curve_supported(ReplayConfig("lfu", scope="global"))
+    assert not lfu_curve_supported(ReplayConfig("lfu", warmup_events=1))
+    assert not lfu_curve_supported(ReplayConfig("lru"))
+    with pytest.raises(ValueError):
+        lfu_curve(_random_stream(np.random.default_rng(0), 1, 4, 3), ReplayConfig("lru"), [0.5])
+
+
+# ----------------------------------------------------------------------------- prefetch kernels vs numpy
+def _numpy_scatter(out, ev, scores):
+    """``AdviceContext.scatter`` as it was (numpy reduceat over the stably sorted rows)."""
+    order = np.argsort(ev, kind="stable")
+    ev = ev[order]
+    valid = ~np.isnan(scores[order])
+    filled = np.where(valid, scores[order], 0.0).astype(np.float64)
+    starts = np.flatnonzero(np.r_[True, ev[1:] != ev[:-1]])
+    touched = ev[starts]
+    acc = np.add.reduceat(filled, starts, axis=0)
+    cnt = np.add.reduceat(valid.astype(np.int64), starts, axis=0)
+    cur = out[touched].astype(np.float64)
+    out[touched] = np.where(cnt > 0, np.where(np.isnan(cur), 0.0, cur) + acc, cur).astype(np.float32)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_scatter_kernel_is_bit_identical(dtype):
+    from expertcache.prefetch._kernels import scatter_sorted
+
+    rng = np.random.default_rng(1)
+    n_events, N = 40, 7
+    for _ in range(20):
+        n = int(rng.integers(1, 200))
+        ev = rng.integers(0, n_events, n)
+        scores = rng.standard_normal((n, N)).astype(dtype)
+        scores[rng.random((n, N)) < 0.3] = np.nan
+        start = np.full((n_events, N), np.nan, dtype=np.float32)
+        start[rng.random((n_events, N)) < 0.5] = 1.5
+        a, b = start.copy(), start.copy()
+        _numpy_scatter(a, ev, scores)
+        order = np.argsort(ev, kind="stable")
+        scatter_sorted(b, ev[order].astype(np.int64), order.astype(np.int64), scores, np.zeros(0, np.int64))
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+        # the looked-up form: rows of a table, a negative row meaning no score
+        table = rng.random((5, N)).astype(dtype)
+        row = rng.integers(-1, 5, n)
+        looked = np.where((row >= 0)[:, None], table[np.maximum(row, 0)], np.nan)
+        a, b = start.copy(), start.copy()
+        _numpy_scatter(a, ev, looked)
+        scatter_sorted(b, ev[order].astype(np.int64), order.astype(np.int64), table, row.astype(np.int64))
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.mark.parametrize("case", ["sem+traj", "traj", "sem-only", "ties", "small-store"])
+def test_expert_map_kernel_is_bit_identical(case):
+    from expertcache.prefetch._kernels import expert_map_scores
+    from expertcache.prefetch.expert_map import top_m_rows
+
+    rng = np.random.default_rng(2)
+    n, S, N, alpha = 50, 9 if case != "small-store" else 2, 6, 0.5
+    m_take = min(3, S)
+    dot = rng.random((n, S))
+    add = rng.random((n, S)).astype(np.float32)
+    x_sq = rng.random(n) + 0.1
+    x_sq[0] = 0.0                                   # a zero norm: trajectory 0
+    m_sq = rng.random(S) + 0.1
+    sem = rng.random((n, S)).astype(np.float32)
+    maps = rng.random((S, N)).astype(np.float32)
+    maps[rng.random((S, N)) < 0.4] = 0.0
+    if case == "ties":
+        dot[:, 1] = dot[:, 4]
+        m_sq[1] = m_sq[4]
+        sem[:, 1] = sem[:, 4]
+        add[:, 1] = add[:, 4]
+    use_sem = case in ("sem+traj", "sem-only", "ties", "small-store")
+    use_traj = case != "sem-only"
+    ref_dot = dot.copy()
+    if use_traj:
+        ref_dot += add
+        norm = np.sqrt(np.multiply.outer(x_sq, m_sq))
+        traj = np.divide(ref_dot, norm, out=np.zeros_like(ref_dot), where=norm > 0)
+        sim = alpha * sem + (1.0 - alpha) * traj if use_sem else traj
+    else:
+        sim = sem
+    ref = maps[top_m_rows(sim, m_take)].mean(axis=1)
+    ref[ref <= 0] = np.nan
+    got = np.empty((n, N), dtype=np.float32)
+    expert_map_scores(dot, add if use_traj else np.zeros((0, 0), np.float32), x_sq, m_sq,
+                      sem if use_sem else np.zeros((0, 0), np.float32), alpha, use_traj, m_take, maps, got)
+    assert np.array_equal(ref.view(np.uint32), got.view(np.uint32))
+    if use_traj:
+        assert np.array_equal(dot, ref_dot)
+
+
+def test_prefix_activations_equal_cumsum():
+    from expertcache.prefetch._kernels import prefix_activations
+    from expertcache.prefetch.produced import multi_hot
+
+    rng = np.random.default_rng(3)
+    L, N, k, n = 3, 10, 2, 30
+    experts = np.stack([np.stack([rng.choice(N, k, replace=False) for _ in range(L)]) for _ in range(n)])
+    rows = rng.permutation(n)[:17].astype(np.int64)
+    base = rng.integers(0, 5, L * N).astype(np.float32)
+    hot = multi_hot(experts[rows].reshape(-1, k), N).reshape(rows.size, L * N)
+    ref = base[None, :] + np.cumsum(hot, axis=0) - hot
+    got = np.empty_like(ref)
+    prefix_activations(experts.astype(np.int16), rows, base, got)
+    assert np.array_equal(ref, got)
+
+
+# ----------------------------------------------------------------------------- stream reading
+def test_read_events_in_batches_keeps_stored_types(tmp_path, monkeypatch):
+    import expertcache.events.stream as S
+
+    rng = np.random.default_rng(4)
+    s = _random_stream(rng, 3, 12, 50)
+    s.save(tmp_path / "s")
+    monkeypatch.setattr(S, "_READ_ROWS", 7)              # many batches, events split across none of them
+    monkeypatch.setattr(S, "_CHECK_CHUNK", 5)            # per-member checks in many chunks
+    got = read_events(tmp_path / "s")
+    assert got.expert.dtype == np.int16 and got.multiplicity.dtype == np.int32
+    for name in ("step", "layer", "active", "logical_per_event", "offsets", "expert", "multiplicity"):
+        assert np.array_equal(getattr(got, name), getattr(s, name)), name
+
+
+def test_chunked_member_checks_name_the_first_bad_event(monkeypatch):
+    import expertcache.events.stream as S
+    from expertcache.errors import ValidationError
+
+    monkeypatch.setattr(S, "_CHECK_CHUNK", 3)
+    s = _random_stream(np.random.default_rng(5), 2, 8, 10)
+    expert = s.expert.copy()
+    j = int(s.offsets[7]) + (1 if s.offsets[8] - s.offsets[7] > 1 else 0)
+    if s.offsets[8] - s.offsets[7] > 1:
+        expert[j] = expert[j - 1]                         # a repeat inside event 7 (record 8)
+        with pytest.raises(ValidationError, match="record 8"):
+            EventStream(s.n_layers, s.n_experts, s.top_k, s.step, s.layer, s.active, s.logical_per_event,
+                        s.offsets, expert, s.multiplicity)
+    expert = s.expert.copy()
+    expert[int(s.offsets[5])] = 99                        # out of range in event 5 (record 6)
+    with pytest.raises(ValidationError, match="record 6"):
+        EventStream(s.n_layers, s.n_experts, s.top_k, s.step, s.layer, s.active, s.logical_per_event,
+                    s.offsets, expert, s.multiplicity)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_spec_curves_equal_replay_curve(seed):
+    """The spec runner's cheaper paths (lfu ranks, least-stale by lru, short belady curves) give replay_curve's
+    results, field for field."""
+    from expertcache.experiment.tasks import _curve
+
+    rng = np.random.default_rng(100 + seed)
+    s = _random_stream(rng, int(rng.integers(1, 4)), int(rng.integers(2, 10)), int(rng.integers(1, 40)))
+    rhos = [0.0, 0.2, 0.5, 1.0]
+    for policy in ("lru", "lfu", "lfru", "least-stale", "belady"):
+        for sem in ("event-atomic", "sequential-ascending"):
+            cfg = ReplayConfig(policy, semantics=sem, seed=seed)
+            assert _curve(s, cfg, rhos, None) == replay_curve(s, cfg, rhos), (policy, sem)
