@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import jit, jit_helper
-from ._kernels import _cttz
+from ._kernels import _cttz, _max_unit, _slots
 from .keys import KEY_LEAST_STALE, KEY_LFU, KEY_LRFU
 
 
@@ -80,25 +80,6 @@ def _sink(heap, hk, ht, p, i, n, b, key, tb, pos):
     hk[p, i] = key
     ht[p, i] = tb
     pos[b] = i
-
-
-@jit
-def _max_unit(offsets, atomic):
-    if not atomic:
-        return 1
-    m = 1
-    for i in range(offsets.shape[0] - 1):
-        m = max(m, offsets[i + 1] - offsets[i])
-    return m
-
-
-@jit
-def _slots(capacity, n_blocks):
-    """Residents a partition can ever hold: the largest capacity, at most the universe."""
-    slots = 0
-    for p in range(capacity.shape[0]):
-        slots = max(slots, min(capacity[p], n_blocks))
-    return slots
 
 
 @jit
