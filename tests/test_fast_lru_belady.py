@@ -21,7 +21,7 @@ from expertcache.replay import ReplayConfig, replay, replay_hits
 from expertcache.replay import _kernels as K
 from expertcache.replay import engine as E
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def random_stream(rng: np.random.Generator, L: int, N: int, n_steps: int, max_size: int,
