@@ -523,11 +523,9 @@ def inside(directory: str | os.PathLike[str], name: Any, source: str, field: str
     return target
 
 
-def open_table(directory: str | os.PathLike[str], manifest: dict[str, Any], name: str) -> pq.ParquetFile:
-    """``name`` opened for reading column by column, after the checks of :func:`read_table` that need no
-    decoding (listed, present, sha256, footer rows and size); a reader of a large file decodes it a row
-    group at a time instead of all at once."""
-    directory = Path(directory)
+def _checked_file(directory: Path, manifest: dict[str, Any], name: str) -> tuple[Path, dict[str, Any]]:
+    """``name``'s path and manifest entry, after the checks that need no decoding: listed, inside the
+    directory, present, sha256, footer rows and size."""
     entry = manifest["files"].get(name)
     path = inside(directory, name, str(directory / MANIFEST), "files")
     if entry is None:
@@ -542,6 +540,14 @@ def open_table(directory: str | os.PathLike[str], manifest: dict[str, Any], name
             source=str(path),
         )
     _check_parquet_size(path, entry.get("rows"))
+    return path, entry
+
+
+def open_table(directory: str | os.PathLike[str], manifest: dict[str, Any], name: str) -> pq.ParquetFile:
+    """``name`` opened for reading column by column, after the checks of :func:`read_table` that need no
+    decoding (listed, present, sha256, footer rows and size); a reader of a large file decodes it a row
+    group at a time instead of all at once."""
+    path, _ = _checked_file(Path(directory), manifest, name)
     try:
         return pq.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False)     # streamed: no whole-file buffer
     except (pa.ArrowInvalid, OSError) as exc:
@@ -550,21 +556,7 @@ def open_table(directory: str | os.PathLike[str], manifest: dict[str, Any], name
 
 def read_table(directory: str | os.PathLike[str], manifest: dict[str, Any], name: str) -> pa.Table:
     """Read ``name`` after checking it exists and matches its manifest sha256."""
-    directory = Path(directory)
-    entry = manifest["files"].get(name)
-    path = inside(directory, name, str(directory / MANIFEST), "files")
-    if entry is None:
-        raise IntegrityError(f"manifest.json does not list {name}", source=str(directory))
-    if not path.is_file():
-        raise IntegrityError("listed in manifest.json but missing", source=str(path))
-    actual = sha256_file(path)
-    if actual != entry.get("sha256"):
-        raise IntegrityError(
-            f"sha256 mismatch (manifest {str(entry.get('sha256'))[:12]}…, file {actual[:12]}…): "
-            "the file was modified or truncated; re-create it",
-            source=str(path),
-        )
-    _check_parquet_size(path, entry.get("rows"))
+    path, entry = _checked_file(Path(directory), manifest, name)
     try:
         table = pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as exc:
