@@ -7,8 +7,10 @@ so no other Ray session on the machine is touched) and stopped by ending that pr
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,18 +34,22 @@ while True:
 
 
 @pytest.fixture(scope="module")
-def head(tmp_path_factory):
+def head():
     """The GCS address ``HOST:PORT`` of a one-CPU Ray head that lives as long as this module's tests."""
-    tmp = tmp_path_factory.mktemp("rayhead")
+    # a short directory of its own: Ray's AF_UNIX socket paths (at most 107 bytes) live under it, and
+    # pytest's temporary paths (longer still under pytest-xdist) overflow that
+    tmp = Path(tempfile.mkdtemp(prefix="ecray", dir="/tmp" if os.path.isdir("/tmp") else None))
     # no token authentication, as `ray start --head` gives on a machine without ~/.ray/auth_token
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
     env.pop("RAY_ADDRESS", None)
+    err = open(tmp / "head.err", "w")       # noqa: SIM115 (closed in teardown)
     proc = subprocess.Popen([sys.executable, "-c", _HEAD, str(tmp)], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, env=env)
+                            stderr=err, text=True, env=env)
     try:
         address = proc.stdout.readline().strip()
         if not address:
-            pytest.skip("a local Ray head did not start")
+            last = (tmp / "head.err").read_text().strip().splitlines()[-1:] or ["(no output)"]
+            pytest.skip(f"a local Ray head did not start: {last[0][:200]}")
         yield address
     finally:
         proc.terminate()           # ray.init's driver shuts its node down on SIGTERM
@@ -52,6 +58,8 @@ def head(tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        err.close()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _spec(root: Path) -> dict:
