@@ -22,6 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_MODEL = "src/expertcache/data/example_model_trace"
+EXAMPLE_PROMPTS = "src/expertcache/data/example_prompts.jsonl"
 
 
 def _run(args: list[str]) -> dict:
@@ -149,6 +150,40 @@ def _routers_budget_table() -> str:
         f"checkpoint's Temporal Router at `B = 8`, seed 0: Hit {100 * t8['hit']:.2f}.")
 
 
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.1f}%"
+
+
+def _audit_table(args: list[str]) -> str:
+    """The route audit of docs/probes.md: one row per category, then the pooled figures as sentences."""
+    rep = _run(["audit", *args, "--json"])
+    route, loc, ctl = rep["route"], rep["locality"], rep["control"]
+    lo = {c["category"]: c for c in loc["categories"]}
+    out = ["| category | unique | agr mean / p95 | expJac / \\|lowTok | residual | red 0-16 / 16-64 | prefix band "
+           "| locality: m (2 draws) | t (7 df), p | verdict |", "|---|---|---|---|---:|---|---|---|---|---|"]
+    for c in route["categories"]:
+        band = ", ".join(c["prefix_bands"]) + (", flagged" if c["flagged"] else "") if c["prefix_bands"] else (
+            "– (stable)" if c["stable"] else "–")
+        red = c["band_reduction"]
+        m = lo[c["category"]]
+        verdict = "separated" if m["verdict"] == "separated" else "not distinguishable"
+        out.append(f"| {c['category']} | {c['unique_sequences']}/{c['n_requests']} | "
+                   f"{_pct(c['agreement_mean'])} / {_pct(c['agreement_p95'])} | {c['jaccard_all']:.3f} / "
+                   f"{c['jaccard_low']:.3f} | {c['residual']:+.3f} | {_pct(red[0])} / {_pct(red[1])} | {band} | "
+                   f"{', '.join(_pct(x) for x in m['miss_fractions'])} | {m['t']:.2f}, {m['p_value']:.3f} | {verdict} |")
+    flagged = route["flagged_categories"]
+    return "\n".join(out) + (
+        f"\n\nCross-category baseline expert Jaccard {route['baseline_all']:.3f} ({route['baseline_low']:.3f} over "
+        f"low-agreement pairs); size-matched reference m = {_pct(loc['reference_mean'])} ± {_pct(loc['reference_sd'])} "
+        f"over {len(loc['reference_miss_fractions'])} draws of {loc['per_draw']} requests ({loc['config']['policy'].upper()}, "
+        f"ρ = {loc['config']['rho']:g}, B = {loc['config']['batch']}). Shared generated prefix: "
+        f"{'yes' if route['shared_prefix'] else 'no'}; flagged categories: {', '.join(flagged) if flagged else 'none'}. "
+        f"Positive control ({ctl['copied_positions']} positions of `{ctl['source_request']}` copied into every "
+        f"record): agreement {_pct(ctl['natural_agreement_mean'])} → {_pct(ctl['injected_agreement_mean'])}, "
+        f"expert Jaccard {ctl['natural_jaccard']:.3f} → {ctl['injected_jaccard']:.3f}, flag "
+        f"{str(ctl['natural_flag']).lower()} → {str(ctl['injected_flag']).lower()}.")
+
+
 #: name -> (document, the command the document names, what renders the table)
 TABLES: dict[str, tuple[str, str, Callable[[], str]]] = {
     "prefetch-example": ("docs/prefetch.md", "expertcache prefetch compare example",
@@ -160,6 +195,9 @@ TABLES: dict[str, tuple[str, str, Callable[[], str]]] = {
         lambda: _timed_compare_table([EXAMPLE_MODEL, "-C", "8", "--profile", "pcie-gen4-x16"])),
     "affinity-example-model": ("docs/experiments.md", f"expertcache affinity {EXAMPLE_MODEL} --best-of 0",
                                lambda: _affinity_table([EXAMPLE_MODEL, "--best-of", "0"])),
+    "audit-example-model": (
+        "docs/probes.md", f"expertcache audit {EXAMPLE_MODEL} --prompts {EXAMPLE_PROMPTS} --control 16",
+        lambda: _audit_table([EXAMPLE_MODEL, "--prompts", EXAMPLE_PROMPTS, "--control", "16"])),
     "routers-temporal": ("docs/routers.md", "python scripts/routers_tables.py", _routers_temporal_table),
     "routers-budget": ("docs/routers.md", "python scripts/routers_tables.py", _routers_budget_table),
 }

@@ -48,55 +48,13 @@ def test_docs_quote_the_measured_locality_table():
 
 
 MODEL = ROOT / "models" / "example-moe"
-#: sha256 of the weights the shipped trace was recorded from (docs/example_model.md).
-WEIGHTS_SHA256 = "871516e485bf7e73d0cbd48df88baca78dd418a03b6c3463692f209e87eb18dc"
 
-
-def _weights_match() -> bool:
-    from expertcache.storage import sha256_file
-
-    path = MODEL / "model.safetensors"
-    return path.is_file() and sha256_file(path) == WEIGHTS_SHA256
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not _weights_match(), reason="models/example-moe (git-ignored) absent or rebuilt differently; "
-                    "python scripts/example_model/make_all.py builds it")
-def test_recording_the_example_model_reproduces_the_shipped_trace(tmp_path):
-    """The documented recording command (scripts/example_model/record.py) on the documented weights gives the
-    shipped routes.parquet byte for byte, and the same collection identity."""
-    pytest.importorskip("transformers")
-    sys.path.insert(0, str(ROOT / "scripts" / "example_model"))
-    try:
-        import record
-    finally:
-        sys.path.pop(0)
-    out = tmp_path / "trace"
-    assert record.record(MODEL, out) == 0
-    shipped = read_trace(TRACE)
-    again = read_trace(out)
-    # the routes first (readable failure), then the bytes
-    np.testing.assert_array_equal(again.experts, shipped.experts)
-    np.testing.assert_array_equal(again.token_id, shipped.token_id)
-    np.testing.assert_allclose(again.gates, shipped.gates, atol=1e-5)
-    # the files' bytes also record the writing tool's version (docs/design.md §3): compare what they hold
-    import pyarrow.parquet as pq
-
-    assert pq.read_table(out / "routes.parquet").equals(pq.read_table(TRACE / "routes.parquet"))
-
-    def unversioned(path: Path) -> dict:
-        return {k: v for k, v in json.loads(path.read_text()).items() if k not in ("schema_version", "tool_version")}
-
-    ident = unversioned(out / "collection.json")
-    assert ident["identity"]["model"] == "models/example-moe"
-    assert ident == unversioned(TRACE / "collection.json")
-
-
-#: The pinned rebuild (scripts/example_model/portable.py; docs/example_model.md): its weights, and the content
-#: of the trace recorded from them (experts, token ids, gates, probabilities; the file's bytes also hold the
-#: writing tool's version).
+#: The pinned rebuild (scripts/example_model/portable.py; docs/example_model.md): its weights, the content of
+#: the trace recorded from them (experts, token ids, gates, probabilities) and the shipped file's sha256 (its
+#: bytes also hold the writing tool's version).
 REBUILT_WEIGHTS_SHA256 = "f49cf6a5e1db4d5f4dabc5e13d5ec2155bf6174c19ac475163af15c7155e8fb0"
 REBUILT_ROUTES_CONTENT_SHA256 = "c24d07b7e138399c7defe5a8093d9ffa5c965c78c752fd13b01c1b84a973aaff"
+SHIPPED_ROUTES_SHA256 = "eb5e5fd4979cf1c28d73d2fb9b9da40f82576ef5ecf615beaa4307adcef8c28c"
 
 
 def routes_content_sha256(trace_dir: Path) -> str:
@@ -117,11 +75,24 @@ def _rebuilt_weights() -> bool:
     return path.is_file() and sha256_file(path) == REBUILT_WEIGHTS_SHA256
 
 
+def test_the_shipped_trace_is_the_documented_recording_of_the_pinned_rebuild():
+    """The shipped routes are the ones docs/example_model.md documents for the recipe's weights."""
+    from expertcache.storage import sha256_file
+
+    assert routes_content_sha256(TRACE) == REBUILT_ROUTES_CONTENT_SHA256
+    assert sha256_file(TRACE / "routes.parquet") == SHIPPED_ROUTES_SHA256
+    doc = (ROOT / "docs" / "example_model.md").read_text()
+    for h in (REBUILT_WEIGHTS_SHA256, REBUILT_ROUTES_CONTENT_SHA256, SHIPPED_ROUTES_SHA256):
+        assert h in doc, h
+    assert json.loads((TRACE / "collection.json").read_text())["identity"]["model"] == "models/example-moe"
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not _rebuilt_weights(), reason="models/example-moe (git-ignored) absent or not the pinned "
                     "rebuild; python scripts/example_model/make_all.py --skip-record builds it")
-def test_recording_the_rebuilt_model_gives_the_documented_routes(tmp_path):
-    """The recipe's recording of the pinned rebuild: the routes documented in docs/example_model.md."""
+def test_recording_the_rebuilt_model_reproduces_the_shipped_trace(tmp_path):
+    """The documented recording command (scripts/example_model/record.py) on the documented weights gives the
+    shipped routes.parquet byte for byte, and the same collection identity."""
     pytest.importorskip("transformers")
     sys.path.insert(0, str(ROOT / "scripts" / "example_model"))
     try:
@@ -130,12 +101,21 @@ def test_recording_the_rebuilt_model_gives_the_documented_routes(tmp_path):
         sys.path.pop(0)
     out = tmp_path / "trace"
     assert record.record(MODEL, out) == 0
+    shipped = read_trace(TRACE)
+    again = read_trace(out)
+    # the routes first (readable failure), then the bytes
+    np.testing.assert_array_equal(again.experts, shipped.experts)
+    np.testing.assert_array_equal(again.token_id, shipped.token_id)
+    np.testing.assert_allclose(again.gates, shipped.gates, atol=1e-5)
     assert routes_content_sha256(out) == REBUILT_ROUTES_CONTENT_SHA256
-    assert REBUILT_WEIGHTS_SHA256 in (ROOT / "docs" / "example_model.md").read_text()
-    assert REBUILT_ROUTES_CONTENT_SHA256 in (ROOT / "docs" / "example_model.md").read_text()
+    # the files' bytes also record the writing tool's version (docs/design.md §3): compare what they hold
+    import pyarrow.parquet as pq
 
+    assert pq.read_table(out / "routes.parquet").equals(pq.read_table(TRACE / "routes.parquet"))
 
-def test_the_shipped_trace_is_not_the_rebuilt_recording():
-    """docs/example_model.md says the shipped trace predates the pinned rebuild; keep that true until it is replaced."""
-    assert routes_content_sha256(TRACE) != REBUILT_ROUTES_CONTENT_SHA256
-    assert "The shipped trace is not yet that recording" in (ROOT / "docs" / "example_model.md").read_text()
+    def unversioned(path: Path) -> dict:
+        return {k: v for k, v in json.loads(path.read_text()).items() if k not in ("schema_version", "tool_version")}
+
+    ident = unversioned(out / "collection.json")
+    assert ident["identity"]["model"] == "models/example-moe"
+    assert ident == unversioned(TRACE / "collection.json")

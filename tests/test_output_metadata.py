@@ -85,8 +85,8 @@ def test_timings_parquet_carries_metadata(tmp_path):
 
 
 def test_files_written_without_metadata_still_read(tmp_path):
-    # the bundled example was written before the metadata existed
-    with resources.as_file(DATA / "example_model_trace") as src:
+    # the bundled synthetic example was written before the metadata existed
+    with resources.as_file(DATA / "example_trace") as src:
         assert read_parquet_metadata(src / "routes.parquet") == {}
         assert read_trace(src).n_tokens > 0
     # a result table written by plain pyarrow (an older store, or a user's own file)

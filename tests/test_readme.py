@@ -95,3 +95,39 @@ def test_reference_lines_name_real_commands_and_options():
 @pytest.mark.parametrize("needle", ["--rhos", "--seeds", "--policies", "--batches"])
 def test_readme_uses_the_current_spellings(needle):
     assert needle not in README
+
+
+def _demo(*extra: str) -> dict:
+    import json
+
+    return json.loads(_run(["demo", *extra, "--json"]).strip().splitlines()[-1])
+
+
+def test_the_quoted_demo_output_is_what_the_demo_prints():
+    """The README's abridged demo output and the sentences under it hold for ``expertcache demo`` now."""
+    d = _demo()
+    block = README.split("Output of the command above, abridged:", 1)[1].split("```\n", 1)[1].split("```", 1)[0]
+    assert (f"Regime: mean event ratio r = |E|/c_l = {d['mean_event_ratio']:.3f}, "
+            f"{100 * d['fraction_events_over_capacity']:.1f}% of events exceed the layer quota") in block
+    quoted = {ln.split()[0]: ln.split()[1:] for ln in block.splitlines()[3:] if ln.strip()}
+    keys = ("miss_fraction_sequential_ascending", "miss_fraction_sequential_random", "miss_fraction_event_atomic")
+    rows = {r["policy"]: r for r in d["rows"]}
+    assert set(quoted) == set(rows)
+    for name, r in rows.items():
+        assert quoted[name] == [f"{100 * r[k]:.2f}%" for k in keys] + [
+            f"{100 * r['inflation_sequential_ascending']:+.1f}%", f"{100 * r['inflation_sequential_random']:+.1f}%"]
+    # the sentences under it
+    infl = {n: r["inflation_sequential_ascending"] for n, r in rows.items()}
+    assert min(infl[p] for p in ("lru", "lfru", "least-stale")) > 5 * max(infl[p] for p in ("lfu", "belady"))
+    assert infl["static"] == infl["static-same-trace"] == 0
+    assert all(r["inflation_sequential_ascending"] > r["inflation_sequential_random"] for n, r in rows.items()
+               if n in ("lru", "lfru", "lrfu", "least-stale"))
+    same = rows["static-same-trace"]["miss_fraction_sequential_ascending"]
+    assert all(same < rows[p]["miss_fraction_sequential_ascending"] for p in ("lru", "lfu", "lfru", "lrfu"))
+    bf = rows["belady-forced"]
+    assert bf["miss_fraction_event_atomic"] > bf["miss_fraction_sequential_ascending"]
+    assert f"sits past the quota boundary (r̄ ≈ {d['mean_event_ratio']:.2f})" in README
+    syn = _demo("--example", "synthetic")
+    lru = next(r for r in syn["rows"] if r["policy"] == "lru")
+    assert (f"(r̄ ≈ {syn['mean_event_ratio']:.2f}; LRU inflation {100 * lru['inflation_sequential_ascending']:+.0f}% / "
+            f"{100 * lru['inflation_sequential_random']:+.0f}%)") in README
