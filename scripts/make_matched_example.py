@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -25,6 +26,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "src" / "expertcache" / "data"
+sys.path.insert(0, str(ROOT / "scripts" / "example_model"))
+
+import portable  # noqa: E402  (the recipe's pinned CPU kernels)
+import record  # noqa: E402
 
 
 def main() -> int:
@@ -41,8 +46,10 @@ def main() -> int:
             subprocess.run([*cli, "probe", "build", "-o", str(probes), "--per-cell", "4", "--matched", "2"],
                            check=True)
         if not a.collected:
+            # the example trace's recording settings: the portable CPU kernels and two torch threads
+            env = {**os.environ, **portable.PORTABLE_ENV, "OMP_NUM_THREADS": str(record.RECORD_THREADS)}
             subprocess.run([*cli, "collect", a.model, "--prompts", str(probes / "prompts.jsonl"), "-o",
-                            str(collected), "--max-new-tokens", "48"], check=True)
+                            str(collected), "--max-new-tokens", "48"], check=True, env=env)
         bundle(collected, probes / "labels.csv")
     return 0
 
@@ -61,6 +68,9 @@ def bundle(collected: Path, labels_csv: Path) -> None:
                        tr.position[keep], tr.experts[keep], None if tr.gates is None else tr.gates[keep],
                        tr.token_id[keep], prov)
     out.save(DATA / "example_matched_trace", overwrite=True)
+    from expertcache.storage import MARKER
+
+    (DATA / "example_matched_trace" / MARKER).unlink(missing_ok=True)   # the package data ships no output marker
     with open(labels_csv, encoding="utf-8", newline="") as fh:
         rows = list(csv.DictReader(fh))
     (DATA / "example_matched_labels.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
