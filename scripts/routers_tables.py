@@ -31,6 +31,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts" / "example_model"))
+
+import portable  # noqa: E402  (the example model's pinned CPU kernels, set before torch is imported)
+
+portable.apply()
+
 OUT = ROOT / "docs" / "data" / "routers_example.json"
 PROMPTS = ROOT / "src" / "expertcache" / "data" / "example_prompts.jsonl"
 CAPACITIES = (6, 8, 12, 16)
@@ -79,6 +85,7 @@ def measure(model: Path, work: Path) -> dict:
 
     import expertcache
 
+    portable.check()
     work.mkdir(parents=True, exist_ok=True)
     prompts = split_prompts(work)
     tr, ho = work / "clr_tr", work / "clr_ho"
@@ -104,7 +111,7 @@ def measure(model: Path, work: Path) -> dict:
         "model_weights_sha256": _sha256(model / "model.safetensors"),
         "python": platform.python_version(), "torch": torch.__version__,
         "transformers": transformers.__version__, "expertcache": expertcache.__version__,
-        "threads": torch.get_num_threads(),
+        "threads": torch.get_num_threads(), "kernels": dict(portable.PORTABLE_ENV),
         "train_options": TRAIN, "capacities": list(CAPACITIES), "seeds": list(SEEDS), "budgets": list(BUDGETS),
         "temporal": temporal, "full": {"train": train_full, "eval": full},
     }

@@ -48,19 +48,15 @@ def test_routers_prose_follows_its_data():
         evs = d["temporal"][str(b)]["evals"]
         return sum(next(r["hit"] for r in ev["table"] if r["method"] == method) for ev in evs) / len(evs)
 
-    def spread(b, method):
-        hits = [next(r["hit"] for r in ev["table"] if r["method"] == method) for ev in d["temporal"][str(b)]["evals"]]
-        return max(hits) - min(hits)
-
     t = {b: mean(b, "Temporal Router") for b in d["capacities"]}
     assert all(t[b] > mean(b, "Native p^R (untrained)") for b in d["capacities"])   # training helps the router
-    assert [t[b] > mean(b, "LRU") for b in d["capacities"]] == [True, True, True, False]
-    best = {b: max(mean(b, m) for m in ("LRU", "LFU", "LRFU")) for b in d["capacities"]}
-    assert all(max(("LRU", "LFU", "LRFU"), key=lambda m, b=b: mean(b, m)) == "LRFU" for b in d["capacities"])
-    for b in (8, 12):                                                   # level: within LRU's tie-seed spread
-        assert abs(t[b] - best[b]) <= spread(b, "LRU")
-    for b in (6, 16):
-        assert t[b] < best[b]
+    assert [t[b] > mean(b, "LRU") for b in d["capacities"]] == [True, True, False, False]
+    classic = ("LRU", "LFU", "LRFU")
+    assert [max(classic, key=lambda m, b=b: mean(b, m)) for b in d["capacities"]] == ["LFU", "LFU", "LRFU", "LRFU"]
+    gaps = [max(mean(b, m) for m in classic) - t[b] for b in d["capacities"]]
+    assert min(gaps) > 0                                                # behind the best classic row at every B
+    doc = (ROOT / "docs" / "routers.md").read_text()
+    assert f"at every `B`, by {100 * min(gaps):.1f} to {100 * max(gaps):.1f} points" in doc
     full = d["full"]["eval"]["budget_sweep"]
     assert [r["budget"] for r in full] == d["budgets"]
     hits, adj = [r["hit"] for r in full], [r["adj_hit"] for r in full]
