@@ -321,9 +321,8 @@ _BELADY_SEPARATE_MAX = 8
 def _curve(stream, base, rhos: list[float], calibration) -> tuple:
     """The results of ``base`` at every ``rho``: identical to :func:`expertcache.replay.replay_curve`, by its
     cheapest path here: LFU's rank pass (:func:`expertcache.replay.lfu_curve.lfu_curve`), separate replays
-    for a short belady curve, least-stale by LRU's curve (without warm-up events: least-stale evicts exactly
-    what lru evicts, an identity ``tests/test_twin.py`` checks in every scope, semantics and tie mode, so
-    its results are lru's under its own name), else ``replay_curve``."""
+    for a short belady curve, else ``replay_curve`` (which runs least-stale on lru's kernels: they evict
+    the same blocks)."""
     from dataclasses import replace
 
     from ..replay import replay, replay_curve
@@ -331,9 +330,6 @@ def _curve(stream, base, rhos: list[float], calibration) -> tuple:
 
     if len(rhos) > 1 and lfu_curve_supported(base):
         return lfu_curve(stream, base, rhos)
-    if base.policy == "least-stale" and not base.warmup_events:
-        return tuple(replace(r, policy="least-stale")
-                     for r in replay_curve(stream, replace(base, policy="lru"), rhos, calibration))
     if base.policy == "belady" and len(rhos) <= _BELADY_SEPARATE_MAX:
         return tuple(replay(stream, replace(base, rho=float(r), capacity=None), calibration) for r in rhos)
     return replay_curve(stream, base, rhos, calibration)
