@@ -1,6 +1,6 @@
 """The fast paths of lfu, lrfu, least-stale and lfru, the sequential-random shuffle and the curve choice.
 
-Each kernel of ``replay/_kernels_ranked.py`` is compared with the naive twin
+Each kernel of ``replay/_kernels_ranked.py`` (and lfu's bitset loop, ``_kernels_bits.replay_lfu_bits``) is compared with the naive twin
 (tests/naive.py) and with the generic kernels it replaces (``replay_heap``,
 ``replay_scan``) on seeded random streams, including capacity 0, capacities at
 or beyond the universe, events larger than the cache, warm-up events, in-cache
@@ -18,6 +18,7 @@ from test_twin_large import random_stream
 from expertcache.events import EventStream
 from expertcache.replay import ReplayConfig, curve_pays, engine, replay, replay_curve, replay_hits
 from expertcache.replay import _kernels as K
+from expertcache.replay import _kernels_bits as KB
 from expertcache.replay import _kernels_lfru as KL
 from expertcache.replay import _kernels_ranked as KR
 from expertcache.replay.keys import KEY_LEAST_STALE, KEY_LFRU, KEY_LFU, KEY_LRFU
@@ -156,6 +157,44 @@ def test_every_fast_kernel_equals_the_generic_kernels(seed):
                 KL.replay_lfru_pool(stream.offsets, stream.expert, stream.layer, N, L, global_scope, atomic, caps, tie,
                                     1, hits, misses, flags)
                 assert all((a == b).all() for a, b in zip((hits, misses, flags), want, strict=True))
+
+
+@pytest.mark.parametrize("N", (1, 7, 64, 65, 130, 1024))
+@pytest.mark.parametrize("in_cache", (False, True))
+def test_lfu_frequency_buckets_equal_the_generic_kernel(N, in_cache):
+    """replay_lfu_bits called directly: capacities from 0 past N, multi-word bitsets, warm-up, hit flags."""
+    L = 3
+    stream = random_stream(N + 11 * in_cache, L=L, N=N, k=min(N, 9), steps=40 if N < 1024 else 12)
+    tie = engine._tie_ranks("random", N, L * N)
+    _, tie_pos = engine._tie_order(tie, L, N)
+    for caps in ((0, 1, 2), (N // 3, N // 2, max(N - 1, 0)), (N, N + 1, 5 * N), (3, 9, 17)):
+        caps = np.array(caps, dtype=np.int64)
+        for warm in (0, 5):
+            cfg = ReplayConfig("lfu", warmup_events=warm)
+            want = _generic(stream, cfg, True, False, caps, tie, KEY_LFU, -1.0, in_cache)
+            hits = np.zeros(L, dtype=np.int64)
+            misses = np.zeros(L, dtype=np.int64)
+            flags = np.zeros(stream.union, dtype=np.uint8)
+            KB.replay_lfu_bits(stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos, in_cache, warm, hits,
+                               misses, flags)
+            assert all((a == b).all() for a, b in zip((hits, misses, flags), want, strict=True)), (caps, warm)
+
+
+def test_lfu_on_a_skewed_stream_with_many_distinct_counts():
+    """A few hot experts and a long cold tail: many distinct counts among the residents, long-lived hot blocks."""
+    rng = np.random.default_rng(7)
+    L, N, steps = 2, 96, 400
+    weights = 1.0 / np.arange(1, N + 1) ** 1.2
+    weights /= weights.sum()
+    experts = [sorted(set(rng.choice(N, 12, p=weights).tolist())) for _ in range(steps * L)]
+    stream = EventStream.from_lists(L, N, 12, [i // L for i in range(steps * L)], [i % L for i in range(steps * L)],
+                                    experts, [1] * (steps * L))
+    for rho in (0.1, 0.3, 0.6):
+        for in_cache in (False, True):
+            kw = dict(rho=rho, lfu_in_cache_counters=in_cache, seed=3)
+            for policy in ("lfu", "lrfu", "lfru"):
+                got = replay(stream, ReplayConfig(policy, **kw))
+                assert counts(got) == naive_counts(naive_replay(stream, policy, **kw)), (policy, kw)
 
 
 def _python_order(stream: EventStream, seed: int) -> np.ndarray:

@@ -378,13 +378,17 @@ def _loop_belady(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, h
 def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses,
                   hit_flag=_NO_FLAGS) -> None:
     offsets, expert, layer, step, n_experts, n_layers, global_scope, atomic, _ = args
+    reset = bool(config.lfu_in_cache_counters and policy.name == "lfu")
+    if policy.key_code == KEY_LFU and atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS:
+        _, tie_pos = _tie_order(tie, n_layers, n_experts)      # counts and residents over tie positions
+        return KB.replay_lfu_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, reset,
+                                  config.warmup_events, hits, misses, hit_flag)
     bits = _ranked_bits(policy.key_code, offsets, step, n_layers * n_experts, atomic)
     if bits is not None:
         # where event-atomic units per layer are a large share of the quota, keep the residents sorted and
         # merge each unit in; otherwise (small units, one access per unit, one large global pool) keep them
         # in heaps. lfru's drifting key is re-ranked at every overflow.
-        rest = (policy.key_code, *bits, bool(config.lfu_in_cache_counters and policy.name == "lfu"),
-                _lam(config, policy), config.warmup_events, hits, misses, hit_flag)
+        rest = (policy.key_code, *bits, reset, _lam(config, policy), config.warmup_events, hits, misses, hit_flag)
         if policy.key_code == KEY_LFRU and (atomic or not global_scope):
             KL.replay_select(offsets, expert, layer, step, n_experts, n_layers, global_scope, atomic, caps, tie, *rest)
         elif policy.key_code == KEY_LFRU:   # one access per unit in one large pool: re-rank only the low keys
