@@ -39,6 +39,29 @@ def _popc(typingctx, x):
 
 
 @jit_helper
+def _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, hit_flag):
+    """Put the members ``expert[lo:hi]`` of a unit of ``layer`` in ``ev`` (tie positions); its hits on ``mem[layer]``.
+
+    Sets ``hit_flag`` on the hits when ``record``. Shared by the bitset loops.
+    """
+    one = np.uint64(1)
+    for w in range(n_words):
+        ev[w] = np.uint64(0)
+    for a in range(lo, hi):
+        tp = tie_pos[base + expert[a]]
+        ev[tp >> 6] |= one << np.uint64(tp & 63)
+    n_hit = 0
+    for w in range(n_words):
+        n_hit += np.int64(_popc(ev[w] & mem[layer, w]))
+    if record and n_hit:
+        for a in range(lo, hi):
+            tp = tie_pos[base + expert[a]]
+            if (mem[layer, tp >> 6] >> np.uint64(tp & 63)) & one:
+                hit_flag[a] = 1
+    return n_hit
+
+
+@jit_helper
 def _unlink(k, layer, bhead, btail, bnext, bprev, free, n_free):
     """Unlink bucket ``k`` from ``layer``'s list and push it on the free stack; returns the new stack size."""
     q = bprev[k]
@@ -114,19 +137,7 @@ def _replay_lru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
         lo = offsets[i]
         hi = offsets[i + 1]
         n_mem = hi - lo
-        for w in range(n_words):
-            ev[w] = zero
-        for a in range(lo, hi):
-            tp = tie_pos[base + expert[a]]
-            ev[tp >> 6] |= one << np.uint64(tp & 63)
-        n_hit = 0
-        for w in range(n_words):
-            n_hit += np.int64(_popc(ev[w] & mem[layer, w]))
-        if record and n_hit:
-            for a in range(lo, hi):
-                tp = tie_pos[base + expert[a]]
-                if (mem[layer, tp >> 6] >> np.uint64(tp & 63)) & one:
-                    hit_flag[a] = 1
+        n_hit = _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, hit_flag)
         if i >= count_from:
             hits[layer] += n_hit
             misses[layer] += n_mem - n_hit
@@ -507,7 +518,6 @@ def _replay_lfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, re
     n_events = offsets.shape[0] - 1
     n_words = (n_experts + 63) // 64
     one = np.uint64(1)
-    zero = np.uint64(0)
     tmask = np.int64(1023)
     for i in range(n_events):
         layer = ev_layer[i]
@@ -516,20 +526,9 @@ def _replay_lfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, re
         lo = offsets[i]
         hi = offsets[i + 1]
         n_mem = hi - lo
-        for w in range(n_words):
-            ev[w] = zero
+        n_hit = _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, hit_flag)
         for a in range(lo, hi):
-            tp = tie_pos[base + expert[a]]
-            ev[tp >> 6] |= one << np.uint64(tp & 63)
-            fpos[base + tp] += 1
-        n_hit = 0
-        for w in range(n_words):
-            n_hit += np.int64(_popc(ev[w] & mem[layer, w]))
-        if record and n_hit:
-            for a in range(lo, hi):
-                tp = tie_pos[base + expert[a]]
-                if (mem[layer, tp >> 6] >> np.uint64(tp & 63)) & one:
-                    hit_flag[a] = 1
+            fpos[base + tie_pos[base + expert[a]]] += 1
         if i >= count_from:
             hits[layer] += n_hit
             misses[layer] += n_mem - n_hit
