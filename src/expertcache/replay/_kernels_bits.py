@@ -556,9 +556,8 @@ def _replay_lfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, re
                 j = (w << 6) + np.int64(_cttz(x))
                 x &= x - one
                 c = fpos[base + j]
-                if c <= t:
-                    keys[k] = (c << 10) | j
-                    k += 1
+                keys[k] = (c << 10) | j          # written always, kept when under the cut (no branch)
+                k += c <= t
         if k < m:
             k = 0
             for w in range(n_words):
