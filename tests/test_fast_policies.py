@@ -148,8 +148,8 @@ def test_every_fast_kernel_equals_the_generic_kernels(seed):
                 hits = np.zeros(L, dtype=np.int64)
                 misses = np.zeros(L, dtype=np.int64)
                 flags = np.zeros(stream.union, dtype=np.uint8)
-                KL.replay_select(stream.offsets, stream.expert, stream.layer, stream.step, N, L, global_scope, atomic,
-                                 caps, tie, KEY_LFRU, 0, 0, False, -1.0, 1, hits, misses, flags)
+                KL.replay_select(stream.offsets, stream.expert, stream.layer, N, L, global_scope, atomic, caps, tie, 1,
+                                 hits, misses, flags)
                 assert all((a == b).all() for a, b in zip((hits, misses, flags), want, strict=True))
                 hits = np.zeros(L, dtype=np.int64)
                 misses = np.zeros(L, dtype=np.int64)

@@ -21,7 +21,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from .._jit import jit, jit_helper
-from ._kernels import _cttz
+from ._kernels import _cttz, _max_unit
 
 #: Largest per-layer universe the bitset kernels take (16 words of 64 bits).
 MAX_BITS_EXPERTS = 1024
@@ -461,9 +461,7 @@ def replay_lfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
     ``reset_freq_on_evict``.
     """
     n_words = (n_experts + 63) // 64
-    sizes = np.diff(offsets)
-    max_unit = int(sizes.max()) if sizes.shape[0] else 0
-    width = int(min(int(capacity.max()) + max_unit, n_experts)) + 1 if capacity.shape[0] else 1
+    width = min(int(capacity.max()) + int(_max_unit(offsets, True)), n_experts) + 1   # |C ∪ U| at most
     _replay_lfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, reset_freq_on_evict, count_from,
                      hits, misses, hit_flag, np.zeros(n_layers, dtype=np.int64),
                      np.zeros((n_layers, n_words), dtype=np.uint64), np.zeros(n_words, dtype=np.uint64),

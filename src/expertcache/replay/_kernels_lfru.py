@@ -6,8 +6,7 @@ by the same float expression) and trust their inputs.
 * :func:`replay_select` — residents in per-partition slots with their counts and
   clocks; every candidate is re-ranked at each overflowing unit and the leaving
   ``n_go`` are selected in a small max-heap of contiguous keys (the non-negative
-  float key's bits order like the float). Also takes the keys of
-  :func:`._kernels_ranked.replay_ranked`.
+  float key's bits order like the float).
 * :func:`replay_lfru_pool` — for one large partition with one access per unit
   (sequential units, global scope): only a pool of residents whose key may lie
   below a threshold is re-ranked.
@@ -19,7 +18,6 @@ import numpy as np
 
 from .._jit import jit, jit_helper
 from ._kernels_ranked import _below, _max_unit, _rise, _sink, _slots
-from .keys import KEY_LEAST_STALE, KEY_LFRU, KEY_LFU, KEY_LRFU
 
 
 @jit_helper
@@ -60,19 +58,18 @@ def _sel_rise(sk, st, si, i, k, tb, j):
 
 
 @jit
-def replay_select(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global_scope, atomic, capacity, tie,
-                  key_code, tie_bits, coff_bits, reset_freq_on_evict, lam, count_from, hits, misses, hit_flag):
-    """``lfu``, ``lrfu``, ``least-stale`` or ``lfru``: residents in per-partition slots, selection per unit.
+def replay_select(offsets, expert, ev_layer, n_experts, n_layers, global_scope, atomic, capacity, tie, count_from,
+                  hits, misses, hit_flag):
+    """``lfru``: residents in per-partition slots, selection per unit.
 
-    No order is kept between units: each slot holds its block's int64 key (for
-    ``lfru``, its count and last unit, the key ``freq / (t - last + 1)`` being
-    evaluated at each overflow by the float expression of ``replay_scan``, its
-    non-negative float bits then ranking like the float) and tie column (0 when
-    the tie rank is packed into the key). At an overflowing unit the ``n_go``
-    lowest of the slots and the unit's misses are selected in a small max-heap of
+    No order is kept between units: each slot holds its block's count, last
+    unit and tie rank; the key ``freq / (t - last + 1)`` is evaluated at each
+    overflow by the float expression of ``replay_scan`` (its non-negative float
+    bits then rank like the float). At an overflowing unit the ``n_go`` lowest
+    of the slots and the unit's misses are selected in a small max-heap of
     contiguous keys and leave. Cheap where units are large against the capacity
-    (event-atomic, per layer): ``O(c + |U| log n_go)`` per unit. Parameters and
-    keys are those of :func:`replay_ranked`.
+    (event-atomic, per layer): ``O(c + |U| log n_go)`` per unit. Parameters are
+    those of :func:`replay_lfru_pool`.
     """
     n_blocks = n_layers * n_experts
     record = hit_flag.shape[0] > 0
@@ -81,17 +78,14 @@ def replay_select(offsets, expert, ev_layer, ev_step, n_experts, n_layers, globa
     max_unit = _max_unit(offsets, atomic)
     slots = max(_slots(capacity, n_blocks), 1)
     rb = np.empty((n_parts, slots), dtype=np.int64)     # block in each slot
-    rk = np.empty((n_parts, slots), dtype=np.int64)     # its key (lfru: its count)
-    rl = np.empty((n_parts, slots), dtype=np.int64)     # lfru: its last unit
-    rt = np.empty((n_parts, slots), dtype=np.int64)     # its tie column
+    rk = np.empty((n_parts, slots), dtype=np.int64)     # its count
+    rl = np.empty((n_parts, slots), dtype=np.int64)     # its last unit
+    rt = np.empty((n_parts, slots), dtype=np.int64)     # its tie rank
     n_res = np.zeros(n_parts, dtype=np.int64)
     spos = np.full(n_blocks, -1, dtype=np.int64)        # slot of a resident, -1 if absent
     freq = np.zeros(n_blocks, dtype=np.int64)
-    crf = np.full(n_blocks, -np.inf, dtype=np.float64)
-    crf_bits = crf.view(np.int64)                       # crf >= 0 once accessed: its bits order like the float
     fkey = np.empty(1, dtype=np.float64)
     fkey_bits = fkey.view(np.int64)
-    lunits = np.zeros(n_layers, dtype=np.int64)
     miss_buf = np.empty(max_unit, dtype=np.int64)
     miss_key = np.empty(max_unit, dtype=np.int64)
     miss_tie = np.empty(max_unit, dtype=np.int64)
@@ -101,23 +95,12 @@ def replay_select(offsets, expert, ev_layer, ev_step, n_experts, n_layers, globa
     si = np.empty(width, dtype=np.int64)
     go = np.zeros(width, dtype=np.bool_)
     free = np.empty(width, dtype=np.int64)
-    lfru = key_code == KEY_LFRU
     t = 0
-    cur_step = -1
-    cycle = np.int64(-1)
-    cycle_start = 0
-    key = np.int64(0)
-    stale = np.int64(0)
-    now = 0.0
     for i in range(n_events):
         layer = ev_layer[i]
         p = 0 if global_scope else layer
         cap = capacity[p]
         base = layer * n_experts
-        if ev_step[i] != cur_step:
-            cur_step = ev_step[i]
-            cycle += 1
-            cycle_start = t
         counted = i >= count_from
         lo = offsets[i]
         hi = offsets[i + 1]
@@ -126,43 +109,26 @@ def replay_select(offsets, expert, ev_layer, ev_step, n_experts, n_layers, globa
             a_lo = lo if atomic else lo + u
             a_hi = hi if atomic else lo + u + 1
             n_miss = 0
-            if key_code == KEY_LEAST_STALE:
-                stale = ((cycle << coff_bits) | (t - cycle_start)) << tie_bits
-            elif key_code == KEY_LRFU:
-                now = lam * float(lunits[layer])
             for a in range(a_lo, a_hi):
                 b = base + expert[a]
-                f = freq[b] + 1
+                f = freq[b] + 1             # the count now; the float key at selection
                 freq[b] = f
-                tb = np.int64(0)
-                if key_code == KEY_LFU:
-                    key = (f << tie_bits) | tie[b]
-                elif key_code == KEY_LEAST_STALE:
-                    key = stale | tie[b]
-                elif key_code == KEY_LRFU:
-                    crf[b] = now + np.log2(1.0 + np.exp2(crf[b] - now))
-                    key = crf_bits[b]
-                    tb = tie[b]
-                else:               # lfru: the count now; the float key at selection
-                    key = f
-                    tb = tie[b]
                 s = spos[b]
                 if s >= 0:
-                    rk[p, s] = key
+                    rk[p, s] = f
                     rl[p, s] = t
                     if record:
                         hit_flag[a] = 1
                 else:
                     miss_buf[n_miss] = b
-                    miss_key[n_miss] = key
-                    miss_tie[n_miss] = tb
+                    miss_key[n_miss] = f
+                    miss_tie[n_miss] = tie[b]
                     n_miss += 1
             if counted:
                 hits[layer] += (a_hi - a_lo) - n_miss
                 misses[layer] += n_miss
             t1 = t
             t += 1
-            lunits[layer] += 1
             if n_miss == 0:
                 continue
             r = n_res[p]
@@ -182,17 +148,12 @@ def replay_select(offsets, expert, ev_layer, ev_step, n_experts, n_layers, globa
             n_sel = 0
             for j in range(r + n_miss):
                 if j < r:
-                    k = rk[p, j]
+                    fkey[0] = rk[p, j] / float(t1 - rl[p, j] + 1)
                     tb = rt[p, j]
-                    if lfru:
-                        fkey[0] = k / float(t1 - rl[p, j] + 1)
-                        k = fkey_bits[0]
                 else:
-                    k = miss_key[j - r]
+                    fkey[0] = miss_key[j - r] / 1.0
                     tb = miss_tie[j - r]
-                    if lfru:
-                        fkey[0] = k / 1.0
-                        k = fkey_bits[0]
+                k = fkey_bits[0]
                 if n_sel < n_go:
                     _sel_rise(sk, st, si, n_sel, k, tb, j)
                     n_sel += 1
@@ -207,10 +168,6 @@ def replay_select(offsets, expert, ev_layer, ev_step, n_experts, n_layers, globa
                     spos[b] = -1
                     free[n_free] = c
                     n_free += 1
-                else:
-                    b = miss_buf[c - r]
-                if reset_freq_on_evict:
-                    freq[b] = 0
             nxt_slot = r
             for j in range(n_miss):
                 if go[r + j]:

@@ -274,21 +274,9 @@ def replay_hits(stream: EventStream, config: ReplayConfig, calibration: EventStr
     return result, flags.astype(bool)
 
 
-def _kernel_policy(name: str) -> Policy:
-    """The policy whose kernels replay ``name``: itself, except ``least-stale``, which runs on lru's.
-
-    least-stale's key, the (cycle, offset in the cycle) of a block's last use with the tie rank below, grows
-    with the unit's position in the stream exactly as lru's last-use time does (the cycle number counts step
-    changes, the offset the units since), so both evict the same block at every eviction, in every scope,
-    semantics, tie mode and warm-up: the results are equal access for access (``tests/test_twin.py`` checks
-    it against the naive twin's own least-stale), and lru's kernels are the fast ones.
-    """
-    return get_policy("lru" if name == "least-stale" else name)
-
-
 def _replay(stream: EventStream, config: ReplayConfig, calibration: EventStream | None, advice,
             hit_flag: np.ndarray | None) -> ReplayResult:
-    policy = _kernel_policy(config.policy)
+    policy = get_policy(config.policy)
     L, N = stream.n_layers, stream.n_experts
     n_blocks = L * N
     if config.capacity is not None:
@@ -389,11 +377,10 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
         # merge each unit in; otherwise (small units, one access per unit, one large global pool) keep them
         # in heaps. lfru's drifting key is re-ranked at every overflow.
         rest = (policy.key_code, *bits, reset, _lam(config, policy), config.warmup_events, hits, misses, hit_flag)
-        if policy.key_code == KEY_LFRU and (atomic or not global_scope):
-            KL.replay_select(offsets, expert, layer, step, n_experts, n_layers, global_scope, atomic, caps, tie, *rest)
-        elif policy.key_code == KEY_LFRU:   # one access per unit in one large pool: re-rank only the low keys
-            KL.replay_lfru_pool(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, caps, tie,
-                                config.warmup_events, hits, misses, hit_flag)
+        if policy.key_code == KEY_LFRU:   # one access per unit in one large global pool: only the low keys
+            lfru = KL.replay_select if atomic or not global_scope else KL.replay_lfru_pool
+            lfru(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, caps, tie, config.warmup_events,
+                 hits, misses, hit_flag)
         elif atomic and not global_scope and caps.max() <= _SORTED_UP_TO[policy.key_code] * expert.shape[0] / max(
                 offsets.shape[0] - 1, 1):
             order, tie_pos = _tie_order(tie, n_layers, n_experts)
@@ -403,7 +390,7 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
             KR.replay_ranked(offsets, expert, layer, step, n_experts, n_layers, global_scope, atomic, caps, tie, *rest)
         return
     kernel = K.replay_heap if policy.key_code in KEY_STABLE else K.replay_scan
-    kernel(*args, caps, tie, policy.key_code, bool(config.lfu_in_cache_counters and policy.name == "lfu"),
+    kernel(*args, caps, tie, policy.key_code, reset,
            _lam(config, policy), config.warmup_events, hits, misses, hit_flag)
 
 
@@ -522,7 +509,8 @@ def curve_pays(config: ReplayConfig, rhos: Sequence[float]) -> bool:
     (True, False)
     """
     n = len(set(rhos))
-    cost = CURVE_COST.get((_kernel_policy(config.policy).name, config.semantics == "event-atomic"))
+    loop = get_policy(config.policy).loop                  # the table is per kernel: least-stale runs lru's
+    cost = CURVE_COST.get(("lru" if loop == "list" else config.policy, config.semantics == "event-atomic"))
     if n < 2 or cost is None:
         return False
     return float(np.interp(max(rhos), _COST_RHO, cost)) < 0.9 * n
@@ -558,7 +546,7 @@ def replay_curve(stream: EventStream, config: ReplayConfig, rhos: Sequence[float
         one_pass = curve_pays(config, [c.rho for c in configs])
     if not one_pass_supported(config) or not one_pass or len(configs) == 1:
         return tuple(replay(stream, c, calibration, advice) for c in configs)
-    policy = _kernel_policy(config.policy)
+    policy = get_policy(config.policy)
     L, N = stream.n_layers, stream.n_experts
     caps = np.stack([capacities_for_rho(c.rho, L, N) for c in configs])       # (n_rho, L)
     depth_cap = int(min(caps.max(), N))
@@ -571,7 +559,17 @@ def replay_curve(stream: EventStream, config: ReplayConfig, rhos: Sequence[float
         K.stack_depths_lru(offsets, expert, layer, N, L, global_scope, atomic, depth_cap, order, tie_pos, hist)
     else:
         K.stack_depths(*args, depth_cap, tie, policy.key_code, _lam(config, policy), hist)
-    # hits at capacity c = accesses at depth < c
+    return _curve_results(stream, configs, caps, hist)
+
+
+def _curve_results(stream: EventStream, configs: list[ReplayConfig], caps: np.ndarray,
+                   hist: np.ndarray) -> tuple[ReplayResult, ...]:
+    """One result per config from a stack-depth histogram ``hist[l, d]`` (the last column: deeper or first use).
+
+    Hits at capacity ``c`` are the accesses at depth ``< c``; ``caps[i]`` are ``configs[i]``'s per-layer quotas.
+    """
+    L = stream.n_layers
+    depth_cap = hist.shape[1] - 1
     cum = np.concatenate([np.zeros((L, 1), dtype=np.int64), np.cumsum(hist[:, :depth_cap], axis=1)], axis=1)
     layer_union, layer_logical = _layer_totals(stream)
     out = []

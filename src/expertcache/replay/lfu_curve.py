@@ -14,9 +14,9 @@ import numpy as np
 from ..events import EventStream
 from .engine import (
     ReplayConfig,
+    _curve_results,
     _fields,
-    _layer_totals,
-    _result,
+    _member_order,
     _tie_ranks,
     capacities_for_rho,
     one_pass_supported,
@@ -49,17 +49,6 @@ def lfu_curve(stream: EventStream, config: ReplayConfig, rhos: Sequence[float]) 
     hist = np.zeros((L, depth_cap + 1), dtype=np.int64)
     tie = _tie_ranks(config.tie_break, int(config.seed), L * N)
     atomic = config.semantics == "event-atomic"
-    expert = stream.expert
-    if config.semantics == "sequential-random":
-        from .engine import _member_order
-
-        expert = _member_order(stream, config.semantics, int(config.seed))
+    expert = _member_order(stream, config.semantics, int(config.seed))   # as stored unless sequential-random
     lfu_stack_depths(stream.offsets, expert, stream.layer, N, L, atomic, depth_cap, tie, hist)
-    cum = np.concatenate([np.zeros((L, 1), dtype=np.int64), np.cumsum(hist[:, :depth_cap], axis=1)], axis=1)
-    layer_union, layer_logical = _layer_totals(stream)
-    out = []
-    for cfg, cap in zip(configs, caps, strict=True):
-        hits_l = cum[np.arange(L), np.minimum(cap, depth_cap)]
-        out.append(_result(stream, cfg, cap, hits_l, layer_union - hits_l, np.zeros(L, dtype=np.int64),
-                           layer_union, layer_logical))
-    return tuple(out)
+    return _curve_results(stream, configs, caps, hist)

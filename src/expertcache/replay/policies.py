@@ -183,7 +183,10 @@ register_policy(Policy("lfu", "dynamic", K.KEY_LFU, stack=True, description="lea
 register_policy(Policy("lfru", "dynamic", K.KEY_LFRU, stack=True, loop="scan", description="frequency / age"))
 register_policy(Policy("lrfu", "dynamic", K.KEY_LRFU, stack=True,
                        description="LRFU (Lee et al.): decayed recency-frequency, lambda = ReplayConfig.lrfu_lambda"))
-register_policy(Policy("least-stale", "dynamic", K.KEY_LEAST_STALE, stack=True,
+# least-stale's key, the (cycle, offset in the cycle) of a block's last use above the tie rank, grows with the
+# unit's position exactly as lru's clock does, so it evicts what lru evicts in every scope, semantics, tie mode and
+# warm-up (tests/test_twin.py checks it against the naive twin's own least-stale): it runs on lru's loops.
+register_policy(Policy("least-stale", "dynamic", K.KEY_LEAST_STALE, stack=True, loop="list",
                        description="SpecMD least-stale: untouched in the current cycle first"))
 register_policy(Policy("belady", "dynamic", K.KEY_BELADY, needs_next_use=True, causal=False, stack=True,
                        loop="belady",
