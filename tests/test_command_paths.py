@@ -1,6 +1,7 @@
 """The fast paths of the commands against what they replace (issue 19: commands at Qwen3 size).
 
-* ``lfu_curve`` (the spec runner's LFU curves) against the naive twin and ``replay_curve``;
+* ``replay_curve``'s one pass for ``lfu`` (a rank pass, ``lfu_stack_depths``) against the naive twin and separate
+  replays;
 * the advice kernels of ``expertcache.prefetch`` against the numpy expressions they replaced, bit for bit;
 * ``read_events`` decoding member lists in batches, on the stored types.
 """
@@ -14,8 +15,7 @@ import pytest
 from naive import naive_replay
 
 from expertcache.events import EventStream, read_events
-from expertcache.replay import ReplayConfig, replay_curve
-from expertcache.replay.lfu_curve import lfu_curve, lfu_curve_supported
+from expertcache.replay import ReplayConfig, one_pass_supported, replay, replay_curve
 
 
 def _random_stream(rng, L, N, n_steps, k=2):
@@ -26,27 +26,29 @@ def _random_stream(rng, L, N, n_steps, k=2):
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_lfu_curve_equals_naive_and_replay_curve(seed):
+def test_lfu_one_pass_curve_equals_naive_and_separate_replays(seed):
     rng = np.random.default_rng(seed)
     s = _random_stream(rng, int(rng.integers(1, 4)), int(rng.integers(2, 10)), int(rng.integers(1, 40)))
     rhos = [0.0, 0.1, 0.35, 0.6, 1.0]            # capacity 0 up to the whole universe
     for sem, tb, tseed in itertools.product(("event-atomic", "sequential-ascending", "sequential-random"),
                                             ("random", "id"), (0, 5)):
         cfg = ReplayConfig("lfu", semantics=sem, tie_break=tb, seed=tseed)
-        got = lfu_curve(s, cfg, rhos)
-        assert got == replay_curve(s, cfg, rhos)
+        got = replay_curve(s, cfg, rhos, one_pass=True)
+        assert got == tuple(replay(s, ReplayConfig("lfu", rho=r, semantics=sem, tie_break=tb, seed=tseed))
+                            for r in rhos)
         for r, res in zip(rhos, got, strict=True):
             want = naive_replay(s, "lfu", rho=r, semantics=sem, tie_break=tb, seed=tseed)
             assert (res.hits, res.demand_misses) == (want["hits"], want["demand_misses"])
 
 
-def test_lfu_curve_refuses_what_it_does_not_cover():
-    assert not lfu_curve_supported(ReplayConfig("lfu", lfu_in_cache_counters=True))
-    assert not lfu_curve_supported(ReplayConfig("lfu", scope="global"))
-    assert not lfu_curve_supported(ReplayConfig("lfu", warmup_events=1))
-    assert not lfu_curve_supported(ReplayConfig("lru"))
-    with pytest.raises(ValueError):
-        lfu_curve(_random_stream(np.random.default_rng(0), 1, 4, 3), ReplayConfig("lru"), [0.5])
+def test_lfu_one_pass_is_refused_where_the_rank_pass_does_not_hold():
+    """In-cache counters (resets depend on the capacity), global scope and warm-up take separate replays."""
+    for cfg in (ReplayConfig("lfu", lfu_in_cache_counters=True), ReplayConfig("lfu", scope="global"),
+                ReplayConfig("lfu", warmup_events=1)):
+        assert not one_pass_supported(cfg)
+        s = _random_stream(np.random.default_rng(0), 2, 6, 12)
+        assert replay_curve(s, cfg, [0.2, 0.5], one_pass=True) == tuple(
+            replay(s, ReplayConfig(**{**cfg.__dict__, "rho": r})) for r in (0.2, 0.5))
 
 
 # ----------------------------------------------------------------------------- prefetch kernels vs numpy
@@ -182,18 +184,3 @@ def test_chunked_member_checks_name_the_first_bad_event(monkeypatch):
     with pytest.raises(ValidationError, match="record 6"):
         EventStream(s.n_layers, s.n_experts, s.top_k, s.step, s.layer, s.active, s.logical_per_event,
                     s.offsets, expert, s.multiplicity)
-
-
-@pytest.mark.parametrize("seed", range(6))
-def test_spec_curves_equal_replay_curve(seed):
-    """The spec runner's cheaper paths (lfu ranks, least-stale by lru, short belady curves) give replay_curve's
-    results, field for field."""
-    from expertcache.experiment.tasks import _curve
-
-    rng = np.random.default_rng(100 + seed)
-    s = _random_stream(rng, int(rng.integers(1, 4)), int(rng.integers(2, 10)), int(rng.integers(1, 40)))
-    rhos = [0.0, 0.2, 0.5, 1.0]
-    for policy in ("lru", "lfu", "lfru", "least-stale", "belady"):
-        for sem in ("event-atomic", "sequential-ascending"):
-            cfg = ReplayConfig(policy, semantics=sem, seed=seed)
-            assert _curve(s, cfg, rhos, None) == replay_curve(s, cfg, rhos), (policy, sem)

@@ -1,8 +1,8 @@
 """The fast paths of lfu, lrfu, least-stale and lfru, the sequential-random shuffle and the curve choice.
 
-Each kernel of ``replay/_kernels_ranked.py`` (and lfu's bitset loop, ``_kernels_bits.replay_lfu_bits``) is compared with the naive twin
-(tests/naive.py) and with the generic kernels it replaces (``replay_heap``,
-``replay_scan``) on seeded random streams, including capacity 0, capacities at
+Each kernel of ``replay/_kernels_ranked.py`` (and the bitset loops of lfu, lfru and lrfu in
+``_kernels_bits``) is compared with the naive twin (tests/naive.py) and with the generic kernels it
+replaces (``replay_heap``, ``replay_scan``) on seeded random streams, including capacity 0, capacities at
 or beyond the universe, events larger than the cache, warm-up events, in-cache
 LFU counters and per-access hit flags. The sequential-random order is compared
 with the per-event Python loop it replaces.
@@ -180,6 +180,52 @@ def test_lfu_frequency_buckets_equal_the_generic_kernel(N, in_cache):
             assert all((a == b).all() for a, b in zip((hits, misses, flags), want, strict=True)), (caps, warm)
 
 
+@pytest.mark.parametrize("N", (1, 7, 64, 65, 130, 1024))
+@pytest.mark.parametrize("policy", ("lfru", "lrfu"))
+def test_lfru_and_lrfu_bitset_loops_equal_the_generic_kernels(N, policy):
+    """replay_lfru_bits / replay_lrfu_bits called directly: capacities from 0 past N, multi-word bitsets, warm-up,
+    hit flags, every lrfu lambda the twin test draws (keys tie often on these small streams)."""
+    L = 3
+    stream = random_stream(N + 5, L=L, N=N, k=min(N, 9), steps=40 if N < 1024 else 12)
+    tie = engine._tie_ranks("random", N, L * N)
+    _, tie_pos = engine._tie_order(tie, L, N)
+    for lam in (0.0, 0.25, 0.5, 1.0) if policy == "lrfu" else (-1.0,):
+        for caps in ((0, 1, 2), (N // 3, N // 2, max(N - 1, 0)), (N, N + 1, 5 * N), (3, 9, 17)):
+            caps = np.array(caps, dtype=np.int64)
+            for warm in (0, 5):
+                cfg = ReplayConfig(policy, warmup_events=warm)
+                want = _generic(stream, cfg, True, False, caps, tie, CODES[policy], lam, False)
+                hits = np.zeros(L, dtype=np.int64)
+                misses = np.zeros(L, dtype=np.int64)
+                flags = np.zeros(stream.union, dtype=np.uint8)
+                head = (stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos)
+                if policy == "lfru":
+                    KB.replay_lfru_bits(*head, warm, hits, misses, flags)
+                else:
+                    KB.replay_lrfu_bits(*head, lam, warm, hits, misses, flags)
+                assert all((a == b).all() for a, b in zip((hits, misses, flags), want, strict=True)), (caps, warm,
+                                                                                                     lam)
+
+
+def test_kth_lowest_on_repeated_and_distinct_values():
+    """The branch-free quickselect against a sort: float and int keys, many repeats, every rank."""
+    from numba import njit
+
+    kth = njit(lambda a, b, n, m: KB._kth_lowest(a, b, n, m))
+    rng = np.random.default_rng(3)
+    for trial in range(400):
+        n = int(rng.integers(1, 150))
+        if trial % 3 == 0:
+            a = rng.integers(0, int(rng.integers(1, 6)), n).astype(np.float64) / 7.0   # few distinct values
+        elif trial % 3 == 1:
+            a = rng.random(n)
+        else:
+            a = rng.permutation(n).astype(np.int64) * 3 + 1
+        want = np.sort(a)
+        for m in {1, n, int(rng.integers(1, n + 1))}:
+            assert kth(a.copy(), np.empty_like(a), n, m) == want[m - 1], (a, m)
+
+
 def test_lfu_on_a_skewed_stream_with_many_distinct_counts():
     """A few hot experts and a long cold tail: many distinct counts among the residents, long-lived hot blocks."""
     rng = np.random.default_rng(7)
@@ -246,9 +292,12 @@ def test_forced_one_pass_equals_separate_replays(policy, semantics):
 
 
 def test_the_curve_choice_follows_the_measured_costs():
-    assert curve_pays(ReplayConfig("lru"), [0.1, 0.2])
+    grid = [round(0.05 * i, 2) for i in range(1, 20)]
+    assert curve_pays(ReplayConfig("lru"), [0.1, 0.2, 0.3, 0.4]) and curve_pays(ReplayConfig("lru"), grid)
+    assert not curve_pays(ReplayConfig("lru"), [0.1, 0.2])             # two fast replays beat one pass
     assert not curve_pays(ReplayConfig("belady"), [0.2, 0.3, 0.4])      # a 3-point Belady curve: 3 replays
-    assert curve_pays(ReplayConfig("belady"), [round(0.05 * i, 2) for i in range(1, 20)])
+    assert not curve_pays(ReplayConfig("belady"), grid)                # the bitset walk replays beat the pass
+    assert curve_pays(ReplayConfig("lfu"), [0.1, 0.2, 0.3])             # the rank pass: about two replays
     assert not curve_pays(ReplayConfig("lru"), [0.4, 0.4])               # one distinct rho: one replay
     assert not curve_pays(ReplayConfig("belady-forced"), [0.1, 0.2, 0.3])
     for key, cost in engine.CURVE_COST.items():

@@ -3,8 +3,7 @@
 Conditions that share an event stream (input, selection, order seed, warm-up,
 discipline, batch, offsets) form one :class:`Task`, so each stream is built once
 per task; inside a task, conditions that differ only in ``rho`` are one
-:func:`expertcache.replay.replay_curve` call (one pass for stack policies), or its cheaper equivalent
-(:func:`_curve`).
+:func:`expertcache.replay.replay_curve` call (one pass or separate replays, whichever is measured cheaper).
 """
 
 from __future__ import annotations
@@ -313,35 +312,13 @@ def _context_key(context: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(context).encode()).hexdigest()
 
 
-#: Below this many capacities a belady curve is cheaper as separate replays (its own heap kernel, one next-use
-#: pass each) than as the generic one-pass stack (``benchmarks/bench_commands.py``, spec run).
-_BELADY_SEPARATE_MAX = 8
-
-
-def _curve(stream, base, rhos: list[float], calibration) -> tuple:
-    """The results of ``base`` at every ``rho``: identical to :func:`expertcache.replay.replay_curve`, by its
-    cheapest path here: LFU's rank pass (:func:`expertcache.replay.lfu_curve.lfu_curve`), separate replays
-    for a short belady curve, else ``replay_curve`` (which runs least-stale on lru's kernels: they evict
-    the same blocks)."""
-    from dataclasses import replace
-
-    from ..replay import replay, replay_curve
-    from ..replay.lfu_curve import lfu_curve, lfu_curve_supported
-
-    if len(rhos) > 1 and lfu_curve_supported(base):
-        return lfu_curve(stream, base, rhos)
-    if base.policy == "belady" and len(rhos) <= _BELADY_SEPARATE_MAX:
-        return tuple(replay(stream, replace(base, rho=float(r), capacity=None), calibration) for r in rhos)
-    return replay_curve(stream, base, rhos, calibration)
-
-
 def run_task(context: dict[str, Any], task: Task) -> list[tuple[str, dict[str, float]]]:
     """Compute every condition of ``task``: ``(condition_id, {metric: value})`` each, in METRICS order
     (then the spec's timing metrics, :mod:`expertcache.experiment.timing`, when it has a ``[timing]`` table).
 
     Runs in a worker process (or Ray worker); built traces and streams are cached there.
     """
-    from ..replay import ReplayConfig, get_policy
+    from ..replay import ReplayConfig, get_policy, replay_curve
 
     ckey = _context_key(context)
     stream_fields = dict(task.stream)
@@ -358,7 +335,7 @@ def run_task(context: dict[str, Any], task: Task) -> list[tuple[str, dict[str, f
         if get_policy(cf["policy"]).needs_calibration:
             cal = _cached(_STREAMS, (ckey, "calibration", task.stream),
                           lambda: _calibration(context, stream_fields), _STREAM_LIMIT)
-        results = _curve(s, base, [rho for _, rho in members], cal)
+        results = replay_curve(s, base, [rho for _, rho in members], cal)
         for (cid, rho), r in zip(members, results, strict=True):
             values = [r.transferred, r.demand_misses, r.hits, r.initial_load, r.logical, r.union, r.n_events,
                       r.capacity_total, r.miss_fraction, r.steady_miss_fraction, r.union_over_logical,

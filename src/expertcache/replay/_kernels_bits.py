@@ -451,8 +451,9 @@ def replay_lfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
     count updates and, when it overflows the quota, one pass over ``C ∪ U`` that packs as
     ``count << 10 | tie position`` (tie position order is tie rank order within a layer) the keys whose count
     is at most one above the highest this layer's last eviction removed (every key, when fewer than
-    ``|C ∪ U| - c`` do: any cut is exact, every key above it ranks above every key below), and a selection of
-    the lowest (quickselect). ``reset_freq_on_evict`` (in-cache counters) zeroes a leaving block's count. The
+    ``|C ∪ U| - c`` do: any cut is exact, every key above it ranks above every key below), a branch-free
+    quickselect of the ``|C ∪ U| - c``-th lowest (:func:`_kth_lowest`), and one pass that clears it and the
+    keys below it. ``reset_freq_on_evict`` (in-cache counters) zeroes a leaving block's count. The
     state arrays are allocated here and the loop runs in :func:`_replay_lfu_bits`.
     ``python benchmarks/replay_throughput.py``: about 4x lru's time per access (the sorted-residents loop it
     replaces here was about 7x).
@@ -466,51 +467,69 @@ def replay_lfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
                      hits, misses, hit_flag, np.zeros(n_layers, dtype=np.int64),
                      np.zeros((n_layers, n_words), dtype=np.uint64), np.zeros(n_words, dtype=np.uint64),
                      np.zeros(n_layers * n_experts, dtype=np.int64), np.empty(width, dtype=np.int64),
+                     np.empty(width, dtype=np.int64), np.empty(width, dtype=np.int64),
                      np.zeros(n_layers, dtype=np.int64))
 
 
 @jit_helper
-def _select_lowest(keys, n, m):
-    """Reorder ``keys[:n]`` so that its ``m`` smallest (distinct) values come first (``0 < m < n``; quickselect)."""
-    lo = 0
-    hi = n - 1
-    while lo < hi:
-        mid = (lo + hi) >> 1          # median of three as the pivot
-        a = keys[lo]
-        b = keys[mid]
-        c = keys[hi]
-        if a > b:
-            a, b = b, a
-        if b > c:
-            b = c
-            if a > b:
-                b = a
-        pivot = b
-        i = lo
-        j = hi
-        while i <= j:
-            while keys[i] < pivot:
-                i += 1
-            while keys[j] > pivot:
-                j -= 1
-            if i <= j:
-                t = keys[i]
-                keys[i] = keys[j]
-                keys[j] = t
-                i += 1
-                j -= 1
-        # keys[lo..j] <= pivot <= keys[i..hi]
-        if m - 1 <= j:
-            hi = j
-        elif m - 1 >= i:
-            lo = i
+def _kth_lowest(a, b, n, m):
+    """The ``m``-th lowest value of ``a[:n]`` (``1 <= m <= n``), values repeated or not; ``a`` and ``b`` are scratch.
+
+    A quickselect whose partition has no data-dependent branch: each pass writes every value to both ends of the
+    other buffer and advances the end its comparison with the pivot (a median of three) names, so a pass costs
+    the same whatever the values (a partition with branches mispredicts about every other comparison). The
+    values equal to the pivot are counted apart, so every pass shrinks the range; at most 4 values left are
+    finished by counting ranks.
+    """
+    s0 = 0
+    src = a
+    dst = b
+    while n > 4:
+        x0 = src[s0]
+        x1 = src[s0 + (n >> 1)]
+        x2 = src[s0 + n - 1]
+        if x0 > x1:
+            x0, x1 = x1, x0
+        if x1 > x2:
+            x1 = x2
+            if x0 > x1:
+                x1 = x0
+        p = x1
+        nl = 0
+        ng = 0
+        for q in range(s0, s0 + n):
+            x = src[q]
+            dst[nl] = x
+            dst[n - 1 - ng] = x
+            nl += x < p
+            ng += x > p
+        if m <= nl:
+            s0 = 0
+            n = nl
+        elif m <= n - ng:
+            return p
         else:
-            return
+            m -= n - ng
+            s0 = n - ng
+            n = ng
+        src, dst = dst, src
+    v = src[s0]
+    for q in range(s0, s0 + n):
+        x = src[q]
+        lt = 0
+        le = 0
+        for r in range(s0, s0 + n):
+            y = src[r]
+            lt += y < x
+            le += y <= x
+        if lt < m <= le:
+            v = x
+    return v
 
 
 @jit
 def _replay_lfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, reset_freq_on_evict, count_from,
-                     hits, misses, hit_flag, size, mem, ev, fpos, keys, thr):
+                     hits, misses, hit_flag, size, mem, ev, fpos, keys, sel, sel2, thr):
     """The loop of :func:`replay_lfu_bits`; ``fpos[l * N + j]`` is the count of layer ``l``'s tie position ``j``."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
@@ -565,15 +584,225 @@ def _replay_lfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, re
                     x &= x - one
                     keys[k] = (fpos[base + j] << 10) | j
                     k += 1
-        if k > m:
-            _select_lowest(keys, k, m)
-        top = np.int64(0)
-        for q in range(m):
-            top = max(top, keys[q] >> 10)
-        thr[layer] = top + 1
-        for q in range(m):
-            j = keys[q] & tmask
-            mem[layer, j >> 6] ^= one << np.uint64(j & 63)
-            if reset_freq_on_evict:
+        for q in range(k):
+            sel[q] = keys[q]
+        v = _kth_lowest(sel, sel2, k, m)          # the m-th lowest key: it and those below leave
+        thr[layer] = (v >> 10) + 1
+        for q in range(k):
+            key = keys[q]
+            g = key <= v
+            j = key & tmask
+            mem[layer, j >> 6] ^= np.uint64(g) << np.uint64(j & 63)
+            if reset_freq_on_evict and g:
                 fpos[base + j] = 0
+        size[layer] = cap
+
+
+def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
+                     hit_flag):
+    """Event-atomic, per-layer ``lfru`` on bitsets in tie-position space (the decision of ``replay_select``).
+
+    The key of a block is ``freq / (t - last + 1)`` (``t`` the unit, ``last`` its last unit, ``freq`` its
+    persistent count after the unit's own accesses), evaluated by the float expression of ``replay_scan``; ties
+    leave by lower tie rank. A layer's residents are a bitset over tie positions, and counts and last units are
+    kept in tie-position order. A unit costs its members' updates and, when ``C ∪ U`` overflows the quota, one
+    pass over ``C ∪ U`` in tie-position order (tie rank order within a layer) that gathers, without a branch or
+    a division, every block whose key may be at most a cut ``theta`` (``freq <= theta * age``, rounded up: a
+    superset of the keys ``<= theta``). If at least ``m = |C ∪ U| - c`` of the gathered keys, computed exactly,
+    are ``<= theta``, the ``m`` lowest keys are among them (every block left out ranks above ``theta``);
+    otherwise every block of ``C ∪ U`` is a candidate. The ``m``-th lowest candidate key ``v`` is found by a
+    branch-free quickselect (:func:`_kth_lowest`); the keys below ``v`` leave, and of those equal to it the
+    lowest tie positions. The next cut of the layer is ``2 v`` (keys drift by about that much between two
+    events of a layer on Qwen-shaped routing; any cut is exact). Parameters are those of
+    :func:`replay_lru_bits`. The state arrays are allocated here and the loop runs in :func:`_replay_lfru_bits`.
+    """
+    n_words = (n_experts + 63) // 64
+    width = min(int(capacity.max()) + int(_max_unit(offsets, True)), n_experts) + 1   # |C ∪ U| at most
+    _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses, hit_flag,
+                      np.zeros(n_layers, dtype=np.int64), np.zeros((n_layers, n_words), dtype=np.uint64),
+                      np.zeros(n_words, dtype=np.uint64), np.zeros(n_layers * n_experts, dtype=np.int64),
+                      np.zeros(n_layers * n_experts, dtype=np.int64), np.empty(width, dtype=np.int64),
+                      np.empty(width, dtype=np.float64), np.empty(width, dtype=np.float64),
+                      np.empty(width, dtype=np.float64), np.full(n_layers, np.inf, dtype=np.float64))
+
+
+@jit
+def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses, hit_flag,
+                      size, mem, ev, fpos, lpos, cpos, ckey, sel, sel2, thr):
+    """The loop of :func:`replay_lfru_bits`; ``fpos`` / ``lpos`` ``[l * N + j]``: count / last unit of tie position ``j``."""
+    record = hit_flag.shape[0] > 0
+    n_events = offsets.shape[0] - 1
+    n_words = (n_experts + 63) // 64
+    one = np.uint64(1)
+    up = 1.0 + 2.0 ** -40              # rounds the cut's product up: no key <= theta is left out
+    for i in range(n_events):          # one unit per event: the unit clock is the event index
+        layer = ev_layer[i]
+        cap = capacity[layer]
+        base = layer * n_experts
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        n_mem = hi - lo
+        n_hit = _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, hit_flag)
+        for a in range(lo, hi):
+            q = base + tie_pos[base + expert[a]]
+            fpos[q] += 1
+            lpos[q] = i
+        if i >= count_from:
+            hits[layer] += n_hit
+            misses[layer] += n_mem - n_hit
+        if cap == 0 or n_mem == 0:
+            continue
+        n = size[layer] + n_mem - n_hit
+        if n <= cap:
+            for w in range(n_words):
+                mem[layer, w] |= ev[w]
+            size[layer] = n
+            continue
+        m = n - cap
+        th = thr[layer]
+        tu = th * up
+        k = 0
+        for w in range(n_words):
+            x = mem[layer, w] | ev[w]
+            mem[layer, w] = x
+            while x:
+                j = (w << 6) + np.int64(_cttz(x))
+                x &= x - one
+                cpos[k] = j                # written always, kept when it may be under the cut (no branch)
+                k += fpos[base + j] <= tu * float(i - lpos[base + j] + 1)
+        n_in = 0
+        if k >= m:
+            for q in range(k):
+                j = base + cpos[q]
+                c = fpos[j] / float(i - lpos[j] + 1)
+                ckey[q] = c
+                sel[q] = c
+                n_in += c <= th
+        if n_in < m:                       # too few under the cut: every block of C ∪ U
+            k = 0
+            for w in range(n_words):
+                x = mem[layer, w]
+                while x:
+                    j = (w << 6) + np.int64(_cttz(x))
+                    x &= x - one
+                    cpos[k] = j
+                    c = fpos[base + j] / float(i - lpos[base + j] + 1)
+                    ckey[k] = c
+                    sel[k] = c
+                    k += 1
+        v = _kth_lowest(sel, sel2, k, m)
+        thr[layer] = 2.0 * v
+        n_less = 0
+        for q in range(k):
+            n_less += ckey[q] < v
+        eq = m - n_less                    # of the keys equal to v, the lowest tie positions leave
+        for q in range(k):
+            c = ckey[q]
+            e = (c == v) & (eq > 0)
+            eq -= e
+            j = cpos[q]
+            mem[layer, j >> 6] ^= np.uint64((c < v) | e) << np.uint64(j & 63)
+        size[layer] = cap
+
+
+def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, lam, count_from, hits,
+                     misses, hit_flag):
+    """Event-atomic, per-layer ``lrfu`` on bitsets in tie-position space (the decision of ``replay_heap``'s lrfu).
+
+    The key of a block is its CRF in the log domain, ``crf = now + log2(1 + exp2(crf - now))`` at each access
+    with ``now = lam * u`` (``u`` the layer's unit clock before the unit; the float expression of
+    ``replay_heap``), so keys change only on access; ties leave by lower tie rank. A layer's residents are a
+    bitset over tie positions and the keys are kept in tie-position order. A unit costs its members' key
+    updates and, when ``C ∪ U`` overflows the quota, one pass over ``C ∪ U`` in tie-position order (tie rank
+    order within a layer) that gathers without a branch the keys at most a cut ``theta`` (all of them, when
+    fewer than ``m = |C ∪ U| - c`` are: any cut is exact, every key above it ranks above every key below), a
+    branch-free quickselect of the ``m``-th lowest ``v`` (:func:`_kth_lowest`), and one pass that clears the
+    keys below ``v`` and, of those equal to it, the lowest tie positions. The next cut of the layer is
+    ``v + d``, where ``d`` doubles after a unit whose cut held too few keys and halves after one whose cut
+    held more than ``2 m + 8``. Parameters are those of :func:`replay_lru_bits`, and ``lam`` (``lrfu_lambda``).
+    The state arrays are allocated here and the loop runs in :func:`_replay_lrfu_bits`.
+    """
+    n_words = (n_experts + 63) // 64
+    width = min(int(capacity.max()) + int(_max_unit(offsets, True)), n_experts) + 1   # |C ∪ U| at most
+    _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, float(lam), count_from, hits, misses,
+                      hit_flag, np.zeros(n_layers, dtype=np.int64), np.zeros((n_layers, n_words), dtype=np.uint64),
+                      np.zeros(n_words, dtype=np.uint64), np.full(n_layers * n_experts, -np.inf, dtype=np.float64),
+                      np.zeros(n_layers, dtype=np.int64), np.empty(width, dtype=np.int64),
+                      np.empty(width, dtype=np.float64), np.empty(width, dtype=np.float64),
+                      np.empty(width, dtype=np.float64), np.full(n_layers, np.inf, dtype=np.float64),
+                      np.ones(n_layers, dtype=np.float64))
+
+
+@jit
+def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, lam, count_from, hits, misses,
+                      hit_flag, size, mem, ev, crf, lunits, cpos, ckey, sel, sel2, thr, slack):
+    """The loop of :func:`replay_lrfu_bits`; ``crf[l * N + j]`` is the key of layer ``l``'s tie position ``j``."""
+    record = hit_flag.shape[0] > 0
+    n_events = offsets.shape[0] - 1
+    n_words = (n_experts + 63) // 64
+    one = np.uint64(1)
+    for i in range(n_events):
+        layer = ev_layer[i]
+        cap = capacity[layer]
+        base = layer * n_experts
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        n_mem = hi - lo
+        now = lam * float(lunits[layer])
+        lunits[layer] += 1
+        n_hit = _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, hit_flag)
+        for a in range(lo, hi):
+            q = base + tie_pos[base + expert[a]]
+            crf[q] = now + np.log2(1.0 + np.exp2(crf[q] - now))
+        if i >= count_from:
+            hits[layer] += n_hit
+            misses[layer] += n_mem - n_hit
+        if cap == 0 or n_mem == 0:
+            continue
+        n = size[layer] + n_mem - n_hit
+        if n <= cap:
+            for w in range(n_words):
+                mem[layer, w] |= ev[w]
+            size[layer] = n
+            continue
+        m = n - cap
+        th = thr[layer]
+        k = 0
+        for w in range(n_words):
+            x = mem[layer, w] | ev[w]
+            mem[layer, w] = x
+            while x:
+                j = (w << 6) + np.int64(_cttz(x))
+                x &= x - one
+                c = crf[base + j]
+                cpos[k] = j                # written always, kept when under the cut (no branch)
+                ckey[k] = c
+                k += c <= th
+        if k < m:                          # too few under the cut: every key of C ∪ U
+            slack[layer] *= 2.0
+            k = 0
+            for w in range(n_words):
+                x = mem[layer, w]
+                while x:
+                    j = (w << 6) + np.int64(_cttz(x))
+                    x &= x - one
+                    cpos[k] = j
+                    ckey[k] = crf[base + j]
+                    k += 1
+        elif k > 2 * m + 8:
+            slack[layer] *= 0.5
+        for q in range(k):
+            sel[q] = ckey[q]
+        v = _kth_lowest(sel, sel2, k, m)
+        thr[layer] = v + slack[layer]
+        n_less = 0
+        for q in range(k):
+            n_less += ckey[q] < v
+        eq = m - n_less                    # of the keys equal to v, the lowest tie positions leave
+        for q in range(k):
+            c = ckey[q]
+            e = (c == v) & (eq > 0)
+            eq -= e
+            j = cpos[q]
+            mem[layer, j >> 6] ^= np.uint64((c < v) | e) << np.uint64(j & 63)
         size[layer] = cap

@@ -371,6 +371,14 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
         _, tie_pos = _tie_order(tie, n_layers, n_experts)      # counts and residents over tie positions
         return KB.replay_lfu_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, reset,
                                   config.warmup_events, hits, misses, hit_flag)
+    if policy.key_code == KEY_LFRU and atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS:
+        _, tie_pos = _tie_order(tie, n_layers, n_experts)      # counts, last units and residents over tie positions
+        return KB.replay_lfru_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, config.warmup_events,
+                                   hits, misses, hit_flag)
+    if policy.key_code == KEY_LRFU and atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS:
+        _, tie_pos = _tie_order(tie, n_layers, n_experts)      # keys and residents over tie positions
+        return KB.replay_lrfu_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, _lam(config, policy),
+                                   config.warmup_events, hits, misses, hit_flag)
     bits = _ranked_bits(policy.key_code, offsets, step, n_layers * n_experts, atomic)
     if bits is not None:
         # where event-atomic units per layer are a large share of the quota, keep the residents sorted and
@@ -489,11 +497,11 @@ def one_pass_supported(config: ReplayConfig) -> bool:
 #: for a largest rho of 0.1, 0.4 and 0.95 (the pass keeps stacks as deep as the largest capacity).
 #: Printed by ``python benchmarks/curves_and_sweeps.py --quick --cost-table``; re-measure when a kernel changes.
 CURVE_COST: dict[tuple[str, bool], tuple[float, float, float]] = {
-    ("lru", True): (0.9, 1.3, 1.7), ("lru", False): (1.3, 4.0, 7.2),
-    ("lfu", True): (2.0, 4.2, 8.7), ("lfu", False): (7.5, 25.8, 29.3),
-    ("lfru", True): (1.0, 2.8, 3.8), ("lfru", False): (6.1, 17.3, 24.6),
-    ("lrfu", True): (1.3, 2.3, 2.9), ("lrfu", False): (3.8, 11.8, 16.5),
-    ("belady", True): (3.4, 6.2, 9.1), ("belady", False): (11.2, 26.5, 31.3),
+    ("lru", True): (2.3, 3.1, 4.0), ("lru", False): (1.5, 4.3, 5.6),
+    ("lfu", True): (2.0, 2.1, 1.8), ("lfu", False): (0.8, 0.8, 0.7),
+    ("lfru", True): (3.8, 7.3, 11.6), ("lfru", False): (3.7, 11.4, 14.3),
+    ("lrfu", True): (2.5, 4.4, 6.7), ("lrfu", False): (4.1, 14.5, 21.2),
+    ("belady", True): (10.7, 19.9, 27.8), ("belady", False): (12.6, 25.3, 29.6),
 }
 _COST_RHO = (0.1, 0.4, 0.95)
 
@@ -505,7 +513,7 @@ def curve_pays(config: ReplayConfig, rhos: Sequence[float]) -> bool:
     largest rho and asks for a 10% margin; a policy not measured there takes separate replays.
     Only the time changes with the choice, never a count.
 
-    >>> curve_pays(ReplayConfig("lru"), [0.1, 0.2]), curve_pays(ReplayConfig("belady"), [0.2, 0.3, 0.4])
+    >>> curve_pays(ReplayConfig("lru"), [0.1, 0.2, 0.3, 0.4]), curve_pays(ReplayConfig("belady"), [0.2, 0.3, 0.4])
     (True, False)
     """
     n = len(set(rhos))
@@ -557,6 +565,11 @@ def replay_curve(stream: EventStream, config: ReplayConfig, rhos: Sequence[float
         order, tie_pos = _tie_order(tie, L, N)
         offsets, expert, layer, _, _, _, global_scope, atomic, _ = args
         K.stack_depths_lru(offsets, expert, layer, N, L, global_scope, atomic, depth_cap, order, tie_pos, hist)
+    elif policy.key_code == KEY_LFU:      # persistent counters (one_pass_supported): ranks among the seen blocks
+        from ._kernels_lfu import lfu_stack_depths
+
+        offsets, expert, layer, _, _, _, _, atomic, _ = args
+        lfu_stack_depths(offsets, expert, layer, N, L, atomic, depth_cap, tie, hist)
     else:
         K.stack_depths(*args, depth_cap, tie, policy.key_code, _lam(config, policy), hist)
     return _curve_results(stream, configs, caps, hist)
