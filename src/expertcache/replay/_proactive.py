@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import jit, jit_helper
+from ._kernels_bits import _kth_lowest
 
 #: Priority sources (key codes of this kernel).
 PKEY_LRU = 0
@@ -54,59 +55,66 @@ def _base_key(code, b, t, last, freq, crf, plast, lam):
 
 
 @jit_helper
-def _below(a, b, k1, k2, tie):
-    """Whether block ``a`` ranks below block ``b`` (leaves first)."""
-    if k1[a] != k1[b]:
-        return k1[a] < k1[b]
-    if k2[a] != k2[b]:
-        return k2[a] < k2[b]
-    return tie[a] < tie[b]
+def _drop_lowest(cand, n, d, k1, k2, tie, keep, idx, fa, fb, fc):
+    """``keep[j] = False`` for the ``d`` lowest-ranked of ``cand[:n]`` (``0 < d < n``), ``True`` for the others.
+
+    The order is strict and total: ``k1`` of the block, then ``k2``, then its tie rank (distinct), lower first.
+
+    Level by level without a data-dependent branch per candidate: the ``d``-th lowest ``k1`` (a branch-free
+    quickselect, :func:`._kernels_bits._kth_lowest`) drops every candidate below it; among those equal to it,
+    the same on ``k2``, then on the tie rank (distinct, so the last level decides). ``idx`` (int64) and ``fa``,
+    ``fb``, ``fc`` (float64) are scratch of at least ``n`` entries.
+    """
+    m = n
+    for j in range(n):
+        idx[j] = j
+    level = 0
+    while True:
+        for j in range(m):
+            b = cand[idx[j]]
+            x = k1[b] if level == 0 else (k2[b] if level == 1 else float(tie[b]))
+            fa[j] = x
+            fc[j] = x
+        v = _kth_lowest(fa, fb, m, d)
+        n_less = 0
+        n_eq = 0
+        for j in range(m):
+            x = fc[j]
+            c = idx[j]
+            keep[c] = x > v
+            n_less += x < v
+            idx[n_eq] = c                  # written always, kept when equal (no branch)
+            n_eq += x == v
+        d -= n_less
+        if d == n_eq:                      # every candidate at v drops
+            for j in range(n_eq):
+                keep[idx[j]] = False
+            return
+        # those below v drop (keep False); the next level decides among the n_eq equal to it
+        m = n_eq
+        level += 1
 
 
 @jit_helper
-def _select_lowest(pos, cand, n, d, k1, k2, tie):
-    """Reorder ``pos[:n]`` (indices into ``cand``) so that its first ``d`` entries (``0 < d < n``) are the
-    ``d`` lowest-ranked candidates under :func:`_below` (a strict total order: tie ranks are distinct)."""
-    lo = 0
-    hi = n - 1
-    target = d - 1
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        # median of three to the end as the pivot
-        a, b, c = pos[lo], pos[mid], pos[hi]
-        if _below(cand[a], cand[b], k1, k2, tie):
-            if _below(cand[b], cand[c], k1, k2, tie):
-                m = mid
-            elif _below(cand[a], cand[c], k1, k2, tie):
-                m = hi
-            else:
-                m = lo
-        else:
-            if _below(cand[a], cand[c], k1, k2, tie):
-                m = lo
-            elif _below(cand[b], cand[c], k1, k2, tie):
-                m = hi
-            else:
-                m = mid
-        x = pos[m]
-        pos[m] = pos[hi]
-        pos[hi] = x
-        pv = cand[x]
-        store = lo
-        for j in range(lo, hi):
-            y = pos[j]
-            if _below(cand[y], pv, k1, k2, tie):
-                pos[j] = pos[store]
-                pos[store] = y
-                store += 1
-        pos[hi] = pos[store]
-        pos[store] = x
-        if store == target:
-            return
-        if store < target:
-            lo = store + 1
-        else:
-            hi = store - 1
+def _heap_down(hp, q, n, rs, rk, rt):
+    """Sift slot ``hp[q]`` down the min-heap ``hp[:n]`` of slots ordered by ``(rs, rk, rt)`` (strict: ties distinct)."""
+    x = hp[q]
+    while True:
+        c = 2 * q + 1
+        if c >= n:
+            break
+        d = c + 1
+        if d < n:
+            a = hp[c]
+            y = hp[d]
+            if rs[y] < rs[a] or (rs[y] == rs[a] and (rk[y] < rk[a] or (rk[y] == rk[a] and rt[y] < rt[a]))):
+                c = d
+        y = hp[c]
+        if not (rs[y] < rs[x] or (rs[y] == rs[x] and (rk[y] < rk[x] or (rk[y] == rk[x] and rt[y] < rt[x])))):
+            break
+        hp[q] = y
+        q = c
+    hp[q] = x
 
 
 @jit
@@ -169,12 +177,18 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     cand = np.empty(slots + max_unit, dtype=np.int64)
     keep = np.zeros(slots + max_unit, dtype=np.bool_)
     pos = np.empty(slots + max_unit, dtype=np.int64)
+    fa = np.empty(slots + max_unit, dtype=np.float64)    # scratch of the eviction's selection
+    fb = np.empty(slots + max_unit, dtype=np.float64)
+    fc = np.empty(slots + max_unit, dtype=np.float64)
     miss_buf = np.empty(max_unit, dtype=np.int64)
     order = np.empty(n_experts, dtype=np.int64)
     top_s = np.empty(n_experts, dtype=np.float64)
     rs = np.empty(slots, dtype=np.float64)                # residents' prefetch scores in a refinement
     rk = np.empty(slots, dtype=np.float64)                # and their retention keys
+    rt = np.empty(slots, dtype=np.int64)                  # and tie ranks
+    hp = np.empty(slots, dtype=np.int64)                  # a min-heap of their slots
     use_advice = key_code == PKEY_ADVICE
+    is_lrfu = key_code == PKEY_LRFU
     decay_clock = np.zeros(n_layers, dtype=np.int64)   # events seen per layer: the LRFU clock
     prev_ev = np.full(n_layers, -1, dtype=np.int64)     # the layer's previous event (its priority row)
     for i in range(n_events):
@@ -221,20 +235,22 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                     n_res[layer] = r + 1
                 else:
                     # victim: lowest prefetch score; among equal scores the lowest retention rank, then tie.
-                    # Within the event only the inserted block's score and key change: computed once each.
-                    for q in range(keyed, r):
-                        v = res[layer, q]
-                        rs[q] = _score(prefetch[i, v - base])
-                        if use_advice:
-                            rk[q] = _score(priority[pe, v - base]) if pe >= 0 else -np.inf
-                        else:
-                            rk[q] = _base_key(key_code, v, i, last, freq, crf, plast, lam)
-                    keyed = r
-                    lo = 0
-                    for q in range(1, r):
-                        if rs[q] < rs[lo] or (rs[q] == rs[lo] and (rk[q] < rk[lo] or (
-                                rk[q] == rk[lo] and tie[res[layer, q]] < tie[res[layer, lo]]))):
-                            lo = q
+                    # Within the event only the inserted block's score and key change: computed once each, the
+                    # residents kept in a min-heap of slots by (score, key, tie) whose top is the victim.
+                    if keyed < r:
+                        for q in range(r):
+                            v = res[layer, q]
+                            rs[q] = _score(prefetch[i, v - base])
+                            if use_advice:
+                                rk[q] = _score(priority[pe, v - base]) if pe >= 0 else -np.inf
+                            else:
+                                rk[q] = _base_key(key_code, v, i, last, freq, crf, plast, lam)
+                            rt[q] = tie[v]
+                            hp[q] = q
+                        for q in range((r >> 1) - 1, -1, -1):
+                            _heap_down(hp, q, r, rs, rk, rt)
+                        keyed = r
+                    lo = hp[0]
                     if not s > rs[lo]:
                         continue
                     slot = lo
@@ -250,12 +266,14 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                 last[b] = i                 # a load is an insertion at the most recent end (LRU clock)
                 if count:
                     proactive[layer] += 1
-                if slot < keyed:            # keep the inserted block's score and key for later victim searches
+                if keyed:                   # the inserted block takes the victim's slot, the heap's top
                     rs[slot] = _score(s)
                     if use_advice:
                         rk[slot] = _score(priority[pe, e]) if pe >= 0 else -np.inf
                     else:
                         rk[slot] = _base_key(key_code, b, i, last, freq, crf, plast, lam)
+                    rt[slot] = tie[b]
+                    _heap_down(hp, 0, r, rs, rk, rt)
         # 2. access against the snapshot
         n_miss = 0
         for a in range(offsets[i], offsets[i + 1]):
@@ -274,11 +292,12 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                     misses[layer] += 1
                 miss_buf[n_miss] = b
                 n_miss += 1
-            # policy state: this event references b
-            if crf[b] > 0.0:
-                crf[b] = 1.0 + crf[b] * 2.0 ** (-lam * float(now - plast[b]))
-            else:
-                crf[b] = 1.0
+            # policy state: this event references b (the CRF, a pow per access, only where LRFU reads it)
+            if is_lrfu:
+                if crf[b] > 0.0:
+                    crf[b] = 1.0 + crf[b] * 2.0 ** (-lam * float(now - plast[b]))
+                else:
+                    crf[b] = 1.0
             plast[b] = now
             last[b] = i
             freq[b] += 1
@@ -305,17 +324,13 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                     k1[b] = _base_key(key_code, b, i, last, freq, crf, plast, lam)
                     k2[b] = 0.0
                 keep[j] = True
-            # drop the n_c - cap lowest: a quickselect under the strict total order (key, key2, tie)
+            # drop the n_c - cap lowest under the strict total order (key, key2, tie)
             n_drop = n_c - min(cap, n_c)
             if n_drop == n_c:
                 for j in range(n_c):
                     keep[j] = False
             elif n_drop > 0:
-                for j in range(n_c):
-                    pos[j] = j
-                _select_lowest(pos, cand, n_c, n_drop, k1, k2, tie)
-                for j in range(n_drop):
-                    keep[pos[j]] = False
+                _drop_lowest(cand, n_c, n_drop, k1, k2, tie, keep, pos, fa, fb, fc)
             kept = 0
             for j in range(n_c):
                 b = cand[j]

@@ -31,7 +31,8 @@ import numpy as np
 
 from ..errors import ValidationError
 from ..events import EventStream, concat_streams
-from .engine import TIE_BREAKS, _tie_ranks, capacities_for_rho
+from . import _kernels_bits as KB
+from .engine import TIE_BREAKS, _tie_order, _tie_ranks, capacities_for_rho
 
 __all__ = ["PRIORITIES", "ProactiveConfig", "ProactiveLayerCounts", "ProactiveResult", "replay_proactive",
            "replay_proactive_hits", "ProactiveTrace", "prefill_then_decode", "decode_tokens"]
@@ -345,9 +346,22 @@ def _replay_proactive(stream: EventStream, config: ProactiveConfig, advice, coun
         pf_n = np.zeros(stream.n_events, dtype=np.int64)
     else:
         hit_flag, pf_expert, pf_n = np.zeros(0, np.uint8), np.zeros((0, 0), np.int32), np.zeros(0, np.int64)
-    KP.replay_proactive(stream.offsets, stream.expert, stream.layer, N, L, caps, tie, code,
-                        float(config.lrfu_lambda), priority, prefetch, int(config.prefetch_budget), counted,
-                        hits, misses, proactive, useful, hit_flag, pf_expert, pf_n)
+    count_from = int(np.argmax(counted)) if counted.any() else stream.n_events    # counted a suffix: warm-up
+    if (config.prefetch_budget == 0 and config.priority in ("lru", "lfu") and N <= KB.MAX_BITS_EXPERTS
+            and bool(counted[count_from:].all())):
+        # no pre-access refinement: the demand replay of expertcache.replay, whose event-atomic per-layer
+        # bitset loops make the same decisions (same keys, lower tie rank leaves first)
+        _, tie_pos = _tie_order(tie, L, N)
+        if config.priority == "lru":
+            KB.replay_lru_bits(stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos, count_from, hits,
+                               misses, hit_flag)
+        else:
+            KB.replay_lfu_bits(stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos, False, count_from,
+                               hits, misses, hit_flag)
+    else:
+        KP.replay_proactive(stream.offsets, stream.expert, stream.layer, N, L, caps, tie, code,
+                            float(config.lrfu_lambda), priority, prefetch, int(config.prefetch_budget), counted,
+                            hits, misses, proactive, useful, hit_flag, pf_expert, pf_n)
     layer_logical = np.bincount(stream.layer[counted], weights=stream.logical_per_event[counted],
                                 minlength=L).astype(np.int64)
     per_layer = tuple(ProactiveLayerCounts(l, int(caps[l]), int(hits[l] + misses[l]), int(hits[l]), int(misses[l]),
