@@ -179,8 +179,24 @@ def test_the_heap_fallback_after_an_exhausted_walk_budget_starts_from_scratch(po
     from expertcache.replay import _kernels_bits as KB
 
     walk = KB.replay_belady_walk
-    monkeypatch.setattr(KB, "replay_belady_walk", lambda *a: walk(*a, 0))
+    monkeypatch.setattr(KB, "replay_belady_walk", lambda *a, **kw: walk(*a, 0, **kw))
     rng = np.random.default_rng(seed)
     s = random_stream(rng, 2, 40, 30, 12)
     for c in (0, 3, 10, 39, 40):
         check_against_old(s, policy, [c, max(c - 1, 0)], warmup=int(rng.integers(0, 10)))
+
+
+def test_reused_event_bitsets_never_serve_another_stream_or_tie_order():
+    """Inside engine.reuse_event_bitsets, Belady replays of interleaved streams and tie seeds equal the replays
+    outside it (entries match by array identity and tie order), and the scope leaves nothing behind."""
+    from expertcache.replay import engine
+
+    a = random_stream(np.random.default_rng(31), 3, 20, 30, 9)
+    b = random_stream(np.random.default_rng(32), 3, 20, 30, 9)
+    cfgs = [ReplayConfig(p, rho=0.3, seed=s) for p in ("belady", "belady-forced") for s in (0, 1)]
+    want = {(id(st), c): replay(st, c) for st in (a, b) for c in cfgs}
+    with engine.reuse_event_bitsets():
+        for st, c in [(a, cfgs[0]), (b, cfgs[0]), (a, cfgs[1]), (a, cfgs[2]), (b, cfgs[3]), (a, cfgs[0])] * 2:
+            assert replay(st, c) == want[(id(st), c)]
+        assert len(engine._BITSETS) == 2
+    assert engine._BITSETS == []

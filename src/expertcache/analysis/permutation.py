@@ -32,10 +32,12 @@ def permute_steps(stream: EventStream, rng: np.random.Generator) -> EventStream:
     np.cumsum(sizes, out=offsets[1:])
     take = _ranges(stream.offsets[ev], sizes)
     prov = {**stream.provenance, "permutation": "whole steps permuted (§6.5 ablation)"}
-    return EventStream(stream.n_layers, stream.n_experts, stream.top_k, new_step, stream.layer[ev],
-                       stream.active[ev], stream.logical_per_event[ev], offsets, stream.expert[take],
-                       stream.multiplicity[take], None if stream.gate_mass is None else stream.gate_mass[take],
-                       prov)
+    # valid by construction: whole steps of a valid stream, renumbered in their new order, each step's events
+    # still in layer order; the per-event checks run, the passes over every member do not
+    return EventStream._trusted(stream.n_layers, stream.n_experts, stream.top_k, new_step, stream.layer[ev],
+                                stream.active[ev], stream.logical_per_event[ev], offsets, stream.expert[take],
+                                stream.multiplicity[take],
+                                None if stream.gate_mass is None else stream.gate_mass[take], prov)
 
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -336,7 +336,7 @@ def _event_bitsets(offsets, expert, ev_layer, n_experts, n_layers, tie_pos, star
 
 
 def replay_belady_walk(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, forced, count_from,
-                       hits, misses, hit_flag, budget=-1):
+                       hits, misses, hit_flag, budget=-1, bitsets=None):
     """Event-atomic, per-layer Belady / Belady-forced-admit without next-use keys (the decision of ``replay_belady``).
 
     Each layer's residents are a bitset over tie positions and every event a
@@ -353,12 +353,14 @@ def replay_belady_walk(offsets, expert, ev_layer, n_experts, n_layers, capacity,
     layer. ``budget`` (default ``32 * n_events + 65,536``) bounds the event
     rows walked in all: past it the replay stops and returns ``False`` (the
     counters and hit flags are then partial; the caller re-runs the heap loop,
-    whose cost does not depend on the input's shape). ``True`` when it finished.
+    whose cost does not depend on the input's shape). ``True`` when it finished. ``bitsets``: the result of
+    :func:`event_bitsets` for these arguments, when the caller holds it (it is read, not written).
     """
     n_words = (n_experts + 63) // 64
     if budget < 0:
         budget = 32 * (offsets.shape[0] - 1) + 65536
-    ebits, row, dies, dies_next = event_bitsets(offsets, expert, ev_layer, n_experts, n_layers, tie_pos)
+    ebits, row, dies, dies_next = bitsets if bitsets is not None else event_bitsets(offsets, expert, ev_layer,
+                                                                                    n_experts, n_layers, tie_pos)
     return _replay_belady_walk(budget, offsets, expert, ev_layer, n_experts, capacity, tie_pos, forced, count_from, hits, misses,
                         hit_flag, ebits, row, dies, dies_next, np.zeros(n_layers, dtype=np.int64),
                         np.zeros((n_layers, n_words), dtype=np.uint64), np.zeros((n_layers, n_words), dtype=np.uint64),

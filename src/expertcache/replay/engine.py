@@ -6,7 +6,9 @@ See ``docs/semantics.md`` for the exact contract every rule here implements.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -344,12 +346,55 @@ def _walks_belady(config: ReplayConfig, policy: Policy, n_experts: int) -> bool:
             and config.scope == "per-layer" and n_experts <= KB.MAX_BITS_EXPERTS)
 
 
+_BITSETS: list[tuple] = []          # the last event bitsets built: (offsets, expert, layer, tie_pos, result)
+_BITSETS_LOCK = threading.Lock()
+_BITSETS_DEPTH = [0]                # open reuse_event_bitsets() scopes
+
+
+@contextmanager
+def reuse_event_bitsets() -> Iterator[None]:
+    """Within this scope, Belady's bitset walk keeps the event bitsets of the last two (stream, tie order) pairs.
+
+    Belady and Belady-forced, a curve's capacities and a report's decompositions replay one stream under one
+    tie order several times, and the rows depend on nothing else. The scope is for code that does not change
+    a stream's arrays in place between those replays (entries are matched by array identity); the kept
+    bitsets are dropped when the outermost scope closes.
+    """
+    with _BITSETS_LOCK:
+        _BITSETS_DEPTH[0] += 1
+    try:
+        yield
+    finally:
+        with _BITSETS_LOCK:
+            _BITSETS_DEPTH[0] -= 1
+            if _BITSETS_DEPTH[0] == 0:
+                _BITSETS.clear()
+
+
+def _event_bitsets(offsets, expert, layer, n_experts: int, n_layers: int, tie_pos: np.ndarray) -> tuple:
+    """:func:`._kernels_bits.event_bitsets`, reused inside :func:`reuse_event_bitsets` (read only)."""
+    with _BITSETS_LOCK:
+        reuse = _BITSETS_DEPTH[0] > 0
+        for o, e, ly, tp, res in _BITSETS if reuse else ():
+            if o is offsets and e is expert and ly is layer and tp.shape == tie_pos.shape and (tp == tie_pos).all():
+                return res
+    res = KB.event_bitsets(offsets, expert, layer, n_experts, n_layers, tie_pos)
+    if reuse:
+        with _BITSETS_LOCK:
+            if _BITSETS_DEPTH[0] > 0:
+                _BITSETS.insert(0, (offsets, expert, layer, tie_pos.copy(), res))
+                del _BITSETS[2:]
+    return res
+
+
 def _loop_belady(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses, hit_flag) -> None:
     offsets, expert, layer, _, n_experts, n_layers, global_scope, atomic, access_next = args
     if _walks_belady(config, policy, n_experts):   # before the key-width check: it builds no next-use array
         _, tie_pos = _tie_order(tie, n_layers, n_experts)
+        bitsets = _event_bitsets(offsets, expert, layer, n_experts, n_layers, tie_pos)
         if KB.replay_belady_walk(offsets, expert, layer, n_experts, n_layers, caps, tie_pos,
-                                 policy.key_code == KEY_BELADY_FORCED, config.warmup_events, hits, misses, hit_flag):
+                                 policy.key_code == KEY_BELADY_FORCED, config.warmup_events, hits, misses, hit_flag,
+                                 bitsets=bitsets):
             return None
         # the walk ran over its budget (a stream whose kept experts recur far ahead): the heap loop, from scratch
         hits[:] = 0
@@ -553,7 +598,8 @@ def replay_curve(stream: EventStream, config: ReplayConfig, rhos: Sequence[float
     if one_pass is None:
         one_pass = curve_pays(config, [c.rho for c in configs])
     if not one_pass_supported(config) or not one_pass or len(configs) == 1:
-        return tuple(replay(stream, c, calibration, advice) for c in configs)
+        with reuse_event_bitsets():
+            return tuple(replay(stream, c, calibration, advice) for c in configs)
     policy = get_policy(config.policy)
     L, N = stream.n_layers, stream.n_experts
     caps = np.stack([capacities_for_rho(c.rho, L, N) for c in configs])       # (n_rho, L)
