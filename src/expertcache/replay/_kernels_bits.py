@@ -481,8 +481,34 @@ def _kth_lowest(a, b, n, m):
     other buffer and advances the end its comparison with the pivot (a median of three) names, so a pass costs
     the same whatever the values (a partition with branches mispredicts about every other comparison). The
     values equal to the pivot are counted apart, so every pass shrinks the range; at most 4 values left are
-    finished by counting ranks.
+    finished by counting ranks. The lowest two and the highest two ranks (a unit evicting one or two blocks, a
+    cut holding one or two more than leave) take one or two reduction passes instead.
     """
+    if m <= 2 or m >= n - 1:
+        lo = a[0]
+        hi = a[0]
+        for q in range(1, n):
+            lo = min(lo, a[q])
+            hi = max(hi, a[q])
+        if m == 1:
+            return lo
+        if m == n:
+            return hi
+        low = m == 2
+        v = lo if low else hi
+        c = 0
+        for q in range(n):
+            c += a[q] == v
+        if c >= 2:
+            return v
+        w = hi if low else lo          # the next value past v, inward
+        for q in range(n):
+            x = a[q]
+            if low:
+                w = min(w, x) if x > v else w
+            else:
+                w = max(w, x) if x < v else w
+        return w
     s0 = 0
     src = a
     dst = b
