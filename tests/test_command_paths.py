@@ -2,7 +2,8 @@
 
 * ``replay_curve``'s one pass for ``lfu`` (a rank pass, ``lfu_stack_depths``) against the naive twin and separate
   replays;
-* the advice kernels of ``expertcache.prefetch`` against the numpy expressions they replaced, bit for bit;
+* the advice kernels of ``expertcache.prefetch`` (scatter, expert-map scores, prefix activations, the lookahead's
+  pair counts) against the numpy expressions they replaced, bit for bit;
 * ``read_events`` decoding member lists in batches, on the stored types.
 """
 
@@ -152,6 +153,24 @@ def test_prefix_activations_equal_cumsum():
 
 
 # ----------------------------------------------------------------------------- stream reading
+@pytest.mark.parametrize("dtype", [np.int16, np.int32, np.int64])
+def test_pair_counts_equal_the_bincount_of_outer_sums(dtype):
+    """The routing normal equations' co-occurrence counts (ProMoE-style lookahead) against the numpy expression
+    they replaced, on distinct experts per row and on a 1-expert universe."""
+    from expertcache.prefetch._kernels import pair_counts
+
+    rng = np.random.default_rng(5)
+    for N, k, n in ((128, 8, 300), (7, 3, 50), (1, 1, 4)):
+        a = np.stack([rng.choice(N, k, replace=False) for _ in range(n)]).astype(dtype)
+        b = np.stack([rng.choice(N, k, replace=False) for _ in range(n)]).astype(dtype)
+        aa = np.zeros(N * N, dtype=np.int64)
+        ab = np.zeros(N * N, dtype=np.int64)
+        pair_counts(a, b, N, aa, ab)
+        a64, b64 = a.astype(np.int64), b.astype(np.int64)
+        assert (aa == np.bincount((a64[:, :, None] * N + a64[:, None, :]).ravel(), minlength=N * N)).all()
+        assert (ab == np.bincount((a64[:, :, None] * N + b64[:, None, :]).ravel(), minlength=N * N)).all()
+
+
 def test_read_events_in_batches_keeps_stored_types(tmp_path, monkeypatch):
     import expertcache.events.stream as S
 

@@ -174,3 +174,18 @@ def prefix_activations(experts, rows, base, out):
         for l in range(n_layers):
             for j in range(k):
                 run[l * n_experts + experts[r, l, j]] += np.float32(1.0)
+
+
+@jit
+def pair_counts(a, b, n_experts, aa, ab):
+    """Co-occurrence counts of one token's experts at two layers: ``aa[i*N + j]`` += tokens with ``i`` and ``j``
+    among ``a``'s row, ``ab[i*N + j]`` += tokens with ``i`` in ``a``'s row and ``j`` in ``b``'s (``a``, ``b``:
+    ``[n, k]`` expert ids; ``aa``, ``ab``: int64 ``[N*N]``, added to). What ``np.bincount`` of the ``[n, k, k]``
+    outer sums counts, without building them."""
+    n, k = a.shape
+    for r in range(n):
+        for i in range(k):
+            x = np.int64(a[r, i]) * n_experts
+            for j in range(k):
+                aa[x + a[r, j]] += 1
+                ab[x + b[r, j]] += 1

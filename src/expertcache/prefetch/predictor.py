@@ -69,17 +69,22 @@ def _routing_normal_equations(trace: RoutingTrace, src: int, target: int) -> tup
     The entries are co-occurrence counts (expert ids of one token and layer are
     distinct), so this equals the dense product exactly without building ``X``.
     """
+    from ._kernels import pair_counts
+
     N = trace.n_experts
-    a = trace.experts[:, src].astype(np.int64)                               # [n, k]
-    b = trace.experts[:, target].astype(np.int64)
-    count_a = np.bincount(a.ravel(), minlength=N).astype(np.float64)
+    a = np.ascontiguousarray(trace.experts[:, src])                          # [n, k]
+    b = np.ascontiguousarray(trace.experts[:, target])
+    aa = np.zeros(N * N, dtype=np.int64)
+    ab = np.zeros(N * N, dtype=np.int64)
+    pair_counts(a, b, N, aa, ab)
+    count_a = np.bincount(a.ravel().astype(np.int64), minlength=N).astype(np.float64)
     gram = np.empty((N + 1, N + 1), dtype=np.float64)
-    gram[:N, :N] = np.bincount((a[:, :, None] * N + a[:, None, :]).ravel(), minlength=N * N).reshape(N, N)
+    gram[:N, :N] = aa.reshape(N, N)
     gram[:N, N] = gram[N, :N] = count_a
     gram[N, N] = trace.n_tokens
     xty = np.empty((N + 1, N), dtype=np.float64)
-    xty[:N] = np.bincount((a[:, :, None] * N + b[:, None, :]).ravel(), minlength=N * N).reshape(N, N)
-    xty[N] = np.bincount(b.ravel(), minlength=N)
+    xty[:N] = ab.reshape(N, N)
+    xty[N] = np.bincount(b.ravel().astype(np.int64), minlength=N)
     return gram, xty
 
 
