@@ -457,7 +457,7 @@ def replay_lfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
     quickselect of the ``|C ∪ U| - c``-th lowest (:func:`_kth_lowest`), and one pass that clears it and the
     keys below it. ``reset_freq_on_evict`` (in-cache counters) zeroes a leaving block's count. The
     state arrays are allocated here and the loop runs in :func:`_replay_lfu_bits`.
-    ``python benchmarks/replay_throughput.py``: about 4x lru's time per access (the sorted-residents loop it
+    ``python benchmarks/replay_throughput.py``: about 3x lru's time per access (the sorted-residents loop it
     replaces here was about 7x).
 
     Parameters are those of :func:`replay_lru_bits`; counts persist across evictions unless
