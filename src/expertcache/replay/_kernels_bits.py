@@ -443,6 +443,49 @@ def _replay_belady_walk(budget, offsets, expert, ev_layer, n_experts, capacity, 
 
 
 
+@jit_helper
+def _admit(mem, ev, size, layer, n_words, n_new, cap):
+    """Admit the unit ``ev`` into ``mem[layer]`` when its ``n_new`` misses fit ``cap`` (returns 0); otherwise leave
+    the cache as it is and return how many of ``C ∪ U`` must leave."""
+    n = size[layer] + n_new
+    if n <= cap:
+        for w in range(n_words):
+            mem[layer, w] |= ev[w]
+        size[layer] = n
+        return 0
+    return n - cap
+
+
+@jit_helper
+def _positions(mem, layer, n_words, cpos):
+    """Write the set tie positions of ``mem[layer]`` into ``cpos``, ascending; return how many."""
+    one = np.uint64(1)
+    k = 0
+    for w in range(n_words):
+        x = mem[layer, w]
+        while x:
+            cpos[k] = (w << 6) + np.int64(_cttz(x))
+            x &= x - one
+            k += 1
+    return k
+
+
+@jit_helper
+def _evict_ranked(mem, layer, ckey, cpos, k, m, v):
+    """Clear from ``mem[layer]`` the candidates ``cpos[:k]`` (ascending tie positions) whose key ``ckey`` is below
+    ``v``, the ``m``-th lowest, and of those equal to it the lowest tie positions: ``m`` in all."""
+    n_less = 0
+    for q in range(k):
+        n_less += ckey[q] < v
+    eq = m - n_less
+    for q in range(k):
+        c = ckey[q]
+        e = (c == v) & (eq > 0)
+        eq -= e
+        j = cpos[q]
+        mem[layer, j >> 6] ^= np.uint64((c < v) | e) << np.uint64(j & 63)
+
+
 def replay_lfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, reset_freq_on_evict,
                     count_from, hits, misses, hit_flag):
     """Event-atomic, per-layer LFU on bitsets in tie-position space (the decision of ``_kernels_ranked``'s lfu).
@@ -582,16 +625,12 @@ def _replay_lfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, re
                 for a in range(lo, hi):
                     fpos[base + tie_pos[base + expert[a]]] = 0
             continue
-        n = size[layer] + n_mem - n_hit
-        if n <= cap:
-            for w in range(n_words):
-                mem[layer, w] |= ev[w]
-            size[layer] = n
+        m = _admit(mem, ev, size, layer, n_words, n_mem - n_hit, cap)
+        if m == 0:
             continue
-        # C ∪ U overflows: the lowest n - cap keys leave. Candidates first: the keys whose count is at most
-        # the threshold this layer's last eviction left (the evicted keys' counts move slowly); all keys when
-        # fewer than n - cap fall under it.
-        m = n - cap
+        # C ∪ U overflows: the lowest m keys leave. Candidates first: the keys whose count is at most the
+        # threshold this layer's last eviction left (the evicted keys' counts move slowly); all keys when
+        # fewer than m fall under it.
         t = thr[layer]
         k = 0
         for w in range(n_words):
@@ -604,14 +643,9 @@ def _replay_lfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, re
                 keys[k] = (c << 10) | j          # written always, kept when under the cut (no branch)
                 k += c <= t
         if k < m:
-            k = 0
-            for w in range(n_words):
-                x = mem[layer, w]
-                while x:
-                    j = (w << 6) + np.int64(_cttz(x))
-                    x &= x - one
-                    keys[k] = (fpos[base + j] << 10) | j
-                    k += 1
+            k = _positions(mem, layer, n_words, sel)
+            for q in range(k):
+                keys[q] = (fpos[base + sel[q]] << 10) | sel[q]
         for q in range(k):
             sel[q] = keys[q]
         v = _kth_lowest(sel, sel2, k, m)          # the m-th lowest key: it and those below leave
@@ -680,13 +714,9 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
             misses[layer] += n_mem - n_hit
         if cap == 0 or n_mem == 0:
             continue
-        n = size[layer] + n_mem - n_hit
-        if n <= cap:
-            for w in range(n_words):
-                mem[layer, w] |= ev[w]
-            size[layer] = n
+        m = _admit(mem, ev, size, layer, n_words, n_mem - n_hit, cap)
+        if m == 0:
             continue
-        m = n - cap
         th = thr[layer]
         tu = th * up
         k = 0
@@ -707,29 +737,15 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
                 sel[q] = c
                 n_in += c <= th
         if n_in < m:                       # too few under the cut: every block of C ∪ U
-            k = 0
-            for w in range(n_words):
-                x = mem[layer, w]
-                while x:
-                    j = (w << 6) + np.int64(_cttz(x))
-                    x &= x - one
-                    cpos[k] = j
-                    c = fpos[base + j] / float(i - lpos[base + j] + 1)
-                    ckey[k] = c
-                    sel[k] = c
-                    k += 1
+            k = _positions(mem, layer, n_words, cpos)
+            for q in range(k):
+                j = base + cpos[q]
+                c = fpos[j] / float(i - lpos[j] + 1)
+                ckey[q] = c
+                sel[q] = c
         v = _kth_lowest(sel, sel2, k, m)
         thr[layer] = 2.0 * v
-        n_less = 0
-        for q in range(k):
-            n_less += ckey[q] < v
-        eq = m - n_less                    # of the keys equal to v, the lowest tie positions leave
-        for q in range(k):
-            c = ckey[q]
-            e = (c == v) & (eq > 0)
-            eq -= e
-            j = cpos[q]
-            mem[layer, j >> 6] ^= np.uint64((c < v) | e) << np.uint64(j & 63)
+        _evict_ranked(mem, layer, ckey, cpos, k, m, v)
         size[layer] = cap
 
 
@@ -787,13 +803,9 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
             misses[layer] += n_mem - n_hit
         if cap == 0 or n_mem == 0:
             continue
-        n = size[layer] + n_mem - n_hit
-        if n <= cap:
-            for w in range(n_words):
-                mem[layer, w] |= ev[w]
-            size[layer] = n
+        m = _admit(mem, ev, size, layer, n_words, n_mem - n_hit, cap)
+        if m == 0:
             continue
-        m = n - cap
         th = thr[layer]
         k = 0
         for w in range(n_words):
@@ -808,29 +820,14 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
                 k += c <= th
         if k < m:                          # too few under the cut: every key of C ∪ U
             slack[layer] *= 2.0
-            k = 0
-            for w in range(n_words):
-                x = mem[layer, w]
-                while x:
-                    j = (w << 6) + np.int64(_cttz(x))
-                    x &= x - one
-                    cpos[k] = j
-                    ckey[k] = crf[base + j]
-                    k += 1
+            k = _positions(mem, layer, n_words, cpos)
+            for q in range(k):
+                ckey[q] = crf[base + cpos[q]]
         elif k > 2 * m + 8:
             slack[layer] *= 0.5
         for q in range(k):
             sel[q] = ckey[q]
         v = _kth_lowest(sel, sel2, k, m)
         thr[layer] = v + slack[layer]
-        n_less = 0
-        for q in range(k):
-            n_less += ckey[q] < v
-        eq = m - n_less                    # of the keys equal to v, the lowest tie positions leave
-        for q in range(k):
-            c = ckey[q]
-            e = (c == v) & (eq > 0)
-            eq -= e
-            j = cpos[q]
-            mem[layer, j >> 6] ^= np.uint64((c < v) | e) << np.uint64(j & 63)
+        _evict_ranked(mem, layer, ckey, cpos, k, m, v)
         size[layer] = cap
