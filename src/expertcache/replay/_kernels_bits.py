@@ -471,6 +471,25 @@ def _positions(mem, layer, n_words, cpos):
 
 
 @jit_helper
+def _cut_gather(mem, ev, layer, n_words, src, base, th, cpos, ckey):
+    """Admit the unit ``ev`` into ``mem[layer]`` (``C ∪ U``) and write, without a branch, the tie positions of its
+    blocks whose key ``src[base + j]`` is at most ``th`` (ascending) and their keys; return how many."""
+    one = np.uint64(1)
+    k = 0
+    for w in range(n_words):
+        x = mem[layer, w] | ev[w]
+        mem[layer, w] = x
+        while x:
+            j = (w << 6) + np.int64(_cttz(x))
+            x &= x - one
+            c = src[base + j]
+            cpos[k] = j                    # written always, kept when under the cut
+            ckey[k] = c
+            k += c <= th
+    return k
+
+
+@jit_helper
 def _evict_ranked(mem, layer, ckey, cpos, k, m, v):
     """Clear from ``mem[layer]`` the candidates ``cpos[:k]`` (ascending tie positions) whose key ``ckey`` is below
     ``v``, the ``m``-th lowest, and of those equal to it the lowest tie positions: ``m`` in all."""
@@ -605,7 +624,6 @@ def _replay_lfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, re
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     n_words = (n_experts + 63) // 64
-    one = np.uint64(1)
     tmask = np.int64(1023)
     for i in range(n_events):
         layer = ev_layer[i]
@@ -631,22 +649,13 @@ def _replay_lfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, re
         # C ∪ U overflows: the lowest m keys leave. Candidates first: the keys whose count is at most the
         # threshold this layer's last eviction left (the evicted keys' counts move slowly); all keys when
         # fewer than m fall under it.
-        t = thr[layer]
-        k = 0
-        for w in range(n_words):
-            x = mem[layer, w] | ev[w]
-            mem[layer, w] = x
-            while x:
-                j = (w << 6) + np.int64(_cttz(x))
-                x &= x - one
-                c = fpos[base + j]
-                keys[k] = (c << 10) | j          # written always, kept when under the cut (no branch)
-                k += c <= t
+        k = _cut_gather(mem, ev, layer, n_words, fpos, base, thr[layer], sel, sel2)   # positions, counts
         if k < m:
             k = _positions(mem, layer, n_words, sel)
             for q in range(k):
-                keys[q] = (fpos[base + sel[q]] << 10) | sel[q]
+                sel2[q] = fpos[base + sel[q]]
         for q in range(k):
+            keys[q] = (sel2[q] << 10) | sel[q]
             sel[q] = keys[q]
         v = _kth_lowest(sel, sel2, k, m)          # the m-th lowest key: it and those below leave
         thr[layer] = (v >> 10) + 1
@@ -784,7 +793,6 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     n_words = (n_experts + 63) // 64
-    one = np.uint64(1)
     for i in range(n_events):
         layer = ev_layer[i]
         cap = capacity[layer]
@@ -806,18 +814,7 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         m = _admit(mem, ev, size, layer, n_words, n_mem - n_hit, cap)
         if m == 0:
             continue
-        th = thr[layer]
-        k = 0
-        for w in range(n_words):
-            x = mem[layer, w] | ev[w]
-            mem[layer, w] = x
-            while x:
-                j = (w << 6) + np.int64(_cttz(x))
-                x &= x - one
-                c = crf[base + j]
-                cpos[k] = j                # written always, kept when under the cut (no branch)
-                ckey[k] = c
-                k += c <= th
+        k = _cut_gather(mem, ev, layer, n_words, crf, base, thr[layer], cpos, ckey)
         if k < m:                          # too few under the cut: every key of C ∪ U
             slack[layer] *= 2.0
             k = _positions(mem, layer, n_words, cpos)

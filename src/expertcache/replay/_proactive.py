@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import jit, jit_helper
+from ._kernels import _less
 from ._kernels_bits import _kth_lowest
 
 #: Priority sources (key codes of this kernel).
@@ -107,10 +108,10 @@ def _heap_down(hp, q, n, rs, rk, rt):
         if d < n:
             a = hp[c]
             y = hp[d]
-            if rs[y] < rs[a] or (rs[y] == rs[a] and (rk[y] < rk[a] or (rk[y] == rk[a] and rt[y] < rt[a]))):
+            if _less(y, a, rs, rk, rt):
                 c = d
         y = hp[c]
-        if not (rs[y] < rs[x] or (rs[y] == rs[x] and (rk[y] < rk[x] or (rk[y] == rk[x] and rt[y] < rt[x])))):
+        if not _less(y, x, rs, rk, rt):
             break
         hp[q] = y
         q = c
