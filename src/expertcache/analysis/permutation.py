@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..events import EventStream
+from ..events.stream import concat_ranges
 from .gap import CAUSAL_POLICIES, gap_decomposition
 
 __all__ = ["permute_steps", "PermutationResult", "permutation_ablation"]
@@ -25,12 +26,12 @@ def permute_steps(stream: EventStream, rng: np.random.Generator) -> EventStream:
     bounds = np.r_[first, stream.n_events]
     order = rng.permutation(steps.shape[0])
     per_step = np.diff(bounds)[order]
-    ev = _ranges(bounds[:-1][order], per_step)
+    ev = concat_ranges(bounds[:-1][order], per_step)
     new_step = np.repeat(np.arange(steps.shape[0], dtype=np.int64), per_step)
     sizes = stream.event_size[ev]
     offsets = np.zeros(ev.shape[0] + 1, dtype=np.int64)
     np.cumsum(sizes, out=offsets[1:])
-    take = _ranges(stream.offsets[ev], sizes)
+    take = concat_ranges(stream.offsets[ev], sizes)
     prov = {**stream.provenance, "permutation": "whole steps permuted (§6.5 ablation)"}
     # valid by construction: whole steps of a valid stream, renumbered in their new order, each step's events
     # still in layer order; the per-event checks run, the passes over every member do not
@@ -38,14 +39,6 @@ def permute_steps(stream: EventStream, rng: np.random.Generator) -> EventStream:
                                 stream.active[ev], stream.logical_per_event[ev], offsets, stream.expert[take],
                                 stream.multiplicity[take],
                                 None if stream.gate_mass is None else stream.gate_mass[take], prov)
-
-
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """``concatenate([arange(s, s + n) for s, n in zip(starts, lengths)])`` without the Python loop."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    ends = np.cumsum(lengths)
-    return np.arange(int(ends[-1]) if ends.size else 0, dtype=np.int64) + np.repeat(
-        np.asarray(starts, dtype=np.int64) - (ends - lengths), lengths)
 
 
 @dataclass(frozen=True)

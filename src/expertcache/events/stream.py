@@ -240,6 +240,15 @@ class EventStream:
         return Path(out)
 
 
+def concat_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``concatenate([arange(s, s + n) for s, n in zip(starts, lengths)])`` without a Python loop (int64): e.g.
+    the access indices of a selection of events, ``concat_ranges(stream.offsets[ev], stream.event_size[ev])``."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    return np.arange(int(ends[-1]) if ends.size else 0, dtype=np.int64) + np.repeat(
+        np.asarray(starts, dtype=np.int64) - (ends - lengths), lengths)
+
+
 def _sort_within(flat: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Permutation sorting ``flat`` ascending inside each CSR segment."""
     seg = np.repeat(np.arange(offsets.shape[0] - 1), np.diff(offsets))

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..errors import ValidationError
 from ..events import EventStream
+from ..events.stream import concat_ranges
 from ..nextuse.advice import Advice
 from .context import warmup_advice
 from .produced import Produced
@@ -64,8 +65,7 @@ def option_set(stream: EventStream, option_steps: int = 4, source: str = "future
         evs = ev[e0:e1]
         first_acc = stream.offsets[evs]
         sizes = stream.offsets[evs + 1] - first_acc
-        ends = np.cumsum(sizes)
-        acc = np.repeat(first_acc - (ends - sizes), sizes) + np.arange(ends[-1] if sizes.size else 0)
+        acc = concat_ranges(first_acc, sizes)
         cell = ((option[e0:e1] - lo) * L + stream.layer[evs]) * N            # (option, layer) row of each event
         counts = np.bincount(np.repeat(cell, sizes) + stream.expert[acc], weights=stream.multiplicity[acc],
                              minlength=(hi - lo) * L * N).reshape(hi - lo, L * N)

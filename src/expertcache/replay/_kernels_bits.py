@@ -39,10 +39,11 @@ def _popc(typingctx, x):
 
 
 @jit_helper
-def _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, hit_flag):
+def _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, hit_flag, counted, hits, misses):
     """Put the members ``expert[lo:hi]`` of a unit of ``layer`` in ``ev`` (tie positions); its hits on ``mem[layer]``.
 
-    Sets ``hit_flag`` on the hits when ``record``. Shared by the bitset loops.
+    Sets ``hit_flag`` on the hits when ``record``, and adds the unit's hits and misses to ``hits[layer]`` and
+    ``misses[layer]`` when ``counted`` (past the warm-up). Shared by the bitset loops.
     """
     one = np.uint64(1)
     for w in range(n_words):
@@ -58,6 +59,9 @@ def _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, h
             tp = tie_pos[base + expert[a]]
             if (mem[layer, tp >> 6] >> np.uint64(tp & 63)) & one:
                 hit_flag[a] = 1
+    if counted:
+        hits[layer] += n_hit
+        misses[layer] += (hi - lo) - n_hit
     return n_hit
 
 
@@ -137,10 +141,8 @@ def _replay_lru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
         lo = offsets[i]
         hi = offsets[i + 1]
         n_mem = hi - lo
-        n_hit = _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, hit_flag)
-        if i >= count_from:
-            hits[layer] += n_hit
-            misses[layer] += n_mem - n_hit
+        n_hit = _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, hit_flag, i >= count_from,
+                           hits, misses)
         if cap == 0 or n_mem == 0:
             continue
         if n_mem >= cap:
@@ -444,6 +446,88 @@ def _replay_belady_walk(budget, offsets, expert, ev_layer, n_experts, capacity, 
 
 
 @jit_helper
+def _kth_lowest(a, b, n, m):
+    """The ``m``-th lowest value of ``a[:n]`` (``1 <= m <= n``), values repeated or not; ``a`` and ``b`` are scratch.
+
+    A quickselect whose partition has no data-dependent branch: each pass writes every value to both ends of the
+    other buffer and advances the end its comparison with the pivot (a median of three) names, so a pass costs
+    the same whatever the values (a partition with branches mispredicts about every other comparison). The
+    values equal to the pivot are counted apart, so every pass shrinks the range; at most 4 values left are
+    finished by counting ranks. The lowest two and the highest two ranks (a unit evicting one or two blocks, a
+    cut holding one or two more than leave) take one or two reduction passes instead.
+    """
+    if m <= 2 or m >= n - 1:
+        lo = a[0]
+        hi = a[0]
+        for q in range(1, n):
+            lo = min(lo, a[q])
+            hi = max(hi, a[q])
+        if m == 1:
+            return lo
+        if m == n:
+            return hi
+        low = m == 2
+        v = lo if low else hi
+        c = 0
+        for q in range(n):
+            c += a[q] == v
+        if c >= 2:
+            return v
+        w = hi if low else lo          # the next value past v, inward
+        for q in range(n):
+            x = a[q]
+            if low:
+                w = min(w, x) if x > v else w
+            else:
+                w = max(w, x) if x < v else w
+        return w
+    s0 = 0
+    src = a
+    dst = b
+    while n > 4:
+        x0 = src[s0]
+        x1 = src[s0 + (n >> 1)]
+        x2 = src[s0 + n - 1]
+        if x0 > x1:
+            x0, x1 = x1, x0
+        if x1 > x2:
+            x1 = x2
+            if x0 > x1:
+                x1 = x0
+        p = x1
+        nl = 0
+        ng = 0
+        for q in range(s0, s0 + n):
+            x = src[q]
+            dst[nl] = x
+            dst[n - 1 - ng] = x
+            nl += x < p
+            ng += x > p
+        if m <= nl:
+            s0 = 0
+            n = nl
+        elif m <= n - ng:
+            return p
+        else:
+            m -= n - ng
+            s0 = n - ng
+            n = ng
+        src, dst = dst, src
+    v = src[s0]
+    for q in range(s0, s0 + n):
+        x = src[q]
+        lt = 0
+        le = 0
+        for r in range(s0, s0 + n):
+            y = src[r]
+            lt += y < x
+            le += y <= x
+        if lt < m <= le:
+            v = x
+    return v
+
+
+@jit_helper
 def _admit(mem, ev, size, layer, n_words, n_new, cap):
     """Admit the unit ``ev`` into ``mem[layer]`` when its ``n_new`` misses fit ``cap`` (returns 0); otherwise leave
     the cache as it is and return how many of ``C ∪ U`` must leave."""
@@ -535,88 +619,6 @@ def replay_lfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
                      np.zeros(n_layers, dtype=np.int64))
 
 
-@jit_helper
-def _kth_lowest(a, b, n, m):
-    """The ``m``-th lowest value of ``a[:n]`` (``1 <= m <= n``), values repeated or not; ``a`` and ``b`` are scratch.
-
-    A quickselect whose partition has no data-dependent branch: each pass writes every value to both ends of the
-    other buffer and advances the end its comparison with the pivot (a median of three) names, so a pass costs
-    the same whatever the values (a partition with branches mispredicts about every other comparison). The
-    values equal to the pivot are counted apart, so every pass shrinks the range; at most 4 values left are
-    finished by counting ranks. The lowest two and the highest two ranks (a unit evicting one or two blocks, a
-    cut holding one or two more than leave) take one or two reduction passes instead.
-    """
-    if m <= 2 or m >= n - 1:
-        lo = a[0]
-        hi = a[0]
-        for q in range(1, n):
-            lo = min(lo, a[q])
-            hi = max(hi, a[q])
-        if m == 1:
-            return lo
-        if m == n:
-            return hi
-        low = m == 2
-        v = lo if low else hi
-        c = 0
-        for q in range(n):
-            c += a[q] == v
-        if c >= 2:
-            return v
-        w = hi if low else lo          # the next value past v, inward
-        for q in range(n):
-            x = a[q]
-            if low:
-                w = min(w, x) if x > v else w
-            else:
-                w = max(w, x) if x < v else w
-        return w
-    s0 = 0
-    src = a
-    dst = b
-    while n > 4:
-        x0 = src[s0]
-        x1 = src[s0 + (n >> 1)]
-        x2 = src[s0 + n - 1]
-        if x0 > x1:
-            x0, x1 = x1, x0
-        if x1 > x2:
-            x1 = x2
-            if x0 > x1:
-                x1 = x0
-        p = x1
-        nl = 0
-        ng = 0
-        for q in range(s0, s0 + n):
-            x = src[q]
-            dst[nl] = x
-            dst[n - 1 - ng] = x
-            nl += x < p
-            ng += x > p
-        if m <= nl:
-            s0 = 0
-            n = nl
-        elif m <= n - ng:
-            return p
-        else:
-            m -= n - ng
-            s0 = n - ng
-            n = ng
-        src, dst = dst, src
-    v = src[s0]
-    for q in range(s0, s0 + n):
-        x = src[q]
-        lt = 0
-        le = 0
-        for r in range(s0, s0 + n):
-            y = src[r]
-            lt += y < x
-            le += y <= x
-        if lt < m <= le:
-            v = x
-    return v
-
-
 @jit
 def _replay_lfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, reset_freq_on_evict, count_from,
                      hits, misses, hit_flag, size, mem, ev, fpos, keys, sel, sel2, thr):
@@ -632,12 +634,10 @@ def _replay_lfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, re
         lo = offsets[i]
         hi = offsets[i + 1]
         n_mem = hi - lo
-        n_hit = _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, hit_flag)
+        n_hit = _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, hit_flag, i >= count_from,
+                           hits, misses)
         for a in range(lo, hi):
             fpos[base + tie_pos[base + expert[a]]] += 1
-        if i >= count_from:
-            hits[layer] += n_hit
-            misses[layer] += n_mem - n_hit
         if cap == 0 or n_mem == 0:
             if cap == 0 and reset_freq_on_evict:     # every member leaves at once
                 for a in range(lo, hi):
@@ -713,14 +713,12 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         lo = offsets[i]
         hi = offsets[i + 1]
         n_mem = hi - lo
-        n_hit = _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, hit_flag)
+        n_hit = _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, hit_flag, i >= count_from,
+                           hits, misses)
         for a in range(lo, hi):
             q = base + tie_pos[base + expert[a]]
             fpos[q] += 1
             lpos[q] = i
-        if i >= count_from:
-            hits[layer] += n_hit
-            misses[layer] += n_mem - n_hit
         if cap == 0 or n_mem == 0:
             continue
         m = _admit(mem, ev, size, layer, n_words, n_mem - n_hit, cap)
@@ -802,13 +800,11 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         n_mem = hi - lo
         now = lam * float(lunits[layer])
         lunits[layer] += 1
-        n_hit = _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, hit_flag)
+        n_hit = _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, hit_flag, i >= count_from,
+                           hits, misses)
         for a in range(lo, hi):
             q = base + tie_pos[base + expert[a]]
             crf[q] = now + np.log2(1.0 + np.exp2(crf[q] - now))
-        if i >= count_from:
-            hits[layer] += n_hit
-            misses[layer] += n_mem - n_hit
         if cap == 0 or n_mem == 0:
             continue
         m = _admit(mem, ev, size, layer, n_words, n_mem - n_hit, cap)
