@@ -264,8 +264,7 @@ def test_sequential_random_order_equals_the_python_loop(seed):
         experts = [sorted(rng.choice(N, int(rng.integers(1, N + 1)), replace=False).tolist()) for _ in rows]
         stream = EventStream.from_lists(L, N, N, [r[0] for r in rows], [r[1] for r in rows], experts, [1] * len(rows))
         s = int(rng.integers(0, 10_000))
-        chunk = int(rng.choice([1, 2, 5, 64, 1 << 20]))    # small chunks: draws run out mid-event and resume
-        assert (engine._member_order(stream, "sequential-random", s, chunk) == _python_order(stream, s)).all()
+        assert (engine._member_order(stream, "sequential-random", s) == _python_order(stream, s)).all()
 
 
 def test_sequential_random_order_on_a_large_stream():

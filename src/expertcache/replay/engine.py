@@ -172,25 +172,14 @@ def _tie_order(tie: np.ndarray, n_layers: int, n_experts: int) -> tuple[np.ndarr
     return order, tie_pos
 
 
-def _member_order(stream: EventStream, semantics: str, seed: int, chunk: int = 1 << 20) -> np.ndarray:
-    """Member expert ids in access order: ascending (as stored), or shuffled per event for sequential-random.
-
-    The shuffle draws ``chunk`` 64-bit outputs of the generator at a time (a parameter for tests only).
-    """
+def _member_order(stream: EventStream, semantics: str, seed: int) -> np.ndarray:
+    """Member expert ids in access order: ascending (as stored), or shuffled per event for sequential-random
+    (the order of ``seg[rng.permutation(len(seg))]`` event by event, ``rng = np.random.default_rng([seed, 1])``)."""
     if semantics != "sequential-random":
         return stream.expert
-    # the order of ``seg[rng.permutation(len(seg))]`` event by event, drawn from the generator's raw outputs
-    bits = np.random.default_rng([seed, 1]).bit_generator
     expert = stream.expert.copy()
-    chunk = max(1, min(expert.shape[0], chunk))     # 64-bit outputs per draw (two 32-bit draws each)
-    raw = bits.random_raw(chunk)
-    i, h = 0, 0
-    while True:
-        i, h = KO.shuffle_events(stream.offsets, expert, i, raw, h)
-        if i >= stream.n_events:
-            return expert
-        raw = np.concatenate([raw[h >> 1:], bits.random_raw(chunk)])
-        h &= 1
+    KO.shuffle_events(stream.offsets, expert, KO.pcg64_words(np.random.default_rng([seed, 1]).bit_generator))
+    return expert
 
 
 def _kernel_inputs(stream: EventStream, config: ReplayConfig, needs_next_use: bool) -> tuple:
