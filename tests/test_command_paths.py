@@ -103,10 +103,15 @@ def test_expert_map_kernel_is_bit_identical(case):
     rng = np.random.default_rng(2)
     n, S, N, alpha = 50, 9 if case != "small-store" else 2, 6, 0.5
     m_take = min(3, S)
+    k = 3
     dot = rng.random((n, S))
-    add = rng.random((n, S)).astype(np.float32)
+    ex = np.sort(np.stack([rng.choice(N, k, replace=False) for _ in range(n)]), axis=1)
+    w = rng.random((n, k)).astype(np.float32)
+    maps_prev = rng.random((N, S)).astype(np.float32)
+    maps_prev[rng.random((N, S)) < 0.5] = 0.0       # sparse, as stored maps are (k of N experts per layer)
     x_sq = rng.random(n) + 0.1
     x_sq[0] = 0.0                                   # a zero norm: trajectory 0
+    w[0] = 0.0
     m_sq = rng.random(S) + 0.1
     sem = rng.random((n, S)).astype(np.float32)
     maps = rng.random((S, N)).astype(np.float32)
@@ -115,13 +120,21 @@ def test_expert_map_kernel_is_bit_identical(case):
         dot[:, 1] = dot[:, 4]
         m_sq[1] = m_sq[4]
         sem[:, 1] = sem[:, 4]
-        add[:, 1] = add[:, 4]
+        maps_prev[:, 1] = maps_prev[:, 4]
     use_sem = case in ("sem+traj", "sem-only", "ties", "small-store")
     use_traj = case != "sem-only"
     ref_dot = dot.copy()
+    ref_x_sq = x_sq.copy()
     if use_traj:
+        add = np.zeros((n, S))
+        g_sq = np.zeros(n)
+        for q in range(k):                          # each product exact in float64, summed in expert order
+            g = w[:, q].astype(np.float64)
+            add += g[:, None] * maps_prev[ex[:, q]].astype(np.float64)
+            g_sq += g * g
         ref_dot += add
-        norm = np.sqrt(np.multiply.outer(x_sq, m_sq))
+        ref_x_sq += g_sq
+        norm = np.sqrt(np.multiply.outer(ref_x_sq, m_sq))
         traj = np.divide(ref_dot, norm, out=np.zeros_like(ref_dot), where=norm > 0)
         sim = alpha * sem + (1.0 - alpha) * traj if use_sem else traj
     else:
@@ -129,11 +142,13 @@ def test_expert_map_kernel_is_bit_identical(case):
     ref = maps[top_m_rows(sim, m_take)].mean(axis=1)
     ref[ref <= 0] = np.nan
     got = np.empty((n, N), dtype=np.float32)
-    expert_map_scores(dot, add if use_traj else np.zeros((0, 0), np.float32), x_sq, m_sq,
-                      sem if use_sem else np.zeros((0, 0), np.float32), alpha, use_traj, m_take, maps, got)
+    none = np.zeros((0, 0), np.float32)
+    expert_map_scores(dot, ex if use_traj else np.zeros((0, 0), np.int64), w if use_traj else none,
+                      maps_prev if use_traj else none, x_sq, m_sq, sem if use_sem else none, alpha, use_traj,
+                      m_take, maps, got)
     assert np.array_equal(ref.view(np.uint32), got.view(np.uint32))
     if use_traj:
-        assert np.array_equal(dot, ref_dot)
+        assert np.array_equal(dot, ref_dot) and np.array_equal(x_sq, ref_x_sq)
 
 
 def test_prefix_activations_equal_cumsum():

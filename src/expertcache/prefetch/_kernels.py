@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._jit import jit
+from .._jit import jit, jit_helper
 
 
 @jit
@@ -72,11 +72,13 @@ def scatter_sorted(out, ev, order, scores, gather):
 
 
 @jit
-def expert_map_scores(dot, add, x_sq, m_sq, sem, alpha, use_traj, m_take, maps_layer, score):
+def expert_map_scores(dot, ex, w, maps_prev, x_sq, m_sq, sem, alpha, use_traj, m_take, maps_layer, score):
     """Per token: similarity to every stored map, the ``m_take`` best maps' mean row (``expert_map_search``).
 
     Reproduces, per row ``x``::
 
+        dot += sum over q of float64(w[x, q]) * float64(maps_prev[ex[x, q]])   (q in order, float64)
+        x_sq += sum over q of float64(w[x, q]) ** 2                            (q in order)
         norm = sqrt(x_sq[x] * m_sq); traj = dot / norm where norm > 0 else 0
         sim = float32(alpha) * sem + (1 - alpha) * traj      (traj alone without sem; sem alone at layer 0)
         best = argsort(-sim, stable)[:m_take]
@@ -85,11 +87,16 @@ def expert_map_scores(dot, add, x_sq, m_sq, sem, alpha, use_traj, m_take, maps_l
     Parameters
     ----------
     dot : float64[n, S]
-        Trajectory dot products (ignored when ``use_traj`` is False); ``add`` is added to it first.
-    add : float32[n, S] (or [0, 0])
-        This layer's dot products (``dot += add`` as numpy does it: each float32 widened, then added).
+        Trajectory dot products (ignored when ``use_traj`` is False); the previous layer's are added to it first.
+    ex : int64[n, k] (or [0, 0]), w : float32[n, k]
+        The previous layer's selected experts of each token (ascending) and their weights: the token's vector
+        at that layer is ``w`` at ``ex``, zero elsewhere, so its dot product with every stored map is the sum
+        of ``k`` rows of ``maps_prev``, each product exact in float64 (no BLAS: the same bits on every machine).
+    maps_prev : float32[N, S]
+        The stored maps at the previous layer, transposed (expert-major).
     x_sq : float64[n], m_sq : float64[S]
-        Squared trajectory norms of the tokens and of the stored maps.
+        Squared trajectory norms of the tokens (the previous layer's weights are added here) and of the stored
+        maps (up to the previous layer).
     sem : float32[n, S] (or [0, 0])
         Semantic cosines; empty when there are none.
     alpha : float
@@ -110,30 +117,80 @@ def expert_map_scores(dot, add, x_sq, m_sq, sem, alpha, use_traj, m_take, maps_l
     beta = 1.0 - alpha
     best = np.empty(m_take, dtype=np.int64)
     best_v = np.empty(m_take, dtype=np.float64)
-    sim = np.empty(n_store, dtype=np.float64)
+    add = np.empty(n_store, dtype=np.float64)
+    n_blocks = (n_store + 7) >> 3
+    near = np.full(n_blocks << 3, -np.inf)             # whole blocks of 8: the tail block padded with -inf
+    bmax = np.empty(n_blocks, dtype=np.float64)
+    cand = np.empty(n_store, dtype=np.int64)
+    inv_m = np.empty(n_store, dtype=np.float64)
+    for s in range(n_store):
+        inv_m[s] = 1.0 / np.sqrt(m_sq[s]) if m_sq[s] > 0 else 0.0
+    n_k = ex.shape[1] if ex.shape[0] > 0 else 0
     for x in range(n):
-        # the similarity row first, in a branch-free loop the compiler vectorises
-        if add.shape[0] > 0:
+        # the previous layer's dot products (k rows of maps_prev, in order), in loops the compiler vectorises
+        if n_k > 0:
             for s in range(n_store):
-                dot[x, s] += np.float64(add[x, s])
+                add[s] = 0.0
+            g_sq = 0.0
+            q = 0
+            while q < n_k:
+                if q + 4 <= n_k:               # four rows per pass, summed in the same order
+                    e0, e1, e2, e3 = ex[x, q], ex[x, q + 1], ex[x, q + 2], ex[x, q + 3]
+                    g0, g1 = np.float64(w[x, q]), np.float64(w[x, q + 1])
+                    g2, g3 = np.float64(w[x, q + 2]), np.float64(w[x, q + 3])
+                    g_sq = (((g_sq + g0 * g0) + g1 * g1) + g2 * g2) + g3 * g3
+                    for s in range(n_store):
+                        add[s] = ((((add[s] + g0 * np.float64(maps_prev[e0, s])) + g1 * np.float64(maps_prev[e1, s]))
+                                   + g2 * np.float64(maps_prev[e2, s])) + g3 * np.float64(maps_prev[e3, s]))
+                    q += 4
+                else:
+                    e = ex[x, q]
+                    g = np.float64(w[x, q])
+                    g_sq += g * g
+                    for s in range(n_store):
+                        add[s] += g * np.float64(maps_prev[e, s])
+                    q += 1
+            x_sq[x] += g_sq
+            for s in range(n_store):
+                dot[x, s] += add[s]
+        # a near similarity without a square root or a division (within _NEAR of the exact one) and its block
+        # maxima; the m_take-th largest near value from the blocks whose maximum can reach it; the exact
+        # similarity of the maps near enough to it to be among the m_take best
+        xs = x_sq[x]
         if use_traj:
-            xs = x_sq[x]
+            ix = 1.0 / np.sqrt(xs) if xs > 0 else 0.0
             if has_sem:
                 for s in range(n_store):
-                    norm = np.sqrt(xs * m_sq[s])
-                    traj = dot[x, s] / norm if norm > 0 else 0.0
-                    sim[s] = np.float64(a32 * sem[x, s]) + beta * traj
+                    near[s] = np.float64(a32 * sem[x, s]) + beta * ((dot[x, s] * ix) * inv_m[s])
             else:
                 for s in range(n_store):
-                    norm = np.sqrt(xs * m_sq[s])
-                    sim[s] = dot[x, s] / norm if norm > 0 else 0.0
+                    near[s] = (dot[x, s] * ix) * inv_m[s]
         else:
             for s in range(n_store):
-                sim[s] = np.float64(sem[x, s])
-        # keep the m_take largest, earlier index first among equals (a later equal never displaces)
+                near[s] = np.float64(sem[x, s])
+        for b in range(n_blocks):
+            o = b << 3
+            bmax[b] = max(max(max(near[o], near[o + 1]), max(near[o + 2], near[o + 3])),
+                          max(max(near[o + 4], near[o + 5]), max(near[o + 6], near[o + 7])))
+        th = _near_threshold(near, bmax, m_take, best_v) - _NEAR
+        n_cand = 0
+        for b in range(n_blocks):
+            if bmax[b] >= th:
+                o = b << 3
+                for s in range(o, min(o + 8, n_store)):
+                    cand[n_cand] = s           # written always, kept when near the m_take-th (no branch)
+                    n_cand += near[s] >= th
+        # keep the m_take largest exact similarities, earlier index first among equals (a later equal never
+        # displaces)
         n_best = 0
-        for s in range(n_store):
-            v = sim[s]
+        for c in range(n_cand):
+            s = cand[c]
+            if use_traj:
+                norm = np.sqrt(xs * m_sq[s])
+                traj = dot[x, s] / norm if norm > 0 else 0.0
+                v = np.float64(a32 * sem[x, s]) + beta * traj if has_sem else traj
+            else:
+                v = np.float64(sem[x, s])
             if n_best < m_take:
                 q = n_best
                 n_best += 1
@@ -153,6 +210,44 @@ def expert_map_scores(dot, add, x_sq, m_sq, sem, alpha, use_traj, m_take, maps_l
                 acc = np.float32(acc + maps_layer[best[q], c])
             v32 = np.float32(acc / np.float32(m_take))
             score[x, c] = np.nan if v32 <= 0 else v32
+
+
+#: How far below the m-th largest near similarity a map is still a candidate: far above twice the near value's
+#: error (a few units of 2**-53 on values of magnitude <= 2: the quotient ``dot / sqrt(x_sq * m_sq)`` against
+#: ``dot * (1 / sqrt(x_sq)) * (1 / sqrt(m_sq))``), far below any gap that matters.
+_NEAR = 1e-9
+
+
+@jit_helper
+def _insert_top(x, top, m):
+    """Insert ``x`` into ``top[:m]`` (descending) when it beats ``top[m - 1]``."""
+    if x > top[m - 1]:
+        r = m - 1
+        while r > 0 and x > top[r - 1]:
+            top[r] = top[r - 1]
+            r -= 1
+        top[r] = x
+
+
+@jit_helper
+def _near_threshold(v, bmax, m, top):
+    """The ``m``-th largest of ``v`` (``1 <= m <= len(v)``, blocks of 8 with maxima ``bmax``); ``top`` is scratch.
+
+    The ``m``-th largest block maximum ``low`` is at most the answer (``m`` blocks hold a value ``>= low``), so
+    only the blocks whose maximum reaches ``low`` are searched, value by value.
+    """
+    for q in range(m):
+        top[q] = -np.inf
+    for b in range(bmax.shape[0]):
+        _insert_top(bmax[b], top, m)
+    low = top[m - 1]
+    for q in range(m):
+        top[q] = -np.inf
+    for b in range(bmax.shape[0]):
+        if bmax[b] >= low:
+            for s in range(b << 3, (b << 3) + 8):
+                _insert_top(v[s], top, m)
+    return top[m - 1]
 
 
 @jit

@@ -28,8 +28,9 @@ from ..trace import PREFILL, RoutingTrace
 from .context import AdviceContext
 from .produced import Produced
 
-#: No semantic similarities (``expertcache.prefetch._kernels.expert_map_scores``).
+#: No semantic similarities, no previous layer (``expertcache.prefetch._kernels.expert_map_scores``).
 _NO_SEM = np.zeros((0, 0), dtype=np.float32)
+_NO_EXPERTS = np.zeros((0, 0), dtype=np.int64)
 
 __all__ = ["semantic_embeddings", "expert_map_search", "top_m_rows"]
 
@@ -101,6 +102,7 @@ def expert_map_search(ctx: AdviceContext, calibration: RoutingTrace, store_size:
 
     maps = np.stack([vectors(calibration, pick, layer) for layer in range(L)], axis=1)   # [S, L, N]
     map_sq = (maps.astype(np.float64) ** 2).sum(axis=2)                                   # [S, L]
+    maps_t = np.ascontiguousarray(maps.transpose(1, 2, 0))                               # [L, N, S]
     sem_store = semantic_embeddings(calibration, hidden_calibration)[calibration.request[pick]]
     sem_eval = semantic_embeddings(trace, hidden)
     has_sem = bool(np.linalg.norm(sem_store, axis=1).any() and np.linalg.norm(sem_eval, axis=1).any())
@@ -118,19 +120,20 @@ def expert_map_search(ctx: AdviceContext, calibration: RoutingTrace, store_size:
         for layer in range(L):
             if layer == 0 and sem is None:
                 continue
-            add = _NO_SEM
-            if layer > 0:
-                v = vectors(trace, rows, layer - 1)
-                add = v @ maps[:, layer - 1, :].T                     # float32 [n, S]; the kernel adds it to dot
-                x_sq += (v.astype(np.float64) ** 2).sum(axis=1)
+            ex, w = _NO_EXPERTS, _NO_SEM
+            if layer > 0:           # the previous layer's vectors: k weights each, experts ascending
+                ex = trace.experts[rows, layer - 1].astype(np.int64)
+                w = trace.gates[rows, layer - 1].astype(np.float32) if weighted else np.ones(ex.shape, np.float32)
+                order = np.argsort(ex, axis=1, kind="stable")
+                ex = np.take_along_axis(ex, order, axis=1)
+                w = np.take_along_axis(w, order, axis=1)
                 m_sq += map_sq[:, layer - 1]
             if m_take == 0:         # an empty store: no map, no candidate
-                if layer > 0:
-                    dot += add
                 continue
-            # similarity, the m_take best maps (ties: lower store index first) and their mean row, per token
-            expert_map_scores(dot, add, x_sq, m_sq, sem_arg, alpha, layer > 0, m_take,
-                              np.ascontiguousarray(maps[:, layer, :]), score)
+            # the previous layer's dot products, the similarity, the m_take best maps (ties: lower store index
+            # first) and their mean row, per token
+            expert_map_scores(dot, ex, w, maps_t[layer - 1] if layer > 0 else _NO_SEM, x_sq, m_sq, sem_arg, alpha,
+                              layer > 0, m_take, np.ascontiguousarray(maps[:, layer, :]), score)
             ctx.scatter(pf, layer, score, rows=x)
     adv = ctx.advice(None, pf, {"producer": "expert-map search (FineMoE style)", "store": int(pick.size),
                                 "semantic": "hidden" if hidden is not None else "prompt routing"})
