@@ -531,11 +531,11 @@ def one_pass_supported(config: ReplayConfig) -> bool:
 #: for a largest rho of 0.1, 0.4 and 0.95 (the pass keeps stacks as deep as the largest capacity).
 #: Printed by ``python benchmarks/curves_and_sweeps.py --quick --cost-table``; re-measure when a kernel changes.
 CURVE_COST: dict[tuple[str, bool], tuple[float, float, float]] = {
-    ("lru", True): (2.5, 3.5, 4.5), ("lru", False): (1.3, 4.7, 6.5),
-    ("lfu", True): (1.8, 1.8, 1.7), ("lfu", False): (0.6, 0.6, 0.6),
-    ("lfru", True): (3.6, 8.8, 14.3), ("lfru", False): (3.8, 15.4, 19.9),
-    ("lrfu", True): (2.4, 4.0, 5.5), ("lrfu", False): (4.0, 13.9, 17.1),
-    ("belady", True): (11.0, 19.4, 27.8), ("belady", False): (12.3, 28.7, 33.9),
+    ("lru", True): (2.3, 3.1, 4.0), ("lru", False): (1.5, 4.4, 5.6),
+    ("lfu", True): (5.4, 5.6, 5.1), ("lfu", False): (0.6, 0.6, 0.6),
+    ("lfru", True): (3.6, 8.1, 12.7), ("lfru", False): (3.5, 10.1, 14.6),
+    ("lrfu", True): (2.2, 3.9, 4.6), ("lrfu", False): (3.6, 11.9, 17.5),
+    ("belady", True): (10.3, 18.8, 26.1), ("belady", False): (10.3, 24.5, 29.6),
 }
 _COST_RHO = (0.1, 0.4, 0.95)
 
