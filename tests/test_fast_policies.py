@@ -180,6 +180,31 @@ def test_lfu_frequency_buckets_equal_the_generic_kernel(N, in_cache):
             assert all((a == b).all() for a, b in zip((hits, misses, flags), want, strict=True)), (caps, warm)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_lfru_global_bitset_loop_equals_replay_select(seed):
+    """replay_lfru_global_bits called directly against replay_select (event-atomic, global): global capacities
+    from 0 past L*N, universes not a whole number of words, warm-up, hit flags, and the threshold's every move
+    (long streams with a cache a few times the unit: pools that grow, fallbacks, far residents re-sorted)."""
+    rng = np.random.default_rng([seed, 19])
+    for L, N, steps in ((1, 1, 30), (3, 7, 60), (2, 64, 200), (4, 33, 400), (2, 130, 150)):
+        stream = random_stream(seed * 100 + L * N, L=L, N=N, k=min(N, 5), steps=steps)
+        tie = engine._tie_ranks("random" if rng.random() < 0.7 else "id", seed, L * N)
+        for cap in sorted({0, 1, 3, (L * N) // 4, (L * N) // 2, L * N - 1, L * N, 3 * L * N} - {-1}):
+            for warm in (0, 7):
+                caps = np.array([cap], dtype=np.int64)
+                want_h, want_m = np.zeros(L, np.int64), np.zeros(L, np.int64)
+                want_f = np.zeros(stream.union, np.uint8)
+                KL.replay_select(stream.offsets, stream.expert, stream.layer, N, L, True, True, caps, tie, warm,
+                                 want_h, want_m, want_f)
+                for lower in ((4, 32, 1.1), (0, 0, 1.0001)):   # the default, and a threshold lowered at every unit
+                    h, m = np.zeros(L, np.int64), np.zeros(L, np.int64)
+                    f = np.zeros(stream.union, np.uint8)
+                    KB.replay_lfru_global_bits(stream.offsets, stream.expert, stream.layer, N, L, caps, tie, warm,
+                                               h, m, f, lower)
+                    assert (h == want_h).all() and (m == want_m).all() and (f == want_f).all(), (L, N, cap, warm,
+                                                                                                   lower)
+
+
 @pytest.mark.parametrize("N", (1, 7, 64, 65, 130, 1024))
 @pytest.mark.parametrize("policy", ("lfru", "lrfu"))
 def test_lfru_and_lrfu_bitset_loops_equal_the_generic_kernels(N, policy):

@@ -847,3 +847,198 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         thr[layer] = v + slack[layer]
         _evict_ranked(mem, layer, ckey, cpos, k, m, v)
         size[layer] = cap
+
+
+
+#: Due units are grouped in buckets of ``2**_DUE_SHIFT`` units, ``_DUE_SLOTS`` buckets ahead (a circular window).
+_DUE_SHIFT = 0
+_DUE_SLOTS = 128
+
+
+def replay_lfru_global_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie, count_from, hits, misses,
+                            hit_flag, lower=(4, 32, 1.1)):
+    """Event-atomic ``lfru`` under global scope on bitsets over *global* tie positions (the decision of
+    ``replay_select``).
+
+    Bit ``j`` of the cache bitset stands for the block with the ``j``-th lowest tie rank of all ``L * N``;
+    counts and last units are kept in that order. A resident's key ``freq / (t - last + 1)`` only falls until
+    its block is accessed, so under a threshold ``theta`` the unit from which it may lie below ``theta``
+    (``_kernels_lfru._lfru_due``, rounded early) is known when it is last touched. Residents wait in bitset
+    *buckets* of ``2**_DUE_SHIFT`` due units (a window of ``_DUE_SLOTS`` buckets, later ones in one far bitset
+    re-sorted once per window) and join a *pool* bitset when their bucket comes, so a unit costs its members'
+    updates and, when it overflows, the exact keys (the float expression of ``replay_scan``) of the pool and
+    its members only: a branch-free quickselect (:func:`_kth_lowest`) of the ``m = |C ∪ U| - c``-th lowest,
+    and the keys below it leave, and of those equal to it the lowest tie positions. That is exact when at
+    least ``m`` candidates rank below ``theta`` (every resident left out ranks at or above it); otherwise every
+    block of ``C ∪ U`` is a candidate and ``theta`` doubles. More than ``a m + b`` candidates
+    (``lower = (a, b, f)``) lower ``theta`` to ``f`` times the ``m``-th lowest key. A new ``theta`` sorts every
+    resident again. Parameters are those of :func:`replay_lru_bits`, with ``capacity`` one entry and ``tie``
+    the blocks' tie ranks (distinct); due units are int32 (needs fewer than ``2**31 - 1`` events).
+    """
+    n_blocks = n_layers * n_experts
+    n_words = (n_blocks + 63) // 64
+    gpos = np.empty(n_blocks, dtype=np.int64)
+    gpos[np.argsort(tie, kind="stable")] = np.arange(n_blocks, dtype=np.int64)
+    cap = int(capacity[0])
+    width = min(cap + int(_max_unit(offsets, True)), n_blocks) + 1     # |C ∪ U| at most
+    _replay_lfru_global_bits(offsets, expert, ev_layer, n_experts, cap, gpos, count_from, hits, misses, hit_flag,
+                             int(lower[0]), int(lower[1]), float(lower[2]),
+                             np.zeros((1, n_words), dtype=np.uint64), np.zeros(n_words, dtype=np.uint64),
+                             np.zeros(n_words, dtype=np.uint64), np.zeros(n_words, dtype=np.uint64),
+                             np.zeros((_DUE_SLOTS, n_words), dtype=np.uint64), np.zeros(n_blocks, dtype=np.int64),
+                             np.zeros(n_blocks, dtype=np.int64), np.zeros(n_blocks, dtype=np.int64),
+                             np.empty(width, dtype=np.int64), np.empty(width, dtype=np.float64),
+                             np.empty(width, dtype=np.float64), np.empty(width, dtype=np.float64))
+
+
+@jit_helper
+def _due_put(j, d, cur, pool, far, buckets):
+    """File resident ``j`` with due unit ``d`` (bucket ``d >> _DUE_SHIFT``; the window starts at bucket ``cur``)."""
+    bit = np.uint64(1) << np.uint64(j & 63)
+    bq = d >> _DUE_SHIFT
+    if bq <= cur:
+        pool[j >> 6] |= bit
+    elif bq < cur + _DUE_SLOTS:
+        buckets[bq % _DUE_SLOTS, j >> 6] |= bit
+    else:
+        far[j >> 6] |= bit
+
+
+@jit_helper
+def _due_drop(j, d, pool, far, buckets):
+    """Take resident ``j`` (due unit ``d``) out of the pool, its bucket or the far set (it is in exactly one)."""
+    keep = ~(np.uint64(1) << np.uint64(j & 63))
+    w = j >> 6
+    pool[w] &= keep
+    far[w] &= keep
+    buckets[(d >> _DUE_SHIFT) % _DUE_SLOTS, w] &= keep
+
+
+@jit_helper
+def _due_of(f, last, theta):
+    """``_kernels_lfru._lfru_due``, capped below ``2**31``."""
+    x = f / theta
+    if x > 1e15:
+        x = 1e15
+    return min(last + np.int64(x) - 3, np.int64(2147483647))
+
+
+@jit
+def _replay_lfru_global_bits(offsets, expert, ev_layer, n_experts, cap, gpos, count_from, hits, misses, hit_flag,
+                             low_a, low_b, low_f, mem, ev, pool, far, buckets, fpos, lpos, due, cpos, ckey, sel, sel2):
+    """The loop of :func:`replay_lfru_global_bits`; ``fpos`` / ``lpos`` / ``due`` ``[j]``: count / last unit /
+    due unit of global tie position ``j``."""
+    record = hit_flag.shape[0] > 0
+    n_events = offsets.shape[0] - 1
+    n_words = mem.shape[1]
+    one = np.uint64(1)
+    zero = np.uint64(0)
+    theta = 1.0
+    size = 0
+    cur = 0                            # the window's first bucket: the present unit's
+    for i in range(n_events):          # one unit per event: the unit clock is the event index
+        while (i >> _DUE_SHIFT) > cur:     # a new bucket: it joins the pool; a new window: the far set re-sorted
+            cur += 1
+            if cur % _DUE_SLOTS == 0:
+                for w in range(n_words):
+                    x = far[w]
+                    far[w] = zero
+                    while x:
+                        j = (w << 6) + np.int64(_cttz(x))
+                        x &= x - one
+                        _due_put(j, due[j], cur, pool, far, buckets)
+            b = cur % _DUE_SLOTS
+            for w in range(n_words):
+                pool[w] |= buckets[b, w]
+                buckets[b, w] = zero
+        layer = ev_layer[i]
+        base = layer * n_experts
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        n_hit = 0
+        for a in range(lo, hi):
+            j = gpos[base + expert[a]]
+            bit = one << np.uint64(j & 63)
+            if mem[0, j >> 6] & bit:
+                n_hit += 1
+                if record:
+                    hit_flag[a] = 1
+                _due_drop(j, due[j], pool, far, buckets)     # refiled after the decision
+            ev[j >> 6] |= bit
+            fpos[j] += 1
+            lpos[j] = i
+        if i >= count_from:
+            hits[layer] += n_hit
+            misses[layer] += (hi - lo) - n_hit
+        n_new = (hi - lo) - n_hit
+        changed = False
+        for w in range(n_words):
+            mem[0, w] |= ev[w]
+        if size + n_new <= cap:
+            size += n_new
+        else:
+            m = size + n_new - cap
+            k = 0
+            below = 0
+            for w in range(n_words):       # the pool and the unit's members
+                x = pool[w] | ev[w]
+                while x:
+                    j = (w << 6) + np.int64(_cttz(x))
+                    x &= x - one
+                    c = fpos[j] / float(i - lpos[j] + 1)
+                    cpos[k] = j
+                    ckey[k] = c
+                    sel[k] = c
+                    below += c < theta
+                    k += 1
+            if below < m and k < size + n_new:     # the lowest may wait outside: every block of C ∪ U
+                theta *= 2.0
+                changed = True
+                k = _positions(mem, 0, n_words, cpos)
+                for q in range(k):
+                    j = cpos[q]
+                    c = fpos[j] / float(i - lpos[j] + 1)
+                    ckey[q] = c
+                    sel[q] = c
+            v = _kth_lowest(sel, sel2, k, m)
+            _evict_ranked(mem, 0, ckey, cpos, k, m, v)
+            size = cap
+            for w in range(n_words):
+                pool[w] &= mem[0, w]
+            if not changed:
+                # a pool grown large: a lower theta (dues only get later: no resident needs filing again), and
+                # the pool's residents not due under it go back to wait
+                if k > low_a * m + low_b and low_f * v < theta:
+                    theta = low_f * v
+                for q in range(k):
+                    j = cpos[q]
+                    bit = one << np.uint64(j & 63)
+                    if pool[j >> 6] & bit:
+                        d = _due_of(fpos[j], lpos[j], theta)
+                        if (d >> _DUE_SHIFT) > cur:
+                            pool[j >> 6] ^= bit
+                            due[j] = d
+                            _due_put(j, d, cur, pool, far, buckets)
+        if changed:                        # a new theta: every resident filed again
+            for w in range(n_words):
+                pool[w] = zero
+                far[w] = zero
+                for b in range(_DUE_SLOTS):
+                    buckets[b, w] = zero
+            for w in range(n_words):
+                x = mem[0, w]
+                while x:
+                    j = (w << 6) + np.int64(_cttz(x))
+                    x &= x - one
+                    due[j] = _due_of(fpos[j], lpos[j], theta)
+                    _due_put(j, due[j], cur, pool, far, buckets)
+        else:
+            for w in range(n_words):
+                x = ev[w] & mem[0, w]      # the members that stay
+                while x:
+                    j = (w << 6) + np.int64(_cttz(x))
+                    x &= x - one
+                    due[j] = _due_of(fpos[j], i, theta)
+                    _due_put(j, due[j], cur, pool, far, buckets)
+        for a in range(lo, hi):
+            ev[gpos[base + expert[a]] >> 6] = zero
