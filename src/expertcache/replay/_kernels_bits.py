@@ -12,6 +12,9 @@ the ``j``-th lowest tie rank in that layer (``tie_pos`` of
 They make exactly the decision of their list/heap counterparts in
 :mod:`expertcache.replay._kernels` (the engine dispatches here only where they
 apply; tests/test_fast_lru_belady.py compares them on random streams).
+:func:`replay_lfru_global_bits` is the one loop for global scope: one bitset over
+the tie positions of all ``L * N`` blocks (tests/test_fast_policies.py compares
+it with ``_kernels_lfru.replay_select``).
 """
 
 from __future__ import annotations
