@@ -189,6 +189,7 @@ def test_lfru_global_bitset_loop_equals_replay_select(seed):
     for L, N, steps in ((1, 1, 30), (3, 7, 60), (2, 64, 200), (4, 33, 400), (2, 130, 150)):
         stream = random_stream(seed * 100 + L * N, L=L, N=N, k=min(N, 5), steps=steps)
         tie = engine._tie_ranks("random" if rng.random() < 0.7 else "id", seed, L * N)
+        _, tie_pos = engine._tie_order(tie, 1, L * N)
         for cap in sorted({0, 1, 3, (L * N) // 4, (L * N) // 2, L * N - 1, L * N, 3 * L * N} - {-1}):
             for warm in (0, 7):
                 caps = np.array([cap], dtype=np.int64)
@@ -199,7 +200,7 @@ def test_lfru_global_bitset_loop_equals_replay_select(seed):
                 for lower in ((4, 32, 1.1), (0, 0, 1.0001)):   # the default, and a threshold lowered at every unit
                     h, m = np.zeros(L, np.int64), np.zeros(L, np.int64)
                     f = np.zeros(stream.union, np.uint8)
-                    KB.replay_lfru_global_bits(stream.offsets, stream.expert, stream.layer, N, L, caps, tie, warm,
+                    KB.replay_lfru_global_bits(stream.offsets, stream.expert, stream.layer, N, caps, tie_pos, warm,
                                                h, m, f, lower)
                     assert (h == want_h).all() and (m == want_m).all() and (f == want_f).all(), (L, N, cap, warm,
                                                                                                    lower)

@@ -25,6 +25,7 @@ from numba.extending import intrinsic
 
 from .._jit import jit, jit_helper
 from ._kernels import _cttz, _max_unit
+from ._kernels_lfru import _lfru_due
 
 #: Largest per-layer universe the bitset kernels take (16 words of 64 bits).
 MAX_BITS_EXPERTS = 1024
@@ -853,12 +854,11 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
 
 
 
-#: Due units are grouped in buckets of ``2**_DUE_SHIFT`` units, ``_DUE_SLOTS`` buckets ahead (a circular window).
-_DUE_SHIFT = 0
+#: Residents wait in one bitset bucket per due unit, ``_DUE_SLOTS`` units ahead (a circular window).
 _DUE_SLOTS = 128
 
 
-def replay_lfru_global_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie, count_from, hits, misses,
+def replay_lfru_global_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses,
                             hit_flag, lower=(4, 32, 1.1)):
     """Event-atomic ``lfru`` under global scope on bitsets over *global* tie positions (the decision of
     ``replay_select``).
@@ -867,24 +867,22 @@ def replay_lfru_global_bits(offsets, expert, ev_layer, n_experts, n_layers, capa
     counts and last units are kept in that order. A resident's key ``freq / (t - last + 1)`` only falls until
     its block is accessed, so under a threshold ``theta`` the unit from which it may lie below ``theta``
     (``_kernels_lfru._lfru_due``, rounded early) is known when it is last touched. Residents wait in bitset
-    *buckets* of ``2**_DUE_SHIFT`` due units (a window of ``_DUE_SLOTS`` buckets, later ones in one far bitset
-    re-sorted once per window) and join a *pool* bitset when their bucket comes, so a unit costs its members'
-    updates and, when it overflows, the exact keys (the float expression of ``replay_scan``) of the pool and
-    its members only: a branch-free quickselect (:func:`_kth_lowest`) of the ``m = |C ∪ U| - c``-th lowest,
-    and the keys below it leave, and of those equal to it the lowest tie positions. That is exact when at
-    least ``m`` candidates rank below ``theta`` (every resident left out ranks at or above it); otherwise every
-    block of ``C ∪ U`` is a candidate and ``theta`` doubles. More than ``a m + b`` candidates
-    (``lower = (a, b, f)``) lower ``theta`` to ``f`` times the ``m``-th lowest key. A new ``theta`` sorts every
-    resident again. Parameters are those of :func:`replay_lru_bits`, with ``capacity`` one entry and ``tie``
-    the blocks' tie ranks (distinct); due units are int32 (needs fewer than ``2**31 - 1`` events).
+    *buckets* by that unit (a window of ``_DUE_SLOTS`` units, later ones in one far bitset re-sorted once per
+    window) and join a *pool* bitset when their unit comes, so a unit costs its members' updates and, when it
+    overflows, the exact keys (the float expression of ``replay_scan``) of the pool and its members only: a
+    branch-free quickselect (:func:`_kth_lowest`) of the ``m = |C ∪ U| - c``-th lowest, and the keys below it
+    leave, and of those equal to it the lowest tie positions. That is exact when at least ``m`` candidates rank
+    below ``theta`` (every resident left out ranks at or above it); otherwise every block of ``C ∪ U`` is a
+    candidate and ``theta`` doubles. More than ``a m + b`` candidates (``lower = (a, b, f)``) lower ``theta`` to
+    ``f`` times the ``m``-th lowest key. A new ``theta`` sorts every resident again. Parameters are those of
+    :func:`replay_lru_bits`, with ``capacity`` one entry and ``tie_pos`` each block's position in the ascending
+    tie order of all ``L * N`` blocks (``engine._tie_order(tie, 1, L * N)``).
     """
-    n_blocks = n_layers * n_experts
+    n_blocks = tie_pos.shape[0]
     n_words = (n_blocks + 63) // 64
-    gpos = np.empty(n_blocks, dtype=np.int64)
-    gpos[np.argsort(tie, kind="stable")] = np.arange(n_blocks, dtype=np.int64)
     cap = int(capacity[0])
     width = min(cap + int(_max_unit(offsets, True)), n_blocks) + 1     # |C ∪ U| at most
-    _replay_lfru_global_bits(offsets, expert, ev_layer, n_experts, cap, gpos, count_from, hits, misses, hit_flag,
+    _replay_lfru_global_bits(offsets, expert, ev_layer, n_experts, cap, tie_pos, count_from, hits, misses, hit_flag,
                              int(lower[0]), int(lower[1]), float(lower[2]),
                              np.zeros((1, n_words), dtype=np.uint64), np.zeros(n_words, dtype=np.uint64),
                              np.zeros(n_words, dtype=np.uint64), np.zeros(n_words, dtype=np.uint64),
@@ -895,14 +893,13 @@ def replay_lfru_global_bits(offsets, expert, ev_layer, n_experts, n_layers, capa
 
 
 @jit_helper
-def _due_put(j, d, cur, pool, far, buckets):
-    """File resident ``j`` with due unit ``d`` (bucket ``d >> _DUE_SHIFT``; the window starts at bucket ``cur``)."""
+def _due_put(j, d, t, pool, far, buckets):
+    """File resident ``j`` with due unit ``d`` at unit ``t`` (the window's first unit)."""
     bit = np.uint64(1) << np.uint64(j & 63)
-    bq = d >> _DUE_SHIFT
-    if bq <= cur:
+    if d <= t:
         pool[j >> 6] |= bit
-    elif bq < cur + _DUE_SLOTS:
-        buckets[bq % _DUE_SLOTS, j >> 6] |= bit
+    elif d < t + _DUE_SLOTS:
+        buckets[d % _DUE_SLOTS, j >> 6] |= bit
     else:
         far[j >> 6] |= bit
 
@@ -914,20 +911,11 @@ def _due_drop(j, d, pool, far, buckets):
     w = j >> 6
     pool[w] &= keep
     far[w] &= keep
-    buckets[(d >> _DUE_SHIFT) % _DUE_SLOTS, w] &= keep
-
-
-@jit_helper
-def _due_of(f, last, theta):
-    """``_kernels_lfru._lfru_due``, capped below ``2**31``."""
-    x = f / theta
-    if x > 1e15:
-        x = 1e15
-    return min(last + np.int64(x) - 3, np.int64(2147483647))
+    buckets[d % _DUE_SLOTS, w] &= keep
 
 
 @jit
-def _replay_lfru_global_bits(offsets, expert, ev_layer, n_experts, cap, gpos, count_from, hits, misses, hit_flag,
+def _replay_lfru_global_bits(offsets, expert, ev_layer, n_experts, cap, tie_pos, count_from, hits, misses, hit_flag,
                              low_a, low_b, low_f, mem, ev, pool, far, buckets, fpos, lpos, due, cpos, ckey, sel, sel2):
     """The loop of :func:`replay_lfru_global_bits`; ``fpos`` / ``lpos`` / ``due`` ``[j]``: count / last unit /
     due unit of global tie position ``j``."""
@@ -938,19 +926,17 @@ def _replay_lfru_global_bits(offsets, expert, ev_layer, n_experts, cap, gpos, co
     zero = np.uint64(0)
     theta = 1.0
     size = 0
-    cur = 0                            # the window's first bucket: the present unit's
     for i in range(n_events):          # one unit per event: the unit clock is the event index
-        while (i >> _DUE_SHIFT) > cur:     # a new bucket: it joins the pool; a new window: the far set re-sorted
-            cur += 1
-            if cur % _DUE_SLOTS == 0:
+        if i > 0:                      # this unit's bucket joins the pool; a new window: the far set re-sorted
+            if i % _DUE_SLOTS == 0:
                 for w in range(n_words):
                     x = far[w]
                     far[w] = zero
                     while x:
                         j = (w << 6) + np.int64(_cttz(x))
                         x &= x - one
-                        _due_put(j, due[j], cur, pool, far, buckets)
-            b = cur % _DUE_SLOTS
+                        _due_put(j, due[j], i, pool, far, buckets)
+            b = i % _DUE_SLOTS
             for w in range(n_words):
                 pool[w] |= buckets[b, w]
                 buckets[b, w] = zero
@@ -960,7 +946,7 @@ def _replay_lfru_global_bits(offsets, expert, ev_layer, n_experts, cap, gpos, co
         hi = offsets[i + 1]
         n_hit = 0
         for a in range(lo, hi):
-            j = gpos[base + expert[a]]
+            j = tie_pos[base + expert[a]]
             bit = one << np.uint64(j & 63)
             if mem[0, j >> 6] & bit:
                 n_hit += 1
@@ -1017,11 +1003,11 @@ def _replay_lfru_global_bits(offsets, expert, ev_layer, n_experts, cap, gpos, co
                     j = cpos[q]
                     bit = one << np.uint64(j & 63)
                     if pool[j >> 6] & bit:
-                        d = _due_of(fpos[j], lpos[j], theta)
-                        if (d >> _DUE_SHIFT) > cur:
+                        d = _lfru_due(fpos[j], lpos[j], theta)
+                        if d > i:
                             pool[j >> 6] ^= bit
                             due[j] = d
-                            _due_put(j, d, cur, pool, far, buckets)
+                            _due_put(j, d, i, pool, far, buckets)
         if changed:                        # a new theta: every resident filed again
             for w in range(n_words):
                 pool[w] = zero
@@ -1033,15 +1019,15 @@ def _replay_lfru_global_bits(offsets, expert, ev_layer, n_experts, cap, gpos, co
                 while x:
                     j = (w << 6) + np.int64(_cttz(x))
                     x &= x - one
-                    due[j] = _due_of(fpos[j], lpos[j], theta)
-                    _due_put(j, due[j], cur, pool, far, buckets)
+                    due[j] = _lfru_due(fpos[j], lpos[j], theta)
+                    _due_put(j, due[j], i, pool, far, buckets)
         else:
             for w in range(n_words):
                 x = ev[w] & mem[0, w]      # the members that stay
                 while x:
                     j = (w << 6) + np.int64(_cttz(x))
                     x &= x - one
-                    due[j] = _due_of(fpos[j], i, theta)
-                    _due_put(j, due[j], cur, pool, far, buckets)
+                    due[j] = _lfru_due(fpos[j], i, theta)
+                    _due_put(j, due[j], i, pool, far, buckets)
         for a in range(lo, hi):
-            ev[gpos[base + expert[a]] >> 6] = zero
+            ev[tie_pos[base + expert[a]] >> 6] = zero

@@ -409,6 +409,11 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
         _, tie_pos = _tie_order(tie, n_layers, n_experts)      # counts, last units and residents over tie positions
         return KB.replay_lfru_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, config.warmup_events,
                                    hits, misses, hit_flag)
+    if policy.key_code == KEY_LFRU and atomic and global_scope:
+        # one global pool of event-atomic units: residents filed by due unit, only the due re-ranked
+        _, tie_pos = _tie_order(tie, 1, n_layers * n_experts)   # positions in the tie order of all L*N blocks
+        return KB.replay_lfru_global_bits(offsets, expert, layer, n_experts, caps, tie_pos, config.warmup_events,
+                                          hits, misses, hit_flag)
     if policy.key_code == KEY_LRFU and atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS:
         _, tie_pos = _tie_order(tie, n_layers, n_experts)      # keys and residents over tie positions
         return KB.replay_lrfu_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, _lam(config, policy),
@@ -419,11 +424,7 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
         # merge each unit in; otherwise (small units, one access per unit, one large global pool) keep them
         # in heaps. lfru's drifting key is re-ranked at every overflow.
         rest = (policy.key_code, *bits, reset, _lam(config, policy), config.warmup_events, hits, misses, hit_flag)
-        if policy.key_code == KEY_LFRU and atomic and global_scope and offsets.shape[0] < (1 << 31) - 8:
-            # event-atomic units in one large global pool: residents filed by due unit, only the due re-ranked
-            KB.replay_lfru_global_bits(offsets, expert, layer, n_experts, n_layers, caps, tie, config.warmup_events,
-                                       hits, misses, hit_flag)
-        elif policy.key_code == KEY_LFRU:   # one access per unit in one large global pool: only the low keys
+        if policy.key_code == KEY_LFRU:   # one access per unit in one large global pool: only the low keys
             lfru = KL.replay_select if atomic or not global_scope else KL.replay_lfru_pool
             lfru(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, caps, tie, config.warmup_events,
                  hits, misses, hit_flag)
