@@ -26,6 +26,18 @@ from numba.extending import intrinsic
 from .._jit import jit, jit_helper
 from ._kernels import _cttz, _max_unit
 from ._kernels_lfru import _lfru_due
+from ._simd import (
+    cut_masks,
+    dyadic_down,
+    dyadic_up,
+    mask_eq,
+    mask_lt,
+    pdep,
+    sort8,
+    sort16,
+    sort32,
+    touch,
+)
 
 #: Largest per-layer universe the bitset kernels take (16 words of 64 bits).
 MAX_BITS_EXPERTS = 1024
@@ -702,85 +714,155 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
 
     The key of a block is ``freq / (t - last + 1)`` (``t`` the unit, ``last`` its last unit, ``freq`` its
     persistent count after the unit's own accesses), evaluated by the float expression of ``replay_scan``; ties
-    leave by lower tie rank. A layer's residents are a bitset over tie positions, and counts and last units are
-    kept in tie-position order. A unit costs its members' updates and, when ``C ∪ U`` overflows the quota, one
-    pass over ``C ∪ U`` in tie-position order (tie rank order within a layer) that gathers, without a branch or
-    a division, every block whose key may be at most a cut ``theta`` (``freq <= theta * age``, rounded up: a
-    superset of the keys ``<= theta``). If at least ``m = |C ∪ U| - c`` of the gathered keys, computed exactly,
-    are ``<= theta``, the ``m`` lowest keys are among them (every block left out ranks above ``theta``);
-    otherwise every block of ``C ∪ U`` is a candidate. The ``m``-th lowest candidate key ``v`` is found by a
-    branch-free quickselect (:func:`_kth_lowest`); the keys below ``v`` leave, and of those equal to it the
-    lowest tie positions. The next cut of the layer is ``2 v`` (keys drift by about that much between two
-    events of a layer on Qwen-shaped routing; any cut is exact). Parameters are those of
-    :func:`replay_lru_bits`. The state arrays are allocated here and the loop runs in :func:`_replay_lfru_bits`.
+    leave by lower tie rank. A layer's residents are a bitset over tie positions, and its counts and last units
+    are dense float arrays in tie-position order, so that 64 blocks are handled at once (:mod:`._simd`): a unit
+    adds one to its members' counts and sets their last unit as two masked vector operations, and when
+    ``C ∪ U`` overflows the quota, one vector pass over the layer's lanes gives two bitsets, the blocks whose
+    key is at most a low cut ``theta0`` (which all leave) and at most a high cut ``theta1`` (beyond which all
+    stay). The ``need = m - |below theta0|`` lowest keys of the *band* between the two cuts (``m = |C ∪ U| - c``)
+    are found by sorting the band's exact keys with a bitonic network (at most 32; a larger band takes every
+    block of ``C ∪ U``), and the keys below the ``need``-th, and of those equal to it the lowest tie positions,
+    leave with the low cut's blocks. The cuts are *dyadic* (21 significant bits), so ``freq <= theta * age`` is
+    computed exactly and holds exactly when the float key is at most ``theta`` (two keys ``f / a`` with ``a``
+    below ``2**26`` never round onto a dyadic cut they differ from; longer streams take ``replay_select``). The
+    next cuts of the layer are the ``need``-th key times 3/4 and 7/5 (a cut that holds too many or too few
+    blocks is moved by a factor of 4 and the pass repeated). Parameters are those of :func:`replay_lru_bits`.
+    The state arrays are allocated here and the loop runs in :func:`_replay_lfru_bits`.
     """
     n_words = (n_experts + 63) // 64
-    width = min(int(capacity.max()) + int(_max_unit(offsets, True)), n_experts) + 1   # |C ∪ U| at most
+    npad = n_words * 64
+    width = max(min(int(capacity.max()) + int(_max_unit(offsets, True)), n_experts) + 1, 64)   # |C ∪ U| at most
+    thr = np.zeros((n_layers, 2), dtype=np.float64)
+    thr[:, 1] = np.inf                 # the first overflow of a layer ranks every block of C ∪ U
     _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses, hit_flag,
                       np.zeros(n_layers, dtype=np.int64), np.zeros((n_layers, n_words), dtype=np.uint64),
-                      np.zeros(n_words, dtype=np.uint64), np.zeros(n_layers * n_experts, dtype=np.int64),
-                      np.zeros(n_layers * n_experts, dtype=np.int64), np.empty(width, dtype=np.int64),
-                      np.empty(width, dtype=np.float64), np.empty(width, dtype=np.float64),
-                      np.empty(width, dtype=np.float64), np.full(n_layers, np.inf, dtype=np.float64))
+                      np.zeros(n_words, dtype=np.uint64), np.zeros(n_words, dtype=np.uint64),
+                      np.zeros(n_words, dtype=np.uint64), np.zeros(n_words, dtype=np.uint64), np.zeros(2, dtype=np.uint64),
+                      np.zeros(n_layers * npad, dtype=np.float64), np.zeros(n_layers * npad, dtype=np.float64), thr,
+                      np.empty(width, dtype=np.int64), np.full(width, np.inf), np.empty(width, dtype=np.float64),
+                      np.empty(width, dtype=np.float64), np.ones(width, dtype=np.float64),
+                      np.ones(width, dtype=np.float64))
+
+
+#: The next cuts of a layer, as factors of its last ``need``-th key (``_replay_lfru_bits``).
+_LFRU_CUT_LOW = 0.75
+_LFRU_CUT_HIGH = 1.4
+
+
+@jit_helper
+def _band_sort(fb, ab, ckey, sel, nb):
+    """Keys ``fb / ab`` of the ``nb <= 32`` band blocks into ``ckey`` (the rest of ``ckey[:64]`` ``inf``) and,
+    sorted, into ``sel``; the smallest network that holds them."""
+    n = 8 if nb <= 8 else (16 if nb <= 16 else 32)
+    for q in range(n):
+        c = fb[q] / ab[q]
+        ckey[q] = c
+        sel[q] = c
+    for q in range(nb, n):
+        ckey[q] = np.inf
+        sel[q] = np.inf
+    if n == 8:
+        sort8(sel)
+    elif n == 16:
+        sort16(sel)
+    else:
+        sort32(sel)
 
 
 @jit
 def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses, hit_flag,
-                      size, mem, ev, fpos, lpos, cpos, ckey, sel, sel2, thr):
-    """The loop of :func:`replay_lfru_bits`; ``fpos`` / ``lpos`` ``[l * N + j]``: count / last unit of tie position ``j``."""
+                      size, mem, ev, cu, low, high, w2, F, Lst, thr, cpos, ckey, sel, sel2, fb, ab):
+    """The loop of :func:`replay_lfru_bits`; ``F`` / ``Lst`` ``[l * 64 W + j]``: count / last unit of layer
+    ``l``'s tie position ``j``; bitsets: ``ev`` the unit, ``cu`` ``C ∪ U``, ``low`` / ``high`` below the cuts."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     n_words = (n_experts + 63) // 64
+    npad = n_words * 64
     one = np.uint64(1)
-    up = 1.0 + 2.0 ** -40              # rounds the cut's product up: no key <= theta is left out
+    zero = np.uint64(0)
     for i in range(n_events):          # one unit per event: the unit clock is the event index
         layer = ev_layer[i]
         cap = capacity[layer]
         base = layer * n_experts
+        pbase = layer * npad
         lo = offsets[i]
         hi = offsets[i + 1]
         n_mem = hi - lo
-        n_hit = _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, hit_flag, i >= count_from,
-                           hits, misses)
-        for a in range(lo, hi):
-            q = base + tie_pos[base + expert[a]]
-            fpos[q] += 1
-            lpos[q] = i
+        fi = float(i)
+        n_hit = _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, hit_flag,
+                           i >= count_from, hits, misses)
+        for w in range(n_words):
+            touch(F, Lst, pbase + (w << 6), ev[w], fi)
         if cap == 0 or n_mem == 0:
             continue
         m = _admit(mem, ev, size, layer, n_words, n_mem - n_hit, cap)
         if m == 0:
             continue
-        th = thr[layer]
-        tu = th * up
-        k = 0
-        for w in range(n_words):
-            x = mem[layer, w] | ev[w]
-            mem[layer, w] = x
-            while x:
-                j = (w << 6) + np.int64(_cttz(x))
-                x &= x - one
-                cpos[k] = j                # written always, kept when it may be under the cut (no branch)
-                k += fpos[base + j] <= tu * float(i - lpos[base + j] + 1)
-        n_in = 0
-        if k >= m:
-            for q in range(k):
-                j = base + cpos[q]
-                c = fpos[j] / float(i - lpos[j] + 1)
-                ckey[q] = c
-                sel[q] = c
-                n_in += c <= th
-        if n_in < m:                       # too few under the cut: every block of C ∪ U
+        t1 = fi + 1.0                  # age = t1 - last
+        th0 = thr[layer, 0]
+        th1 = thr[layer, 1]
+        while True:                    # the two cuts over C ∪ U
+            c0 = 0
+            c1 = 0
+            for w in range(n_words):
+                x = mem[layer, w] | ev[w]
+                cu[w] = x
+                cut_masks(F, Lst, pbase + (w << 6), th0, th1, t1, w2)
+                low[w] = w2[0] & x
+                high[w] = w2[1] & x
+                c0 += np.int64(_popc(low[w]))
+                c1 += np.int64(_popc(high[w]))
+            if c0 > m:                 # more than leave sit below the low cut
+                th0 = dyadic_down(th0 * 0.25)
+            elif c1 < m:               # fewer than leave sit below the high cut
+                th1 = dyadic_up(th1 * 4.0) if th1 > 0.0 else np.inf
+            else:
+                break
+        need = m - c0
+        nb = c1 - c0
+        v = th0
+        if need == 0:
+            for w in range(n_words):
+                mem[layer, w] = cu[w] & ~low[w]
+        elif nb <= 32:
+            q = 0
+            for w in range(n_words):
+                x = high[w] & ~low[w]
+                o = pbase + (w << 6)
+                while x:
+                    j = o + np.int64(_cttz(x))
+                    x &= x - one
+                    fb[q] = F[j]
+                    ab[q] = t1 - Lst[j]
+                    q += 1
+            _band_sort(fb, ab, ckey, sel, nb)
+            v = sel[need - 1]
+            below = mask_lt(ckey, v)
+            eq = need - np.int64(_popc(below))
+            leave = below | pdep((one << np.uint64(eq)) - one, mask_eq(ckey, v))   # band indices that leave
+            for w in range(n_words):
+                x = high[w] & ~low[w]
+                mem[layer, w] = cu[w] & ~(low[w] | pdep(leave, x))
+                c = _popc(x)
+                leave = (leave >> c) if c < 64 else zero
+            for q in range(32):
+                ckey[q] = np.inf
+        else:                          # a wide band: every block of C ∪ U
+            for w in range(n_words):
+                mem[layer, w] = cu[w]
             k = _positions(mem, layer, n_words, cpos)
             for q in range(k):
-                j = base + cpos[q]
-                c = fpos[j] / float(i - lpos[j] + 1)
-                ckey[q] = c
+                j = pbase + cpos[q]
+                c = F[j] / (t1 - Lst[j])
+                sel2[q] = c
                 sel[q] = c
-        v = _kth_lowest(sel, sel2, k, m)
-        thr[layer] = 2.0 * v
-        _evict_ranked(mem, layer, ckey, cpos, k, m, v)
+            v = _kth_lowest(sel, fb, k, m)
+            for q in range(fb.shape[0]):
+                fb[q] = 1.0
+            _evict_ranked(mem, layer, sel2, cpos, k, m, v)
         size[layer] = cap
+        thr[layer, 0] = dyadic_down(_LFRU_CUT_LOW * v)
+        thr[layer, 1] = dyadic_up(_LFRU_CUT_HIGH * v)
 
 
 def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, lam, count_from, hits,

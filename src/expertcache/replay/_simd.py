@@ -1,0 +1,240 @@
+"""Vector building blocks for the bitset kernels, written as LLVM vector IR (numba intrinsics).
+
+A per-layer cache in tie-position space is one or a few 64-bit words, and the
+state of its blocks sits in dense arrays in the same order. The kernels of
+:mod:`._kernels_bits` work on 64 lanes at a time through these intrinsics: a
+word of bits becomes a ``<64 x i1>`` lane mask and back (``bitcast``), a
+comparison of 64 keys becomes a word of bits, and a small set of keys is
+sorted by a bitonic network. LLVM lowers the IR to whatever vector unit the
+machine has (AVX-512 here; AVX2, SSE or NEON elsewhere, with more
+instructions); the results do not depend on the machine.
+
+Every intrinsic reads or writes whole lane groups: a buffer passed to them
+must hold ``off + 64`` (or ``n``) elements.
+
+* :data:`sort8`, :data:`sort16`, :data:`sort32`, :data:`sort64` — sort a float64
+  buffer's first ``n`` values ascending in place (bitonic network; no NaN).
+* :func:`mask_lt`, :func:`mask_eq` — bit ``q`` set where ``buf[q] < v`` (``== v``),
+  ``q < 64``.
+* :func:`cut_masks` — bits of 64 lanes where ``F <= theta * (t1 - L)`` for two
+  thresholds (the lfru cut, ``F`` counts, ``L`` last units).
+* :func:`touch` — lanes selected by a word: ``F += 1``, ``L = t`` (lfru's state update).
+* :func:`pdep` — parallel bit deposit (BMI2 where the machine has it, a loop otherwise).
+* :func:`f2u`, :func:`u2f` — the bits of a float64 and back.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .._jit import jit_helper
+
+_I32 = ir.IntType(32)
+_I64 = ir.IntType(64)
+_F64 = ir.DoubleType()
+
+
+def _splat(builder, x, vt, n):
+    """A ``<n x T>`` vector of ``x`` in every lane."""
+    v = builder.insert_element(ir.Constant(vt, ir.Undefined), x, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_I32, n), [0] * n))
+
+
+def _lanes(context, builder, aty, ary, off, n, elt=_F64):
+    """Pointer to ``n`` lanes of array ``ary`` (numba type ``aty``) from element ``off``."""
+    data = context.make_array(aty)(context, builder, ary).data
+    return builder.bitcast(builder.gep(data, [off]), ir.VectorType(elt, n).as_pointer())
+
+
+def bitonic_stages(n: int) -> list[tuple[list[int], list[int]]]:
+    """The stages of a bitonic sorting network on ``n`` (a power of two) lanes, ascending.
+
+    Each stage is ``(partner, pick)``: lane ``i`` compares with lane ``partner[i] = i ^ j`` and keeps
+    the minimum when ``pick[i] == i``, the maximum when ``pick[i] == n + i``.
+    """
+    stages = []
+    k = 2
+    while k <= n:
+        j = k // 2
+        while j >= 1:
+            partner = [i ^ j for i in range(n)]
+            pick = [i if (i < (i ^ j)) == ((i & k) == 0) else n + i for i in range(n)]
+            stages.append((partner, pick))
+            j //= 2
+        k *= 2
+    return stages
+
+
+def _make_sort(n: int):
+    stages = bitonic_stages(n)
+
+    @intrinsic
+    def _sort(typingctx, buf):
+        sig = types.void(buf)
+
+        def codegen(context, builder, signature, args):
+            ptr = _lanes(context, builder, signature.args[0], args[0], ir.Constant(_I64, 0), n)
+            v = builder.load(ptr, align=8)
+            for partner, pick in stages:
+                w = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_I32, n), partner))
+                lt = builder.fcmp_ordered("<", v, w)
+                lo = builder.select(lt, v, w)
+                hi = builder.select(lt, w, v)
+                v = builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_I32, n), pick))
+            builder.store(v, ptr, align=8)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    _sort.__doc__ = f"Sort the first {n} float64 values of a buffer ascending, in place (bitonic network; no NaN)."
+    return _sort
+
+
+sort8 = _make_sort(8)
+sort16 = _make_sort(16)
+sort32 = _make_sort(32)
+sort64 = _make_sort(64)
+
+
+def _make_mask(op: str):
+    @intrinsic
+    def _mask(typingctx, buf, v):
+        sig = types.uint64(buf, types.float64)
+
+        def codegen(context, builder, signature, args):
+            x = builder.load(_lanes(context, builder, signature.args[0], args[0], ir.Constant(_I64, 0), 64), align=8)
+            c = builder.fcmp_ordered(op, x, _splat(builder, args[1], ir.VectorType(_F64, 64), 64))
+            return builder.bitcast(c, _I64)
+
+        return sig, codegen
+
+    return _mask
+
+
+#: ``mask_lt(buf, v)``: bit ``q`` set where ``buf[q] < v``, for the 64 lanes ``buf[0:64]``.
+mask_lt = _make_mask("<")
+#: ``mask_eq(buf, v)``: bit ``q`` set where ``buf[q] == v``, for the 64 lanes ``buf[0:64]``.
+mask_eq = _make_mask("==")
+
+
+@intrinsic
+def cut_masks(typingctx, F, L, off, th0, th1, t1, out):
+    """``out[0]`` (``out[1]``): bits of the lanes ``off .. off+63`` where ``F <= th0 * (t1 - L)`` (``th1``)."""
+    sig = types.void(F, L, types.int64, types.float64, types.float64, types.float64, out)
+
+    def codegen(context, builder, signature, args):
+        vt = ir.VectorType(_F64, 64)
+        f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[2], 64), align=8)
+        last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[2], 64), align=8)
+        age = builder.fsub(_splat(builder, args[5], vt, 64), last)
+        c0 = builder.fcmp_ordered("<=", f, builder.fmul(_splat(builder, args[3], vt, 64), age))
+        c1 = builder.fcmp_ordered("<=", f, builder.fmul(_splat(builder, args[4], vt, 64), age))
+        data = context.make_array(signature.args[6])(context, builder, args[6]).data
+        builder.store(builder.bitcast(c0, _I64), builder.gep(data, [ir.Constant(_I64, 0)]))
+        builder.store(builder.bitcast(c1, _I64), builder.gep(data, [ir.Constant(_I64, 1)]))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def touch(typingctx, F, L, off, bits, t):
+    """For the lanes ``off .. off+63`` selected by ``bits``: ``F += 1`` and ``L = t``."""
+    sig = types.void(F, L, types.int64, types.uint64, types.float64)
+
+    def codegen(context, builder, signature, args):
+        vt = ir.VectorType(_F64, 64)
+        fp = _lanes(context, builder, signature.args[0], args[0], args[2], 64)
+        lp = _lanes(context, builder, signature.args[1], args[1], args[2], 64)
+        sel = builder.bitcast(args[3], ir.VectorType(ir.IntType(1), 64))
+        f = builder.load(fp, align=8)
+        last = builder.load(lp, align=8)
+        inc = builder.select(sel, ir.Constant(vt, [1.0] * 64), ir.Constant(vt, [0.0] * 64))
+        builder.store(builder.fadd(f, inc), fp, align=8)
+        builder.store(builder.select(sel, _splat(builder, args[4], vt, 64), last), lp, align=8)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def f2u(typingctx, x):
+    """The bits of a float64 as a uint64."""
+    sig = types.uint64(types.float64)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], _I64)
+
+    return sig, codegen
+
+
+@intrinsic
+def u2f(typingctx, x):
+    """The float64 whose bits are the uint64 ``x``."""
+    sig = types.float64(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], _F64)
+
+    return sig, codegen
+
+
+@intrinsic
+def _pdep_bmi2(typingctx, src, mask):
+    sig = types.uint64(types.uint64, types.uint64)
+
+    def codegen(context, builder, signature, args):
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64, _I64]),
+                                            "llvm.x86.bmi.pdep.64")
+        return builder.call(fn, args)
+
+    return sig, codegen
+
+
+@jit_helper
+def _pdep_loop(src, mask):
+    """Parallel bit deposit: the low bits of ``src``, in order, into the set bits of ``mask``."""
+    out = np.uint64(0)
+    one = np.uint64(1)
+    while mask:
+        low = mask & (np.uint64(0) - mask)
+        if src & one:
+            out |= low
+        src >>= one
+        mask ^= low
+    return out
+
+
+def _has_bmi2() -> bool:
+    """Whether numba compiles for a machine with BMI2 (the host, unless NUMBA_CPU_NAME says otherwise)."""
+    if numba.config.CPU_NAME not in (None, "host"):
+        return "+bmi2" in (numba.config.CPU_FEATURES or "")
+    try:
+        import llvmlite.binding as llvm
+
+        return bool(llvm.get_host_cpu_features().get("bmi2", False))
+    except Exception:  # pragma: no cover - an llvmlite without the query: the portable loop
+        return False
+
+
+#: ``pdep(src, mask)``: parallel bit deposit (BMI2's ``pdep`` where the machine has it).
+pdep = _pdep_bmi2 if _has_bmi2() else _pdep_loop
+
+
+@jit_helper
+def dyadic_down(x):
+    """``x`` (``>= 0``) rounded down to 21 significant bits: its product with an integer below ``2**32`` is exact."""
+    return u2f(f2u(x) & ~np.uint64(0xFFFFFFFF))
+
+
+@jit_helper
+def dyadic_up(x):
+    """``x`` (``>= 0``, or ``inf``) rounded up to 21 significant bits (``inf`` stays ``inf``)."""
+    if x == np.inf:
+        return x
+    return u2f((f2u(x) + np.uint64(0xFFFFFFFF)) & ~np.uint64(0xFFFFFFFF))
