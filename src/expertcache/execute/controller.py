@@ -13,7 +13,6 @@ sort with ``(key, tie)`` tuples per unit. Needs only numpy.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ValidationError
+from ..replay._kernels import crf_key, crf_update
 
 __all__ = ["CONTROLLER_POLICIES", "ControllerPolicy", "CacheController", "UnitOutcome", "tie_ranks",
            "pinned_blocks", "NEVER"]
@@ -38,7 +38,8 @@ class _State:
     nxt: dict[int, int] = field(default_factory=dict)
     cycle: dict[int, int] = field(default_factory=dict)
     offset: dict[int, int] = field(default_factory=dict)
-    crf: dict[int, float] = field(default_factory=dict)
+    crf: dict[int, float] = field(default_factory=dict)            # LRFU's key
+    crf_s: dict[int, tuple[float, float]] = field(default_factory=dict)   # its CRF at the last access, that unit
 
 
 KeyFn = Callable[["CacheController", int, int, frozenset], Any]
@@ -251,9 +252,10 @@ class CacheController:
                 st.nxt[b] = int(self.next_use(t, b))
             st.cycle[b] = step
             st.offset[b] = t - self._step_first
-            now = self.lam * float(clock)
-            prev = st.crf.get(b, -math.inf)
-            st.crf[b] = now + float(np.log2(1.0 + np.exp2(prev - now)))
+            prev, u_last = st.crf_s.get(b, (0.0, 0.0))     # LRFU: the replay kernels' own float expressions
+            s_b = float(crf_update(prev, u_last, float(clock), self.lam))
+            st.crf_s[b] = (s_b, float(clock))
+            st.crf[b] = float(crf_key(s_b, float(clock), self.lam))
         K = C | U
         c = self.capacities[p]
         if len(K) <= c:

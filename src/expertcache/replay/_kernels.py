@@ -81,7 +81,7 @@ def _key(code, b, t, is_miss, last, freq, nxt, cycle, coff, crf):
     if code == KEY_BELADY_FORCED:  # misses of this unit first, then nearest next use
         return 1.0 if is_miss else 0.0, -np.int64(nxt[b])
     if code == KEY_LRFU:
-        return crf[b], 0
+        return crf[0, b], 0
     return 0.0, 0
 
 
@@ -143,10 +143,49 @@ def _max_unit(offsets, atomic):
 
 @jit
 def _policy_state(n_blocks):
-    """Fresh per-block policy state: last clock, frequency, next use, cycle, offset in cycle, LRFU key."""
+    """Fresh per-block policy state: last clock, frequency, next use, cycle, offset in cycle, and LRFU's
+    ``(key, CRF at the last access, layer unit of the last access)`` as the rows of one ``float64[3, n]``."""
+    crf = np.zeros((3, n_blocks), dtype=np.float64)
+    crf[0] = -np.inf
     return (np.full(n_blocks, -1, dtype=np.int64), np.zeros(n_blocks, dtype=np.int64),
             np.full(n_blocks, NEVER, dtype=np.int32), np.full(n_blocks, -1, dtype=np.int64),
-            np.zeros(n_blocks, dtype=np.int64), np.full(n_blocks, -np.inf, dtype=np.float64))
+            np.zeros(n_blocks, dtype=np.int64), crf)
+
+
+@jit_helper
+def crf_decay(lam, gap):
+    """``2**(-lam * gap)``: the factor by which LRFU's CRF decays over ``gap`` units of a layer.
+
+    This function, :func:`crf_update` and :func:`crf_key` are the float expressions of LRFU in every engine
+    (replay kernels, proactive replay, the executor's controller): one definition, so that they agree bit
+    for bit (docs/semantics.md).
+    """
+    return 2.0 ** (-lam * float(gap))
+
+
+@jit_helper
+def crf_update(s, u_last, u, lam):
+    """A block's CRF after an access at layer unit ``u``: ``1 + s * 2**(-lam * (u - u_last))`` where ``s > 0``
+    is its CRF at its previous access (layer unit ``u_last``), 1 at its first access (``s == 0``)."""
+    if s > 0.0:
+        return 1.0 + s * crf_decay(lam, u - u_last)
+    return 1.0
+
+
+@jit_helper
+def crf_key(s, u, lam):
+    """LRFU's retention key ``log2(s) + lam * u`` of a block whose CRF at its last access (layer unit ``u``,
+    a float) is ``s``: it ranks like the CRF at any common later time, and changes only on access."""
+    return np.log2(s) + lam * u
+
+
+@jit
+def crf_decays(lam, n):
+    """``crf_decay(lam, g)`` for ``g < n``: a table for the kernels' most frequent gaps."""
+    out = np.empty(max(n, 1), dtype=np.float64)
+    for g in range(out.shape[0]):
+        out[g] = crf_decay(lam, g)
+    return out
 
 
 @jit_helper
@@ -162,10 +201,9 @@ def _slots(capacity, n_blocks):
 def _touch(b, t, a, access_next, cycle_now, coff_now, last, freq, nxt, cycle, coff, crf, lam, lclock):
     """Update the policy state of block ``b`` accessed by unit ``t`` (access index ``a``).
 
-    With ``lam >= 0`` the LRFU key ``crf[b] = log2(sum_i 2**(lam * tau_i))`` over the block's
-    access clocks ``tau_i`` (``lclock``: units of the block's layer so far) is updated in the
-    recursive form ``lam*now + log2(1 + 2**(crf - lam*now))``; it ranks blocks exactly as Lee et
-    al.'s CRF ``sum_i 2**(-lam * (now - tau_i))`` does at any common ``now``.
+    With ``lam >= 0`` LRFU's CRF ``crf[1, b]`` (Lee et al.'s ``sum_i 2**(-lam * (u - tau_i))`` at the
+    block's last access ``u = crf[2, b]``, over its access clocks ``tau_i``; ``lclock``: units of the
+    block's layer so far) and its key ``crf[0, b]`` (:func:`crf_update`, :func:`crf_key`) are updated.
     """
     last[b] = t
     freq[b] += 1
@@ -174,8 +212,11 @@ def _touch(b, t, a, access_next, cycle_now, coff_now, last, freq, nxt, cycle, co
     cycle[b] = cycle_now
     coff[b] = coff_now
     if lam >= 0.0:
-        now = lam * float(lclock)
-        crf[b] = now + np.log2(1.0 + np.exp2(crf[b] - now))
+        u = float(lclock)
+        s = crf_update(crf[1, b], crf[2, b], u, lam)
+        crf[1, b] = s
+        crf[2, b] = u
+        crf[0, b] = crf_key(s, u, lam)
 
 
 @jit

@@ -24,12 +24,16 @@ from numba import types
 from numba.extending import intrinsic
 
 from .._jit import jit, jit_helper
-from ._kernels import _cttz, _max_unit
+from ._kernels import _cttz, _max_unit, crf_decays, crf_key, crf_update
 from ._kernels_lfru import _lfru_due
 from ._simd import (
+    LOG2_APPROX_ERROR,
+    approx_log2,
+    crf_touch,
     cut_masks,
     dyadic_down,
     dyadic_up,
+    lrfu_cut,
     mask_eq,
     mask_lt,
     pdep,
@@ -41,6 +45,8 @@ from ._simd import (
 
 #: Largest per-layer universe the bitset kernels take (16 words of 64 bits).
 MAX_BITS_EXPERTS = 1024
+#: Longest stream (events) :func:`replay_lfru_bits` takes: ages below ``2**26`` keep its dyadic cuts exact.
+MAX_LFRU_EVENTS = 1 << 26
 
 
 @intrinsic
@@ -869,71 +875,210 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                      misses, hit_flag):
     """Event-atomic, per-layer ``lrfu`` on bitsets in tie-position space (the decision of ``replay_heap``'s lrfu).
 
-    The key of a block is its CRF in the log domain, ``crf = now + log2(1 + exp2(crf - now))`` at each access
-    with ``now = lam * u`` (``u`` the layer's unit clock before the unit; the float expression of
-    ``replay_heap``), so keys change only on access; ties leave by lower tie rank. A layer's residents are a
-    bitset over tie positions and the keys are kept in tie-position order. A unit costs its members' key
-    updates and, when ``C ∪ U`` overflows the quota, one pass over ``C ∪ U`` in tie-position order (tie rank
-    order within a layer) that gathers without a branch the keys at most a cut ``theta`` (all of them, when
-    fewer than ``m = |C ∪ U| - c`` are: any cut is exact, every key above it ranks above every key below), a
-    branch-free quickselect of the ``m``-th lowest ``v`` (:func:`_kth_lowest`), and one pass that clears the
-    keys below ``v`` and, of those equal to it, the lowest tie positions. The next cut of the layer is
-    ``v + d``, where ``d`` doubles after a unit whose cut held too few keys and halves after one whose cut
-    held more than ``2 m + 8``. Parameters are those of :func:`replay_lru_bits`, and ``lam`` (``lrfu_lambda``).
-    The state arrays are allocated here and the loop runs in :func:`_replay_lrfu_bits`.
+    A block's CRF is kept at its last access, ``S = 1 + S * 2**(-lam * gap)`` (``gap`` in units of its layer,
+    :func:`expertcache.replay._kernels.crf_decay`), and its key is ``log2(S) + lam * u`` (``u`` the layer unit of
+    that access, :func:`expertcache.replay._kernels.crf_key`); keys change only on access, ties leave by lower
+    tie rank. A layer's residents are a bitset over tie positions; ``S``, ``u`` and the key are dense arrays in
+    tie-position order. A key is computed only when a decision needs it: after an access it is *stale* (NaN),
+    and the vector pass over a layer's lanes (:func:`._simd.lrfu_cut`) ranks a stale key by an approximation
+    within ``margin`` of it. When ``C ∪ U`` overflows the quota that pass gives, for a low and a high cut, the
+    blocks surely and maybe below each; a block whose side of a cut is unsure gets its exact key and the pass
+    repeats. The blocks below the low cut leave, those above the high cut stay, and the ``need`` lowest of the
+    band between the cuts are found by sorting its keys with a bitonic network: exact unless the ``need``-th and
+    the next lie within twice the margin, in which case the band's stale keys are computed exactly and sorted
+    again (ties: the keys below the ``need``-th, and of those equal to it the lowest tie positions, leave). The
+    cuts of a layer follow its last ``need``-th key, relative to the layer's clock, with a width that halves
+    after a wide band and doubles after a cut that held too many or too few. A band wider than 32 takes every
+    block of ``C ∪ U`` with exact keys. Parameters are those of :func:`replay_lru_bits`, and ``lam``
+    (``lrfu_lambda``). The state arrays are allocated here and the loop runs in :func:`_replay_lrfu_bits`.
     """
     n_words = (n_experts + 63) // 64
-    width = min(int(capacity.max()) + int(_max_unit(offsets, True)), n_experts) + 1   # |C ∪ U| at most
+    npad = n_words * 64
+    width = max(min(int(capacity.max()) + int(_max_unit(offsets, True)), n_experts) + 1, 64)   # |C ∪ U| at most
+    n_units = int(np.bincount(ev_layer, minlength=n_layers).max()) if ev_layer.shape[0] else 0
+    thr = np.zeros((n_layers, 2), dtype=np.float64)
+    thr[:, 0] = -np.inf                # the first overflow of a layer ranks every block of C ∪ U
+    thr[:, 1] = np.inf
     _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, float(lam), count_from, hits, misses,
                       hit_flag, np.zeros(n_layers, dtype=np.int64), np.zeros((n_layers, n_words), dtype=np.uint64),
-                      np.zeros(n_words, dtype=np.uint64), np.full(n_layers * n_experts, -np.inf, dtype=np.float64),
-                      np.zeros(n_layers, dtype=np.int64), np.empty(width, dtype=np.int64),
-                      np.empty(width, dtype=np.float64), np.empty(width, dtype=np.float64),
-                      np.empty(width, dtype=np.float64), np.full(n_layers, np.inf, dtype=np.float64),
-                      np.ones(n_layers, dtype=np.float64))
+                      np.zeros(n_words, dtype=np.uint64), np.zeros(n_words, dtype=np.uint64),
+                      np.zeros(n_words, dtype=np.uint64), np.zeros(n_words, dtype=np.uint64),
+                      np.zeros(4, dtype=np.uint64), np.zeros(n_layers * npad, dtype=np.float64),
+                      np.zeros(n_layers * npad, dtype=np.float64), np.full(n_layers * npad, np.nan),
+                      np.zeros(n_layers * npad, dtype=np.float64), np.zeros(n_layers, dtype=np.int64),
+                      crf_decays(float(lam), min(n_units + 1, 1 << 16)), thr,
+                      np.full(n_layers, 0.25), np.empty(npad, dtype=np.float64), np.empty(width, dtype=np.int64),
+                      np.full(width, np.inf), np.empty(width, dtype=np.float64), np.empty(width, dtype=np.float64),
+                      np.empty(width, dtype=np.float64), np.empty(width, dtype=np.int64))
+
+
+@jit_helper
+def _lrfu_exact(K, S, PL, j, lam):
+    """The key of dense lane ``j``, computed (and kept) where it is stale."""
+    c = K[j]
+    if c != c:
+        c = crf_key(S[j], PL[j], lam)
+        K[j] = c
+    return c
+
+
+@jit_helper
+def _lrfu_band(K, S, PL, kx, high, low, pbase, n_words, lam, fb, bpos, ckey, sel):
+    """The band ``high & ~low`` of a layer: its keys (``kx``: exact or approximate) into ``fb`` and its dense lanes
+    into ``bpos``, in tie-position order; ``ckey`` / ``sel`` the same keys, padded with ``inf`` to the network
+    that holds them, ``sel`` sorted. Returns whether some key of the band is approximate."""
+    one = np.uint64(1)
+    q = 0
+    stale = False
+    for w in range(n_words):
+        x = high[w] & ~low[w]
+        o = w << 6
+        while x:
+            b = np.int64(_cttz(x))
+            x &= x - one
+            j = pbase + o + b
+            fb[q] = kx[o + b] if K[j] != K[j] else K[j]
+            stale |= K[j] != K[j]
+            bpos[q] = j
+            q += 1
+    n = 8 if q <= 8 else (16 if q <= 16 else 32)
+    for r in range(n):
+        c = fb[r] if r < q else np.inf
+        ckey[r] = c
+        sel[r] = c
+    if n == 8:
+        sort8(sel)
+    elif n == 16:
+        sort16(sel)
+    else:
+        sort32(sel)
+    return stale
 
 
 @jit
 def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, lam, count_from, hits, misses,
-                      hit_flag, size, mem, ev, crf, lunits, cpos, ckey, sel, sel2, thr, slack):
-    """The loop of :func:`replay_lrfu_bits`; ``crf[l * N + j]`` is the key of layer ``l``'s tie position ``j``."""
+                      hit_flag, size, mem, ev, cu, low, high, w4, S, PL, K, KA, lunits, P, thr, wid, kx, cpos, ckey, sel,
+                      sel2, fb, bpos):
+    """The loop of :func:`replay_lrfu_bits`; ``S`` / ``PL`` / ``K`` ``[l * 64 W + j]``: CRF / layer unit of the
+    last access / key (NaN: stale) of layer ``l``'s tie position ``j``; ``P[g] = 2**(-lam * g)``; ``kx`` the keys
+    (exact or approximate) of the lanes of the last pass; ``thr[l]`` the layer's cuts relative to its clock."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     n_words = (n_experts + 63) // 64
+    npad = n_words * 64
+    one = np.uint64(1)
+    zero = np.uint64(0)
     for i in range(n_events):
         layer = ev_layer[i]
         cap = capacity[layer]
         base = layer * n_experts
+        pbase = layer * npad
         lo = offsets[i]
         hi = offsets[i + 1]
         n_mem = hi - lo
-        now = lam * float(lunits[layer])
-        lunits[layer] += 1
+        u = lunits[layer]
+        lunits[layer] = u + 1
+        fu = float(u)
+        now = lam * fu
         n_hit = _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, hit_flag, i >= count_from,
                            hits, misses)
-        for a in range(lo, hi):
-            q = base + tie_pos[base + expert[a]]
-            crf[q] = now + np.log2(1.0 + np.exp2(crf[q] - now))
+        for w in range(n_words):      # the members' CRF, layer unit and keys, 64 lanes at a time
+            o = pbase + (w << 6)
+            if crf_touch(S, PL, K, KA, o, ev[w], fu, lam, P):   # a gap beyond the decay table
+                x = ev[w]
+                while x:
+                    j = o + np.int64(_cttz(x))
+                    x &= x - one
+                    first = S[j] == 0.0
+                    s = crf_update(S[j], PL[j], fu, lam)
+                    S[j] = s
+                    PL[j] = fu
+                    K[j] = crf_key(s, fu, lam) if first else np.nan
+                    KA[j] = approx_log2(s) + lam * fu
         if cap == 0 or n_mem == 0:
             continue
         m = _admit(mem, ev, size, layer, n_words, n_mem - n_hit, cap)
         if m == 0:
             continue
-        k = _cut_gather(mem, ev, layer, n_words, crf, base, thr[layer], cpos, ckey)
-        if k < m:                          # too few under the cut: every key of C ∪ U
-            slack[layer] *= 2.0
+        margin = LOG2_APPROX_ERROR + 1e-12 + (abs(now) + 70.0) * 2.0 ** -50
+        th0 = thr[layer, 0] + now
+        th1 = thr[layer, 1] + now
+        while True:                    # the two cuts over C ∪ U
+            c0 = 0
+            c1 = 0
+            for w in range(n_words):
+                x = mem[layer, w] | ev[w]
+                cu[w] = x
+                o = pbase + (w << 6)
+                while True:
+                    lrfu_cut(K, KA, o, th0, th1, margin, kx, w << 6, w4)
+                    unsure = ((w4[1] & ~w4[0]) | (w4[3] & ~w4[2])) & x
+                    if unsure == zero:
+                        break
+                    while unsure:      # a stale key near a cut: exact
+                        b = np.int64(_cttz(unsure))
+                        unsure &= unsure - one
+                        _lrfu_exact(K, S, PL, o + b, lam)
+                low[w] = w4[0] & x
+                high[w] = w4[2] & x
+                c0 += np.int64(_popc(low[w]))
+                c1 += np.int64(_popc(high[w]))
+            if c0 > m:                 # more than leave sit below the low cut
+                wid[layer] *= 2.0
+                th0 -= 4.0 * wid[layer]
+            elif c1 < m:               # fewer than leave sit below the high cut
+                wid[layer] *= 2.0
+                th1 += 4.0 * wid[layer]
+            else:
+                break
+        need = m - c0
+        nb = c1 - c0
+        v = th0
+        if need == 0:
+            for w in range(n_words):
+                mem[layer, w] = cu[w] & ~low[w]
+        elif nb <= 32:
+            stale = _lrfu_band(K, S, PL, kx, high, low, pbase, n_words, lam, fb, bpos, ckey, sel)
+            v = sel[need - 1]
+            if stale and need < nb and sel[need] - v <= 2.0 * margin:
+                for r in range(nb):    # the need-th is not separated from its neighbours: exact keys
+                    c = _lrfu_exact(K, S, PL, bpos[r], lam)
+                    ckey[r] = c
+                    sel[r] = c
+                n = 8 if nb <= 8 else (16 if nb <= 16 else 32)
+                if n == 8:
+                    sort8(sel)
+                elif n == 16:
+                    sort16(sel)
+                else:
+                    sort32(sel)
+                v = sel[need - 1]
+            below = mask_lt(ckey, v)
+            eq = need - np.int64(_popc(below))
+            leave = below | pdep((one << np.uint64(eq)) - one, mask_eq(ckey, v))   # band indices that leave
+            for w in range(n_words):
+                x = high[w] & ~low[w]
+                mem[layer, w] = cu[w] & ~(low[w] | pdep(leave, x))
+                c = _popc(x)
+                leave = (leave >> c) if c < 64 else zero
+            for r in range(32):
+                ckey[r] = np.inf
+            if nb > 12:
+                wid[layer] *= 0.5
+        else:                          # a wide band: every block of C ∪ U, exact keys
+            wid[layer] *= 0.5
+            for w in range(n_words):
+                mem[layer, w] = cu[w]
             k = _positions(mem, layer, n_words, cpos)
-            for q in range(k):
-                ckey[q] = crf[base + cpos[q]]
-        elif k > 2 * m + 8:
-            slack[layer] *= 0.5
-        for q in range(k):
-            sel[q] = ckey[q]
-        v = _kth_lowest(sel, sel2, k, m)
-        thr[layer] = v + slack[layer]
-        _evict_ranked(mem, layer, ckey, cpos, k, m, v)
+            for r in range(k):
+                c = _lrfu_exact(K, S, PL, pbase + cpos[r], lam)
+                sel2[r] = c
+                sel[r] = c
+            v = _kth_lowest(sel, fb, k, m)
+            _evict_ranked(mem, layer, sel2, cpos, k, m, v)
         size[layer] = cap
-
+        thr[layer, 0] = v - now - wid[layer]
+        thr[layer, 1] = v - now + wid[layer]
 
 
 #: Residents wait in one bitset bucket per due unit, ``_DUE_SLOTS`` units ahead (a circular window).

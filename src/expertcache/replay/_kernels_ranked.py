@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import jit, jit_helper
-from ._kernels import _cttz, _max_unit, _slots
+from ._kernels import _cttz, _max_unit, _slots, crf_key, crf_update
 from .keys import KEY_LEAST_STALE, KEY_LFU, KEY_LRFU
 
 
@@ -98,7 +98,7 @@ def replay_ranked(offsets, expert, ev_layer, ev_step, n_experts, n_layers, globa
 
     The keys, and so every decision, are those of ``replay_heap``: LFU's count (reset on
     leaving under ``reset_freq_on_evict``), least-stale's ``(cycle, offset in cycle)`` and
-    LRFU's recursive ``log2`` CRF computed by the same float expression.
+    LRFU's key computed by the same float expressions (``_kernels.crf_update``, ``crf_key``).
     """
     n_blocks = n_layers * n_experts
     record = hit_flag.shape[0] > 0
@@ -112,8 +112,10 @@ def replay_ranked(offsets, expert, ev_layer, ev_step, n_experts, n_layers, globa
     size = np.zeros(n_parts, dtype=np.int64)
     pos = np.full(n_blocks, -1, dtype=np.int64)
     freq = np.zeros(n_blocks, dtype=np.int64)
-    crf = np.full(n_blocks, -np.inf, dtype=np.float64)
+    crf = np.full(n_blocks, -np.inf, dtype=np.float64)     # LRFU's key (crf_key)
     crf_bits = crf.view(np.int64)                  # crf >= 0 once accessed: its bits order like the float
+    crf_s = np.zeros(n_blocks, dtype=np.float64)   # its CRF at the last access, and that access's layer unit
+    crf_u = np.zeros(n_blocks, dtype=np.float64)
     lunits = np.zeros(n_layers, dtype=np.int64)    # the LRFU clock: units of each layer so far
     t = 0
     cur_step = -1
@@ -142,7 +144,7 @@ def replay_ranked(offsets, expert, ev_layer, ev_step, n_experts, n_layers, globa
             if key_code == KEY_LEAST_STALE:
                 stale = ((cycle << coff_bits) | (t - cycle_start)) << tie_bits
             elif key_code == KEY_LRFU:
-                now = lam * float(lunits[layer])
+                now = float(lunits[layer])
             for a in range(a_lo, a_hi):
                 b = base + expert[a]
                 tb = np.int64(0)
@@ -153,7 +155,9 @@ def replay_ranked(offsets, expert, ev_layer, ev_step, n_experts, n_layers, globa
                 elif key_code == KEY_LEAST_STALE:
                     key = stale | tie[b]
                 else:
-                    crf[b] = now + np.log2(1.0 + np.exp2(crf[b] - now))
+                    crf_s[b] = crf_update(crf_s[b], crf_u[b], now, lam)
+                    crf_u[b] = now
+                    crf[b] = crf_key(crf_s[b], now, lam)
                     key = crf_bits[b]
                     tb = tie[b]
                 if pos[b] >= 0:
@@ -224,6 +228,8 @@ def replay_sorted(offsets, expert, ev_layer, ev_step, n_experts, n_layers, globa
     freq = np.zeros(n_blocks, dtype=np.int64)
     crf = np.full(n_blocks, -np.inf, dtype=np.float64)
     crf_bits = crf.view(np.int64)
+    crf_s = np.zeros(n_blocks, dtype=np.float64)
+    crf_u = np.zeros(n_blocks, dtype=np.float64)
     lunits = np.zeros(n_layers, dtype=np.int64)
     m1 = max_unit + 1
     mk = np.full(m1, low, dtype=np.int64)               # the unit's members, sorted, from index 1
@@ -262,7 +268,7 @@ def replay_sorted(offsets, expert, ev_layer, ev_step, n_experts, n_layers, globa
             if key_code == KEY_LEAST_STALE:
                 stale = ((cycle << coff_bits) | (t - cycle_start)) << tie_bits
             elif key_code == KEY_LRFU:
-                now = lam * float(lunits[layer])
+                now = float(lunits[layer])
             t += 1
             lunits[layer] += 1
             n_hit = 0
@@ -279,7 +285,9 @@ def replay_sorted(offsets, expert, ev_layer, ev_step, n_experts, n_layers, globa
                     tp = tie_pos[b]
                     bits[tp >> 6] |= np.uint64(1) << np.uint64(tp & 63)
                 else:
-                    crf[b] = now + np.log2(1.0 + np.exp2(crf[b] - now))
+                    crf_s[b] = crf_update(crf_s[b], crf_u[b], now, lam)
+                    crf_u[b] = now
+                    crf[b] = crf_key(crf_s[b], now, lam)
                     key = crf_bits[b]
                     tb = tie[b]
                 if state[b]:           # a hit: its new key joins the members in resident order below

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import jit, jit_helper
-from ._kernels import _less
+from ._kernels import _less, crf_key, crf_update
 from ._kernels_bits import _kth_lowest
 
 #: Priority sources (key codes of this kernel).
@@ -49,10 +49,10 @@ def _base_key(code, b, t, last, freq, crf, plast, lam):
         return float(freq[b])
     if code == PKEY_LFRU:
         return freq[b] / float(t - last[b] + 1)
-    # LRFU: log2 of the CRF decayed to now, plus lam * now (common to every block): changes only on access
+    # LRFU: log2 of the CRF at the last access plus lam * that unit (_kernels.crf_key): changes only on access
     if crf[b] <= 0.0:
         return -np.inf
-    return np.log2(crf[b]) + lam * plast[b]
+    return crf_key(crf[b], float(plast[b]), lam)
 
 
 @jit_helper
@@ -295,10 +295,7 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                 n_miss += 1
             # policy state: this event references b (the CRF, a pow per access, only where LRFU reads it)
             if is_lrfu:
-                if crf[b] > 0.0:
-                    crf[b] = 1.0 + crf[b] * 2.0 ** (-lam * float(now - plast[b]))
-                else:
-                    crf[b] = 1.0
+                crf[b] = crf_update(crf[b], float(plast[b]), float(now), lam)
             plast[b] = now
             last[b] = i
             freq[b] += 1
