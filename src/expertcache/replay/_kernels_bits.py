@@ -24,7 +24,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from .._jit import jit, jit_helper
-from ._kernels import _cttz, _max_unit, crf_decays, crf_key, crf_update
+from ._kernels import _cttz, _max_unit, crf_decay, crf_decays, crf_key
 from ._kernels_lfru import _lfru_due
 from ._simd import (
     LOG2_APPROX_ERROR,
@@ -33,7 +33,7 @@ from ._simd import (
     cut_masks,
     dyadic_down,
     dyadic_up,
-    lrfu_cut,
+    lrfu_cuts,
     mask_eq,
     mask_lt,
     pdep,
@@ -875,75 +875,67 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                      misses, hit_flag):
     """Event-atomic, per-layer ``lrfu`` on bitsets in tie-position space (the decision of ``replay_heap``'s lrfu).
 
-    A block's CRF is kept at its last access, ``S = 1 + S * 2**(-lam * gap)`` (``gap`` in units of its layer,
-    :func:`expertcache.replay._kernels.crf_decay`), and its key is ``log2(S) + lam * u`` (``u`` the layer unit of
-    that access, :func:`expertcache.replay._kernels.crf_key`); keys change only on access, ties leave by lower
-    tie rank. A layer's residents are a bitset over tie positions; ``S``, ``u`` and the key are dense arrays in
-    tie-position order. A key is computed only when a decision needs it: after an access it is *stale* (NaN),
-    and the vector pass over a layer's lanes (:func:`._simd.lrfu_cut`) ranks a stale key by an approximation
-    within ``margin`` of it. When ``C ∪ U`` overflows the quota that pass gives, for a low and a high cut, the
-    blocks surely and maybe below each; a block whose side of a cut is unsure gets its exact key and the pass
-    repeats. The blocks below the low cut leave, those above the high cut stay, and the ``need`` lowest of the
-    band between the cuts are found by sorting its keys with a bitonic network: exact unless the ``need``-th and
-    the next lie within twice the margin, in which case the band's stale keys are computed exactly and sorted
-    again (ties: the keys below the ``need``-th, and of those equal to it the lowest tie positions, leave). The
-    cuts of a layer follow its last ``need``-th key, relative to the layer's clock, with a width that halves
-    after a wide band and doubles after a cut that held too many or too few. A band wider than 32 takes every
-    block of ``C ∪ U`` with exact keys. Parameters are those of :func:`replay_lru_bits`, and ``lam``
-    (``lrfu_lambda``). The state arrays are allocated here and the loop runs in :func:`_replay_lrfu_bits`.
+    A block's CRF is kept at its last access, ``S = 1 + S * 2**(-lam * gap)`` (``gap`` in units of its layer),
+    and its key is ``log2(S) + lam * u`` (``u`` the layer unit of that access): the float expressions of
+    :func:`expertcache.replay._kernels.crf_update` and ``crf_key``; keys change only on access, ties leave by
+    lower tie rank. A layer's residents are a bitset over tie positions; ``S``, ``u`` and the key are dense
+    arrays in tie-position order, updated 64 lanes at a time (:func:`._simd.crf_touch`, the decay from a table
+    of :func:`expertcache.replay._kernels.crf_decays`). A key is computed exactly only when a decision needs it:
+    an access leaves an *approximate* key, within ``margin`` of the exact one (:func:`._simd.approx_log2`), and
+    a bitset per layer says which keys are exact. When ``C ∪ U`` overflows the quota, one vector pass
+    (:func:`._simd.lrfu_cuts`) ranks every block of the layer against four cuts around the layer's last leaving
+    key (relative to its clock): the blocks surely and maybe below each. A block whose side of a cut is unsure
+    gets its exact key and the pass repeats; cuts holding too many or too few move out. The blocks below the
+    highest cut holding at most ``m = |C ∪ U| - c`` leave, those above the lowest cut holding at least ``m``
+    stay, and the ``need`` lowest of the band between are found by sorting its keys with a bitonic network:
+    exact unless the ``need``-th and the next lie within twice the margin and an approximate key is among the
+    band, in which case the band's keys are made exact and sorted again (the keys below the ``need``-th, and of
+    those equal to it the lowest tie positions, leave). A band wider than 32 takes every block of ``C ∪ U``
+    with exact keys. Parameters are those of :func:`replay_lru_bits`, and ``lam`` (``lrfu_lambda``). The state
+    arrays are allocated here and the loop runs in :func:`_replay_lrfu_bits`.
     """
     n_words = (n_experts + 63) // 64
     npad = n_words * 64
     width = max(min(int(capacity.max()) + int(_max_unit(offsets, True)), n_experts) + 1, 64)   # |C ∪ U| at most
     n_units = int(np.bincount(ev_layer, minlength=n_layers).max()) if ev_layer.shape[0] else 0
-    thr = np.zeros((n_layers, 2), dtype=np.float64)
-    thr[:, 0] = -np.inf                # the first overflow of a layer ranks every block of C ∪ U
-    thr[:, 1] = np.inf
+    cuts = np.empty((n_layers, 4), dtype=np.float64)
+    cuts[:, :2] = -np.inf              # the first overflow of a layer ranks every block of C ∪ U
+    cuts[:, 2:] = np.inf
     _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, float(lam), count_from, hits, misses,
                       hit_flag, np.zeros(n_layers, dtype=np.int64), np.zeros((n_layers, n_words), dtype=np.uint64),
                       np.zeros(n_words, dtype=np.uint64), np.zeros(n_words, dtype=np.uint64),
-                      np.zeros(n_words, dtype=np.uint64), np.zeros(n_words, dtype=np.uint64),
-                      np.zeros(4, dtype=np.uint64), np.zeros(n_layers * npad, dtype=np.float64),
-                      np.zeros(n_layers * npad, dtype=np.float64), np.full(n_layers * npad, np.nan),
-                      np.zeros(n_layers * npad, dtype=np.float64), np.zeros(n_layers, dtype=np.int64),
-                      crf_decays(float(lam), min(n_units + 1, 1 << 16)), thr,
-                      np.full(n_layers, 0.25), np.empty(npad, dtype=np.float64), np.empty(width, dtype=np.int64),
-                      np.full(width, np.inf), np.empty(width, dtype=np.float64), np.empty(width, dtype=np.float64),
+                      np.zeros((8, n_words), dtype=np.uint64), np.zeros(8, dtype=np.uint64),
+                      np.zeros(n_layers * npad, dtype=np.float64), np.zeros(n_layers * npad, dtype=np.float64),
+                      np.zeros(n_layers * npad, dtype=np.float64), np.zeros((n_layers, n_words), dtype=np.uint64),
+                      np.zeros(n_layers, dtype=np.int64), crf_decays(float(lam), min(n_units + 1, 1 << 16)), cuts,
+                      np.empty(4, dtype=np.float64), np.empty(width, dtype=np.int64), np.full(width, np.inf),
+                      np.empty(width, dtype=np.float64), np.empty(width, dtype=np.float64),
                       np.empty(width, dtype=np.float64), np.empty(width, dtype=np.int64))
 
 
+#: Half-widths of the inner and outer lrfu cuts around a layer's last leaving key.
+_LRFU_CUT_INNER = 0.08
+_LRFU_CUT_OUTER = 0.25
+
+
 @jit_helper
-def _lrfu_exact(K, S, PL, j, lam):
-    """The key of dense lane ``j``, computed (and kept) where it is stale."""
-    c = K[j]
-    if c != c:
-        c = crf_key(S[j], PL[j], lam)
-        K[j] = c
+def _lrfu_exact(KX, EX, S, PL, pbase, layer, j, lam):
+    """Make the key of dense lane ``pbase + j`` exact (:func:`expertcache.replay._kernels.crf_key`); return it."""
+    bit = np.uint64(1) << np.uint64(j & 63)
+    if EX[layer, j >> 6] & bit:
+        return KX[pbase + j]
+    c = crf_key(S[pbase + j], PL[pbase + j], lam)
+    KX[pbase + j] = c
+    EX[layer, j >> 6] |= bit
     return c
 
 
 @jit_helper
-def _lrfu_band(K, S, PL, kx, high, low, pbase, n_words, lam, fb, bpos, ckey, sel):
-    """The band ``high & ~low`` of a layer: its keys (``kx``: exact or approximate) into ``fb`` and its dense lanes
-    into ``bpos``, in tie-position order; ``ckey`` / ``sel`` the same keys, padded with ``inf`` to the network
-    that holds them, ``sel`` sorted. Returns whether some key of the band is approximate."""
-    one = np.uint64(1)
-    q = 0
-    stale = False
-    for w in range(n_words):
-        x = high[w] & ~low[w]
-        o = w << 6
-        while x:
-            b = np.int64(_cttz(x))
-            x &= x - one
-            j = pbase + o + b
-            fb[q] = kx[o + b] if K[j] != K[j] else K[j]
-            stale |= K[j] != K[j]
-            bpos[q] = j
-            q += 1
-    n = 8 if q <= 8 else (16 if q <= 16 else 32)
+def _sort_padded(ckey, sel, nb):
+    """``sel[:nb]`` = ``ckey[:nb]`` sorted, by the smallest network that holds them (lanes past ``nb`` ``inf``)."""
+    n = 8 if nb <= 8 else (16 if nb <= 16 else 32)
     for r in range(n):
-        c = fb[r] if r < q else np.inf
+        c = ckey[r] if r < nb else np.inf
         ckey[r] = c
         sel[r] = c
     if n == 8:
@@ -952,16 +944,16 @@ def _lrfu_band(K, S, PL, kx, high, low, pbase, n_words, lam, fb, bpos, ckey, sel
         sort16(sel)
     else:
         sort32(sel)
-    return stale
 
 
 @jit
 def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, lam, count_from, hits, misses,
-                      hit_flag, size, mem, ev, cu, low, high, w4, S, PL, K, KA, lunits, P, thr, wid, kx, cpos, ckey, sel,
+                      hit_flag, size, mem, ev, cu, msk, w8, S, PL, KX, EX, lunits, P, cuts, th, cpos, ckey, sel,
                       sel2, fb, bpos):
-    """The loop of :func:`replay_lrfu_bits`; ``S`` / ``PL`` / ``K`` ``[l * 64 W + j]``: CRF / layer unit of the
-    last access / key (NaN: stale) of layer ``l``'s tie position ``j``; ``P[g] = 2**(-lam * g)``; ``kx`` the keys
-    (exact or approximate) of the lanes of the last pass; ``thr[l]`` the layer's cuts relative to its clock."""
+    """The loop of :func:`replay_lrfu_bits`; ``S`` / ``PL`` / ``KX`` ``[l * 64 W + j]``: CRF / layer unit of the
+    last access / key (exact where ``EX[l]`` has bit ``j``) of layer ``l``'s tie position ``j``;
+    ``P[g] = 2**(-lam * g)``; ``cuts[l]``: the layer's four cuts relative to its clock; ``msk[2 q]`` / ``[2 q + 1]``
+    the blocks surely / maybe below cut ``q``."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     n_words = (n_experts + 63) // 64
@@ -982,103 +974,121 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         now = lam * fu
         n_hit = _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, hit_flag, i >= count_from,
                            hits, misses)
-        for w in range(n_words):      # the members' CRF, layer unit and keys, 64 lanes at a time
+        for w in range(n_words):      # the members' CRF, layer unit and key, 64 lanes at a time
             o = pbase + (w << 6)
-            if crf_touch(S, PL, K, KA, o, ev[w], fu, lam, P):   # a gap beyond the decay table
-                x = ev[w]
-                while x:
-                    j = o + np.int64(_cttz(x))
-                    x &= x - one
-                    first = S[j] == 0.0
-                    s = crf_update(S[j], PL[j], fu, lam)
+            crf_touch(S, PL, KX, o, ev[w], fu, lam, P, w8)
+            EX[layer, w] = (EX[layer, w] & ~ev[w]) | w8[0]         # first accesses: exact keys
+            if w8[1]:                  # a gap beyond the decay table: this word in scalar
+                y = ev[w]
+                while y:
+                    j = o + np.int64(_cttz(y))
+                    y &= y - one
+                    s = S[j]
+                    s = 1.0 + s * crf_decay(lam, u - np.int64(PL[j])) if s > 0.0 else 1.0
                     S[j] = s
                     PL[j] = fu
-                    K[j] = crf_key(s, fu, lam) if first else np.nan
-                    KA[j] = approx_log2(s) + lam * fu
+                    KX[j] = approx_log2(s) + now if (w8[0] >> np.uint64(j - o)) & one == zero else now
         if cap == 0 or n_mem == 0:
             continue
         m = _admit(mem, ev, size, layer, n_words, n_mem - n_hit, cap)
         if m == 0:
             continue
         margin = LOG2_APPROX_ERROR + 1e-12 + (abs(now) + 70.0) * 2.0 ** -50
-        th0 = thr[layer, 0] + now
-        th1 = thr[layer, 1] + now
-        while True:                    # the two cuts over C ∪ U
+        for q in range(4):
+            th[q] = cuts[layer, q] + now
+        for w in range(n_words):
+            cu[w] = mem[layer, w] | ev[w]
+        a = 0
+        b = 3
+        while True:                    # the four cuts over C ∪ U
+            unsure = 0
             c0 = 0
             c1 = 0
+            c2 = 0
+            c3 = 0
             for w in range(n_words):
-                x = mem[layer, w] | ev[w]
-                cu[w] = x
-                o = pbase + (w << 6)
-                while True:
-                    lrfu_cut(K, KA, o, th0, th1, margin, kx, w << 6, w4)
-                    unsure = ((w4[1] & ~w4[0]) | (w4[3] & ~w4[2])) & x
-                    if unsure == zero:
-                        break
-                    while unsure:      # a stale key near a cut: exact
-                        b = np.int64(_cttz(unsure))
-                        unsure &= unsure - one
-                        _lrfu_exact(K, S, PL, o + b, lam)
-                low[w] = w4[0] & x
-                high[w] = w4[2] & x
-                c0 += np.int64(_popc(low[w]))
-                c1 += np.int64(_popc(high[w]))
-            if c0 > m:                 # more than leave sit below the low cut
-                wid[layer] *= 2.0
-                th0 -= 4.0 * wid[layer]
-            elif c1 < m:               # fewer than leave sit below the high cut
-                wid[layer] *= 2.0
-                th1 += 4.0 * wid[layer]
-            else:
-                break
-        need = m - c0
-        nb = c1 - c0
-        v = th0
+                x = cu[w]
+                lrfu_cuts(KX, pbase + (w << 6), EX[layer, w], margin, th, w8)
+                un = ((w8[1] & ~w8[0]) | (w8[3] & ~w8[2]) | (w8[5] & ~w8[4]) | (w8[7] & ~w8[6])) & x
+                if un:
+                    unsure += 1
+                    while un:          # a stale key near a cut: exact
+                        j = np.int64(_cttz(un))
+                        un &= un - one
+                        _lrfu_exact(KX, EX, S, PL, pbase, layer, (w << 6) + j, lam)
+                for q in range(4):
+                    msk[q, w] = w8[2 * q] & x
+                c0 += np.int64(_popc(msk[0, w]))
+                c1 += np.int64(_popc(msk[1, w]))
+                c2 += np.int64(_popc(msk[2, w]))
+                c3 += np.int64(_popc(msk[3, w]))
+            if unsure:
+                continue
+            if c0 > m:                 # more than leave sit below the lowest cut: move it down
+                d = max(th[1] - th[0], 1e-3)
+                th[0] -= 4.0 * d
+                continue
+            if c3 < m:                 # fewer than leave sit below the highest cut: move it up
+                d = max(th[3] - th[2], 1e-3)
+                th[3] += 4.0 * d
+                continue
+            a = 1 if c1 <= m else 0
+            b = 2 if c2 >= m else 3
+            break
+        c_lo = c1 if a == 1 else c0
+        c_hi = c2 if b == 2 else c3
+        need = m - c_lo
+        nb = c_hi - c_lo
+        v = th[a]
         if need == 0:
             for w in range(n_words):
-                mem[layer, w] = cu[w] & ~low[w]
+                mem[layer, w] = cu[w] & ~msk[a, w]
         elif nb <= 32:
-            stale = _lrfu_band(K, S, PL, kx, high, low, pbase, n_words, lam, fb, bpos, ckey, sel)
+            q = 0
+            stale = False
+            for w in range(n_words):
+                x = msk[b, w] & ~msk[a, w]
+                stale |= (x & ~EX[layer, w]) != zero
+                o = w << 6
+                while x:
+                    j = o + np.int64(_cttz(x))
+                    x &= x - one
+                    ckey[q] = KX[pbase + j]
+                    bpos[q] = j
+                    q += 1
+            _sort_padded(ckey, sel, nb)
             v = sel[need - 1]
             if stale and need < nb and sel[need] - v <= 2.0 * margin:
-                for r in range(nb):    # the need-th is not separated from its neighbours: exact keys
-                    c = _lrfu_exact(K, S, PL, bpos[r], lam)
-                    ckey[r] = c
-                    sel[r] = c
-                n = 8 if nb <= 8 else (16 if nb <= 16 else 32)
-                if n == 8:
-                    sort8(sel)
-                elif n == 16:
-                    sort16(sel)
-                else:
-                    sort32(sel)
+                for r in range(nb):    # the need-th is not separated from the next: exact keys
+                    ckey[r] = _lrfu_exact(KX, EX, S, PL, pbase, layer, bpos[r], lam)
+                _sort_padded(ckey, sel, nb)
                 v = sel[need - 1]
             below = mask_lt(ckey, v)
             eq = need - np.int64(_popc(below))
             leave = below | pdep((one << np.uint64(eq)) - one, mask_eq(ckey, v))   # band indices that leave
             for w in range(n_words):
-                x = high[w] & ~low[w]
-                mem[layer, w] = cu[w] & ~(low[w] | pdep(leave, x))
+                x = msk[b, w] & ~msk[a, w]
+                mem[layer, w] = cu[w] & ~(msk[a, w] | pdep(leave, x))
                 c = _popc(x)
                 leave = (leave >> c) if c < 64 else zero
             for r in range(32):
                 ckey[r] = np.inf
-            if nb > 12:
-                wid[layer] *= 0.5
         else:                          # a wide band: every block of C ∪ U, exact keys
-            wid[layer] *= 0.5
             for w in range(n_words):
                 mem[layer, w] = cu[w]
             k = _positions(mem, layer, n_words, cpos)
             for r in range(k):
-                c = _lrfu_exact(K, S, PL, pbase + cpos[r], lam)
+                c = _lrfu_exact(KX, EX, S, PL, pbase, layer, cpos[r], lam)
                 sel2[r] = c
                 sel[r] = c
             v = _kth_lowest(sel, fb, k, m)
             _evict_ranked(mem, layer, sel2, cpos, k, m, v)
         size[layer] = cap
-        thr[layer, 0] = v - now - wid[layer]
-        thr[layer, 1] = v - now + wid[layer]
+        v -= now
+        cuts[layer, 0] = v - _LRFU_CUT_OUTER
+        cuts[layer, 1] = v - _LRFU_CUT_INNER
+        cuts[layer, 2] = v + _LRFU_CUT_INNER
+        cuts[layer, 3] = v + _LRFU_CUT_OUTER
 
 
 #: Residents wait in one bitset bucket per due unit, ``_DUE_SLOTS`` units ahead (a circular window).

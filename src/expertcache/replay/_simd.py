@@ -240,24 +240,6 @@ def dyadic_up(x):
     return u2f((f2u(x) + np.uint64(0xFFFFFFFF)) & ~np.uint64(0xFFFFFFFF))
 
 
-@intrinsic
-def le_masks(typingctx, K, off, th0, th1, out):
-    """``out[0]`` (``out[1]``): bits of the lanes ``off .. off+63`` where ``K <= th0`` (``th1``)."""
-    sig = types.void(K, types.int64, types.float64, types.float64, out)
-
-    def codegen(context, builder, signature, args):
-        vt = ir.VectorType(_F64, 64)
-        k = builder.load(_lanes(context, builder, signature.args[0], args[0], args[1], 64), align=8)
-        c0 = builder.fcmp_ordered("<=", k, _splat(builder, args[2], vt, 64))
-        c1 = builder.fcmp_ordered("<=", k, _splat(builder, args[3], vt, 64))
-        data = context.make_array(signature.args[4])(context, builder, args[4]).data
-        builder.store(builder.bitcast(c0, _I64), builder.gep(data, [ir.Constant(_I64, 0)]))
-        builder.store(builder.bitcast(c1, _I64), builder.gep(data, [ir.Constant(_I64, 1)]))
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
 #: ``log2(1 + x) ~ x + x (1 - x) (c0 + c1 x + c2 x**2)`` for ``x`` in ``[0, 1)``: exact at both ends, a
 #: least-squares fit in between (python -c: its largest error on 2,000,001 points of ``[0, 1]`` is 1.97e-4; the
 #: function's slope is below 2, so between the points it cannot exceed that by more than 1e-6).
@@ -296,39 +278,42 @@ def approx_log2(typingctx, s):
 
 
 @intrinsic
-def crf_touch(typingctx, S, PL, K, KA, off, bits, u, lam, P):
+def crf_touch(typingctx, S, PL, KX, off, bits, u, lam, P, out):
     """LRFU's state of the lanes ``off .. off+63`` selected by ``bits``, accessed at layer unit ``u``.
 
-    ``S`` the CRF at the last access, ``PL`` that access's layer unit (float), ``K`` the exact key (NaN: not
-    computed), ``KA`` an approximate key (:func:`approx_log2`): a lane seen before (``S > 0``) gets
-    ``S = 1 + S * P[u - PL]`` and a stale key, a lane seen for the first time ``S = 1`` and the exact key
-    ``lam * u``, both ``PL = u``; the expressions of ``_kernels.crf_update`` / ``crf_key`` with the decay
-    from the table ``P`` (``P[g] = _kernels.crf_decay(lam, g)``). Returns the bits of the lanes whose gap
-    lies beyond the table; when there are any, nothing is written (the caller updates that word itself).
+    ``S`` the CRF at the last access, ``PL`` that access's layer unit (float), ``KX`` the key, exact or within
+    :data:`LOG2_APPROX_ERROR` of it (:func:`approx_log2`). A lane seen before (``S > 0``) gets
+    ``S = 1 + S * P[u - PL]`` and the approximate key ``approx_log2(S) + lam * u``; a lane seen for the first
+    time ``S = 1`` and the exact key ``lam * u``; both ``PL = u``: the expressions of ``_kernels.crf_update`` /
+    ``crf_key``, with the decay from the table ``P`` (``P[g] = _kernels.crf_decay(lam, g)``). Bits into
+    ``out``: ``[0]`` the lanes seen for the first time, ``[1]`` those whose gap lies beyond the table; when
+    there are any of the latter, nothing is written (the caller updates that word itself).
     """
-    sig = types.uint64(S, PL, K, KA, types.int64, types.uint64, types.float64, types.float64, P)
+    sig = types.void(S, PL, KX, types.int64, types.uint64, types.float64, types.float64, P, out)
 
     def codegen(context, builder, signature, args):
         n = 64
         vt = ir.VectorType(_F64, n)
         vi = ir.VectorType(_I64, n)
         vb = ir.VectorType(ir.IntType(1), n)
-        sp = _lanes(context, builder, signature.args[0], args[0], args[4], n)
-        lp = _lanes(context, builder, signature.args[1], args[1], args[4], n)
-        kp = _lanes(context, builder, signature.args[2], args[2], args[4], n)
-        ap = _lanes(context, builder, signature.args[3], args[3], args[4], n)
-        sel = builder.bitcast(args[5], vb)
+        sp = _lanes(context, builder, signature.args[0], args[0], args[3], n)
+        lp = _lanes(context, builder, signature.args[1], args[1], args[3], n)
+        kp = _lanes(context, builder, signature.args[2], args[2], args[3], n)
+        sel = builder.bitcast(args[4], vb)
         s = builder.load(sp, align=8)
         pl = builder.load(lp, align=8)
-        uv = _splat(builder, args[6], vt, n)
+        uv = _splat(builder, args[5], vt, n)
         seen = builder.fcmp_ordered(">", s, ir.Constant(vt, [0.0] * n))
         g = builder.fptosi(builder.fsub(uv, pl), vi)
-        parr = context.make_array(signature.args[8])(context, builder, args[8])
+        parr = context.make_array(signature.args[7])(context, builder, args[7])
         n_pow = builder.extract_value(parr.shape, 0)
         inside = builder.icmp_signed("<", g, _splat(builder, n_pow, vi, n))
         want = builder.and_(sel, seen)
         beyond = builder.bitcast(builder.and_(want, builder.not_(inside)), _I64)
-        out = cgutils.alloca_once_value(builder, beyond)
+        first = builder.bitcast(builder.and_(sel, builder.not_(seen)), _I64)
+        data = context.make_array(signature.args[8])(context, builder, args[8]).data
+        builder.store(first, builder.gep(data, [ir.Constant(_I64, 0)]))
+        builder.store(beyond, builder.gep(data, [ir.Constant(_I64, 1)]))
         with builder.if_then(builder.icmp_unsigned("==", beyond, ir.Constant(_I64, 0)), likely=True):
             base = _splat(builder, builder.ptrtoint(parr.data, _I64), vi, n)
             gc = builder.select(inside, g, ir.Constant(vi, [0] * n))
@@ -340,45 +325,61 @@ def crf_touch(typingctx, S, PL, K, KA, off, bits, u, lam, P):
             p = builder.call(gather, [ptrs, ir.Constant(_I32, 8), want, ir.Constant(vt, [0.0] * n)])
             one = ir.Constant(vt, [1.0] * n)
             s1 = builder.select(seen, builder.fadd(one, builder.fmul(s, p)), one)
-            key = builder.fmul(_splat(builder, args[7], vt, n), uv)        # lam * u: the first access's key
+            now = builder.fmul(_splat(builder, args[6], vt, n), uv)        # lam * u: the first access's key
+            key = builder.select(seen, builder.fadd(_approx_log2(builder, s1, n), now), now)
             builder.store(builder.select(sel, s1, s), sp, align=8)
             builder.store(builder.select(sel, uv, pl), lp, align=8)
-            k = builder.load(kp, align=8)
-            nan = ir.Constant(vt, [float("nan")] * n)
-            builder.store(builder.select(sel, builder.select(seen, nan, key), k), kp, align=8)
-            a = builder.load(ap, align=8)
-            builder.store(builder.select(sel, builder.fadd(_approx_log2(builder, s1, n), key), a), ap, align=8)
-        return builder.load(out)
+            builder.store(builder.select(sel, key, builder.load(kp, align=8)), kp, align=8)
+        return context.get_dummy_value()
 
     return sig, codegen
 
 
 @intrinsic
-def lrfu_cut(typingctx, K, KA, off, th0, th1, margin, kx, koff, out):
-    """The lrfu cuts of the lanes ``off .. off+63``, with keys known exactly or only approximately.
-
-    A lane's key is ``K`` where ``K`` is not NaN, else ``KA`` (within ``margin`` of the exact key); that value
-    goes to ``kx[koff:koff+64]``. Bits into ``out``: ``[0]`` surely ``<= th0``, ``[1]`` maybe ``<= th0``, ``[2]``
-    surely ``<= th1``, ``[3]`` maybe ``<= th1`` (sure = the value plus the lane's margin; maybe = minus it; a
-    lane with an exact key has no margin).
-    """
-    sig = types.void(K, KA, types.int64, types.float64, types.float64, types.float64, kx, types.int64, out)
+def lrfu_cuts(typingctx, KX, off, exact, margin, th, out):
+    """For the lanes ``off .. off+63`` with keys ``KX``, exact where ``exact`` has their bit, else within
+    ``margin``: for each of the 4 thresholds ``th[0:4]`` two words into ``out``, ``out[2 q]`` the lanes surely
+    ``<= th[q]`` (key plus margin), ``out[2 q + 1]`` those maybe ``<= th[q]`` (key minus margin)."""
+    sig = types.void(KX, types.int64, types.uint64, types.float64, th, out)
 
     def codegen(context, builder, signature, args):
         n = 64
         vt = ir.VectorType(_F64, n)
-        k = builder.load(_lanes(context, builder, signature.args[0], args[0], args[2], n), align=8)
-        ka = builder.load(_lanes(context, builder, signature.args[1], args[1], args[2], n), align=8)
-        exact = builder.fcmp_ordered("==", k, k)
-        x = builder.select(exact, k, ka)
-        mg = builder.select(exact, ir.Constant(vt, [0.0] * n), _splat(builder, args[5], vt, n))
+        x = builder.load(_lanes(context, builder, signature.args[0], args[0], args[1], n), align=8)
+        ex = builder.bitcast(args[2], ir.VectorType(ir.IntType(1), n))
+        mg = builder.select(ex, ir.Constant(vt, [0.0] * n), _splat(builder, args[3], vt, n))
         hi = builder.fadd(x, mg)
         lo = builder.fsub(x, mg)
-        builder.store(x, _lanes(context, builder, signature.args[6], args[6], args[7], n), align=8)
-        data = context.make_array(signature.args[8])(context, builder, args[8]).data
-        for q, (v, th) in enumerate(((hi, args[3]), (lo, args[3]), (hi, args[4]), (lo, args[4]))):
-            c = builder.fcmp_ordered("<=", v, _splat(builder, th, vt, n))
-            builder.store(builder.bitcast(c, _I64), builder.gep(data, [ir.Constant(_I64, q)]))
+        thd = context.make_array(signature.args[4])(context, builder, args[4]).data
+        data = context.make_array(signature.args[5])(context, builder, args[5]).data
+        for q in range(4):
+            t = _splat(builder, builder.load(builder.gep(thd, [ir.Constant(_I64, q)])), vt, n)
+            for r, v in enumerate((hi, lo)):
+                c = builder.fcmp_ordered("<=", v, t)
+                builder.store(builder.bitcast(c, _I64), builder.gep(data, [ir.Constant(_I64, 2 * q + r)]))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+
+@intrinsic
+def prefetch(typingctx, arr, off, n):
+    """Hint the cache lines of ``arr[off : off + n]`` (float64 or int64) into the first-level cache."""
+    sig = types.void(arr, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [ir.PointerType(ir.IntType(8)), _I32, _I32, _I32]),
+            "llvm.prefetch.p0")
+        start = builder.gep(data, [args[1]])
+        i8p = ir.PointerType(ir.IntType(8))
+        base = builder.bitcast(start, i8p)
+        nbytes = builder.mul(args[2], ir.Constant(_I64, 8))
+        with cgutils.for_range_slice(builder, ir.Constant(_I64, 0), nbytes, ir.Constant(_I64, 64)) as (k, _):
+            builder.call(fn, [builder.gep(base, [k]), ir.Constant(_I32, 0), ir.Constant(_I32, 3),
+                              ir.Constant(_I32, 1)])
         return context.get_dummy_value()
 
     return sig, codegen
