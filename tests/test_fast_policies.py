@@ -347,3 +347,72 @@ def test_lfru_pool_on_a_larger_global_cache(seed):
             KL.replay_lfru_pool(stream.offsets, stream.expert, stream.layer, N, L, True, atomic, caps, tie, 0, hits,
                                 misses, flags)
             assert all((a == b).all() for a, b in zip((hits, misses, flags), want, strict=True)), (atomic, cap)
+
+
+def _skewed_stream(L: int, N: int, steps: int, B: int, seed: int) -> EventStream:
+    """Zipf-like popularity that drifts: long runs of one layer's counts and ages, bands of near-equal keys."""
+    rng = np.random.default_rng(seed)
+    w = 1.0 / np.arange(1, N + 1) ** 0.9
+    rows, exps = [], []
+    for s in range(steps):
+        if s % 50 == 0:
+            perm = [rng.permutation(N) for _ in range(L)]
+        for layer in range(L):
+            k = min(N, 4)
+            picks = {int(perm[layer][x]) for _ in range(B) for x in rng.choice(N, k, replace=False, p=w / w.sum())}
+            rows.append((s, layer))
+            exps.append(sorted(picks))
+    return EventStream.from_lists(L, N, min(N, 4), [r[0] for r in rows], [r[1] for r in rows], exps, [B] * len(rows))
+
+
+@pytest.mark.parametrize("N", (16, 128, 200))
+def test_lfru_and_lrfu_bitset_loops_on_long_skewed_streams(N):
+    """replay_lfru_bits / replay_lrfu_bits against replay_select / replay_heap on streams long enough for their
+    cuts to adapt (1,600 events per layer, ages in the thousands, bands of near-equal keys), at several
+    capacities, with hit flags; lrfu at four lambdas."""
+    L = 2
+    stream = _skewed_stream(L, N, 800, 6, N)
+    tie = engine._tie_ranks("random", 1, L * N)
+    _, tie_pos = engine._tie_order(tie, L, N)
+    for frac in (0.1, 0.4, 0.75):
+        caps = np.array([max(1, int(frac * N)), max(1, int(frac * N) + 3)], dtype=np.int64)
+        for policy, lams in (("lfru", (-1.0,)), ("lrfu", (0.0, 0.1, 0.5, 1.0))):
+            for lam in lams:
+                want = _generic(stream, ReplayConfig(policy, warmup_events=7), True, False, caps, tie, CODES[policy],
+                                lam, False)
+                got = [np.zeros(L, dtype=np.int64), np.zeros(L, dtype=np.int64), np.zeros(stream.union, np.uint8)]
+                head = (stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos)
+                if policy == "lfru":
+                    KB.replay_lfru_bits(*head, 7, *got)
+                else:
+                    KB.replay_lrfu_bits(*head, lam, 7, *got)
+                assert all((a == b).all() for a, b in zip(got, want, strict=True)), (policy, frac, lam)
+
+
+def test_lrfu_bitset_loop_past_its_decay_table():
+    """One layer with more units than the decay table holds (65,536): gaps beyond it take the scalar update."""
+    N = 6
+    rng = np.random.default_rng(5)
+    n = 70_000
+    exps = [sorted(rng.choice(4, 2, replace=False).tolist()) for i in range(n)]
+    exps[0] = [4, 5]
+    exps[n - 1] = [0, 4, 5]                       # blocks idle since the first unit come back
+    stream = EventStream.from_lists(1, N, 5, list(range(n)), [0] * n, exps, [1] * n)
+    tie = engine._tie_ranks("random", 2, N)
+    _, tie_pos = engine._tie_order(tie, 1, N)
+    caps = np.array([3], dtype=np.int64)
+    for lam in (0.0001, 0.5):
+        want = _generic(stream, ReplayConfig("lrfu"), True, False, caps, tie, KEY_LRFU, lam, False)
+        got = [np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), np.zeros(stream.union, np.uint8)]
+        KB.replay_lrfu_bits(stream.offsets, stream.expert, stream.layer, N, 1, caps, tie_pos, lam, 0, *got)
+        assert all((a == b).all() for a, b in zip(got, want, strict=True)), lam
+
+
+def test_lfru_past_the_bitset_loops_event_bound(monkeypatch):
+    """Streams longer than the lfru bitset loop's exact-cut bound go to replay_select (same counts)."""
+    rng = np.random.default_rng(3)
+    stream = small_stream(rng)
+    want = replay(stream, ReplayConfig("lfru", rho=0.4))
+    monkeypatch.setattr(KB, "MAX_LFRU_EVENTS", 1)
+    got = replay(stream, ReplayConfig("lfru", rho=0.4))
+    assert counts(got) == counts(want)
