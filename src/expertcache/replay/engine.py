@@ -18,6 +18,7 @@ from ..events import EventStream
 from . import _kernels as K
 from . import _kernels_bits as KB
 from . import _kernels_lfru as KL
+from . import _kernels_lfru_groups as KG
 from . import _kernels_order as KO
 from . import _kernels_ranked as KR
 from .keys import KEY_BELADY_FORCED, KEY_LEAST_STALE, KEY_LFRU, KEY_LFU, KEY_LRFU, KEY_STABLE
@@ -410,11 +411,10 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
         _, tie_pos = _tie_order(tie, n_layers, n_experts)      # counts, last units and residents over tie positions
         return KB.replay_lfru_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, config.warmup_events,
                                    hits, misses, hit_flag)
-    if policy.key_code == KEY_LFRU and atomic and global_scope:
-        # one global pool of event-atomic units: residents filed by due unit, only the due re-ranked
-        _, tie_pos = _tie_order(tie, 1, n_layers * n_experts)   # positions in the tie order of all L*N blocks
-        return KB.replay_lfru_global_bits(offsets, expert, layer, n_experts, caps, tie_pos, config.warmup_events,
-                                          hits, misses, hit_flag)
+    if policy.key_code == KEY_LFRU and global_scope:
+        # one global pool, either semantics: residents in frequency groups, only the pool of low keys re-ranked
+        return KG.replay_lfru_groups(offsets, expert, layer, n_experts, n_layers, atomic, caps, tie,
+                                     config.warmup_events, hits, misses, hit_flag)
     if policy.key_code == KEY_LRFU and atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS:
         _, tie_pos = _tie_order(tie, n_layers, n_experts)      # keys and residents over tie positions
         return KB.replay_lrfu_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, _lam(config, policy),
@@ -425,10 +425,9 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
         # merge each unit in; otherwise (small units, one access per unit, one large global pool) keep them
         # in heaps. lfru's drifting key is re-ranked at every overflow.
         rest = (policy.key_code, *bits, reset, _lam(config, policy), config.warmup_events, hits, misses, hit_flag)
-        if policy.key_code == KEY_LFRU:   # one access per unit in one large global pool: only the low keys
-            lfru = KL.replay_select if atomic or not global_scope else KL.replay_lfru_pool
-            lfru(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, caps, tie, config.warmup_events,
-                 hits, misses, hit_flag)
+        if policy.key_code == KEY_LFRU:   # per layer, sequential (or N past the bitset loops): select per unit
+            KL.replay_select(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, caps, tie,
+                             config.warmup_events, hits, misses, hit_flag)
         elif atomic and not global_scope and caps.max() <= _SORTED_UP_TO[policy.key_code] * expert.shape[0] / max(
                 offsets.shape[0] - 1, 1):
             order, tie_pos = _tie_order(tie, n_layers, n_experts)

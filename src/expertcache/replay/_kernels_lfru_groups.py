@@ -1,0 +1,424 @@
+"""numba kernel for ``lfru`` under global scope: residents in frequency groups, a pool of low keys, a timing wheel.
+
+``lfru`` ranks a block by ``freq / (t - last + 1)`` (the float expression of ``replay_scan``; lower leaves first,
+equal keys by lower tie rank). Under global scope one pool holds ``c`` of all ``L * N`` blocks, and re-ranking
+every resident at every unit (:func:`._kernels_lfru.replay_select`) costs ``O(c)`` per unit. This kernel makes
+the same decision while touching, per unit, only its members and the residents whose key is near the ``m``
+lowest. Its structure rests on two facts about the key:
+
+* A resident's key only falls until its block is accessed again, so under a threshold ``theta`` the first
+  unit at which it may fall below ``theta`` is known when it is last touched.
+* Two residents with the same count ``f`` keep their order while neither is accessed: the one accessed
+  earlier has the lower key at every later unit. So the residents of count ``f`` form a *group* ordered by
+  last unit, and only a group's *front* (its oldest) can be the next of the group to fall below ``theta``.
+
+State:
+
+* **Groups** — one doubly linked list per count ``f`` (a sentinel node per list; a block not in a list links
+  to itself), in last-unit order: an access moves its block to the tail of the list of ``f + 1`` in O(1).
+* **Pool** — dense arrays (count, last unit, block) of the residents that have left their list because their
+  key fell below ``theta``, or rather below ``thu = theta * (1 + 2**-40)``, decided without a division by
+  ``f < thu * age``. A resident outside the pool is in its list and, at the current unit, not below ``thu``,
+  hence its float key is at least ``theta`` (the ``2**-40`` covers the product's rounding).
+* **Wheel** — a timing wheel of groups (256 one-unit slots, 256 slots of 256 units, a far list) keyed by the
+  first unit at which the group's front may fall below ``thu`` (:func:`_due`, never late). When a group's
+  slot comes, its fronts below ``thu`` move to the pool and the group waits for its next front. A front that
+  leaves its list (accessed, evicted) only makes the group's unit early, and an early unit is checked again.
+
+At a unit whose ``C ∪ U`` holds ``m = |C ∪ U| - c > 0`` blocks too many, the exact keys of the pool are
+computed (one vectorised division per pool entry) and the pool entries below a cut ``min(cut, theta)``
+gathered (``cut`` a little above the last unit's ``m``-th lowest key). If at least ``m`` are, the ``m``
+lowest of ``C ∪ U`` are among them (every other candidate ranks at or above the cut): a branch-free
+quickselect (``_kernels_bits._kth_lowest``) finds the ``m``-th lowest key ``v``, the keys below ``v`` leave,
+and of those equal to it the lowest tie ranks. Too few below the cut: the gather is repeated at ``theta``.
+Too few below ``theta``: every resident is ranked in a max-heap of the ``m`` best (the pool, then each list
+from its front, stopping at the first key above the heap's top: later members of a list rank no lower), and
+``theta`` rises to ``up * v``, every list moving its fronts below the new ``theta`` to the pool. A pool that
+grows past ``a * m + b`` live entries lowers ``theta`` to ``low * v``, which needs no filing again (a lower
+``theta`` only makes every waiting unit early). The unit's members take part as any resident (a miss that
+leaves is bypassed): they are in their lists, or in the pool when their key ``f / 1`` is below ``thu``.
+
+The keys compared are the float expression of ``replay_select``: within a group the float key is monotone
+in the last unit (the division is correctly rounded, the numerator shared), so list order and float order
+agree, and equal floats in a list (same last unit) are gathered, or not, together. The decision, the hit
+counts and the hit flags are therefore those of ``replay_select`` exactly (``tests/test_lfru_groups.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._jit import jit, jit_helper
+from ._kernels import _max_unit
+from ._kernels_bits import _kth_lowest
+from ._kernels_lfru import _sel_rise, _sel_sink
+from ._kernels_ranked import _below
+
+#: Wheel slots: 256 of one unit, 256 of 256 units, then one far list (re-filed every 65,536 units).
+_FAR = 512
+#: ``thu = theta * _UP``: "below" is decided on ``thu``, so a resident left waiting has a float key >= theta.
+_UP = 1.0 + 2.0 ** -40
+#: Pool tuning ``(a, b, low, up, cut)``: a pool of more than ``a * m + b`` live entries lowers ``theta`` to
+#: ``low * v``; a unit with too few keys below ``theta`` raises it to ``up * v``; the gather's cut is ``cut * v``
+#: (``v`` the last ``m``-th lowest key). Any positive values give the same decision; these were measured fastest
+#: on ``benchmarks/replay_throughput.py``'s stream (flat within a few percent around them).
+TUNE = (4, 16, 1.03, 1.06, 1.005)
+
+
+@jit_helper
+def _due(f, l, inv):
+    """The first unit ``t`` at which ``f < thu * float(t - l + 1)`` (``inv = 1 / thu``), or one unit before it.
+
+    ``x = f * inv`` errs by a few ulps; scaled down by ``2**-50`` it is below ``f / thu`` and the float product
+    of the test, so ``floor(x) + 1`` is at most the first age that tests below (capped far ahead, early).
+    """
+    x = f * inv * (1.0 - 2.0 ** -50)
+    if x > 1e15:
+        x = 1e15
+    return l + np.int64(x)
+
+
+@jit_helper
+def _file(g, d, t, wheel, glink, gdue):
+    """Group ``g`` waits for unit ``d >= t``; ``t`` is the first unit whose one-unit slot is still to come."""
+    gdue[g] = d
+    e = t >> 8
+    de = d >> 8
+    s = 256 + (de & 255) if de < e + 256 else _FAR
+    s = (d & 255) if de == e else s
+    glink[g] = wheel[s]
+    wheel[s] = g
+
+
+@jit_helper
+def _wheel_take(wheel, glink, allg):
+    """Every group in the wheel, into ``allg`` (the wheel left empty); returns how many."""
+    n = 0
+    for s in range(wheel.shape[0]):
+        g = wheel[s]
+        wheel[s] = -1
+        while g >= 0:
+            allg[n] = g
+            n += 1
+            g = glink[g]
+    return n
+
+
+@jit_helper
+def _pool_add(b, f, l, pf, pl, pb, ppos, n_pool):
+    """Block ``b`` (count ``f``, last unit ``l``) joins the pool; returns the new pool size."""
+    pf[n_pool] = f
+    pl[n_pool] = l
+    pb[n_pool] = b
+    ppos[b] = n_pool
+    return n_pool + 1
+
+
+@jit_helper
+def _pool_remove(q, pf, pl, pb, ppos, n_pool):
+    """Pool entry ``q`` leaves (the last entry takes its place); returns the new pool size."""
+    n = n_pool - 1
+    b = pb[q]
+    c = pb[n]
+    pf[q] = pf[n]
+    pl[q] = pl[n]
+    pb[q] = c
+    ppos[c] = q
+    ppos[b] = -1
+    return n
+
+
+@jit_helper
+def _consume(g, sn, t, thu, nxt, prv, last, pf, pl, pb, ppos, n_pool):
+    """Move the fronts of group ``g`` (list sentinel ``sn``) below ``thu`` at unit ``t`` to the pool; returns
+    the new pool size. The list keeps its first member not below, whose key and every later one's is >= theta."""
+    e = nxt[sn]
+    while e != sn:
+        l = last[e]
+        if g >= thu * float(t - l + 1):
+            break
+        n = nxt[e]
+        nxt[e] = e
+        prv[e] = e
+        n_pool = _pool_add(e, g, l, pf, pl, pb, ppos, n_pool)
+        e = n
+    nxt[sn] = e
+    prv[e] = sn
+    return n_pool
+
+
+@jit_helper
+def _refile(g, sn, t, inv, nxt, last, gfiled, wheel, glink, gdue):
+    """After its fronts moved, group ``g`` waits for its new front, or leaves the wheel when its list is empty."""
+    e = nxt[sn]
+    if e != sn:
+        _file(g, max(_due(g, last[e], inv), t + 1), t, wheel, glink, gdue)
+    else:
+        gfiled[g] = False
+
+
+def replay_lfru_groups(offsets, expert, ev_layer, n_experts, n_layers, atomic, capacity, tie, count_from, hits,
+                       misses, hit_flag, tune=TUNE, trace=None):
+    """``lfru`` under global scope (one pool of ``capacity[0]`` blocks): the decision of ``replay_select``.
+
+    Parameters
+    ----------
+    offsets, expert, ev_layer
+        The stream's CSR arrays (members in access order; sequential-random passes them shuffled).
+    n_experts, n_layers : int
+        ``N`` and ``L``; block ``l * N + e``.
+    atomic : bool
+        One unit per event (its index is the clock), else one per access (the access index).
+    capacity : int64[1]
+        The global capacity (0, or beyond ``L * N``, allowed).
+    tie : int64[L*N]
+        Distinct tie ranks; among equal keys the lower rank leaves first.
+    count_from : int
+        Events before it are replayed but not counted (warm-up).
+    hits, misses : int64[L]
+        Per-layer counts (accumulated).
+    hit_flag : uint8[n_access] or uint8[0]
+        Set to 1 on the accesses that hit, when not empty.
+    tune : tuple
+        ``(a, b, low, up, cut)`` of the pool (:data:`TUNE`); any positive values give the same decision.
+    trace : int64[6] or None
+        When given, accumulates the units that overflowed, those ranked in full (``theta`` raised), those whose
+        cut held too few, the times ``theta`` was lowered, the units whose ``m``-th lowest key was shared past
+        the ``m`` (tie ranks deciding) outside a full ranking, and the groups re-filed from the far list.
+
+    The state is allocated here and the loop runs in :func:`_replay_lfru_groups`.
+    """
+    n_blocks = n_layers * n_experts
+    n_events = offsets.shape[0] - 1
+    f_max = int(np.bincount(ev_layer, minlength=1).max()) if n_events else 0   # a block counts once per event
+    n_groups = f_max + 2
+    max_unit = int(_max_unit(offsets, atomic))
+    cap = int(capacity[0])
+    width = min(cap, n_blocks) + max_unit + 1          # |C ∪ U| at most
+    i64 = np.int64
+    f64 = np.float64
+    _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, count_from, hits, misses, hit_flag,
+                        int(tune[0]), int(tune[1]), float(tune[2]), float(tune[3]), float(tune[4]),
+                        np.zeros(0, i64) if trace is None else trace,
+                        np.zeros(n_blocks, i64), np.full(n_blocks, -1, i64), np.full(n_blocks, -1, i64),
+                        np.arange(n_blocks + n_groups, dtype=i64), np.arange(n_blocks + n_groups, dtype=i64),
+                        np.zeros(n_groups, np.bool_), np.full(n_groups, -1, i64), np.zeros(n_groups, i64),
+                        np.full(_FAR + 1, -1, i64), np.empty(n_groups, i64),
+                        np.empty(width, f64), np.empty(width, f64), np.empty(width, i64), np.empty(width, f64),
+                        np.empty(width, i64), np.empty(width, f64), np.empty(width, f64), np.empty(width, i64),
+                        np.empty(max_unit + 1, f64), np.empty(max_unit + 1, i64), np.empty(max_unit + 1, i64))
+
+
+@jit
+def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, count_from, hits, misses, hit_flag,
+                        low_a, low_b, low_f, up_f, cut_f, trace, freq, last, ppos, nxt, prv, gfiled, glink, gdue,
+                        wheel, allg, pf, pl, pb, px, cq, sel, sel2, go, sk, st, si):
+    """The loop of :func:`replay_lfru_groups`.
+
+    ``freq`` / ``last`` per block (``last`` -1 when not resident); ``nxt`` / ``prv`` the list links over blocks
+    then one sentinel per count (node ``n_blocks + f``); ``gfiled`` whether a count's group is in the wheel,
+    ``glink`` / ``gdue`` its wheel link and unit; ``pf`` / ``pl`` / ``pb`` the pool (count and last unit as
+    floats, block), ``ppos`` a block's pool entry or -1; the rest scratch.
+    """
+    record = hit_flag.shape[0] > 0
+    traced = trace.shape[0] > 0
+    n_events = offsets.shape[0] - 1
+    nb = freq.shape[0]
+    n_pool = 0
+    size = 0                           # |C| between units
+    theta = 0.0                        # nothing in the pool until the first overflow ranks every resident
+    thu = 0.0
+    inv = np.inf
+    f_pool = 0                         # a member (age 1) joins the pool when f < thu, i.e. f < f_pool
+    cut = theta
+    t = 0
+    for i in range(n_events):
+        layer = ev_layer[i]
+        base = layer * n_experts
+        counted = i >= count_from
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        if cap == 0:                   # every access a miss, nothing retained
+            if counted:
+                misses[layer] += hi - lo
+            continue
+        n_units = 1 if atomic else hi - lo
+        for u in range(n_units):
+            a_lo = lo if atomic else lo + u
+            a_hi = hi if atomic else lo + u + 1
+            if t & 255 == 0:           # a new run of 256 units: its groups to the one-unit slots
+                if t & 65535 == 0:
+                    g = wheel[_FAR]
+                    wheel[_FAR] = -1
+                    while g >= 0:
+                        ng = glink[g]
+                        if traced:
+                            trace[5] += 1
+                        _file(g, gdue[g], t, wheel, glink, gdue)
+                        g = ng
+                s = 256 + ((t >> 8) & 255)
+                g = wheel[s]
+                wheel[s] = -1
+                while g >= 0:
+                    ng = glink[g]
+                    _file(g, gdue[g], t, wheel, glink, gdue)
+                    g = ng
+            g = wheel[t & 255]         # groups due now: their fronts below thu join the pool
+            wheel[t & 255] = -1
+            while g >= 0:
+                ng = glink[g]
+                sn = nb + g
+                n_pool = _consume(g, sn, t, thu, nxt, prv, last, pf, pl, pb, ppos, n_pool)
+                _refile(g, sn, t, inv, nxt, last, gfiled, wheel, glink, gdue)
+                g = ng
+            n_hit = 0
+            for a in range(a_lo, a_hi):
+                b = base + expert[a]
+                r = last[b] >= 0
+                n_hit += r
+                if record:
+                    hit_flag[a] = r
+                q = ppos[b]
+                if q >= 0:
+                    n_pool = _pool_remove(q, pf, pl, pb, ppos, n_pool)
+                p = prv[b]             # out of its list (a no-op for a block linked to itself)
+                n = nxt[b]
+                nxt[p] = n
+                prv[n] = p
+                f = freq[b] + 1
+                freq[b] = f
+                last[b] = t
+                if f < f_pool:         # key f / 1 below thu
+                    nxt[b] = b
+                    prv[b] = b
+                    n_pool = _pool_add(b, f, t, pf, pl, pb, ppos, n_pool)
+                    continue
+                sn = nb + f            # to the tail of its new group
+                q = prv[sn]
+                nxt[q] = b
+                prv[b] = q
+                nxt[b] = sn
+                prv[sn] = b
+                if not gfiled[f]:
+                    gfiled[f] = True
+                    _file(f, max(_due(f, t, inv), t + 1), t, wheel, glink, gdue)
+            n_new = (a_hi - a_lo) - n_hit
+            if counted:
+                hits[layer] += n_hit
+                misses[layer] += n_new
+            size += n_new
+            if size <= cap:
+                t += 1
+                continue
+            m = size - cap
+            size = cap
+            if traced:
+                trace[0] += 1
+            tf = float(t + 1)
+            for q in range(n_pool):    # exact keys: float(t + 1) - float(last) is float(t - last + 1)
+                px[q] = pf[q] / (tf - pl[q])
+            n_below = 0
+            for q in range(n_pool):
+                n_below += px[q] < theta
+            if n_below >= m:
+                c = min(cut, theta)
+                k = 0
+                for q in range(n_pool):
+                    x = px[q]
+                    sel[k] = x
+                    k += x < c
+                if k < m:              # the cut held too few: every pool key below theta
+                    if traced:
+                        trace[2] += 1
+                    k = 0
+                    for q in range(n_pool):
+                        x = px[q]
+                        sel[k] = x
+                        k += x < theta
+                v = _kth_lowest(sel, sel2, k, m)
+                n_less = 0
+                n_eq = 0
+                for q in range(n_pool):
+                    x = px[q]
+                    n_less += x < v
+                    n_eq += x == v
+                if n_less + n_eq > m:  # equal keys at the m-th: the lowest tie ranks leave
+                    if traced:
+                        trace[4] += 1
+                    for _ in range(m - n_less):
+                        best = -1
+                        for q in range(n_pool):
+                            if px[q] == v and (best < 0 or tie[pb[q]] < tie[pb[best]]):
+                                best = q
+                        px[best] = -1.0
+                    v = np.nextafter(v, -np.inf)
+                n_go = 0
+                for q in range(n_pool):
+                    go[n_go] = q
+                    n_go += px[q] <= v
+                for j in range(n_go - 1, -1, -1):   # descending: the entry moved into a freed slot stays
+                    q = go[j]
+                    last[pb[q]] = -1
+                    n_pool = _pool_remove(q, pf, pl, pb, ppos, n_pool)
+                cut = cut_f * v
+                if n_pool > low_a * m + low_b and low_f * v < theta:   # a large pool: a lower theta
+                    if traced:
+                        trace[3] += 1
+                    theta = low_f * v
+                    thu = theta * _UP
+                    inv = 1.0 / thu
+                    f_pool = np.int64(np.ceil(min(thu, 1e18)))
+            else:                      # too few below theta: every resident ranked, then theta rises
+                if traced:
+                    trace[1] += 1
+                n_all = _wheel_take(wheel, glink, allg)
+                n_sel = 0
+                for q in range(n_pool):
+                    x = px[q]
+                    b = pb[q]
+                    tb = tie[b]
+                    if n_sel < m:
+                        _sel_rise(sk, st, si, n_sel, x, tb, b)
+                        n_sel += 1
+                    elif _below(x, tb, sk[0], st[0]):
+                        _sel_sink(sk, st, si, 0, n_sel, x, tb, b)
+                for q in range(n_all):
+                    g = allg[q]
+                    sn = nb + g
+                    e = nxt[sn]
+                    while e != sn:
+                        x = g / float(t - last[e] + 1)
+                        tb = tie[e]
+                        if n_sel < m:
+                            _sel_rise(sk, st, si, n_sel, x, tb, e)
+                            n_sel += 1
+                        elif _below(x, tb, sk[0], st[0]):
+                            _sel_sink(sk, st, si, 0, n_sel, x, tb, e)
+                        elif x > sk[0]:        # later members of the list rank no lower
+                            break
+                        e = nxt[e]
+                for q in range(n_sel):
+                    b = si[q]
+                    last[b] = -1
+                    p = ppos[b]
+                    if p >= 0:
+                        n_pool = _pool_remove(p, pf, pl, pb, ppos, n_pool)
+                    else:
+                        p = prv[b]
+                        n = nxt[b]
+                        nxt[p] = n
+                        prv[n] = p
+                        nxt[b] = b
+                        prv[b] = b
+                v = sk[0]
+                theta = up_f * v
+                thu = theta * _UP
+                inv = 1.0 / thu
+                f_pool = np.int64(np.ceil(min(thu, 1e18)))
+                cut = cut_f * v
+                for q in range(n_all):   # every list's fronts below the new theta to the pool
+                    g = allg[q]
+                    sn = nb + g
+                    n_pool = _consume(g, sn, t, thu, nxt, prv, last, pf, pl, pb, ppos, n_pool)
+                    _refile(g, sn, t, inv, nxt, last, gfiled, wheel, glink, gdue)
+            t += 1
