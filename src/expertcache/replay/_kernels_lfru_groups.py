@@ -19,40 +19,56 @@ State:
 * **Pool** — dense arrays (count, last unit, block) of the residents that have left their list because their
   key fell below ``theta``, or rather below ``thu = theta * (1 + 2**-40)``, decided without a division by
   ``f < thu * age``. A resident outside the pool is in its list and, at the current unit, not below ``thu``,
-  hence its float key is at least ``theta`` (the ``2**-40`` covers the product's rounding).
+  hence its float key is at least ``theta`` (the ``2**-40`` covers the product's rounding). A resident in the
+  pool links to itself; the rare access to one finds its entry by a vector compare of the pool's blocks, and
+  the entries that leave at a unit go in one pass that packs the pool.
 * **Wheel** — a timing wheel of groups (256 one-unit slots, 256 slots of 256 units, a far list) keyed by the
   first unit at which the group's front may fall below ``thu`` (:func:`_due`, never late). When a group's
   slot comes, its fronts below ``thu`` move to the pool and the group waits for its next front. A front that
   leaves its list (accessed, evicted) only makes the group's unit early, and an early unit is checked again.
 
 At a unit whose ``C ∪ U`` holds ``m = |C ∪ U| - c > 0`` blocks too many, the exact keys of the pool are
-computed (one vectorised division per pool entry) and the pool entries below a cut ``min(cut, theta)``
-gathered (``cut`` a little above the last unit's ``m``-th lowest key). If at least ``m`` are, the ``m``
-lowest of ``C ∪ U`` are among them (every other candidate ranks at or above the cut): a branch-free
-quickselect (``_kernels_bits._kth_lowest``) finds the ``m``-th lowest key ``v``, the keys below ``v`` leave,
-and of those equal to it the lowest tie ranks. Too few below the cut: the gather is repeated at ``theta``.
-Too few below ``theta``: every resident is ranked in a max-heap of the ``m`` best (the pool, then each list
-from its front, stopping at the first key above the heap's top: later members of a list rank no lower), and
-``theta`` rises to ``up * v``, every list moving its fronts below the new ``theta`` to the pool. A pool that
-grows past ``a * m + b`` live entries lowers ``theta`` to ``low * v``, which needs no filing again (a lower
-``theta`` only makes every waiting unit early). The unit's members take part as any resident (a miss that
-leaves is bypassed): they are in their lists, or in the pool when their key ``f / 1`` is below ``thu``.
+computed 64 lanes at a time (:func:`_pool_keys`, LLVM vector IR like :mod:`._simd`) together with the bits of
+the keys below ``theta`` and below a cut (``cut``: a little above the last unit's ``m``-th lowest key). If at
+least ``m`` keys lie below ``min(cut, theta)``, the ``m`` lowest of ``C ∪ U`` are among them (every other
+candidate ranks at or above the cut): those keys are sorted by the smallest bitonic network of :mod:`._simd`
+that holds them (``_kernels_bits._kth_lowest`` past 64), the ``m``-th is ``v``, the keys below ``v`` leave,
+and of those equal to it the lowest tie ranks (equal keys are common: blocks of one event with one count).
+Too few below the cut: the candidates are the keys below ``theta``. Too few below ``theta``: every resident
+is ranked in a max-heap of the ``m`` best (the pool, then each list from its front, stopping at the first key
+above the heap's top: later members of a list rank no lower), and ``theta`` rises to ``up * v``, every list
+moving its fronts below the new ``theta`` to the pool. A pool that grows past ``a * m + b`` entries lowers
+``theta`` to ``low * v``, which needs no filing again (a lower ``theta`` only makes every waiting unit
+early). The unit's members take part as any resident (a miss that leaves is bypassed): they are in their
+lists, or in the pool when their key ``f / 1`` is below ``thu``. Before the first overflow ``theta`` is 0
+(nothing waits in the pool), so the first overflowing unit ranks every resident and sets it.
 
 The keys compared are the float expression of ``replay_select``: within a group the float key is monotone
 in the last unit (the division is correctly rounded, the numerator shared), so list order and float order
 agree, and equal floats in a list (same last unit) are gathered, or not, together. The decision, the hit
 counts and the hit flags are therefore those of ``replay_select`` exactly (``tests/test_lfru_groups.py``).
+
+Arrays are indexed with unsigned integers (``arr[_U(i)]``): numba then skips its negative-index wraparound
+(a shift, a mask and an add per access), which measured half of the list moves' time. No index here is ever
+negative (``NUMBA_BOUNDSCHECK=1`` runs of the tests check it).
 """
 
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
 from .._jit import jit, jit_helper
-from ._kernels import _max_unit
-from ._kernels_bits import _kth_lowest
+from ._kernels import _cttz, _max_unit
+from ._kernels_bits import _kth_lowest, _popc
 from ._kernels_lfru import _sel_rise, _sel_sink
 from ._kernels_ranked import _below
+from ._simd import _F64, _I64, _lanes, _splat, sort8, sort16, sort32, sort64
+
+#: An unsigned index: numba skips the negative-index wraparound (no index here is negative).
+_U = np.uint64
 
 #: Wheel slots: 256 of one unit, 256 of 256 units, then one far list (re-filed every 65,536 units).
 _FAR = 512
@@ -63,6 +79,76 @@ _UP = 1.0 + 2.0 ** -40
 #: (``v`` the last ``m``-th lowest key). Any positive values give the same decision; these were measured fastest
 #: on ``benchmarks/replay_throughput.py``'s stream (flat within a few percent around them).
 TUNE = (4, 16, 1.03, 1.06, 1.005)
+
+
+@intrinsic
+def _pool_keys(typingctx, PF, PL, PX, off, tf, th0, th1, out):
+    """Lanes ``off .. off+63``: ``PX = PF / (tf - PL)``; ``out[0]`` (``out[1]``) the bits where ``PX < th0`` (``th1``)."""
+    sig = types.void(PF, PL, PX, types.int64, types.float64, types.float64, types.float64, out)
+
+    def codegen(context, builder, signature, args):
+        vt = ir.VectorType(_F64, 64)
+        f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[3], 64), align=8)
+        last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[3], 64), align=8)
+        x = builder.fdiv(f, builder.fsub(_splat(builder, args[4], vt, 64), last))
+        builder.store(x, _lanes(context, builder, signature.args[2], args[2], args[3], 64), align=8)
+        c0 = builder.fcmp_ordered("<", x, _splat(builder, args[5], vt, 64))
+        c1 = builder.fcmp_ordered("<", x, _splat(builder, args[6], vt, 64))
+        data = context.make_array(signature.args[7])(context, builder, args[7]).data
+        builder.store(builder.bitcast(c0, _I64), builder.gep(data, [ir.Constant(_I64, 0)]))
+        builder.store(builder.bitcast(c1, _I64), builder.gep(data, [ir.Constant(_I64, 1)]))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _lt_eq(typingctx, PX, off, v, out):
+    """Lanes ``off .. off+63``: ``out[0]`` (``out[1]``) the bits where ``PX < v`` (``PX == v``)."""
+    sig = types.void(PX, types.int64, types.float64, out)
+
+    def codegen(context, builder, signature, args):
+        vt = ir.VectorType(_F64, 64)
+        x = builder.load(_lanes(context, builder, signature.args[0], args[0], args[1], 64), align=8)
+        sv = _splat(builder, args[2], vt, 64)
+        c0 = builder.fcmp_ordered("<", x, sv)
+        c1 = builder.fcmp_ordered("==", x, sv)
+        data = context.make_array(signature.args[3])(context, builder, args[3]).data
+        builder.store(builder.bitcast(c0, _I64), builder.gep(data, [ir.Constant(_I64, 0)]))
+        builder.store(builder.bitcast(c1, _I64), builder.gep(data, [ir.Constant(_I64, 1)]))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _find(typingctx, PB, off, b):
+    """The bits of the lanes ``off .. off+63`` of ``PB`` equal to ``b``."""
+    sig = types.uint64(PB, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        x = builder.load(_lanes(context, builder, signature.args[0], args[0], args[1], 64, _I64), align=8)
+        c = builder.icmp_signed("==", x, _splat(builder, args[2], ir.VectorType(_I64, 64), 64))
+        return builder.bitcast(c, _I64)
+
+    return sig, codegen
+
+
+@jit_helper
+def _pool_slot(b, pb, n_pool):
+    """The pool entry of block ``b`` (it has one)."""
+    w = 0
+    while True:
+        x = _find(pb, w, b) & _lanes_below(n_pool - w)
+        if x:
+            return w + np.int64(_cttz(x))
+        w += 64
+
+
+@jit_helper
+def _lanes_below(r):
+    """The bits of the first ``r`` lanes of 64 (all of them from 64 on)."""
+    return ~np.uint64(0) if r >= 64 else (np.uint64(1) << np.uint64(r)) - np.uint64(1)
 
 
 @jit_helper
@@ -81,13 +167,13 @@ def _due(f, l, inv):
 @jit_helper
 def _file(g, d, t, wheel, glink, gdue):
     """Group ``g`` waits for unit ``d >= t``; ``t`` is the first unit whose one-unit slot is still to come."""
-    gdue[g] = d
+    gdue[_U(g)] = d
     e = t >> 8
     de = d >> 8
     s = 256 + (de & 255) if de < e + 256 else _FAR
     s = (d & 255) if de == e else s
-    glink[g] = wheel[s]
-    wheel[s] = g
+    glink[_U(g)] = wheel[_U(s)]
+    wheel[_U(s)] = g
 
 
 @jit_helper
@@ -95,66 +181,61 @@ def _wheel_take(wheel, glink, allg):
     """Every group in the wheel, into ``allg`` (the wheel left empty); returns how many."""
     n = 0
     for s in range(wheel.shape[0]):
-        g = wheel[s]
-        wheel[s] = -1
+        g = wheel[_U(s)]
+        wheel[_U(s)] = -1
         while g >= 0:
-            allg[n] = g
+            allg[_U(n)] = g
             n += 1
-            g = glink[g]
+            g = glink[_U(g)]
     return n
 
 
 @jit_helper
-def _pool_add(b, f, l, pf, pl, pb, ppos, n_pool):
+def _pool_add(b, f, l, pf, pl, pb, n_pool):
     """Block ``b`` (count ``f``, last unit ``l``) joins the pool; returns the new pool size."""
-    pf[n_pool] = f
-    pl[n_pool] = l
-    pb[n_pool] = b
-    ppos[b] = n_pool
+    pf[_U(n_pool)] = f
+    pl[_U(n_pool)] = l
+    pb[_U(n_pool)] = b
     return n_pool + 1
 
 
 @jit_helper
-def _pool_remove(q, pf, pl, pb, ppos, n_pool):
+def _pool_remove(q, pf, pl, pb, n_pool):
     """Pool entry ``q`` leaves (the last entry takes its place); returns the new pool size."""
     n = n_pool - 1
-    b = pb[q]
-    c = pb[n]
-    pf[q] = pf[n]
-    pl[q] = pl[n]
-    pb[q] = c
-    ppos[c] = q
-    ppos[b] = -1
+    pf[_U(q)] = pf[_U(n)]
+    pl[_U(q)] = pl[_U(n)]
+    pb[_U(q)] = pb[_U(n)]
     return n
 
 
 @jit_helper
-def _consume(g, sn, t, thu, nxt, prv, last, pf, pl, pb, ppos, n_pool):
+def _consume(g, sn, t, thu, nxt, prv, last, pf, pl, pb, n_pool):
     """Move the fronts of group ``g`` (list sentinel ``sn``) below ``thu`` at unit ``t`` to the pool; returns
     the new pool size. The list keeps its first member not below, whose key and every later one's is >= theta."""
-    e = nxt[sn]
+    e = nxt[_U(sn)]
     while e != sn:
-        l = last[e]
+        l = last[_U(e)]
         if g >= thu * float(t - l + 1):
             break
-        n = nxt[e]
-        nxt[e] = e
-        prv[e] = e
-        n_pool = _pool_add(e, g, l, pf, pl, pb, ppos, n_pool)
+        n = nxt[_U(e)]
+        nxt[_U(e)] = e
+        prv[_U(e)] = e
+        n_pool = _pool_add(e, g, l, pf, pl, pb, n_pool)
         e = n
-    nxt[sn] = e
-    prv[e] = sn
+    nxt[_U(sn)] = e
+    prv[_U(e)] = sn
     return n_pool
 
 
 @jit_helper
 def _refile(g, sn, t, inv, nxt, last, gfiled, wheel, glink, gdue):
     """After its fronts moved, group ``g`` waits for its new front, or leaves the wheel when its list is empty."""
-    e = nxt[sn]
+    e = nxt[_U(sn)]
     if e != sn:
-        _file(g, max(_due(g, last[e], inv), t + 1), t, wheel, glink, gdue)
+        _file(g, max(_due(g, last[_U(e)], inv), t + 1), t, wheel, glink, gdue)
     else:
-        gfiled[g] = False
+        gfiled[_U(g)] = False
 
 
 def replay_lfru_groups(offsets, expert, ev_layer, n_experts, n_layers, atomic, capacity, tie, count_from, hits,
@@ -200,25 +281,29 @@ def replay_lfru_groups(offsets, expert, ev_layer, n_experts, n_layers, atomic, c
     _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, count_from, hits, misses, hit_flag,
                         int(tune[0]), int(tune[1]), float(tune[2]), float(tune[3]), float(tune[4]),
                         np.zeros(0, i64) if trace is None else trace,
-                        np.zeros(n_blocks, i64), np.full(n_blocks, -1, i64), np.full(n_blocks, -1, i64),
+                        np.zeros(n_blocks, i64), np.full(n_blocks, -1, i64),
                         np.arange(n_blocks + n_groups, dtype=i64), np.arange(n_blocks + n_groups, dtype=i64),
                         np.zeros(n_groups, np.bool_), np.full(n_groups, -1, i64), np.zeros(n_groups, i64),
                         np.full(_FAR + 1, -1, i64), np.empty(n_groups, i64),
-                        np.empty(width, f64), np.empty(width, f64), np.empty(width, i64), np.empty(width, f64),
-                        np.empty(width, i64), np.empty(width, f64), np.empty(width, f64), np.empty(width, i64),
-                        np.empty(max_unit + 1, f64), np.empty(max_unit + 1, i64), np.empty(max_unit + 1, i64))
+                        np.empty(width + 64, f64), np.empty(width + 64, f64), np.empty(width + 64, i64),  # pool
+                        np.empty(width + 64, f64), np.empty(width + 64, f64), np.empty(width + 64, f64),
+                        np.empty(max_unit + 1, f64), np.empty(max_unit + 1, i64), np.empty(max_unit + 1, i64),
+                        np.zeros(2, np.uint64), np.zeros(width // 64 + 2, np.uint64),
+                        np.zeros(width // 64 + 2, np.uint64))
 
 
 @jit
 def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, count_from, hits, misses, hit_flag,
-                        low_a, low_b, low_f, up_f, cut_f, trace, freq, last, ppos, nxt, prv, gfiled, glink, gdue,
-                        wheel, allg, pf, pl, pb, px, cq, sel, sel2, go, sk, st, si):
+                        low_a, low_b, low_f, up_f, cut_f, trace, freq, last, nxt, prv, gfiled, glink, gdue,
+                        wheel, allg, pf, pl, pb, px, sel, sel2, sk, st, si, kb, cbits, tbits):
     """The loop of :func:`replay_lfru_groups`.
 
     ``freq`` / ``last`` per block (``last`` -1 when not resident); ``nxt`` / ``prv`` the list links over blocks
     then one sentinel per count (node ``n_blocks + f``); ``gfiled`` whether a count's group is in the wheel,
     ``glink`` / ``gdue`` its wheel link and unit; ``pf`` / ``pl`` / ``pb`` the pool (count and last unit as
-    floats, block), ``ppos`` a block's pool entry or -1; the rest scratch.
+    floats, block; readable 64 lanes past its end), ``px`` its keys;
+    ``cbits`` / ``tbits`` a unit's lane bits (below the cut, below theta; then below / equal to ``v``); the rest
+    scratch (``sel`` the candidates' keys, ``sk`` / ``st`` / ``si`` the full ranking's heap).
     """
     record = hit_flag.shape[0] > 0
     traced = trace.shape[0] > 0
@@ -233,14 +318,14 @@ def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, 
     cut = theta
     t = 0
     for i in range(n_events):
-        layer = ev_layer[i]
+        layer = ev_layer[_U(i)]
         base = layer * n_experts
         counted = i >= count_from
-        lo = offsets[i]
-        hi = offsets[i + 1]
+        lo = offsets[_U(i)]
+        hi = offsets[_U(i + 1)]
         if cap == 0:                   # every access a miss, nothing retained
             if counted:
-                misses[layer] += hi - lo
+                misses[_U(layer)] += hi - lo
             continue
         n_units = 1 if atomic else hi - lo
         for u in range(n_units):
@@ -248,64 +333,63 @@ def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, 
             a_hi = hi if atomic else lo + u + 1
             if t & 255 == 0:           # a new run of 256 units: its groups to the one-unit slots
                 if t & 65535 == 0:
-                    g = wheel[_FAR]
-                    wheel[_FAR] = -1
+                    g = wheel[_U(_FAR)]
+                    wheel[_U(_FAR)] = -1
                     while g >= 0:
-                        ng = glink[g]
+                        ng = glink[_U(g)]
                         if traced:
                             trace[5] += 1
-                        _file(g, gdue[g], t, wheel, glink, gdue)
+                        _file(g, gdue[_U(g)], t, wheel, glink, gdue)
                         g = ng
                 s = 256 + ((t >> 8) & 255)
-                g = wheel[s]
-                wheel[s] = -1
+                g = wheel[_U(s)]
+                wheel[_U(s)] = -1
                 while g >= 0:
-                    ng = glink[g]
-                    _file(g, gdue[g], t, wheel, glink, gdue)
+                    ng = glink[_U(g)]
+                    _file(g, gdue[_U(g)], t, wheel, glink, gdue)
                     g = ng
-            g = wheel[t & 255]         # groups due now: their fronts below thu join the pool
-            wheel[t & 255] = -1
+            g = wheel[_U(t & 255)]     # groups due now: their fronts below thu join the pool
+            wheel[_U(t & 255)] = -1
             while g >= 0:
-                ng = glink[g]
+                ng = glink[_U(g)]
                 sn = nb + g
-                n_pool = _consume(g, sn, t, thu, nxt, prv, last, pf, pl, pb, ppos, n_pool)
+                n_pool = _consume(g, sn, t, thu, nxt, prv, last, pf, pl, pb, n_pool)
                 _refile(g, sn, t, inv, nxt, last, gfiled, wheel, glink, gdue)
                 g = ng
             n_hit = 0
             for a in range(a_lo, a_hi):
-                b = base + expert[a]
-                r = last[b] >= 0
+                b = base + expert[_U(a)]
+                r = last[_U(b)] >= 0
                 n_hit += r
                 if record:
-                    hit_flag[a] = r
-                q = ppos[b]
-                if q >= 0:
-                    n_pool = _pool_remove(q, pf, pl, pb, ppos, n_pool)
-                p = prv[b]             # out of its list (a no-op for a block linked to itself)
-                n = nxt[b]
-                nxt[p] = n
-                prv[n] = p
-                f = freq[b] + 1
-                freq[b] = f
-                last[b] = t
+                    hit_flag[_U(a)] |= np.uint8(r)
+                p = prv[_U(b)]         # out of its list (a no-op for a block linked to itself)
+                n = nxt[_U(b)]
+                if r and n == b:       # a resident linked to itself is in the pool
+                    n_pool = _pool_remove(_pool_slot(b, pb, n_pool), pf, pl, pb, n_pool)
+                nxt[_U(p)] = n
+                prv[_U(n)] = p
+                f = freq[_U(b)] + 1
+                freq[_U(b)] = f
+                last[_U(b)] = t
                 if f < f_pool:         # key f / 1 below thu
-                    nxt[b] = b
-                    prv[b] = b
-                    n_pool = _pool_add(b, f, t, pf, pl, pb, ppos, n_pool)
+                    nxt[_U(b)] = b
+                    prv[_U(b)] = b
+                    n_pool = _pool_add(b, f, t, pf, pl, pb, n_pool)
                     continue
                 sn = nb + f            # to the tail of its new group
-                q = prv[sn]
-                nxt[q] = b
-                prv[b] = q
-                nxt[b] = sn
-                prv[sn] = b
-                if not gfiled[f]:
-                    gfiled[f] = True
+                q = prv[_U(sn)]
+                nxt[_U(q)] = b
+                prv[_U(b)] = q
+                nxt[_U(b)] = sn
+                prv[_U(sn)] = b
+                if not gfiled[_U(f)]:
+                    gfiled[_U(f)] = True
                     _file(f, max(_due(f, t, inv), t + 1), t, wheel, glink, gdue)
             n_new = (a_hi - a_lo) - n_hit
             if counted:
-                hits[layer] += n_hit
-                misses[layer] += n_new
+                hits[_U(layer)] += n_hit
+                misses[_U(layer)] += n_new
             size += n_new
             if size <= cap:
                 t += 1
@@ -315,51 +399,83 @@ def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, 
             if traced:
                 trace[0] += 1
             tf = float(t + 1)
-            for q in range(n_pool):    # exact keys: float(t + 1) - float(last) is float(t - last + 1)
-                px[q] = pf[q] / (tf - pl[q])
+            n_w = (n_pool + 63) >> 6
             n_below = 0
-            for q in range(n_pool):
-                n_below += px[q] < theta
+            n_cut = 0
+            for w in range(n_w):       # exact keys (float(t + 1) - float(last) is float(t - last + 1))
+                _pool_keys(pf, pl, px, w << 6, tf, cut, theta, kb)
+                lim = _lanes_below(n_pool - (w << 6))
+                cbits[_U(w)] = kb[0] & lim
+                tbits[_U(w)] = kb[1] & lim
+                n_below += np.int64(_popc(tbits[_U(w)]))
+                n_cut += np.int64(_popc(cbits[_U(w)] & tbits[_U(w)]))
             if n_below >= m:
-                c = min(cut, theta)
+                use_cut = n_cut >= m
+                if not use_cut and traced:
+                    trace[2] += 1
                 k = 0
-                for q in range(n_pool):
-                    x = px[q]
-                    sel[k] = x
-                    k += x < c
-                if k < m:              # the cut held too few: every pool key below theta
-                    if traced:
-                        trace[2] += 1
-                    k = 0
-                    for q in range(n_pool):
-                        x = px[q]
-                        sel[k] = x
-                        k += x < theta
-                v = _kth_lowest(sel, sel2, k, m)
+                for w in range(n_w):   # the candidates: keys below min(cut, theta), or below theta
+                    x = (cbits[_U(w)] & tbits[_U(w)]) if use_cut else tbits[_U(w)]
+                    while x:
+                        q = (w << 6) + np.int64(_cttz(x))
+                        x &= x - np.uint64(1)
+                        sel[_U(k)] = px[_U(q)]
+                        k += 1
+                if k <= 64:            # sorted by the smallest bitonic network that holds them
+                    nn = 8 if k <= 8 else (16 if k <= 16 else (32 if k <= 32 else 64))
+                    for q in range(k, nn):
+                        sel[_U(q)] = np.inf
+                    if nn == 8:
+                        sort8(sel)
+                    elif nn == 16:
+                        sort16(sel)
+                    elif nn == 32:
+                        sort32(sel)
+                    else:
+                        sort64(sel)
+                    v = sel[_U(m - 1)]
+                else:
+                    v = _kth_lowest(sel, sel2, k, m)
                 n_less = 0
                 n_eq = 0
-                for q in range(n_pool):
-                    x = px[q]
-                    n_less += x < v
-                    n_eq += x == v
+                for w in range(n_w):
+                    _lt_eq(px, w << 6, v, kb)
+                    lim = _lanes_below(n_pool - (w << 6))
+                    cbits[_U(w)] = kb[0] & lim
+                    tbits[_U(w)] = kb[1] & lim
+                    n_less += np.int64(_popc(cbits[_U(w)]))
+                    n_eq += np.int64(_popc(tbits[_U(w)]))
                 if n_less + n_eq > m:  # equal keys at the m-th: the lowest tie ranks leave
                     if traced:
                         trace[4] += 1
                     for _ in range(m - n_less):
                         best = -1
-                        for q in range(n_pool):
-                            if px[q] == v and (best < 0 or tie[pb[q]] < tie[pb[best]]):
-                                best = q
-                        px[best] = -1.0
-                    v = np.nextafter(v, -np.inf)
-                n_go = 0
-                for q in range(n_pool):
-                    go[n_go] = q
-                    n_go += px[q] <= v
-                for j in range(n_go - 1, -1, -1):   # descending: the entry moved into a freed slot stays
-                    q = go[j]
-                    last[pb[q]] = -1
-                    n_pool = _pool_remove(q, pf, pl, pb, ppos, n_pool)
+                        for w in range(n_w):
+                            x = tbits[_U(w)]
+                            while x:
+                                q = (w << 6) + np.int64(_cttz(x))
+                                x &= x - np.uint64(1)
+                                if best < 0 or tie[_U(pb[_U(q)])] < tie[_U(pb[_U(best)])]:
+                                    best = q
+                        cbits[_U(best >> 6)] |= np.uint64(1) << np.uint64(best & 63)
+                        tbits[_U(best >> 6)] &= ~(np.uint64(1) << np.uint64(best & 63))
+                else:
+                    for w in range(n_w):
+                        cbits[_U(w)] |= tbits[_U(w)]
+                dst = 0
+                for w in range(n_w):   # the leaving entries out, the pool packed
+                    x = cbits[_U(w)]
+                    y = x
+                    while y:
+                        last[_U(pb[_U((w << 6) + np.int64(_cttz(y)))])] = -1
+                        y &= y - np.uint64(1)
+                    for j in range(min(64, n_pool - (w << 6))):
+                        q = (w << 6) + j
+                        pf[_U(dst)] = pf[_U(q)]
+                        pl[_U(dst)] = pl[_U(q)]
+                        pb[_U(dst)] = pb[_U(q)]
+                        dst += 1 - np.int64((x >> np.uint64(j)) & np.uint64(1))
+                n_pool = dst
                 cut = cut_f * v
                 if n_pool > low_a * m + low_b and low_f * v < theta:   # a large pool: a lower theta
                     if traced:
@@ -374,21 +490,21 @@ def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, 
                 n_all = _wheel_take(wheel, glink, allg)
                 n_sel = 0
                 for q in range(n_pool):
-                    x = px[q]
-                    b = pb[q]
-                    tb = tie[b]
+                    x = px[_U(q)]
+                    b = pb[_U(q)]
+                    tb = tie[_U(b)]
                     if n_sel < m:
                         _sel_rise(sk, st, si, n_sel, x, tb, b)
                         n_sel += 1
                     elif _below(x, tb, sk[0], st[0]):
                         _sel_sink(sk, st, si, 0, n_sel, x, tb, b)
                 for q in range(n_all):
-                    g = allg[q]
+                    g = allg[_U(q)]
                     sn = nb + g
-                    e = nxt[sn]
+                    e = nxt[_U(sn)]
                     while e != sn:
-                        x = g / float(t - last[e] + 1)
-                        tb = tie[e]
+                        x = g / float(t - last[_U(e)] + 1)
+                        tb = tie[_U(e)]
                         if n_sel < m:
                             _sel_rise(sk, st, si, n_sel, x, tb, e)
                             n_sel += 1
@@ -396,20 +512,25 @@ def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, 
                             _sel_sink(sk, st, si, 0, n_sel, x, tb, e)
                         elif x > sk[0]:        # later members of the list rank no lower
                             break
-                        e = nxt[e]
+                        e = nxt[_U(e)]
                 for q in range(n_sel):
-                    b = si[q]
-                    last[b] = -1
-                    p = ppos[b]
-                    if p >= 0:
-                        n_pool = _pool_remove(p, pf, pl, pb, ppos, n_pool)
-                    else:
-                        p = prv[b]
-                        n = nxt[b]
-                        nxt[p] = n
-                        prv[n] = p
-                        nxt[b] = b
-                        prv[b] = b
+                    b = si[_U(q)]
+                    last[_U(b)] = -1
+                    if nxt[_U(b)] != b:    # waiting in a list (pool entries are dropped below)
+                        p = prv[_U(b)]
+                        n = nxt[_U(b)]
+                        nxt[_U(p)] = n
+                        prv[_U(n)] = p
+                        nxt[_U(b)] = b
+                        prv[_U(b)] = b
+                dst = 0
+                for q in range(n_pool):
+                    b = pb[_U(q)]
+                    pf[_U(dst)] = pf[_U(q)]
+                    pl[_U(dst)] = pl[_U(q)]
+                    pb[_U(dst)] = b
+                    dst += last[_U(b)] >= 0
+                n_pool = dst
                 v = sk[0]
                 theta = up_f * v
                 thu = theta * _UP
@@ -417,8 +538,8 @@ def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, 
                 f_pool = np.int64(np.ceil(min(thu, 1e18)))
                 cut = cut_f * v
                 for q in range(n_all):   # every list's fronts below the new theta to the pool
-                    g = allg[q]
+                    g = allg[_U(q)]
                     sn = nb + g
-                    n_pool = _consume(g, sn, t, thu, nxt, prv, last, pf, pl, pb, ppos, n_pool)
+                    n_pool = _consume(g, sn, t, thu, nxt, prv, last, pf, pl, pb, n_pool)
                     _refile(g, sn, t, inv, nxt, last, gfiled, wheel, glink, gdue)
             t += 1
