@@ -399,17 +399,34 @@ def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, 
             if traced:
                 trace[0] += 1
             tf = float(t + 1)
-            n_w = (n_pool + 63) >> 6
-            n_below = 0
-            n_cut = 0
-            for w in range(n_w):       # exact keys (float(t + 1) - float(last) is float(t - last + 1))
-                _pool_keys(pf, pl, px, w << 6, tf, cut, theta, kb)
-                lim = _lanes_below(n_pool - (w << 6))
-                cbits[_U(w)] = kb[0] & lim
-                tbits[_U(w)] = kb[1] & lim
-                n_below += np.int64(_popc(tbits[_U(w)]))
-                n_cut += np.int64(_popc(cbits[_U(w)] & tbits[_U(w)]))
-            if n_below >= m:
+            if m == 1:                 # one to leave (sequential units): the lowest key of the pool
+                bk = np.inf
+                for q in range(n_pool):
+                    x = pf[_U(q)] / (tf - pl[_U(q)])
+                    px[_U(q)] = x
+                    bk = min(bk, x)
+                fits = bk < theta
+            else:
+                n_w = (n_pool + 63) >> 6
+                n_below = 0
+                n_cut = 0
+                for w in range(n_w):       # exact keys (float(t + 1) - float(last) is float(t - last + 1))
+                    _pool_keys(pf, pl, px, w << 6, tf, cut, theta, kb)
+                    lim = _lanes_below(n_pool - (w << 6))
+                    cbits[_U(w)] = kb[0] & lim
+                    tbits[_U(w)] = kb[1] & lim
+                    n_below += np.int64(_popc(tbits[_U(w)]))
+                    n_cut += np.int64(_popc(cbits[_U(w)] & tbits[_U(w)]))
+                fits = n_below >= m
+            if fits and m == 1:
+                best = -1
+                for q in range(n_pool):
+                    if px[_U(q)] == bk and (best < 0 or tie[_U(pb[_U(q)])] < tie[_U(pb[_U(best)])]):
+                        best = q
+                last[_U(pb[_U(best)])] = -1
+                n_pool = _pool_remove(best, pf, pl, pb, n_pool)
+                v = bk
+            elif fits:
                 use_cut = n_cut >= m
                 if not use_cut and traced:
                     trace[2] += 1
@@ -476,6 +493,7 @@ def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, 
                         pb[_U(dst)] = pb[_U(q)]
                         dst += 1 - np.int64((x >> np.uint64(j)) & np.uint64(1))
                 n_pool = dst
+            if fits:
                 cut = cut_f * v
                 if n_pool > low_a * m + low_b and low_f * v < theta:   # a large pool: a lower theta
                     if traced:
