@@ -34,7 +34,8 @@ least ``m`` keys lie below ``min(cut, theta)``, the ``m`` lowest of ``C ∪ U`` 
 candidate ranks at or above the cut): those keys are sorted by the smallest bitonic network of :mod:`._simd`
 that holds them (``_kernels_bits._kth_lowest`` past 64), the ``m``-th is ``v``, the keys below ``v`` leave,
 and of those equal to it the lowest tie ranks (equal keys are common: blocks of one event with one count).
-Too few below the cut: the candidates are the keys below ``theta``. Too few below ``theta``: every resident
+A unit with one block to leave (every unit of sequential replay) takes the pool's lowest key in one scalar
+pass instead. Too few below the cut: the candidates are the keys below ``theta``. Too few below ``theta``: every resident
 is ranked in a max-heap of the ``m`` best (the pool, then each list from its front, stopping at the first key
 above the heap's top: later members of a list rank no lower), and ``theta`` rises to ``up * v``, every list
 moving its fronts below the new ``theta`` to the pool. A pool that grows past ``a * m + b`` entries lowers
