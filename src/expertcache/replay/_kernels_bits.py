@@ -15,7 +15,7 @@ apply; tests/test_fast_lru_belady.py compares them on random streams).
 :func:`replay_lfru_global_bits` is the one loop for global scope: one bitset over
 the tie positions of all ``L * N`` blocks (tests/test_fast_policies.py compares
 it with ``_kernels_lfru.replay_select``). The engine no longer dispatches it:
-global ``lfru`` replays in :mod:`._kernels_lfru_groups` (5-6x faster there).
+global ``lfru`` replays in :mod:`._kernels_lfru_groups` (about 7x faster there).
 """
 
 from __future__ import annotations

@@ -10,11 +10,12 @@ by the same float expression) and trust their inputs.
 * :func:`replay_lfru_pool` — for one large partition with one access per unit
   (sequential units, global scope): only a pool of residents whose key may lie
   below a threshold is re-ranked. The engine no longer dispatches it: global
-  ``lfru`` replays in :mod:`._kernels_lfru_groups` (about 15x faster there).
+  ``lfru`` replays in :mod:`._kernels_lfru_groups` (about 25x faster there).
 
 The engine runs :func:`replay_select` for ``lfru`` per layer where the bitset
 loop of ``_kernels_bits`` does not apply (sequential units, more than 1,024
-experts); :mod:`._kernels_lfru_groups` takes global scope.
+experts, streams past its event bound); :mod:`._kernels_lfru_groups` takes
+global scope.
 """
 
 from __future__ import annotations

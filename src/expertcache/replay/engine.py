@@ -425,7 +425,7 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
         # merge each unit in; otherwise (small units, one access per unit, one large global pool) keep them
         # in heaps. lfru's drifting key is re-ranked at every overflow.
         rest = (policy.key_code, *bits, reset, _lam(config, policy), config.warmup_events, hits, misses, hit_flag)
-        if policy.key_code == KEY_LFRU:   # per layer, sequential (or N past the bitset loops): select per unit
+        if policy.key_code == KEY_LFRU:   # per layer where the bitset loop does not apply: select per unit
             KL.replay_select(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, caps, tie,
                              config.warmup_events, hits, misses, hit_flag)
         elif atomic and not global_scope and caps.max() <= _SORTED_UP_TO[policy.key_code] * expert.shape[0] / max(
