@@ -44,6 +44,10 @@ from ._simd import (
     touch,
 )
 
+#: An unsigned index: numba then skips its negative-index wraparound (a shift, a mask and an add per access).
+#: Used where an index comes from data (a layer, a tie position, a gathered lane); none is ever negative.
+_U = np.uint64
+
 #: Largest per-layer universe the bitset kernels take (16 words of 64 bits).
 MAX_BITS_EXPERTS = 1024
 #: Longest stream (events) :func:`replay_lfru_bits` takes: ages below ``2**26`` keep its dyadic cuts exact.
@@ -72,19 +76,19 @@ def _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, h
     for w in range(n_words):
         ev[w] = np.uint64(0)
     for a in range(lo, hi):
-        tp = tie_pos[base + expert[a]]
-        ev[tp >> 6] |= one << np.uint64(tp & 63)
+        tp = tie_pos[_U(base + expert[_U(a)])]
+        ev[_U(tp >> 6)] |= one << np.uint64(tp & 63)
     n_hit = 0
     for w in range(n_words):
-        n_hit += np.int64(_popc(ev[w] & mem[layer, w]))
+        n_hit += np.int64(_popc(ev[w] & mem[_U(layer), w]))
     if record and n_hit:
         for a in range(lo, hi):
-            tp = tie_pos[base + expert[a]]
-            if (mem[layer, tp >> 6] >> np.uint64(tp & 63)) & one:
-                hit_flag[a] = 1
+            tp = tie_pos[_U(base + expert[_U(a)])]
+            if (mem[_U(layer), _U(tp >> 6)] >> np.uint64(tp & 63)) & one:
+                hit_flag[_U(a)] = 1
     if counted:
-        hits[layer] += n_hit
-        misses[layer] += (hi - lo) - n_hit
+        hits[_U(layer)] += n_hit
+        misses[_U(layer)] += (hi - lo) - n_hit
     return n_hit
 
 
@@ -554,11 +558,11 @@ def _kth_lowest(a, b, n, m):
 def _admit(mem, ev, size, layer, n_words, n_new, cap):
     """Admit the unit ``ev`` into ``mem[layer]`` when its ``n_new`` misses fit ``cap`` (returns 0); otherwise leave
     the cache as it is and return how many of ``C ∪ U`` must leave."""
-    n = size[layer] + n_new
+    n = size[_U(layer)] + n_new
     if n <= cap:
         for w in range(n_words):
-            mem[layer, w] |= ev[w]
-        size[layer] = n
+            mem[_U(layer), w] |= ev[w]
+        size[_U(layer)] = n
         return 0
     return n - cap
 
@@ -789,7 +793,8 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
     zero = np.uint64(0)
     for i in range(n_events):          # one unit per event: the unit clock is the event index
         layer = ev_layer[i]
-        cap = capacity[layer]
+        ul = _U(layer)
+        cap = capacity[ul]
         base = layer * n_experts
         pbase = layer * npad
         lo = offsets[i]
@@ -806,13 +811,13 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         if m == 0:
             continue
         t1 = fi + 1.0                  # age = t1 - last
-        th0 = thr[layer, 0]
-        th1 = thr[layer, 1]
+        th0 = thr[ul, 0]
+        th1 = thr[ul, 1]
         while True:                    # the two cuts over C ∪ U
             c0 = 0
             c1 = 0
             for w in range(n_words):
-                x = mem[layer, w] | ev[w]
+                x = mem[ul, w] | ev[w]
                 cu[w] = x
                 cut_masks(F, Lst, pbase + (w << 6), th0, th1, t1, w2)
                 low[w] = w2[0] & x
@@ -830,14 +835,14 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         v = th0
         if need == 0:
             for w in range(n_words):
-                mem[layer, w] = cu[w] & ~low[w]
+                mem[ul, w] = cu[w] & ~low[w]
         elif nb <= 32:
             q = 0
             for w in range(n_words):
                 x = high[w] & ~low[w]
                 o = pbase + (w << 6)
                 while x:
-                    j = o + np.int64(_cttz(x))
+                    j = _U(o) + _cttz(x)
                     x &= x - one
                     fb[q] = F[j]
                     ab[q] = t1 - Lst[j]
@@ -849,17 +854,17 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
             leave = below | pdep((one << np.uint64(eq)) - one, mask_eq(ckey, v))   # band indices that leave
             for w in range(n_words):
                 x = high[w] & ~low[w]
-                mem[layer, w] = cu[w] & ~(low[w] | pdep(leave, x))
+                mem[ul, w] = cu[w] & ~(low[w] | pdep(leave, x))
                 c = _popc(x)
                 leave = (leave >> c) if c < 64 else zero
             for q in range(32):
                 ckey[q] = np.inf
         else:                          # a wide band: every block of C ∪ U
             for w in range(n_words):
-                mem[layer, w] = cu[w]
+                mem[ul, w] = cu[w]
             k = _positions(mem, layer, n_words, cpos)
             for q in range(k):
-                j = pbase + cpos[q]
+                j = _U(pbase + cpos[q])
                 c = F[j] / (t1 - Lst[j])
                 sel2[q] = c
                 sel[q] = c
@@ -867,9 +872,9 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
             for q in range(fb.shape[0]):
                 fb[q] = 1.0
             _evict_ranked(mem, layer, sel2, cpos, k, m, v)
-        size[layer] = cap
-        thr[layer, 0] = dyadic_down(_LFRU_CUT_LOW * v)
-        thr[layer, 1] = dyadic_up(_LFRU_CUT_HIGH * v)
+        size[ul] = cap
+        thr[ul, 0] = dyadic_down(_LFRU_CUT_LOW * v)
+        thr[ul, 1] = dyadic_up(_LFRU_CUT_HIGH * v)
 
 
 def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, lam, count_from, hits,
