@@ -113,16 +113,18 @@ def test_expert_map_kernel_is_bit_identical(case):
     x_sq[0] = 0.0                                   # a zero norm: trajectory 0
     w[0] = 0.0
     m_sq = rng.random(S) + 0.1
-    sem = rng.random((n, S)).astype(np.float32)
+    sem_tab = rng.random((7, S))                    # per-request cosines, a row per token
+    sem_row = rng.integers(0, 7, n).astype(np.int64)
     maps = rng.random((S, N)).astype(np.float32)
     maps[rng.random((S, N)) < 0.4] = 0.0
     if case == "ties":
         dot[:, 1] = dot[:, 4]
         m_sq[1] = m_sq[4]
-        sem[:, 1] = sem[:, 4]
+        sem_tab[:, 1] = sem_tab[:, 4]
         maps_prev[:, 1] = maps_prev[:, 4]
     use_sem = case in ("sem+traj", "sem-only", "ties", "small-store")
     use_traj = case != "sem-only"
+    sem = sem_tab[sem_row]
     ref_dot = dot.copy()
     ref_x_sq = x_sq.copy()
     if use_traj:
@@ -144,8 +146,8 @@ def test_expert_map_kernel_is_bit_identical(case):
     got = np.empty((n, N), dtype=np.float32)
     none = np.zeros((0, 0), np.float32)
     expert_map_scores(dot, ex if use_traj else np.zeros((0, 0), np.int64), w if use_traj else none,
-                      maps_prev if use_traj else none, x_sq, m_sq, sem if use_sem else none, alpha, use_traj,
-                      m_take, maps, got)
+                      maps_prev if use_traj else none, x_sq, m_sq, sem_tab if use_sem else np.zeros((0, 0)),
+                      sem_row if use_sem else np.zeros(0, np.int64), alpha, use_traj, m_take, maps, got)
     assert np.array_equal(ref.view(np.uint32), got.view(np.uint32))
     if use_traj:
         assert np.array_equal(dot, ref_dot) and np.array_equal(x_sq, ref_x_sq)

@@ -470,6 +470,35 @@ def test_routing_semantic_embedding_is_the_unit_prompt_histogram(small):
     np.testing.assert_array_equal(semantic_embeddings(small, None), want.astype(np.float32))
 
 
+def test_semantic_similarity_is_the_cosine_summed_in_feature_order():
+    """Exact on whole-number (histogram) vectors; on real vectors, the float64 sums of products in feature order
+    (summed by hand here); 0 against a zero vector."""
+    import math
+
+    from expertcache.prefetch.expert_map import semantic_similarity
+
+    rng = np.random.default_rng(5)
+    a, b = rng.integers(0, 9, (4, 40)), rng.integers(0, 9, (6, 40))
+    a[1] = 0
+    got = semantic_similarity(a.astype(np.float64), b.astype(np.float64))
+    for r in range(4):
+        for c in range(6):
+            na, nb = int(a[r] @ a[r]), int(b[c] @ b[c])
+            want = int(a[r] @ b[c]) / math.sqrt(na * nb) if na * nb else 0.0
+            assert got[r, c] == want
+    a, b = rng.standard_normal((3, 33)), rng.standard_normal((5, 33))
+    a[0, ::2] = 0.0
+    got = semantic_similarity(a, b)
+    for r in range(3):
+        for c in range(5):
+            dot = na = nb = 0.0
+            for f in range(33):
+                dot += a[r, f] * b[c, f]
+                na += a[r, f] * a[r, f]
+                nb += b[c, f] * b[c, f]
+            assert got[r, c] == dot / math.sqrt(na * nb)
+
+
 def test_prefetch_advice_command_writes_what_prefetch_replay_reads(tmp_path):
     """`prefetch advice` makes advice from a stream alone; next-true with R >= k and c >= k hits every access
     (each event's experts are loaded before it: D = 0, and every proactive load is used), by hand."""
@@ -499,3 +528,72 @@ def test_prefetch_advice_command_writes_what_prefetch_replay_reads(tmp_path):
     for args, needle in ((["-o", str(tmp_path / "a.npz")], "exists"), (["-o", str(tmp_path / "x.txt")], ".npz")):
         bad = run(main, ["prefetch", "advice", str(tmp_path / "s"), *args])
         assert bad.exit_code == 2 and needle in bad.output and "Traceback" not in bad.output
+
+
+#: Run in a child: FineMoE's advice on the bundled traces (routing-histogram semantics) and on the example-model
+#: trace with seeded stand-in hidden states (mean-hidden-state semantics), one digest per case.
+_FINEMOE_DIGESTS = """
+import hashlib
+from pathlib import Path
+import numpy as np
+import expertcache
+from expertcache.prefetch.comparison import request_rows, split_trace
+from expertcache.prefetch.context import advice_context
+from expertcache.prefetch.expert_map import expert_map_search
+from expertcache.trace import read_trace
+
+data = Path(expertcache.__file__).parent / "data"
+for name in ("example_model_trace", "example_trace", "example_model_trace+hidden"):
+    tr = read_trace(str(data / name.split("+")[0]))
+    ev, cal, ev_idx, cal_idx = split_trace(tr)
+    kw = {}
+    if name.endswith("+hidden"):
+        h = np.random.default_rng(0).standard_normal((tr.n_tokens, tr.n_layers, 48)).astype(np.float32)
+        kw = {"hidden": h[request_rows(tr, ev_idx)], "hidden_calibration": h[request_rows(tr, cal_idx)]}
+    p = expert_map_search(advice_context(ev, 1, True), cal, **kw)
+    print(name, hashlib.sha256(p.advice.prefetch_score.tobytes()).hexdigest())
+"""
+
+
+def _openblas_core_types() -> list[str]:
+    """OpenBLAS kernels this machine can be made to run (``OPENBLAS_CORETYPE``); none where it cannot."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return []
+    try:
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+    except Exception:       # noqa: BLE001 - an older numpy: no machine-readable configuration
+        return []
+    if "openblas" not in str(blas.get("name", "")).lower() or "DYNAMIC_ARCH" not in str(blas.get("openblas "
+                                                                                                "configuration")):
+        return []
+    try:
+        flags = set(next(ln for ln in open("/proc/cpuinfo") if ln.startswith("flags")).split(":")[1].split())
+    except (OSError, StopIteration):
+        return []
+    return [t for t, need in (("Haswell", {"avx2", "fma"}), ("Sandybridge", {"avx"})) if need <= flags]
+
+
+def test_finemoe_advice_does_not_depend_on_the_machine(tmp_path):
+    """FineMoE's similarities are float64 sums in a fixed order (no BLAS): forcing OpenBLAS onto other kernels
+    (other SIMD widths, blockings, FMA or not), one thread, or numba onto a generic x86-64 (SSE2 code, the kernels
+    compiled afresh) leaves every advice bit the same (regression: the float32 BLAS product of the semantic
+    embeddings moved `prefetch compare`'s finemoe row between machines, e.g. 250,046 vs 250,023 proactive loads
+    on the bundled example)."""
+    import os
+    import subprocess
+    import sys
+
+    runs = ([{}] + [{"OPENBLAS_CORETYPE": t} for t in _openblas_core_types()] + [{"OPENBLAS_NUM_THREADS": "1"}]
+            + [{"NUMBA_CPU_NAME": "generic", "NUMBA_CACHE_DIR": str(tmp_path / "numba")}])
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OPENBLAS_", "NUMBA_CPU"))}
+    out = []
+    for extra in runs:
+        proc = subprocess.run([sys.executable, "-c", _FINEMOE_DIGESTS], env={**base, **extra}, capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        out.append(proc.stdout)
+    assert len(out[0].splitlines()) == 3
+    for extra, got in zip(runs[1:], out[1:], strict=True):
+        assert got == out[0], f"advice differs under {extra}"

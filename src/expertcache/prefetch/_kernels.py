@@ -72,7 +72,7 @@ def scatter_sorted(out, ev, order, scores, gather):
 
 
 @jit
-def expert_map_scores(dot, ex, w, maps_prev, x_sq, m_sq, sem, alpha, use_traj, m_take, maps_layer, score):
+def expert_map_scores(dot, ex, w, maps_prev, x_sq, m_sq, sem, sem_row, alpha, use_traj, m_take, maps_layer, score):
     """Per token: similarity to every stored map, the ``m_take`` best maps' mean row (``expert_map_search``).
 
     Reproduces, per row ``x``::
@@ -80,7 +80,7 @@ def expert_map_scores(dot, ex, w, maps_prev, x_sq, m_sq, sem, alpha, use_traj, m
         dot += sum over q of float64(w[x, q]) * float64(maps_prev[ex[x, q]])   (q in order, float64)
         x_sq += sum over q of float64(w[x, q]) ** 2                            (q in order)
         norm = sqrt(x_sq[x] * m_sq); traj = dot / norm where norm > 0 else 0
-        sim = float32(alpha) * sem + (1 - alpha) * traj      (traj alone without sem; sem alone at layer 0)
+        sim = alpha * sem[sem_row[x]] + (1 - alpha) * traj   (float64; traj alone without sem; sem alone at layer 0)
         best = argsort(-sim, stable)[:m_take]
         score = mean(maps_layer[best], axis=0) in float32, NaN where <= 0
 
@@ -97,8 +97,11 @@ def expert_map_scores(dot, ex, w, maps_prev, x_sq, m_sq, sem, alpha, use_traj, m
     x_sq : float64[n], m_sq : float64[S]
         Squared trajectory norms of the tokens (the previous layer's weights are added here) and of the stored
         maps (up to the previous layer).
-    sem : float32[n, S] (or [0, 0])
-        Semantic cosines; empty when there are none.
+    sem : float64[n_rows, S] (or [0, 0])
+        Semantic cosines to every stored map (:func:`cosine_table`), one row per request; empty when there are
+        none.
+    sem_row : int64[n]
+        Each token's row of ``sem``.
     alpha : float
         Semantic weight.
     use_traj : bool
@@ -113,7 +116,6 @@ def expert_map_scores(dot, ex, w, maps_prev, x_sq, m_sq, sem, alpha, use_traj, m
     n, n_store = dot.shape[0], maps_layer.shape[0]
     n_cols = maps_layer.shape[1]
     has_sem = sem.shape[0] > 0
-    a32 = np.float32(alpha)
     beta = 1.0 - alpha
     best = np.empty(m_take, dtype=np.int64)
     best_v = np.empty(m_take, dtype=np.float64)
@@ -160,14 +162,16 @@ def expert_map_scores(dot, ex, w, maps_prev, x_sq, m_sq, sem, alpha, use_traj, m
         if use_traj:
             ix = 1.0 / np.sqrt(xs) if xs > 0 else 0.0
             if has_sem:
+                sx = sem_row[x]
                 for s in range(n_store):
-                    near[s] = np.float64(a32 * sem[x, s]) + beta * ((dot[x, s] * ix) * inv_m[s])
+                    near[s] = alpha * sem[sx, s] + beta * ((dot[x, s] * ix) * inv_m[s])
             else:
                 for s in range(n_store):
                     near[s] = (dot[x, s] * ix) * inv_m[s]
         else:
+            sx = sem_row[x]
             for s in range(n_store):
-                near[s] = np.float64(sem[x, s])
+                near[s] = sem[sx, s]
         for b in range(n_blocks):
             o = b << 3
             bmax[b] = max(max(max(near[o], near[o + 1]), max(near[o + 2], near[o + 3])),
@@ -188,9 +192,9 @@ def expert_map_scores(dot, ex, w, maps_prev, x_sq, m_sq, sem, alpha, use_traj, m
             if use_traj:
                 norm = np.sqrt(xs * m_sq[s])
                 traj = dot[x, s] / norm if norm > 0 else 0.0
-                v = np.float64(a32 * sem[x, s]) + beta * traj if has_sem else traj
+                v = alpha * sem[sem_row[x], s] + beta * traj if has_sem else traj
             else:
-                v = np.float64(sem[x, s])
+                v = sem[sem_row[x], s]
             if n_best < m_take:
                 q = n_best
                 n_best += 1
@@ -248,6 +252,49 @@ def _near_threshold(v, bmax, m, top):
             for s in range(b << 3, (b << 3) + 8):
                 _insert_top(v[s], top, m)
     return top[m - 1]
+
+
+@jit
+def add_rows(acc, x):
+    """``acc[j] += float64(x[i, l, j])`` over ``i``, then ``l``, in order: hidden states ``float[m, L, d]`` summed
+    into ``float64[d]`` (a prompt's mean hidden state, ``expert_map.prompt_vectors``), in one order on every
+    machine."""
+    for i in range(x.shape[0]):
+        for l in range(x.shape[1]):
+            for j in range(x.shape[2]):
+                acc[j] += np.float64(x[i, l, j])
+
+
+@jit
+def cosine_table(a, bt, out):
+    """``out[r, c]``: the cosine of ``a[r]`` and column ``c`` of ``bt``, ``dot / sqrt(|a[r]|^2 * |b_c|^2)``, 0 where
+    either vector is zero (the semantic similarity of ``expert_map_search``).
+
+    ``a`` is ``float64[n_a, F]``, ``bt`` is ``float64[F, n_b]`` (the other vectors as columns), ``out`` is
+    ``float64[n_a, n_b]``. Every dot product and squared norm is a float64 sum over the features in order, each
+    product rounded before it is added (no BLAS, no reassociation: the same bits on every machine; on whole
+    numbers below 2**53, as routing histograms are, every sum is exact). A zero feature of ``a`` is skipped.
+    """
+    n_a, n_f = a.shape
+    n_b = bt.shape[1]
+    b_sq = np.zeros(n_b, dtype=np.float64)
+    for f in range(n_f):
+        for c in range(n_b):
+            b_sq[c] += bt[f, c] * bt[f, c]
+    acc = np.empty(n_b, dtype=np.float64)
+    for r in range(n_a):
+        for c in range(n_b):
+            acc[c] = 0.0
+        a_sq = 0.0
+        for f in range(n_f):
+            v = a[r, f]
+            if v != 0.0:
+                a_sq += v * v
+                for c in range(n_b):
+                    acc[c] += v * bt[f, c]
+        for c in range(n_b):
+            norm = np.sqrt(a_sq * b_sq[c])
+            out[r, c] = acc[c] / norm if norm > 0 else 0.0
 
 
 @jit

@@ -18,6 +18,11 @@ layers ``< l``, same weighting; at ``l = 0`` only semantics). The
 ``top_m`` best maps' rows at layer ``l`` are averaged into per-token scores,
 summed over the event's active requests; experts no match used are no
 candidates. Retention stays LRU.
+
+Every similarity is a float64 sum in a fixed order, with no BLAS (whose kernels, chosen by CPU, round
+differently), so the advice has the same bits on every machine: the semantic cosine once per pair of an
+evaluated request and a calibrating request in the store (:func:`semantic_similarity`), the trajectory
+dot products as sums of the token's ``k`` weighted rows in expert order (:func:`._kernels.expert_map_scores`).
 """
 
 from __future__ import annotations
@@ -30,9 +35,11 @@ from .produced import Produced
 
 #: No semantic similarities, no previous layer (``expertcache.prefetch._kernels.expert_map_scores``).
 _NO_SEM = np.zeros((0, 0), dtype=np.float32)
+_NO_COS = np.zeros((0, 0), dtype=np.float64)
+_NO_ROWS = np.zeros(0, dtype=np.int64)
 _NO_EXPERTS = np.zeros((0, 0), dtype=np.int64)
 
-__all__ = ["semantic_embeddings", "expert_map_search", "top_m_rows"]
+__all__ = ["prompt_vectors", "semantic_similarity", "semantic_embeddings", "expert_map_search", "top_m_rows"]
 
 
 def top_m_rows(sim: np.ndarray, m: int) -> np.ndarray:
@@ -58,11 +65,14 @@ def top_m_rows(sim: np.ndarray, m: int) -> np.ndarray:
     return np.take_along_axis(cols, order, axis=1)
 
 
-def semantic_embeddings(trace: RoutingTrace, hidden: np.ndarray | None) -> np.ndarray:
-    """``float32[n_requests, F]`` unit vectors: mean prompt hidden state, or the prompt's routing histogram.
+def prompt_vectors(trace: RoutingTrace, hidden: np.ndarray | None) -> np.ndarray:
+    """``float64[n_requests, F]``: each request's mean prompt hidden state (summed over its prompt rows, then
+    layers, in order: :func:`._kernels.add_rows`), or its prompt's routing histogram ``[L*N]`` (whole counts).
 
     A request without prompt rows gets a zero vector (no semantic match).
     """
+    from ._kernels import add_rows
+
     L, N = trace.n_layers, trace.n_experts
     pre = trace.phase == PREFILL
     dim = hidden.shape[2] if hidden is not None else L * N
@@ -73,10 +83,37 @@ def semantic_embeddings(trace: RoutingTrace, hidden: np.ndarray | None) -> np.nd
         if rows.size == 0:
             continue
         if hidden is not None:
-            out[r] = hidden[rows].astype(np.float64).mean(axis=(0, 1))
+            for lo in range(0, rows.size, 256):        # float16 rows widened a block at a time
+                blk = hidden[rows[lo:lo + 256]]
+                add_rows(out[r], np.ascontiguousarray(blk, dtype=np.result_type(blk.dtype, np.float32)))
+            out[r] /= rows.size * hidden.shape[1]
         else:                       # the prompt's routing histogram [L*N], counted (no [rows, L, N] one-hot)
             out[r] = np.bincount((layer_base + trace.experts[rows]).ravel(), minlength=L * N)
-    n = np.linalg.norm(out, axis=1, keepdims=True)
+    return out
+
+
+def semantic_similarity(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``float64[len(a), len(b)]``: the cosine of every row of ``a`` with every row of ``b`` (0 where either is
+    zero), every sum float64 in feature order (:func:`._kernels.cosine_table`): the same bits on every machine."""
+    from ._kernels import cosine_table
+
+    out = np.empty((a.shape[0], b.shape[0]), dtype=np.float64)
+    cosine_table(np.ascontiguousarray(a, dtype=np.float64), np.ascontiguousarray(b.T, dtype=np.float64), out)
+    return out
+
+
+def semantic_embeddings(trace: RoutingTrace, hidden: np.ndarray | None) -> np.ndarray:
+    """``float32[n_requests, F]`` unit vectors: mean prompt hidden state, or the prompt's routing histogram
+    (:func:`prompt_vectors` over its norm, a float64 sum of squares in feature order).
+
+    A request without prompt rows gets a zero vector (no semantic match). The search itself takes cosines of
+    the float64 vectors (:func:`semantic_similarity`), not products of these.
+    """
+    out = prompt_vectors(trace, hidden)
+    n = np.zeros((out.shape[0], 1), dtype=np.float64)
+    for f in range(out.shape[1]):                   # in feature order (np.linalg.norm's order is numpy's)
+        n[:, 0] += out[:, f] * out[:, f]
+    n = np.sqrt(n)
     return np.divide(out, n, out=np.zeros_like(out), where=n > 0).astype(np.float32)
 
 
@@ -101,21 +138,30 @@ def expert_map_search(ctx: AdviceContext, calibration: RoutingTrace, store_size:
         return out
 
     maps = np.stack([vectors(calibration, pick, layer) for layer in range(L)], axis=1)   # [S, L, N]
-    map_sq = (maps.astype(np.float64) ** 2).sum(axis=2)                                   # [S, L]
+    map_sq = np.zeros((pick.size, L), dtype=np.float64)                                  # [S, L]
+    for e in range(N):              # in expert order, as the kernel sums a token's squared weights
+        map_sq += maps[:, :, e].astype(np.float64) ** 2
     maps_t = np.ascontiguousarray(maps.transpose(1, 2, 0))                               # [L, N, S]
-    sem_store = semantic_embeddings(calibration, hidden_calibration)[calibration.request[pick]]
-    sem_eval = semantic_embeddings(trace, hidden)
-    has_sem = bool(np.linalg.norm(sem_store, axis=1).any() and np.linalg.norm(sem_eval, axis=1).any())
+    # semantic cosines once per (evaluated request, calibration request in the store), then per stored map
+    cal_req, store_col = np.unique(calibration.request[pick], return_inverse=True)
+    vec_store = prompt_vectors(calibration, hidden_calibration)[cal_req]
+    vec_eval = prompt_vectors(trace, hidden)
+    has_sem = bool(vec_store.any() and vec_eval.any())
+    sem_req = semantic_similarity(vec_eval, vec_store) if has_sem else None               # [n_requests, U]
     pf = ctx.empty()
     m_take = min(top_m, pick.size)
     for lo in range(0, ctx.n_exec, chunk):
         x = np.arange(lo, min(lo + chunk, ctx.n_exec))
         rows = ctx.exec_row[x]
-        sem = sem_eval[ctx.exec_request[x]] @ sem_store.T if has_sem else None   # [n, S]
+        sem, sem_row = None, _NO_ROWS
+        if sem_req is not None:     # the chunk's requests' cosines to every stored map [n_req, S], row per token
+            req, sem_row = np.unique(ctx.exec_request[x], return_inverse=True)
+            sem = np.ascontiguousarray(sem_req[req][:, store_col])
+            sem_row = sem_row.astype(np.int64)
         dot = np.zeros((x.size, pick.size), dtype=np.float64)
         x_sq = np.zeros(x.size, dtype=np.float64)
         m_sq = np.zeros(pick.size, dtype=np.float64)
-        sem_arg = sem if sem is not None else _NO_SEM
+        sem_arg = sem if sem is not None else _NO_COS
         score = np.empty((x.size, N), dtype=np.float32)
         for layer in range(L):
             if layer == 0 and sem is None:
@@ -132,8 +178,8 @@ def expert_map_search(ctx: AdviceContext, calibration: RoutingTrace, store_size:
                 continue
             # the previous layer's dot products, the similarity, the m_take best maps (ties: lower store index
             # first) and their mean row, per token
-            expert_map_scores(dot, ex, w, maps_t[layer - 1] if layer > 0 else _NO_SEM, x_sq, m_sq, sem_arg, alpha,
-                              layer > 0, m_take, np.ascontiguousarray(maps[:, layer, :]), score)
+            expert_map_scores(dot, ex, w, maps_t[layer - 1] if layer > 0 else _NO_SEM, x_sq, m_sq, sem_arg, sem_row,
+                              float(alpha), layer > 0, m_take, np.ascontiguousarray(maps[:, layer, :]), score)
             ctx.scatter(pf, layer, score, rows=x)
     adv = ctx.advice(None, pf, {"producer": "expert-map search (FineMoE style)", "store": int(pick.size),
                                 "semantic": "hidden" if hidden is not None else "prompt routing"})
