@@ -41,7 +41,6 @@ from ._simd import (
     sort8,
     sort16,
     sort32,
-    touch,
 )
 
 #: An unsigned index: numba then skips its negative-index wraparound (a shift, a mask and an add per access).
@@ -801,10 +800,25 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         hi = offsets[i + 1]
         n_mem = hi - lo
         fi = float(i)
-        n_hit = _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, hit_flag,
-                           i >= count_from, hits, misses)
         for w in range(n_words):
-            touch(F, Lst, pbase + (w << 6), ev[w], fi)
+            ev[w] = zero
+        for a in range(lo, hi):        # the unit's bitset; its members' counts and last units
+            tp = tie_pos[_U(base + expert[_U(a)])]
+            ev[_U(tp >> 6)] |= one << np.uint64(tp & 63)
+            j = _U(pbase + tp)
+            F[j] += 1.0
+            Lst[j] = fi
+        n_hit = 0
+        for w in range(n_words):
+            n_hit += np.int64(_popc(ev[w] & mem[ul, w]))
+        if record and n_hit:
+            for a in range(lo, hi):
+                tp = tie_pos[_U(base + expert[_U(a)])]
+                if (mem[ul, _U(tp >> 6)] >> np.uint64(tp & 63)) & one:
+                    hit_flag[_U(a)] = 1
+        if i >= count_from:
+            hits[ul] += n_hit
+            misses[ul] += n_mem - n_hit
         if cap == 0 or n_mem == 0:
             continue
         m = _admit(mem, ev, size, layer, n_words, n_mem - n_hit, cap)
