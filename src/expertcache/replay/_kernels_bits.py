@@ -29,8 +29,7 @@ from ._kernels import _cttz, _max_unit, crf_decay, crf_decays, crf_key
 from ._kernels_lfru import _lfru_due
 from ._simd import (
     LOG2_APPROX_ERROR,
-    approx_log2,
-    crf_touch,
+    approx_keys,
     cut_masks,
     dyadic_down,
     dyadic_up,
@@ -899,8 +898,9 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     and its key is ``log2(S) + lam * u`` (``u`` the layer unit of that access): the float expressions of
     :func:`expertcache.replay._kernels.crf_update` and ``crf_key``; keys change only on access, ties leave by
     lower tie rank. A layer's residents are a bitset over tie positions; ``S``, ``u`` and the key are dense
-    arrays in tie-position order, updated 64 lanes at a time (:func:`._simd.crf_touch`, the decay from a table
-    of :func:`expertcache.replay._kernels.crf_decays`). A key is computed exactly only when a decision needs it:
+    arrays in tie-position order: the member loop updates ``S`` and ``u`` (the decay from a table of
+    :func:`expertcache.replay._kernels.crf_decays`), and one vector pass per word gives the members' approximate
+    keys (:func:`._simd.approx_keys`). A key is computed exactly only when a decision needs it:
     an access leaves an *approximate* key, within ``margin`` of the exact one (:func:`._simd.approx_log2`), and
     a bitset per layer says which keys are exact. When ``C ∪ U`` overflows the quota, one vector pass
     (:func:`._simd.lrfu_cuts`) ranks every block of the layer against four cuts around the layer's last leaving
@@ -982,7 +982,8 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
     zero = np.uint64(0)
     for i in range(n_events):
         layer = ev_layer[i]
-        cap = capacity[layer]
+        ul = _U(layer)
+        cap = capacity[ul]
         base = layer * n_experts
         pbase = layer * npad
         lo = offsets[i]
@@ -992,22 +993,40 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         lunits[layer] = u + 1
         fu = float(u)
         now = lam * fu
-        n_hit = _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, hit_flag, i >= count_from,
-                           hits, misses)
-        for w in range(n_words):      # the members' CRF, layer unit and key, 64 lanes at a time
-            o = pbase + (w << 6)
-            crf_touch(S, PL, KX, o, ev[w], fu, lam, P, w8)
-            EX[layer, w] = (EX[layer, w] & ~ev[w]) | w8[0]         # first accesses: exact keys
-            if w8[1]:                  # a gap beyond the decay table: this word in scalar
-                y = ev[w]
-                while y:
-                    j = o + np.int64(_cttz(y))
-                    y &= y - one
-                    s = S[j]
-                    s = 1.0 + s * crf_decay(lam, u - np.int64(PL[j])) if s > 0.0 else 1.0
-                    S[j] = s
-                    PL[j] = fu
-                    KX[j] = approx_log2(s) + now if (w8[0] >> np.uint64(j - o)) & one == zero else now
+        for w in range(n_words):
+            ev[w] = zero
+            cu[w] = zero               # the members seen for the first time: exact keys
+        n_pow = P.shape[0]
+        for a in range(lo, hi):        # the unit's bitset; its members' CRF and layer unit
+            tp = tie_pos[_U(base + expert[_U(a)])]
+            bit = one << np.uint64(tp & 63)
+            ev[_U(tp >> 6)] |= bit
+            j = _U(pbase + tp)
+            s = S[j]
+            if s > 0.0:
+                g = u - np.int64(PL[j])
+                s = 1.0 + s * (P[_U(g)] if g < n_pow else crf_decay(lam, g))
+            else:
+                s = 1.0
+                cu[_U(tp >> 6)] |= bit
+                KX[j] = now            # crf_key(1, u): lam * u exactly
+            S[j] = s
+            PL[j] = fu
+        n_hit = 0
+        for w in range(n_words):
+            n_hit += np.int64(_popc(ev[w] & mem[ul, w]))
+            seen = ev[w] & ~cu[w]
+            if seen:                   # approximate keys for the members seen before
+                approx_keys(S, KX, pbase + (w << 6), seen, now)
+            EX[ul, w] = (EX[ul, w] & ~ev[w]) | cu[w]
+        if record and n_hit:
+            for a in range(lo, hi):
+                tp = tie_pos[_U(base + expert[_U(a)])]
+                if (mem[ul, _U(tp >> 6)] >> np.uint64(tp & 63)) & one:
+                    hit_flag[_U(a)] = 1
+        if i >= count_from:
+            hits[ul] += n_hit
+            misses[ul] += n_mem - n_hit
         if cap == 0 or n_mem == 0:
             continue
         m = _admit(mem, ev, size, layer, n_words, n_mem - n_hit, cap)

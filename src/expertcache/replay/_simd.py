@@ -17,10 +17,16 @@ must hold ``off + 64`` (or ``n``) elements.
 * :func:`mask_lt`, :func:`mask_eq` — bit ``q`` set where ``buf[q] < v`` (``== v``),
   ``q < 64``.
 * :func:`cut_masks` — bits of 64 lanes where ``F <= theta * (t1 - L)`` for two
-  thresholds (the lfru cut, ``F`` counts, ``L`` last units).
-* :func:`touch` — lanes selected by a word: ``F += 1``, ``L = t`` (lfru's state update).
+  thresholds (the per-layer lfru cut, ``F`` counts, ``L`` last units).
+* :func:`approx_log2` (scalar) and :func:`approx_keys` — ``log2`` within :data:`LOG2_APPROX_ERROR`, exact at
+  powers of two (lrfu's approximate keys); :func:`lrfu_cuts` — 64 keys, exact or approximate, against four
+  thresholds (surely and maybe below each).
 * :func:`pdep` — parallel bit deposit (BMI2 where the machine has it, a loop otherwise).
-* :func:`f2u`, :func:`u2f` — the bits of a float64 and back.
+* :func:`f2u`, :func:`u2f` — the bits of a float64 and back; :func:`dyadic_down`, :func:`dyadic_up` — a
+  float rounded to 21 significant bits.
+
+The global lfru loop (:mod:`._kernels_lfru_groups`) builds its own intrinsics from :func:`_lanes` and
+:func:`_splat`.
 """
 
 from __future__ import annotations
@@ -143,26 +149,6 @@ def cut_masks(typingctx, F, L, off, th0, th1, t1, out):
 
 
 @intrinsic
-def touch(typingctx, F, L, off, bits, t):
-    """For the lanes ``off .. off+63`` selected by ``bits``: ``F += 1`` and ``L = t``."""
-    sig = types.void(F, L, types.int64, types.uint64, types.float64)
-
-    def codegen(context, builder, signature, args):
-        vt = ir.VectorType(_F64, 64)
-        fp = _lanes(context, builder, signature.args[0], args[0], args[2], 64)
-        lp = _lanes(context, builder, signature.args[1], args[1], args[2], 64)
-        sel = builder.bitcast(args[3], ir.VectorType(ir.IntType(1), 64))
-        f = builder.load(fp, align=8)
-        last = builder.load(lp, align=8)
-        inc = builder.select(sel, ir.Constant(vt, [1.0] * 64), ir.Constant(vt, [0.0] * 64))
-        builder.store(builder.fadd(f, inc), fp, align=8)
-        builder.store(builder.select(sel, _splat(builder, args[4], vt, 64), last), lp, align=8)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@intrinsic
 def f2u(typingctx, x):
     """The bits of a float64 as a uint64."""
     sig = types.uint64(types.float64)
@@ -278,64 +264,6 @@ def approx_log2(typingctx, s):
 
 
 @intrinsic
-def crf_touch(typingctx, S, PL, KX, off, bits, u, lam, P, out):
-    """LRFU's state of the lanes ``off .. off+63`` selected by ``bits``, accessed at layer unit ``u``.
-
-    ``S`` the CRF at the last access, ``PL`` that access's layer unit (float), ``KX`` the key, exact or within
-    :data:`LOG2_APPROX_ERROR` of it (:func:`approx_log2`). A lane seen before (``S > 0``) gets
-    ``S = 1 + S * P[u - PL]`` and the approximate key ``approx_log2(S) + lam * u``; a lane seen for the first
-    time ``S = 1`` and the exact key ``lam * u``; both ``PL = u``: the expressions of ``_kernels.crf_update`` /
-    ``crf_key``, with the decay from the table ``P`` (``P[g] = _kernels.crf_decay(lam, g)``). Bits into
-    ``out``: ``[0]`` the lanes seen for the first time, ``[1]`` those whose gap lies beyond the table; when
-    there are any of the latter, nothing is written (the caller updates that word itself).
-    """
-    sig = types.void(S, PL, KX, types.int64, types.uint64, types.float64, types.float64, P, out)
-
-    def codegen(context, builder, signature, args):
-        n = 64
-        vt = ir.VectorType(_F64, n)
-        vi = ir.VectorType(_I64, n)
-        vb = ir.VectorType(ir.IntType(1), n)
-        sp = _lanes(context, builder, signature.args[0], args[0], args[3], n)
-        lp = _lanes(context, builder, signature.args[1], args[1], args[3], n)
-        kp = _lanes(context, builder, signature.args[2], args[2], args[3], n)
-        sel = builder.bitcast(args[4], vb)
-        s = builder.load(sp, align=8)
-        pl = builder.load(lp, align=8)
-        uv = _splat(builder, args[5], vt, n)
-        seen = builder.fcmp_ordered(">", s, ir.Constant(vt, [0.0] * n))
-        g = builder.fptosi(builder.fsub(uv, pl), vi)
-        parr = context.make_array(signature.args[7])(context, builder, args[7])
-        n_pow = builder.extract_value(parr.shape, 0)
-        inside = builder.icmp_signed("<", g, _splat(builder, n_pow, vi, n))
-        want = builder.and_(sel, seen)
-        beyond = builder.bitcast(builder.and_(want, builder.not_(inside)), _I64)
-        first = builder.bitcast(builder.and_(sel, builder.not_(seen)), _I64)
-        data = context.make_array(signature.args[8])(context, builder, args[8]).data
-        builder.store(first, builder.gep(data, [ir.Constant(_I64, 0)]))
-        builder.store(beyond, builder.gep(data, [ir.Constant(_I64, 1)]))
-        with builder.if_then(builder.icmp_unsigned("==", beyond, ir.Constant(_I64, 0)), likely=True):
-            base = _splat(builder, builder.ptrtoint(parr.data, _I64), vi, n)
-            gc = builder.select(inside, g, ir.Constant(vi, [0] * n))
-            ptrs = builder.inttoptr(builder.add(base, builder.mul(gc, ir.Constant(vi, [8] * n))),
-                                    ir.VectorType(parr.data.type, n))
-            gather = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(vt, [ir.VectorType(parr.data.type, n), _I32, vb, vt]),
-                "llvm.masked.gather.v64f64.v64p0")
-            p = builder.call(gather, [ptrs, ir.Constant(_I32, 8), want, ir.Constant(vt, [0.0] * n)])
-            one = ir.Constant(vt, [1.0] * n)
-            s1 = builder.select(seen, builder.fadd(one, builder.fmul(s, p)), one)
-            now = builder.fmul(_splat(builder, args[6], vt, n), uv)        # lam * u: the first access's key
-            key = builder.select(seen, builder.fadd(_approx_log2(builder, s1, n), now), now)
-            builder.store(builder.select(sel, s1, s), sp, align=8)
-            builder.store(builder.select(sel, uv, pl), lp, align=8)
-            builder.store(builder.select(sel, key, builder.load(kp, align=8)), kp, align=8)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@intrinsic
 def lrfu_cuts(typingctx, KX, off, exact, margin, th, out):
     """For the lanes ``off .. off+63`` with keys ``KX``, exact where ``exact`` has their bit, else within
     ``margin``: for each of the 4 thresholds ``th[0:4]`` two words into ``out``, ``out[2 q]`` the lanes surely
@@ -364,22 +292,20 @@ def lrfu_cuts(typingctx, KX, off, exact, margin, th, out):
 
 
 @intrinsic
-def prefetch(typingctx, arr, off, n):
-    """Hint the cache lines of ``arr[off : off + n]`` (float64 or int64) into the first-level cache."""
-    sig = types.void(arr, types.int64, types.int64)
+def approx_keys(typingctx, S, KX, off, bits, now):
+    """The lanes ``off .. off+63`` selected by ``bits`` get the approximate key ``approx_log2(S) + now``
+    (:func:`approx_log2`; ``now = lam * u``, the layer unit of their access)."""
+    sig = types.void(S, KX, types.int64, types.uint64, types.float64)
 
     def codegen(context, builder, signature, args):
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [ir.PointerType(ir.IntType(8)), _I32, _I32, _I32]),
-            "llvm.prefetch.p0")
-        start = builder.gep(data, [args[1]])
-        i8p = ir.PointerType(ir.IntType(8))
-        base = builder.bitcast(start, i8p)
-        nbytes = builder.mul(args[2], ir.Constant(_I64, 8))
-        with cgutils.for_range_slice(builder, ir.Constant(_I64, 0), nbytes, ir.Constant(_I64, 64)) as (k, _):
-            builder.call(fn, [builder.gep(base, [k]), ir.Constant(_I32, 0), ir.Constant(_I32, 3),
-                              ir.Constant(_I32, 1)])
+        n = 64
+        vt = ir.VectorType(_F64, n)
+        sel = builder.bitcast(args[3], ir.VectorType(ir.IntType(1), n))
+        s = builder.load(_lanes(context, builder, signature.args[0], args[0], args[2], n), align=8)
+        kp = _lanes(context, builder, signature.args[1], args[1], args[2], n)
+        s = builder.select(sel, s, ir.Constant(vt, [1.0] * n))          # unselected lanes: any finite value
+        key = builder.fadd(_approx_log2(builder, s, n), _splat(builder, args[4], vt, n))
+        builder.store(builder.select(sel, key, builder.load(kp, align=8)), kp, align=8)
         return context.get_dummy_value()
 
     return sig, codegen
