@@ -724,9 +724,9 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     The key of a block is ``freq / (t - last + 1)`` (``t`` the unit, ``last`` its last unit, ``freq`` its
     persistent count after the unit's own accesses), evaluated by the float expression of ``replay_scan``; ties
     leave by lower tie rank. A layer's residents are a bitset over tie positions, and its counts and last units
-    are dense float arrays in tie-position order, so that 64 blocks are handled at once (:mod:`._simd`): a unit
-    adds one to its members' counts and sets their last unit as two masked vector operations, and when
-    ``C ∪ U`` overflows the quota, one vector pass over the layer's lanes gives two bitsets, the blocks whose
+    are dense float arrays in tie-position order, so that 64 blocks are compared at once (:mod:`._simd`): the
+    member loop adds one to its members' counts and sets their last unit, and when ``C ∪ U`` overflows the
+    quota, one vector pass over the layer's lanes gives two bitsets, the blocks whose
     key is at most a low cut ``theta0`` (which all leave) and at most a high cut ``theta1`` (beyond which all
     stay). The ``need = m - |below theta0|`` lowest keys of the *band* between the two cuts (``m = |C ∪ U| - c``)
     are found by sorting the band's exact keys with a bitonic network (at most 32; a larger band takes every
