@@ -34,12 +34,13 @@ State:
   again.
 
 At a unit whose ``C ∪ U`` holds ``m = |C ∪ U| - c > 0`` blocks too many, the exact keys of the pool are
-computed 64 lanes at a time (:func:`_pool_keys`, LLVM vector IR like :mod:`._simd`) together with the bits of
-the keys below ``theta`` and below a cut (``cut``: a little above the last unit's ``m``-th lowest key). If at
-least ``m`` keys lie below ``min(cut, theta)``, the ``m`` lowest of ``C ∪ U`` are among them (every other
-candidate ranks at or above the cut): those keys are sorted by the smallest bitonic network of :mod:`._simd`
-that holds them (``_kernels_bits._kth_lowest`` past 64), the ``m``-th is ``v``, the keys below ``v`` leave,
-and of those equal to it the lowest tie ranks (equal keys are common: blocks of one event with one count).
+computed 64 lanes at a time (32 or 16 for the last ones; :func:`_keys_n`, LLVM vector IR like :mod:`._simd`)
+together with the bits of the keys below ``theta`` and below a cut (``cut``: a little above the last unit's
+``m``-th lowest key). If at least ``m`` keys lie below ``min(cut, theta)``, the ``m`` lowest of ``C ∪ U`` are
+among them (every other candidate ranks at or above the cut): those keys are sorted by the smallest bitonic
+network of :mod:`._simd` that holds them (``_kernels_bits._kth_lowest`` past 64; :func:`_mth`), the ``m``-th
+is ``v``, the keys below ``v`` leave, and of those equal to it the lowest tie ranks (equal keys are common:
+blocks of one event with one count), found the same way (the needed-th lowest of their ranks as floats).
 A unit with one block to leave (every unit of sequential replay) takes the pool's lowest key in one scalar
 pass instead. Too few below the cut: the candidates are the keys below ``theta``. Too few below ``theta``: every resident
 is ranked in a max-heap of the ``m`` best (the pool, then each list from its front, stopping at the first key
@@ -94,25 +95,38 @@ _HORIZON = float(2 ** 30)
 _NARROW_UNITS = 2 ** 30 - 2
 
 
-@intrinsic
-def _pool_keys(typingctx, PF, PL, PX, off, tf, th0, th1, out):
-    """Lanes ``off .. off+63``: ``PX = PF / (tf - PL)``; ``out[0]`` (``out[1]``) the bits where ``PX < th0`` (``th1``)."""
-    sig = types.void(PF, PL, PX, types.int64, types.float64, types.float64, types.float64, out)
+def _keys_n(n):
+    """An intrinsic for ``n`` lanes ``off .. off+n-1``: ``PX = PF / (tf - PL)``; ``out[0]`` (``out[1]``) the bits
+    where ``PX < th0`` (``th1``)."""
 
-    def codegen(context, builder, signature, args):
-        vt = ir.VectorType(_F64, 64)
-        f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[3], 64), align=8)
-        last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[3], 64), align=8)
-        x = builder.fdiv(f, builder.fsub(_splat(builder, args[4], vt, 64), last))
-        builder.store(x, _lanes(context, builder, signature.args[2], args[2], args[3], 64), align=8)
-        c0 = builder.fcmp_ordered("<", x, _splat(builder, args[5], vt, 64))
-        c1 = builder.fcmp_ordered("<", x, _splat(builder, args[6], vt, 64))
-        data = context.make_array(signature.args[7])(context, builder, args[7]).data
-        builder.store(builder.bitcast(c0, _I64), builder.gep(data, [ir.Constant(_I64, 0)]))
-        builder.store(builder.bitcast(c1, _I64), builder.gep(data, [ir.Constant(_I64, 1)]))
-        return context.get_dummy_value()
+    @intrinsic
+    def keys(typingctx, PF, PL, PX, off, tf, th0, th1, out):
+        sig = types.void(PF, PL, PX, types.int64, types.float64, types.float64, types.float64, out)
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            vt = ir.VectorType(_F64, n)
+            f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[3], n), align=8)
+            last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[3], n), align=8)
+            x = builder.fdiv(f, builder.fsub(_splat(builder, args[4], vt, n), last))
+            builder.store(x, _lanes(context, builder, signature.args[2], args[2], args[3], n), align=8)
+            c0 = builder.fcmp_ordered("<", x, _splat(builder, args[5], vt, n))
+            c1 = builder.fcmp_ordered("<", x, _splat(builder, args[6], vt, n))
+            data = context.make_array(signature.args[7])(context, builder, args[7]).data
+            for k, c in enumerate((c0, c1)):
+                bits = builder.bitcast(c, ir.IntType(n))
+                bits = builder.zext(bits, _I64) if n < 64 else bits
+                builder.store(bits, builder.gep(data, [ir.Constant(_I64, k)]))
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return keys
+
+
+#: The pool's exact keys and their bits below two thresholds, 64, 32 or 16 lanes (the last lanes of a pool).
+_pool_keys = _keys_n(64)
+_pool_keys32 = _keys_n(32)
+_pool_keys16 = _keys_n(16)
 
 
 @intrinsic
@@ -239,6 +253,26 @@ def _pool_remove(q, pf, pl, pb, n_pool):
     pl[_U(q)] = pl[_U(n)]
     pb[_U(q)] = pb[_U(n)]
     return n
+
+
+@jit_helper
+def _mth(sel, sel2, k, m):
+    """The ``m``-th lowest of ``sel[:k]``: sorted by the smallest bitonic network of :mod:`._simd` that holds
+    them (``sel`` readable 64 lanes), ``_kernels_bits._kth_lowest`` past 64 (``sel2`` its scratch)."""
+    if k > 64:
+        return _kth_lowest(sel, sel2, k, m)
+    nn = 8 if k <= 8 else (16 if k <= 16 else (32 if k <= 32 else 64))
+    for q in range(k, nn):
+        sel[_U(q)] = np.inf
+    if nn == 8:
+        sort8(sel)
+    elif nn == 16:
+        sort16(sel)
+    elif nn == 32:
+        sort32(sel)
+    else:
+        sort64(sel)
+    return sel[_U(m - 1)]
 
 
 @jit_helper
@@ -484,7 +518,13 @@ def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, 
                 n_below = 0
                 n_cut = 0
                 for w in range(n_w):       # exact keys (float(t + 1) - float(last) is float(t - last + 1))
-                    _pool_keys(pf, pl, px, w << 6, tf, cut, theta, kb)
+                    r = n_pool - (w << 6)
+                    if r > 32:
+                        _pool_keys(pf, pl, px, w << 6, tf, cut, theta, kb)
+                    elif r > 16:
+                        _pool_keys32(pf, pl, px, w << 6, tf, cut, theta, kb)
+                    else:
+                        _pool_keys16(pf, pl, px, w << 6, tf, cut, theta, kb)
                     lim = _lanes_below(n_pool - (w << 6))
                     cbits[_U(w)] = kb[0] & lim
                     tbits[_U(w)] = kb[1] & lim
@@ -511,21 +551,7 @@ def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, 
                         x &= x - np.uint64(1)
                         sel[_U(k)] = px[_U(q)]
                         k += 1
-                if k <= 64:            # sorted by the smallest bitonic network that holds them
-                    nn = 8 if k <= 8 else (16 if k <= 16 else (32 if k <= 32 else 64))
-                    for q in range(k, nn):
-                        sel[_U(q)] = np.inf
-                    if nn == 8:
-                        sort8(sel)
-                    elif nn == 16:
-                        sort16(sel)
-                    elif nn == 32:
-                        sort32(sel)
-                    else:
-                        sort64(sel)
-                    v = sel[_U(m - 1)]
-                else:
-                    v = _kth_lowest(sel, sel2, k, m)
+                v = _mth(sel, sel2, k, m)
                 n_less = 0
                 n_eq = 0
                 for w in range(n_w):
@@ -538,17 +564,22 @@ def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, 
                 if n_less + n_eq > m:  # equal keys at the m-th: the lowest tie ranks leave
                     if traced:
                         trace[4] += 1
-                    for _ in range(m - n_less):
-                        best = -1
-                        for w in range(n_w):
-                            x = tbits[_U(w)]
-                            while x:
-                                q = (w << 6) + np.int64(_cttz(x))
-                                x &= x - np.uint64(1)
-                                if best < 0 or tie[_U(pb[_U(q)])] < tie[_U(pb[_U(best)])]:
-                                    best = q
-                        cbits[_U(best >> 6)] |= np.uint64(1) << np.uint64(best & 63)
-                        tbits[_U(best >> 6)] &= ~(np.uint64(1) << np.uint64(best & 63))
+                    n_e = 0            # the (m - n_less)-th lowest of their tie ranks (distinct; as floats,
+                    for w in range(n_w):   # exact below 2**53), then those at or below it
+                        x = tbits[_U(w)]
+                        while x:
+                            q = (w << 6) + np.int64(_cttz(x))
+                            x &= x - np.uint64(1)
+                            sel[_U(n_e)] = float(tie[_U(pb[_U(q)])])
+                            n_e += 1
+                    tr = _mth(sel, sel2, n_e, m - n_less)
+                    for w in range(n_w):
+                        x = tbits[_U(w)]
+                        while x:
+                            j = np.int64(_cttz(x))
+                            x &= x - np.uint64(1)
+                            if float(tie[_U(pb[_U((w << 6) + j)])]) <= tr:
+                                cbits[_U(w)] |= np.uint64(1) << np.uint64(j)
                 else:
                     for w in range(n_w):
                         cbits[_U(w)] |= tbits[_U(w)]
