@@ -34,13 +34,12 @@ State:
   again.
 
 At a unit whose ``C ∪ U`` holds ``m = |C ∪ U| - c > 0`` blocks too many, the exact keys of the pool are
-computed 64 lanes at a time (32 or 16 for the last ones; :func:`_keys_n`, LLVM vector IR like :mod:`._simd`)
-together with the bits of the keys below ``theta`` and below a cut (``cut``: a little above the last unit's
-``m``-th lowest key). If at least ``m`` keys lie below ``min(cut, theta)``, the ``m`` lowest of ``C ∪ U`` are
-among them (every other candidate ranks at or above the cut): those keys are sorted by the smallest bitonic
-network of :mod:`._simd` that holds them (``_kernels_bits._kth_lowest`` past 64; :func:`_mth`), the ``m``-th
-is ``v``, the keys below ``v`` leave, and of those equal to it the lowest tie ranks (equal keys are common:
-blocks of one event with one count), found the same way (the needed-th lowest of their ranks as floats).
+computed 64 lanes at a time (:func:`_pool_keys`, LLVM vector IR like :mod:`._simd`) together with the bits of
+the keys below ``theta`` and below a cut (``cut``: a little above the last unit's ``m``-th lowest key). If at
+least ``m`` keys lie below ``min(cut, theta)``, the ``m`` lowest of ``C ∪ U`` are among them (every other
+candidate ranks at or above the cut): those keys are sorted by the smallest bitonic network of :mod:`._simd`
+that holds them (``_kernels_bits._kth_lowest`` past 64), the ``m``-th is ``v``, the keys below ``v`` leave,
+and of those equal to it the lowest tie ranks (equal keys are common: blocks of one event with one count).
 A unit with one block to leave (every unit of sequential replay) takes the pool's lowest key in one scalar
 pass instead. Too few below the cut: the candidates are the keys below ``theta``. Too few below ``theta``: every resident
 is ranked in a max-heap of the ``m`` best (the pool, then each list from its front, stopping at the first key
@@ -186,6 +185,17 @@ def _pool_slot(b, pb, n_pool):
 
 
 @jit_helper
+def _pool_keys_any(pf, pl, px, off, r, tf, th0, th1, kb):
+    """:func:`_keys_n` on the lanes from ``off``: 64 of them, or 32 or 16 when ``r <= 32`` (``<= 16``) remain."""
+    if r > 32:
+        _pool_keys(pf, pl, px, off, tf, th0, th1, kb)
+    elif r > 16:
+        _pool_keys32(pf, pl, px, off, tf, th0, th1, kb)
+    else:
+        _pool_keys16(pf, pl, px, off, tf, th0, th1, kb)
+
+
+@jit_helper
 def _lanes_below(r):
     """The bits of the first ``r`` lanes of 64 (all of them from 64 on)."""
     return ~np.uint64(0) if r >= 64 else (np.uint64(1) << np.uint64(r)) - np.uint64(1)
@@ -253,6 +263,57 @@ def _pool_remove(q, pf, pl, pb, n_pool):
     pl[_U(q)] = pl[_U(n)]
     pb[_U(q)] = pb[_U(n)]
     return n
+
+
+@jit_helper
+def _rank_all(m, t, nb, n_pool, tie, nd, wheel, allg, pf, pl, pb, px, sk, st, si):
+    """Every resident ranked in a max-heap of the ``m`` best (``sk`` / ``st`` / ``si``; the pool, with its keys
+    in ``px``, then each list from its front up to the first key above the heap's top), those leave; every
+    group taken from the wheel into ``allg``. Returns the pool size and how many groups (a rare path, kept
+    out of the replay loop)."""
+    n_all = _wheel_take(wheel, nd, nb, allg)
+    n_sel = 0
+    for q in range(n_pool):
+        x = px[_U(q)]
+        b = pb[_U(q)]
+        tb = tie[_U(b)]
+        if n_sel < m:
+            _sel_rise(sk, st, si, n_sel, x, tb, b)
+            n_sel += 1
+        elif _below(x, tb, sk[0], st[0]):
+            _sel_sink(sk, st, si, 0, n_sel, x, tb, b)
+    for q in range(n_all):
+        sn = allg[_U(q)]
+        gf = float(sn - nb)
+        e = nd[_U(4 * sn)]
+        while e != sn:
+            x = gf / float(t - nd[_U(4 * e + 2)] + 1)
+            tb = tie[_U(e)]
+            if n_sel < m:
+                _sel_rise(sk, st, si, n_sel, x, tb, e)
+                n_sel += 1
+            elif _below(x, tb, sk[0], st[0]):
+                _sel_sink(sk, st, si, 0, n_sel, x, tb, e)
+            elif x > sk[0]:        # later members of the list rank no lower
+                break
+            e = nd[_U(4 * e)]
+    for q in range(n_sel):
+        b = si[_U(q)]
+        n = nd[_U(4 * b)]
+        if n != b:             # waiting in a list (pool entries are dropped below)
+            p = nd[_U(4 * b + 1)]
+            nd[_U(4 * p)] = n
+            nd[_U(4 * n + 1)] = p
+        _evict(b, nb, nd)
+    dst = 0
+    for q in range(n_pool):
+        b = pb[_U(q)]
+        pf[_U(dst)] = pf[_U(q)]
+        pl[_U(dst)] = pl[_U(q)]
+        pb[_U(dst)] = b
+        dst += nd[_U(4 * b + 2)] >= 0
+    n_pool = dst
+    return n_pool, n_all
 
 
 @jit_helper
@@ -507,24 +568,27 @@ def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, 
                 trace[0] += 1
             tf = float(t + 1)
             if m == 1:                 # one to leave (sequential units): the lowest key of the pool
-                bk = np.inf
-                for q in range(n_pool):
-                    x = pf[_U(q)] / (tf - pl[_U(q)])
-                    px[_U(q)] = x
-                    bk = min(bk, x)
+                for w in range((n_pool + 63) >> 6):
+                    _pool_keys_any(pf, pl, px, w << 6, n_pool - (w << 6), tf, theta, theta, kb)
+                b0 = b1 = b2 = b3 = np.inf     # four chains of minima
+                q = 0
+                while q + 4 <= n_pool:
+                    b0 = min(b0, px[_U(q)])
+                    b1 = min(b1, px[_U(q + 1)])
+                    b2 = min(b2, px[_U(q + 2)])
+                    b3 = min(b3, px[_U(q + 3)])
+                    q += 4
+                while q < n_pool:
+                    b0 = min(b0, px[_U(q)])
+                    q += 1
+                bk = min(min(b0, b1), min(b2, b3))
                 fits = bk < theta
             else:
                 n_w = (n_pool + 63) >> 6
                 n_below = 0
                 n_cut = 0
                 for w in range(n_w):       # exact keys (float(t + 1) - float(last) is float(t - last + 1))
-                    r = n_pool - (w << 6)
-                    if r > 32:
-                        _pool_keys(pf, pl, px, w << 6, tf, cut, theta, kb)
-                    elif r > 16:
-                        _pool_keys32(pf, pl, px, w << 6, tf, cut, theta, kb)
-                    else:
-                        _pool_keys16(pf, pl, px, w << 6, tf, cut, theta, kb)
+                    _pool_keys_any(pf, pl, px, w << 6, n_pool - (w << 6), tf, cut, theta, kb)
                     lim = _lanes_below(n_pool - (w << 6))
                     cbits[_U(w)] = kb[0] & lim
                     tbits[_U(w)] = kb[1] & lim
@@ -603,48 +667,7 @@ def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, 
             else:                      # too few below theta: every resident ranked, then theta rises
                 if traced:
                     trace[1] += 1
-                n_all = _wheel_take(wheel, nd, nb, allg)
-                n_sel = 0
-                for q in range(n_pool):
-                    x = px[_U(q)]
-                    b = pb[_U(q)]
-                    tb = tie[_U(b)]
-                    if n_sel < m:
-                        _sel_rise(sk, st, si, n_sel, x, tb, b)
-                        n_sel += 1
-                    elif _below(x, tb, sk[0], st[0]):
-                        _sel_sink(sk, st, si, 0, n_sel, x, tb, b)
-                for q in range(n_all):
-                    sn = allg[_U(q)]
-                    gf = float(sn - nb)
-                    e = nd[_U(4 * sn)]
-                    while e != sn:
-                        x = gf / float(t - nd[_U(4 * e + 2)] + 1)
-                        tb = tie[_U(e)]
-                        if n_sel < m:
-                            _sel_rise(sk, st, si, n_sel, x, tb, e)
-                            n_sel += 1
-                        elif _below(x, tb, sk[0], st[0]):
-                            _sel_sink(sk, st, si, 0, n_sel, x, tb, e)
-                        elif x > sk[0]:        # later members of the list rank no lower
-                            break
-                        e = nd[_U(4 * e)]
-                for q in range(n_sel):
-                    b = si[_U(q)]
-                    n = nd[_U(4 * b)]
-                    if n != b:             # waiting in a list (pool entries are dropped below)
-                        p = nd[_U(4 * b + 1)]
-                        nd[_U(4 * p)] = n
-                        nd[_U(4 * n + 1)] = p
-                    _evict(b, nb, nd)
-                dst = 0
-                for q in range(n_pool):
-                    b = pb[_U(q)]
-                    pf[_U(dst)] = pf[_U(q)]
-                    pl[_U(dst)] = pl[_U(q)]
-                    pb[_U(dst)] = b
-                    dst += nd[_U(4 * b + 2)] >= 0
-                n_pool = dst
+                n_pool, n_all = _rank_all(m, t, nb, n_pool, tie, nd, wheel, allg, pf, pl, pb, px, sk, st, si)
                 v = sk[0]
                 theta = up_f * v
                 thu = theta * _UP
