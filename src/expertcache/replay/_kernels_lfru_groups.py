@@ -34,17 +34,19 @@ State:
   again.
 
 At a unit whose ``C ∪ U`` holds ``m = |C ∪ U| - c > 0`` blocks too many, the exact keys of the pool are
-computed 64 lanes at a time (:func:`_pool_keys`, LLVM vector IR like :mod:`._simd`) together with the bits of
-the keys below ``theta`` and below a cut (``cut``: a little above the last unit's ``m``-th lowest key). If at
-least ``m`` keys lie below ``min(cut, theta)``, the ``m`` lowest of ``C ∪ U`` are among them (every other
-candidate ranks at or above the cut): those keys are sorted by the smallest bitonic network of :mod:`._simd`
-that holds them (``_kernels_bits._kth_lowest`` past 64), the ``m``-th is ``v``, the keys below ``v`` leave,
-and of those equal to it the lowest tie ranks (equal keys are common: blocks of one event with one count).
-A unit with one block to leave (every unit of sequential replay) takes the pool's lowest key in one scalar
-pass instead. Too few below the cut: the candidates are the keys below ``theta``. Too few below ``theta``: every resident
-is ranked in a max-heap of the ``m`` best (the pool, then each list from its front, stopping at the first key
-above the heap's top: later members of a list rank no lower), and ``theta`` rises to ``up * v``, every list
-moving its fronts below the new ``theta`` to the pool. A pool that grows past ``a * m + b`` entries lowers
+computed 64 lanes at a time (32 or 16 for the last ones; :func:`_keys_n`, LLVM vector IR like :mod:`._simd`)
+together with the bits of the keys below ``theta`` and below a cut (``cut``: a little above the last unit's
+``m``-th lowest key). If at least ``m`` keys lie below ``min(cut, theta)``, the ``m`` lowest of ``C ∪ U`` are
+among them (every other candidate ranks at or above the cut): those keys are sorted by the smallest bitonic
+network of :mod:`._simd` that holds them (``_kernels_bits._kth_lowest`` past 64; :func:`_mth`), the ``m``-th
+is ``v``, the keys below ``v`` leave, and of those equal to it the lowest tie ranks (equal keys are common:
+blocks of one event with one count), found the same way (the needed-th lowest of their ranks, as floats).
+A unit with one block to leave (every unit of sequential replay) takes the lowest of the pool's keys
+instead (computed the same way, the minimum in four chains). Too few below the cut: the candidates are the
+keys below ``theta``. Too few below ``theta``: every resident is ranked in a max-heap of the ``m`` best
+(:func:`_rank_all`: the pool, then each list from its front, stopping at the first key above the heap's top:
+later members of a list rank no lower), and ``theta`` rises to ``up * v``, every list moving its fronts
+below the new ``theta`` to the pool. A pool that grows past ``a * m + b`` entries lowers
 ``theta`` to ``low * v``, which needs no filing again (a lower ``theta`` only makes every waiting unit
 early). The unit's members take part as any resident (a miss that leaves is bypassed): they are in their
 lists, or in the pool when their key ``f / 1`` is below ``thu``. Before the first overflow ``theta`` is 0
@@ -459,15 +461,16 @@ def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, 
                         st, si, kb, cbits, tbits, out):
     """The loop of :func:`replay_lfru_groups`.
 
-    ``nd`` the node records, four integers each (one array, so that the loops keep one base pointer in a
-    register): blocks ``0 .. n_blocks-1`` then one list sentinel per count (node ``n_blocks + f``). A block's
-    record is its list links (next, previous; itself twice when in no list), its last unit (-1 when not
-    resident) and its count; a sentinel's is its list's links (front, tail), the group's unit in the wheel (-1
-    when not in it) and its link in the wheel's slot. ``wheel`` the slots' first sentinels; ``pf`` / ``pl`` /
+    ``nd`` the node records, four integers each (one array): blocks ``0 .. n_blocks-1`` then one list sentinel
+    per count (node ``n_blocks + f``; that of count 0 is the spare node). A block's record is its list links
+    (next, previous: itself twice in the pool, the spare node twice when not resident), its last unit (-1 when
+    not resident) and its count; a sentinel's is its list's links (front, tail), the group's unit in the wheel
+    (-1 when not in it) and its link in the wheel's slot. ``wheel`` the slots' first sentinels; ``pf`` / ``pl`` /
     ``pb`` the pool (count and last unit as floats, block; readable 64 lanes past its end), ``px`` its keys;
-    ``cbits`` / ``tbits`` a unit's lane bits (below the cut, below theta; then below / equal to ``v``); the rest
-    scratch (``allg`` the groups taken from the wheel, ``sel`` the candidates' keys, ``sk`` / ``st`` / ``si`` the
-    full ranking's heap).
+    ``cbits`` / ``tbits`` a unit's lane bits (below the cut, below theta; then below / equal to ``v``); ``out``
+    what the members' loop leaves to do after it (pool entries to drop, groups to file); the rest scratch
+    (``allg`` the groups taken from the wheel, ``sel`` the candidates' keys, then the tie ranks at ``v``,
+    ``sk`` / ``st`` / ``si`` the full ranking's heap).
     """
     record = hit_flag.shape[0] > 0
     traced = trace.shape[0] > 0
