@@ -121,6 +121,20 @@ def test_larger_cache_on_a_skewed_stream(seed):
             assert trace[0] > 0
 
 
+def test_int64_node_records():
+    """``wide=True`` keeps the node records in int64, as streams past ``_NARROW_UNITS`` units do: the same
+    decisions, every tuning, both semantics."""
+    for seed in range(2):
+        stream = random_stream(seed + 40, L=3, N=20, k=4, steps=80)
+        tie = engine._tie_ranks("random", seed, stream.n_blocks)
+        for cap in (1, 5, 20, 45):
+            for atomic in (True, False):
+                want = _run(KL.replay_select, stream, atomic, cap, tie, 3)
+                for tune in TUNES:
+                    got = _run(KG.replay_lfru_groups, stream, atomic, cap, tie, 3, tune=tune, wide=True)
+                    assert all((a == b).all() for a, b in zip(got, want, strict=True)), (atomic, cap, tune)
+
+
 @pytest.mark.parametrize("semantics", ("event-atomic", "sequential-ascending", "sequential-random"))
 def test_the_engine_dispatches_global_lfru_here(semantics):
     """``replay`` / ``replay_hits`` under global scope give the kernel's counts and flags (any rho, warm-up)."""

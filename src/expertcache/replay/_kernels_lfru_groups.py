@@ -14,31 +14,39 @@ lowest. Its structure rests on two facts about the key:
 
 State:
 
-* **Groups** — one doubly linked list per count ``f`` (a sentinel node per list; a block not in a list links
-  to itself), in last-unit order: an access moves its block to the tail of the list of ``f + 1`` in O(1).
+* **Groups** — one doubly linked list per count ``f`` (a sentinel node per list), in last-unit order: an
+  access moves its block to the tail of the list of ``f + 1`` in O(1). A block in the pool links to itself, a
+  block not resident to a spare node (the sentinel of count 0, which never holds a list), so that unlinking
+  a block needs no test and ``next == itself`` says "in the pool". Every node is one record of four
+  integers in one array (next, previous, then last unit and count for a block, unit in the wheel and link
+  in its slot for a sentinel): int32 below ``_NARROW_UNITS`` units, int64 past it.
 * **Pool** — dense arrays (count, last unit, block) of the residents that have left their list because their
-  key fell below ``theta``, or rather below ``thu = theta * (1 + 2**-40)``, decided without a division by
-  ``f < thu * age``. A resident outside the pool is in its list and, at the current unit, not below ``thu``,
-  hence its float key is at least ``theta`` (the ``2**-40`` covers the product's rounding). A resident in the
-  pool links to itself; the rare access to one finds its entry by a vector compare of the pool's blocks, and
-  the entries that leave at a unit go in one pass that packs the pool.
-* **Wheel** — a timing wheel of groups (256 one-unit slots, 256 slots of 256 units, a far list) keyed by the
-  first unit at which the group's front may fall below ``thu`` (:func:`_due`, never late). When a group's
-  slot comes, its fronts below ``thu`` move to the pool and the group waits for its next front. A front that
-  leaves its list (accessed, evicted) only makes the group's unit early, and an early unit is checked again.
+  key fell below ``theta``, or rather below ``thu = theta * (1 + 2**-40)``. A resident outside the pool is in
+  its list and not below ``thu``, hence its float key is at least ``theta``. The rare access to a resident in
+  the pool finds its entry by a vector compare of the pool's blocks (after the unit's other members, among
+  the entries that were there before them); the entries that leave at a unit are swap-removed from the
+  highest index down (the entry moved into a hole is then never one still to leave).
+* **Wheel** — a timing wheel of groups (4,096 one-unit slots and a far list, swept every 2,048 units) keyed
+  by the first unit at which the group's front may fall below ``thu``: ``last + D`` with ``D =`` :func:`_span`
+  of the count (rounded early, never late), so a visit tests its fronts on integers (``last <= t - D``).
+  When a group's slot comes, its fronts due move to the pool and the group waits for its next front. A front
+  that leaves its list (accessed, evicted) only makes the group's unit early, and an early unit is checked
+  again.
 
 At a unit whose ``C ∪ U`` holds ``m = |C ∪ U| - c > 0`` blocks too many, the exact keys of the pool are
-computed 64 lanes at a time (:func:`_pool_keys`, LLVM vector IR like :mod:`._simd`) together with the bits of
-the keys below ``theta`` and below a cut (``cut``: a little above the last unit's ``m``-th lowest key). If at
-least ``m`` keys lie below ``min(cut, theta)``, the ``m`` lowest of ``C ∪ U`` are among them (every other
-candidate ranks at or above the cut): those keys are sorted by the smallest bitonic network of :mod:`._simd`
-that holds them (``_kernels_bits._kth_lowest`` past 64), the ``m``-th is ``v``, the keys below ``v`` leave,
-and of those equal to it the lowest tie ranks (equal keys are common: blocks of one event with one count).
-A unit with one block to leave (every unit of sequential replay) takes the pool's lowest key in one scalar
-pass instead. Too few below the cut: the candidates are the keys below ``theta``. Too few below ``theta``: every resident
-is ranked in a max-heap of the ``m`` best (the pool, then each list from its front, stopping at the first key
-above the heap's top: later members of a list rank no lower), and ``theta`` rises to ``up * v``, every list
-moving its fronts below the new ``theta`` to the pool. A pool that grows past ``a * m + b`` entries lowers
+computed 64 lanes at a time (32 or 16 for the last ones; :func:`_keys_n`, LLVM vector IR like :mod:`._simd`)
+together with the bits of the keys below ``theta`` and below a cut (``cut``: a little above the last unit's
+``m``-th lowest key). If at least ``m`` keys lie below ``min(cut, theta)``, the ``m`` lowest of ``C ∪ U`` are
+among them (every other candidate ranks at or above the cut): those keys are sorted by the smallest bitonic
+network of :mod:`._simd` that holds them (``_kernels_bits._kth_lowest`` past 64; :func:`_mth`), the ``m``-th
+is ``v``, the keys below ``v`` leave, and of those equal to it the lowest tie ranks (equal keys are common:
+blocks of one event with one count), found the same way (the needed-th lowest of their ranks, as floats).
+A unit with one block to leave (every unit of sequential replay) takes the lowest of the pool's keys
+instead (computed the same way, the minimum in four chains). Too few below the cut: the candidates are the
+keys below ``theta``. Too few below ``theta``: every resident is ranked in a max-heap of the ``m`` best
+(:func:`_rank_all`: the pool, then each list from its front, stopping at the first key above the heap's top:
+later members of a list rank no lower), and ``theta`` rises to ``up * v``, every list moving its fronts
+below the new ``theta`` to the pool. A pool that grows past ``a * m + b`` entries lowers
 ``theta`` to ``low * v``, which needs no filing again (a lower ``theta`` only makes every waiting unit
 early). The unit's members take part as any resident (a miss that leaves is bypassed): they are in their
 lists, or in the pool when their key ``f / 1`` is below ``thu``. Before the first overflow ``theta`` is 0
@@ -51,7 +59,8 @@ counts and the hit flags are therefore those of ``replay_select`` exactly (``tes
 
 Arrays are indexed with unsigned integers (``arr[_U(i)]``): numba then skips its negative-index wraparound
 (a shift, a mask and an add per access), which measured half of the list moves' time. No index here is ever
-negative (``NUMBA_BOUNDSCHECK=1`` runs of the tests check it).
+negative (``NUMBA_BOUNDSCHECK=1`` runs of the tests check it). The members' list moves do nothing else in
+their loop: a member's old pool entry and a group that needs filing are noted and handled after it.
 """
 
 from __future__ import annotations
@@ -71,8 +80,8 @@ from ._simd import _F64, _I64, _lanes, _splat, sort8, sort16, sort32, sort64
 #: An unsigned index: numba skips the negative-index wraparound (no index here is negative).
 _U = np.uint64
 
-#: Wheel slots: 256 of one unit, 256 of 256 units, then one far list (re-filed every 65,536 units).
-_FAR = 512
+#: Wheel slots: ``_FAR`` of one unit, then one far list (swept every ``_FAR / 2`` units).
+_FAR = 4096
 #: ``thu = theta * _UP``: "below" is decided on ``thu``, so a resident left waiting has a float key >= theta.
 _UP = 1.0 + 2.0 ** -40
 #: Pool tuning ``(a, b, low, up, cut)``: a pool of more than ``a * m + b`` live entries lowers ``theta`` to
@@ -80,27 +89,45 @@ _UP = 1.0 + 2.0 ** -40
 #: (``v`` the last ``m``-th lowest key). Any positive values give the same decision; these were measured fastest
 #: on ``benchmarks/replay_throughput.py``'s stream (flat within a few percent around them).
 TUNE = (4, 16, 1.03, 1.06, 1.005)
+#: A group's unit in the wheel is at most this far past its front's last unit with int32 records (early,
+#: never late: :func:`_span`); ``2**60`` with int64 ones.
+_HORIZON = float(2 ** 30)
+#: Streams of fewer units keep their node records in int32 (a unit plus ``_HORIZON`` stays below ``2**31``).
+_NARROW_UNITS = 2 ** 30 - 2
 
 
-@intrinsic
-def _pool_keys(typingctx, PF, PL, PX, off, tf, th0, th1, out):
-    """Lanes ``off .. off+63``: ``PX = PF / (tf - PL)``; ``out[0]`` (``out[1]``) the bits where ``PX < th0`` (``th1``)."""
-    sig = types.void(PF, PL, PX, types.int64, types.float64, types.float64, types.float64, out)
+def _keys_n(n):
+    """An intrinsic for ``n`` lanes ``off .. off+n-1``: ``PX = PF / (tf - PL)``; ``out[0]`` (``out[1]``) the bits
+    where ``PX < th0`` (``th1``)."""
 
-    def codegen(context, builder, signature, args):
-        vt = ir.VectorType(_F64, 64)
-        f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[3], 64), align=8)
-        last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[3], 64), align=8)
-        x = builder.fdiv(f, builder.fsub(_splat(builder, args[4], vt, 64), last))
-        builder.store(x, _lanes(context, builder, signature.args[2], args[2], args[3], 64), align=8)
-        c0 = builder.fcmp_ordered("<", x, _splat(builder, args[5], vt, 64))
-        c1 = builder.fcmp_ordered("<", x, _splat(builder, args[6], vt, 64))
-        data = context.make_array(signature.args[7])(context, builder, args[7]).data
-        builder.store(builder.bitcast(c0, _I64), builder.gep(data, [ir.Constant(_I64, 0)]))
-        builder.store(builder.bitcast(c1, _I64), builder.gep(data, [ir.Constant(_I64, 1)]))
-        return context.get_dummy_value()
+    @intrinsic
+    def keys(typingctx, PF, PL, PX, off, tf, th0, th1, out):
+        sig = types.void(PF, PL, PX, types.int64, types.float64, types.float64, types.float64, out)
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            vt = ir.VectorType(_F64, n)
+            f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[3], n), align=8)
+            last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[3], n), align=8)
+            x = builder.fdiv(f, builder.fsub(_splat(builder, args[4], vt, n), last))
+            builder.store(x, _lanes(context, builder, signature.args[2], args[2], args[3], n), align=8)
+            c0 = builder.fcmp_ordered("<", x, _splat(builder, args[5], vt, n))
+            c1 = builder.fcmp_ordered("<", x, _splat(builder, args[6], vt, n))
+            data = context.make_array(signature.args[7])(context, builder, args[7]).data
+            for k, c in enumerate((c0, c1)):
+                bits = builder.bitcast(c, ir.IntType(n))
+                bits = builder.zext(bits, _I64) if n < 64 else bits
+                builder.store(bits, builder.gep(data, [ir.Constant(_I64, k)]))
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return keys
+
+
+#: The pool's exact keys and their bits below two thresholds, 64, 32 or 16 lanes (the last lanes of a pool).
+_pool_keys = _keys_n(64)
+_pool_keys32 = _keys_n(32)
+_pool_keys16 = _keys_n(16)
 
 
 @intrinsic
@@ -124,13 +151,26 @@ def _lt_eq(typingctx, PX, off, v, out):
 
 @intrinsic
 def _find(typingctx, PB, off, b):
-    """The bits of the lanes ``off .. off+63`` of ``PB`` equal to ``b``."""
+    """The bits of the lanes ``off .. off+63`` of ``PB`` (an integer array) equal to ``b``."""
     sig = types.uint64(PB, types.int64, types.int64)
 
     def codegen(context, builder, signature, args):
-        x = builder.load(_lanes(context, builder, signature.args[0], args[0], args[1], 64, _I64), align=8)
-        c = builder.icmp_signed("==", x, _splat(builder, args[2], ir.VectorType(_I64, 64), 64))
+        elt = ir.IntType(signature.args[0].dtype.bitwidth)
+        x = builder.load(_lanes(context, builder, signature.args[0], args[0], args[1], 64, elt), align=4)
+        c = builder.icmp_signed("==", x, _splat(builder, builder.trunc(args[2], elt) if elt.width < 64 else args[2],
+                                                ir.VectorType(elt, 64), 64))
         return builder.bitcast(c, _I64)
+
+    return sig, codegen
+
+
+@intrinsic
+def _ctlz(typingctx, x):
+    """Count leading zeros of a non-zero uint64 (LLVM ``ctlz``)."""
+    sig = types.uint64(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        return builder.ctlz(args[0], ir.Constant(ir.IntType(1), 1))
 
     return sig, codegen
 
@@ -147,47 +187,64 @@ def _pool_slot(b, pb, n_pool):
 
 
 @jit_helper
+def _pool_keys_any(pf, pl, px, off, r, tf, th0, th1, kb):
+    """:func:`_keys_n` on the lanes from ``off``: 64 of them, or 32 or 16 when ``r <= 32`` (``<= 16``) remain."""
+    if r > 32:
+        _pool_keys(pf, pl, px, off, tf, th0, th1, kb)
+    elif r > 16:
+        _pool_keys32(pf, pl, px, off, tf, th0, th1, kb)
+    else:
+        _pool_keys16(pf, pl, px, off, tf, th0, th1, kb)
+
+
+@jit_helper
 def _lanes_below(r):
     """The bits of the first ``r`` lanes of 64 (all of them from 64 on)."""
     return ~np.uint64(0) if r >= 64 else (np.uint64(1) << np.uint64(r)) - np.uint64(1)
 
 
 @jit_helper
-def _due(f, l, inv):
-    """The first unit ``t`` at which ``f < thu * float(t - l + 1)`` (``inv = 1 / thu``), or one unit before it.
+def _span(f, inv, horizon):
+    """``D`` with ``l + D`` the first unit ``u`` at which ``f < thu * float(u - l + 1)`` (``inv = 1 / thu``), or
+    one unit before it; at most ``horizon``.
 
     ``x = f * inv`` errs by a few ulps; scaled down by ``2**-50`` it is below ``f / thu`` and the float product
-    of the test, so ``floor(x) + 1`` is at most the first age that tests below (capped far ahead, early).
+    of the test, so ``floor(x) + 1`` is at most the first age that tests below (capped, early).
     """
-    x = f * inv * (1.0 - 2.0 ** -50)
-    if x > 1e15:
-        x = 1e15
-    return l + np.int64(x)
+    return np.int64(min(f * inv * (1.0 - 2.0 ** -50), horizon))
 
 
 @jit_helper
-def _file(g, d, t, wheel, glink, gdue):
-    """Group ``g`` waits for unit ``d >= t``; ``t`` is the first unit whose one-unit slot is still to come."""
-    gdue[_U(g)] = d
-    e = t >> 8
-    de = d >> 8
-    s = 256 + (de & 255) if de < e + 256 else _FAR
-    s = (d & 255) if de == e else s
-    glink[_U(g)] = wheel[_U(s)]
-    wheel[_U(s)] = g
+def _file(x, d, t, wheel, nd):
+    """Group of sentinel node ``x`` waits for unit ``d >= t``; ``t`` is the first unit whose one-unit slot is
+    still to come."""
+    nd[_U(4 * x + 2)] = d
+    s = d & (_FAR - 1) if d - t < _FAR else _FAR
+    nd[_U(4 * x + 3)] = wheel[_U(s)]
+    wheel[_U(s)] = x
 
 
 @jit_helper
-def _wheel_take(wheel, glink, allg):
-    """Every group in the wheel, into ``allg`` (the wheel left empty); returns how many."""
+def _wheel_take(wheel, nd, nb, allg):
+    """Every group in the wheel (its sentinel node), into ``allg`` (the wheel left empty); returns how many.
+    With fewer groups than slots it reads the groups' units (-1: not in the wheel) rather than the slots."""
     n = 0
+    n_nodes = nd.shape[0] >> 2
+    if n_nodes - nb < wheel.shape[0]:
+        for x in range(nb, n_nodes):
+            if nd[_U(4 * x + 2)] >= 0:
+                allg[_U(n)] = x
+                n += 1
+        for s in range(wheel.shape[0]):
+            wheel[_U(s)] = -1
+        return n
     for s in range(wheel.shape[0]):
-        g = wheel[_U(s)]
+        x = wheel[_U(s)]
         wheel[_U(s)] = -1
-        while g >= 0:
-            allg[_U(n)] = g
+        while x >= 0:
+            allg[_U(n)] = x
             n += 1
-            g = glink[_U(g)]
+            x = nd[_U(4 * x + 3)]
     return n
 
 
@@ -211,36 +268,134 @@ def _pool_remove(q, pf, pl, pb, n_pool):
 
 
 @jit_helper
-def _consume(g, sn, t, thu, nxt, prv, last, pf, pl, pb, n_pool):
-    """Move the fronts of group ``g`` (list sentinel ``sn``) below ``thu`` at unit ``t`` to the pool; returns
-    the new pool size. The list keeps its first member not below, whose key and every later one's is >= theta."""
-    e = nxt[_U(sn)]
-    while e != sn:
-        l = last[_U(e)]
-        if g >= thu * float(t - l + 1):
+def _rank_all(m, t, nb, n_pool, tie, nd, wheel, allg, pf, pl, pb, px, sk, st, si):
+    """Every resident ranked in a max-heap of the ``m`` best (``sk`` / ``st`` / ``si``; the pool, with its keys
+    in ``px``, then each list from its front up to the first key above the heap's top), those leave; every
+    group taken from the wheel into ``allg``. Returns the pool size and how many groups (a rare path, kept
+    out of the replay loop)."""
+    n_all = _wheel_take(wheel, nd, nb, allg)
+    n_sel = 0
+    for q in range(n_pool):
+        x = px[_U(q)]
+        b = pb[_U(q)]
+        tb = tie[_U(b)]
+        if n_sel < m:
+            _sel_rise(sk, st, si, n_sel, x, tb, b)
+            n_sel += 1
+        elif _below(x, tb, sk[0], st[0]):
+            _sel_sink(sk, st, si, 0, n_sel, x, tb, b)
+    for q in range(n_all):
+        sn = allg[_U(q)]
+        gf = float(sn - nb)
+        e = nd[_U(4 * sn)]
+        while e != sn:
+            x = gf / float(t - nd[_U(4 * e + 2)] + 1)
+            tb = tie[_U(e)]
+            if n_sel < m:
+                _sel_rise(sk, st, si, n_sel, x, tb, e)
+                n_sel += 1
+            elif _below(x, tb, sk[0], st[0]):
+                _sel_sink(sk, st, si, 0, n_sel, x, tb, e)
+            elif x > sk[0]:        # later members of the list rank no lower
+                break
+            e = nd[_U(4 * e)]
+    for q in range(n_sel):
+        b = si[_U(q)]
+        n = nd[_U(4 * b)]
+        if n != b:             # waiting in a list (pool entries are dropped below)
+            p = nd[_U(4 * b + 1)]
+            nd[_U(4 * p)] = n
+            nd[_U(4 * n + 1)] = p
+        _evict(b, nb, nd)
+    dst = 0
+    for q in range(n_pool):
+        b = pb[_U(q)]
+        pf[_U(dst)] = pf[_U(q)]
+        pl[_U(dst)] = pl[_U(q)]
+        pb[_U(dst)] = b
+        dst += nd[_U(4 * b + 2)] >= 0
+    n_pool = dst
+    return n_pool, n_all
+
+
+@jit_helper
+def _mth(sel, sel2, k, m):
+    """The ``m``-th lowest of ``sel[:k]``: sorted by the smallest bitonic network of :mod:`._simd` that holds
+    them (``sel`` readable 64 lanes), ``_kernels_bits._kth_lowest`` past 64 (``sel2`` its scratch)."""
+    if k > 64:
+        return _kth_lowest(sel, sel2, k, m)
+    nn = 8 if k <= 8 else (16 if k <= 16 else (32 if k <= 32 else 64))
+    for q in range(k, nn):
+        sel[_U(q)] = np.inf
+    if nn == 8:
+        sort8(sel)
+    elif nn == 16:
+        sort16(sel)
+    elif nn == 32:
+        sort32(sel)
+    else:
+        sort64(sel)
+    return sel[_U(m - 1)]
+
+
+@jit_helper
+def _evict(b, nb, nd):
+    """Block ``b`` (out of any list) leaves the cache: not resident, linked to the spare node ``nb``."""
+    nd[_U(4 * b)] = nb
+    nd[_U(4 * b + 1)] = nb
+    nd[_U(4 * b + 2)] = -1
+
+
+@jit_helper
+def _pool_drop(qs, n, pf, pl, pb, n_pool):
+    """The pool entries ``qs[:n]`` that are not negative leave, the highest first (the last entry is then never
+    one still to leave); returns the new pool size. ``qs`` is left sorted."""
+    for i in range(1, n):      # insertion sort, descending (a few entries)
+        q = qs[_U(i)]
+        j = i
+        while j > 0 and qs[_U(j - 1)] < q:
+            qs[_U(j)] = qs[_U(j - 1)]
+            j -= 1
+        qs[_U(j)] = q
+    for i in range(n):
+        q = qs[_U(i)]
+        if q < 0:
             break
-        n = nxt[_U(e)]
-        nxt[_U(e)] = e
-        prv[_U(e)] = e
-        n_pool = _pool_add(e, g, l, pf, pl, pb, n_pool)
-        e = n
-    nxt[_U(sn)] = e
-    prv[_U(e)] = sn
+        n_pool = _pool_remove(q, pf, pl, pb, n_pool)
     return n_pool
 
 
 @jit_helper
-def _refile(g, sn, t, inv, nxt, last, gfiled, wheel, glink, gdue):
-    """After its fronts moved, group ``g`` waits for its new front, or leaves the wheel when its list is empty."""
-    e = nxt[_U(sn)]
-    if e != sn:
-        _file(g, max(_due(g, last[_U(e)], inv), t + 1), t, wheel, glink, gdue)
+def _visit(x, g, t, inv, horizon, nd, wheel, pf, pl, pb, n_pool):
+    """Move the fronts of group ``g`` (sentinel node ``x``) below ``thu`` at unit ``t`` to the pool, then file
+    the group for its new front (or mark it out of the wheel when its list is empty); returns the new pool
+    size. The list keeps its first member not below, whose key and every later one's is >= theta."""
+    e = nd[_U(4 * x)]
+    gf = float(g)
+    span = _span(g, inv, horizon)
+    lim = t - span             # a front last accessed at or before lim is due now
+    d = t
+    while e != x:
+        l = nd[_U(4 * e + 2)]
+        if l > lim:
+            d = l + span
+            break
+        n = nd[_U(4 * e)]
+        nd[_U(4 * e)] = e
+        nd[_U(4 * e + 1)] = e
+        n_pool = _pool_add(e, gf, l, pf, pl, pb, n_pool)
+        e = n
+    nd[_U(4 * x)] = e
+    nd[_U(4 * e + 1)] = x
+    if e != x:
+        _file(x, d, t, wheel, nd)
     else:
-        gfiled[_U(g)] = False
+        nd[_U(4 * x + 2)] = -1
+    return n_pool
 
 
 def replay_lfru_groups(offsets, expert, ev_layer, n_experts, n_layers, atomic, capacity, tie, count_from, hits,
-                       misses, hit_flag, tune=TUNE, trace=None):
+                       misses, hit_flag, tune=TUNE, trace=None, wide=False):
     """``lfru`` under global scope (one pool of ``capacity[0]`` blocks): the decision of ``replay_select``.
 
     Parameters
@@ -267,6 +422,9 @@ def replay_lfru_groups(offsets, expert, ev_layer, n_experts, n_layers, atomic, c
         When given, accumulates the units that overflowed, those ranked in full (``theta`` raised), those whose
         cut held too few, the times ``theta`` was lowered, the units whose ``m``-th lowest key was shared past
         the ``m`` (tie ranks deciding) outside a full ranking, and the groups re-filed from the far list.
+    wide : bool
+        Keep the node records and the pool's blocks in int64 even where int32 holds them (it does below
+        ``_NARROW_UNITS`` units and ``2**31`` nodes); for the tests.
 
     The state is allocated here and the loop runs in :func:`_replay_lfru_groups`.
     """
@@ -275,41 +433,49 @@ def replay_lfru_groups(offsets, expert, ev_layer, n_experts, n_layers, atomic, c
     f_max = int(np.bincount(ev_layer, minlength=1).max()) if n_events else 0   # a block counts once per event
     n_groups = f_max + 2
     max_unit = int(_max_unit(offsets, atomic))
+    n_units = n_events if atomic else int(offsets[-1]) if n_events else 0
     cap = int(capacity[0])
     width = min(cap, n_blocks) + max_unit + 1          # |C ∪ U| at most
+    ix = np.int32 if not wide and n_units < _NARROW_UNITS and n_blocks + n_groups < 2 ** 31 else np.int64
+    n_nodes = n_blocks + n_groups
+    nd = np.zeros((n_nodes, 4), ix)                    # node records: next, previous, last unit / due, count / link
+    nd[:, 0] = nd[:, 1] = np.arange(n_nodes)
+    nd[:n_blocks, 0] = nd[:n_blocks, 1] = n_blocks     # blocks not resident link to the spare node
+    nd[:, 2] = -1
     i64 = np.int64
     f64 = np.float64
     _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, count_from, hits, misses, hit_flag,
-                        int(tune[0]), int(tune[1]), float(tune[2]), float(tune[3]), float(tune[4]),
+                        _HORIZON if ix is np.int32 else 2.0 ** 60, int(tune[0]), int(tune[1]), float(tune[2]), float(tune[3]), float(tune[4]),
                         np.zeros(0, i64) if trace is None else trace,
-                        np.zeros(n_blocks, i64), np.full(n_blocks, -1, i64),
-                        np.arange(n_blocks + n_groups, dtype=i64), np.arange(n_blocks + n_groups, dtype=i64),
-                        np.zeros(n_groups, np.bool_), np.full(n_groups, -1, i64), np.zeros(n_groups, i64),
-                        np.full(_FAR + 1, -1, i64), np.empty(n_groups, i64),
-                        np.empty(width + 64, f64), np.empty(width + 64, f64), np.empty(width + 64, i64),  # pool
+                        nd.reshape(-1), np.full(_FAR + 1, -1, ix), np.empty(n_groups, ix),
+                        np.empty(width + 64, f64), np.empty(width + 64, f64), np.empty(width + 64, ix),  # pool
                         np.empty(width + 64, f64), np.empty(width + 64, f64), np.empty(width + 64, f64),
                         np.empty(max_unit + 1, f64), np.empty(max_unit + 1, i64), np.empty(max_unit + 1, i64),
                         np.zeros(2, np.uint64), np.zeros(width // 64 + 2, np.uint64),
-                        np.zeros(width // 64 + 2, np.uint64))
+                        np.zeros(width // 64 + 2, np.uint64), np.empty(2 * max_unit + 2, i64))
 
 
 @jit
 def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, count_from, hits, misses, hit_flag,
-                        low_a, low_b, low_f, up_f, cut_f, trace, freq, last, nxt, prv, gfiled, glink, gdue,
-                        wheel, allg, pf, pl, pb, px, sel, sel2, sk, st, si, kb, cbits, tbits):
+                        horizon, low_a, low_b, low_f, up_f, cut_f, trace, nd, wheel, allg, pf, pl, pb, px, sel, sel2, sk,
+                        st, si, kb, cbits, tbits, out):
     """The loop of :func:`replay_lfru_groups`.
 
-    ``freq`` / ``last`` per block (``last`` -1 when not resident); ``nxt`` / ``prv`` the list links over blocks
-    then one sentinel per count (node ``n_blocks + f``); ``gfiled`` whether a count's group is in the wheel,
-    ``glink`` / ``gdue`` its wheel link and unit; ``pf`` / ``pl`` / ``pb`` the pool (count and last unit as
-    floats, block; readable 64 lanes past its end), ``px`` its keys;
-    ``cbits`` / ``tbits`` a unit's lane bits (below the cut, below theta; then below / equal to ``v``); the rest
-    scratch (``sel`` the candidates' keys, ``sk`` / ``st`` / ``si`` the full ranking's heap).
+    ``nd`` the node records, four integers each (one array): blocks ``0 .. n_blocks-1`` then one list sentinel
+    per count (node ``n_blocks + f``; that of count 0 is the spare node). A block's record is its list links
+    (next, previous: itself twice in the pool, the spare node twice when not resident), its last unit (-1 when
+    not resident) and its count; a sentinel's is its list's links (front, tail), the group's unit in the wheel
+    (-1 when not in it) and its link in the wheel's slot. ``wheel`` the slots' first sentinels; ``pf`` / ``pl`` /
+    ``pb`` the pool (count and last unit as floats, block; readable 64 lanes past its end), ``px`` its keys;
+    ``cbits`` / ``tbits`` a unit's lane bits (below the cut, below theta; then below / equal to ``v``); ``out``
+    what the members' loop leaves to do after it (pool entries to drop, groups to file); the rest scratch
+    (``allg`` the groups taken from the wheel, ``sel`` the candidates' keys, then the tie ranks at ``v``,
+    ``sk`` / ``st`` / ``si`` the full ranking's heap).
     """
     record = hit_flag.shape[0] > 0
     traced = trace.shape[0] > 0
     n_events = offsets.shape[0] - 1
-    nb = freq.shape[0]
+    nb = tie.shape[0]
     n_pool = 0
     size = 0                           # |C| between units
     theta = 0.0                        # nothing in the pool until the first overflow ranks every resident
@@ -332,61 +498,65 @@ def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, 
         for u in range(n_units):
             a_lo = lo if atomic else lo + u
             a_hi = hi if atomic else lo + u + 1
-            if t & 255 == 0:           # a new run of 256 units: its groups to the one-unit slots
-                if t & 65535 == 0:
-                    g = wheel[_U(_FAR)]
-                    wheel[_U(_FAR)] = -1
-                    while g >= 0:
-                        ng = glink[_U(g)]
-                        if traced:
-                            trace[5] += 1
-                        _file(g, gdue[_U(g)], t, wheel, glink, gdue)
-                        g = ng
-                s = 256 + ((t >> 8) & 255)
-                g = wheel[_U(s)]
-                wheel[_U(s)] = -1
-                while g >= 0:
-                    ng = glink[_U(g)]
-                    _file(g, gdue[_U(g)], t, wheel, glink, gdue)
-                    g = ng
-            g = wheel[_U(t & 255)]     # groups due now: their fronts below thu join the pool
-            wheel[_U(t & 255)] = -1
-            while g >= 0:
-                ng = glink[_U(g)]
-                sn = nb + g
-                n_pool = _consume(g, sn, t, thu, nxt, prv, last, pf, pl, pb, n_pool)
-                _refile(g, sn, t, inv, nxt, last, gfiled, wheel, glink, gdue)
-                g = ng
+            if t & (_FAR // 2 - 1) == 0:   # the far list swept: its groups due within _FAR units to slots
+                x = wheel[_U(_FAR)]
+                wheel[_U(_FAR)] = -1
+                while x >= 0:
+                    nx = nd[_U(4 * x + 3)]
+                    if traced:
+                        trace[5] += 1
+                    _file(x, nd[_U(4 * x + 2)], t, wheel, nd)
+                    x = nx
+            x = wheel[_U(t & (_FAR - 1))]  # groups due now: their fronts below thu join the pool
+            wheel[_U(t & (_FAR - 1))] = -1
+            while x >= 0:
+                nx = nd[_U(4 * x + 3)]
+                n_pool = _visit(x, x - nb, t, inv, horizon, nd, wheel, pf, pl, pb, n_pool)
+                x = nx
+            if record:
+                for a in range(a_lo, a_hi):
+                    hit_flag[_U(a)] |= np.uint8(nd[_U(4 * (base + expert[_U(a)]) + 2)] >= 0)
             n_hit = 0
+            n_old = n_pool             # the pool before the unit's members (they only append to it)
+            n_out = 0
             for a in range(a_lo, a_hi):
                 b = base + expert[_U(a)]
-                r = last[_U(b)] >= 0
-                n_hit += r
-                if record:
-                    hit_flag[_U(a)] |= np.uint8(r)
-                p = prv[_U(b)]         # out of its list (a no-op for a block linked to itself)
-                n = nxt[_U(b)]
-                if r and n == b:       # a resident linked to itself is in the pool
-                    n_pool = _pool_remove(_pool_slot(b, pb, n_pool), pf, pl, pb, n_pool)
-                nxt[_U(p)] = n
-                prv[_U(n)] = p
-                f = freq[_U(b)] + 1
-                freq[_U(b)] = f
-                last[_U(b)] = t
+                n_hit += nd[_U(4 * b + 2)] >= 0
+                p = nd[_U(4 * b + 1)]  # out of its list (a no-op for a block linked to the spare node)
+                n = nd[_U(4 * b)]
+                if n == b:             # linked to itself: in the pool, its entry leaves below
+                    out[_U(n_out)] = b
+                    n_out += 1
+                nd[_U(4 * p)] = n
+                nd[_U(4 * n + 1)] = p
+                f = nd[_U(4 * b + 3)] + 1
+                nd[_U(4 * b + 3)] = f
+                nd[_U(4 * b + 2)] = t
                 if f < f_pool:         # key f / 1 below thu
-                    nxt[_U(b)] = b
-                    prv[_U(b)] = b
+                    nd[_U(4 * b)] = b
+                    nd[_U(4 * b + 1)] = b
                     n_pool = _pool_add(b, f, t, pf, pl, pb, n_pool)
                     continue
                 sn = nb + f            # to the tail of its new group
-                q = prv[_U(sn)]
-                nxt[_U(q)] = b
-                prv[_U(b)] = q
-                nxt[_U(b)] = sn
-                prv[_U(sn)] = b
-                if not gfiled[_U(f)]:
-                    gfiled[_U(f)] = True
-                    _file(f, max(_due(f, t, inv), t + 1), t, wheel, glink, gdue)
+                q = nd[_U(4 * sn + 1)]
+                nd[_U(4 * q)] = b
+                nd[_U(4 * b + 1)] = q
+                nd[_U(4 * b)] = sn
+                nd[_U(4 * sn + 1)] = b
+                if nd[_U(4 * sn + 2)] < 0:     # the group not in the wheel (its list was empty): filed below
+                    nd[_U(4 * sn + 2)] = t
+                    out[_U(n_out)] = -1 - sn
+                    n_out += 1
+            for j in range(n_out):     # the members' old pool entries (found among the first n_old; removed
+                b = out[_U(j)]         # last first, so that none moves before it leaves), the groups to file
+                if b >= 0:
+                    out[_U(j)] = _pool_slot(b, pb, n_old)
+                else:
+                    sn = -1 - b
+                    _file(sn, t + max(_span(sn - nb, inv, horizon), 1), t, wheel, nd)
+                    out[_U(j)] = -1
+            if n_out:
+                n_pool = _pool_drop(out, n_out, pf, pl, pb, n_pool)
             n_new = (a_hi - a_lo) - n_hit
             if counted:
                 hits[_U(layer)] += n_hit
@@ -401,18 +571,27 @@ def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, 
                 trace[0] += 1
             tf = float(t + 1)
             if m == 1:                 # one to leave (sequential units): the lowest key of the pool
-                bk = np.inf
-                for q in range(n_pool):
-                    x = pf[_U(q)] / (tf - pl[_U(q)])
-                    px[_U(q)] = x
-                    bk = min(bk, x)
+                for w in range((n_pool + 63) >> 6):
+                    _pool_keys_any(pf, pl, px, w << 6, n_pool - (w << 6), tf, theta, theta, kb)
+                b0 = b1 = b2 = b3 = np.inf     # four chains of minima
+                q = 0
+                while q + 4 <= n_pool:
+                    b0 = min(b0, px[_U(q)])
+                    b1 = min(b1, px[_U(q + 1)])
+                    b2 = min(b2, px[_U(q + 2)])
+                    b3 = min(b3, px[_U(q + 3)])
+                    q += 4
+                while q < n_pool:
+                    b0 = min(b0, px[_U(q)])
+                    q += 1
+                bk = min(min(b0, b1), min(b2, b3))
                 fits = bk < theta
             else:
                 n_w = (n_pool + 63) >> 6
                 n_below = 0
                 n_cut = 0
                 for w in range(n_w):       # exact keys (float(t + 1) - float(last) is float(t - last + 1))
-                    _pool_keys(pf, pl, px, w << 6, tf, cut, theta, kb)
+                    _pool_keys_any(pf, pl, px, w << 6, n_pool - (w << 6), tf, cut, theta, kb)
                     lim = _lanes_below(n_pool - (w << 6))
                     cbits[_U(w)] = kb[0] & lim
                     tbits[_U(w)] = kb[1] & lim
@@ -424,7 +603,7 @@ def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, 
                 for q in range(n_pool):
                     if px[_U(q)] == bk and (best < 0 or tie[_U(pb[_U(q)])] < tie[_U(pb[_U(best)])]):
                         best = q
-                last[_U(pb[_U(best)])] = -1
+                _evict(pb[_U(best)], nb, nd)
                 n_pool = _pool_remove(best, pf, pl, pb, n_pool)
                 v = bk
             elif fits:
@@ -439,21 +618,7 @@ def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, 
                         x &= x - np.uint64(1)
                         sel[_U(k)] = px[_U(q)]
                         k += 1
-                if k <= 64:            # sorted by the smallest bitonic network that holds them
-                    nn = 8 if k <= 8 else (16 if k <= 16 else (32 if k <= 32 else 64))
-                    for q in range(k, nn):
-                        sel[_U(q)] = np.inf
-                    if nn == 8:
-                        sort8(sel)
-                    elif nn == 16:
-                        sort16(sel)
-                    elif nn == 32:
-                        sort32(sel)
-                    else:
-                        sort64(sel)
-                    v = sel[_U(m - 1)]
-                else:
-                    v = _kth_lowest(sel, sel2, k, m)
+                v = _mth(sel, sel2, k, m)
                 n_less = 0
                 n_eq = 0
                 for w in range(n_w):
@@ -466,34 +631,33 @@ def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, 
                 if n_less + n_eq > m:  # equal keys at the m-th: the lowest tie ranks leave
                     if traced:
                         trace[4] += 1
-                    for _ in range(m - n_less):
-                        best = -1
-                        for w in range(n_w):
-                            x = tbits[_U(w)]
-                            while x:
-                                q = (w << 6) + np.int64(_cttz(x))
-                                x &= x - np.uint64(1)
-                                if best < 0 or tie[_U(pb[_U(q)])] < tie[_U(pb[_U(best)])]:
-                                    best = q
-                        cbits[_U(best >> 6)] |= np.uint64(1) << np.uint64(best & 63)
-                        tbits[_U(best >> 6)] &= ~(np.uint64(1) << np.uint64(best & 63))
+                    n_e = 0            # the (m - n_less)-th lowest of their tie ranks (distinct; as floats,
+                    for w in range(n_w):   # exact below 2**53), then those at or below it
+                        x = tbits[_U(w)]
+                        while x:
+                            q = (w << 6) + np.int64(_cttz(x))
+                            x &= x - np.uint64(1)
+                            sel[_U(n_e)] = float(tie[_U(pb[_U(q)])])
+                            n_e += 1
+                    tr = _mth(sel, sel2, n_e, m - n_less)
+                    for w in range(n_w):
+                        x = tbits[_U(w)]
+                        while x:
+                            j = np.int64(_cttz(x))
+                            x &= x - np.uint64(1)
+                            if float(tie[_U(pb[_U((w << 6) + j)])]) <= tr:
+                                cbits[_U(w)] |= np.uint64(1) << np.uint64(j)
                 else:
                     for w in range(n_w):
                         cbits[_U(w)] |= tbits[_U(w)]
-                dst = 0
-                for w in range(n_w):   # the leaving entries out, the pool packed
-                    x = cbits[_U(w)]
-                    y = x
-                    while y:
-                        last[_U(pb[_U((w << 6) + np.int64(_cttz(y)))])] = -1
-                        y &= y - np.uint64(1)
-                    for j in range(min(64, n_pool - (w << 6))):
-                        q = (w << 6) + j
-                        pf[_U(dst)] = pf[_U(q)]
-                        pl[_U(dst)] = pl[_U(q)]
-                        pb[_U(dst)] = pb[_U(q)]
-                        dst += 1 - np.int64((x >> np.uint64(j)) & np.uint64(1))
-                n_pool = dst
+                for w in range(n_w - 1, -1, -1):   # the leaving entries out, from the last: the last entry
+                    x = cbits[_U(w)]                # is then never one still to leave
+                    while x:
+                        j = np.uint64(63) - _ctlz(x)
+                        x ^= np.uint64(1) << j
+                        q = (w << 6) + np.int64(j)
+                        _evict(pb[_U(q)], nb, nd)
+                        n_pool = _pool_remove(q, pf, pl, pb, n_pool)
             if fits:
                 cut = cut_f * v
                 if n_pool > low_a * m + low_b and low_f * v < theta:   # a large pool: a lower theta
@@ -506,50 +670,7 @@ def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, 
             else:                      # too few below theta: every resident ranked, then theta rises
                 if traced:
                     trace[1] += 1
-                n_all = _wheel_take(wheel, glink, allg)
-                n_sel = 0
-                for q in range(n_pool):
-                    x = px[_U(q)]
-                    b = pb[_U(q)]
-                    tb = tie[_U(b)]
-                    if n_sel < m:
-                        _sel_rise(sk, st, si, n_sel, x, tb, b)
-                        n_sel += 1
-                    elif _below(x, tb, sk[0], st[0]):
-                        _sel_sink(sk, st, si, 0, n_sel, x, tb, b)
-                for q in range(n_all):
-                    g = allg[_U(q)]
-                    sn = nb + g
-                    e = nxt[_U(sn)]
-                    while e != sn:
-                        x = g / float(t - last[_U(e)] + 1)
-                        tb = tie[_U(e)]
-                        if n_sel < m:
-                            _sel_rise(sk, st, si, n_sel, x, tb, e)
-                            n_sel += 1
-                        elif _below(x, tb, sk[0], st[0]):
-                            _sel_sink(sk, st, si, 0, n_sel, x, tb, e)
-                        elif x > sk[0]:        # later members of the list rank no lower
-                            break
-                        e = nxt[_U(e)]
-                for q in range(n_sel):
-                    b = si[_U(q)]
-                    last[_U(b)] = -1
-                    if nxt[_U(b)] != b:    # waiting in a list (pool entries are dropped below)
-                        p = prv[_U(b)]
-                        n = nxt[_U(b)]
-                        nxt[_U(p)] = n
-                        prv[_U(n)] = p
-                        nxt[_U(b)] = b
-                        prv[_U(b)] = b
-                dst = 0
-                for q in range(n_pool):
-                    b = pb[_U(q)]
-                    pf[_U(dst)] = pf[_U(q)]
-                    pl[_U(dst)] = pl[_U(q)]
-                    pb[_U(dst)] = b
-                    dst += last[_U(b)] >= 0
-                n_pool = dst
+                n_pool, n_all = _rank_all(m, t, nb, n_pool, tie, nd, wheel, allg, pf, pl, pb, px, sk, st, si)
                 v = sk[0]
                 theta = up_f * v
                 thu = theta * _UP
@@ -557,8 +678,6 @@ def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, 
                 f_pool = np.int64(np.ceil(min(thu, 1e18)))
                 cut = cut_f * v
                 for q in range(n_all):   # every list's fronts below the new theta to the pool
-                    g = allg[_U(q)]
-                    sn = nb + g
-                    n_pool = _consume(g, sn, t, thu, nxt, prv, last, pf, pl, pb, n_pool)
-                    _refile(g, sn, t, inv, nxt, last, gfiled, wheel, glink, gdue)
+                    sn = allg[_U(q)]
+                    n_pool = _visit(sn, sn - nb, t, inv, horizon, nd, wheel, pf, pl, pb, n_pool)
             t += 1
