@@ -537,15 +537,15 @@ def one_pass_supported(config: ReplayConfig) -> bool:
 #: geometric mean over a drifting and a working-set stream of ~1 M and ~0.5 M accesses, printed by
 #: ``python benchmarks/curves_and_sweeps.py --quick --cost-table``; re-measure when a kernel changes.
 #: One entry is set between measurements instead: event-atomic ``lfu``, whose rank pass moves a block past
-#: every block sharing its count, measured 3.5-5.6 replays on those streams and 1.8 on the 11 M-access
+#: every block sharing its count, measured 3.5-5.6 replays on those streams (5.3 on 2026-12-02) and 1.8 on the 11 M-access
 #: stream of ``benchmarks/bench_commands.py`` (where the time is); 3.2 takes separate replays up to 3 points
 #: (the small streams' choice) and the pass from 4 (the large stream's, 2.2x faster than 4 replays there).
 CURVE_COST: dict[tuple[str, bool], tuple[float, float, float]] = {
-    ("lru", True): (2.4, 3.0, 3.8), ("lru", False): (1.3, 4.2, 5.8),
+    ("lru", True): (2.3, 3.2, 4.1), ("lru", False): (1.2, 4.8, 7.2),
     ("lfu", True): (3.2, 3.2, 3.0), ("lfu", False): (0.8, 0.7, 0.7),
-    ("lfru", True): (3.7, 7.8, 11.8), ("lfru", False): (5.5, 14.2, 20.8),
-    ("lrfu", True): (2.4, 4.0, 6.6), ("lrfu", False): (4.3, 14.3, 18.3),
-    ("belady", True): (9.7, 17.9, 27.5), ("belady", False): (12.4, 24.5, 34.1),
+    ("lfru", True): (9.3, 18.2, 32.7), ("lfru", False): (4.3, 12.4, 14.8),
+    ("lrfu", True): (6.3, 11.3, 16.7), ("lrfu", False): (3.7, 10.5, 13.6),
+    ("belady", True): (11.7, 20.4, 27.3), ("belady", False): (12.1, 27.6, 31.6),
 }
 _COST_RHO = (0.1, 0.4, 0.95)
 
