@@ -37,9 +37,7 @@ from ._simd import (
     mask_eq,
     mask_lt,
     pdep,
-    sort8,
-    sort16,
-    sort32,
+    sort_small,
 )
 
 #: An unsigned index: numba then skips its negative-index wraparound (a shift, a mask and an add per access).
@@ -79,6 +77,15 @@ def _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, h
     n_hit = 0
     for w in range(n_words):
         n_hit += np.int64(_popc(ev[w] & mem[_U(layer), w]))
+    _record_hits(expert, lo, hi, base, tie_pos, mem, layer, n_hit, record, hit_flag, counted, hits, misses)
+    return n_hit
+
+
+@jit_helper
+def _record_hits(expert, lo, hi, base, tie_pos, mem, layer, n_hit, record, hit_flag, counted, hits, misses):
+    """The end of a unit's hit count (``n_hit`` hits on ``mem[layer]``, not yet changed by the unit): its hit
+    flags when ``record``, and its hits and misses added to ``hits[layer]`` / ``misses[layer]`` when ``counted``."""
+    one = np.uint64(1)
     if record and n_hit:
         for a in range(lo, hi):
             tp = tie_pos[_U(base + expert[_U(a)])]
@@ -87,7 +94,6 @@ def _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, h
     if counted:
         hits[_U(layer)] += n_hit
         misses[_U(layer)] += (hi - lo) - n_hit
-    return n_hit
 
 
 @jit_helper
@@ -770,12 +776,7 @@ def _band_sort(fb, ab, ckey, sel, nb):
     for q in range(nb, n):
         ckey[q] = np.inf
         sel[q] = np.inf
-    if n == 8:
-        sort8(sel)
-    elif n == 16:
-        sort16(sel)
-    else:
-        sort32(sel)
+    sort_small(sel, nb)
 
 
 @jit
@@ -810,14 +811,8 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         n_hit = 0
         for w in range(n_words):
             n_hit += np.int64(_popc(ev[w] & mem[ul, w]))
-        if record and n_hit:
-            for a in range(lo, hi):
-                tp = tie_pos[_U(base + expert[_U(a)])]
-                if (mem[ul, _U(tp >> 6)] >> np.uint64(tp & 63)) & one:
-                    hit_flag[_U(a)] = 1
-        if i >= count_from:
-            hits[ul] += n_hit
-            misses[ul] += n_mem - n_hit
+        _record_hits(expert, lo, hi, base, tie_pos, mem, layer, n_hit, record, hit_flag, i >= count_from, hits,
+                     misses)
         if cap == 0 or n_mem == 0:
             continue
         m = _admit(mem, ev, size, layer, n_words, n_mem - n_hit, cap)
@@ -958,12 +953,7 @@ def _sort_padded(ckey, sel, nb):
         c = ckey[r] if r < nb else np.inf
         ckey[r] = c
         sel[r] = c
-    if n == 8:
-        sort8(sel)
-    elif n == 16:
-        sort16(sel)
-    else:
-        sort32(sel)
+    sort_small(sel, nb)
 
 
 @jit
@@ -1019,14 +1009,8 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
             if seen:                   # approximate keys for the members seen before
                 approx_keys(S, KX, pbase + (w << 6), seen, now)
             EX[ul, w] = (EX[ul, w] & ~ev[w]) | cu[w]
-        if record and n_hit:
-            for a in range(lo, hi):
-                tp = tie_pos[_U(base + expert[_U(a)])]
-                if (mem[ul, _U(tp >> 6)] >> np.uint64(tp & 63)) & one:
-                    hit_flag[_U(a)] = 1
-        if i >= count_from:
-            hits[ul] += n_hit
-            misses[ul] += n_mem - n_hit
+        _record_hits(expert, lo, hi, base, tie_pos, mem, layer, n_hit, record, hit_flag, i >= count_from, hits,
+                     misses)
         if cap == 0 or n_mem == 0:
             continue
         m = _admit(mem, ev, size, layer, n_words, n_mem - n_hit, cap)

@@ -74,6 +74,7 @@ from .._jit import jit, jit_helper
 from ._kernels import _cttz, _max_unit
 from ._kernels_bits import _kth_lowest, _popc
 from ._kernels_lfru import _sel_rise, _sel_sink
+from ._kernels_order import _ctlz
 from ._kernels_ranked import _below
 from ._simd import _F64, _I64, _lanes, _splat, sort8, sort16, sort32, sort64
 
@@ -160,17 +161,6 @@ def _find(typingctx, PB, off, b):
         c = builder.icmp_signed("==", x, _splat(builder, builder.trunc(args[2], elt) if elt.width < 64 else args[2],
                                                 ir.VectorType(elt, 64), 64))
         return builder.bitcast(c, _I64)
-
-    return sig, codegen
-
-
-@intrinsic
-def _ctlz(typingctx, x):
-    """Count leading zeros of a non-zero uint64 (LLVM ``ctlz``)."""
-    sig = types.uint64(types.uint64)
-
-    def codegen(context, builder, signature, args):
-        return builder.ctlz(args[0], ir.Constant(ir.IntType(1), 1))
 
     return sig, codegen
 

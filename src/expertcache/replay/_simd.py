@@ -13,7 +13,8 @@ Every intrinsic reads or writes whole lane groups: a buffer passed to them
 must hold ``off + 64`` (or ``n``) elements.
 
 * :data:`sort8`, :data:`sort16`, :data:`sort32`, :data:`sort64` — sort a float64
-  buffer's first ``n`` values ascending in place (bitonic network; no NaN).
+  buffer's first ``n`` values ascending in place (bitonic network; no NaN); :func:`sort_small` the smallest
+  that holds a count.
 * :func:`mask_lt`, :func:`mask_eq` — bit ``q`` set where ``buf[q] < v`` (``== v``),
   ``q < 64``.
 * :func:`cut_masks` — bits of 64 lanes where ``F <= theta * (t1 - L)`` for two
@@ -105,6 +106,20 @@ sort8 = _make_sort(8)
 sort16 = _make_sort(16)
 sort32 = _make_sort(32)
 sort64 = _make_sort(64)
+
+
+@jit_helper
+def sort_small(buf, n):
+    """Sort ``buf`` by the smallest network (8, 16 or 32 lanes) that holds ``n <= 32`` values; the lanes from
+    ``n`` to that network's width must hold ``inf``. Returns the width."""
+    if n <= 8:
+        sort8(buf)
+        return 8
+    if n <= 16:
+        sort16(buf)
+        return 16
+    sort32(buf)
+    return 32
 
 
 def _make_mask(op: str):
