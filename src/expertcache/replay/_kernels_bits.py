@@ -29,7 +29,7 @@ from ._kernels import _cttz, _max_unit, crf_decay, crf_decays, crf_key
 from ._kernels_lfru import _lfru_due
 from ._simd import (
     LOG2_APPROX_ERROR,
-    approx_keys,
+    approx_log2,
     cut_masks,
     dyadic_down,
     dyadic_up,
@@ -893,11 +893,10 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     and its key is ``log2(S) + lam * u`` (``u`` the layer unit of that access): the float expressions of
     :func:`expertcache.replay._kernels.crf_update` and ``crf_key``; keys change only on access, ties leave by
     lower tie rank. A layer's residents are a bitset over tie positions; ``S``, ``u`` and the key are dense
-    arrays in tie-position order: the member loop updates ``S`` and ``u`` (the decay from a table of
-    :func:`expertcache.replay._kernels.crf_decays`), and one vector pass per word gives the members' approximate
-    keys (:func:`._simd.approx_keys`). A key is computed exactly only when a decision needs it:
-    an access leaves an *approximate* key, within ``margin`` of the exact one (:func:`._simd.approx_log2`), and
-    a bitset per layer says which keys are exact. When ``C ∪ U`` overflows the quota, one vector pass
+    arrays in tie-position order, updated by the member loop (the decay from a table of
+    :func:`expertcache.replay._kernels.crf_decays`). A key is computed exactly only when a decision needs it: an
+    access leaves an *approximate* key, within ``margin`` of the exact one (:func:`._simd.approx_log2`; a first
+    access's key ``lam * u`` is exact), and a bitset per layer says which keys are exact. When ``C ∪ U`` overflows the quota, one vector pass
     (:func:`._simd.lrfu_cuts`) ranks every block of the layer against four cuts around the layer's last leaving
     key (relative to its clock): the blocks surely and maybe below each. A block whose side of a cut is unsure
     gets its exact key and the pass repeats; cuts holding too many or too few move out. The blocks below the
@@ -996,6 +995,7 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
             if s > 0.0:
                 g = u - np.int64(PL[j])
                 s = 1.0 + s * (P[_U(g)] if g < n_pow else crf_decay(lam, g))
+                KX[j] = approx_log2(s) + now
             else:
                 s = 1.0
                 cu[_U(tp >> 6)] |= bit
@@ -1005,9 +1005,6 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         n_hit = 0
         for w in range(n_words):
             n_hit += np.int64(_popc(ev[w] & mem[ul, w]))
-            seen = ev[w] & ~cu[w]
-            if seen:                   # approximate keys for the members seen before
-                approx_keys(S, KX, pbase + (w << 6), seen, now)
             EX[ul, w] = (EX[ul, w] & ~ev[w]) | cu[w]
         _record_hits(expert, lo, hi, base, tie_pos, mem, layer, n_hit, record, hit_flag, i >= count_from, hits,
                      misses)

@@ -19,9 +19,9 @@ must hold ``off + 64`` (or ``n``) elements.
   ``q < 64``.
 * :func:`cut_masks` — bits of 64 lanes where ``F <= theta * (t1 - L)`` for two
   thresholds (the per-layer lfru cut, ``F`` counts, ``L`` last units).
-* :func:`approx_log2` (scalar) and :func:`approx_keys` — ``log2`` within :data:`LOG2_APPROX_ERROR`, exact at
-  powers of two (lrfu's approximate keys); :func:`lrfu_cuts` — 64 keys, exact or approximate, against four
-  thresholds (surely and maybe below each).
+* :func:`approx_log2` — ``log2`` within :data:`LOG2_APPROX_ERROR`, exact at powers of two (lrfu's approximate
+  keys; plain numba); :func:`lrfu_cuts` — 64 keys, exact or approximate, against four thresholds (surely and
+  maybe below each).
 * :func:`pdep` — parallel bit deposit (BMI2 where the machine has it, a loop otherwise).
 * :func:`f2u`, :func:`u2f` — the bits of a float64 and back; :func:`dyadic_down`, :func:`dyadic_up` — a
   float rounded to 21 significant bits.
@@ -249,33 +249,15 @@ LOG2_POLY = (0.4371056891171536, -0.2331162510615416, 0.07768987511350305)
 LOG2_APPROX_ERROR = 2.5e-4
 
 
-def _approx_log2(builder, s, n):
-    """IR: ``log2(s)`` for ``s >= 1`` (finite) within :data:`LOG2_APPROX_ERROR`, exact at powers of two."""
-    vt = ir.VectorType(_F64, n)
-    it = ir.VectorType(_I64, n)
-    bits = builder.bitcast(s, it)
-    e = builder.sub(builder.lshr(bits, ir.Constant(it, [52] * n)), ir.Constant(it, [1023] * n))
-    m = builder.bitcast(builder.or_(builder.and_(bits, ir.Constant(it, [(1 << 52) - 1] * n)),
-                                    ir.Constant(it, [1023 << 52] * n)), vt)
-    one = ir.Constant(vt, [1.0] * n)
-    x = builder.fsub(m, one)
-    q = ir.Constant(vt, [LOG2_POLY[2]] * n)
-    for c in LOG2_POLY[1::-1]:
-        q = builder.fadd(builder.fmul(q, x), ir.Constant(vt, [c] * n))
-    t = builder.fmul(x, builder.fsub(one, x))
-    return builder.fadd(builder.sitofp(e, vt), builder.fadd(x, builder.fmul(t, q)))
-
-
-@intrinsic
-def approx_log2(typingctx, s):
-    """``log2(s)`` for a finite ``s >= 1`` within :data:`LOG2_APPROX_ERROR` (exact at powers of two); scalar."""
-    sig = types.float64(types.float64)
-
-    def codegen(context, builder, signature, args):
-        v = builder.insert_element(ir.Constant(ir.VectorType(_F64, 1), ir.Undefined), args[0], ir.Constant(_I32, 0))
-        return builder.extract_element(_approx_log2(builder, v, 1), ir.Constant(_I32, 0))
-
-    return sig, codegen
+@jit_helper
+def approx_log2(x):
+    """``log2(x)`` for a finite ``x >= 1`` within :data:`LOG2_APPROX_ERROR`, exact at powers of two: the exponent
+    of ``x`` plus :data:`LOG2_POLY` of its mantissa (a few multiplications, no library call)."""
+    bits = f2u(x)
+    e = np.int64(bits >> np.uint64(52)) - 1023
+    y = u2f((bits & np.uint64((1 << 52) - 1)) | np.uint64(1023 << 52)) - 1.0
+    q = (LOG2_POLY[2] * y + LOG2_POLY[1]) * y + LOG2_POLY[0]
+    return float(e) + (y + (y * (1.0 - y)) * q)
 
 
 @intrinsic
@@ -300,27 +282,6 @@ def lrfu_cuts(typingctx, KX, off, exact, margin, th, out):
             for r, v in enumerate((hi, lo)):
                 c = builder.fcmp_ordered("<=", v, t)
                 builder.store(builder.bitcast(c, _I64), builder.gep(data, [ir.Constant(_I64, 2 * q + r)]))
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-
-@intrinsic
-def approx_keys(typingctx, S, KX, off, bits, now):
-    """The lanes ``off .. off+63`` selected by ``bits`` get the approximate key ``approx_log2(S) + now``
-    (:func:`approx_log2`; ``now = lam * u``, the layer unit of their access)."""
-    sig = types.void(S, KX, types.int64, types.uint64, types.float64)
-
-    def codegen(context, builder, signature, args):
-        n = 64
-        vt = ir.VectorType(_F64, n)
-        sel = builder.bitcast(args[3], ir.VectorType(ir.IntType(1), n))
-        s = builder.load(_lanes(context, builder, signature.args[0], args[0], args[2], n), align=8)
-        kp = _lanes(context, builder, signature.args[1], args[1], args[2], n)
-        s = builder.select(sel, s, ir.Constant(vt, [1.0] * n))          # unselected lanes: any finite value
-        key = builder.fadd(_approx_log2(builder, s, n), _splat(builder, args[4], vt, n))
-        builder.store(builder.select(sel, key, builder.load(kp, align=8)), kp, align=8)
         return context.get_dummy_value()
 
     return sig, codegen

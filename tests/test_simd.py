@@ -1,0 +1,109 @@
+"""The vector building blocks of the bitset loops (``replay/_simd.py``) against plain numpy.
+
+The loops that use them are compared with the generic kernels in tests/test_fast_policies.py; here each
+block is checked on its own: the sorting networks, the lane masks, the bit deposit, the dyadic rounding
+the lfru cuts rely on, and the bound of lrfu's approximate ``log2``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import njit
+
+from expertcache.replay import _simd as S
+
+
+@njit(cache=False)
+def _sort(buf, n):
+    if n == 8:
+        S.sort8(buf)
+    elif n == 16:
+        S.sort16(buf)
+    elif n == 32:
+        S.sort32(buf)
+    else:
+        S.sort64(buf)
+
+
+@pytest.mark.parametrize("n", (8, 16, 32, 64))
+def test_networks_sort_like_numpy(n):
+    rng = np.random.default_rng(n)
+    for trial in range(300):
+        k = int(rng.integers(1, n + 1))
+        vals = rng.integers(0, 6, k) / rng.integers(1, 4, k) if trial % 2 else rng.random(k)   # many repeats
+        buf = np.full(n + 8, np.inf)
+        buf[:k] = vals
+        buf[n:] = -1.0                         # past the network: untouched
+        _sort(buf, n)
+        assert (buf[:k] == np.sort(vals)).all() and np.isinf(buf[k:n]).all() and (buf[n:] == -1.0).all()
+
+
+@njit(cache=False)
+def _masks(buf, v):
+    return S.mask_lt(buf, v), S.mask_eq(buf, v)
+
+
+def test_lane_masks():
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        buf = rng.integers(0, 5, 64).astype(np.float64)
+        v = float(rng.integers(0, 5))
+        lt, eq = _masks(buf, v)
+        assert int(lt) == sum(1 << q for q in range(64) if buf[q] < v)
+        assert int(eq) == sum(1 << q for q in range(64) if buf[q] == v)
+
+
+@njit(cache=False)
+def _pdeps(src, mask):
+    return S.pdep(src, mask), S._pdep_loop(src, mask)
+
+
+def test_bit_deposit_with_and_without_bmi2():
+    rng = np.random.default_rng(2)
+    for _ in range(500):
+        src = np.uint64(int(rng.integers(0, 2**63)) * 2 + int(rng.integers(0, 2)))
+        mask = np.uint64(int(rng.integers(0, 2**63)) * 2 + int(rng.integers(0, 2)))
+        want, bit = 0, 0
+        for q in range(64):
+            if (int(mask) >> q) & 1:
+                want |= ((int(src) >> bit) & 1) << q
+                bit += 1
+        a, b = _pdeps(src, mask)
+        assert int(a) == want and int(b) == want
+
+
+@njit(cache=False)
+def _dyadic(x):
+    return S.dyadic_down(x), S.dyadic_up(x)
+
+
+def test_dyadic_cuts_are_exact_in_products_and_never_hit_by_other_keys():
+    """``f <= theta * age`` is exact for a 21-bit ``theta`` and ``age < 2**32``, and a key ``f / a`` (``a`` below
+    ``2**26``) that differs from ``theta`` does not round onto it: the test equals ``fl(f / a) <= theta``."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(3)
+    for _ in range(3000):
+        x = float(rng.random() * 10 ** rng.uniform(-6, 3))
+        lo, hi = _dyadic(x)
+        assert lo <= x <= hi and lo > 0
+        for theta in (lo, hi):
+            m, e = np.frexp(theta)
+            assert float(m * 2**21).is_integer()                 # at most 21 significant bits
+            a = int(rng.integers(1, 2**26))
+            f = int(rng.integers(1, 2**26))
+            assert Fraction(theta) * a == Fraction(theta * a)     # the product is exact
+            assert (f <= theta * a) == (f / a <= theta)          # the float key is on the same side
+    assert _dyadic(np.inf)[1] == np.inf
+
+
+def test_approximate_log2_bound():
+    rng = np.random.default_rng(4)
+    xs = np.concatenate([1.0 + rng.random(200_000), np.exp2(rng.random(200_000) * 60.0),
+                         np.exp2(np.arange(0, 60)), np.nextafter(np.exp2(np.arange(1, 60)), 0.0)])
+    f = njit(cache=False)(lambda v: np.array([S.approx_log2(x) for x in v]))
+    got = f(xs)
+    err = np.abs(got - np.log2(xs))
+    assert err.max() < S.LOG2_APPROX_ERROR * 0.9
+    assert (got[400_000:400_060] == np.arange(0, 60)).all()     # exact at powers of two
