@@ -107,7 +107,7 @@ def _generic(stream, cfg, atomic, global_scope, caps, tie, code, lam, in_cache):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_every_fast_kernel_equals_the_generic_kernels(seed):
-    """replay_sorted, replay_ranked, replay_select and replay_lfru_pool called directly, whatever the engine picks."""
+    """replay_sorted, replay_ranked and replay_select called directly, whatever the engine picks."""
     for s in range(8):
         stream = random_stream(100 * seed + s, L=2, N=int(10 + 7 * s), k=4, steps=12)
         L, N = stream.n_layers, stream.n_experts
@@ -151,12 +151,6 @@ def test_every_fast_kernel_equals_the_generic_kernels(seed):
                 KL.replay_select(stream.offsets, stream.expert, stream.layer, N, L, global_scope, atomic, caps, tie, 1,
                                  hits, misses, flags)
                 assert all((a == b).all() for a, b in zip((hits, misses, flags), want, strict=True))
-                hits = np.zeros(L, dtype=np.int64)
-                misses = np.zeros(L, dtype=np.int64)
-                flags = np.zeros(stream.union, dtype=np.uint8)
-                KL.replay_lfru_pool(stream.offsets, stream.expert, stream.layer, N, L, global_scope, atomic, caps, tie,
-                                    1, hits, misses, flags)
-                assert all((a == b).all() for a, b in zip((hits, misses, flags), want, strict=True))
 
 
 @pytest.mark.parametrize("N", (1, 7, 64, 65, 130, 1024))
@@ -178,32 +172,6 @@ def test_lfu_frequency_buckets_equal_the_generic_kernel(N, in_cache):
             KB.replay_lfu_bits(stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos, in_cache, warm, hits,
                                misses, flags)
             assert all((a == b).all() for a, b in zip((hits, misses, flags), want, strict=True)), (caps, warm)
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_lfru_global_bitset_loop_equals_replay_select(seed):
-    """replay_lfru_global_bits called directly against replay_select (event-atomic, global): global capacities
-    from 0 past L*N, universes not a whole number of words, warm-up, hit flags, and the threshold's every move
-    (long streams with a cache a few times the unit: pools that grow, fallbacks, far residents re-sorted)."""
-    rng = np.random.default_rng([seed, 19])
-    for L, N, steps in ((1, 1, 30), (3, 7, 60), (2, 64, 200), (4, 33, 400), (2, 130, 150)):
-        stream = random_stream(seed * 100 + L * N, L=L, N=N, k=min(N, 5), steps=steps)
-        tie = engine._tie_ranks("random" if rng.random() < 0.7 else "id", seed, L * N)
-        _, tie_pos = engine._tie_order(tie, 1, L * N)
-        for cap in sorted({0, 1, 3, (L * N) // 4, (L * N) // 2, L * N - 1, L * N, 3 * L * N} - {-1}):
-            for warm in (0, 7):
-                caps = np.array([cap], dtype=np.int64)
-                want_h, want_m = np.zeros(L, np.int64), np.zeros(L, np.int64)
-                want_f = np.zeros(stream.union, np.uint8)
-                KL.replay_select(stream.offsets, stream.expert, stream.layer, N, L, True, True, caps, tie, warm,
-                                 want_h, want_m, want_f)
-                for lower in ((4, 32, 1.1), (0, 0, 1.0001)):   # the default, and a threshold lowered at every unit
-                    h, m = np.zeros(L, np.int64), np.zeros(L, np.int64)
-                    f = np.zeros(stream.union, np.uint8)
-                    KB.replay_lfru_global_bits(stream.offsets, stream.expert, stream.layer, N, caps, tie_pos, warm,
-                                               h, m, f, lower)
-                    assert (h == want_h).all() and (m == want_m).all() and (f == want_f).all(), (L, N, cap, warm,
-                                                                                                   lower)
 
 
 @pytest.mark.parametrize("N", (1, 7, 64, 65, 130, 1024))
@@ -329,24 +297,6 @@ def test_the_curve_choice_follows_the_measured_costs():
     assert not curve_pays(ReplayConfig("belady-forced"), [0.1, 0.2, 0.3])
     for key, cost in engine.CURVE_COST.items():
         assert len(cost) == 3 and all(c > 0 for c in cost), key
-
-
-@pytest.mark.parametrize("seed", range(3))
-def test_lfru_pool_on_a_larger_global_cache(seed):
-    """Enough residents for the pool's threshold to move both ways (pools above 64, dumps)."""
-    stream = random_stream(seed, L=4, N=128, k=8, steps=40)
-    L, N = stream.n_layers, stream.n_experts
-    tie = engine._tie_ranks("random", seed, L * N)
-    for atomic in (True, False):
-        for cap in (5, 150, 300):
-            caps = np.array([cap], dtype=np.int64)
-            want = _generic(stream, ReplayConfig("lfru"), atomic, True, caps, tie, KEY_LFRU, -1.0, False)
-            hits = np.zeros(L, dtype=np.int64)
-            misses = np.zeros(L, dtype=np.int64)
-            flags = np.zeros(stream.union, dtype=np.uint8)
-            KL.replay_lfru_pool(stream.offsets, stream.expert, stream.layer, N, L, True, atomic, caps, tie, 0, hits,
-                                misses, flags)
-            assert all((a == b).all() for a, b in zip((hits, misses, flags), want, strict=True)), (atomic, cap)
 
 
 def _skewed_stream(L: int, N: int, steps: int, B: int, seed: int) -> EventStream:

@@ -12,10 +12,7 @@ the ``j``-th lowest tie rank in that layer (``tie_pos`` of
 They make exactly the decision of their list/heap counterparts in
 :mod:`expertcache.replay._kernels` (the engine dispatches here only where they
 apply; tests/test_fast_lru_belady.py compares them on random streams).
-:func:`replay_lfru_global_bits` is the one loop for global scope: one bitset over
-the tie positions of all ``L * N`` blocks (tests/test_fast_policies.py compares
-it with ``_kernels_lfru.replay_select``). The engine no longer dispatches it:
-global ``lfru`` replays in :mod:`._kernels_lfru_groups` (about 7x faster there).
+Global ``lfru`` replays in :mod:`._kernels_lfru_groups`.
 """
 
 from __future__ import annotations
@@ -26,7 +23,6 @@ from numba.extending import intrinsic
 
 from .._jit import jit, jit_helper
 from ._kernels import _cttz, _max_unit, crf_decay, crf_decays, crf_key
-from ._kernels_lfru import _lfru_due
 from ._simd import (
     LOG2_APPROX_ERROR,
     approx_log2,
@@ -586,25 +582,6 @@ def _positions(mem, layer, n_words, cpos):
 
 
 @jit_helper
-def _cut_gather(mem, ev, layer, n_words, src, base, th, cpos, ckey):
-    """Admit the unit ``ev`` into ``mem[layer]`` (``C ∪ U``) and write, without a branch, the tie positions of its
-    blocks whose key ``src[base + j]`` is at most ``th`` (ascending) and their keys; return how many."""
-    one = np.uint64(1)
-    k = 0
-    for w in range(n_words):
-        x = mem[layer, w] | ev[w]
-        mem[layer, w] = x
-        while x:
-            j = (w << 6) + np.int64(_cttz(x))
-            x &= x - one
-            c = src[base + j]
-            cpos[k] = j                    # written always, kept when under the cut
-            ckey[k] = c
-            k += c <= th
-    return k
-
-
-@jit_helper
 def _evict_ranked(mem, layer, ckey, cpos, k, m, v):
     """Clear from ``mem[layer]`` the candidates ``cpos[:k]`` (ascending tie positions) whose key ``ckey`` is below
     ``v``, the ``m``-th lowest, and of those equal to it the lowest tie positions: ``m`` in all."""
@@ -1109,182 +1086,3 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         cuts[layer, 1] = v - _LRFU_CUT_INNER
         cuts[layer, 2] = v + _LRFU_CUT_INNER
         cuts[layer, 3] = v + _LRFU_CUT_OUTER
-
-
-#: Residents wait in one bitset bucket per due unit, ``_DUE_SLOTS`` units ahead (a circular window).
-_DUE_SLOTS = 128
-
-
-def replay_lfru_global_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses,
-                            hit_flag, lower=(4, 32, 1.1)):
-    """Event-atomic ``lfru`` under global scope on bitsets over *global* tie positions (the decision of
-    ``replay_select``).
-
-    Bit ``j`` of the cache bitset stands for the block with the ``j``-th lowest tie rank of all ``L * N``;
-    counts and last units are kept in that order. A resident's key ``freq / (t - last + 1)`` only falls until
-    its block is accessed, so under a threshold ``theta`` the unit from which it may lie below ``theta``
-    (``_kernels_lfru._lfru_due``, rounded early) is known when it is last touched. Residents wait in bitset
-    *buckets* by that unit (a window of ``_DUE_SLOTS`` units, later ones in one far bitset re-sorted once per
-    window) and join a *pool* bitset when their unit comes, so a unit costs its members' updates and, when it
-    overflows, the exact keys (the float expression of ``replay_scan``) of the pool and its members only: a
-    branch-free quickselect (:func:`_kth_lowest`) of the ``m = |C ∪ U| - c``-th lowest, and the keys below it
-    leave, and of those equal to it the lowest tie positions. That is exact when at least ``m`` candidates rank
-    below ``theta`` (every resident left out ranks at or above it); otherwise every block of ``C ∪ U`` is a
-    candidate and ``theta`` doubles. More than ``a m + b`` candidates (``lower = (a, b, f)``) lower ``theta`` to
-    ``f`` times the ``m``-th lowest key. A new ``theta`` sorts every resident again. Parameters are those of
-    :func:`replay_lru_bits`, with ``capacity`` one entry and ``tie_pos`` each block's position in the ascending
-    tie order of all ``L * N`` blocks (``engine._tie_order(tie, 1, L * N)``).
-    """
-    n_blocks = tie_pos.shape[0]
-    n_words = (n_blocks + 63) // 64
-    cap = int(capacity[0])
-    width = min(cap + int(_max_unit(offsets, True)), n_blocks) + 1     # |C ∪ U| at most
-    _replay_lfru_global_bits(offsets, expert, ev_layer, n_experts, cap, tie_pos, count_from, hits, misses, hit_flag,
-                             int(lower[0]), int(lower[1]), float(lower[2]),
-                             np.zeros((1, n_words), dtype=np.uint64), np.zeros(n_words, dtype=np.uint64),
-                             np.zeros(n_words, dtype=np.uint64), np.zeros(n_words, dtype=np.uint64),
-                             np.zeros((_DUE_SLOTS, n_words), dtype=np.uint64), np.zeros(n_blocks, dtype=np.int64),
-                             np.zeros(n_blocks, dtype=np.int64), np.zeros(n_blocks, dtype=np.int64),
-                             np.empty(width, dtype=np.int64), np.empty(width, dtype=np.float64),
-                             np.empty(width, dtype=np.float64), np.empty(width, dtype=np.float64))
-
-
-@jit_helper
-def _due_put(j, d, t, pool, far, buckets):
-    """File resident ``j`` with due unit ``d`` at unit ``t`` (the window's first unit)."""
-    bit = np.uint64(1) << np.uint64(j & 63)
-    if d <= t:
-        pool[j >> 6] |= bit
-    elif d < t + _DUE_SLOTS:
-        buckets[d % _DUE_SLOTS, j >> 6] |= bit
-    else:
-        far[j >> 6] |= bit
-
-
-@jit_helper
-def _due_drop(j, d, pool, far, buckets):
-    """Take resident ``j`` (due unit ``d``) out of the pool, its bucket or the far set (it is in exactly one)."""
-    keep = ~(np.uint64(1) << np.uint64(j & 63))
-    w = j >> 6
-    pool[w] &= keep
-    far[w] &= keep
-    buckets[d % _DUE_SLOTS, w] &= keep
-
-
-@jit
-def _replay_lfru_global_bits(offsets, expert, ev_layer, n_experts, cap, tie_pos, count_from, hits, misses, hit_flag,
-                             low_a, low_b, low_f, mem, ev, pool, far, buckets, fpos, lpos, due, cpos, ckey, sel, sel2):
-    """The loop of :func:`replay_lfru_global_bits`; ``fpos`` / ``lpos`` / ``due`` ``[j]``: count / last unit /
-    due unit of global tie position ``j``."""
-    record = hit_flag.shape[0] > 0
-    n_events = offsets.shape[0] - 1
-    n_words = mem.shape[1]
-    one = np.uint64(1)
-    zero = np.uint64(0)
-    theta = 1.0
-    size = 0
-    for i in range(n_events):          # one unit per event: the unit clock is the event index
-        if i > 0:                      # this unit's bucket joins the pool; a new window: the far set re-sorted
-            if i % _DUE_SLOTS == 0:
-                for w in range(n_words):
-                    x = far[w]
-                    far[w] = zero
-                    while x:
-                        j = (w << 6) + np.int64(_cttz(x))
-                        x &= x - one
-                        _due_put(j, due[j], i, pool, far, buckets)
-            b = i % _DUE_SLOTS
-            for w in range(n_words):
-                pool[w] |= buckets[b, w]
-                buckets[b, w] = zero
-        layer = ev_layer[i]
-        base = layer * n_experts
-        lo = offsets[i]
-        hi = offsets[i + 1]
-        n_hit = 0
-        for a in range(lo, hi):
-            j = tie_pos[base + expert[a]]
-            bit = one << np.uint64(j & 63)
-            if mem[0, j >> 6] & bit:
-                n_hit += 1
-                if record:
-                    hit_flag[a] = 1
-                _due_drop(j, due[j], pool, far, buckets)     # refiled after the decision
-            ev[j >> 6] |= bit
-            fpos[j] += 1
-            lpos[j] = i
-        if i >= count_from:
-            hits[layer] += n_hit
-            misses[layer] += (hi - lo) - n_hit
-        n_new = (hi - lo) - n_hit
-        changed = False
-        for w in range(n_words):
-            mem[0, w] |= ev[w]
-        if size + n_new <= cap:
-            size += n_new
-        else:
-            m = size + n_new - cap
-            k = 0
-            below = 0
-            for w in range(n_words):       # the pool and the unit's members
-                x = pool[w] | ev[w]
-                while x:
-                    j = (w << 6) + np.int64(_cttz(x))
-                    x &= x - one
-                    c = fpos[j] / float(i - lpos[j] + 1)
-                    cpos[k] = j
-                    ckey[k] = c
-                    sel[k] = c
-                    below += c < theta
-                    k += 1
-            if below < m and k < size + n_new:     # the lowest may wait outside: every block of C ∪ U
-                theta *= 2.0
-                changed = True
-                k = _positions(mem, 0, n_words, cpos)
-                for q in range(k):
-                    j = cpos[q]
-                    c = fpos[j] / float(i - lpos[j] + 1)
-                    ckey[q] = c
-                    sel[q] = c
-            v = _kth_lowest(sel, sel2, k, m)
-            _evict_ranked(mem, 0, ckey, cpos, k, m, v)
-            size = cap
-            for w in range(n_words):
-                pool[w] &= mem[0, w]
-            if not changed:
-                # a pool grown large: a lower theta (dues only get later: no resident needs filing again), and
-                # the pool's residents not due under it go back to wait
-                if k > low_a * m + low_b and low_f * v < theta:
-                    theta = low_f * v
-                for q in range(k):
-                    j = cpos[q]
-                    bit = one << np.uint64(j & 63)
-                    if pool[j >> 6] & bit:
-                        d = _lfru_due(fpos[j], lpos[j], theta)
-                        if d > i:
-                            pool[j >> 6] ^= bit
-                            due[j] = d
-                            _due_put(j, d, i, pool, far, buckets)
-        if changed:                        # a new theta: every resident filed again
-            for w in range(n_words):
-                pool[w] = zero
-                far[w] = zero
-                for b in range(_DUE_SLOTS):
-                    buckets[b, w] = zero
-            for w in range(n_words):
-                x = mem[0, w]
-                while x:
-                    j = (w << 6) + np.int64(_cttz(x))
-                    x &= x - one
-                    due[j] = _lfru_due(fpos[j], lpos[j], theta)
-                    _due_put(j, due[j], i, pool, far, buckets)
-        else:
-            for w in range(n_words):
-                x = ev[w] & mem[0, w]      # the members that stay
-                while x:
-                    j = (w << 6) + np.int64(_cttz(x))
-                    x &= x - one
-                    due[j] = _lfru_due(fpos[j], i, theta)
-                    _due_put(j, due[j], i, pool, far, buckets)
-        for a in range(lo, hi):
-            ev[tie_pos[base + expert[a]] >> 6] = zero

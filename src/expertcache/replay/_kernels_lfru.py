@@ -3,14 +3,10 @@
 They make the decision of :func:`._kernels.replay_scan` with the lfru key (computed
 by the same float expression) and trust their inputs.
 
-* :func:`replay_select` — residents in per-partition slots with their counts and
-  clocks; every candidate is re-ranked at each overflowing unit and the leaving
-  ``n_go`` are selected in a small max-heap of contiguous keys (the non-negative
-  float key's bits order like the float).
-* :func:`replay_lfru_pool` — for one large partition with one access per unit
-  (sequential units, global scope): only a pool of residents whose key may lie
-  below a threshold is re-ranked. The engine no longer dispatches it: global
-  ``lfru`` replays in :mod:`._kernels_lfru_groups` (about 25x faster there).
+:func:`replay_select` keeps residents in per-partition slots with their counts
+and clocks; every candidate is re-ranked at each overflowing unit and the leaving
+``n_go`` are selected in a small max-heap of contiguous keys (the non-negative
+float key's bits order like the float).
 
 The engine runs :func:`replay_select` for ``lfru`` per layer where the bitset
 loop of ``_kernels_bits`` does not apply (sequential units, more than 1,024
@@ -23,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import jit, jit_helper
-from ._kernels_ranked import _below, _max_unit, _rise, _sink, _slots
+from ._kernels_ranked import _below, _max_unit, _slots
 
 
 @jit_helper
@@ -63,6 +59,18 @@ def _sel_rise(sk, st, si, i, k, tb, j):
     si[i] = j
 
 
+@jit_helper
+def _sel_offer(sk, st, si, n_sel, m, k, tb, j):
+    """Offer candidate ``j`` (key ``k``, tie rank ``tb``) to the max-heap of the ``m`` lowest so far (``n_sel``
+    of them); return the heap's new size."""
+    if n_sel < m:
+        _sel_rise(sk, st, si, n_sel, k, tb, j)
+        return n_sel + 1
+    if _below(k, tb, sk[0], st[0]):
+        _sel_sink(sk, st, si, 0, n_sel, k, tb, j)
+    return n_sel
+
+
 @jit
 def replay_select(offsets, expert, ev_layer, n_experts, n_layers, global_scope, atomic, capacity, tie, count_from,
                   hits, misses, hit_flag):
@@ -75,7 +83,7 @@ def replay_select(offsets, expert, ev_layer, n_experts, n_layers, global_scope, 
     of the slots and the unit's misses are selected in a small max-heap of
     contiguous keys and leave. Cheap where units are large against the capacity
     (event-atomic, per layer): ``O(c + |U| log n_go)`` per unit. Parameters are
-    those of :func:`replay_lfru_pool`.
+    those of :func:`._kernels.replay_heap` less the ones ``lfru`` does not read.
     """
     n_blocks = n_layers * n_experts
     record = hit_flag.shape[0] > 0
@@ -159,12 +167,7 @@ def replay_select(offsets, expert, ev_layer, n_experts, n_layers, global_scope, 
                 else:
                     fkey[0] = miss_key[j - r] / 1.0
                     tb = miss_tie[j - r]
-                k = fkey_bits[0]
-                if n_sel < n_go:
-                    _sel_rise(sk, st, si, n_sel, k, tb, j)
-                    n_sel += 1
-                elif _below(k, tb, sk[0], st[0]):
-                    _sel_sink(sk, st, si, 0, n_sel, k, tb, j)
+                n_sel = _sel_offer(sk, st, si, n_sel, n_go, fkey_bits[0], tb, j)
             n_free = 0
             for j in range(n_sel):
                 c = si[j]
@@ -193,221 +196,3 @@ def replay_select(offsets, expert, ev_layer, n_experts, n_layers, global_scope, 
             for j in range(n_sel):
                 go[si[j]] = False
             n_res[p] = cap
-
-
-@jit_helper
-def _lfru_due(f, last, theta):
-    """A unit from which ``f / (t - last + 1)`` may be below ``theta`` (never later than the first such unit)."""
-    x = f / theta
-    if x > 1e15:
-        x = 1e15
-    return last + np.int64(x) - 3
-
-
-@jit
-def replay_lfru_pool(offsets, expert, ev_layer, n_experts, n_layers, global_scope, atomic, capacity, tie, count_from,
-                     hits, misses, hit_flag):
-    """``lfru`` for large partitions (global scope, one access per unit): only residents whose key may be low.
-
-    A resident's key ``freq / (t - last + 1)`` only falls until its block is
-    accessed, so under a threshold ``theta`` per partition the unit from which
-    it may lie below ``theta`` is known when it is last touched
-    (:func:`_lfru_due`, rounded early). Residents wait in a min-heap by that
-    unit and join a *pool* when it comes; residents still waiting rank at or
-    above ``theta``. At an overflowing unit the candidates are the pool and the
-    unit's members, re-ranked by the float expression of ``replay_scan``; if
-    fewer than ``n_go`` of them rank below ``theta`` the lowest may wait
-    outside, so every resident joins the pool and ``theta`` doubles. A pool
-    grown large lowers ``theta`` to twice the highest key that left (waiting
-    residents' units stay early, hence valid). The decision is that of ``replay_scan``; other parameters are those
-    of :func:`replay_select`.
-    """
-    n_blocks = n_layers * n_experts
-    record = hit_flag.shape[0] > 0
-    n_events = offsets.shape[0] - 1
-    n_parts = capacity.shape[0]
-    max_unit = _max_unit(offsets, atomic)
-    slots = max(_slots(capacity, n_blocks), 1)
-    heap = np.empty((n_parts, slots + max_unit), dtype=np.int64)   # waiting residents, by due unit
-    hk = np.empty((n_parts, slots + max_unit), dtype=np.int64)
-    ht = np.zeros((n_parts, slots + max_unit), dtype=np.int64)
-    n_heap = np.zeros(n_parts, dtype=np.int64)
-    hpos = np.full(n_blocks, -1, dtype=np.int64)
-    pool = np.empty((n_parts, slots + max_unit), dtype=np.int64)   # residents whose key may be below theta
-    n_pool = np.zeros(n_parts, dtype=np.int64)
-    ppos = np.full(n_blocks, -1, dtype=np.int64)
-    n_res = np.zeros(n_parts, dtype=np.int64)
-    resident = np.zeros(n_blocks, dtype=np.bool_)
-    theta = np.ones(n_parts, dtype=np.float64)
-    freq = np.zeros(n_blocks, dtype=np.int64)
-    last = np.zeros(n_blocks, dtype=np.int64)
-    mem = np.empty(max_unit, dtype=np.int64)
-    width = slots + max_unit
-    cand = np.empty(width, dtype=np.int64)
-    sk = np.empty(width, dtype=np.int64)
-    st = np.empty(width, dtype=np.int64)
-    si = np.empty(width, dtype=np.int64)
-    go = np.zeros(n_blocks, dtype=np.bool_)
-    fkey = np.empty(1, dtype=np.float64)
-    fkey_bits = fkey.view(np.int64)
-    tau_bits = np.int64(0)
-    t = 0
-    for i in range(n_events):
-        layer = ev_layer[i]
-        p = 0 if global_scope else layer
-        cap = capacity[p]
-        base = layer * n_experts
-        counted = i >= count_from
-        lo = offsets[i]
-        hi = offsets[i + 1]
-        n_units = 1 if atomic else hi - lo
-        for u in range(n_units):
-            a_lo = lo if atomic else lo + u
-            a_hi = hi if atomic else lo + u + 1
-            n_mem = 0
-            n_hit = 0
-            for a in range(a_lo, a_hi):
-                b = base + expert[a]
-                freq[b] += 1
-                last[b] = t
-                mem[n_mem] = b
-                n_mem += 1
-                if resident[b]:
-                    n_hit += 1
-                    if record:
-                        hit_flag[a] = 1
-                    # a member leaves the waiting heap or the pool; it rejoins after the decision
-                    if hpos[b] >= 0:
-                        j = hpos[b]
-                        hpos[b] = -1
-                        n = n_heap[p] - 1
-                        n_heap[p] = n
-                        if j < n:
-                            q = heap[p, n]
-                            _sink(heap, hk, ht, p, j, n, q, hk[p, n], 0, hpos)
-                            _rise(heap, hk, ht, p, hpos[q], q, hk[p, hpos[q]], 0, hpos)
-                    else:
-                        j = ppos[b]
-                        ppos[b] = -1
-                        n = n_pool[p] - 1
-                        n_pool[p] = n
-                        if j < n:
-                            q = pool[p, n]
-                            pool[p, j] = q
-                            ppos[q] = j
-                    n_res[p] -= 1
-                    resident[b] = False
-            if counted:
-                hits[layer] += n_hit
-                misses[layer] += n_mem - n_hit
-            # residents whose key may now be below theta join the pool
-            while n_heap[p] > 0 and hk[p, 0] <= t:
-                q = heap[p, 0]
-                hpos[q] = -1
-                n = n_heap[p] - 1
-                n_heap[p] = n
-                if n > 0:
-                    _sink(heap, hk, ht, p, 0, n, heap[p, n], hk[p, n], 0, hpos)
-                ppos[q] = n_pool[p]
-                pool[p, n_pool[p]] = q
-                n_pool[p] += 1
-            n_go = n_res[p] + n_mem - cap
-            if n_go > 0:
-                th = theta[p]
-                while True:
-                    # candidates: the pool, then the members; count those ranking below theta
-                    n_c = 0
-                    below = 0
-                    for j in range(n_pool[p]):
-                        cand[n_c] = pool[p, j]
-                        n_c += 1
-                    for j in range(n_mem):
-                        cand[n_c] = mem[j]
-                        n_c += 1
-                    n_sel = 0
-                    for j in range(n_c):
-                        b = cand[j]
-                        kf = freq[b] / float(t - last[b] + 1)
-                        if kf < th:
-                            below += 1
-                        fkey[0] = kf
-                        k = fkey_bits[0]
-                        tb = tie[b]
-                        if n_sel < n_go:
-                            _sel_rise(sk, st, si, n_sel, k, tb, b)
-                            n_sel += 1
-                        elif _below(k, tb, sk[0], st[0]):
-                            _sel_sink(sk, st, si, 0, n_sel, k, tb, b)
-                    if below >= n_go or n_heap[p] == 0:
-                        break
-                    # the lowest may still wait: every resident joins the pool, theta doubles
-                    for j in range(n_heap[p]):
-                        q = heap[p, j]
-                        hpos[q] = -1
-                        ppos[q] = n_pool[p]
-                        pool[p, n_pool[p]] = q
-                        n_pool[p] += 1
-                    n_heap[p] = 0
-                    th *= 2.0
-                    theta[p] = th
-                tau_bits = sk[0]
-                for j in range(n_sel):
-                    go[si[j]] = True
-                # pool residents selected leave
-                j = 0
-                while j < n_pool[p]:
-                    q = pool[p, j]
-                    if go[q]:
-                        go[q] = False
-                        ppos[q] = -1
-                        resident[q] = False
-                        n_res[p] -= 1
-                        n = n_pool[p] - 1
-                        n_pool[p] = n
-                        if j < n:
-                            r = pool[p, n]
-                            pool[p, j] = r
-                            ppos[r] = j
-                        continue
-                    j += 1
-            # members that stay rejoin: in the pool if their key may be low, else waiting
-            th = theta[p]
-            for j in range(n_mem):
-                b = mem[j]
-                if go[b]:
-                    go[b] = False
-                    continue
-                resident[b] = True
-                n_res[p] += 1
-                due = _lfru_due(freq[b], t, th)
-                if due <= t:
-                    ppos[b] = n_pool[p]
-                    pool[p, n_pool[p]] = b
-                    n_pool[p] += 1
-                else:
-                    n = n_heap[p]
-                    n_heap[p] = n + 1
-                    _rise(heap, hk, ht, p, n, b, due, 0, hpos)
-            # a large pool: halve theta; pool residents not yet due go back to wait
-            if n_go > 0 and n_pool[p] > 8 * n_go + 64:
-                fkey_bits[0] = tau_bits            # the n_go-th lowest key of this unit
-                th = min(theta[p], 2.0 * fkey[0])
-                theta[p] = th
-                j = 0
-                while j < n_pool[p]:
-                    q = pool[p, j]
-                    due = _lfru_due(freq[q], last[q], th)
-                    if due > t:
-                        ppos[q] = -1
-                        n = n_pool[p] - 1
-                        n_pool[p] = n
-                        if j < n:
-                            r = pool[p, n]
-                            pool[p, j] = r
-                            ppos[r] = j
-                        m = n_heap[p]
-                        n_heap[p] = m + 1
-                        _rise(heap, hk, ht, p, m, q, due, 0, hpos)
-                        continue
-                    j += 1
-            t += 1

@@ -73,10 +73,9 @@ from numba.extending import intrinsic
 from .._jit import jit, jit_helper
 from ._kernels import _cttz, _max_unit
 from ._kernels_bits import _kth_lowest, _popc
-from ._kernels_lfru import _sel_rise, _sel_sink
+from ._kernels_lfru import _sel_offer
 from ._kernels_order import _ctlz
-from ._kernels_ranked import _below
-from ._simd import _F64, _I64, _lanes, _splat, sort8, sort16, sort32, sort64
+from ._simd import _F64, _I64, _lanes, _splat, sort64, sort_small
 
 #: An unsigned index: numba skips the negative-index wraparound (no index here is negative).
 _U = np.uint64
@@ -268,25 +267,15 @@ def _rank_all(m, t, nb, n_pool, tie, nd, wheel, allg, pf, pl, pb, px, sk, st, si
     for q in range(n_pool):
         x = px[_U(q)]
         b = pb[_U(q)]
-        tb = tie[_U(b)]
-        if n_sel < m:
-            _sel_rise(sk, st, si, n_sel, x, tb, b)
-            n_sel += 1
-        elif _below(x, tb, sk[0], st[0]):
-            _sel_sink(sk, st, si, 0, n_sel, x, tb, b)
+        n_sel = _sel_offer(sk, st, si, n_sel, m, x, tie[_U(b)], b)
     for q in range(n_all):
         sn = allg[_U(q)]
         gf = float(sn - nb)
         e = nd[_U(4 * sn)]
         while e != sn:
             x = gf / float(t - nd[_U(4 * e + 2)] + 1)
-            tb = tie[_U(e)]
-            if n_sel < m:
-                _sel_rise(sk, st, si, n_sel, x, tb, e)
-                n_sel += 1
-            elif _below(x, tb, sk[0], st[0]):
-                _sel_sink(sk, st, si, 0, n_sel, x, tb, e)
-            elif x > sk[0]:        # later members of the list rank no lower
+            n_sel = _sel_offer(sk, st, si, n_sel, m, x, tie[_U(e)], e)
+            if x > sk[0]:          # not taken, and later members of the list rank no lower
                 break
             e = nd[_U(4 * e)]
     for q in range(n_sel):
@@ -314,17 +303,13 @@ def _mth(sel, sel2, k, m):
     them (``sel`` readable 64 lanes), ``_kernels_bits._kth_lowest`` past 64 (``sel2`` its scratch)."""
     if k > 64:
         return _kth_lowest(sel, sel2, k, m)
-    nn = 8 if k <= 8 else (16 if k <= 16 else (32 if k <= 32 else 64))
+    nn = 64 if k > 32 else (8 if k <= 8 else (16 if k <= 16 else 32))
     for q in range(k, nn):
         sel[_U(q)] = np.inf
-    if nn == 8:
-        sort8(sel)
-    elif nn == 16:
-        sort16(sel)
-    elif nn == 32:
-        sort32(sel)
-    else:
+    if k > 32:
         sort64(sel)
+    else:
+        sort_small(sel, k)
     return sel[_U(m - 1)]
 
 
