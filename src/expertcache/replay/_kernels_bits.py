@@ -33,6 +33,7 @@ from ._simd import (
     mask_eq,
     mask_lt,
     pdep,
+    sort64,
     sort_small,
 )
 
@@ -896,7 +897,7 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                       hit_flag, np.zeros(n_layers, dtype=np.int64), np.zeros((n_layers, n_words), dtype=np.uint64),
                       np.zeros(n_words, dtype=np.uint64), np.zeros(n_words, dtype=np.uint64),
                       np.zeros((8, n_words), dtype=np.uint64), np.zeros(8, dtype=np.uint64),
-                      np.zeros(n_layers * npad, dtype=np.float64), np.zeros(n_layers * npad, dtype=np.float64),
+                      np.zeros(n_layers * npad, dtype=np.float64), np.zeros(n_layers * npad, dtype=np.int64),
                       np.zeros(n_layers * npad, dtype=np.float64), np.zeros((n_layers, n_words), dtype=np.uint64),
                       np.zeros(n_layers, dtype=np.int64), crf_decays(float(lam), min(n_units + 1, 1 << 16)), cuts,
                       np.empty(4, dtype=np.float64), np.empty(width, dtype=np.int64), np.full(width, np.inf),
@@ -915,7 +916,7 @@ def _lrfu_exact(KX, EX, S, PL, pbase, layer, j, lam):
     bit = np.uint64(1) << np.uint64(j & 63)
     if EX[layer, j >> 6] & bit:
         return KX[pbase + j]
-    c = crf_key(S[pbase + j], PL[pbase + j], lam)
+    c = crf_key(S[pbase + j], float(PL[pbase + j]), lam)
     KX[pbase + j] = c
     EX[layer, j >> 6] |= bit
     return c
@@ -923,13 +924,17 @@ def _lrfu_exact(KX, EX, S, PL, pbase, layer, j, lam):
 
 @jit_helper
 def _sort_padded(ckey, sel, nb):
-    """``sel[:nb]`` = ``ckey[:nb]`` sorted, by the smallest network that holds them (lanes past ``nb`` ``inf``)."""
-    n = 8 if nb <= 8 else (16 if nb <= 16 else 32)
+    """``sel[:nb]`` = ``ckey[:nb]`` sorted, by the smallest network that holds ``nb <= 64`` (lanes past ``nb``
+    ``inf``)."""
+    n = 8 if nb <= 8 else (16 if nb <= 16 else (32 if nb <= 32 else 64))
     for r in range(n):
         c = ckey[r] if r < nb else np.inf
         ckey[r] = c
         sel[r] = c
-    sort_small(sel, nb)
+    if nb > 32:
+        sort64(sel)
+    else:
+        sort_small(sel, nb)
 
 
 @jit
@@ -970,15 +975,19 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
             j = _U(pbase + tp)
             s = S[j]
             if s > 0.0:
-                g = u - np.int64(PL[j])
+                g = u - PL[j]
                 s = 1.0 + s * (P[_U(g)] if g < n_pow else crf_decay(lam, g))
-                KX[j] = approx_log2(s) + now
             else:
-                s = 1.0
+                s = 1.0                # its key lam * u is exact: approx_log2(1) is 0
                 cu[_U(tp >> 6)] |= bit
-                KX[j] = now            # crf_key(1, u): lam * u exactly
             S[j] = s
-            PL[j] = fu
+            PL[j] = u
+            fb[_U(a - lo)] = s
+            bpos[_U(a - lo)] = pbase + tp
+        for r in range(n_mem):         # the members' approximate keys: one pass the compiler vectorizes
+            fb[r] = approx_log2(fb[r]) + now
+        for r in range(n_mem):
+            KX[_U(bpos[r])] = fb[r]
         n_hit = 0
         for w in range(n_words):
             n_hit += np.int64(_popc(ev[w] & mem[ul, w]))
@@ -1040,7 +1049,7 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         if need == 0:
             for w in range(n_words):
                 mem[layer, w] = cu[w] & ~msk[a, w]
-        elif nb <= 32:
+        elif nb <= 64:
             q = 0
             stale = False
             for w in range(n_words):
@@ -1062,13 +1071,14 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
                 v = sel[need - 1]
             below = mask_lt(ckey, v)
             eq = need - np.int64(_popc(below))
-            leave = below | pdep((one << np.uint64(eq)) - one, mask_eq(ckey, v))   # band indices that leave
+            first = (one << np.uint64(eq)) - one if eq < 64 else ~zero
+            leave = below | pdep(first, mask_eq(ckey, v))   # band indices that leave
             for w in range(n_words):
                 x = msk[b, w] & ~msk[a, w]
                 mem[layer, w] = cu[w] & ~(msk[a, w] | pdep(leave, x))
                 c = _popc(x)
                 leave = (leave >> c) if c < 64 else zero
-            for r in range(32):
+            for r in range(nb):
                 ckey[r] = np.inf
         else:                          # a wide band: every block of C ∪ U, exact keys
             for w in range(n_words):
