@@ -873,8 +873,10 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     lower tie rank. A layer's residents are a bitset over tie positions; ``S``, ``u`` and the key are dense
     arrays in tie-position order, updated by the member loop (the decay from a table of
     :func:`expertcache.replay._kernels.crf_decays`). A key is computed exactly only when a decision needs it: an
-    access leaves an *approximate* key, within ``margin`` of the exact one (:func:`._simd.approx_log2`; a first
-    access's key ``lam * u`` is exact), and a bitset per layer says which keys are exact. When ``C ∪ U`` overflows the quota, one vector pass
+    access leaves an *approximate* key, within ``margin`` of the exact one (:func:`._simd.approx_log2`, in one
+    pass over the unit's members after the member loop, which the compiler vectorizes; a first access's key
+    ``lam * u`` is exact), and a bitset per layer says which keys are exact. When ``C ∪ U`` overflows the
+    quota, one vector pass
     (:func:`._simd.lrfu_cuts`) ranks every block of the layer against four cuts around the layer's last leaving
     key (relative to its clock): the blocks surely and maybe below each. A block whose side of a cut is unsure
     gets its exact key and the pass repeats; cuts holding too many or too few move out. The blocks below the
@@ -882,7 +884,7 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     stay, and the ``need`` lowest of the band between are found by sorting its keys with a bitonic network:
     exact unless the ``need``-th and the next lie within twice the margin and an approximate key is among the
     band, in which case the band's keys are made exact and sorted again (the keys below the ``need``-th, and of
-    those equal to it the lowest tie positions, leave). A band wider than 32 takes every block of ``C ∪ U``
+    those equal to it the lowest tie positions, leave). A band wider than 64 takes every block of ``C ∪ U``
     with exact keys. Parameters are those of :func:`replay_lru_bits`, and ``lam`` (``lrfu_lambda``). The state
     arrays are allocated here and the loop runs in :func:`_replay_lrfu_bits`.
     """
