@@ -13,7 +13,8 @@ what counts):
 
 * per policy: policy / lru, event-atomic, per-layer scope;
 * sequential-random / sequential-ascending (same policy, per-layer);
-* lfru global / lfru per-layer (event-atomic and sequential-ascending).
+* lfru global / lfru per-layer (event-atomic and sequential-ascending; at rho 0.4, or at each of
+  ``--global-rhos``).
 
 ``ns/acc`` is the median time of the first side per union access.
 
@@ -91,6 +92,8 @@ def main() -> None:
     ap.add_argument("--random-policies", default="lru,lfu",
                     help="policies timed sequential-random vs ascending ('' for none)")
     ap.add_argument("--no-global", action="store_true", help="skip the lfru global / per-layer rows")
+    ap.add_argument("--global-rhos", default="0.4",
+                    help="rho values of the lfru global / per-layer rows, comma-separated (default 0.4)")
     ap.add_argument("--kernel-choice", action="store_true", help="time sorted vs heap kernels (see above)")
     args = ap.parse_args()
     if args.kernel_choice:
@@ -114,9 +117,11 @@ def main() -> None:
         row(f"{policy}: sequential-random / sequential-ascending",
             ReplayConfig(policy, rho=0.4, semantics="sequential-random"),
             ReplayConfig(policy, rho=0.4, semantics="sequential-ascending"))
-    for sem in () if args.no_global else ("event-atomic", "sequential-ascending"):
-        row(f"lfru: global / per-layer ({sem})", ReplayConfig("lfru", rho=0.4, scope="global", semantics=sem),
-            ReplayConfig("lfru", rho=0.4, semantics=sem))
+    for rho in () if args.no_global else [float(x) for x in args.global_rhos.split(",") if x]:
+        for sem in ("event-atomic", "sequential-ascending"):
+            at = "" if rho == 0.4 else f", rho {rho:g}"
+            row(f"lfru: global / per-layer ({sem}{at})", ReplayConfig("lfru", rho=rho, scope="global", semantics=sem),
+                ReplayConfig("lfru", rho=rho, semantics=sem))
 
 
 def kernel_choice() -> None:
