@@ -67,11 +67,10 @@ def test_random_streams_every_capacity(seed):
     assert (trace[:5] > 0).all(), trace     # every path of the threshold was taken
 
 
-def test_small_random_streams_with_ties():
-    """Few blocks and short streams: many equal keys (1/2 = 2/4 ...), so tie ranks decide at the m-th key."""
-    rng = np.random.default_rng(7)
-    trace = np.zeros(6, dtype=np.int64)
-    for trial in range(60):
+def tie_heavy_streams(rng: np.random.Generator, n: int):
+    """``n`` streams of few blocks and steps, each with its tie ranks (id or random): many equal lfru keys
+    (1/2 = 2/4 ...), so tie ranks decide at the m-th key."""
+    for trial in range(n):
         L = int(rng.integers(1, 4))
         N = int(rng.integers(1, 10))
         k = int(rng.integers(1, N + 1))
@@ -79,7 +78,15 @@ def test_small_random_streams_with_ties():
         experts = [sorted(rng.choice(N, int(rng.integers(1, k + 1)), replace=False).tolist()) for _ in rows]
         stream = EventStream.from_lists(L, N, k, [r[0] for r in rows], [r[1] for r in rows], experts,
                                         [1] * len(rows))
-        tie = engine._tie_ranks(str(rng.choice(["id", "random"])), trial, L * N)
+        yield stream, engine._tie_ranks(str(rng.choice(["id", "random"])), trial, L * N)
+
+
+def test_small_random_streams_with_ties():
+    """Few blocks and short streams: many equal keys (1/2 = 2/4 ...), so tie ranks decide at the m-th key."""
+    rng = np.random.default_rng(7)
+    trace = np.zeros(6, dtype=np.int64)
+    for stream, tie in tie_heavy_streams(rng, 60):
+        L, N = stream.n_layers, stream.n_experts
         for cap in range(0, L * N + 2):
             for atomic in (True, False):
                 trace += _check(stream, atomic, cap, tie, int(rng.integers(0, 3)) % max(stream.n_events, 1))
@@ -137,7 +144,8 @@ def test_int64_node_records():
 
 @pytest.mark.parametrize("semantics", ("event-atomic", "sequential-ascending", "sequential-random"))
 def test_the_engine_dispatches_global_lfru_here(semantics):
-    """``replay`` / ``replay_hits`` under global scope give the kernel's counts and flags (any rho, warm-up)."""
+    """``replay`` / ``replay_hits`` under global scope give ``replay_select``'s counts and flags (any rho,
+    warm-up): this kernel's, or for small event-atomic caches ``_kernels_lfru_slots``'s."""
     stream = random_stream(5, L=3, N=20, k=4, steps=40)
     for rho in (0.0, 0.1, 0.4, 1.0):
         cfg = ReplayConfig("lfru", rho=rho, scope="global", semantics=semantics, seed=2, warmup_events=3)

@@ -19,6 +19,7 @@ from . import _kernels as K
 from . import _kernels_bits as KB
 from . import _kernels_lfru as KL
 from . import _kernels_lfru_groups as KG
+from . import _kernels_lfru_slots as KS
 from . import _kernels_order as KO
 from . import _kernels_ranked as KR
 from .keys import KEY_BELADY_FORCED, KEY_LEAST_STALE, KEY_LFRU, KEY_LFU, KEY_LRFU, KEY_STABLE
@@ -411,6 +412,11 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
         _, tie_pos = _tie_order(tie, n_layers, n_experts)      # counts, last units and residents over tie positions
         return KB.replay_lfru_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, config.warmup_events,
                                    hits, misses, hit_flag)
+    if (policy.key_code == KEY_LFRU and global_scope and atomic and offsets.shape[0] <= KB.MAX_LFRU_EVENTS
+            and caps[0] <= KS.SLOTS_PER_MEMBER * expert.shape[0] / max(offsets.shape[0] - 1, 1)):
+        # a small global cache, event-atomic: dense slots, two exact cuts from one vector pass
+        return KS.replay_lfru_slots(offsets, expert, layer, n_experts, n_layers, caps, tie, config.warmup_events,
+                                    hits, misses, hit_flag)
     if policy.key_code == KEY_LFRU and global_scope:
         # one global pool, either semantics: residents in frequency groups, only the pool of low keys re-ranked
         return KG.replay_lfru_groups(offsets, expert, layer, n_experts, n_layers, atomic, caps, tie,

@@ -1,0 +1,237 @@
+"""numba kernel for event-atomic ``lfru`` under global scope with a small cache: dense slots and vector cuts.
+
+``lfru`` ranks a block by ``freq / (t - last + 1)`` (``t`` the unit, here the event index; lower leaves first,
+equal keys by lower tie rank). With a small global cache nearly every member misses and as many residents
+leave per event, so the frequency groups of :mod:`._kernels_lfru_groups` move every member through their
+lists. Here the residents sit in dense *slots* (count, last unit, block, tie rank; ``C ∪ U`` contiguous from
+slot 0, the unit's misses appended), and an overflowing event is decided as the per-layer loop
+``_kernels_bits.replay_lfru_bits`` decides it, over slots instead of tie positions: one vector pass
+(:func:`._simd.cut_masks`) gives the slots whose key is at most a low and a high *dyadic* cut (exact: see that
+loop), the ``need`` lowest of the band between are found by sorting its keys with a bitonic network (at most
+64; a quickselect past it), and of the keys equal to the ``need``-th the lowest tie ranks leave (equal keys
+are common: the blocks of one event with one count). The cuts follow the band: a cut holding too many or
+too few moves out by twice their gap, and their spread around the last ``need``-th key halves after a band
+wider than 24 and doubles after a pass repeated. Leaving slots are filled from the top (swap-removal). The
+per-event cost is ``O(c / 64)`` vector compares plus the unit's members, so the engine takes this loop for
+global caches up to :data:`SLOTS_PER_MEMBER` blocks per member of a mean event. The decision, the hit counts
+and the hit flags are those of :func:`._kernels_lfru.replay_select` (``tests/test_lfru_slots.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._jit import jit, jit_helper
+from ._kernels import _cttz, _max_unit
+from ._kernels_bits import MAX_LFRU_EVENTS, _kth_lowest, _popc, _sort_padded
+from ._kernels_order import _ctlz
+from ._simd import cut_masks, dyadic_down, dyadic_up, mask_eq, mask_lt
+
+#: An unsigned index: numba skips the negative-index wraparound (no index here is negative).
+_U = np.uint64
+
+#: The engine replays here global caches of at most this many blocks per member of a mean event (beyond it
+#: the frequency groups are faster: the cuts' vector pass grows with the cache, the groups' work with the
+#: event; measured on the benchmark stream, the two meet near 26).
+SLOTS_PER_MEMBER = 20
+
+__all__ = ["MAX_LFRU_EVENTS", "SLOTS_PER_MEMBER", "replay_lfru_slots"]
+
+
+def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie, count_from, hits, misses,
+                      hit_flag):
+    """Event-atomic ``lfru`` under global scope (one pool of ``capacity[0]`` blocks) on dense slots.
+
+    Parameters are those of :func:`._kernels_lfru_groups.replay_lfru_groups` less ``atomic`` (always one unit
+    per event). The stream must have at most ``MAX_LFRU_EVENTS`` events (the dyadic cuts' exactness). The
+    state is allocated here and the loop runs in :func:`_replay_lfru_slots`.
+    """
+    n_blocks = n_layers * n_experts
+    cap = int(min(int(capacity[0]), n_blocks))
+    width = cap + int(_max_unit(offsets, True))
+    npad = max((width + 63) // 64, 1) * 64
+    _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag,
+                       np.zeros(n_blocks, dtype=np.float64), np.zeros(n_blocks, dtype=np.int64),
+                       np.full(n_blocks, -1, dtype=np.int64), np.zeros(npad, dtype=np.float64),
+                       np.zeros(npad, dtype=np.float64), np.zeros(npad, dtype=np.int64),
+                       np.zeros(npad, dtype=np.float64), np.zeros((npad // 64, 2), dtype=np.uint64),
+                       np.zeros(2, dtype=np.uint64), np.full(max(npad, 64), np.inf),
+                       np.empty(max(npad, 64), dtype=np.float64), np.empty(max(npad, 64), dtype=np.float64),
+                       np.empty(max(npad, 64), dtype=np.int64))
+
+
+@jit_helper
+def _lanes_below(r):
+    """The bits of the first ``r`` lanes of 64 (none below 1, all from 64 on)."""
+    if r <= 0:
+        return np.uint64(0)
+    return ~np.uint64(0) if r >= 64 else (np.uint64(1) << np.uint64(r)) - np.uint64(1)
+
+
+@jit
+def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag,
+                       F, LU, spos, SF, SL, SB, ST, masks, w2, ckey, sel, sel2, bpos):
+    """The loop of :func:`replay_lfru_slots`. ``F`` / ``LU`` ``[b]``: block ``b``'s count and last unit;
+    ``spos[b]`` its slot (-1: not resident); slot ``s``: count ``SF``, last unit ``SL`` (floats), block ``SB``,
+    tie rank ``ST`` (a float: exact below ``2**53``); ``masks[w]``: the slots below the low and the high cut."""
+    record = hit_flag.shape[0] > 0
+    n_events = offsets.shape[0] - 1
+    one = np.uint64(1)
+    n_res = 0
+    th0 = 0.0
+    th1 = np.inf                       # the first overflow ranks every slot
+    spread = 0.25
+    for i in range(n_events):
+        layer = ev_layer[i]
+        base = layer * n_experts
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        fi = float(i)
+        counted = i >= count_from
+        n_hit = 0
+        top = n_res                    # the unit's misses go to slots n_res, n_res + 1, ...
+        for a in range(lo, hi):
+            b = _U(base + expert[_U(a)])
+            f = F[b] + 1.0
+            F[b] = f
+            LU[b] = i
+            s = spos[b]
+            if s >= 0:
+                n_hit += 1
+                SF[_U(s)] = f
+                SL[_U(s)] = fi
+                if record:
+                    hit_flag[_U(a)] = 1
+            elif cap > 0:
+                SF[_U(top)] = f
+                SL[_U(top)] = fi
+                SB[_U(top)] = np.int64(b)
+                ST[_U(top)] = float(tie[b])
+                spos[b] = top
+                top += 1
+        if counted:
+            hits[_U(layer)] += n_hit
+            misses[_U(layer)] += (hi - lo) - n_hit
+        m = top - cap
+        if m <= 0:
+            n_res = top
+            continue
+        n_total = top
+        n_w = (n_total + 63) >> 6
+        t1 = fi + 1.0                  # age = t1 - last
+        passes = 0
+        while True:                    # the two cuts over C ∪ U
+            passes += 1
+            c0 = 0
+            c1 = 0
+            for w in range(n_w):
+                lim = _lanes_below(n_total - (w << 6))
+                cut_masks(SF, SL, w << 6, th0, th1, t1, w2)
+                lw = w2[0] & lim
+                hw = w2[1] & lim
+                masks[_U(w), 0] = lw
+                masks[_U(w), 1] = hw
+                c0 += np.int64(_popc(lw))
+                c1 += np.int64(_popc(hw))
+            gap = max(th1 - th0, th1 * 2.0 ** -10) if th1 < np.inf else np.inf
+            if c0 > m:                 # more than leave sit below the low cut: down by twice the gap
+                th0 = dyadic_down(th0 - 2.0 * gap) if th0 - 2.0 * gap > 0.0 else 0.0
+            elif c1 < m:               # fewer than leave sit below the high cut: up by twice the gap
+                th1 = dyadic_up(th1 + 2.0 * gap) if th1 > 0.0 else np.inf
+            else:
+                break
+        need = m - c0
+        nb = c1 - c0
+        v = th0
+        for w in range(n_w):           # the slots that leave, as bits: the low cut's first
+            masks[_U(w), 1] &= ~masks[_U(w), 0]        # the band
+        if need > 0:
+            q = 0
+            for w in range(n_w):
+                x = masks[_U(w), 1]
+                while x:
+                    s = (w << 6) + np.int64(_cttz(x))
+                    x &= x - one
+                    ckey[_U(q)] = SF[_U(s)] / (t1 - SL[_U(s)])
+                    bpos[_U(q)] = s
+                    q += 1
+            if nb <= 64:               # sorted by a network; the leaving lanes as a mask
+                _sort_padded(ckey, sel, nb)
+                v = sel[need - 1]
+                below = mask_lt(ckey, v)
+                eqm = mask_eq(ckey, v)
+                eq = need - np.int64(_popc(below))
+                n_eq = np.int64(_popc(eqm))
+                leave = below | eqm
+                if eq < n_eq:          # equal keys at the need-th: the eq lowest tie ranks of them leave
+                    x = eqm
+                    r2 = 0
+                    while x:
+                        r = np.int64(_cttz(x))
+                        x &= x - one
+                        sel2[_U(r2)] = ST[_U(bpos[_U(r)])]
+                        r2 += 1
+                    tr = _kth_lowest(sel2, sel, n_eq, eq)   # distinct ranks: exactly eq at or below tr
+                    x = eqm
+                    while x:
+                        r = np.int64(_cttz(x))
+                        x &= x - one
+                        if ST[_U(bpos[_U(r)])] > tr:
+                            leave &= ~(one << np.uint64(r))
+                x = leave
+                while x:
+                    r = np.int64(_cttz(x))
+                    x &= x - one
+                    s = bpos[_U(r)]
+                    masks[_U(s >> 6), 0] |= one << np.uint64(s & 63)
+                for r in range(nb):
+                    ckey[_U(r)] = np.inf
+            else:                      # a wide band: a selection
+                for r in range(nb):
+                    sel[_U(r)] = ckey[_U(r)]
+                v = _kth_lowest(sel, sel2, nb, need)
+                n_less = 0
+                n_eq = 0
+                for r in range(nb):
+                    c = ckey[_U(r)]
+                    n_less += c < v
+                    n_eq += c == v
+                eq = need - n_less
+                tr = np.inf            # equal keys at the need-th: the eq lowest tie ranks of them leave
+                if eq < n_eq:
+                    r2 = 0
+                    for r in range(nb):
+                        if ckey[_U(r)] == v:
+                            sel2[_U(r2)] = ST[_U(bpos[_U(r)])]
+                            r2 += 1
+                    tr = _kth_lowest(sel2, sel, n_eq, eq)
+                for r in range(nb):
+                    c = ckey[_U(r)]
+                    s = bpos[_U(r)]
+                    if c < v or (c == v and ST[_U(s)] <= tr):
+                        masks[_U(s >> 6), 0] |= one << np.uint64(s & 63)
+                    ckey[_U(r)] = np.inf
+        for w in range(n_w - 1, -1, -1):           # swap-remove the leaving slots, highest first
+            x = masks[_U(w), 0]
+            while x:
+                hb = 63 - np.int64(_ctlz(x))
+                x &= ~(one << np.uint64(hb))
+                s = (w << 6) + hb
+                spos[_U(SB[_U(s)])] = -1
+                last = n_total - 1
+                if s != last:
+                    b2 = SB[_U(last)]
+                    SF[_U(s)] = SF[_U(last)]
+                    SL[_U(s)] = SL[_U(last)]
+                    SB[_U(s)] = b2
+                    ST[_U(s)] = ST[_U(last)]
+                    spos[_U(b2)] = s
+                n_total -= 1
+        n_res = n_total
+        if nb > 24:                    # the cuts follow the band: narrower when it is wide, wider after a miss
+            spread = max(spread * 0.5, 2.0 ** -20)
+        elif passes > 1:
+            spread = min(spread * 2.0, 0.5)
+        th0 = dyadic_down((1.0 - spread) * v)
+        th1 = dyadic_up((1.0 + spread) * v)
+    return n_res

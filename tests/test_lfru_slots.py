@@ -1,0 +1,99 @@
+"""``_kernels_lfru_slots.replay_lfru_slots`` (event-atomic lfru, small global caches) against ``replay_select``.
+
+The kernel keeps the residents in dense slots and decides each overflowing event with two exact (dyadic) cuts
+from one vector pass, a band sorted by a network (a quickselect past 64) and tie ranks among equal keys; the
+decision, the per-layer hits and misses and the hit flags must be those of the re-ranking reference exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_fast_policies import _skewed_stream
+from test_lfru_groups import tie_heavy_streams
+from test_twin_large import random_stream
+
+from expertcache.events import EventStream
+from expertcache.replay import ReplayConfig, engine, replay, replay_hits
+from expertcache.replay import _kernels_lfru as KL
+from expertcache.replay import _kernels_lfru_slots as KS
+
+
+def _run(kernel, stream: EventStream, cap: int, tie: np.ndarray, warm: int):
+    L = stream.n_layers
+    hits = np.zeros(L, dtype=np.int64)
+    misses = np.zeros(L, dtype=np.int64)
+    flags = np.zeros(stream.union, dtype=np.uint8)
+    caps = np.array([cap], dtype=np.int64)
+    if kernel is KL.replay_select:
+        kernel(stream.offsets, stream.expert, stream.layer, stream.n_experts, L, True, True, caps, tie, warm, hits,
+               misses, flags)
+    else:
+        kernel(stream.offsets, stream.expert, stream.layer, stream.n_experts, L, caps, tie, warm, hits, misses, flags)
+    return hits, misses, flags
+
+
+def _check(stream: EventStream, cap: int, tie: np.ndarray, warm: int) -> None:
+    want = _run(KL.replay_select, stream, cap, tie, warm)
+    got = _run(KS.replay_lfru_slots, stream, cap, tie, warm)
+    assert all((a == b).all() for a, b in zip(got, want, strict=True)), (cap, warm)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_streams_every_capacity(seed):
+    """Universes of 1 to 260 blocks, capacities from 0 past the universe (first overflows wider than 64 slots:
+    the quickselect), warm-up, random and id tie ranks (equal keys f / age, tie ranks deciding)."""
+    rng = np.random.default_rng([seed, 29])
+    for L, N, steps in ((1, 1, 30), (3, 7, 60), (2, 64, 200), (4, 33, 300), (2, 130, 120), (3, 40, 300)):
+        stream = random_stream(seed * 100 + L * N, L=L, N=N, k=min(N, 5), steps=steps)
+        tie = engine._tie_ranks("random" if rng.random() < 0.6 else "id", seed, L * N)
+        n = L * N
+        for cap in sorted({0, 1, 2, 3, 5, n // 4, n // 2, n - 1, n, 3 * n}):
+            for warm in (0, 7):
+                _check(stream, cap, tie, warm)
+
+
+def test_small_streams_with_many_ties():
+    """Few blocks, short streams: keys equal across counts and ages (1/2 = 2/4 ...) at nearly every overflow."""
+    rng = np.random.default_rng(13)
+    for stream, tie in tie_heavy_streams(rng, 60):
+        for cap in range(0, stream.n_blocks + 2):
+            _check(stream, cap, tie, int(rng.integers(0, 3)) % max(stream.n_events, 1))
+
+
+@pytest.mark.parametrize("N", (16, 128, 200))
+def test_long_skewed_streams(N):
+    """Popularity that drifts over 800 steps: the cuts follow the m-th key as it moves, bands narrow and widen,
+    capacities from 2% to 60% of the universe."""
+    stream = _skewed_stream(4, N, 800, 8, N)
+    tie = engine._tie_ranks("random", 1, 4 * N)
+    for rho in (0.02, 0.1, 0.3, 0.6):
+        _check(stream, max(1, int(rho * 4 * N)), tie, 0)
+
+
+def test_the_engine_takes_slots_for_small_event_atomic_caches(monkeypatch):
+    """Global event-atomic lfru with a cache of at most ``SLOTS_PER_MEMBER`` blocks per mean event member
+    replays here (same counts and flags as ``replay_select``); larger caches and sequential units do not."""
+    calls = []
+    real = KS.replay_lfru_slots
+
+    def spy(*args):
+        calls.append(int(args[5][0]))
+        return real(*args)
+
+    monkeypatch.setattr(KS, "replay_lfru_slots", spy)
+    stream = random_stream(8, L=4, N=32, k=3, steps=60)
+    mean = stream.union / stream.n_events
+    for rho in (0.05, 0.3, 0.95):
+        cfg = ReplayConfig("lfru", rho=rho, scope="global", seed=4, warmup_events=2)
+        cap = engine.total_capacity(rho, stream.n_layers, stream.n_experts)
+        before = len(calls)
+        res = replay(stream, cfg)
+        assert (len(calls) > before) == (cap <= KS.SLOTS_PER_MEMBER * mean), (rho, cap, mean)
+        hits, misses, flags = _run(KL.replay_select, stream, cap, engine._tie_ranks("random", 4, stream.n_blocks), 2)
+        assert res.hits == hits.sum() and res.demand_misses == misses.sum()
+        _, hit = replay_hits(stream, cfg)
+        assert (hit == flags.astype(bool)).all()
+    before = len(calls)
+    replay(stream, ReplayConfig("lfru", rho=0.05, scope="global", semantics="sequential-ascending"))
+    assert len(calls) == before
