@@ -32,7 +32,7 @@ _U = np.uint64
 
 #: The engine replays here global caches of at most this many blocks per member of a mean event (beyond it
 #: the frequency groups are faster: the cuts' vector pass grows with the cache, the groups' work with the
-#: event; measured on the benchmark stream, the two meet near 26).
+#: event; measured on the benchmark stream, the two meet near 28).
 SLOTS_PER_MEMBER = 20
 
 __all__ = ["MAX_LFRU_EVENTS", "SLOTS_PER_MEMBER", "replay_lfru_slots"]
@@ -51,8 +51,8 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
     width = cap + int(_max_unit(offsets, True))
     npad = max((width + 63) // 64, 1) * 64
     _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag,
-                       np.zeros(n_blocks, dtype=np.float64), np.zeros(n_blocks, dtype=np.int64),
-                       np.full(n_blocks, -1, dtype=np.int64), np.zeros(npad, dtype=np.float64),
+                       np.stack([np.zeros(n_blocks, dtype=np.int64), np.full(n_blocks, -1, dtype=np.int64)], axis=1),
+                       np.zeros(npad, dtype=np.float64),
                        np.zeros(npad, dtype=np.float64), np.zeros(npad, dtype=np.int64),
                        np.zeros(npad, dtype=np.float64), np.zeros((npad // 64, 2), dtype=np.uint64),
                        np.zeros(2, dtype=np.uint64), np.full(max(npad, 64), np.inf),
@@ -70,9 +70,9 @@ def _lanes_below(r):
 
 @jit
 def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag,
-                       F, LU, spos, SF, SL, SB, ST, masks, w2, ckey, sel, sel2, bpos):
-    """The loop of :func:`replay_lfru_slots`. ``F`` / ``LU`` ``[b]``: block ``b``'s count and last unit;
-    ``spos[b]`` its slot (-1: not resident); slot ``s``: count ``SF``, last unit ``SL`` (floats), block ``SB``,
+                       BR, SF, SL, SB, ST, masks, w2, ckey, sel, sel2, bpos):
+    """The loop of :func:`replay_lfru_slots`. ``BR[b]``: block ``b``'s count and its slot (-1: not resident),
+    side by side (one cache line per member); slot ``s``: count ``SF``, last unit ``SL`` (floats), block ``SB``,
     tie rank ``ST`` (a float: exact below ``2**53``); ``masks[w]``: the slots below the low and the high cut."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
@@ -92,22 +92,21 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
         top = n_res                    # the unit's misses go to slots n_res, n_res + 1, ...
         for a in range(lo, hi):
             b = _U(base + expert[_U(a)])
-            f = F[b] + 1.0
-            F[b] = f
-            LU[b] = i
-            s = spos[b]
+            f = BR[b, 0] + 1
+            BR[b, 0] = f
+            s = BR[b, 1]
             if s >= 0:
                 n_hit += 1
-                SF[_U(s)] = f
+                SF[_U(s)] = float(f)
                 SL[_U(s)] = fi
                 if record:
                     hit_flag[_U(a)] = 1
             elif cap > 0:
-                SF[_U(top)] = f
+                SF[_U(top)] = float(f)
                 SL[_U(top)] = fi
                 SB[_U(top)] = np.int64(b)
                 ST[_U(top)] = float(tie[b])
-                spos[b] = top
+                BR[b, 1] = top
                 top += 1
         if counted:
             hits[_U(layer)] += n_hit
@@ -217,7 +216,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                 hb = 63 - np.int64(_ctlz(x))
                 x &= ~(one << np.uint64(hb))
                 s = (w << 6) + hb
-                spos[_U(SB[_U(s)])] = -1
+                BR[_U(SB[_U(s)]), 1] = -1
                 last = n_total - 1
                 if s != last:
                     b2 = SB[_U(last)]
@@ -225,7 +224,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                     SL[_U(s)] = SL[_U(last)]
                     SB[_U(s)] = b2
                     ST[_U(s)] = ST[_U(last)]
-                    spos[_U(b2)] = s
+                    BR[_U(b2), 1] = s
                 n_total -= 1
         n_res = n_total
         if nb > 24:                    # the cuts follow the band: narrower when it is wide, wider after a miss
