@@ -153,7 +153,7 @@ def expert_map_search(ctx: AdviceContext, calibration: RoutingTrace, store_size:
     for lo in range(0, ctx.n_exec, chunk):
         x = np.arange(lo, min(lo + chunk, ctx.n_exec))
         rows = ctx.exec_row[x]
-        sem, sem_row = None, _NO_ROWS
+        sem, sem_row = _NO_COS, _NO_ROWS
         if sem_req is not None:     # the chunk's requests' cosines to every stored map [n_req, S], row per token
             req, sem_row = np.unique(ctx.exec_request[x], return_inverse=True)
             sem = np.ascontiguousarray(sem_req[req][:, store_col])
@@ -161,10 +161,9 @@ def expert_map_search(ctx: AdviceContext, calibration: RoutingTrace, store_size:
         dot = np.zeros((x.size, pick.size), dtype=np.float64)
         x_sq = np.zeros(x.size, dtype=np.float64)
         m_sq = np.zeros(pick.size, dtype=np.float64)
-        sem_arg = sem if sem is not None else _NO_COS
         score = np.empty((x.size, N), dtype=np.float32)
         for layer in range(L):
-            if layer == 0 and sem is None:
+            if layer == 0 and sem_req is None:
                 continue
             ex, w = _NO_EXPERTS, _NO_SEM
             if layer > 0:           # the previous layer's vectors: k weights each, experts ascending
@@ -178,7 +177,7 @@ def expert_map_search(ctx: AdviceContext, calibration: RoutingTrace, store_size:
                 continue
             # the previous layer's dot products, the similarity, the m_take best maps (ties: lower store index
             # first) and their mean row, per token
-            expert_map_scores(dot, ex, w, maps_t[layer - 1] if layer > 0 else _NO_SEM, x_sq, m_sq, sem_arg, sem_row,
+            expert_map_scores(dot, ex, w, maps_t[layer - 1] if layer > 0 else _NO_SEM, x_sq, m_sq, sem, sem_row,
                               float(alpha), layer > 0, m_take, np.ascontiguousarray(maps[:, layer, :]), score)
             ctx.scatter(pf, layer, score, rows=x)
     adv = ctx.advice(None, pf, {"producer": "expert-map search (FineMoE style)", "store": int(pick.size),

@@ -33,7 +33,6 @@ from ._simd import (
     mask_eq,
     mask_lt,
     pdep,
-    sort64,
     sort_small,
 )
 
@@ -733,8 +732,8 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                       np.zeros(n_words, dtype=np.uint64), np.zeros(n_words, dtype=np.uint64), np.zeros(2, dtype=np.uint64),
                       np.zeros(n_layers * npad, dtype=np.float64), np.zeros(n_layers * npad, dtype=np.float64), thr,
                       np.empty(width, dtype=np.int64), np.full(width, np.inf), np.empty(width, dtype=np.float64),
-                      np.empty(width, dtype=np.float64), np.ones(width, dtype=np.float64),
-                      np.ones(width, dtype=np.float64))
+                      np.empty(width, dtype=np.float64), np.empty(width, dtype=np.float64),
+                      np.empty(width, dtype=np.float64))
 
 
 #: The next cuts of a layer, as factors of its last ``need``-th key (``_replay_lfru_bits``).
@@ -744,17 +743,11 @@ _LFRU_CUT_HIGH = 1.4
 
 @jit_helper
 def _band_sort(fb, ab, ckey, sel, nb):
-    """Keys ``fb / ab`` of the ``nb <= 32`` band blocks into ``ckey`` (the rest of ``ckey[:64]`` ``inf``) and,
-    sorted, into ``sel``; the smallest network that holds them."""
-    n = 8 if nb <= 8 else (16 if nb <= 16 else 32)
-    for q in range(n):
-        c = fb[q] / ab[q]
-        ckey[q] = c
-        sel[q] = c
-    for q in range(nb, n):
-        ckey[q] = np.inf
-        sel[q] = np.inf
-    sort_small(sel, nb)
+    """Keys ``fb / ab`` of the ``nb <= 32`` band blocks into ``ckey`` (whose lanes past ``nb`` hold ``inf``) and,
+    sorted, into ``sel``."""
+    for q in range(nb):
+        ckey[q] = fb[q] / ab[q]
+    _sort_padded(ckey, sel, nb)
 
 
 @jit
@@ -843,7 +836,7 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
                 mem[ul, w] = cu[w] & ~(low[w] | pdep(leave, x))
                 c = _popc(x)
                 leave = (leave >> c) if c < 64 else zero
-            for q in range(32):
+            for q in range(nb):
                 ckey[q] = np.inf
         else:                          # a wide band: every block of C ∪ U
             for w in range(n_words):
@@ -855,8 +848,6 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
                 sel2[q] = c
                 sel[q] = c
             v = _kth_lowest(sel, fb, k, m)
-            for q in range(fb.shape[0]):
-                fb[q] = 1.0
             _evict_ranked(mem, layer, sel2, cpos, k, m, v)
         size[ul] = cap
         thr[ul, 0] = dyadic_down(_LFRU_CUT_LOW * v)
@@ -926,17 +917,10 @@ def _lrfu_exact(KX, EX, S, PL, pbase, layer, j, lam):
 
 @jit_helper
 def _sort_padded(ckey, sel, nb):
-    """``sel[:nb]`` = ``ckey[:nb]`` sorted, by the smallest network that holds ``nb <= 64`` (lanes past ``nb``
-    ``inf``)."""
-    n = 8 if nb <= 8 else (16 if nb <= 16 else (32 if nb <= 32 else 64))
-    for r in range(n):
-        c = ckey[r] if r < nb else np.inf
-        ckey[r] = c
-        sel[r] = c
-    if nb > 32:
-        sort64(sel)
-    else:
-        sort_small(sel, nb)
+    """``sel[:nb]`` = ``ckey[:nb]`` sorted (``nb <= 64``; :func:`._simd.sort_small`)."""
+    for r in range(nb):
+        sel[r] = ckey[r]
+    sort_small(sel, nb)
 
 
 @jit

@@ -75,7 +75,7 @@ from ._kernels import _cttz, _max_unit
 from ._kernels_bits import _kth_lowest, _popc
 from ._kernels_lfru import _sel_offer
 from ._kernels_order import _ctlz
-from ._simd import _F64, _I64, _lanes, _splat, sort64, sort_small
+from ._simd import _F64, _I64, _lanes, _splat, lanes_below, mask_eq, mask_lt, sort_small
 
 #: An unsigned index: numba skips the negative-index wraparound (no index here is negative).
 _U = np.uint64
@@ -131,25 +131,6 @@ _pool_keys16 = _keys_n(16)
 
 
 @intrinsic
-def _lt_eq(typingctx, PX, off, v, out):
-    """Lanes ``off .. off+63``: ``out[0]`` (``out[1]``) the bits where ``PX < v`` (``PX == v``)."""
-    sig = types.void(PX, types.int64, types.float64, out)
-
-    def codegen(context, builder, signature, args):
-        vt = ir.VectorType(_F64, 64)
-        x = builder.load(_lanes(context, builder, signature.args[0], args[0], args[1], 64), align=8)
-        sv = _splat(builder, args[2], vt, 64)
-        c0 = builder.fcmp_ordered("<", x, sv)
-        c1 = builder.fcmp_ordered("==", x, sv)
-        data = context.make_array(signature.args[3])(context, builder, args[3]).data
-        builder.store(builder.bitcast(c0, _I64), builder.gep(data, [ir.Constant(_I64, 0)]))
-        builder.store(builder.bitcast(c1, _I64), builder.gep(data, [ir.Constant(_I64, 1)]))
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@intrinsic
 def _find(typingctx, PB, off, b):
     """The bits of the lanes ``off .. off+63`` of ``PB`` (an integer array) equal to ``b``."""
     sig = types.uint64(PB, types.int64, types.int64)
@@ -169,7 +150,7 @@ def _pool_slot(b, pb, n_pool):
     """The pool entry of block ``b`` (it has one)."""
     w = 0
     while True:
-        x = _find(pb, w, b) & _lanes_below(n_pool - w)
+        x = _find(pb, w, b) & lanes_below(n_pool - w)
         if x:
             return w + np.int64(_cttz(x))
         w += 64
@@ -184,12 +165,6 @@ def _pool_keys_any(pf, pl, px, off, r, tf, th0, th1, kb):
         _pool_keys32(pf, pl, px, off, tf, th0, th1, kb)
     else:
         _pool_keys16(pf, pl, px, off, tf, th0, th1, kb)
-
-
-@jit_helper
-def _lanes_below(r):
-    """The bits of the first ``r`` lanes of 64 (all of them from 64 on)."""
-    return ~np.uint64(0) if r >= 64 else (np.uint64(1) << np.uint64(r)) - np.uint64(1)
 
 
 @jit_helper
@@ -303,13 +278,7 @@ def _mth(sel, sel2, k, m):
     them (``sel`` readable 64 lanes), ``_kernels_bits._kth_lowest`` past 64 (``sel2`` its scratch)."""
     if k > 64:
         return _kth_lowest(sel, sel2, k, m)
-    nn = 64 if k > 32 else (8 if k <= 8 else (16 if k <= 16 else 32))
-    for q in range(k, nn):
-        sel[_U(q)] = np.inf
-    if k > 32:
-        sort64(sel)
-    else:
-        sort_small(sel, k)
+    sort_small(sel, k)
     return sel[_U(m - 1)]
 
 
@@ -567,7 +536,7 @@ def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, 
                 n_cut = 0
                 for w in range(n_w):       # exact keys (float(t + 1) - float(last) is float(t - last + 1))
                     _pool_keys_any(pf, pl, px, w << 6, n_pool - (w << 6), tf, cut, theta, kb)
-                    lim = _lanes_below(n_pool - (w << 6))
+                    lim = lanes_below(n_pool - (w << 6))
                     cbits[_U(w)] = kb[0] & lim
                     tbits[_U(w)] = kb[1] & lim
                     n_below += np.int64(_popc(tbits[_U(w)]))
@@ -597,10 +566,10 @@ def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, 
                 n_less = 0
                 n_eq = 0
                 for w in range(n_w):
-                    _lt_eq(px, w << 6, v, kb)
-                    lim = _lanes_below(n_pool - (w << 6))
-                    cbits[_U(w)] = kb[0] & lim
-                    tbits[_U(w)] = kb[1] & lim
+                    lanes = px[w << 6:]
+                    lim = lanes_below(n_pool - (w << 6))
+                    cbits[_U(w)] = mask_lt(lanes, v) & lim
+                    tbits[_U(w)] = mask_eq(lanes, v) & lim
                     n_less += np.int64(_popc(cbits[_U(w)]))
                     n_eq += np.int64(_popc(tbits[_U(w)]))
                 if n_less + n_eq > m:  # equal keys at the m-th: the lowest tie ranks leave

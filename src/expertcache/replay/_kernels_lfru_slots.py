@@ -25,7 +25,7 @@ from .._jit import jit, jit_helper
 from ._kernels import _cttz, _max_unit
 from ._kernels_bits import MAX_LFRU_EVENTS, _kth_lowest, _popc, _sort_padded
 from ._kernels_order import _ctlz
-from ._simd import cut_masks, dyadic_down, dyadic_up, mask_eq, mask_lt
+from ._simd import cut_masks, dyadic_down, dyadic_up, lanes_below, mask_eq, mask_lt
 
 #: An unsigned index: numba skips the negative-index wraparound (no index here is negative).
 _U = np.uint64
@@ -55,17 +55,23 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
                        np.zeros(npad, dtype=np.float64),
                        np.zeros(npad, dtype=np.float64), np.zeros(npad, dtype=np.int64),
                        np.zeros(npad, dtype=np.float64), np.zeros((npad // 64, 2), dtype=np.uint64),
-                       np.zeros(2, dtype=np.uint64), np.full(max(npad, 64), np.inf),
-                       np.empty(max(npad, 64), dtype=np.float64), np.empty(max(npad, 64), dtype=np.float64),
-                       np.empty(max(npad, 64), dtype=np.int64))
+                       np.zeros(2, dtype=np.uint64), np.full(npad, np.inf),
+                       np.empty(npad, dtype=np.float64), np.empty(npad, dtype=np.float64),
+                       np.empty(npad, dtype=np.int64))
 
 
 @jit_helper
-def _lanes_below(r):
-    """The bits of the first ``r`` lanes of 64 (none below 1, all from 64 on)."""
-    if r <= 0:
-        return np.uint64(0)
-    return ~np.uint64(0) if r >= 64 else (np.uint64(1) << np.uint64(r)) - np.uint64(1)
+def _tie_cut(ckey, v, nb, ST, bpos, buf, scratch, eq, n_eq):
+    """Of the ``n_eq`` band lanes whose key ``ckey[:nb]`` is ``v``, the ``eq`` with the lowest tie ranks leave:
+    the highest of those ranks (ranks are distinct), ``inf`` when all ``n_eq`` leave."""
+    if eq >= n_eq:
+        return np.inf
+    r2 = 0
+    for r in range(nb):
+        if ckey[_U(r)] == v:
+            buf[_U(r2)] = ST[_U(bpos[_U(r)])]
+            r2 += 1
+    return _kth_lowest(buf, scratch, n_eq, eq)
 
 
 @jit
@@ -124,7 +130,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
             c0 = 0
             c1 = 0
             for w in range(n_w):
-                lim = _lanes_below(n_total - (w << 6))
+                lim = lanes_below(n_total - (w << 6))
                 cut_masks(SF, SL, w << 6, th0, th1, t1, w2)
                 lw = w2[0] & lim
                 hw = w2[1] & lim
@@ -163,14 +169,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                 n_eq = np.int64(_popc(eqm))
                 leave = below | eqm
                 if eq < n_eq:          # equal keys at the need-th: the eq lowest tie ranks of them leave
-                    x = eqm
-                    r2 = 0
-                    while x:
-                        r = np.int64(_cttz(x))
-                        x &= x - one
-                        sel2[_U(r2)] = ST[_U(bpos[_U(r)])]
-                        r2 += 1
-                    tr = _kth_lowest(sel2, sel, n_eq, eq)   # distinct ranks: exactly eq at or below tr
+                    tr = _tie_cut(ckey, v, nb, ST, bpos, sel2, sel, eq, n_eq)
                     x = eqm
                     while x:
                         r = np.int64(_cttz(x))
@@ -195,15 +194,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                     c = ckey[_U(r)]
                     n_less += c < v
                     n_eq += c == v
-                eq = need - n_less
-                tr = np.inf            # equal keys at the need-th: the eq lowest tie ranks of them leave
-                if eq < n_eq:
-                    r2 = 0
-                    for r in range(nb):
-                        if ckey[_U(r)] == v:
-                            sel2[_U(r2)] = ST[_U(bpos[_U(r)])]
-                            r2 += 1
-                    tr = _kth_lowest(sel2, sel, n_eq, eq)
+                tr = _tie_cut(ckey, v, nb, ST, bpos, sel2, sel, need - n_less, n_eq)
                 for r in range(nb):
                     c = ckey[_U(r)]
                     s = bpos[_U(r)]

@@ -14,7 +14,7 @@ must hold ``off + 64`` (or ``n``) elements.
 
 * :data:`sort8`, :data:`sort16`, :data:`sort32`, :data:`sort64` — sort a float64
   buffer's first ``n`` values ascending in place (bitonic network; no NaN); :func:`sort_small` the smallest
-  that holds a count.
+  that holds a count (up to 64), the lanes past it padded.
 * :func:`mask_lt`, :func:`mask_eq` — bit ``q`` set where ``buf[q] < v`` (``== v``),
   ``q < 64``.
 * :func:`cut_masks` — bits of 64 lanes where ``F <= theta * (t1 - L)`` for two
@@ -22,6 +22,7 @@ must hold ``off + 64`` (or ``n``) elements.
 * :func:`approx_log2` — ``log2`` within :data:`LOG2_APPROX_ERROR`, exact at powers of two (lrfu's approximate
   keys; plain numba); :func:`lrfu_cuts` — 64 keys, exact or approximate, against four thresholds (surely and
   maybe below each).
+* :func:`lanes_below` — the live lanes of a partial group of 64, as bits.
 * :func:`pdep` — parallel bit deposit (BMI2 where the machine has it, a loop otherwise).
 * :func:`f2u`, :func:`u2f` — the bits of a float64 and back; :func:`dyadic_down`, :func:`dyadic_up` — a
   float rounded to 21 significant bits.
@@ -110,16 +111,29 @@ sort64 = _make_sort(64)
 
 @jit_helper
 def sort_small(buf, n):
-    """Sort ``buf`` by the smallest network (8, 16 or 32 lanes) that holds ``n <= 32`` values; the lanes from
-    ``n`` to that network's width must hold ``inf``. Returns the width."""
-    if n <= 8:
+    """Sort ``buf[:n]`` (``n <= 64``) by the smallest network (8, 16, 32 or 64 lanes) that holds it, after
+    setting the lanes from ``n`` to that network's width to ``inf``. Returns the width."""
+    width = 8 if n <= 8 else (16 if n <= 16 else (32 if n <= 32 else 64))
+    for q in range(n, width):
+        buf[q] = np.inf
+    if width == 8:
         sort8(buf)
-        return 8
-    if n <= 16:
+    elif width == 16:
         sort16(buf)
-        return 16
-    sort32(buf)
-    return 32
+    elif width == 32:
+        sort32(buf)
+    else:
+        sort64(buf)
+    return width
+
+
+@jit_helper
+def lanes_below(r):
+    """The bits of the first ``r`` lanes of 64 (none below 1, all from 64 on): the live lanes of a last, partial
+    group of 64."""
+    if r <= 0:
+        return np.uint64(0)
+    return ~np.uint64(0) if r >= 64 else (np.uint64(1) << np.uint64(r)) - np.uint64(1)
 
 
 def _make_mask(op: str):
