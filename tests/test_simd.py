@@ -2,7 +2,7 @@
 
 The loops that use them are compared with the generic kernels in tests/test_fast_policies.py; here each
 block is checked on its own: the sorting networks, the lane masks, the bit deposit, the dyadic rounding
-the lfru cuts rely on, and the bound of lrfu's approximate ``log2``.
+the lfru cuts rely on, lrfu's cuts and the bound of its approximate ``log2``.
 """
 
 from __future__ import annotations
@@ -15,28 +15,75 @@ from expertcache.replay import _simd as S
 
 
 @njit(cache=False)
-def _sort(buf, n):
+def _sort(src, k, dst, n):
     if n == 8:
-        S.sort8(buf)
+        S.sort8(src, k, dst)
     elif n == 16:
-        S.sort16(buf)
+        S.sort16(src, k, dst)
     elif n == 32:
-        S.sort32(buf)
+        S.sort32(src, k, dst)
     else:
-        S.sort64(buf)
+        S.sort64(src, k, dst)
+
+
+@njit(cache=False)
+def _sort_small(src, k, dst):
+    return S.sort_small(src, k, dst)
 
 
 @pytest.mark.parametrize("n", (8, 16, 32, 64))
 def test_networks_sort_like_numpy(n):
     rng = np.random.default_rng(n)
     for trial in range(300):
-        k = int(rng.integers(1, n + 1))
+        k = int(rng.integers(0, n + 1))
         vals = rng.integers(0, 6, k) / rng.integers(1, 4, k) if trial % 2 else rng.random(k)   # many repeats
-        buf = np.full(n + 8, np.inf)
-        buf[:k] = vals
-        buf[n:] = -1.0                         # past the network: untouched
-        _sort(buf, n)
-        assert (buf[:k] == np.sort(vals)).all() and np.isinf(buf[k:n]).all() and (buf[n:] == -1.0).all()
+        src = rng.random(n + 8) - 5.0          # past k: lanes the network must not take
+        src[:k] = vals
+        keep = src.copy()
+        dst = np.full(n + 8, -1.0)             # past the network: untouched
+        _sort(src, k, dst, n)
+        assert (dst[:k] == np.sort(vals)).all() and np.isinf(dst[k:n]).all() and (dst[n:] == -1.0).all()
+        assert (src == keep).all()
+        _sort(src, k, src, n)                  # in place
+        assert (src[:k] == np.sort(vals)).all() and np.isinf(src[k:n]).all() and (src[n:] == keep[n:]).all()
+
+
+def test_sort_small_takes_the_smallest_network():
+    rng = np.random.default_rng(7)
+    for k in range(0, 65):
+        src = rng.random(72)
+        dst = np.full(72, -1.0)
+        width = _sort_small(src, k, dst)
+        assert width == max(8, 1 << max(k - 1, 0).bit_length())
+        assert (dst[:k] == np.sort(src[:k])).all() and np.isinf(dst[k:width]).all() and (dst[width:] == -1.0).all()
+
+
+@njit(cache=False)
+def _cuts(keys, off, exact, margin, th, out, qa, qb):
+    if qa == qb:
+        S.lrfu_cut1(keys, off, exact, margin, th, out, qa)
+    else:
+        S.lrfu_cut2(keys, off, exact, margin, th, out, qa, qb)
+
+
+def test_lrfu_cuts_rank_exact_and_approximate_keys():
+    rng = np.random.default_rng(3)
+    for trial in range(200):
+        keys = np.round(rng.normal(0.0, 1.0, 136), 3)
+        off = int(rng.integers(0, 72))
+        exact = int(rng.integers(0, 1 << 62)) * 2 + int(rng.integers(0, 2))
+        margin = float(rng.choice([0.0, 1e-3, 0.05]))
+        th = np.round(rng.normal(0.0, 1.0, 4), 3)
+        th[int(rng.integers(0, 4))] = keys[off + int(rng.integers(0, 64))]   # a key on a cut
+        qa, qb = (int(q) for q in rng.integers(0, 4, 2))
+        out = np.zeros(4, dtype=np.uint64)
+        _cuts(keys, off, np.uint64(exact), margin, th, out, qa, qb)
+        lanes = keys[off:off + 64]
+        mg = np.where([(exact >> q) & 1 for q in range(64)], 0.0, margin)
+        for i, q in enumerate((qa, qb)[:1 if qa == qb else 2]):
+            surely = sum(1 << j for j in range(64) if lanes[j] + mg[j] <= th[q])
+            maybe = sum(1 << j for j in range(64) if lanes[j] - mg[j] <= th[q])
+            assert (int(out[2 * i]), int(out[2 * i + 1])) == (surely, maybe)
 
 
 @njit(cache=False)

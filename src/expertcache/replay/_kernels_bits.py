@@ -29,7 +29,9 @@ from ._simd import (
     cut_masks,
     dyadic_down,
     dyadic_up,
-    lrfu_cuts,
+    lanes_below,
+    lrfu_cut1,
+    lrfu_cut2,
     mask_eq,
     mask_lt,
     pdep,
@@ -747,7 +749,7 @@ def _band_sort(fb, ab, ckey, sel, nb):
     sorted, into ``sel``."""
     for q in range(nb):
         ckey[q] = fb[q] / ab[q]
-    _sort_padded(ckey, sel, nb)
+    sort_small(ckey, nb, sel)
 
 
 @jit
@@ -868,10 +870,12 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     pass over the unit's members after the member loop, which the compiler vectorizes; a first access's key
     ``lam * u`` is exact), and a bitset per layer says which keys are exact. When ``C ∪ U`` overflows the
     quota, one vector pass
-    (:func:`._simd.lrfu_cuts`) ranks every block of the layer against four cuts around the layer's last leaving
-    key (relative to its clock): the blocks surely and maybe below each. A block whose side of a cut is unsure
-    gets its exact key and the pass repeats; cuts holding too many or too few move out. The blocks below the
-    highest cut holding at most ``m = |C ∪ U| - c`` leave, those above the lowest cut holding at least ``m``
+    (:func:`._simd.lrfu_cut2`) ranks every block of the layer against the two inner of four cuts around the
+    layer's last leaving key (relative to its clock): the blocks surely and maybe below each; a block whose side
+    of a cut is unsure gets its exact key and its word is ranked again. Where the inner low cut holds more than
+    ``m = |C ∪ U| - c`` (the inner high one fewer), the outer cut below (above) is ranked the same way, moved out
+    until it holds at most (at least) ``m``: most units rank two cuts, a few three. The blocks below the
+    highest ranked cut holding at most ``m`` leave, those above the lowest ranked cut holding at least ``m``
     stay, and the ``need`` lowest of the band between are found by sorting its keys with a bitonic network:
     exact unless the ``need``-th and the next lie within twice the margin and an approximate key is among the
     band, in which case the band's keys are made exact and sorted again (the keys below the ``need``-th, and of
@@ -889,13 +893,13 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, float(lam), count_from, hits, misses,
                       hit_flag, np.zeros(n_layers, dtype=np.int64), np.zeros((n_layers, n_words), dtype=np.uint64),
                       np.zeros(n_words, dtype=np.uint64), np.zeros(n_words, dtype=np.uint64),
-                      np.zeros((8, n_words), dtype=np.uint64), np.zeros(8, dtype=np.uint64),
+                      np.zeros((4, n_words), dtype=np.uint64), np.zeros(4, dtype=np.uint64),
                       np.zeros(n_layers * npad, dtype=np.float64), np.zeros(n_layers * npad, dtype=np.int64),
                       np.zeros(n_layers * npad, dtype=np.float64), np.zeros((n_layers, n_words), dtype=np.uint64),
                       np.zeros(n_layers, dtype=np.int64), crf_decays(float(lam), min(n_units + 1, 1 << 16)), cuts,
-                      np.empty(4, dtype=np.float64), np.empty(width, dtype=np.int64), np.full(width, np.inf),
+                      np.empty(4, dtype=np.float64), np.empty(width, dtype=np.int64), np.empty(width),
                       np.empty(width, dtype=np.float64), np.empty(width, dtype=np.float64),
-                      np.empty(width, dtype=np.float64), np.empty(width, dtype=np.int64))
+                      np.empty(width, dtype=np.float64), np.empty(width, dtype=np.int64), np.zeros(4, dtype=np.int64))
 
 
 #: Half-widths of the inner and outer lrfu cuts around a layer's last leaving key.
@@ -916,21 +920,52 @@ def _lrfu_exact(KX, EX, S, PL, pbase, layer, j, lam):
 
 
 @jit_helper
-def _sort_padded(ckey, sel, nb):
-    """``sel[:nb]`` = ``ckey[:nb]`` sorted (``nb <= 64``; :func:`._simd.sort_small`)."""
-    for r in range(nb):
-        sel[r] = ckey[r]
-    sort_small(sel, nb)
+def _lrfu_cut_pass(KX, EX, S, PL, pbase, layer, lam, cu, n_words, margin, th, w8, msk, qa, qb, cnt):
+    """Cuts ``qa`` and ``qb`` of ``th`` (one cut where they are equal) over ``C ∪ U`` (``cu``): ``msk[q]`` the
+    blocks below cut ``q``, ``cnt[q]`` how many. A block whose side of a cut is unsure gets its exact key
+    (:func:`_lrfu_exact`) and its word is ranked again."""
+    one = np.uint64(1)
+    ca = 0
+    cb = 0
+    for w in range(n_words):
+        x = cu[w]
+        o = pbase + (w << 6)
+        if qa == qb:
+            lrfu_cut1(KX, o, EX[layer, w], margin, th, w8, qa)
+            w8[2] = w8[0]
+            w8[3] = w8[1]
+        else:
+            lrfu_cut2(KX, o, EX[layer, w], margin, th, w8, qa, qb)
+        un = ((w8[1] & ~w8[0]) | (w8[3] & ~w8[2])) & x
+        if un:
+            while un:                  # a stale key near a cut: exact
+                j = np.int64(_cttz(un))
+                un &= un - one
+                _lrfu_exact(KX, EX, S, PL, pbase, layer, (w << 6) + j, lam)
+            if qa == qb:               # the exact keys are sure of their side
+                lrfu_cut1(KX, o, EX[layer, w], margin, th, w8, qa)
+                w8[2] = w8[0]
+            else:
+                lrfu_cut2(KX, o, EX[layer, w], margin, th, w8, qa, qb)
+        sa = w8[0] & x
+        sb = w8[2] & x
+        msk[qa, w] = sa
+        msk[qb, w] = sb
+        ca += np.int64(_popc(sa))
+        cb += np.int64(_popc(sb))
+    cnt[qa] = ca
+    cnt[qb] = cb
 
 
 @jit
 def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, lam, count_from, hits, misses,
                       hit_flag, size, mem, ev, cu, msk, w8, S, PL, KX, EX, lunits, P, cuts, th, cpos, ckey, sel,
-                      sel2, fb, bpos):
+                      sel2, fb, bpos, cnt):
     """The loop of :func:`replay_lrfu_bits`; ``S`` / ``PL`` / ``KX`` ``[l * 64 W + j]``: CRF / layer unit of the
     last access / key (exact where ``EX[l]`` has bit ``j``) of layer ``l``'s tie position ``j``;
-    ``P[g] = 2**(-lam * g)``; ``cuts[l]``: the layer's four cuts relative to its clock; ``msk[2 q]`` / ``[2 q + 1]``
-    the blocks surely / maybe below cut ``q``."""
+    ``P[g] = 2**(-lam * g)``; ``cuts[l]``: the layer's four cuts relative to its clock (outer low, inner low,
+    inner high, outer high); ``msk[q]`` / ``cnt[q]``: the blocks of ``C ∪ U`` surely below cut ``q`` / how many,
+    for the cuts ranked at this unit."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     n_words = (n_experts + 63) // 64
@@ -990,45 +1025,25 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
             th[q] = cuts[layer, q] + now
         for w in range(n_words):
             cu[w] = mem[layer, w] | ev[w]
-        a = 0
-        b = 3
-        while True:                    # the four cuts over C ∪ U
-            unsure = 0
-            c0 = 0
-            c1 = 0
-            c2 = 0
-            c3 = 0
-            for w in range(n_words):
-                x = cu[w]
-                lrfu_cuts(KX, pbase + (w << 6), EX[layer, w], margin, th, w8)
-                un = ((w8[1] & ~w8[0]) | (w8[3] & ~w8[2]) | (w8[5] & ~w8[4]) | (w8[7] & ~w8[6])) & x
-                if un:
-                    unsure += 1
-                    while un:          # a stale key near a cut: exact
-                        j = np.int64(_cttz(un))
-                        un &= un - one
-                        _lrfu_exact(KX, EX, S, PL, pbase, layer, (w << 6) + j, lam)
-                for q in range(4):
-                    msk[q, w] = w8[2 * q] & x
-                c0 += np.int64(_popc(msk[0, w]))
-                c1 += np.int64(_popc(msk[1, w]))
-                c2 += np.int64(_popc(msk[2, w]))
-                c3 += np.int64(_popc(msk[3, w]))
-            if unsure:
-                continue
-            if c0 > m:                 # more than leave sit below the lowest cut: move it down
-                d = max(th[1] - th[0], 1e-3)
-                th[0] -= 4.0 * d
-                continue
-            if c3 < m:                 # fewer than leave sit below the highest cut: move it up
-                d = max(th[3] - th[2], 1e-3)
-                th[3] += 4.0 * d
-                continue
-            a = 1 if c1 <= m else 0
-            b = 2 if c2 >= m else 3
-            break
-        c_lo = c1 if a == 1 else c0
-        c_hi = c2 if b == 2 else c3
+        _lrfu_cut_pass(KX, EX, S, PL, pbase, layer, lam, cu, n_words, margin, th, w8, msk, 1, 2, cnt)
+        a = 1                          # the inner cuts, and an outer one only where an inner one does not do
+        b = 2
+        if cnt[1] > m:                 # more than leave sit below the inner low cut: the outer one, moved down
+            a = 0                      # until it holds at most m
+            while True:
+                _lrfu_cut_pass(KX, EX, S, PL, pbase, layer, lam, cu, n_words, margin, th, w8, msk, 0, 0, cnt)
+                if cnt[0] <= m:
+                    break
+                th[0] -= 4.0 * max(th[1] - th[0], 1e-3)
+        elif cnt[2] < m:               # fewer than leave sit below the inner high cut: the outer one, moved up
+            b = 3
+            while True:
+                _lrfu_cut_pass(KX, EX, S, PL, pbase, layer, lam, cu, n_words, margin, th, w8, msk, 3, 3, cnt)
+                if cnt[3] >= m:
+                    break
+                th[3] += 4.0 * max(th[3] - th[2], 1e-3)
+        c_lo = cnt[a]
+        c_hi = cnt[b]
         need = m - c_lo
         nb = c_hi - c_lo
         v = th[a]
@@ -1041,31 +1056,33 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
             for w in range(n_words):
                 x = msk[b, w] & ~msk[a, w]
                 stale |= (x & ~EX[layer, w]) != zero
-                o = w << 6
+                o = _U(pbase + (w << 6))
                 while x:
-                    j = o + np.int64(_cttz(x))
+                    ckey[_U(q)] = KX[o + _cttz(x)]
                     x &= x - one
-                    ckey[q] = KX[pbase + j]
-                    bpos[q] = j
                     q += 1
-            _sort_padded(ckey, sel, nb)
+            sort_small(ckey, nb, sel)
             v = sel[need - 1]
             if stale and need < nb and sel[need] - v <= 2.0 * margin:
-                for r in range(nb):    # the need-th is not separated from the next: exact keys
-                    ckey[r] = _lrfu_exact(KX, EX, S, PL, pbase, layer, bpos[r], lam)
-                _sort_padded(ckey, sel, nb)
+                q = 0                  # the need-th is not separated from the next: exact keys
+                for w in range(n_words):
+                    x = msk[b, w] & ~msk[a, w]
+                    while x:
+                        ckey[q] = _lrfu_exact(KX, EX, S, PL, pbase, layer, (w << 6) + np.int64(_cttz(x)), lam)
+                        x &= x - one
+                        q += 1
+                sort_small(ckey, nb, sel)
                 v = sel[need - 1]
-            below = mask_lt(ckey, v)
+            live = lanes_below(nb)
+            below = mask_lt(ckey, v) & live
             eq = need - np.int64(_popc(below))
             first = (one << np.uint64(eq)) - one if eq < 64 else ~zero
-            leave = below | pdep(first, mask_eq(ckey, v))   # band indices that leave
+            leave = below | pdep(first, mask_eq(ckey, v) & live)   # band indices that leave
             for w in range(n_words):
                 x = msk[b, w] & ~msk[a, w]
                 mem[layer, w] = cu[w] & ~(msk[a, w] | pdep(leave, x))
                 c = _popc(x)
                 leave = (leave >> c) if c < 64 else zero
-            for r in range(nb):
-                ckey[r] = np.inf
         else:                          # a wide band: every block of C ∪ U, exact keys
             for w in range(n_words):
                 mem[layer, w] = cu[w]

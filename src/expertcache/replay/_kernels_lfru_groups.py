@@ -278,7 +278,7 @@ def _mth(sel, sel2, k, m):
     them (``sel`` readable 64 lanes), ``_kernels_bits._kth_lowest`` past 64 (``sel2`` its scratch)."""
     if k > 64:
         return _kth_lowest(sel, sel2, k, m)
-    sort_small(sel, k)
+    sort_small(sel, k, sel)
     return sel[_U(m - 1)]
 
 

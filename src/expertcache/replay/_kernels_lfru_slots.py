@@ -23,9 +23,9 @@ import numpy as np
 
 from .._jit import jit, jit_helper
 from ._kernels import _cttz, _max_unit
-from ._kernels_bits import MAX_LFRU_EVENTS, _kth_lowest, _popc, _sort_padded
+from ._kernels_bits import MAX_LFRU_EVENTS, _kth_lowest, _popc
 from ._kernels_order import _ctlz
-from ._simd import cut_masks, dyadic_down, dyadic_up, lanes_below, mask_eq, mask_lt
+from ._simd import cut_masks, dyadic_down, dyadic_up, lanes_below, mask_eq, mask_lt, sort_small
 
 #: An unsigned index: numba skips the negative-index wraparound (no index here is negative).
 _U = np.uint64
@@ -161,7 +161,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                     bpos[_U(q)] = s
                     q += 1
             if nb <= 64:               # sorted by a network; the leaving lanes as a mask
-                _sort_padded(ckey, sel, nb)
+                sort_small(ckey, nb, sel)
                 v = sel[need - 1]
                 below = mask_lt(ckey, v)
                 eqm = mask_eq(ckey, v)

@@ -13,15 +13,16 @@ Every intrinsic reads or writes whole lane groups: a buffer passed to them
 must hold ``off + 64`` (or ``n``) elements.
 
 * :data:`sort8`, :data:`sort16`, :data:`sort32`, :data:`sort64` — sort a float64
-  buffer's first ``n`` values ascending in place (bitonic network; no NaN); :func:`sort_small` the smallest
-  that holds a count (up to 64), the lanes past it padded.
+  buffer's first ``count`` values ascending into another (or the same) buffer, the network's lanes past
+  ``count`` set to ``inf`` (bitonic network; no NaN); :func:`sort_small` the smallest that holds a count (up
+  to 64).
 * :func:`mask_lt`, :func:`mask_eq` — bit ``q`` set where ``buf[q] < v`` (``== v``),
   ``q < 64``.
 * :func:`cut_masks` — bits of 64 lanes where ``F <= theta * (t1 - L)`` for two
   thresholds (the per-layer lfru cut, ``F`` counts, ``L`` last units).
 * :func:`approx_log2` — ``log2`` within :data:`LOG2_APPROX_ERROR`, exact at powers of two (lrfu's approximate
-  keys; plain numba); :func:`lrfu_cuts` — 64 keys, exact or approximate, against four thresholds (surely and
-  maybe below each).
+  keys; plain numba); :func:`lrfu_cut1`, :func:`lrfu_cut2` — 64 keys, exact or approximate, against one or two
+  thresholds (surely and maybe below each).
 * :func:`lanes_below` — the live lanes of a partial group of 64, as bits.
 * :func:`pdep` — parallel bit deposit (BMI2 where the machine has it, a loop otherwise).
 * :func:`f2u`, :func:`u2f` — the bits of a float64 and back; :func:`dyadic_down`, :func:`dyadic_up` — a
@@ -82,24 +83,27 @@ def _make_sort(n: int):
     stages = bitonic_stages(n)
 
     @intrinsic
-    def _sort(typingctx, buf):
-        sig = types.void(buf)
+    def _sort(typingctx, src, count, dst):
+        sig = types.void(src, types.int64, dst)
 
         def codegen(context, builder, signature, args):
-            ptr = _lanes(context, builder, signature.args[0], args[0], ir.Constant(_I64, 0), n)
-            v = builder.load(ptr, align=8)
+            v = builder.load(_lanes(context, builder, signature.args[0], args[0], ir.Constant(_I64, 0), n), align=8)
+            it = ir.VectorType(_I64, n)
+            live = builder.icmp_signed("<", ir.Constant(it, list(range(n))), _splat(builder, args[1], it, n))
+            v = builder.select(live, v, ir.Constant(ir.VectorType(_F64, n), [float("inf")] * n))
             for partner, pick in stages:
                 w = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_I32, n), partner))
                 lt = builder.fcmp_ordered("<", v, w)
                 lo = builder.select(lt, v, w)
                 hi = builder.select(lt, w, v)
                 v = builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_I32, n), pick))
-            builder.store(v, ptr, align=8)
+            builder.store(v, _lanes(context, builder, signature.args[2], args[2], ir.Constant(_I64, 0), n), align=8)
             return context.get_dummy_value()
 
         return sig, codegen
 
-    _sort.__doc__ = f"Sort the first {n} float64 values of a buffer ascending, in place (bitonic network; no NaN)."
+    _sort.__doc__ = (f"``dst[:{n}]`` = the first ``count`` float64 values of ``src`` sorted ascending, then ``inf`` "
+                     f"(bitonic network on {n} lanes; ``src`` and ``dst`` may be one buffer; no NaN).")
     return _sort
 
 
@@ -110,21 +114,20 @@ sort64 = _make_sort(64)
 
 
 @jit_helper
-def sort_small(buf, n):
-    """Sort ``buf[:n]`` (``n <= 64``) by the smallest network (8, 16, 32 or 64 lanes) that holds it, after
-    setting the lanes from ``n`` to that network's width to ``inf``. Returns the width."""
-    width = 8 if n <= 8 else (16 if n <= 16 else (32 if n <= 32 else 64))
-    for q in range(n, width):
-        buf[q] = np.inf
-    if width == 8:
-        sort8(buf)
-    elif width == 16:
-        sort16(buf)
-    elif width == 32:
-        sort32(buf)
-    else:
-        sort64(buf)
-    return width
+def sort_small(src, n, dst):
+    """``dst`` = ``src[:n]`` (``n <= 64``) sorted, by the smallest network (8, 16, 32 or 64 lanes) that holds it;
+    the network's lanes past ``n`` are ``inf``. ``src`` and ``dst`` may be one buffer. Returns the width."""
+    if n <= 8:
+        sort8(src, n, dst)
+        return 8
+    if n <= 16:
+        sort16(src, n, dst)
+        return 16
+    if n <= 32:
+        sort32(src, n, dst)
+        return 32
+    sort64(src, n, dst)
+    return 64
 
 
 @jit_helper
@@ -274,12 +277,8 @@ def approx_log2(x):
     return float(e) + (y + (y * (1.0 - y)) * q)
 
 
-@intrinsic
-def lrfu_cuts(typingctx, KX, off, exact, margin, th, out):
-    """For the lanes ``off .. off+63`` with keys ``KX``, exact where ``exact`` has their bit, else within
-    ``margin``: for each of the 4 thresholds ``th[0:4]`` two words into ``out``, ``out[2 q]`` the lanes surely
-    ``<= th[q]`` (key plus margin), ``out[2 q + 1]`` those maybe ``<= th[q]`` (key minus margin)."""
-    sig = types.void(KX, types.int64, types.uint64, types.float64, th, out)
+def _lrfu_cuts_codegen(k: int):
+    """The body of :func:`lrfu_cut1` (``k = 1``) and :func:`lrfu_cut2` (``k = 2``)."""
 
     def codegen(context, builder, signature, args):
         n = 64
@@ -291,11 +290,28 @@ def lrfu_cuts(typingctx, KX, off, exact, margin, th, out):
         lo = builder.fsub(x, mg)
         thd = context.make_array(signature.args[4])(context, builder, args[4]).data
         data = context.make_array(signature.args[5])(context, builder, args[5]).data
-        for q in range(4):
-            t = _splat(builder, builder.load(builder.gep(thd, [ir.Constant(_I64, q)])), vt, n)
+        for i in range(k):
+            t = _splat(builder, builder.load(builder.gep(thd, [args[6 + i]])), vt, n)
             for r, v in enumerate((hi, lo)):
                 c = builder.fcmp_ordered("<=", v, t)
-                builder.store(builder.bitcast(c, _I64), builder.gep(data, [ir.Constant(_I64, 2 * q + r)]))
+                builder.store(builder.bitcast(c, _I64), builder.gep(data, [ir.Constant(_I64, 2 * i + r)]))
         return context.get_dummy_value()
 
-    return sig, codegen
+    return codegen
+
+
+@intrinsic
+def lrfu_cut1(typingctx, KX, off, exact, margin, th, out, q):
+    """For the lanes ``off .. off+63`` with keys ``KX``, exact where ``exact`` has their bit, else within
+    ``margin``: ``out[0]`` the lanes surely ``<= th[q]`` (key plus margin), ``out[1]`` those maybe ``<= th[q]``
+    (key minus margin)."""
+    sig = types.void(KX, types.int64, types.uint64, types.float64, th, out, types.int64)
+    return sig, _lrfu_cuts_codegen(1)
+
+
+@intrinsic
+def lrfu_cut2(typingctx, KX, off, exact, margin, th, out, qa, qb):
+    """:func:`lrfu_cut1` for two thresholds in one pass: ``out[0]`` / ``out[1]`` for ``th[qa]``, ``out[2]`` /
+    ``out[3]`` for ``th[qb]``."""
+    sig = types.void(KX, types.int64, types.uint64, types.float64, th, out, types.int64, types.int64)
+    return sig, _lrfu_cuts_codegen(2)
