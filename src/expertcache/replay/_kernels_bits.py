@@ -1050,6 +1050,10 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         if need == 0:
             for w in range(n_words):
                 mem[layer, w] = cu[w] & ~msk[a, w]
+        elif need == nb:               # the whole band leaves: every block below cut b (they are all surely
+            v = th[b]                  # below it, the rest surely above); the next cuts centre on that cut
+            for w in range(n_words):
+                mem[layer, w] = cu[w] & ~msk[b, w]
         elif nb <= 64:
             q = 0
             stale = False
