@@ -68,7 +68,7 @@ def _cuts(keys, off, exact, margin, th, out, qa, qb):
 
 def test_lrfu_cuts_rank_exact_and_approximate_keys():
     rng = np.random.default_rng(3)
-    for trial in range(200):
+    for _ in range(200):
         keys = np.round(rng.normal(0.0, 1.0, 136), 3)
         off = int(rng.integers(0, 72))
         exact = int(rng.integers(0, 1 << 62)) * 2 + int(rng.integers(0, 2))

@@ -856,6 +856,11 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         thr[ul, 1] = dyadic_up(_LFRU_CUT_HIGH * v)
 
 
+#: Largest table of decays :func:`replay_lrfu_bits` builds (a layer with more units computes the longer gaps'
+#: decays one by one).
+_LRFU_DECAYS = 1 << 16
+
+
 def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, lam, count_from, hits,
                      misses, hit_flag):
     """Event-atomic, per-layer ``lrfu`` on bitsets in tie-position space (the decision of ``replay_heap``'s lrfu).
@@ -867,8 +872,8 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     arrays in tie-position order, updated by the member loop (the decay from a table of
     :func:`expertcache.replay._kernels.crf_decays`). A key is computed exactly only when a decision needs it: an
     access leaves an *approximate* key, within ``margin`` of the exact one (:func:`._simd.approx_log2`, in one
-    pass over the unit's members after the member loop, which the compiler vectorizes; a first access's key
-    ``lam * u`` is exact), and a bitset per layer says which keys are exact. When ``C ∪ U`` overflows the
+    pass over the unit's members after the member loop, which the compiler vectorizes; a first access needs
+    no case of its own: its CRF 0 decays to 0 and becomes 1), and a bitset per layer says which keys are exact. When ``C ∪ U`` overflows the
     quota, one vector pass
     (:func:`._simd.lrfu_cut2`) ranks every block of the layer against the two inner of four cuts around the
     layer's last leaving key (relative to its clock): the blocks surely and maybe below each; a block whose side
@@ -896,10 +901,11 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                       np.zeros((4, n_words), dtype=np.uint64), np.zeros(4, dtype=np.uint64),
                       np.zeros(n_layers * npad, dtype=np.float64), np.zeros(n_layers * npad, dtype=np.int64),
                       np.zeros(n_layers * npad, dtype=np.float64), np.zeros((n_layers, n_words), dtype=np.uint64),
-                      np.zeros(n_layers, dtype=np.int64), crf_decays(float(lam), min(n_units + 1, 1 << 16)), cuts,
+                      np.zeros(n_layers, dtype=np.int64), crf_decays(float(lam), min(n_units + 1, _LRFU_DECAYS)), cuts,
                       np.empty(4, dtype=np.float64), np.empty(width, dtype=np.int64), np.empty(width),
                       np.empty(width, dtype=np.float64), np.empty(width, dtype=np.float64),
-                      np.empty(width, dtype=np.float64), np.empty(width, dtype=np.int64), np.zeros(4, dtype=np.int64))
+                      np.empty(width, dtype=np.float64), np.empty(width, dtype=np.int64), np.zeros(4, dtype=np.int64),
+                      n_units < _LRFU_DECAYS)
 
 
 #: Half-widths of the inner and outer lrfu cuts around a layer's last leaving key.
@@ -960,12 +966,12 @@ def _lrfu_cut_pass(KX, EX, S, PL, pbase, layer, lam, cu, n_words, margin, th, w8
 @jit
 def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, lam, count_from, hits, misses,
                       hit_flag, size, mem, ev, cu, msk, w8, S, PL, KX, EX, lunits, P, cuts, th, cpos, ckey, sel,
-                      sel2, fb, bpos, cnt):
+                      sel2, fb, bpos, cnt, whole):
     """The loop of :func:`replay_lrfu_bits`; ``S`` / ``PL`` / ``KX`` ``[l * 64 W + j]``: CRF / layer unit of the
     last access / key (exact where ``EX[l]`` has bit ``j``) of layer ``l``'s tie position ``j``;
     ``P[g] = 2**(-lam * g)``; ``cuts[l]``: the layer's four cuts relative to its clock (outer low, inner low,
     inner high, outer high); ``msk[q]`` / ``cnt[q]``: the blocks of ``C ∪ U`` surely below cut ``q`` / how many,
-    for the cuts ranked at this unit."""
+    for the cuts ranked at this unit; ``whole``: every layer's gaps fit the decay table ``P``."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     n_words = (n_experts + 63) // 64
@@ -987,24 +993,28 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         now = lam * fu
         for w in range(n_words):
             ev[w] = zero
-            cu[w] = zero               # the members seen for the first time: exact keys
-        n_pow = P.shape[0]
-        for a in range(lo, hi):        # the unit's bitset; its members' CRF and layer unit
-            tp = tie_pos[_U(base + expert[_U(a)])]
-            bit = one << np.uint64(tp & 63)
-            ev[_U(tp >> 6)] |= bit
-            j = _U(pbase + tp)
-            s = S[j]
-            if s > 0.0:
+        if whole:                      # every gap is in the decay table: no test per member
+            for a in range(lo, hi):    # the unit's bitset; its members' CRF and layer unit (a first access
+                tp = tie_pos[_U(base + expert[_U(a)])]     # has S 0, so its CRF is 1 + 0 * decay = 1)
+                ev[_U(tp >> 6)] |= one << np.uint64(tp & 63)
+                j = _U(pbase + tp)
+                s = 1.0 + S[j] * P[_U(u - PL[j])]
+                S[j] = s
+                PL[j] = u
+                fb[_U(a - lo)] = s
+                bpos[_U(a - lo)] = pbase + tp
+        else:
+            n_pow = P.shape[0]
+            for a in range(lo, hi):
+                tp = tie_pos[_U(base + expert[_U(a)])]
+                ev[_U(tp >> 6)] |= one << np.uint64(tp & 63)
+                j = _U(pbase + tp)
                 g = u - PL[j]
-                s = 1.0 + s * (P[_U(g)] if g < n_pow else crf_decay(lam, g))
-            else:
-                s = 1.0                # its key lam * u is exact: approx_log2(1) is 0
-                cu[_U(tp >> 6)] |= bit
-            S[j] = s
-            PL[j] = u
-            fb[_U(a - lo)] = s
-            bpos[_U(a - lo)] = pbase + tp
+                s = 1.0 + S[j] * (P[_U(g)] if g < n_pow else crf_decay(lam, g))
+                S[j] = s
+                PL[j] = u
+                fb[_U(a - lo)] = s
+                bpos[_U(a - lo)] = pbase + tp
         for r in range(n_mem):         # the members' approximate keys: one pass the compiler vectorizes
             fb[r] = approx_log2(fb[r]) + now
         for r in range(n_mem):
@@ -1012,7 +1022,7 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         n_hit = 0
         for w in range(n_words):
             n_hit += np.int64(_popc(ev[w] & mem[ul, w]))
-            EX[ul, w] = (EX[ul, w] & ~ev[w]) | cu[w]
+            EX[ul, w] &= ~ev[w]            # the members' keys are approximate
         _record_hits(expert, lo, hi, base, tie_pos, mem, layer, n_hit, record, hit_flag, i >= count_from, hits,
                      misses)
         if cap == 0 or n_mem == 0:
