@@ -904,8 +904,7 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                       np.zeros(n_layers, dtype=np.int64), crf_decays(float(lam), min(n_units + 1, _LRFU_DECAYS)), cuts,
                       np.empty(4, dtype=np.float64), np.empty(width, dtype=np.int64), np.empty(width),
                       np.empty(width, dtype=np.float64), np.empty(width, dtype=np.float64),
-                      np.empty(width, dtype=np.float64), np.empty(width, dtype=np.int64), np.zeros(4, dtype=np.int64),
-                      n_units < _LRFU_DECAYS)
+                      np.empty(width, dtype=np.float64), np.zeros(4, dtype=np.int64), n_units < _LRFU_DECAYS)
 
 
 #: Half-widths of the inner and outer lrfu cuts around a layer's last leaving key.
@@ -966,7 +965,7 @@ def _lrfu_cut_pass(KX, EX, S, PL, pbase, layer, lam, cu, n_words, margin, th, w8
 @jit
 def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, lam, count_from, hits, misses,
                       hit_flag, size, mem, ev, cu, msk, w8, S, PL, KX, EX, lunits, P, cuts, th, cpos, ckey, sel,
-                      sel2, fb, bpos, cnt, whole):
+                      sel2, fb, cnt, whole):
     """The loop of :func:`replay_lrfu_bits`; ``S`` / ``PL`` / ``KX`` ``[l * 64 W + j]``: CRF / layer unit of the
     last access / key (exact where ``EX[l]`` has bit ``j``) of layer ``l``'s tie position ``j``;
     ``P[g] = 2**(-lam * g)``; ``cuts[l]``: the layer's four cuts relative to its clock (outer low, inner low,
@@ -1002,7 +1001,6 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
                 S[j] = s
                 PL[j] = u
                 fb[_U(a - lo)] = s
-                bpos[_U(a - lo)] = pbase + tp
         else:
             n_pow = P.shape[0]
             for a in range(lo, hi):
@@ -1014,11 +1012,10 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
                 S[j] = s
                 PL[j] = u
                 fb[_U(a - lo)] = s
-                bpos[_U(a - lo)] = pbase + tp
         for r in range(n_mem):         # the members' approximate keys: one pass the compiler vectorizes
             fb[r] = approx_log2(fb[r]) + now
-        for r in range(n_mem):
-            KX[_U(bpos[r])] = fb[r]
+        for a in range(lo, hi):        # stored at the members' lanes (found again: one store less per member)
+            KX[_U(pbase + tie_pos[_U(base + expert[_U(a)])])] = fb[_U(a - lo)]
         n_hit = 0
         for w in range(n_words):
             n_hit += np.int64(_popc(ev[w] & mem[ul, w]))
