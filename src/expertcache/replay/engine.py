@@ -550,7 +550,7 @@ CURVE_COST: dict[tuple[str, bool], tuple[float, float, float]] = {
     ("lru", True): (2.3, 3.2, 4.1), ("lru", False): (1.2, 4.8, 7.2),
     ("lfu", True): (3.2, 3.2, 3.0), ("lfu", False): (0.8, 0.7, 0.7),
     ("lfru", True): (9.3, 18.2, 32.7), ("lfru", False): (4.3, 12.4, 14.8),
-    ("lrfu", True): (6.3, 11.3, 16.7), ("lrfu", False): (3.7, 10.5, 13.6),
+    ("lrfu", True): (8.9, 16.3, 22.3), ("lrfu", False): (3.7, 10.5, 13.6),
     ("belady", True): (11.7, 20.4, 27.3), ("belady", False): (12.1, 27.6, 31.6),
 }
 _COST_RHO = (0.1, 0.4, 0.95)
