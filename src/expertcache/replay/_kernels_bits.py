@@ -925,33 +925,36 @@ def _lrfu_exact(KX, EX, S, PL, pbase, layer, j, lam):
 
 
 @jit_helper
+def _lrfu_rank_word(KX, off, exact, margin, th, w8, qa, qb):
+    """The 64 lanes of ``KX`` from ``off`` against cuts ``qa`` and ``qb`` (one cut where equal): ``w8[0]`` /
+    ``w8[1]`` the lanes surely / maybe below cut ``qa``, ``w8[2]`` / ``w8[3]`` below cut ``qb``."""
+    if qa == qb:
+        lrfu_cut1(KX, off, exact, margin, th, w8, qa)
+        w8[2] = w8[0]
+        w8[3] = w8[1]
+    else:
+        lrfu_cut2(KX, off, exact, margin, th, w8, qa, qb)
+
+
+@jit_helper
 def _lrfu_cut_pass(KX, EX, S, PL, pbase, layer, lam, cu, n_words, margin, th, w8, msk, qa, qb, cnt):
     """Cuts ``qa`` and ``qb`` of ``th`` (one cut where they are equal) over ``C ∪ U`` (``cu``): ``msk[q]`` the
     blocks below cut ``q``, ``cnt[q]`` how many. A block whose side of a cut is unsure gets its exact key
-    (:func:`_lrfu_exact`) and its word is ranked again."""
+    (:func:`_lrfu_exact`) and its word is ranked again (the exact keys are sure of their side)."""
     one = np.uint64(1)
     ca = 0
     cb = 0
     for w in range(n_words):
         x = cu[w]
         o = pbase + (w << 6)
-        if qa == qb:
-            lrfu_cut1(KX, o, EX[layer, w], margin, th, w8, qa)
-            w8[2] = w8[0]
-            w8[3] = w8[1]
-        else:
-            lrfu_cut2(KX, o, EX[layer, w], margin, th, w8, qa, qb)
+        _lrfu_rank_word(KX, o, EX[layer, w], margin, th, w8, qa, qb)
         un = ((w8[1] & ~w8[0]) | (w8[3] & ~w8[2])) & x
         if un:
             while un:                  # a stale key near a cut: exact
                 j = np.int64(_cttz(un))
                 un &= un - one
                 _lrfu_exact(KX, EX, S, PL, pbase, layer, (w << 6) + j, lam)
-            if qa == qb:               # the exact keys are sure of their side
-                lrfu_cut1(KX, o, EX[layer, w], margin, th, w8, qa)
-                w8[2] = w8[0]
-            else:
-                lrfu_cut2(KX, o, EX[layer, w], margin, th, w8, qa, qb)
+            _lrfu_rank_word(KX, o, EX[layer, w], margin, th, w8, qa, qb)
         sa = w8[0] & x
         sb = w8[2] & x
         msk[qa, w] = sa
