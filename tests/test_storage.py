@@ -80,3 +80,32 @@ def test_atomic_file_names_a_missing_folder(tmp_path):
         atomic_write_bytes(tmp_path / "missing" / "a.npz", b"x")
     with pytest.raises(ValidationError, match="is a directory"):
         atomic_write_bytes(tmp_path, b"x")
+
+
+def test_event_sums_are_exact_in_int64_and_take_no_widened_copy(monkeypatch):
+    """``read_events``' per-event multiplicity sums: the naive sums (past int32 too), across chunk boundaries,
+    without a whole int64 copy of the members (``np.add.reduceat`` alone widens its input first)."""
+    import tracemalloc
+
+    from expertcache.events import stream as S
+
+    rng = np.random.default_rng(4)
+    sizes = rng.integers(1, 9, 5_000)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    for dtype in (np.int16, np.int32, np.int64):
+        vals = rng.integers(1, min(np.iinfo(dtype).max // 2, 2 ** 40), offsets[-1]).astype(dtype)
+        want = np.array([int(vals[a:b].astype(object).sum()) for a, b in zip(offsets[:-1], offsets[1:], strict=True)])
+        monkeypatch.setattr(S, "_SUM_MEMBERS", 37)            # many chunks of whole events, one event at least
+        assert (S._event_sums(vals, offsets) == want).all(), dtype
+        monkeypatch.undo()
+        assert (S._event_sums(vals, offsets) == want).all(), dtype
+    vals = np.ones(2_000_000, dtype=np.int32)
+    offsets = np.arange(0, vals.shape[0] + 1, 40, dtype=np.int64)
+    tracemalloc.start()
+    sums = S._event_sums(vals, offsets)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert (sums == 40).all()
+    assert peak < sums.nbytes + 4 * 2 ** 20 < 8 * vals.shape[0]           # the output and a few MB, not 16 MB
+    big = np.ones(3 * 2 ** 18, dtype=np.int32)                            # one event past the chunk size
+    assert S._event_sums(big, np.array([0, 5, big.shape[0] - 1, big.shape[0]])).tolist() == [5, big.shape[0] - 6, 1]

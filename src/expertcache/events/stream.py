@@ -360,6 +360,26 @@ def _check_events(step, layer, active, offsets, expert, mult, gate_mass, logical
 _CHECK_CHUNK = 1 << 16
 
 
+#: Members summed per pass of :func:`_event_sums` (whole events; its int64 temporaries stay a few MB).
+_SUM_MEMBERS = 1 << 18
+
+
+def _event_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """``int64[n_events]``: the sum of ``values`` over each event (every event non-empty), in int64 whatever the
+    stored type, about :data:`_SUM_MEMBERS` members at a time: ``np.add.reduceat`` widens its whole input to
+    int64 first (8 bytes per member at once; summing in a narrower stored type could overflow on a crafted file).
+    """
+    n = offsets.shape[0] - 1
+    out = np.zeros(n, dtype=np.int64)
+    e0 = 0
+    while e0 < n:
+        e1 = min(max(int(np.searchsorted(offsets, offsets[e0] + _SUM_MEMBERS, side="right")) - 1, e0 + 1), n)
+        lo = offsets[e0]
+        out[e0:e1] = np.add.reduceat(values[lo:offsets[e1]], offsets[e0:e1] - lo, dtype=np.int64)
+        e0 = e1
+    return out
+
+
 def _first_chunked(n: int, bad) -> int | None:
     """The first index in ``[0, n)`` where ``bad(lo, hi)`` (a bool array over ``[lo, hi)``) is True, or None."""
     for lo in range(0, n, _CHECK_CHUNK):
@@ -427,10 +447,7 @@ def read_events(directory: str | os.PathLike[str]) -> EventStream:
     _check_events(arrays["step"], arrays["layer"], arrays["active"], offsets, flat, mult, gm,
                   arrays["logical"], L, N, k, src)
     sizes = np.diff(offsets)
-    # sums in the stored type when it cannot overflow (a dtype= argument would copy every member to int64)
-    wide = mult.dtype.itemsize >= 8 or (mult.dtype.itemsize == 4 and int(arrays["logical"].max(initial=0)) < 2 ** 31)
-    sums = (np.add.reduceat(mult if wide else mult.astype(np.int64), offsets[:-1]).astype(np.int64)
-            if mult.size else np.zeros(0, dtype=np.int64))
+    sums = _event_sums(mult, offsets)
     ones = sums == sizes        # every multiplicity 1 (they are >= 1, checked above): unknown multiplicities
     i = _first((sums != arrays["logical"]) & ~ones)
     if i is not None:
