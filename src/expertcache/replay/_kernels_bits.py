@@ -873,8 +873,8 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     :func:`expertcache.replay._kernels.crf_decays`). A key is computed exactly only when a decision needs it: an
     access leaves an *approximate* key, within ``margin`` of the exact one (:func:`._simd.approx_log2`, in one
     pass over the unit's members after the member loop, which the compiler vectorizes; a first access needs
-    no case of its own: its CRF 0 decays to 0 and becomes 1), and a bitset per layer says which keys are exact. When ``C ∪ U`` overflows the
-    quota, one vector pass
+    no case of its own: its CRF 0 decays to 0 and becomes 1), and a bitset per layer says which keys are
+    exact. When ``C ∪ U`` overflows the quota, one vector pass
     (:func:`._simd.lrfu_cut2`) ranks every block of the layer against the two inner of four cuts around the
     layer's last leaving key (relative to its clock): the blocks surely and maybe below each; a block whose side
     of a cut is unsure gets its exact key and its word is ranked again. Where the inner low cut holds more than
