@@ -11,7 +11,7 @@ flipping every pair), and reported as the min and median of the per-pair time
 ratios (the machine is noisy; a ratio against a peer timed in the same pair is
 what counts):
 
-* per policy: policy / lru, event-atomic, per-layer scope;
+* per policy: policy / lru, event-atomic, per-layer scope (at rho 0.4, or at each of ``--policy-rhos``);
 * sequential-random / sequential-ascending (same policy, per-layer);
 * lfru global / lfru per-layer (event-atomic and sequential-ascending; at rho 0.4, or at each of
   ``--global-rhos``).
@@ -94,6 +94,8 @@ def main() -> None:
     ap.add_argument("--no-global", action="store_true", help="skip the lfru global / per-layer rows")
     ap.add_argument("--global-rhos", default="0.4",
                     help="rho values of the lfru global / per-layer rows, comma-separated (default 0.4)")
+    ap.add_argument("--policy-rhos", default="0.4",
+                    help="rho values of the policy / lru rows, comma-separated (default 0.4)")
     ap.add_argument("--kernel-choice", action="store_true", help="time sorted vs heap kernels (see above)")
     args = ap.parse_args()
     if args.kernel_choice:
@@ -110,9 +112,11 @@ def main() -> None:
         lo, med, ta = alternate(stream, a, b, args.pairs)
         print(f"{label:58s} {lo:6.2f} {med:7.2f} {ta / n * 1e9:7.1f}", flush=True)
 
-    lru = ReplayConfig("lru", rho=0.4)
-    for policy in filter(None, args.policies.split(",")):
-        row(f"{policy} / lru (event-atomic, per-layer)", ReplayConfig(policy, rho=0.4), lru)
+    for rho in [float(x) for x in args.policy_rhos.split(",") if x]:
+        at = "" if rho == 0.4 else f", rho {rho:g}"
+        lru = ReplayConfig("lru", rho=rho)
+        for policy in filter(None, args.policies.split(",")):
+            row(f"{policy} / lru (event-atomic, per-layer{at})", ReplayConfig(policy, rho=rho), lru)
     for policy in filter(None, args.random_policies.split(",")):
         row(f"{policy}: sequential-random / sequential-ascending",
             ReplayConfig(policy, rho=0.4, semantics="sequential-random"),
