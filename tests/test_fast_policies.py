@@ -366,3 +366,30 @@ def test_lfru_past_the_bitset_loops_event_bound(monkeypatch):
     monkeypatch.setattr(KB, "MAX_LFRU_EVENTS", 1)
     got = replay(stream, ReplayConfig("lfru", rho=0.4))
     assert counts(got) == counts(want)
+
+
+def test_lfru_bitset_loop_with_units_larger_than_the_quota():
+    """Units of ~40 members against quotas of 13-51 (the benchmark's shape at rho 0.1-0.4): most of ``C ∪ U``
+    leaves at every unit, and bands of 33-64 blocks (sorted by the 64-lane network) occur; against
+    replay_select with hit flags."""
+    L, N, B, k = 2, 128, 8, 8
+    rng = np.random.default_rng(11)
+    w = 1.0 / np.arange(1, N + 1) ** 0.9
+    rows, exps = [], []
+    for s in range(500):
+        if s % 40 == 0:
+            perm = [rng.permutation(N) for _ in range(L)]
+        for layer in range(L):
+            picks = {int(perm[layer][x]) for _ in range(B) for x in rng.choice(N, k, replace=False, p=w / w.sum())}
+            rows.append((s, layer))
+            exps.append(sorted(picks))
+    stream = EventStream.from_lists(L, N, k, [r[0] for r in rows], [r[1] for r in rows], exps, [B] * len(rows))
+    tie = engine._tie_ranks("random", 3, L * N)
+    _, tie_pos = engine._tie_order(tie, L, N)
+    for frac in (0.1, 0.2, 0.4):
+        caps = np.full(L, int(frac * N), dtype=np.int64)
+        want = _generic(stream, ReplayConfig("lfru", warmup_events=5), True, False, caps, tie, CODES["lfru"], -1.0,
+                        False)
+        got = [np.zeros(L, dtype=np.int64), np.zeros(L, dtype=np.int64), np.zeros(stream.union, np.uint8)]
+        KB.replay_lfru_bits(stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos, 5, *got)
+        assert all((a == b).all() for a, b in zip(got, want, strict=True)), frac
