@@ -393,3 +393,21 @@ def test_lfru_bitset_loop_with_units_larger_than_the_quota():
         got = [np.zeros(L, dtype=np.int64), np.zeros(L, dtype=np.int64), np.zeros(stream.union, np.uint8)]
         KB.replay_lfru_bits(stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos, 5, *got)
         assert all((a == b).all() for a, b in zip(got, want, strict=True)), frac
+
+
+def test_lfru_bitset_loop_band_of_64_equal_keys_all_leaving():
+    """A band of exactly 64 blocks with one key, all of which leave (``need == nb == 64``): a tie count of 64,
+    where a shift by the lane count would keep them all. Three units of 64 new blocks against a quota of 64:
+    the second unit's blocks form the third unit's band."""
+    L, N = 1, 192
+    a, b, c = list(range(0, 64)), list(range(64, 128)), list(range(128, 192))
+    exps = [a, b, c, a, c, b, a]             # after the third unit only c stays; the rest show it in their hits
+    stream = EventStream.from_lists(L, N, 64, list(range(7)), [0] * 7, exps, [64] * 7)
+    for tie_break in ("id", "random"):
+        tie = engine._tie_ranks(tie_break, 5, L * N)
+        _, tie_pos = engine._tie_order(tie, L, N)
+        caps = np.array([64], dtype=np.int64)
+        want = _generic(stream, ReplayConfig("lfru"), True, False, caps, tie, CODES["lfru"], -1.0, False)
+        got = [np.zeros(L, dtype=np.int64), np.zeros(L, dtype=np.int64), np.zeros(stream.union, np.uint8)]
+        KB.replay_lfru_bits(stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos, 0, *got)
+        assert all((a == b).all() for a, b in zip(got, want, strict=True)), tie_break

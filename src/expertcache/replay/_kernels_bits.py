@@ -832,7 +832,8 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
             v = sel[need - 1]
             below = mask_lt(ckey, v)
             eq = need - np.int64(_popc(below))
-            leave = below | pdep((one << np.uint64(eq)) - one, mask_eq(ckey, v))   # band indices that leave
+            first = (one << np.uint64(eq)) - one if eq < 64 else ~zero     # a shift by 64 would give no bits
+            leave = below | pdep(first, mask_eq(ckey, v))   # band indices that leave
             for w in range(n_words):
                 x = high[w] & ~low[w]
                 mem[ul, w] = cu[w] & ~(low[w] | pdep(leave, x))
