@@ -411,3 +411,41 @@ def test_lfru_bitset_loop_band_of_64_equal_keys_all_leaving():
         got = [np.zeros(L, dtype=np.int64), np.zeros(L, dtype=np.int64), np.zeros(stream.union, np.uint8)]
         KB.replay_lfru_bits(stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos, 0, *got)
         assert all((a == b).all() for a, b in zip(got, want, strict=True)), tie_break
+
+
+def _lockstep_stream(rng, L: int, N: int, n_events: int) -> EventStream:
+    """Experts in groups that are accessed together (so their keys stay equal), a few strays, one layer per
+    step; a unit may hold every expert of its layer."""
+    size = int(rng.choice([8, 16, 32, 64, 65]))
+    groups = [list(range(a, min(N, a + size))) for a in range(0, N, size)]
+    exps = []
+    for _ in range(n_events):
+        chosen = rng.choice(len(groups), int(rng.integers(1, len(groups) + 1)), replace=False)
+        members = {x for c in chosen for x in groups[c]}
+        if rng.random() < 0.3:
+            members |= {int(x) for x in rng.choice(N, int(rng.integers(1, 5)), replace=False)}
+        exps.append(sorted(members))
+    layers = [int(x) for x in rng.integers(0, L, n_events)]
+    return EventStream.from_lists(L, N, N, list(range(n_events)), layers, exps, [1] * n_events)
+
+
+def test_lfru_and_lrfu_bitset_loops_on_lockstep_groups():
+    """Many equal keys and bands of every size up to the universe (groups of 8-65 experts moving together,
+    quotas of 1 to N): replay_lfru_bits / replay_lrfu_bits against the generic kernels, 1,500 random cases.
+    A band of 64 equal keys that all leave is among them (a tie count of 64 once kept them all)."""
+    rng = np.random.default_rng(20261202)
+    for _ in range(1500):
+        L, N = int(rng.integers(1, 3)), int(rng.choice([64, 100, 128, 192, 256]))
+        stream = _lockstep_stream(rng, L, N, int(rng.integers(5, 60)))
+        tie = engine._tie_ranks(str(rng.choice(["id", "random"])), int(rng.integers(0, 100)), L * N)
+        _, tie_pos = engine._tie_order(tie, L, N)
+        caps = np.full(L, int(rng.integers(1, N + 1)), dtype=np.int64)
+        for policy, lam in (("lfru", -1.0), ("lrfu", float(rng.choice([0.0, 0.01, 0.5, 1.0])))):
+            want = _generic(stream, ReplayConfig(policy), True, False, caps, tie, CODES[policy], lam, False)
+            got = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
+            head = (stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos)
+            if policy == "lfru":
+                KB.replay_lfru_bits(*head, 0, *got)
+            else:
+                KB.replay_lrfu_bits(*head, lam, 0, *got)
+            assert all((a == b).all() for a, b in zip(got, want, strict=True)), (policy, lam, L, N, caps[0])
