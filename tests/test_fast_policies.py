@@ -299,7 +299,7 @@ def test_the_curve_choice_follows_the_measured_costs():
         assert len(cost) == 3 and all(c > 0 for c in cost), key
 
 
-def _skewed_stream(L: int, N: int, steps: int, B: int, seed: int) -> EventStream:
+def _skewed_stream(L: int, N: int, steps: int, B: int, seed: int, top_k: int = 4) -> EventStream:
     """Zipf-like popularity that drifts: long runs of one layer's counts and ages, bands of near-equal keys."""
     rng = np.random.default_rng(seed)
     w = 1.0 / np.arange(1, N + 1) ** 0.9
@@ -308,11 +308,12 @@ def _skewed_stream(L: int, N: int, steps: int, B: int, seed: int) -> EventStream
         if s % 50 == 0:
             perm = [rng.permutation(N) for _ in range(L)]
         for layer in range(L):
-            k = min(N, 4)
+            k = min(N, top_k)
             picks = {int(perm[layer][x]) for _ in range(B) for x in rng.choice(N, k, replace=False, p=w / w.sum())}
             rows.append((s, layer))
             exps.append(sorted(picks))
-    return EventStream.from_lists(L, N, min(N, 4), [r[0] for r in rows], [r[1] for r in rows], exps, [B] * len(rows))
+    return EventStream.from_lists(L, N, min(N, top_k), [r[0] for r in rows], [r[1] for r in rows], exps,
+                                  [B] * len(rows))
 
 
 @pytest.mark.parametrize("N", (16, 128, 200))
@@ -372,18 +373,8 @@ def test_lfru_bitset_loop_with_units_larger_than_the_quota():
     """Units of ~40 members against quotas of 13-51 (the benchmark's shape at rho 0.1-0.4): most of ``C ∪ U``
     leaves at every unit, and bands of 33-64 blocks (sorted by the 64-lane network) occur; against
     replay_select with hit flags."""
-    L, N, B, k = 2, 128, 8, 8
-    rng = np.random.default_rng(11)
-    w = 1.0 / np.arange(1, N + 1) ** 0.9
-    rows, exps = [], []
-    for s in range(500):
-        if s % 40 == 0:
-            perm = [rng.permutation(N) for _ in range(L)]
-        for layer in range(L):
-            picks = {int(perm[layer][x]) for _ in range(B) for x in rng.choice(N, k, replace=False, p=w / w.sum())}
-            rows.append((s, layer))
-            exps.append(sorted(picks))
-    stream = EventStream.from_lists(L, N, k, [r[0] for r in rows], [r[1] for r in rows], exps, [B] * len(rows))
+    L, N = 2, 128
+    stream = _skewed_stream(L, N, 500, 8, 11, top_k=8)
     tie = engine._tie_ranks("random", 3, L * N)
     _, tie_pos = engine._tie_order(tie, L, N)
     for frac in (0.1, 0.2, 0.4):
