@@ -102,6 +102,25 @@ def test_lane_masks():
 
 
 @njit(cache=False)
+def _band_masks(buf, v, n):
+    return S.band_masks(buf, v, n)
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 16, 17, 32, 33, 64])
+def test_band_masks_compare_only_the_network_lanes(n):
+    """Bits of the lanes of the smallest network holding ``n`` (8, 16, 32, 64) where the key is below / equal
+    to ``v``; the lanes past that network are ignored even where they hold lower or equal keys."""
+    width = next(w for w in (8, 16, 32, 64) if n <= w)
+    rng = np.random.default_rng(n)
+    for _ in range(100):
+        buf = rng.integers(0, 5, 64).astype(np.float64)
+        v = float(rng.integers(0, 5))
+        lt, eq = _band_masks(buf, v, n)
+        assert int(lt) == sum(1 << q for q in range(width) if buf[q] < v)
+        assert int(eq) == sum(1 << q for q in range(width) if buf[q] == v)
+
+
+@njit(cache=False)
 def _pdeps(src, mask):
     return S.pdep(src, mask), S._pdep_loop(src, mask)
 

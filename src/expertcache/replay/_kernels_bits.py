@@ -26,14 +26,13 @@ from ._kernels import _cttz, _max_unit, crf_decay, crf_decays, crf_key
 from ._simd import (
     LOG2_APPROX_ERROR,
     approx_log2,
+    band_masks,
     cut_masks,
     dyadic_down,
     dyadic_up,
     lanes_below,
     lrfu_cut1,
     lrfu_cut2,
-    mask_eq,
-    mask_lt,
     pdep,
     sort_small,
 )
@@ -749,10 +748,11 @@ def _band_leave(ckey, v, need, nb):
     do and ``v`` is the ``need``-th lowest key: those below ``v`` and, of those equal to it, the first in band
     order (the lowest tie positions), as bits."""
     live = lanes_below(nb)
-    below = mask_lt(ckey, v) & live
+    lt, eqm = band_masks(ckey, v, nb)
+    below = lt & live
     eq = need - np.int64(_popc(below))
     first = (np.uint64(1) << np.uint64(eq)) - np.uint64(1) if eq < 64 else ~np.uint64(0)   # no shift by 64
-    return below | pdep(first, mask_eq(ckey, v) & live)
+    return below | pdep(first, eqm & live)
 
 
 @jit_helper

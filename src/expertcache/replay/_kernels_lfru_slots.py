@@ -25,7 +25,7 @@ from .._jit import jit, jit_helper
 from ._kernels import _cttz, _max_unit
 from ._kernels_bits import MAX_LFRU_EVENTS, _kth_lowest, _popc
 from ._kernels_order import _ctlz
-from ._simd import cut_masks, dyadic_down, dyadic_up, lanes_below, mask_eq, mask_lt, sort_small
+from ._simd import band_masks, cut_masks, dyadic_down, dyadic_up, lanes_below, sort_small
 
 #: An unsigned index: numba skips the negative-index wraparound (no index here is negative).
 _U = np.uint64
@@ -163,8 +163,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
             if nb <= 64:               # sorted by a network; the leaving lanes as a mask
                 sort_small(ckey, nb, sel)
                 v = sel[need - 1]
-                below = mask_lt(ckey, v)
-                eqm = mask_eq(ckey, v)
+                below, eqm = band_masks(ckey, v, nb)        # lanes past the band are inf
                 eq = need - np.int64(_popc(below))
                 n_eq = np.int64(_popc(eqm))
                 leave = below | eqm

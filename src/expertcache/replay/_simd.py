@@ -139,15 +139,16 @@ def lanes_below(r):
     return ~np.uint64(0) if r >= 64 else (np.uint64(1) << np.uint64(r)) - np.uint64(1)
 
 
-def _make_mask(op: str):
+def _make_mask(op: str, n: int = 64):
     @intrinsic
     def _mask(typingctx, buf, v):
         sig = types.uint64(buf, types.float64)
 
         def codegen(context, builder, signature, args):
-            x = builder.load(_lanes(context, builder, signature.args[0], args[0], ir.Constant(_I64, 0), 64), align=8)
-            c = builder.fcmp_ordered(op, x, _splat(builder, args[1], ir.VectorType(_F64, 64), 64))
-            return builder.bitcast(c, _I64)
+            x = builder.load(_lanes(context, builder, signature.args[0], args[0], ir.Constant(_I64, 0), n), align=8)
+            c = builder.bitcast(builder.fcmp_ordered(op, x, _splat(builder, args[1], ir.VectorType(_F64, n), n)),
+                                ir.IntType(n))
+            return c if n == 64 else builder.zext(c, _I64)
 
         return sig, codegen
 
@@ -158,6 +159,23 @@ def _make_mask(op: str):
 mask_lt = _make_mask("<")
 #: ``mask_eq(buf, v)``: bit ``q`` set where ``buf[q] == v``, for the 64 lanes ``buf[0:64]``.
 mask_eq = _make_mask("==")
+_mask_lt8, _mask_eq8 = _make_mask("<", 8), _make_mask("==", 8)
+_mask_lt16, _mask_eq16 = _make_mask("<", 16), _make_mask("==", 16)
+_mask_lt32, _mask_eq32 = _make_mask("<", 32), _make_mask("==", 32)
+
+
+@jit_helper
+def band_masks(buf, v, n):
+    """``(mask_lt(buf, v), mask_eq(buf, v))`` over only the lanes of the smallest network (8, 16, 32 or 64) that
+    holds ``n``, as :func:`sort_small` picks it; the bits past those lanes are clear. A band of a few keys
+    compares one or two vectors instead of eight."""
+    if n <= 8:
+        return _mask_lt8(buf, v), _mask_eq8(buf, v)
+    if n <= 16:
+        return _mask_lt16(buf, v), _mask_eq16(buf, v)
+    if n <= 32:
+        return _mask_lt32(buf, v), _mask_eq32(buf, v)
+    return mask_lt(buf, v), mask_eq(buf, v)
 
 
 @intrinsic
