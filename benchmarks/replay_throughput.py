@@ -18,6 +18,12 @@ what counts):
 
 ``ns/acc`` is the median time of the first side per union access.
 
+``--processes K`` (K > 1) runs every row in K fresh processes, one after another, and pools their pairs:
+min and median over all of them, and the lowest and highest per-process median (``proc lo-hi``). Where a
+kernel's machine code lands moves its time by up to ~15% from process to process, and the lottery is drawn
+once per process (docs/performance.md, *Placement noise*), so one process is one draw; the pooled median
+over several is the figure to record.
+
 ``--kernel-choice`` instead times, for lfu and least-stale, the two event-atomic
 per-layer kernels of ``replay/_kernels_ranked.py`` (sorted residents vs heaps)
 on ``bench_scaling.routed_stream`` streams of several batch sizes, universes
@@ -28,7 +34,9 @@ and rho, against the quota / mean event size ratio: the crossover sets
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -69,8 +77,8 @@ def _time(stream, cfg: ReplayConfig) -> float:
     return time.perf_counter() - t0
 
 
-def alternate(stream, a: ReplayConfig, b: ReplayConfig, pairs: int) -> tuple[float, float, float]:
-    """``(min ratio, median ratio, median seconds of a)`` of time(a) / time(b), alternated pair by pair."""
+def alternate(stream, a: ReplayConfig, b: ReplayConfig, pairs: int) -> tuple[list[float], list[float]]:
+    """Per-pair ``time(a) / time(b)`` and the seconds of ``a``, the two sides alternated pair by pair."""
     replay(stream, a)
     replay(stream, b)  # warm: compile or load both specialisations, fault in their temporaries
     ratios, ta = [], []
@@ -81,7 +89,44 @@ def alternate(stream, a: ReplayConfig, b: ReplayConfig, pairs: int) -> tuple[flo
             ta_, tb_ = _time(stream, a), _time(stream, b)
         ratios.append(ta_ / tb_)
         ta.append(ta_)
-    return min(ratios), statistics.median(ratios), statistics.median(ta)
+    return ratios, ta
+
+
+def rows(args: argparse.Namespace) -> list[tuple[str, ReplayConfig, ReplayConfig]]:
+    """The comparisons the options ask for: ``(label, a, b)``, timed as ``a / b``."""
+    out = []
+    for rho in [float(x) for x in args.policy_rhos.split(",") if x]:
+        at = "" if rho == 0.4 else f", rho {rho:g}"
+        lru = ReplayConfig("lru", rho=rho)
+        for policy in filter(None, args.policies.split(",")):
+            out.append((f"{policy} / lru (event-atomic, per-layer{at})", ReplayConfig(policy, rho=rho), lru))
+    for policy in filter(None, args.random_policies.split(",")):
+        out.append((f"{policy}: sequential-random / sequential-ascending",
+                    ReplayConfig(policy, rho=0.4, semantics="sequential-random"),
+                    ReplayConfig(policy, rho=0.4, semantics="sequential-ascending")))
+    for rho in () if args.no_global else [float(x) for x in args.global_rhos.split(",") if x]:
+        for sem in ("event-atomic", "sequential-ascending"):
+            at = "" if rho == 0.4 else f", rho {rho:g}"
+            out.append((f"lfru: global / per-layer ({sem}{at})",
+                        ReplayConfig("lfru", rho=rho, scope="global", semantics=sem),
+                        ReplayConfig("lfru", rho=rho, semantics=sem)))
+    return out
+
+
+def pooled(argv: list[str], processes: int, n_rows: int) -> list[tuple[list[float], list[float]]]:
+    """Every row's ratios and first-side seconds from ``processes`` fresh runs of this script (``--worker``), one
+    after another; ``[row][process]`` lists."""
+    got: list[tuple[list, list]] = [([], []) for _ in range(n_rows)]
+    for k in range(processes):
+        out = subprocess.run([sys.executable, __file__, *argv, "--worker"], capture_output=True, text=True)
+        if out.returncode:
+            sys.exit(f"worker process {k + 1} failed:\n{out.stderr[-2000:]}")
+        for r, line in enumerate(ln for ln in out.stdout.splitlines() if ln.startswith("{")):
+            rec = json.loads(line)
+            got[r][0].append(rec["ratios"])
+            got[r][1].append(rec["seconds"])
+        print(f"  process {k + 1}/{processes} done", file=sys.stderr, flush=True)
+    return got
 
 
 def main() -> None:
@@ -97,35 +142,42 @@ def main() -> None:
     ap.add_argument("--policy-rhos", default="0.4",
                     help="rho values of the policy / lru rows, comma-separated (default 0.4)")
     ap.add_argument("--kernel-choice", action="store_true", help="time sorted vs heap kernels (see above)")
+    ap.add_argument("--processes", type=int, default=1,
+                    help="run every row in this many fresh processes and pool their pairs (see above)")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.kernel_choice:
         kernel_choice()
         return
+    if args.processes < 1 or args.pairs < 1:
+        ap.error("--processes and --pairs must be at least 1")
+    table = rows(args)
     t0 = time.perf_counter()
     stream = drifting_qwen_stream(args.steps, sample_seed=1)
     n = stream.union
+    if args.worker:                    # one process of --processes K: every row's pairs as JSON lines
+        for _, a, b in table:
+            ratios, ta = alternate(stream, a, b, args.pairs)
+            print(json.dumps({"ratios": ratios, "seconds": ta}), flush=True)
+        return
+    many = args.processes > 1
     print(f"stream: {stream.n_events} events, {n} union accesses (mean |E| {n / stream.n_events:.1f}), "
-          f"built in {time.perf_counter() - t0:.1f} s; {args.pairs} alternated pairs per row")
-    print(f"{'comparison':58s} {'min':>6s} {'median':>7s} {'ns/acc':>7s}")
-
-    def row(label: str, a: ReplayConfig, b: ReplayConfig) -> None:
-        lo, med, ta = alternate(stream, a, b, args.pairs)
-        print(f"{label:58s} {lo:6.2f} {med:7.2f} {ta / n * 1e9:7.1f}", flush=True)
-
-    for rho in [float(x) for x in args.policy_rhos.split(",") if x]:
-        at = "" if rho == 0.4 else f", rho {rho:g}"
-        lru = ReplayConfig("lru", rho=rho)
-        for policy in filter(None, args.policies.split(",")):
-            row(f"{policy} / lru (event-atomic, per-layer{at})", ReplayConfig(policy, rho=rho), lru)
-    for policy in filter(None, args.random_policies.split(",")):
-        row(f"{policy}: sequential-random / sequential-ascending",
-            ReplayConfig(policy, rho=0.4, semantics="sequential-random"),
-            ReplayConfig(policy, rho=0.4, semantics="sequential-ascending"))
-    for rho in () if args.no_global else [float(x) for x in args.global_rhos.split(",") if x]:
-        for sem in ("event-atomic", "sequential-ascending"):
-            at = "" if rho == 0.4 else f", rho {rho:g}"
-            row(f"lfru: global / per-layer ({sem}{at})", ReplayConfig("lfru", rho=rho, scope="global", semantics=sem),
-                ReplayConfig("lfru", rho=rho, semantics=sem))
+          f"built in {time.perf_counter() - t0:.1f} s; {args.pairs} alternated pairs per row"
+          + (f" in each of {args.processes} processes" if many else ""))
+    print(f"{'comparison':58s} {'min':>6s} {'median':>7s} {'ns/acc':>7s}" + (f" {'proc lo-hi':>11s}" if many else ""))
+    if many:
+        argv = [x for x in sys.argv[1:] if x != "--worker"]
+        for (label, _, _), (ratios, ta) in zip(table, pooled(argv, args.processes, len(table)), strict=True):
+            flat = [x for p in ratios for x in p]
+            meds = [statistics.median(p) for p in ratios]
+            t = statistics.median([x for p in ta for x in p])
+            print(f"{label:58s} {min(flat):6.2f} {statistics.median(flat):7.2f} {t / n * 1e9:7.1f} "
+                  f"{min(meds):5.2f}-{max(meds):<5.2f}", flush=True)
+        return
+    for label, a, b in table:
+        ratios, ta = alternate(stream, a, b, args.pairs)
+        print(f"{label:58s} {min(ratios):6.2f} {statistics.median(ratios):7.2f} "
+              f"{statistics.median(ta) / n * 1e9:7.1f}", flush=True)
 
 
 def kernel_choice() -> None:
