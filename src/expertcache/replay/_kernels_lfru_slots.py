@@ -51,7 +51,7 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
     width = cap + int(_max_unit(offsets, True))
     npad = max((width + 63) // 64, 1) * 64
     _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag,
-                       np.stack([np.zeros(n_blocks, dtype=np.int64), np.full(n_blocks, -1, dtype=np.int64)], axis=1),
+                       np.stack([np.zeros(n_blocks, dtype=np.int64), np.full(n_blocks, -1, dtype=np.int64)], axis=1).reshape(-1),
                        np.zeros(npad, dtype=np.float64),
                        np.zeros(npad, dtype=np.float64), np.zeros(npad, dtype=np.int64),
                        np.zeros(npad, dtype=np.float64), np.zeros((npad // 64, 2), dtype=np.uint64),
@@ -77,9 +77,10 @@ def _tie_cut(ckey, v, nb, ST, bpos, buf, scratch, eq, n_eq):
 @jit
 def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag,
                        BR, SF, SL, SB, ST, masks, w2, ckey, sel, sel2, bpos):
-    """The loop of :func:`replay_lfru_slots`. ``BR[b]``: block ``b``'s count and its slot (-1: not resident),
-    side by side (one cache line per member); slot ``s``: count ``SF``, last unit ``SL`` (floats), block ``SB``,
-    tie rank ``ST`` (a float: exact below ``2**53``); ``masks[w]``: the slots below the low and the high cut."""
+    """The loop of :func:`replay_lfru_slots`. ``BR[2b]``, ``BR[2b + 1]``: block ``b``'s count and its slot (-1:
+    not resident), side by side (one cache line per member; a flat array: no multiply per index); slot ``s``:
+    count ``SF``, last unit ``SL`` (floats), block ``SB``, tie rank ``ST`` (a float: exact below ``2**53``);
+    ``masks[w]``: the slots below the low and the high cut."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     one = np.uint64(1)
@@ -98,9 +99,9 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
         top = n_res                    # the unit's misses go to slots n_res, n_res + 1, ...
         for a in range(lo, hi):
             b = _U(base + expert[_U(a)])
-            f = BR[b, 0] + 1
-            BR[b, 0] = f
-            s = BR[b, 1]
+            f = BR[b << one] + 1
+            BR[b << one] = f
+            s = BR[(b << one) | one]
             if s >= 0:
                 n_hit += 1
                 SF[_U(s)] = float(f)
@@ -112,7 +113,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                 SL[_U(top)] = fi
                 SB[_U(top)] = np.int64(b)
                 ST[_U(top)] = float(tie[b])
-                BR[b, 1] = top
+                BR[(b << one) | one] = top
                 top += 1
         if counted:
             hits[_U(layer)] += n_hit
@@ -206,7 +207,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                 hb = 63 - np.int64(_ctlz(x))
                 x &= ~(one << np.uint64(hb))
                 s = (w << 6) + hb
-                BR[_U(SB[_U(s)]), 1] = -1
+                BR[(_U(SB[_U(s)]) << one) | one] = -1
                 last = n_total - 1
                 if s != last:
                     b2 = SB[_U(last)]
@@ -214,7 +215,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                     SL[_U(s)] = SL[_U(last)]
                     SB[_U(s)] = b2
                     ST[_U(s)] = ST[_U(last)]
-                    BR[_U(b2), 1] = s
+                    BR[(_U(b2) << one) | one] = s
                 n_total -= 1
         n_res = n_total
         if nb > 24:                    # the cuts follow the band: narrower when it is wide, wider after a miss
