@@ -61,6 +61,23 @@ def test_small_streams_with_many_ties():
             _check(stream, cap, tie, int(rng.integers(0, 3)) % max(stream.n_events, 1))
 
 
+def test_wide_bands_with_equal_keys():
+    """Events of 60-80 blocks into caches of 70-130: whole first overflows and later wide bands go past the
+    64-lane network to the quickselect, with dozens of equal keys (one count, one age) at the cut, so the tie
+    ranks decide which of them leave there too."""
+    rng = np.random.default_rng(41)
+    N = 200
+    for trial in range(6):
+        experts, steps = [], []
+        for s in range(12):
+            experts.append(np.sort(rng.choice(N, int(rng.integers(60, 81)), replace=False)))
+            steps.append(s)
+        stream = EventStream.from_lists(1, N, 8, steps, [0] * len(steps), experts, [10] * len(steps))
+        tie = engine._tie_ranks("random" if trial % 2 else "id", trial, N)
+        for cap in (70, 100, 130):
+            _check(stream, cap, tie, 0)
+
+
 @pytest.mark.parametrize("N", (16, 128, 200))
 def test_long_skewed_streams(N):
     """Popularity that drifts over 800 steps: the cuts follow the m-th key as it moves, bands narrow and widen,

@@ -3,7 +3,7 @@
 ``lfru`` ranks a block by ``freq / (t - last + 1)`` (``t`` the unit, here the event index; lower leaves first,
 equal keys by lower tie rank). With a small global cache nearly every member misses and as many residents
 leave per event, so the frequency groups of :mod:`._kernels_lfru_groups` move every member through their
-lists. Here the residents sit in dense *slots* (count, last unit, block, tie rank; ``C ∪ U`` contiguous from
+lists. Here the residents sit in dense *slots* (count, last unit, block; ``C ∪ U`` contiguous from
 slot 0, the unit's misses appended), and an overflowing event is decided as the per-layer loop
 ``_kernels_bits.replay_lfru_bits`` decides it, over slots instead of tie positions: one vector pass
 (:func:`._simd.cut_masks`) gives the slots whose key is at most a low and a high *dyadic* cut (exact: see that
@@ -54,33 +54,34 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
                        np.stack([np.zeros(n_blocks, dtype=np.int64), np.full(n_blocks, -1, dtype=np.int64)], axis=1).reshape(-1),
                        np.zeros(npad, dtype=np.float64),
                        np.zeros(npad, dtype=np.float64), np.zeros(npad, dtype=np.int64),
-                       np.zeros(npad, dtype=np.float64), np.zeros((npad // 64, 2), dtype=np.uint64),
+                       np.zeros((npad // 64, 2), dtype=np.uint64),
                        np.zeros(2, dtype=np.uint64), np.full(npad, np.inf),
                        np.empty(npad, dtype=np.float64), np.empty(npad, dtype=np.float64),
                        np.empty(npad, dtype=np.int64))
 
 
 @jit_helper
-def _tie_cut(ckey, v, nb, ST, bpos, buf, scratch, eq, n_eq):
-    """Of the ``n_eq`` band lanes whose key ``ckey[:nb]`` is ``v``, the ``eq`` with the lowest tie ranks leave:
-    the highest of those ranks (ranks are distinct), ``inf`` when all ``n_eq`` leave."""
+def _tie_cut(ckey, v, nb, tie, SB, bpos, buf, scratch, eq, n_eq):
+    """Of the ``n_eq`` band lanes whose key ``ckey[:nb]`` is ``v`` (slots ``bpos``, blocks ``SB``), the ``eq`` with
+    the lowest tie ranks leave: the highest of those ranks (distinct; as floats, exact below ``2**53``), ``inf``
+    when all ``n_eq`` leave."""
     if eq >= n_eq:
         return np.inf
     r2 = 0
     for r in range(nb):
         if ckey[_U(r)] == v:
-            buf[_U(r2)] = ST[_U(bpos[_U(r)])]
+            buf[_U(r2)] = float(tie[_U(SB[_U(bpos[_U(r)])])])
             r2 += 1
     return _kth_lowest(buf, scratch, n_eq, eq)
 
 
 @jit
 def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag,
-                       BR, SF, SL, SB, ST, masks, w2, ckey, sel, sel2, bpos):
+                       BR, SF, SL, SB, masks, w2, ckey, sel, sel2, bpos):
     """The loop of :func:`replay_lfru_slots`. ``BR[2b]``, ``BR[2b + 1]``: block ``b``'s count and its slot (-1:
     not resident), side by side (one cache line per member; a flat array: no multiply per index); slot ``s``:
-    count ``SF``, last unit ``SL`` (floats), block ``SB``, tie rank ``ST`` (a float: exact below ``2**53``);
-    ``masks[w]``: the slots below the low and the high cut."""
+    count ``SF``, last unit ``SL`` (floats), block ``SB`` (its tie rank ``tie[SB[s]]``, read only where equal
+    keys meet the cut); ``masks[w]``: the slots below the low and the high cut."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     one = np.uint64(1)
@@ -112,7 +113,6 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                 SF[_U(top)] = float(f)
                 SL[_U(top)] = fi
                 SB[_U(top)] = np.int64(b)
-                ST[_U(top)] = float(tie[b])
                 BR[(b << one) | one] = top
                 top += 1
         if counted:
@@ -169,12 +169,12 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                 n_eq = np.int64(_popc(eqm))
                 leave = below | eqm
                 if eq < n_eq:          # equal keys at the need-th: the eq lowest tie ranks of them leave
-                    tr = _tie_cut(ckey, v, nb, ST, bpos, sel2, sel, eq, n_eq)
+                    tr = _tie_cut(ckey, v, nb, tie, SB, bpos, sel2, sel, eq, n_eq)
                     x = eqm
                     while x:
                         r = np.int64(_cttz(x))
                         x &= x - one
-                        if ST[_U(bpos[_U(r)])] > tr:
+                        if float(tie[_U(SB[_U(bpos[_U(r)])])]) > tr:
                             leave &= ~(one << np.uint64(r))
                 x = leave
                 while x:
@@ -194,11 +194,11 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                     c = ckey[_U(r)]
                     n_less += c < v
                     n_eq += c == v
-                tr = _tie_cut(ckey, v, nb, ST, bpos, sel2, sel, need - n_less, n_eq)
+                tr = _tie_cut(ckey, v, nb, tie, SB, bpos, sel2, sel, need - n_less, n_eq)
                 for r in range(nb):
                     c = ckey[_U(r)]
                     s = bpos[_U(r)]
-                    if c < v or (c == v and ST[_U(s)] <= tr):
+                    if c < v or (c == v and float(tie[_U(SB[_U(s)])]) <= tr):
                         masks[_U(s >> 6), 0] |= one << np.uint64(s & 63)
                     ckey[_U(r)] = np.inf
         for w in range(n_w - 1, -1, -1):           # swap-remove the leaving slots, highest first
@@ -214,7 +214,6 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                     SF[_U(s)] = SF[_U(last)]
                     SL[_U(s)] = SL[_U(last)]
                     SB[_U(s)] = b2
-                    ST[_U(s)] = ST[_U(last)]
                     BR[(_U(b2) << one) | one] = s
                 n_total -= 1
         n_res = n_total
