@@ -102,6 +102,32 @@ def test_lane_masks():
 
 
 @njit(cache=False)
+def _lfru_cuts(F, L, off, th0, th1, t1, out):
+    S.cut_masks(F, L, off, th0, th1, t1, out)
+    return S.cut_mask1(F, L, off, th0, t1), S.cut_mask1(F, L, off, th1, t1)
+
+
+def test_cut_masks_and_one_cut_against_the_products():
+    """``F <= th * (t1 - L)`` lane by lane, both cuts at once and each alone, on counts and last units with
+    many equal products (dyadic cuts and small integers) and an infinite cut."""
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        n = 64 * int(rng.integers(1, 4))
+        F = rng.integers(1, 9, n).astype(np.float64)
+        L = rng.integers(0, 40, n).astype(np.float64)
+        off = 64 * int(rng.integers(0, n // 64))
+        t1 = 41.0
+        th0, th1 = sorted(float(x) for x in rng.integers(0, 17, 2) / 8.0)
+        if rng.random() < 0.1:
+            th1 = np.inf
+        out = np.zeros(2, dtype=np.uint64)
+        one0, one1 = _lfru_cuts(F, L, off, th0, th1, t1, out)
+        for q, th in enumerate((th0, th1)):
+            want = sum(1 << j for j in range(64) if F[off + j] <= th * (t1 - L[off + j]))
+            assert int(out[q]) == want and int((one0, one1)[q]) == want
+
+
+@njit(cache=False)
 def _band_masks(buf, v, n):
     return S.band_masks(buf, v, n)
 

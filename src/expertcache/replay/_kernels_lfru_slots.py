@@ -10,7 +10,8 @@ slot 0, the unit's misses appended), and an overflowing event is decided as the 
 loop), the ``need`` lowest of the band between are found by sorting its keys with a bitonic network (at most
 64; a quickselect past it), and of the keys equal to the ``need``-th the lowest tie ranks leave (equal keys
 are common: the blocks of one event with one count). The cuts follow the band: a cut holding too many or
-too few moves out by twice their gap, and their spread around the last ``need``-th key halves after a band
+too few moves out by twice their gap and only its own mask is ranked again (:func:`._simd.cut_mask1`), and
+their spread around the last ``need``-th key halves after a band
 wider than 24 and doubles after a pass repeated. Leaving slots are filled from the top (swap-removal). The
 per-event cost is ``O(c / 64)`` vector compares plus the unit's members, so the engine takes this loop for
 global caches up to :data:`SLOTS_PER_MEMBER` blocks per member of a mean event. The decision, the hit counts
@@ -25,7 +26,7 @@ from .._jit import jit, jit_helper
 from ._kernels import _cttz, _max_unit
 from ._kernels_bits import MAX_LFRU_EVENTS, _kth_lowest, _popc
 from ._kernels_order import _ctlz
-from ._simd import band_masks, cut_masks, dyadic_down, dyadic_up, lanes_below, sort_small
+from ._simd import band_masks, cut_mask1, cut_masks, dyadic_down, dyadic_up, lanes_below, sort_small
 
 #: An unsigned index: numba skips the negative-index wraparound (no index here is negative).
 _U = np.uint64
@@ -125,27 +126,36 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
         n_total = top
         n_w = (n_total + 63) >> 6
         t1 = fi + 1.0                  # age = t1 - last
-        passes = 0
-        while True:                    # the two cuts over C ∪ U
+        passes = 1                     # the two cuts over C ∪ U in one pass; a cut that holds too many or too
+        c0 = 0                         # few moves out by twice their gap, and only its own mask is counted again
+        c1 = 0
+        for w in range(n_w):
+            lim = lanes_below(n_total - (w << 6))
+            cut_masks(SF, SL, w << 6, th0, th1, t1, w2)
+            lw = w2[0] & lim
+            hw = w2[1] & lim
+            masks[_U(w), 0] = lw
+            masks[_U(w), 1] = hw
+            c0 += np.int64(_popc(lw))
+            c1 += np.int64(_popc(hw))
+        while c0 > m:                  # more than leave sit below the low cut: down by twice the gap
+            gap = max(th1 - th0, th1 * 2.0 ** -10) if th1 < np.inf else np.inf
+            th0 = dyadic_down(th0 - 2.0 * gap) if th0 - 2.0 * gap > 0.0 else 0.0
             passes += 1
             c0 = 0
+            for w in range(n_w):
+                lw = cut_mask1(SF, SL, w << 6, th0, t1) & lanes_below(n_total - (w << 6))
+                masks[_U(w), 0] = lw
+                c0 += np.int64(_popc(lw))
+        while c1 < m:                  # fewer than leave sit below the high cut (c0 <= c1 < m): up by twice the gap
+            gap = max(th1 - th0, th1 * 2.0 ** -10) if th1 < np.inf else np.inf
+            th1 = dyadic_up(th1 + 2.0 * gap) if th1 > 0.0 else np.inf
+            passes += 1
             c1 = 0
             for w in range(n_w):
-                lim = lanes_below(n_total - (w << 6))
-                cut_masks(SF, SL, w << 6, th0, th1, t1, w2)
-                lw = w2[0] & lim
-                hw = w2[1] & lim
-                masks[_U(w), 0] = lw
+                hw = cut_mask1(SF, SL, w << 6, th1, t1) & lanes_below(n_total - (w << 6))
                 masks[_U(w), 1] = hw
-                c0 += np.int64(_popc(lw))
                 c1 += np.int64(_popc(hw))
-            gap = max(th1 - th0, th1 * 2.0 ** -10) if th1 < np.inf else np.inf
-            if c0 > m:                 # more than leave sit below the low cut: down by twice the gap
-                th0 = dyadic_down(th0 - 2.0 * gap) if th0 - 2.0 * gap > 0.0 else 0.0
-            elif c1 < m:               # fewer than leave sit below the high cut: up by twice the gap
-                th1 = dyadic_up(th1 + 2.0 * gap) if th1 > 0.0 else np.inf
-            else:
-                break
         need = m - c0
         nb = c1 - c0
         v = th0

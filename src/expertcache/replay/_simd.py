@@ -199,6 +199,23 @@ def cut_masks(typingctx, F, L, off, th0, th1, t1, out):
 
 
 @intrinsic
+def cut_mask1(typingctx, F, L, off, th, t1):
+    """Bits of the lanes ``off .. off+63`` where ``F <= th * (t1 - L)``: one cut of :func:`cut_masks`, for a cut
+    moved alone."""
+    sig = types.uint64(F, L, types.int64, types.float64, types.float64)
+
+    def codegen(context, builder, signature, args):
+        vt = ir.VectorType(_F64, 64)
+        f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[2], 64), align=8)
+        last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[2], 64), align=8)
+        age = builder.fsub(_splat(builder, args[4], vt, 64), last)
+        c = builder.fcmp_ordered("<=", f, builder.fmul(_splat(builder, args[3], vt, 64), age))
+        return builder.bitcast(c, _I64)
+
+    return sig, codegen
+
+
+@intrinsic
 def f2u(typingctx, x):
     """The bits of a float64 as a uint64."""
     sig = types.uint64(types.float64)
