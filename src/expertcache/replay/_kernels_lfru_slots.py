@@ -51,8 +51,9 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
     cap = int(min(int(capacity[0]), n_blocks))
     width = cap + int(_max_unit(offsets, True))
     npad = max((width + 63) // 64, 1) * 64
+    rec = np.int32 if npad < 2**31 else np.int64      # counts stay below MAX_LFRU_EVENTS, slots below npad
     _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag,
-                       np.stack([np.zeros(n_blocks, dtype=np.int64), np.full(n_blocks, -1, dtype=np.int64)], axis=1).reshape(-1),
+                       np.stack([np.zeros(n_blocks, dtype=rec), np.full(n_blocks, -1, dtype=rec)], axis=1).reshape(-1),
                        np.zeros(npad, dtype=np.float64),
                        np.zeros(npad, dtype=np.float64), np.zeros(npad, dtype=np.int64),
                        np.zeros((npad // 64, 2), dtype=np.uint64),
@@ -80,9 +81,10 @@ def _tie_cut(ckey, v, nb, tie, SB, bpos, buf, scratch, eq, n_eq):
 def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag,
                        BR, SF, SL, SB, masks, w2, ckey, sel, sel2, bpos):
     """The loop of :func:`replay_lfru_slots`. ``BR[2b]``, ``BR[2b + 1]``: block ``b``'s count and its slot (-1:
-    not resident), side by side (one cache line per member; a flat array: no multiply per index); slot ``s``:
-    count ``SF``, last unit ``SL`` (floats), block ``SB`` (its tie rank ``tie[SB[s]]``, read only where equal
-    keys meet the cut); ``masks[w]``: the slots below the low and the high cut."""
+    not resident), side by side (one cache line per member; a flat array: no multiply per index; int32 where
+    the slots fit); slot ``s``: count ``SF``, last unit ``SL`` (floats), block ``SB`` (its tie rank
+    ``tie[SB[s]]``, read only where equal keys meet the cut); ``masks[w]``: the slots below the low and the high
+    cut."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     one = np.uint64(1)
