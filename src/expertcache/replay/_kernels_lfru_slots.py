@@ -33,8 +33,9 @@ _U = np.uint64
 
 #: The engine replays here global caches of at most this many blocks per member of a mean event (beyond it
 #: the frequency groups are faster: the cuts' vector pass grows with the cache, the groups' work with the
-#: event; measured on the benchmark stream, the two meet near 28).
-SLOTS_PER_MEMBER = 20
+#: event). Measured (kernels alone, docs/performance.md): the two meet near 27 on the benchmark stream, near
+#: 23-24 on a 48 x 512, B = 8 one and past 28 at B = 1.
+SLOTS_PER_MEMBER = 22
 
 __all__ = ["MAX_LFRU_EVENTS", "SLOTS_PER_MEMBER", "replay_lfru_slots"]
 
