@@ -178,21 +178,27 @@ def band_masks(buf, v, n):
     return mask_lt(buf, v), mask_eq(buf, v)
 
 
+def _cut_products(context, builder, signature, args, t1: int):
+    """``F`` and ``th * (t1 - L)`` for the 64 lanes from ``args[2]`` (``F``, ``L`` the first two arguments,
+    ``t1`` the index of that argument): a function of ``th``, for :func:`cut_masks` and :func:`cut_mask1`."""
+    vt = ir.VectorType(_F64, 64)
+    f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[2], 64), align=8)
+    last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[2], 64), align=8)
+    age = builder.fsub(_splat(builder, args[t1], vt, 64), last)
+    return f, lambda th: builder.fmul(_splat(builder, th, vt, 64), age)
+
+
 @intrinsic
 def cut_masks(typingctx, F, L, off, th0, th1, t1, out):
     """``out[0]`` (``out[1]``): bits of the lanes ``off .. off+63`` where ``F <= th0 * (t1 - L)`` (``th1``)."""
     sig = types.void(F, L, types.int64, types.float64, types.float64, types.float64, out)
 
     def codegen(context, builder, signature, args):
-        vt = ir.VectorType(_F64, 64)
-        f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[2], 64), align=8)
-        last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[2], 64), align=8)
-        age = builder.fsub(_splat(builder, args[5], vt, 64), last)
-        c0 = builder.fcmp_ordered("<=", f, builder.fmul(_splat(builder, args[3], vt, 64), age))
-        c1 = builder.fcmp_ordered("<=", f, builder.fmul(_splat(builder, args[4], vt, 64), age))
+        f, prod = _cut_products(context, builder, signature, args, 5)
         data = context.make_array(signature.args[6])(context, builder, args[6]).data
-        builder.store(builder.bitcast(c0, _I64), builder.gep(data, [ir.Constant(_I64, 0)]))
-        builder.store(builder.bitcast(c1, _I64), builder.gep(data, [ir.Constant(_I64, 1)]))
+        cs = [builder.fcmp_ordered("<=", f, prod(th)) for th in (args[3], args[4])]
+        for q, c in enumerate(cs):
+            builder.store(builder.bitcast(c, _I64), builder.gep(data, [ir.Constant(_I64, q)]))
         return context.get_dummy_value()
 
     return sig, codegen
@@ -205,12 +211,8 @@ def cut_mask1(typingctx, F, L, off, th, t1):
     sig = types.uint64(F, L, types.int64, types.float64, types.float64)
 
     def codegen(context, builder, signature, args):
-        vt = ir.VectorType(_F64, 64)
-        f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[2], 64), align=8)
-        last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[2], 64), align=8)
-        age = builder.fsub(_splat(builder, args[4], vt, 64), last)
-        c = builder.fcmp_ordered("<=", f, builder.fmul(_splat(builder, args[3], vt, 64), age))
-        return builder.bitcast(c, _I64)
+        f, prod = _cut_products(context, builder, signature, args, 4)
+        return builder.bitcast(builder.fcmp_ordered("<=", f, prod(args[3])), _I64)
 
     return sig, codegen
 
