@@ -113,20 +113,22 @@ def rows(args: argparse.Namespace) -> list[tuple[str, ReplayConfig, ReplayConfig
     return out
 
 
-def pooled(argv: list[str], processes: int, n_rows: int) -> list[tuple[list[float], list[float]]]:
-    """Every row's ratios and first-side seconds from ``processes`` fresh runs of this script (``--worker``), one
-    after another; ``[row][process]`` lists."""
+def pooled(argv: list[str], processes: int, n_rows: int) -> tuple[dict, list[tuple[list[float], list[float]]]]:
+    """The stream's shape (from the first process) and every row's ratios and first-side seconds from
+    ``processes`` fresh runs of this script (``--worker``), one after another; ``[row][process]`` lists."""
+    shape: dict = {}
     got: list[tuple[list, list]] = [([], []) for _ in range(n_rows)]
     for k in range(processes):
         out = subprocess.run([sys.executable, __file__, *argv, "--worker"], capture_output=True, text=True)
         if out.returncode:
             sys.exit(f"worker process {k + 1} failed:\n{out.stderr[-2000:]}")
-        for r, line in enumerate(ln for ln in out.stdout.splitlines() if ln.startswith("{")):
-            rec = json.loads(line)
+        head, *recs = (json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{"))
+        shape = shape or head
+        for r, rec in enumerate(recs):
             got[r][0].append(rec["ratios"])
             got[r][1].append(rec["seconds"])
         print(f"  process {k + 1}/{processes} done", file=sys.stderr, flush=True)
-    return got
+    return shape, got
 
 
 def main() -> None:
@@ -152,22 +154,26 @@ def main() -> None:
     if args.processes < 1 or args.pairs < 1:
         ap.error("--processes and --pairs must be at least 1")
     table = rows(args)
-    t0 = time.perf_counter()
-    stream = drifting_qwen_stream(args.steps, sample_seed=1)
-    n = stream.union
-    if args.worker:                    # one process of --processes K: every row's pairs as JSON lines
-        for _, a, b in table:
-            ratios, ta = alternate(stream, a, b, args.pairs)
-            print(json.dumps({"ratios": ratios, "seconds": ta}), flush=True)
-        return
-    many = args.processes > 1
-    print(f"stream: {stream.n_events} events, {n} union accesses (mean |E| {n / stream.n_events:.1f}), "
-          f"built in {time.perf_counter() - t0:.1f} s; {args.pairs} alternated pairs per row"
+    many = args.processes > 1 and not args.worker     # a worker times its rows itself, never fans out
+    if many:                           # the stream is built and timed in the worker processes only
+        shape, results = pooled([x for x in sys.argv[1:] if x != "--worker"], args.processes, len(table))
+    else:
+        t0 = time.perf_counter()
+        stream = drifting_qwen_stream(args.steps, sample_seed=1)
+        shape = {"events": stream.n_events, "union": stream.union, "built_s": time.perf_counter() - t0}
+        if args.worker:                # one process of --processes K: the shape, then every row's pairs
+            print(json.dumps(shape), flush=True)
+            for _, a, b in table:
+                ratios, ta = alternate(stream, a, b, args.pairs)
+                print(json.dumps({"ratios": ratios, "seconds": ta}), flush=True)
+            return
+    n = shape["union"]
+    print(f"stream: {shape['events']} events, {n} union accesses (mean |E| {n / shape['events']:.1f}), "
+          f"built in {shape['built_s']:.1f} s; {args.pairs} alternated pairs per row"
           + (f" in each of {args.processes} processes" if many else ""))
     print(f"{'comparison':58s} {'min':>6s} {'median':>7s} {'ns/acc':>7s}" + (f" {'proc lo-hi':>11s}" if many else ""))
     if many:
-        argv = [x for x in sys.argv[1:] if x != "--worker"]
-        for (label, _, _), (ratios, ta) in zip(table, pooled(argv, args.processes, len(table)), strict=True):
+        for (label, _, _), (ratios, ta) in zip(table, results, strict=True):
             flat = [x for p in ratios for x in p]
             meds = [statistics.median(p) for p in ratios]
             t = statistics.median([x for p in ta for x in p])
