@@ -64,16 +64,22 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
 
 
 @jit_helper
+def _slot_tie(tie, SB, s):
+    """The tie rank of the block in slot ``s``, as a float (exact below ``2**53``)."""
+    return float(tie[_U(SB[_U(s)])])
+
+
+@jit_helper
 def _tie_cut(ckey, v, nb, tie, SB, bpos, buf, scratch, eq, n_eq):
     """Of the ``n_eq`` band lanes whose key ``ckey[:nb]`` is ``v`` (slots ``bpos``, blocks ``SB``), the ``eq`` with
-    the lowest tie ranks leave: the highest of those ranks (distinct; as floats, exact below ``2**53``), ``inf``
-    when all ``n_eq`` leave."""
+    the lowest tie ranks leave: the highest of those ranks (distinct; :func:`_slot_tie`), ``inf`` when all
+    ``n_eq`` leave."""
     if eq >= n_eq:
         return np.inf
     r2 = 0
     for r in range(nb):
         if ckey[_U(r)] == v:
-            buf[_U(r2)] = float(tie[_U(SB[_U(bpos[_U(r)])])])
+            buf[_U(r2)] = _slot_tie(tie, SB, bpos[_U(r)])
             r2 += 1
     return _kth_lowest(buf, scratch, n_eq, eq)
 
@@ -189,7 +195,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                     while x:
                         r = np.int64(_cttz(x))
                         x &= x - one
-                        if float(tie[_U(SB[_U(bpos[_U(r)])])]) > tr:
+                        if _slot_tie(tie, SB, bpos[_U(r)]) > tr:
                             leave &= ~(one << np.uint64(r))
                 x = leave
                 while x:
@@ -213,7 +219,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                 for r in range(nb):
                     c = ckey[_U(r)]
                     s = bpos[_U(r)]
-                    if c < v or (c == v and float(tie[_U(SB[_U(s)])]) <= tr):
+                    if c < v or (c == v and _slot_tie(tie, SB, s) <= tr):
                         masks[_U(s >> 6), 0] |= one << np.uint64(s & 63)
                     ckey[_U(r)] = np.inf
         for w in range(n_w - 1, -1, -1):           # swap-remove the leaving slots, highest first
