@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from naive import naive_replay
+from numba import njit
 from test_twin_large import random_stream
 
 from expertcache.events import EventStream
@@ -360,6 +361,70 @@ def test_lrfu_bitset_loop_past_its_decay_table():
         assert all((a == b).all() for a, b in zip(got, want, strict=True)), lam
 
 
+def _phased_stream(rng, L: int) -> EventStream:
+    """2-6 blocks made resident, then left idle for 1,300-4,000 units while two others alternate (their lrfu
+    values shrink at every move of the base until they become 0), then random units that evict them."""
+    N = 16
+    n1 = int(rng.integers(2, 7))
+    units = [np.unique(rng.integers(0, n1, int(rng.integers(1, 3)))) for _ in range(int(rng.integers(20, 120)))]
+    units += [np.array([n1 + int(rng.integers(0, 2))]) for _ in range(int(rng.integers(1300, 4000)))]
+    units += [np.unique(rng.integers(0, N, int(rng.integers(1, 4)))) for _ in range(int(rng.integers(5, 60)))]
+    exps = [e.tolist() for e in units for _ in range(L)]
+    steps = [u for u in range(len(units)) for _ in range(L)]
+    return EventStream.from_lists(L, N, 3, steps, list(range(L)) * len(units), exps, [1] * len(exps))
+
+
+def test_lrfu_bitset_loop_across_moves_of_its_base():
+    """The values scaled down when a layer's base moves (every 600 / lambda units), blocks idle so long that
+    their values become 0 and only their exact keys rank them, and lambdas whose per-unit scale lands a cut on
+    a value (0.08 and 0.25, the cuts' factors): against the generic kernel."""
+    rng = np.random.default_rng(20261203)
+    for _ in range(30):
+        L = int(rng.integers(1, 3))
+        stream = _phased_stream(rng, L)
+        tie = engine._tie_ranks(str(rng.choice(["id", "random"])), int(rng.integers(0, 100)), L * 16)
+        _, tie_pos = engine._tie_order(tie, L, 16)
+        caps = rng.integers(3, 10, L).astype(np.int64)
+        for lam in (0.08, 0.25, 0.5, 1.0):
+            want = _generic(stream, ReplayConfig("lrfu"), True, False, caps, tie, KEY_LRFU, lam, False)
+            got = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
+            KB.replay_lrfu_bits(stream.offsets, stream.expert, stream.layer, 16, L, caps, tie_pos, lam, 0, *got)
+            assert all((a == b).all() for a, b in zip(got, want, strict=True)), (lam, caps)
+
+
+@njit(cache=False)
+def _lrfu_cut_pass(V, S, PL, lam, lam_r, cu, th, thv, qa, qb):
+    msk = np.zeros((4, cu.shape[0]), dtype=np.uint64)
+    cnt = np.zeros(4, dtype=np.int64)
+    KB._lrfu_cut_pass(V, S, PL, 0, lam, lam_r, cu, cu.shape[0], th, thv, np.zeros(4, np.uint64), msk, qa, qb, cnt)
+    keys = np.array([K.crf_key(S[j], float(PL[j]), lam) for j in range(S.shape[0])])
+    return msk, cnt, keys, np.log2(th) + lam_r
+
+
+def test_lrfu_cut_pass_places_every_block_as_its_exact_key():
+    """Values off by up to a quarter of the margin (what rounding may leave), equal keys, and cuts on a value,
+    within the margin of one and past it: each cut holds exactly the blocks whose exact key is at most the
+    cut's key ``log2(cut) + lam * base``."""
+    rng = np.random.default_rng(11)
+    delta = 1e-6
+    for _ in range(300):
+        lam = float(rng.choice([0.0, 0.25, 0.5, 1.0]))
+        base = int(rng.integers(0, 1000))
+        PL = base + rng.integers(0, 12, 128)
+        S = rng.choice([1.0, 1.5, 1.7071067811865475, 2.25], 128)
+        V = S * 2.0 ** (lam * (PL - base)) * (1.0 + rng.uniform(-delta / 4, delta / 4, 128))
+        th = np.array([V[rng.integers(0, 128)] * rng.choice([1.0, 1.0 + delta / 2, 1.0 - delta / 2, 1.0 + 3 * delta])
+                       for _ in range(4)])
+        thv = np.stack([th * (1.0 - delta), th * (1.0 + delta)], axis=1).ravel()
+        cu = rng.integers(0, 2**63, 2, dtype=np.int64).astype(np.uint64) * np.uint64(2) + np.uint64(1)
+        qa, qb = (int(q) for q in rng.integers(0, 4, 2))
+        msk, cnt, keys, kth = _lrfu_cut_pass(V, S, PL, lam, lam * base, cu, th, thv, qa, qb)
+        for q in {qa, qb}:
+            want = [sum(1 << j for j in range(64) if (int(cu[w]) >> j) & 1 and keys[64 * w + j] <= kth[q])
+                    for w in range(2)]
+            assert [int(x) for x in msk[q]] == want and cnt[q] == sum(bin(x).count("1") for x in want), q
+
+
 def test_lfru_past_the_bitset_loops_event_bound(monkeypatch):
     """Streams longer than the lfru bitset loop's exact-cut bound go to replay_select (same counts)."""
     rng = np.random.default_rng(3)
@@ -432,7 +497,7 @@ def test_lfru_and_lrfu_bitset_loops_on_lockstep_groups():
         tie = engine._tie_ranks(str(rng.choice(["id", "random"])), int(rng.integers(0, 100)), L * N)
         _, tie_pos = engine._tie_order(tie, L, N)
         caps = np.full(L, int(rng.integers(1, N + 1)), dtype=np.int64)
-        for policy, lam in (("lfru", -1.0), ("lrfu", float(rng.choice([0.0, 0.01, 0.5, 1.0])))):
+        for policy, lam in (("lfru", -1.0), ("lrfu", float(rng.choice([0.0, 0.01, 0.08, 0.25, 0.5, 1.0])))):
             want = _generic(stream, ReplayConfig(policy), True, False, caps, tie, CODES[policy], lam, False)
             got = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
             head = (stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos)

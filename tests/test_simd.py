@@ -2,7 +2,7 @@
 
 The loops that use them are compared with the generic kernels in tests/test_fast_policies.py; here each
 block is checked on its own: the sorting networks, the lane masks, the bit deposit, the dyadic rounding
-the lfru cuts rely on, lrfu's cuts and the bound of its approximate ``log2``.
+the lfru cuts rely on and lrfu's cuts.
 """
 
 from __future__ import annotations
@@ -59,31 +59,29 @@ def test_sort_small_takes_the_smallest_network():
 
 
 @njit(cache=False)
-def _cuts(keys, off, exact, margin, th, out, qa, qb):
+def _cuts(vals, off, bounds, out, qa, qb):
     if qa == qb:
-        S.lrfu_cut1(keys, off, exact, margin, th, out, qa)
+        S.lrfu_cut1(vals, off, bounds, out, qa)
     else:
-        S.lrfu_cut2(keys, off, exact, margin, th, out, qa, qb)
+        S.lrfu_cut2(vals, off, bounds, out, qa, qb)
 
 
-def test_lrfu_cuts_rank_exact_and_approximate_keys():
+def test_lrfu_cuts_place_values_against_sure_and_maybe_bounds():
     rng = np.random.default_rng(3)
     for _ in range(200):
-        keys = np.round(rng.normal(0.0, 1.0, 136), 3)
+        vals = np.round(rng.random(136) * 4.0, 2)
         off = int(rng.integers(0, 72))
-        exact = int(rng.integers(0, 1 << 62)) * 2 + int(rng.integers(0, 2))
-        margin = float(rng.choice([0.0, 1e-3, 0.05]))
-        th = np.round(rng.normal(0.0, 1.0, 4), 3)
-        th[int(rng.integers(0, 4))] = keys[off + int(rng.integers(0, 64))]   # a key on a cut
+        bounds = np.sort(np.round(rng.random(8) * 4.0, 2).reshape(4, 2), axis=1).ravel()
+        bounds[int(rng.integers(0, 8))] = vals[off + int(rng.integers(0, 64))]    # a value on a bound
+        bounds[0] = float(rng.choice([bounds[0], -1.0, np.inf]))                  # none below, every one
         qa, qb = (int(q) for q in rng.integers(0, 4, 2))
         out = np.zeros(4, dtype=np.uint64)
-        _cuts(keys, off, np.uint64(exact), margin, th, out, qa, qb)
-        lanes = keys[off:off + 64]
-        mg = np.where([(exact >> q) & 1 for q in range(64)], 0.0, margin)
+        _cuts(vals, off, bounds, out, qa, qb)
+        lanes = vals[off:off + 64]
         for i, q in enumerate((qa, qb)[:1 if qa == qb else 2]):
-            surely = sum(1 << j for j in range(64) if lanes[j] + mg[j] <= th[q])
-            maybe = sum(1 << j for j in range(64) if lanes[j] - mg[j] <= th[q])
-            assert (int(out[2 * i]), int(out[2 * i + 1])) == (surely, maybe)
+            for r in range(2):
+                want = sum(1 << j for j in range(64) if lanes[j] <= bounds[2 * q + r])
+                assert int(out[2 * i + r]) == want, (q, r)
 
 
 @njit(cache=False)
@@ -188,14 +186,3 @@ def test_dyadic_cuts_are_exact_in_products_and_never_hit_by_other_keys():
             assert Fraction(theta) * a == Fraction(theta * a)     # the product is exact
             assert (f <= theta * a) == (f / a <= theta)          # the float key is on the same side
     assert _dyadic(np.inf)[1] == np.inf
-
-
-def test_approximate_log2_bound():
-    rng = np.random.default_rng(4)
-    xs = np.concatenate([1.0 + rng.random(200_000), np.exp2(rng.random(200_000) * 60.0),
-                         np.exp2(np.arange(0, 60)), np.nextafter(np.exp2(np.arange(1, 60)), 0.0)])
-    f = njit(cache=False)(lambda v: np.array([S.approx_log2(x) for x in v]))
-    got = f(xs)
-    err = np.abs(got - np.log2(xs))
-    assert err.max() < S.LOG2_APPROX_ERROR * 0.9
-    assert (got[400_000:400_060] == np.arange(0, 60)).all()     # exact at powers of two

@@ -24,8 +24,6 @@ from numba.extending import intrinsic
 from .._jit import jit, jit_helper
 from ._kernels import _cttz, _max_unit, crf_decay, crf_decays, crf_key
 from ._simd import (
-    LOG2_APPROX_ERROR,
-    approx_log2,
     band_masks,
     cut_masks,
     dyadic_down,
@@ -854,8 +852,17 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
 
 
 #: Largest table of decays :func:`replay_lrfu_bits` builds (a layer with more units computes the longer gaps'
-#: decays one by one).
+#: decays one by one); also the longest table of its value scales.
 _LRFU_DECAYS = 1 << 16
+#: A layer's values span at most ``2**_LRFU_SPAN`` above its base before the base moves (float64 reaches 2**1023).
+_LRFU_SPAN = 600.0
+#: Values below it become 0 when a base moves (they stay normal floats, whose relative error is bounded).
+_LRFU_TINY = 2.0 ** -1000
+#: The lowest positive cut: every value that became 0 lies surely below it.
+_LRFU_FLOOR = 2.0 ** -990
+#: Factors of the inner and outer lrfu cuts around a layer's last leaving value (``2**∓0.25``, ``2**∓0.08``,
+#: ``2**±0.08``, ``2**±0.25``: the key-space cuts ``∓0.25`` / ``∓0.08`` around the last leaving key).
+_LRFU_CUT_FACTORS = (0.8408964152537145, 0.9460576467255959, 1.0570180405613803, 1.189207115002721)
 
 
 def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, lam, count_from, hits,
@@ -865,95 +872,99 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     A block's CRF is kept at its last access, ``S = 1 + S * 2**(-lam * gap)`` (``gap`` in units of its layer),
     and its key is ``log2(S) + lam * u`` (``u`` the layer unit of that access): the float expressions of
     :func:`expertcache.replay._kernels.crf_update` and ``crf_key``; keys change only on access, ties leave by
-    lower tie rank. A layer's residents are a bitset over tie positions; ``S``, ``u`` and the key are dense
+    lower tie rank. A layer's residents are a bitset over tie positions; ``S``, ``u`` and a *value* are dense
     arrays in tie-position order, updated by the member loop (the decay from a table of
-    :func:`expertcache.replay._kernels.crf_decays`). A key is computed exactly only when a decision needs it: an
-    access leaves an *approximate* key, within ``margin`` of the exact one (:func:`._simd.approx_log2`, in one
-    pass over the unit's members after the member loop, which the compiler vectorizes; a first access needs
-    no case of its own: its CRF 0 decays to 0 and becomes 1), and a bitset per layer says which keys are
-    exact. When ``C ∪ U`` overflows the quota, one vector pass
-    (:func:`._simd.lrfu_cut2`) ranks every block of the layer against the two inner of four cuts around the
-    layer's last leaving key (relative to its clock): the blocks surely and maybe below each; a block whose side
-    of a cut is unsure gets its exact key and its word is ranked again. Where the inner low cut holds more than
-    ``m = |C ∪ U| - c`` (the inner high one fewer), the outer cut below (above) is ranked the same way, moved out
-    until it holds at most (at least) ``m``: most units rank two cuts, a few three. The blocks below the
-    highest ranked cut holding at most ``m`` leave, those above the lowest ranked cut holding at least ``m``
-    stay, and the ``need`` lowest of the band between are found by sorting its keys with a bitonic network:
-    exact unless the ``need``-th and the next lie within twice the margin and an approximate key is among the
-    band, in which case the band's keys are made exact and sorted again (the keys below the ``need``-th, and of
-    those equal to it the lowest tie positions, leave). A band wider than 64 takes every block of ``C ∪ U``
-    with exact keys. Parameters are those of :func:`replay_lru_bits`, and ``lam`` (``lrfu_lambda``). The state
-    arrays are allocated here and the loop runs in :func:`_replay_lrfu_bits`.
+    :func:`expertcache.replay._kernels.crf_decays`).
+
+    The value is ``V = S * 2**(lam * (u - R))`` for a base unit ``R`` of the layer: ``2**(key - lam R)``, so it
+    ranks like the key, and costs one multiplication per access (the scale ``2**(lam (u - R))`` of a unit comes
+    from a table) where a key would take a logarithm. When ``lam (u - R)`` would pass ``2**600`` the base moves to
+    the unit and every value of the layer is scaled down (values below ``2**-1000`` become 0). A value's relative
+    error against ``2**(key - lam R)``, and the key's own rounding, stay below a margin ``delta`` (a bound that
+    grows with the clock); so two blocks whose values differ by more than ``delta`` rank as their keys do, and
+    the exact key (:func:`expertcache.replay._kernels.crf_key`) is computed only where values are closer.
+
+    When ``C ∪ U`` overflows the quota, one vector pass (:func:`._simd.lrfu_cut2`) ranks every block of the
+    layer against the two inner of four cuts around the layer's last leaving value (relative to the unit's
+    scale): the blocks surely (value at most ``cut (1 - delta)``) and maybe (``cut (1 + delta)``) below each; a
+    block between the two is placed by its exact key against the cut's key, ``log2(cut) + lam R``, so that each
+    cut splits the blocks exactly as the keys do. Where the inner low cut holds more than ``m = |C ∪ U| - c``
+    (the inner high one fewer), the outer cut below (above) is ranked the same way, moved out until it holds at
+    most (at least) ``m``. The blocks below the highest ranked cut holding at most ``m`` leave, those above the
+    lowest ranked cut holding at least ``m`` stay, and the ``need`` lowest of the band between are found by
+    sorting its values with a bitonic network: exact unless the ``need``-th and the next lie within ``3 delta``
+    (or the next is below the lowest cut, where 0 stands for every value too small to hold), in which case the
+    band's exact keys are sorted (the keys below the ``need``-th, and of those equal to it the lowest tie
+    positions, leave). A band wider than 64 takes every block of ``C ∪ U`` with exact keys. Parameters are those
+    of :func:`replay_lru_bits`, and ``lam`` (``lrfu_lambda``). The state arrays are allocated here and the loop
+    runs in :func:`_replay_lrfu_bits`.
     """
     n_words = (n_experts + 63) // 64
     npad = n_words * 64
     width = max(min(int(capacity.max()) + int(_max_unit(offsets, True)), n_experts) + 1, 64)   # |C ∪ U| at most
     n_units = int(np.bincount(ev_layer, minlength=n_layers).max()) if ev_layer.shape[0] else 0
+    lam = float(lam)
+    n_scale = min(n_units + 1, _LRFU_DECAYS)
+    if lam > 0.0:
+        n_scale = min(n_scale, int(_LRFU_SPAN / lam) + 1)
     cuts = np.empty((n_layers, 4), dtype=np.float64)
-    cuts[:, :2] = -np.inf              # the first overflow of a layer ranks every block of C ∪ U
+    cuts[:, :2] = -1.0                 # the first overflow of a layer ranks every block of C ∪ U
     cuts[:, 2:] = np.inf
-    _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, float(lam), count_from, hits, misses,
+    _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, lam, count_from, hits, misses,
                       hit_flag, np.zeros(n_layers, dtype=np.int64), np.zeros((n_layers, n_words), dtype=np.uint64),
                       np.zeros(n_words, dtype=np.uint64), np.zeros(n_words, dtype=np.uint64),
                       np.zeros((4, n_words), dtype=np.uint64), np.zeros(4, dtype=np.uint64),
                       np.zeros(n_layers * npad, dtype=np.float64), np.zeros(n_layers * npad, dtype=np.int64),
-                      np.zeros(n_layers * npad, dtype=np.float64), np.zeros((n_layers, n_words), dtype=np.uint64),
-                      np.zeros(n_layers, dtype=np.int64), crf_decays(float(lam), min(n_units + 1, _LRFU_DECAYS)), cuts,
-                      np.empty(4, dtype=np.float64), np.empty(width, dtype=np.int64), np.empty(width),
+                      np.zeros(n_layers * npad, dtype=np.float64), np.zeros(n_layers, dtype=np.int64),
+                      np.zeros(n_layers, dtype=np.int64), crf_decays(lam, min(n_units + 1, _LRFU_DECAYS)),
+                      2.0 ** (lam * np.arange(n_scale, dtype=np.float64)), cuts, np.empty(4, dtype=np.float64),
+                      np.empty(8, dtype=np.float64), np.empty(width, dtype=np.int64), np.empty(width),
                       np.empty(width, dtype=np.float64), np.empty(width, dtype=np.float64),
                       np.empty(width, dtype=np.float64), np.zeros(4, dtype=np.int64), n_units < _LRFU_DECAYS)
 
 
-#: Half-widths of the inner and outer lrfu cuts around a layer's last leaving key.
-_LRFU_CUT_INNER = 0.08
-_LRFU_CUT_OUTER = 0.25
+@jit_helper
+def _lrfu_set_cut(th, thv, q, t, delta):
+    """Cut ``q`` at value ``t`` (a positive one below :data:`_LRFU_FLOOR` raised to it; a negative one holds no
+    block, ``inf`` every block): ``th[q] = t``, ``thv[2q]`` / ``thv[2q + 1]`` its sure / maybe bounds."""
+    if 0.0 <= t < _LRFU_FLOOR:
+        t = _LRFU_FLOOR
+    th[q] = t
+    thv[2 * q] = t * (1.0 - delta)
+    thv[2 * q + 1] = t * (1.0 + delta)
 
 
 @jit_helper
-def _lrfu_exact(KX, EX, S, PL, pbase, layer, j, lam):
-    """Make the key of dense lane ``pbase + j`` exact (:func:`expertcache.replay._kernels.crf_key`); return it."""
-    bit = np.uint64(1) << np.uint64(j & 63)
-    if EX[layer, j >> 6] & bit:
-        return KX[pbase + j]
-    c = crf_key(S[pbase + j], float(PL[pbase + j]), lam)
-    KX[pbase + j] = c
-    EX[layer, j >> 6] |= bit
-    return c
-
-
-@jit_helper
-def _lrfu_rank_word(KX, off, exact, margin, th, w8, qa, qb):
-    """The 64 lanes of ``KX`` from ``off`` against cuts ``qa`` and ``qb`` (one cut where equal): ``w8[0]`` /
-    ``w8[1]`` the lanes surely / maybe below cut ``qa``, ``w8[2]`` / ``w8[3]`` below cut ``qb``."""
-    if qa == qb:
-        lrfu_cut1(KX, off, exact, margin, th, w8, qa)
-        w8[2] = w8[0]
-        w8[3] = w8[1]
-    else:
-        lrfu_cut2(KX, off, exact, margin, th, w8, qa, qb)
-
-
-@jit_helper
-def _lrfu_cut_pass(KX, EX, S, PL, pbase, layer, lam, cu, n_words, margin, th, w8, msk, qa, qb, cnt):
-    """Cuts ``qa`` and ``qb`` of ``th`` (one cut where they are equal) over ``C ∪ U`` (``cu``): ``msk[q]`` the
-    blocks below cut ``q``, ``cnt[q]`` how many. A block whose side of a cut is unsure gets its exact key
-    (:func:`_lrfu_exact`) and its word is ranked again (the exact keys are sure of their side)."""
+def _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, qa, qb, cnt):
+    """Cuts ``qa`` and ``qb`` (one cut where they are equal) over ``C ∪ U`` (``cu``): ``msk[q]`` the blocks whose
+    key is at most the cut's key ``log2(th[q]) + lam_r``, ``cnt[q]`` how many. The values place a block surely
+    (:func:`._simd.lrfu_cut2`); one within the margin is placed by its exact key."""
     one = np.uint64(1)
     ca = 0
     cb = 0
     for w in range(n_words):
         x = cu[w]
         o = pbase + (w << 6)
-        _lrfu_rank_word(KX, o, EX[layer, w], margin, th, w8, qa, qb)
-        un = ((w8[1] & ~w8[0]) | (w8[3] & ~w8[2])) & x
-        if un:
-            while un:                  # a stale key near a cut: exact
-                j = np.int64(_cttz(un))
-                un &= un - one
-                _lrfu_exact(KX, EX, S, PL, pbase, layer, (w << 6) + j, lam)
-            _lrfu_rank_word(KX, o, EX[layer, w], margin, th, w8, qa, qb)
+        if qa == qb:
+            lrfu_cut1(V, o, thv, w8, qa)
+            w8[2] = w8[0]
+            w8[3] = w8[1]
+        else:
+            lrfu_cut2(V, o, thv, w8, qa, qb)
         sa = w8[0] & x
         sb = w8[2] & x
+        ua = w8[1] & ~w8[0] & x
+        ub = w8[3] & ~w8[2] & x
+        un = ua | ub
+        while un:                      # a value within the margin of a cut (rare): the exact keys decide
+            j = np.int64(_cttz(un))
+            bit = one << _U(j)
+            un &= un - one
+            c = crf_key(S[_U(o + j)], float(PL[_U(o + j)]), lam)
+            if ua & bit and c <= np.log2(th[qa]) + lam_r:
+                sa |= bit
+            if ub & bit and c <= np.log2(th[qb]) + lam_r:
+                sb |= bit
         msk[qa, w] = sa
         msk[qb, w] = sb
         ca += np.int64(_popc(sa))
@@ -964,17 +975,19 @@ def _lrfu_cut_pass(KX, EX, S, PL, pbase, layer, lam, cu, n_words, margin, th, w8
 
 @jit
 def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, lam, count_from, hits, misses,
-                      hit_flag, size, mem, ev, cu, msk, w8, S, PL, KX, EX, lunits, P, cuts, th, cpos, ckey, sel,
-                      sel2, fb, cnt, whole):
-    """The loop of :func:`replay_lrfu_bits`; ``S`` / ``PL`` / ``KX`` ``[l * 64 W + j]``: CRF / layer unit of the
-    last access / key (exact where ``EX[l]`` has bit ``j``) of layer ``l``'s tie position ``j``;
-    ``P[g] = 2**(-lam * g)``; ``cuts[l]``: the layer's four cuts relative to its clock (outer low, inner low,
-    inner high, outer high); ``msk[q]`` / ``cnt[q]``: the blocks of ``C ∪ U`` surely below cut ``q`` / how many,
-    for the cuts ranked at this unit; ``whole``: every layer's gaps fit the decay table ``P``."""
+                      hit_flag, size, mem, ev, cu, msk, w8, S, PL, V, lunits, ubase, P, scale, cuts, th, thv, cpos,
+                      ckey, sel, sel2, fb, cnt, whole):
+    """The loop of :func:`replay_lrfu_bits`; ``S`` / ``PL`` / ``V`` ``[l * 64 W + j]``: CRF / layer unit of the
+    last access / value of layer ``l``'s tie position ``j``; ``ubase[l]``: the layer's base unit;
+    ``P[g] = 2**(-lam * g)``; ``scale[g] = 2**(lam * g)``; ``cuts[l]``: the layer's four cuts relative to the
+    scale of its unit (outer low, inner low, inner high, outer high); ``th`` / ``thv``: the unit's cuts and their
+    sure / maybe bounds; ``msk[q]`` / ``cnt[q]``: the blocks of ``C ∪ U`` below cut ``q`` / how many, for the cuts
+    ranked at this unit; ``whole``: every layer's gaps fit the decay table ``P``."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     n_words = (n_experts + 63) // 64
     npad = n_words * 64
+    n_scale = scale.shape[0]
     one = np.uint64(1)
     zero = np.uint64(0)
     for i in range(n_events):
@@ -988,39 +1001,41 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         n_mem = hi - lo
         u = lunits[layer]
         lunits[layer] = u + 1
-        fu = float(u)
-        now = lam * fu
+        g = u - ubase[ul]
+        if g >= n_scale:               # the base moves to this unit: every value of the layer scaled down
+            f = 2.0 ** (-lam * float(g))
+            for j in range(pbase, pbase + npad):
+                x = V[j] * f
+                V[j] = x if x >= _LRFU_TINY else 0.0
+            ubase[ul] = u
+            g = 0
+        qu = scale[g]
         for w in range(n_words):
             ev[w] = zero
         if whole:                      # every gap is in the decay table: no test per member (one loop testing
                                        # `whole or g < n_pow` per member measured 1.12x the time)
-            for a in range(lo, hi):    # the unit's bitset; its members' CRF and layer unit (a first access
-                tp = tie_pos[_U(base + expert[_U(a)])]     # has S 0, so its CRF is 1 + 0 * decay = 1)
+            for a in range(lo, hi):    # the unit's bitset; its members' CRF, layer unit and value (a first
+                tp = tie_pos[_U(base + expert[_U(a)])]     # access has S 0, so its CRF is 1 + 0 * decay = 1)
                 ev[_U(tp >> 6)] |= one << np.uint64(tp & 63)
                 j = _U(pbase + tp)
                 s = 1.0 + S[j] * P[_U(u - PL[j])]
                 S[j] = s
                 PL[j] = u
-                fb[_U(a - lo)] = s
+                V[j] = s * qu
         else:
             n_pow = P.shape[0]
             for a in range(lo, hi):
                 tp = tie_pos[_U(base + expert[_U(a)])]
                 ev[_U(tp >> 6)] |= one << np.uint64(tp & 63)
                 j = _U(pbase + tp)
-                g = u - PL[j]
-                s = 1.0 + S[j] * (P[_U(g)] if g < n_pow else crf_decay(lam, g))
+                gp = u - PL[j]
+                s = 1.0 + S[j] * (P[_U(gp)] if gp < n_pow else crf_decay(lam, gp))
                 S[j] = s
                 PL[j] = u
-                fb[_U(a - lo)] = s
-        for r in range(n_mem):         # the members' approximate keys: one pass the compiler vectorizes
-            fb[r] = approx_log2(fb[r]) + now
-        for a in range(lo, hi):        # stored at the members' lanes (found again: one store less per member)
-            KX[_U(pbase + tie_pos[_U(base + expert[_U(a)])])] = fb[_U(a - lo)]
+                V[j] = s * qu
         n_hit = 0
         for w in range(n_words):
             n_hit += np.int64(_popc(ev[w] & mem[ul, w]))
-            EX[ul, w] &= ~ev[w]            # the members' keys are approximate
         _record_hits(expert, lo, hi, base, tie_pos, mem, layer, n_hit, record, hit_flag, i >= count_from, hits,
                      misses)
         if cap == 0 or n_mem == 0:
@@ -1028,28 +1043,33 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         m = _admit(mem, ev, size, layer, n_words, n_mem - n_hit, cap)
         if m == 0:
             continue
-        margin = LOG2_APPROX_ERROR + 1e-12 + (abs(now) + 70.0) * 2.0 ** -50
+        lam_r = lam * float(ubase[ul])
+        fu = float(u)                  # the margin: relative error of a value (its scale, each move of the base)
+        delta = 1e-9 + (fu * (1.0 / 256.0) + lam * fu + 4096.0) * 2.0 ** -44     # and rounding of the keys
         for q in range(4):
-            th[q] = cuts[layer, q] + now
+            _lrfu_set_cut(th, thv, q, cuts[ul, q] * qu, delta)
         for w in range(n_words):
             cu[w] = mem[layer, w] | ev[w]
-        _lrfu_cut_pass(KX, EX, S, PL, pbase, layer, lam, cu, n_words, margin, th, w8, msk, 1, 2, cnt)
+        _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, 1, 2, cnt)
         a = 1                          # the inner cuts, and an outer one only where an inner one does not do
         b = 2
         if cnt[1] > m:                 # more than leave sit below the inner low cut: the outer one, moved down
-            a = 0                      # until it holds at most m
+            a = 0                      # until it holds at most m (the log of its distance grows 5x a step)
             while True:
-                _lrfu_cut_pass(KX, EX, S, PL, pbase, layer, lam, cu, n_words, margin, th, w8, msk, 0, 0, cnt)
+                _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, 0, 0, cnt)
                 if cnt[0] <= m:
                     break
-                th[0] -= 4.0 * max(th[1] - th[0], 1e-3)
+                r = min(th[0] / th[1], 0.9993070929904525)      # 2**-0.001
+                t = th[0] * (r * r) * (r * r)
+                _lrfu_set_cut(th, thv, 0, t if t >= _LRFU_FLOOR else -1.0, delta)
         elif cnt[2] < m:               # fewer than leave sit below the inner high cut: the outer one, moved up
             b = 3
             while True:
-                _lrfu_cut_pass(KX, EX, S, PL, pbase, layer, lam, cu, n_words, margin, th, w8, msk, 3, 3, cnt)
+                _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, 3, 3, cnt)
                 if cnt[3] >= m:
                     break
-                th[3] += 4.0 * max(th[3] - th[2], 1e-3)
+                r = max(th[3] / th[2], 1.0006933874625807)      # 2**0.001
+                _lrfu_set_cut(th, thv, 3, th[3] * (r * r) * (r * r), delta)
         c_lo = cnt[a]
         c_hi = cnt[b]
         need = m - c_lo
@@ -1058,34 +1078,36 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         if need == 0:
             for w in range(n_words):
                 mem[layer, w] = cu[w] & ~msk[a, w]
-        elif need == nb:               # the whole band leaves: every block below cut b (they are all surely
-            v = th[b]                  # below it, the rest surely above); the next cuts centre on that cut
+        elif need == nb:               # the whole band leaves: every block below cut b; the next cuts centre on it
+            v = th[b]
             for w in range(n_words):
                 mem[layer, w] = cu[w] & ~msk[b, w]
         elif nb <= 64:
             q = 0
-            stale = False
             for w in range(n_words):
                 x = msk[b, w] & ~msk[a, w]
-                stale |= (x & ~EX[layer, w]) != zero
                 o = _U(pbase + (w << 6))
                 while x:
-                    ckey[_U(q)] = KX[o + _cttz(x)]
+                    ckey[_U(q)] = V[o + _cttz(x)]
                     x &= x - one
                     q += 1
             sort_small(ckey, nb, sel)
             v = sel[need - 1]
-            if stale and need < nb and sel[need] - v <= 2.0 * margin:
+            nxt = sel[need]
+            if nxt <= v * (1.0 + 3.0 * delta) or nxt < _LRFU_FLOOR:
                 q = 0                  # the need-th is not separated from the next: exact keys
                 for w in range(n_words):
                     x = msk[b, w] & ~msk[a, w]
+                    o = pbase + (w << 6)
                     while x:
-                        ckey[q] = _lrfu_exact(KX, EX, S, PL, pbase, layer, (w << 6) + np.int64(_cttz(x)), lam)
+                        j = _U(o + np.int64(_cttz(x)))
+                        ckey[q] = crf_key(S[j], float(PL[j]), lam)
                         x &= x - one
                         q += 1
                 sort_small(ckey, nb, sel)
-                v = sel[need - 1]
-            leave = _band_leave(ckey, v, need, nb)      # band indices that leave
+                leave = _band_leave(ckey, sel[need - 1], need, nb)      # band indices that leave
+            else:
+                leave = _band_leave(ckey, v, need, nb)
             for w in range(n_words):
                 x = msk[b, w] & ~msk[a, w]
                 mem[layer, w] = cu[w] & ~(msk[a, w] | pdep(leave, x))
@@ -1096,14 +1118,20 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
                 mem[layer, w] = cu[w]
             k = _positions(mem, layer, n_words, cpos)
             for r in range(k):
-                c = _lrfu_exact(KX, EX, S, PL, pbase, layer, cpos[r], lam)
+                j = _U(pbase + cpos[r])
+                c = crf_key(S[j], float(PL[j]), lam)
                 sel2[r] = c
                 sel[r] = c
-            v = _kth_lowest(sel, fb, k, m)
-            _evict_ranked(mem, layer, sel2, cpos, k, m, v)
+            vk = _kth_lowest(sel, fb, k, m)
+            _evict_ranked(mem, layer, sel2, cpos, k, m, vk)
+            v = 2.0 ** (vk - lam_r)
         size[layer] = cap
-        v -= now
-        cuts[layer, 0] = v - _LRFU_CUT_OUTER
-        cuts[layer, 1] = v - _LRFU_CUT_INNER
-        cuts[layer, 2] = v + _LRFU_CUT_INNER
-        cuts[layer, 3] = v + _LRFU_CUT_OUTER
+        if 0.0 < v < np.inf:           # the next cuts, relative to the unit's scale
+            v /= qu
+            for q in range(4):
+                cuts[ul, q] = v * _LRFU_CUT_FACTORS[q]
+        else:
+            cuts[ul, 0] = -1.0
+            cuts[ul, 1] = -1.0
+            cuts[ul, 2] = np.inf
+            cuts[ul, 3] = np.inf

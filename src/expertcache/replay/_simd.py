@@ -20,9 +20,7 @@ must hold ``off + 64`` (or ``n``) elements.
   ``q < 64``.
 * :func:`cut_masks` — bits of 64 lanes where ``F <= theta * (t1 - L)`` for two
   thresholds (the per-layer lfru cut, ``F`` counts, ``L`` last units).
-* :func:`approx_log2` — ``log2`` within :data:`LOG2_APPROX_ERROR`, exact at powers of two (lrfu's approximate
-  keys; plain numba); :func:`lrfu_cut1`, :func:`lrfu_cut2` — 64 keys, exact or approximate, against one or two
-  thresholds (surely and maybe below each).
+* :func:`lrfu_cut1`, :func:`lrfu_cut2` — 64 lrfu values against the sure and maybe bounds of one or two cuts.
 * :func:`lanes_below` — the live lanes of a partial group of 64, as bits.
 * :func:`pdep` — parallel bit deposit (BMI2 where the machine has it, a loop otherwise).
 * :func:`f2u`, :func:`u2f` — the bits of a float64 and back; :func:`dyadic_down`, :func:`dyadic_up` — a
@@ -295,25 +293,6 @@ def dyadic_up(x):
     return u2f((f2u(x) + np.uint64(0xFFFFFFFF)) & ~np.uint64(0xFFFFFFFF))
 
 
-#: ``log2(1 + x) ~ x + x (1 - x) (c0 + c1 x + c2 x**2)`` for ``x`` in ``[0, 1)``: exact at both ends, a
-#: least-squares fit in between (python -c: its largest error on 2,000,001 points of ``[0, 1]`` is 1.97e-4; the
-#: function's slope is below 2, so between the points it cannot exceed that by more than 1e-6).
-LOG2_POLY = (0.4371056891171536, -0.2331162510615416, 0.07768987511350305)
-#: A bound on ``|approx_log2(s) - log2(s)|``, with room for the float evaluation.
-LOG2_APPROX_ERROR = 2.5e-4
-
-
-@jit_helper
-def approx_log2(x):
-    """``log2(x)`` for a finite ``x >= 1`` within :data:`LOG2_APPROX_ERROR`, exact at powers of two: the exponent
-    of ``x`` plus :data:`LOG2_POLY` of its mantissa (a few multiplications, no library call)."""
-    bits = f2u(x)
-    e = np.int64(bits >> np.uint64(52)) - 1023
-    y = u2f((bits & np.uint64((1 << 52) - 1)) | np.uint64(1023 << 52)) - 1.0
-    q = (LOG2_POLY[2] * y + LOG2_POLY[1]) * y + LOG2_POLY[0]
-    return float(e) + (y + (y * (1.0 - y)) * q)
-
-
 def _lrfu_cuts_codegen(k: int):
     """The body of :func:`lrfu_cut1` (``k = 1``) and :func:`lrfu_cut2` (``k = 2``)."""
 
@@ -321,16 +300,13 @@ def _lrfu_cuts_codegen(k: int):
         n = 64
         vt = ir.VectorType(_F64, n)
         x = builder.load(_lanes(context, builder, signature.args[0], args[0], args[1], n), align=8)
-        ex = builder.bitcast(args[2], ir.VectorType(ir.IntType(1), n))
-        mg = builder.select(ex, ir.Constant(vt, [0.0] * n), _splat(builder, args[3], vt, n))
-        hi = builder.fadd(x, mg)
-        lo = builder.fsub(x, mg)
-        thd = context.make_array(signature.args[4])(context, builder, args[4]).data
-        data = context.make_array(signature.args[5])(context, builder, args[5]).data
+        thd = context.make_array(signature.args[2])(context, builder, args[2]).data
+        data = context.make_array(signature.args[3])(context, builder, args[3]).data
         for i in range(k):
-            t = _splat(builder, builder.load(builder.gep(thd, [args[6 + i]])), vt, n)
-            for r, v in enumerate((hi, lo)):
-                c = builder.fcmp_ordered("<=", v, t)
+            q2 = builder.add(args[4 + i], args[4 + i])
+            for r in range(2):
+                t = builder.load(builder.gep(thd, [builder.add(q2, ir.Constant(_I64, r))]))
+                c = builder.fcmp_ordered("<=", x, _splat(builder, t, vt, n))
                 builder.store(builder.bitcast(c, _I64), builder.gep(data, [ir.Constant(_I64, 2 * i + r)]))
         return context.get_dummy_value()
 
@@ -338,17 +314,16 @@ def _lrfu_cuts_codegen(k: int):
 
 
 @intrinsic
-def lrfu_cut1(typingctx, KX, off, exact, margin, th, out, q):
-    """For the lanes ``off .. off+63`` with keys ``KX``, exact where ``exact`` has their bit, else within
-    ``margin``: ``out[0]`` the lanes surely ``<= th[q]`` (key plus margin), ``out[1]`` those maybe ``<= th[q]``
-    (key minus margin)."""
-    sig = types.void(KX, types.int64, types.uint64, types.float64, th, out, types.int64)
+def lrfu_cut1(typingctx, V, off, bounds, out, q):
+    """For the 64 values ``V[off:off+64]``: ``out[0]`` the lanes at most ``bounds[2q]`` (a cut's sure bound),
+    ``out[1]`` those at most ``bounds[2q + 1]`` (its maybe bound)."""
+    sig = types.void(V, types.int64, bounds, out, types.int64)
     return sig, _lrfu_cuts_codegen(1)
 
 
 @intrinsic
-def lrfu_cut2(typingctx, KX, off, exact, margin, th, out, qa, qb):
-    """:func:`lrfu_cut1` for two thresholds in one pass: ``out[0]`` / ``out[1]`` for ``th[qa]``, ``out[2]`` /
-    ``out[3]`` for ``th[qb]``."""
-    sig = types.void(KX, types.int64, types.uint64, types.float64, th, out, types.int64, types.int64)
+def lrfu_cut2(typingctx, V, off, bounds, out, qa, qb):
+    """:func:`lrfu_cut1` for two cuts in one pass: ``out[0]`` / ``out[1]`` for cut ``qa``, ``out[2]`` /
+    ``out[3]`` for cut ``qb``."""
+    sig = types.void(V, types.int64, bounds, out, types.int64, types.int64)
     return sig, _lrfu_cuts_codegen(2)
