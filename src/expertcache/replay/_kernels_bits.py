@@ -860,9 +860,12 @@ _LRFU_SPAN = 600.0
 _LRFU_TINY = 2.0 ** -1000
 #: The lowest positive cut: every value that became 0 lies surely below it.
 _LRFU_FLOOR = 2.0 ** -990
-#: Factors of the inner and outer lrfu cuts around a layer's last leaving value (``2**∓0.25``, ``2**∓0.08``,
-#: ``2**±0.08``, ``2**±0.25``: the key-space cuts ``∓0.25`` / ``∓0.08`` around the last leaving key).
-_LRFU_CUT_FACTORS = (0.8408964152537145, 0.9460576467255959, 1.0570180405613803, 1.189207115002721)
+#: Factors of the outer and inner lrfu cuts around a layer's last leaving value: the key-space cuts ``∓0.25`` /
+#: ``∓0.08`` around the last leaving key.
+_LRFU_CUT_FACTORS = tuple(2.0 ** e for e in (-0.25, -0.08, 0.08, 0.25))
+#: The least factors by which a moved outer cut steps away from its inner one (the key-space step 1e-3).
+_LRFU_MIN_STEP_DOWN = 2.0 ** -0.001
+_LRFU_MIN_STEP_UP = 2.0 ** 0.001
 
 
 def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, lam, count_from, hits,
@@ -878,7 +881,7 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
 
     The value is ``V = S * 2**(lam * (u - R))`` for a base unit ``R`` of the layer: ``2**(key - lam R)``, so it
     ranks like the key, and costs one multiplication per access (the scale ``2**(lam (u - R))`` of a unit comes
-    from a table) where a key would take a logarithm. When ``lam (u - R)`` would pass ``2**600`` the base moves to
+    from a table) where a key would take a logarithm. When ``lam (u - R)`` would pass 600 the base moves to
     the unit and every value of the layer is scaled down (values below ``2**-1000`` become 0). A value's relative
     error against ``2**(key - lam R)``, and the key's own rounding, stay below a margin ``delta`` (a bound that
     grows with the clock); so two blocks whose values differ by more than ``delta`` rank as their keys do, and
@@ -924,6 +927,12 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
 
 
 @jit_helper
+def _lrfu_key(S, PL, j, lam):
+    """The exact key of dense lane ``j`` (:func:`expertcache.replay._kernels.crf_key` of its CRF and unit)."""
+    return crf_key(S[_U(j)], float(PL[_U(j)]), lam)
+
+
+@jit_helper
 def _lrfu_set_cut(th, thv, q, t, delta):
     """Cut ``q`` at value ``t`` (a positive one below :data:`_LRFU_FLOOR` raised to it; a negative one holds no
     block, ``inf`` every block): ``th[q] = t``, ``thv[2q]`` / ``thv[2q + 1]`` its sure / maybe bounds."""
@@ -960,7 +969,7 @@ def _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, q
             j = np.int64(_cttz(un))
             bit = one << _U(j)
             un &= un - one
-            c = crf_key(S[_U(o + j)], float(PL[_U(o + j)]), lam)
+            c = _lrfu_key(S, PL, o + j, lam)
             if ua & bit and c <= np.log2(th[qa]) + lam_r:
                 sa |= bit
             if ub & bit and c <= np.log2(th[qb]) + lam_r:
@@ -1059,7 +1068,7 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
                 _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, 0, 0, cnt)
                 if cnt[0] <= m:
                     break
-                r = min(th[0] / th[1], 0.9993070929904525)      # 2**-0.001
+                r = min(th[0] / th[1], _LRFU_MIN_STEP_DOWN)
                 t = th[0] * (r * r) * (r * r)
                 _lrfu_set_cut(th, thv, 0, t if t >= _LRFU_FLOOR else -1.0, delta)
         elif cnt[2] < m:               # fewer than leave sit below the inner high cut: the outer one, moved up
@@ -1068,7 +1077,7 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
                 _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, 3, 3, cnt)
                 if cnt[3] >= m:
                     break
-                r = max(th[3] / th[2], 1.0006933874625807)      # 2**0.001
+                r = max(th[3] / th[2], _LRFU_MIN_STEP_UP)
                 _lrfu_set_cut(th, thv, 3, th[3] * (r * r) * (r * r), delta)
         c_lo = cnt[a]
         c_hi = cnt[b]
@@ -1100,8 +1109,7 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
                     x = msk[b, w] & ~msk[a, w]
                     o = pbase + (w << 6)
                     while x:
-                        j = _U(o + np.int64(_cttz(x)))
-                        ckey[q] = crf_key(S[j], float(PL[j]), lam)
+                        ckey[q] = _lrfu_key(S, PL, o + np.int64(_cttz(x)), lam)
                         x &= x - one
                         q += 1
                 sort_small(ckey, nb, sel)
@@ -1118,8 +1126,7 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
                 mem[layer, w] = cu[w]
             k = _positions(mem, layer, n_words, cpos)
             for r in range(k):
-                j = _U(pbase + cpos[r])
-                c = crf_key(S[j], float(PL[j]), lam)
+                c = _lrfu_key(S, PL, pbase + cpos[r], lam)
                 sel2[r] = c
                 sel[r] = c
             vk = _kth_lowest(sel, fb, k, m)
