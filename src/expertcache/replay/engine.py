@@ -552,7 +552,7 @@ CURVE_COST: dict[tuple[str, bool], tuple[float, float, float]] = {
     ("lru", True): (2.5, 4.0, 5.4), ("lru", False): (1.2, 5.4, 8.2),
     ("lfu", True): (3.2, 3.2, 3.0), ("lfu", False): (1.0, 1.0, 0.9),
     ("lfru", True): (10.7, 21.2, 32.7), ("lfru", False): (1.7, 4.5, 5.9),
-    ("lrfu", True): (9.0, 16.3, 22.2), ("lrfu", False): (3.4, 10.0, 13.0),
+    ("lrfu", True): (11.1, 20.2, 27.8), ("lrfu", False): (3.4, 10.0, 13.0),
     ("belady", True): (11.0, 20.1, 27.1), ("belady", False): (9.1, 19.9, 24.3),
 }
 _COST_RHO = (0.1, 0.4, 0.95)
