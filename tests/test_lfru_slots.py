@@ -114,3 +114,38 @@ def test_the_engine_takes_slots_for_small_event_atomic_caches(monkeypatch):
     before = len(calls)
     replay(stream, ReplayConfig("lfru", rho=0.05, scope="global", semantics="sequential-ascending"))
     assert len(calls) == before
+
+
+_GENERIC_CHECK = """
+import numpy as np
+import test_lfru_slots as T
+from expertcache.replay import _simd as S
+from expertcache.replay import engine
+from test_twin_large import random_stream
+assert S.bit_positions is S._bit_positions_loop
+for seed in range(3):
+    stream = random_stream(300 + seed, L=3, N=70, k=6, steps=150)
+    tie = engine._tie_ranks("random", seed, stream.n_blocks)
+    for cap in (1, 9, 40, 150):
+        T._check(stream, cap, tie, 3)
+print("ok")
+"""
+
+
+def test_the_slots_without_avx512(tmp_path):
+    """On a machine without AVX-512 (numba compiling for a generic x86-64, the kernels afresh) the band's and the
+    leaving slots' lists come from the portable bit loop, and the counts and flags are still ``replay_select``'s."""
+    import os
+    import platform
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("the generic target named here is x86-64's")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_CPU")}
+    env.update(NUMBA_CPU_NAME="generic", NUMBA_CACHE_DIR=str(tmp_path / "numba"),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parent), env.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-c", _GENERIC_CHECK], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]

@@ -2,7 +2,7 @@
 
 The loops that use them are compared with the generic kernels in tests/test_fast_policies.py; here each
 block is checked on its own: the sorting networks, the lane masks, the bit deposit, the dyadic rounding
-the lfru cuts rely on and lrfu's cuts.
+the lfru cuts rely on, lrfu's cuts and the bit lists.
 """
 
 from __future__ import annotations
@@ -161,6 +161,39 @@ def test_bit_deposit_with_and_without_bmi2():
                 bit += 1
         a, b = _pdeps(src, mask)
         assert int(a) == want and int(b) == want
+
+
+def _positions_of(fn):
+    @njit(cache=False)
+    def positions(words, base, out, q):
+        for w in range(words.shape[0]):
+            q = fn(words[w], base + 64 * w, out, q)
+        return q
+
+    return positions
+
+
+@pytest.mark.parametrize("name", ["bit_positions", "_bit_positions_loop", "_bit_positions_avx512"])
+def test_bit_positions_list_the_set_bits_in_order(name):
+    """Every set bit of a run of words, ascending, as ``base + 64 w + bit`` after the ``q`` entries already there
+    (left as they were); empty words, full words, the top bit. The AVX-512 form only where the machine has it."""
+    if name == "_bit_positions_avx512" and not S._has_feature("avx512f"):
+        pytest.skip("no AVX-512 here")
+    positions = _positions_of(getattr(S, name))
+    rng = np.random.default_rng(5)
+    special = [0, 2**64 - 1, 1, 2**63, 0x8000_0000_0001_0001, 0x0000_FFFF_0000_0000]
+    for trial in range(300):
+        n = int(rng.integers(1, 6))
+        words = np.array([special[trial % len(special)] if rng.random() < 0.3
+                          else int(rng.integers(0, 2**63)) * 2 + int(rng.integers(0, 2)) for _ in range(n)],
+                         dtype=np.uint64)
+        base, q = int(rng.integers(0, 10_000)), int(rng.integers(0, 5))
+        out = np.full(q + 64 * n + 64, -7, dtype=np.int32)
+        end = positions(words, base, out, q)
+        want = [base + 64 * w + i for w in range(n) for i in range(64) if (int(words[w]) >> i) & 1]
+        assert end == q + len(want)
+        assert out[:q].tolist() == [-7] * q
+        assert out[q:end].tolist() == want
 
 
 @njit(cache=False)

@@ -13,6 +13,8 @@ are common: the blocks of one event with one count). The cuts follow the band: a
 too few moves out by twice their gap and only its own mask is ranked again (:func:`._simd.cut_mask1`), and
 their spread around the last ``need``-th key halves after a band
 wider than 24 and doubles after a pass repeated. Leaving slots are filled from the top (swap-removal). The
+band's and the leaving slots are read from the masks as lists (:func:`._simd.bit_positions`: with AVX-512
+branch-free, so no word's loop exit is mispredicted). The
 per-event cost is ``O(c / 64)`` vector compares plus the unit's members, so the engine takes this loop for
 global caches up to :data:`SLOTS_PER_MEMBER` blocks per member of a mean event. The decision, the hit counts
 and the hit flags are those of :func:`._kernels_lfru.replay_select` (``tests/test_lfru_slots.py``).
@@ -25,19 +27,31 @@ import numpy as np
 from .._jit import jit, jit_helper
 from ._kernels import _cttz, _max_unit
 from ._kernels_bits import MAX_LFRU_EVENTS, _kth_lowest, _popc
-from ._kernels_order import _ctlz
-from ._simd import band_masks, cut_mask1, cut_masks, dyadic_down, dyadic_up, lanes_below, sort_small
+from ._simd import (
+    band_masks,
+    bit_positions,
+    cut_mask1,
+    cut_masks,
+    dyadic_down,
+    dyadic_up,
+    lanes_below,
+    sort_small,
+)
 
 #: An unsigned index: numba skips the negative-index wraparound (no index here is negative).
 _U = np.uint64
 
 #: The engine replays here global caches of at most this many blocks per member of a mean event (beyond it
 #: the frequency groups are faster: the cuts' vector pass grows with the cache, the groups' work with the
-#: event). Measured (kernels alone, docs/performance.md): the two meet near 27 on the benchmark stream, near
-#: 23-24 on a 48 x 512, B = 8 one and past 28 at B = 1.
-SLOTS_PER_MEMBER = 22
+#: event). Measured (kernels alone, docs/performance.md, *Bit lists*): the two meet near 34 on the benchmark
+#: stream, near 36 on a 48 x 512, B = 8 one and past 48 at B = 1; at 32 the slots take 0.95 of the groups'
+#: time on both B = 8 streams.
+SLOTS_PER_MEMBER = 32
 
-__all__ = ["MAX_LFRU_EVENTS", "SLOTS_PER_MEMBER", "replay_lfru_slots"]
+#: Slots are listed as int32 positions (:func:`._simd.bit_positions`): the engine takes this loop only below it.
+MAX_SLOTS = 2**31 - 128
+
+__all__ = ["MAX_LFRU_EVENTS", "MAX_SLOTS", "SLOTS_PER_MEMBER", "replay_lfru_slots"]
 
 
 def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie, count_from, hits, misses,
@@ -52,6 +66,8 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
     cap = int(min(int(capacity[0]), n_blocks))
     width = cap + int(_max_unit(offsets, True))
     npad = max((width + 63) // 64, 1) * 64
+    if npad + 64 > MAX_SLOTS:
+        raise ValueError(f"{width} slots: this loop lists slots as int32, so at most {MAX_SLOTS - 128}")
     rec = np.int32 if npad < 2**31 else np.int64      # counts stay below MAX_LFRU_EVENTS, slots below npad
     _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag,
                        np.stack([np.zeros(n_blocks, dtype=rec), np.full(n_blocks, -1, dtype=rec)], axis=1).reshape(-1),
@@ -60,7 +76,7 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
                        np.zeros((npad // 64, 2), dtype=np.uint64),
                        np.zeros(2, dtype=np.uint64), np.full(npad, np.inf),
                        np.empty(npad, dtype=np.float64), np.empty(npad, dtype=np.float64),
-                       np.empty(npad, dtype=np.int64))
+                       np.empty(npad, dtype=np.int64), np.empty(npad + 64, dtype=np.int32))
 
 
 @jit_helper
@@ -86,7 +102,7 @@ def _tie_cut(ckey, v, nb, tie, SB, bpos, buf, scratch, eq, n_eq):
 
 @jit
 def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag,
-                       BR, SF, SL, SB, masks, w2, ckey, sel, sel2, bpos):
+                       BR, SF, SL, SB, masks, w2, ckey, sel, sel2, bpos, lst):
     """The loop of :func:`replay_lfru_slots`. ``BR[2b]``, ``BR[2b + 1]``: block ``b``'s count and its slot (-1:
     not resident), side by side (one cache line per member; a flat array: no multiply per index; int32 where
     the slots fit); slot ``s``: count ``SF``, last unit ``SL`` (floats), block ``SB`` (its tie rank
@@ -174,14 +190,12 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
             masks[_U(w), 1] &= ~masks[_U(w), 0]        # the band
         if need > 0:
             q = 0
-            for w in range(n_w):
-                x = masks[_U(w), 1]
-                while x:
-                    s = (w << 6) + np.int64(_cttz(x))
-                    x &= x - one
-                    ckey[_U(q)] = SF[_U(s)] / (t1 - SL[_U(s)])
-                    bpos[_U(q)] = s
-                    q += 1
+            for w in range(n_w):       # the band's slots as a list (no loop exit per word to mispredict)
+                q = bit_positions(masks[_U(w), 1], w << 6, lst, q)
+            for r in range(q):
+                s = np.int64(lst[_U(r)])
+                ckey[_U(r)] = SF[_U(s)] / (t1 - SL[_U(s)])
+                bpos[_U(r)] = s
             if nb <= 64:               # sorted by a network; the leaving lanes as a mask
                 sort_small(ckey, nb, sel)
                 v = sel[need - 1]
@@ -222,21 +236,20 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                     if c < v or (c == v and _slot_tie(tie, SB, s) <= tr):
                         masks[_U(s >> 6), 0] |= one << np.uint64(s & 63)
                     ckey[_U(r)] = np.inf
-        for w in range(n_w - 1, -1, -1):           # swap-remove the leaving slots, highest first
-            x = masks[_U(w), 0]
-            while x:
-                hb = 63 - np.int64(_ctlz(x))
-                x &= ~(one << np.uint64(hb))
-                s = (w << 6) + hb
-                BR[(_U(SB[_U(s)]) << one) | one] = -1
-                last = n_total - 1
-                if s != last:
-                    b2 = SB[_U(last)]
-                    SF[_U(s)] = SF[_U(last)]
-                    SL[_U(s)] = SL[_U(last)]
-                    SB[_U(s)] = b2
-                    BR[(_U(b2) << one) | one] = s
-                n_total -= 1
+        q = 0
+        for w in range(n_w):           # the leaving slots as a list, then swap-removed highest first
+            q = bit_positions(masks[_U(w), 0], w << 6, lst, q)
+        for r in range(q - 1, -1, -1):
+            s = np.int64(lst[_U(r)])
+            BR[(_U(SB[_U(s)]) << one) | one] = -1
+            last = n_total - 1
+            if s != last:
+                b2 = SB[_U(last)]
+                SF[_U(s)] = SF[_U(last)]
+                SL[_U(s)] = SL[_U(last)]
+                SB[_U(s)] = b2
+                BR[(_U(b2) << one) | one] = s
+            n_total -= 1
         n_res = n_total
         if nb > 24:                    # the cuts follow the band: narrower when it is wide, wider after a miss
             spread = max(spread * 0.5, 2.0 ** -20)
