@@ -43,10 +43,10 @@ _U = np.uint64
 
 #: The engine replays here global caches of at most this many blocks per member of a mean event (beyond it
 #: the frequency groups are faster: the cuts' vector pass grows with the cache, the groups' work with the
-#: event). Measured (kernels alone, docs/performance.md, *Bit lists*): the two meet near 34 on the benchmark
-#: stream, near 36 on a 48 x 512, B = 8 one and past 48 at B = 1; at 32 the slots take 0.95 of the groups'
-#: time on both B = 8 streams.
-SLOTS_PER_MEMBER = 32
+#: event). Measured (kernels alone, docs/performance.md, *Bit lists*): the two meet near 40 on the benchmark
+#: stream and on a 48 x 512, B = 8 one, past 64 at B = 1; at 36 the slots take 0.88 of the groups' time on
+#: both B = 8 streams.
+SLOTS_PER_MEMBER = 36
 
 #: Slots are listed as int32 positions (:func:`._simd.bit_positions`): the engine takes this loop only below it.
 MAX_SLOTS = 2**31 - 128
@@ -115,6 +115,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
     th0 = 0.0
     th1 = np.inf                       # the first overflow ranks every slot
     spread = 0.25
+    mixed = False                      # the last event's members were between 1/8 and 7/8 hits
     for i in range(n_events):
         layer = ev_layer[i]
         base = layer * n_experts
@@ -124,23 +125,41 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
         counted = i >= count_from
         n_hit = 0
         top = n_res                    # the unit's misses go to slots n_res, n_res + 1, ...
-        for a in range(lo, hi):
-            b = _U(base + expert[_U(a)])
-            f = BR[b << one] + 1
-            BR[b << one] = f
-            s = BR[(b << one) | one]
-            if s >= 0:
-                n_hit += 1
-                SF[_U(s)] = float(f)
-                SL[_U(s)] = fi
+        if mixed:                      # hits and misses mixed: no branch on either
+            for a in range(lo, hi):
+                b = _U(base + expert[_U(a)])
+                f = BR[b << one] + 1
+                BR[b << one] = f
+                s = np.int64(BR[(b << one) | one])
+                hit = np.int64(s >= 0)
+                d = top + hit * (s - top)          # a hit's own slot, or slot top for a miss
+                SF[_U(d)] = float(f)
+                SL[_U(d)] = fi
+                SB[_U(top)] = np.int64(b)          # slot top is free until a miss takes it
+                BR[(b << one) | one] = d
+                n_hit += hit
+                top += 1 - hit
                 if record:
-                    hit_flag[_U(a)] = 1
-            elif cap > 0:
-                SF[_U(top)] = float(f)
-                SL[_U(top)] = fi
-                SB[_U(top)] = np.int64(b)
-                BR[(b << one) | one] = top
-                top += 1
+                    hit_flag[_U(a)] = hit
+        else:
+            for a in range(lo, hi):
+                b = _U(base + expert[_U(a)])
+                f = BR[b << one] + 1
+                BR[b << one] = f
+                s = BR[(b << one) | one]
+                if s >= 0:
+                    n_hit += 1
+                    SF[_U(s)] = float(f)
+                    SL[_U(s)] = fi
+                    if record:
+                        hit_flag[_U(a)] = 1
+                elif cap > 0:
+                    SF[_U(top)] = float(f)
+                    SL[_U(top)] = fi
+                    SB[_U(top)] = np.int64(b)
+                    BR[(b << one) | one] = top
+                    top += 1
+        mixed = cap > 0 and 8 * n_hit >= hi - lo and 8 * n_hit <= 7 * (hi - lo)
         if counted:
             hits[_U(layer)] += n_hit
             misses[_U(layer)] += (hi - lo) - n_hit
