@@ -7,6 +7,8 @@ decision, the per-layer hits and misses and the hit flags must be those of the r
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 from test_fast_policies import _skewed_stream
@@ -33,10 +35,11 @@ def _run(kernel, stream: EventStream, cap: int, tie: np.ndarray, warm: int):
     return hits, misses, flags
 
 
-def _check(stream: EventStream, cap: int, tie: np.ndarray, warm: int) -> None:
+def _check(stream: EventStream, cap: int, tie: np.ndarray, warm: int, old_age: float | None = None) -> None:
     want = _run(KL.replay_select, stream, cap, tie, warm)
-    got = _run(KS.replay_lfru_slots, stream, cap, tie, warm)
-    assert all((a == b).all() for a, b in zip(got, want, strict=True)), (cap, warm)
+    kernel = KS.replay_lfru_slots if old_age is None else partial(KS.replay_lfru_slots, old_age=old_age)
+    got = _run(kernel, stream, cap, tie, warm)
+    assert all((a == b).all() for a, b in zip(got, want, strict=True)), (cap, warm, old_age)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -51,6 +54,22 @@ def test_random_streams_every_capacity(seed):
         for cap in sorted({0, 1, 2, 3, 5, n // 4, n // 2, n - 1, n, 3 * n}):
             for warm in (0, 7):
                 _check(stream, cap, tie, warm)
+
+
+@pytest.mark.parametrize("old_age", [1.0, 3.0, 40.0])
+def test_lanes_past_the_age_bound_decided_exactly(old_age):
+    """The float32 cut pass leaves lanes whose age reaches a bound (2**16 in use, where an 8-bit cut's product
+    can round) to an exact float64 test; with the bound lowered to 1, 3 or 40 most or many lanes take that test
+    at every cut, and the counts and flags are still ``replay_select``'s."""
+    rng = np.random.default_rng([int(old_age), 5])
+    for L, N, steps in ((2, 64, 200), (4, 33, 300), (3, 40, 300)):
+        stream = random_stream(int(old_age) * 7 + L * N, L=L, N=N, k=min(N, 5), steps=steps)
+        tie = engine._tie_ranks("random" if rng.random() < 0.6 else "id", 3, L * N)
+        n = L * N
+        for cap in (1, 5, n // 4, n // 2, n - 1):
+            _check(stream, cap, tie, 0, old_age)
+    stream = _skewed_stream(4, 128, 400, 8, 128)
+    _check(stream, 100, engine._tie_ranks("random", 1, 512), 0, old_age)
 
 
 def test_small_streams_with_many_ties():
@@ -149,3 +168,18 @@ def test_the_slots_without_avx512(tmp_path):
     proc = subprocess.run([sys.executable, "-c", _GENERIC_CHECK], env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+def test_streams_past_the_float32_bound_go_to_the_groups(monkeypatch):
+    """The loop keeps counts and units as float32 (exact below ``MAX_EVENTS``): a longer stream is refused by the
+    kernel and replayed by the frequency groups, with the same counts."""
+    stream = random_stream(4, L=3, N=16, k=3, steps=40)
+    cfg = ReplayConfig("lfru", rho=0.1, scope="global")
+    want = replay(stream, cfg)
+    monkeypatch.setattr(KS, "MAX_EVENTS", stream.n_events)
+    with pytest.raises(ValueError, match="float32"):
+        _run(KS.replay_lfru_slots, stream, 4, engine._tie_ranks("id", 0, stream.n_blocks), 0)
+    calls = []
+    monkeypatch.setattr(KS, "replay_lfru_slots", lambda *a: calls.append(1))
+    got = replay(stream, cfg)
+    assert not calls and got.hits == want.hits and got.demand_misses == want.demand_misses

@@ -219,3 +219,61 @@ def test_dyadic_cuts_are_exact_in_products_and_never_hit_by_other_keys():
             assert Fraction(theta) * a == Fraction(theta * a)     # the product is exact
             assert (f <= theta * a) == (f / a <= theta)          # the float key is on the same side
     assert _dyadic(np.inf)[1] == np.inf
+
+
+@njit(cache=False)
+def _dyadic8(x):
+    return S.dyadic8_down(x), S.dyadic8_up(x)
+
+
+@njit(cache=False)
+def _cuts32(F, L, th0, th1, t1, old_age, out):
+    S.cut_masks32(F, L, 0, th0, th1, t1, old_age, out)
+    a = out.copy()
+    S.cut_mask1_32(F, L, 0, th1, t1, old_age, out)
+    return a, out[0], out[1]
+
+
+def test_eight_bit_cuts_round_outward_with_eight_significant_bits():
+    """``dyadic8_down(x) <= x <= dyadic8_up(x)``, each with at most 8 significant bits; below ``2**-30`` (under
+    every float32-loop key) the low cut is 0; ``inf`` and values past ``2**100`` round up to ``inf``."""
+    rng = np.random.default_rng(8)
+    for _ in range(3000):
+        x = float(rng.random() * 10 ** rng.uniform(-8, 8))
+        lo, hi = _dyadic8(x)
+        assert lo <= x <= hi
+        for theta in (lo, hi):
+            if theta > 0:
+                assert float(np.frexp(theta)[0] * 2**8).is_integer()
+        if x >= 2.0**-30:
+            assert hi <= x * (1 + 2**-7) and lo >= x * (1 - 2**-7)
+    assert _dyadic8(2.0**-31)[0] == 0.0 and _dyadic8(np.inf)[1] == np.inf and _dyadic8(2.0**101)[1] == np.inf
+
+
+def test_float32_cuts_are_exact_below_the_age_bound():
+    """With float32 counts and last units (integers below ``2**24``) and 8-bit cuts, ``F <= th * (t1 - L)`` in
+    float32 equals the exact test on every lane whose age is below the bound, whatever the bound (the lanes at or
+    above it are marked), including counts at the product, one below and one above it; the one-cut form agrees."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(9)
+    out = np.zeros(3, dtype=np.uint64)
+    for trial in range(400):
+        t1 = int(rng.integers(2**17, 2**24))
+        age = np.where(rng.random(64) < 0.8, rng.integers(1, 2**16, 64), rng.integers(1, 2**17 + 2, 64))
+        th = _dyadic8(float(rng.random() * 10 ** rng.uniform(-3, 3)))[trial % 2]
+        exact = [Fraction(th) * int(a) for a in age]
+        F = np.array([max(1, min(2**24 - 1, int(e) + int(rng.integers(-1, 2)))) for e in exact], dtype=np.float32)
+        L = (t1 - age).astype(np.float32)
+        bound = [AGE, 2.0**10, 40.0][trial % 3]
+        a, one, old1 = _cuts32(F, L, np.float32(th / 4), np.float32(th), np.float32(t1), np.float32(bound), out)
+        for q in range(64):
+            old = int(age[q]) >= bound
+            assert ((int(a[2]) >> q) & 1) == old and ((int(old1) >> q) & 1) == old
+            if not old:
+                assert ((int(a[1]) >> q) & 1) == (int(F[q]) <= exact[q]), (th, age[q], F[q])
+                assert ((int(one) >> q) & 1) == (int(F[q]) <= exact[q])
+                assert ((int(a[0]) >> q) & 1) == (int(F[q]) <= Fraction(th / 4) * int(age[q]))
+
+
+AGE = S.AGE32

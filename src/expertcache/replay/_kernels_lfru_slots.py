@@ -5,17 +5,25 @@ equal keys by lower tie rank). With a small global cache nearly every member mis
 leave per event, so the frequency groups of :mod:`._kernels_lfru_groups` move every member through their
 lists. Here the residents sit in dense *slots* (count, last unit, block; ``C ∪ U`` contiguous from
 slot 0, the unit's misses appended), and an overflowing event is decided as the per-layer loop
-``_kernels_bits.replay_lfru_bits`` decides it, over slots instead of tie positions: one vector pass
-(:func:`._simd.cut_masks`) gives the slots whose key is at most a low and a high *dyadic* cut (exact: see that
-loop), the ``need`` lowest of the band between are found by sorting its keys with a bitonic network (at most
-64; a quickselect past it), and of the keys equal to the ``need``-th the lowest tie ranks leave (equal keys
-are common: the blocks of one event with one count). The cuts follow the band: a cut holding too many or
-too few moves out by twice their gap and only its own mask is ranked again (:func:`._simd.cut_mask1`), and
-their spread around the last ``need``-th key halves after a band
+``_kernels_bits.replay_lfru_bits`` decides it, over slots instead of tie positions: one vector pass gives the
+slots whose key is at most a low and a high cut, the ``need`` lowest of the band between are found by sorting
+its keys with a bitonic network (at most 64; a quickselect past it), and of the keys equal to the ``need``-th
+the lowest tie ranks leave (equal keys are common: the blocks of one event with one count). The cuts follow
+the band: a cut holding too many or too few moves out by twice their gap and only its own mask is ranked
+again (:func:`._simd.cut_mask1_32`), and their spread around the last ``need``-th key halves after a band
 wider than 24 and doubles after a pass repeated. Leaving slots are filled from the top (swap-removal). The
 band's and the leaving slots are read from the masks as lists (:func:`._simd.bit_positions`: with AVX-512
-branch-free, so no word's loop exit is mispredicted). The
-per-event cost is ``O(c / 64)`` vector compares plus the unit's members, so the engine takes this loop for
+branch-free, so no word's loop exit is mispredicted).
+
+The cut pass is float32 (:func:`._simd.cut_masks32`, 16 lanes to a 512-bit vector): counts and last units
+are float32 (integers below ``2**24``: :data:`MAX_EVENTS`) and the cuts have 8 significant bits
+(:func:`._simd.dyadic8_down`, ``dyadic8_up``), so ``count <= cut * age`` is exact in float32 for every age
+below ``2**16`` (the product has at most 24 significant bits); the pass marks the lanes of older blocks, which
+are tested in float64 (exact; nearly never any). The key ``count / age`` a band is sorted by is float64, as
+``replay_select``'s, and lies on the same side of an 8-bit cut as the product test (a key other than the cut
+differs from it by more than float64 rounds).
+
+The per-event cost is ``O(c / 64)`` vector compares plus the unit's members, so the engine takes this loop for
 global caches up to :data:`SLOTS_PER_MEMBER` blocks per member of a mean event. The decision, the hit counts
 and the hit flags are those of :func:`._kernels_lfru.replay_select` (``tests/test_lfru_slots.py``).
 """
@@ -26,14 +34,15 @@ import numpy as np
 
 from .._jit import jit, jit_helper
 from ._kernels import _cttz, _max_unit
-from ._kernels_bits import MAX_LFRU_EVENTS, _kth_lowest, _popc
+from ._kernels_bits import _kth_lowest, _popc
 from ._simd import (
+    AGE32,
     band_masks,
     bit_positions,
-    cut_mask1,
-    cut_masks,
-    dyadic_down,
-    dyadic_up,
+    cut_mask1_32,
+    cut_masks32,
+    dyadic8_down,
+    dyadic8_up,
     lanes_below,
     sort_small,
 )
@@ -43,40 +52,47 @@ _U = np.uint64
 
 #: The engine replays here global caches of at most this many blocks per member of a mean event (beyond it
 #: the frequency groups are faster: the cuts' vector pass grows with the cache, the groups' work with the
-#: event). Measured (kernels alone, docs/performance.md, *Bit lists*): the two meet near 40 on the benchmark
-#: stream and on a 48 x 512, B = 8 one, past 64 at B = 1; at 36 the slots take 0.88 of the groups' time on
-#: both B = 8 streams.
-SLOTS_PER_MEMBER = 36
+#: event). Measured (kernels alone, docs/performance.md, *Bit lists*): the two meet near 45 on the benchmark
+#: stream and near 47 on a 48 x 512, B = 8 one; at 40 the slots take 0.89 and 0.85 of the groups' time.
+SLOTS_PER_MEMBER = 40
+
+#: Longest stream (events) this loop takes: counts and last units are float32, exact below ``2**24``.
+MAX_EVENTS = 1 << 24
 
 #: Slots are listed as int32 positions (:func:`._simd.bit_positions`): the engine takes this loop only below it.
 MAX_SLOTS = 2**31 - 128
 
-__all__ = ["MAX_LFRU_EVENTS", "MAX_SLOTS", "SLOTS_PER_MEMBER", "replay_lfru_slots"]
+__all__ = ["MAX_EVENTS", "MAX_SLOTS", "SLOTS_PER_MEMBER", "replay_lfru_slots"]
 
 
 def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie, count_from, hits, misses,
-                      hit_flag):
+                      hit_flag, old_age=AGE32):
     """Event-atomic ``lfru`` under global scope (one pool of ``capacity[0]`` blocks) on dense slots.
 
     Parameters are those of :func:`._kernels_lfru_groups.replay_lfru_groups` less ``atomic`` (always one unit
-    per event). The stream must have at most ``MAX_LFRU_EVENTS`` events (the dyadic cuts' exactness). The
-    state is allocated here and the loop runs in :func:`_replay_lfru_slots`.
+    per event), and ``old_age``: lanes at least that old are decided in float64 (at most :data:`._simd.AGE32`,
+    lower in tests). The stream must have fewer than :data:`MAX_EVENTS` events. The state is allocated here and
+    the loop runs in :func:`_replay_lfru_slots`.
     """
+    if offsets.shape[0] > MAX_EVENTS:
+        raise ValueError(f"{offsets.shape[0] - 1} events: this loop keeps counts and units as float32, so at most "
+                         f"{MAX_EVENTS - 1}")
     n_blocks = n_layers * n_experts
     cap = int(min(int(capacity[0]), n_blocks))
     width = cap + int(_max_unit(offsets, True))
     npad = max((width + 63) // 64, 1) * 64
     if npad + 64 > MAX_SLOTS:
         raise ValueError(f"{width} slots: this loop lists slots as int32, so at most {MAX_SLOTS - 128}")
-    rec = np.int32 if npad < 2**31 else np.int64      # counts stay below MAX_LFRU_EVENTS, slots below npad
+    rec = np.int32 if npad < 2**31 else np.int64      # counts stay below MAX_EVENTS, slots below npad
     _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag,
                        np.stack([np.zeros(n_blocks, dtype=rec), np.full(n_blocks, -1, dtype=rec)], axis=1).reshape(-1),
-                       np.zeros(npad, dtype=np.float64),
-                       np.zeros(npad, dtype=np.float64), np.zeros(npad, dtype=np.int64),
+                       np.zeros(npad, dtype=np.float32),
+                       np.zeros(npad, dtype=np.float32), np.zeros(npad, dtype=np.int64),
                        np.zeros((npad // 64, 2), dtype=np.uint64),
-                       np.zeros(2, dtype=np.uint64), np.full(npad, np.inf),
+                       np.zeros(4, dtype=np.uint64), np.full(npad, np.inf),
                        np.empty(npad, dtype=np.float64), np.empty(npad, dtype=np.float64),
-                       np.empty(npad, dtype=np.int64), np.empty(npad + 64, dtype=np.int32))
+                       np.empty(npad, dtype=np.int64), np.empty(npad + 64, dtype=np.int32),
+                       np.float32(min(float(old_age), AGE32)))
 
 
 @jit_helper
@@ -100,14 +116,28 @@ def _tie_cut(ckey, v, nb, tie, SB, bpos, buf, scratch, eq, n_eq):
     return _kth_lowest(buf, scratch, n_eq, eq)
 
 
+@jit_helper
+def _settle(sure, maybe, SF, SL, off, th, t1):
+    """The lanes ``off .. off+63`` below the cut ``th``: ``sure``, and of ``maybe`` (a superset) those whose exact
+    test ``F <= th * (t1 - L)`` holds (float64, exact: ``th`` dyadic; nearly always none to test)."""
+    x = maybe & ~sure
+    while x:
+        r = np.int64(_cttz(x))
+        x &= x - np.uint64(1)
+        s = _U(off + r)
+        if np.float64(SF[s]) <= th * (t1 - np.float64(SL[s])):
+            sure |= np.uint64(1) << np.uint64(r)
+    return sure
+
+
 @jit
 def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag,
-                       BR, SF, SL, SB, masks, w2, ckey, sel, sel2, bpos, lst):
+                       BR, SF, SL, SB, masks, w4, ckey, sel, sel2, bpos, lst, old_age):
     """The loop of :func:`replay_lfru_slots`. ``BR[2b]``, ``BR[2b + 1]``: block ``b``'s count and its slot (-1:
     not resident), side by side (one cache line per member; a flat array: no multiply per index; int32 where
-    the slots fit); slot ``s``: count ``SF``, last unit ``SL`` (floats), block ``SB`` (its tie rank
+    the slots fit); slot ``s``: count ``SF``, last unit ``SL`` (float32), block ``SB`` (its tie rank
     ``tie[SB[s]]``, read only where equal keys meet the cut); ``masks[w]``: the slots below the low and the high
-    cut."""
+    cut; ``w4``: a pass's masks (below each cut, and the lanes ``old_age`` or older)."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     one = np.uint64(1)
@@ -173,11 +203,13 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
         passes = 1                     # the two cuts over C ∪ U in one pass; a cut that holds too many or too
         c0 = 0                         # few moves out by twice their gap, and only its own mask is counted again
         c1 = 0
+        t32 = np.float32(t1)
         for w in range(n_w):
             lim = lanes_below(n_total - (w << 6))
-            cut_masks(SF, SL, w << 6, th0, th1, t1, w2)
-            lw = w2[0] & lim
-            hw = w2[1] & lim
+            cut_masks32(SF, SL, w << 6, np.float32(th0), np.float32(th1), t32, old_age, w4)
+            u = w4[2] & lim
+            lw = _settle(w4[0] & lim & ~u, u, SF, SL, w << 6, th0, t1)
+            hw = _settle(w4[1] & lim & ~u, u, SF, SL, w << 6, th1, t1)
             masks[_U(w), 0] = lw
             masks[_U(w), 1] = hw
             c0 += np.int64(_popc(lw))
@@ -186,20 +218,26 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
         # cut, or a helper, measured 1.012-1.014x the time.
         while c0 > m:                  # more than leave sit below the low cut: down by twice the gap
             gap = max(th1 - th0, th1 * 2.0 ** -10) if th1 < np.inf else np.inf
-            th0 = dyadic_down(th0 - 2.0 * gap) if th0 - 2.0 * gap > 0.0 else 0.0
+            th0 = dyadic8_down(th0 - 2.0 * gap) if th0 - 2.0 * gap > 0.0 else 0.0
             passes += 1
             c0 = 0
             for w in range(n_w):       # the low cut alone
-                lw = cut_mask1(SF, SL, w << 6, th0, t1) & lanes_below(n_total - (w << 6))
+                lim = lanes_below(n_total - (w << 6))
+                cut_mask1_32(SF, SL, w << 6, np.float32(th0), t32, old_age, w4)
+                u = w4[1] & lim
+                lw = _settle(w4[0] & lim & ~u, u, SF, SL, w << 6, th0, t1)
                 masks[_U(w), 0] = lw
                 c0 += np.int64(_popc(lw))
         while c1 < m:                  # fewer than leave sit below the high cut (c0 <= c1 < m): up by twice the gap
             gap = max(th1 - th0, th1 * 2.0 ** -10) if th1 < np.inf else np.inf
-            th1 = dyadic_up(th1 + 2.0 * gap) if th1 > 0.0 else np.inf
+            th1 = dyadic8_up(th1 + 2.0 * gap) if th1 > 0.0 else np.inf
             passes += 1
             c1 = 0
             for w in range(n_w):       # the high cut alone
-                hw = cut_mask1(SF, SL, w << 6, th1, t1) & lanes_below(n_total - (w << 6))
+                lim = lanes_below(n_total - (w << 6))
+                cut_mask1_32(SF, SL, w << 6, np.float32(th1), t32, old_age, w4)
+                u = w4[1] & lim
+                hw = _settle(w4[0] & lim & ~u, u, SF, SL, w << 6, th1, t1)
                 masks[_U(w), 1] = hw
                 c1 += np.int64(_popc(hw))
         need = m - c0
@@ -213,7 +251,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                 q = bit_positions(masks[_U(w), 1], w << 6, lst, q)
             for r in range(q):
                 s = np.int64(lst[_U(r)])
-                ckey[_U(r)] = SF[_U(s)] / (t1 - SL[_U(s)])
+                ckey[_U(r)] = np.float64(SF[_U(s)]) / (t1 - np.float64(SL[_U(s)]))
                 bpos[_U(r)] = s
             if nb <= 64:               # sorted by a network; the leaving lanes as a mask
                 sort_small(ckey, nb, sel)
@@ -274,6 +312,6 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
             spread = max(spread * 0.5, 2.0 ** -20)
         elif passes > 1:
             spread = min(spread * 2.0, 0.5)
-        th0 = dyadic_down((1.0 - spread) * v)
-        th1 = dyadic_up((1.0 + spread) * v)
+        th0 = dyadic8_down((1.0 - spread) * v)
+        th1 = dyadic8_up((1.0 + spread) * v)
     return n_res

@@ -218,6 +218,78 @@ def cut_mask1(typingctx, F, L, off, th, t1):
     return sig, codegen
 
 
+#: Ages from this on can leave float32 products with an 8-bit cut inexact: :func:`cut_masks32` marks their lanes
+#: (the callers pass it; a lower value only marks more lanes).
+AGE32 = float(1 << 16)
+
+
+def _cut32(context, builder, signature, args, t1: int):
+    """For the 64 float32 lanes from ``args[2]`` (``F``, ``L`` the first two arguments, ``t1`` the index of that
+    argument, the age bound the next): a function of a float32 cut giving the lanes where ``F <= th * (t1 - L)``
+    in float32, and the lanes whose age ``t1 - L`` is at least the bound."""
+    vt = ir.VectorType(ir.FloatType(), 64)
+    f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[2], 64, ir.FloatType()), align=4)
+    last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[2], 64, ir.FloatType()), align=4)
+    age = builder.fsub(_splat(builder, args[t1], vt, 64), last)
+    old = builder.bitcast(builder.fcmp_ordered(">=", age, _splat(builder, args[t1 + 1], vt, 64)), _I64)
+    return (lambda th: builder.bitcast(builder.fcmp_ordered("<=", f, builder.fmul(_splat(builder, th, vt, 64), age)),
+                                       _I64)), old
+
+
+@intrinsic
+def cut_masks32(typingctx, F, L, off, th0, th1, t1, old_age, out):
+    """:func:`cut_masks` on float32 counts and last units (integers below ``2**24``, so ``t1 - L`` is exact) and
+    float32 cuts of at most 8 significant bits (:func:`dyadic8_down`, :func:`dyadic8_up`): ``out[0]`` (``out[1]``)
+    the lanes where ``F <= th0 * (t1 - L)`` (``th1``), exact (the product has at most 24 significant bits) on
+    every lane of ``out[2]``'s complement, the lanes whose age is below ``old_age`` (at most :data:`AGE32`); the
+    caller decides the others."""
+    f32 = types.float32
+    sig = types.void(F, L, types.int64, f32, f32, f32, f32, out)
+
+    def codegen(context, builder, signature, args):
+        cut, old = _cut32(context, builder, signature, args, 5)
+        data = context.make_array(signature.args[7])(context, builder, args[7]).data
+        for q, v in enumerate((cut(args[3]), cut(args[4]), old)):
+            builder.store(v, builder.gep(data, [ir.Constant(_I64, q)]))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def cut_mask1_32(typingctx, F, L, off, th, t1, old_age, out):
+    """One cut of :func:`cut_masks32`: ``out[0]`` the lanes below it, ``out[1]`` those it does not decide."""
+    f32 = types.float32
+    sig = types.void(F, L, types.int64, f32, f32, f32, out)
+
+    def codegen(context, builder, signature, args):
+        cut, old = _cut32(context, builder, signature, args, 4)
+        data = context.make_array(signature.args[6])(context, builder, args[6]).data
+        for q, v in enumerate((cut(args[3]), old)):
+            builder.store(v, builder.gep(data, [ir.Constant(_I64, q)]))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@jit_helper
+def dyadic8_down(x):
+    """``x`` (``>= 0``) rounded down to 8 significant bits; 0 below ``2**-30`` (under every key of the float32
+    loops, ``f / age >= 2**-24``)."""
+    if x < 2.0 ** -30:
+        return 0.0
+    return u2f(f2u(x) & ~np.uint64((1 << 45) - 1))
+
+
+@jit_helper
+def dyadic8_up(x):
+    """``x`` (``>= 0``, or ``inf``) rounded up to 8 significant bits (``inf`` stays ``inf``; a value above
+    ``2**100``, above every key, becomes ``inf``)."""
+    if x > 2.0 ** 100:
+        return np.inf
+    return u2f((f2u(x) + np.uint64((1 << 45) - 1)) & ~np.uint64((1 << 45) - 1))
+
+
 @intrinsic
 def f2u(typingctx, x):
     """The bits of a float64 as a uint64."""

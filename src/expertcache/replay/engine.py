@@ -412,7 +412,7 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
         _, tie_pos = _tie_order(tie, n_layers, n_experts)      # counts, last units and residents over tie positions
         return KB.replay_lfru_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, config.warmup_events,
                                    hits, misses, hit_flag)
-    if (policy.key_code == KEY_LFRU and global_scope and atomic and offsets.shape[0] <= KB.MAX_LFRU_EVENTS
+    if (policy.key_code == KEY_LFRU and global_scope and atomic and offsets.shape[0] <= KS.MAX_EVENTS
             and caps[0] <= KS.SLOTS_PER_MEMBER * expert.shape[0] / max(offsets.shape[0] - 1, 1)
             and caps[0] + n_experts < KS.MAX_SLOTS - 64):
         # a small global cache, event-atomic: dense slots, two exact cuts from one vector pass
