@@ -11,7 +11,7 @@ its keys with a bitonic network (at most 64; a quickselect past it), and of the 
 the lowest tie ranks leave (equal keys are common: the blocks of one event with one count). The cuts follow
 the band: a cut holding too many or too few moves out by twice their gap and only its own mask is ranked
 again (:func:`._simd.cut_mask1_32`), and their spread around the last ``need``-th key halves after a band
-wider than 24 and doubles after a pass repeated. Leaving slots are filled from the top (swap-removal). The
+wider than 32 and doubles after a pass repeated. Leaving slots are filled from the top (swap-removal). The
 band's and the leaving slots are read from the masks as lists (:func:`._simd.bit_positions`: with AVX-512
 branch-free, so no word's loop exit is mispredicted).
 
@@ -308,7 +308,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                 BR[(_U(b2) << one) | one] = s
             n_total -= 1
         n_res = n_total
-        if nb > 24:                    # the cuts follow the band: narrower when it is wide, wider after a miss
+        if nb > 32:                    # the cuts follow the band: narrower when it is wide, wider after a miss
             spread = max(spread * 0.5, 2.0 ** -20)
         elif passes > 1:
             spread = min(spread * 2.0, 0.5)
