@@ -173,20 +173,30 @@ def _positions_of(fn):
     return positions
 
 
-@pytest.mark.parametrize("name", ["bit_positions", "_bit_positions_loop", "_bit_positions_avx512"])
+@pytest.mark.parametrize("name", ["bit_positions", "_bit_positions_loop", "_bit_positions_avx512",
+                                  "_bit_positions_vbmi2"])
 def test_bit_positions_list_the_set_bits_in_order(name):
     """Every set bit of a run of words, ascending, as ``base + 64 w + bit`` after the ``q`` entries already there
-    (left as they were); empty words, full words, the top bit. The AVX-512 form only where the machine has it."""
-    if name == "_bit_positions_avx512" and not S._has_feature("avx512f"):
-        pytest.skip("no AVX-512 here")
+    (left as they were); empty words, full words (past 16 bits: the VBMI2 form's rarer path), the top bit. The
+    AVX-512 forms only where the machine has them."""
+    need = {"_bit_positions_avx512": "avx512f", "_bit_positions_vbmi2": "avx512vbmi2"}.get(name)
+    if need and not S._has_feature(need):
+        pytest.skip(f"no {need} here")
     positions = _positions_of(getattr(S, name))
     rng = np.random.default_rng(5)
     special = [0, 2**64 - 1, 1, 2**63, 0x8000_0000_0001_0001, 0x0000_FFFF_0000_0000]
-    for trial in range(300):
+    for _ in range(300):
         n = int(rng.integers(1, 6))
-        words = np.array([special[trial % len(special)] if rng.random() < 0.3
-                          else int(rng.integers(0, 2**63)) * 2 + int(rng.integers(0, 2)) for _ in range(n)],
-                         dtype=np.uint64)
+        def word():
+            r = rng.random()
+            if r < 0.3:
+                return special[int(rng.integers(0, len(special)))]
+            w = int(rng.integers(0, 2**63)) * 2 + int(rng.integers(0, 2))
+            for _ in range(int(rng.integers(0, 4)) if r < 0.7 else 0):   # sparser: about 16, 8 or 4 bits
+                w &= int(rng.integers(0, 2**63)) * 2 + int(rng.integers(0, 2))
+            return w
+
+        words = np.array([word() for _ in range(n)], dtype=np.uint64)
         base, q = int(rng.integers(0, 10_000)), int(rng.integers(0, 5))
         out = np.full(q + 64 * n + 64, -7, dtype=np.int32)
         end = positions(words, base, out, q)

@@ -385,6 +385,40 @@ def _bit_positions_avx512(typingctx, x, base, out, q):
     return sig, codegen
 
 
+@intrinsic
+def _bit_positions_vbmi2(typingctx, x, base, out, q):
+    sig = types.int64(types.uint64, types.int64, out, types.int64)
+
+    def codegen(context, builder, signature, args):
+        x, base, out, q = args
+        data = context.make_array(signature.args[2])(context, builder, out).data
+        bt = ir.VectorType(ir.IntType(8), 64)
+        vt = ir.VectorType(_I32, 16)
+        compress = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(bt, [bt, bt, ir.VectorType(ir.IntType(1), 64)]),
+            "llvm.x86.avx512.mask.compress.v64i8")
+        ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64]), "llvm.ctpop.i64")
+        packed = builder.call(compress, [ir.Constant(bt, list(range(64))), ir.Constant(bt, None),
+                                         builder.bitcast(x, ir.VectorType(ir.IntType(1), 64))])
+        b = _splat(builder, builder.trunc(base, _I32), vt, 16)
+        n = builder.call(ctpop, [x])
+
+        def chunk(c):                  # bytes 16 c .. 16 c + 15 of the packed positions, widened, stored whole
+            lanes = builder.shuffle_vector(packed, packed, ir.Constant(ir.VectorType(_I32, 16),
+                                                                       list(range(16 * c, 16 * c + 16))))
+            v = builder.add(builder.zext(lanes, vt), b)
+            ptr = builder.gep(data, [builder.add(q, ir.Constant(_I64, 16 * c))])
+            builder.store(v, builder.bitcast(ptr, vt.as_pointer()), align=4)
+
+        chunk(0)
+        with cgutils.if_unlikely(builder, builder.icmp_unsigned(">", n, ir.Constant(_I64, 16))):
+            for c in (1, 2, 3):        # more than 16 bits: the rest (rare where the words are sparse)
+                chunk(c)
+        return builder.add(q, n)
+
+    return sig, codegen
+
+
 @jit_helper
 def _bit_positions_loop(x, base, out, q):
     """``base + i`` for every set bit ``i`` of ``x``, ascending, into ``out[q:]``; returns ``q`` plus their count."""
@@ -400,7 +434,8 @@ def _bit_positions_loop(x, base, out, q):
 #: as int32 to ``out[q:]``; returns ``q`` plus their count. With AVX-512 it is branch-free (four 16-lane
 #: compresses, each stored whole: ``out`` must hold ``q + 64`` elements), so a loop over the set bits of many
 #: words costs no mispredicted loop exit per word; elsewhere a loop over the bits.
-bit_positions = _bit_positions_avx512 if _has_feature("avx512f") else _bit_positions_loop
+bit_positions = (_bit_positions_vbmi2 if _has_feature("avx512vbmi2") else
+                 _bit_positions_avx512 if _has_feature("avx512f") else _bit_positions_loop)
 
 
 @jit_helper
