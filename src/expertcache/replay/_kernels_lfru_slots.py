@@ -53,8 +53,9 @@ _U = np.uint64
 #: The engine replays here global caches of at most this many blocks per member of a mean event (beyond it
 #: the frequency groups are faster: the cuts' vector pass grows with the cache, the groups' work with the
 #: event). Measured (kernels alone, docs/performance.md, *Bit lists*): the two meet near 50 on the benchmark
-#: stream and near 56 on a 48 x 512, B = 8 one; at 44 the slots take 0.88 and 0.83 of the groups' time.
-SLOTS_PER_MEMBER = 44
+#: stream and near 56 on a 48 x 512, B = 8 one; at 48 the slots take 0.95 and 0.89 of the groups' time (the
+#: largest measured value at least 5% faster on both).
+SLOTS_PER_MEMBER = 48
 
 #: Longest stream (events) this loop takes: counts and last units are float32, exact below ``2**24``.
 MAX_EVENTS = 1 << 24
