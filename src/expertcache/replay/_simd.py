@@ -22,6 +22,9 @@ must hold ``off + 64`` (or ``n``) elements.
   thresholds (the per-layer lfru cut, ``F`` counts, ``L`` last units).
 * :func:`lrfu_cut1`, :func:`lrfu_cut2` — 64 lrfu values against the sure and maybe bounds of one or two cuts.
 * :func:`lanes_below` — the live lanes of a partial group of 64, as bits.
+* :func:`cut_masks32`, :func:`cut_mask1_32` — the same cuts on float32 counts and last units with 8-bit cuts
+  (:func:`dyadic8_down`, :func:`dyadic8_up`), 16 lanes to a 512-bit vector, exact below an age bound (the lfru
+  slots loop); the lanes at or past it marked.
 * :func:`bit_positions` — the set bits of a word as a list of positions (AVX-512 compress where the machine
   has it, a loop otherwise).
 * :func:`pdep` — parallel bit deposit (BMI2 where the machine has it, a loop otherwise).
