@@ -459,6 +459,38 @@ def test_sigterm_swallowed_by_a_finalizer_still_stops_the_run(traces, tmp_path, 
     assert calls == [1] and "interrupted" in res.output
 
 
+def test_sigterm_inside_a_finalizer_prints_no_traceback(traces, tmp_path, monkeypatch):
+    """A SIGTERM that arrives while a ``__del__`` runs raises nothing there (Python would swallow the exception
+    and print its traceback to stderr: "Exception ignored in ..."); the run stops at its next progress report."""
+    import sys
+
+    import expertcache.experiment.runner as runner
+
+    (tmp_path / "a").symlink_to(traces / "a")
+    (tmp_path / "thousand.toml").write_text(THOUSAND_TOML)
+    unraisable, calls = [], []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+
+    class Finalized:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(100):       # the handler runs at a bytecode boundary inside this finalizer
+                pass
+
+    def fake_run_spec(spec, store, progress=None, **kwargs):
+        Finalized()
+        for done in range(1, 4):
+            calls.append(done)
+            progress(done, 3)
+        raise AssertionError("the run went on after SIGTERM")
+
+    monkeypatch.setattr(runner, "run_spec", fake_run_spec)
+    res = CliRunner().invoke(main, ["spec", "run", str(tmp_path / "thousand.toml"), "--store", str(tmp_path / "s")])
+    assert res.exit_code == 130, res.output
+    assert calls == [1] and "interrupted" in res.output
+    assert unraisable == []
+
+
 def test_a_store_holds_one_experiment(traces, tmp_path):
     d = {"experiment": {"name": "one"}, "inputs": {"a": {"trace": "a"}},
          "grid": {"input": "a", "batch": 2, "policy": "lru", "rho": 0.5}}

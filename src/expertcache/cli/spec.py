@@ -101,9 +101,13 @@ def spec_run(spec_file: str, store: str, executor: str, jobs: int, address: str 
     state = {"done": 0, "terminated": False}
 
     def on_term(signum, frame):  # SIGTERM behaves like Ctrl-C: received results are written first
-        # The flag survives an exception that lands inside a finalizer (__del__), where Python swallows it;
-        # the next progress call raises again from ordinary code.
+        # The flag makes the next progress call raise from ordinary code. Inside a finalizer (__del__) nothing is
+        # raised: Python would swallow the exception there and print its traceback to stderr.
         state["terminated"] = True
+        while frame is not None:
+            if frame.f_code.co_name == "__del__":
+                return
+            frame = frame.f_back
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, on_term)
