@@ -19,7 +19,8 @@ The cut pass is float32 (:func:`._simd.cut_masks32`, 16 lanes to a 512-bit vecto
 are float32 (integers below ``2**24``: :data:`MAX_EVENTS`) and the cuts have 8 significant bits
 (:func:`._simd.dyadic8_down`, ``dyadic8_up``), so ``count <= cut * age`` is exact in float32 for every age
 below ``2**16`` (the product has at most 24 significant bits); the pass marks the lanes of older blocks, which
-are tested in float64 (exact; nearly never any). The key ``count / age`` a band is sorted by is float64, as
+are tested in float64 (exact; nearly never any). Until the oldest resident found by a scan (every ``2**16``
+units, or 64 after one that found a block that old) can reach that age, the pass skips the age mask. The key ``count / age`` a band is sorted by is float64, as
 ``replay_select``'s, and lies on the same side of an 8-bit cut as the product test (a key other than the cut
 differs from it by more than float64 rounds).
 
@@ -40,7 +41,9 @@ from ._simd import (
     band_masks,
     bit_positions,
     cut_mask1_32,
+    cut_mask1_32_young,
     cut_masks32,
+    cut_masks32_young,
     dyadic8_down,
     dyadic8_up,
     lanes_below,
@@ -147,6 +150,8 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
     th1 = np.inf                       # the first overflow ranks every slot
     spread = 0.25
     mixed = False                      # the last event's members were between 1/8 and 7/8 hits
+    young_until = 0                    # before this event every resident is younger than old_age
+    next_scan = 0
     for i in range(n_events):
         layer = ev_layer[i]
         base = layer * n_experts
@@ -205,12 +210,24 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
         c0 = 0                         # few moves out by twice their gap, and only its own mask is counted again
         c1 = 0
         t32 = np.float32(t1)
+        if i >= young_until and i >= next_scan:    # the oldest resident's unit bounds every age until then
+            lm = SL[0]
+            for s in range(1, n_total):
+                lm = min(lm, SL[_U(s)])
+            young_until = np.int64(lm) + np.int64(old_age) - 1
+            next_scan = i + 64
+        young = i < young_until        # no resident old enough to need the float64 test: no age mask
         for w in range(n_w):
             lim = lanes_below(n_total - (w << 6))
-            cut_masks32(SF, SL, w << 6, np.float32(th0), np.float32(th1), t32, old_age, w4)
-            u = w4[2] & lim
-            lw = _settle(w4[0] & lim & ~u, u, SF, SL, w << 6, th0, t1)
-            hw = _settle(w4[1] & lim & ~u, u, SF, SL, w << 6, th1, t1)
+            if young:
+                cut_masks32_young(SF, SL, w << 6, np.float32(th0), np.float32(th1), t32, w4)
+                lw = w4[0] & lim
+                hw = w4[1] & lim
+            else:
+                cut_masks32(SF, SL, w << 6, np.float32(th0), np.float32(th1), t32, old_age, w4)
+                u = w4[2] & lim
+                lw = _settle(w4[0] & lim & ~u, u, SF, SL, w << 6, th0, t1)
+                hw = _settle(w4[1] & lim & ~u, u, SF, SL, w << 6, th1, t1)
             masks[_U(w), 0] = lw
             masks[_U(w), 1] = hw
             c0 += np.int64(_popc(lw))
@@ -224,9 +241,12 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
             c0 = 0
             for w in range(n_w):       # the low cut alone
                 lim = lanes_below(n_total - (w << 6))
-                cut_mask1_32(SF, SL, w << 6, np.float32(th0), t32, old_age, w4)
-                u = w4[1] & lim
-                lw = _settle(w4[0] & lim & ~u, u, SF, SL, w << 6, th0, t1)
+                if young:
+                    lw = cut_mask1_32_young(SF, SL, w << 6, np.float32(th0), t32) & lim
+                else:
+                    cut_mask1_32(SF, SL, w << 6, np.float32(th0), t32, old_age, w4)
+                    u = w4[1] & lim
+                    lw = _settle(w4[0] & lim & ~u, u, SF, SL, w << 6, th0, t1)
                 masks[_U(w), 0] = lw
                 c0 += np.int64(_popc(lw))
         while c1 < m:                  # fewer than leave sit below the high cut (c0 <= c1 < m): up by twice the gap
@@ -236,9 +256,12 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
             c1 = 0
             for w in range(n_w):       # the high cut alone
                 lim = lanes_below(n_total - (w << 6))
-                cut_mask1_32(SF, SL, w << 6, np.float32(th1), t32, old_age, w4)
-                u = w4[1] & lim
-                hw = _settle(w4[0] & lim & ~u, u, SF, SL, w << 6, th1, t1)
+                if young:
+                    hw = cut_mask1_32_young(SF, SL, w << 6, np.float32(th1), t32) & lim
+                else:
+                    cut_mask1_32(SF, SL, w << 6, np.float32(th1), t32, old_age, w4)
+                    u = w4[1] & lim
+                    hw = _settle(w4[0] & lim & ~u, u, SF, SL, w << 6, th1, t1)
                 masks[_U(w), 1] = hw
                 c1 += np.int64(_popc(hw))
         need = m - c0

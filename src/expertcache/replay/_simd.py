@@ -234,9 +234,9 @@ def _cut32(context, builder, signature, args, t1: int):
     f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[2], 64, ir.FloatType()), align=4)
     last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[2], 64, ir.FloatType()), align=4)
     age = builder.fsub(_splat(builder, args[t1], vt, 64), last)
-    old = builder.bitcast(builder.fcmp_ordered(">=", age, _splat(builder, args[t1 + 1], vt, 64)), _I64)
     return (lambda th: builder.bitcast(builder.fcmp_ordered("<=", f, builder.fmul(_splat(builder, th, vt, 64), age)),
-                                       _I64)), old
+                                       _I64)), \
+        (lambda: builder.bitcast(builder.fcmp_ordered(">=", age, _splat(builder, args[t1 + 1], vt, 64)), _I64))
 
 
 @intrinsic
@@ -252,7 +252,7 @@ def cut_masks32(typingctx, F, L, off, th0, th1, t1, old_age, out):
     def codegen(context, builder, signature, args):
         cut, old = _cut32(context, builder, signature, args, 5)
         data = context.make_array(signature.args[7])(context, builder, args[7]).data
-        for q, v in enumerate((cut(args[3]), cut(args[4]), old)):
+        for q, v in enumerate((cut(args[3]), cut(args[4]), old())):
             builder.store(v, builder.gep(data, [ir.Constant(_I64, q)]))
         return context.get_dummy_value()
 
@@ -268,9 +268,39 @@ def cut_mask1_32(typingctx, F, L, off, th, t1, old_age, out):
     def codegen(context, builder, signature, args):
         cut, old = _cut32(context, builder, signature, args, 4)
         data = context.make_array(signature.args[6])(context, builder, args[6]).data
-        for q, v in enumerate((cut(args[3]), old)):
+        for q, v in enumerate((cut(args[3]), old())):
             builder.store(v, builder.gep(data, [ir.Constant(_I64, q)]))
         return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def cut_masks32_young(typingctx, F, L, off, th0, th1, t1, out):
+    """:func:`cut_masks32` without the age mask, for a caller that knows every lane younger than the bound:
+    ``out[0]`` / ``out[1]`` only."""
+    f32 = types.float32
+    sig = types.void(F, L, types.int64, f32, f32, f32, out)
+
+    def codegen(context, builder, signature, args):
+        cut, _ = _cut32(context, builder, signature, args, 5)
+        data = context.make_array(signature.args[6])(context, builder, args[6]).data
+        for q, th in enumerate((args[3], args[4])):
+            builder.store(cut(th), builder.gep(data, [ir.Constant(_I64, q)]))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def cut_mask1_32_young(typingctx, F, L, off, th, t1):
+    """One cut of :func:`cut_masks32_young`: the lanes below it."""
+    f32 = types.float32
+    sig = types.uint64(F, L, types.int64, f32, f32)
+
+    def codegen(context, builder, signature, args):
+        cut, _ = _cut32(context, builder, signature, args, 4)
+        return cut(args[3])
 
     return sig, codegen
 
