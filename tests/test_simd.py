@@ -241,7 +241,10 @@ def _cuts32(F, L, th0, th1, t1, old_age, out):
     S.cut_masks32(F, L, 0, th0, th1, t1, old_age, out)
     a = out.copy()
     S.cut_mask1_32(F, L, 0, th1, t1, old_age, out)
-    return a, out[0], out[1]
+    one, old1 = out[0], out[1]
+    S.cut_masks32_young(F, L, 0, th0, th1, t1, out)       # the same cuts without the age mask
+    assert out[0] == a[0] and out[1] == a[1] and S.cut_mask1_32_young(F, L, 0, th1, t1) == one
+    return a, one, old1
 
 
 def test_eight_bit_cuts_round_outward_with_eight_significant_bits():
