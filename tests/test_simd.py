@@ -243,8 +243,8 @@ def _cuts32(F, L, th0, th1, t1, old_age, out):
     S.cut_mask1_32(F, L, 0, th1, t1, old_age, out)
     one, old1 = out[0], out[1]
     S.cut_masks32_young(F, L, 0, th0, th1, t1, out)       # the same cuts without the age mask
-    assert out[0] == a[0] and out[1] == a[1] and S.cut_mask1_32_young(F, L, 0, th1, t1) == one
-    return a, one, old1
+    same = out[0] == a[0] and out[1] == a[1] and S.cut_mask1_32_young(F, L, 0, th1, t1) == one
+    return a, one, old1, same
 
 
 def test_eight_bit_cuts_round_outward_with_eight_significant_bits():
@@ -279,7 +279,9 @@ def test_float32_cuts_are_exact_below_the_age_bound():
         F = np.array([max(1, min(2**24 - 1, int(e) + int(rng.integers(-1, 2)))) for e in exact], dtype=np.float32)
         L = (t1 - age).astype(np.float32)
         bound = [AGE, 2.0**10, 40.0][trial % 3]
-        a, one, old1 = _cuts32(F, L, np.float32(th / 4), np.float32(th), np.float32(t1), np.float32(bound), out)
+        a, one, old1, same = _cuts32(F, L, np.float32(th / 4), np.float32(th), np.float32(t1), np.float32(bound),
+                                     out)
+        assert same                    # the forms without the age mask give the same cut masks
         for q in range(64):
             old = int(age[q]) >= bound
             assert ((int(a[2]) >> q) & 1) == old and ((int(old1) >> q) & 1) == old
