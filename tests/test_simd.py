@@ -243,7 +243,9 @@ def _cuts32(F, L, th0, th1, t1, old_age, out):
     S.cut_mask1_32(F, L, 0, th1, t1, old_age, out)
     one, old1 = out[0], out[1]
     S.cut_masks32_young(F, L, 0, th0, th1, t1, out)       # the same cuts without the age mask
-    same = out[0] == a[0] and out[1] == a[1] and S.cut_mask1_32_young(F, L, 0, th1, t1) == one
+    same = out[0] == a[0] and out[1] == a[1]
+    S.cut_mask1_32_young(F, L, 0, th1, t1, out)
+    same = same and out[0] == one
     return a, one, old1, same
 
 

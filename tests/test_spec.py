@@ -434,9 +434,9 @@ def test_sigterm_stops_a_cli_run_gracefully(traces, reference, tmp_path):
     assert pq.read_table(store / "results.parquet").equals(ref_table)
 
 
-def test_sigterm_swallowed_by_a_finalizer_still_stops_the_run(traces, tmp_path, monkeypatch):
-    """Regression: a SIGTERM whose KeyboardInterrupt lands inside a ``__del__`` is swallowed by Python; the run
-    must still stop at its next progress report and exit 130 (it once ran to completion and exited 0)."""
+def _spec_run_after(traces, tmp_path, monkeypatch, before):
+    """``spec run`` on THOUSAND_TOML with ``run_spec`` replaced by one that calls ``before()`` and then reports
+    progress three times: the CLI's result and the progress reports made."""
     import expertcache.experiment.runner as runner
 
     (tmp_path / "a").symlink_to(traces / "a")
@@ -444,10 +444,7 @@ def test_sigterm_swallowed_by_a_finalizer_still_stops_the_run(traces, tmp_path, 
     calls = []
 
     def fake_run_spec(spec, store, progress=None, **kwargs):
-        try:  # what a finalizer does with an exception raised inside it
-            os.kill(os.getpid(), signal.SIGTERM)
-        except KeyboardInterrupt:
-            pass
+        before()
         for done in range(1, 4):
             calls.append(done)
             progress(done, 3)
@@ -455,6 +452,20 @@ def test_sigterm_swallowed_by_a_finalizer_still_stops_the_run(traces, tmp_path, 
 
     monkeypatch.setattr(runner, "run_spec", fake_run_spec)
     res = CliRunner().invoke(main, ["spec", "run", str(tmp_path / "thousand.toml"), "--store", str(tmp_path / "s")])
+    return res, calls
+
+
+def test_sigterm_swallowed_by_a_finalizer_still_stops_the_run(traces, tmp_path, monkeypatch):
+    """Regression: a SIGTERM whose KeyboardInterrupt lands inside a ``__del__`` is swallowed by Python; the run
+    must still stop at its next progress report and exit 130 (it once ran to completion and exited 0)."""
+
+    def swallowed():
+        try:  # what a finalizer does with an exception raised inside it
+            os.kill(os.getpid(), signal.SIGTERM)
+        except KeyboardInterrupt:
+            pass
+
+    res, calls = _spec_run_after(traces, tmp_path, monkeypatch, swallowed)
     assert res.exit_code == 130, res.output
     assert calls == [1] and "interrupted" in res.output
 
@@ -464,11 +475,7 @@ def test_sigterm_inside_a_finalizer_prints_no_traceback(traces, tmp_path, monkey
     and print its traceback to stderr: "Exception ignored in ..."); the run stops at its next progress report."""
     import sys
 
-    import expertcache.experiment.runner as runner
-
-    (tmp_path / "a").symlink_to(traces / "a")
-    (tmp_path / "thousand.toml").write_text(THOUSAND_TOML)
-    unraisable, calls = [], []
+    unraisable = []
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
 
     class Finalized:
@@ -477,15 +484,7 @@ def test_sigterm_inside_a_finalizer_prints_no_traceback(traces, tmp_path, monkey
             for _ in range(100):       # the handler runs at a bytecode boundary inside this finalizer
                 pass
 
-    def fake_run_spec(spec, store, progress=None, **kwargs):
-        Finalized()
-        for done in range(1, 4):
-            calls.append(done)
-            progress(done, 3)
-        raise AssertionError("the run went on after SIGTERM")
-
-    monkeypatch.setattr(runner, "run_spec", fake_run_spec)
-    res = CliRunner().invoke(main, ["spec", "run", str(tmp_path / "thousand.toml"), "--store", str(tmp_path / "s")])
+    res, calls = _spec_run_after(traces, tmp_path, monkeypatch, Finalized)
     assert res.exit_code == 130, res.output
     assert calls == [1] and "interrupted" in res.output
     assert unraisable == []

@@ -87,9 +87,8 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
     npad = max((width + 63) // 64, 1) * 64
     if npad + 64 > MAX_SLOTS:
         raise ValueError(f"{width} slots: this loop lists slots as int32, so at most {MAX_SLOTS - 128}")
-    rec = np.int32 if npad < 2**31 else np.int64      # counts stay below MAX_EVENTS, slots below npad
     _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag,
-                       np.stack([np.zeros(n_blocks, dtype=rec), np.full(n_blocks, -1, dtype=rec)], axis=1).reshape(-1),
+                       np.stack([np.zeros(n_blocks, dtype=np.int32), np.full(n_blocks, -1, dtype=np.int32)], axis=1).reshape(-1),
                        np.zeros(npad, dtype=np.float32),
                        np.zeros(npad, dtype=np.float32), np.zeros(npad, dtype=np.int64),
                        np.zeros((npad // 64, 2), dtype=np.uint64),
@@ -134,12 +133,24 @@ def _settle(sure, maybe, SF, SL, off, th, t1):
     return sure
 
 
+@jit_helper
+def _cut1(SF, SL, off, lim, th, t1, t32, old_age, young, w4):
+    """The live lanes (``lim``) of ``off .. off+63`` below the cut ``th``: the float32 pass, and where ``young`` is
+    false the float64 test on the lanes ``old_age`` or older."""
+    if young:
+        cut_mask1_32_young(SF, SL, off, np.float32(th), t32, w4)
+        return w4[0] & lim
+    cut_mask1_32(SF, SL, off, np.float32(th), t32, old_age, w4)
+    u = w4[1] & lim
+    return _settle(w4[0] & lim & ~u, u, SF, SL, off, th, t1)
+
+
 @jit
 def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag,
                        BR, SF, SL, SB, masks, w4, ckey, sel, sel2, bpos, lst, old_age):
     """The loop of :func:`replay_lfru_slots`. ``BR[2b]``, ``BR[2b + 1]``: block ``b``'s count and its slot (-1:
-    not resident), side by side (one cache line per member; a flat array: no multiply per index; int32 where
-    the slots fit); slot ``s``: count ``SF``, last unit ``SL`` (float32), block ``SB`` (its tie rank
+    not resident), side by side (one cache line per member; a flat array: no multiply per index; int32:
+    counts below MAX_EVENTS, slots below MAX_SLOTS); slot ``s``: count ``SF``, last unit ``SL`` (float32), block ``SB`` (its tie rank
     ``tie[SB[s]]``, read only where equal keys meet the cut); ``masks[w]``: the slots below the low and the high
     cut; ``w4``: a pass's masks (below each cut, and the lanes ``old_age`` or older)."""
     record = hit_flag.shape[0] > 0
@@ -241,12 +252,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
             c0 = 0
             for w in range(n_w):       # the low cut alone
                 lim = lanes_below(n_total - (w << 6))
-                if young:
-                    lw = cut_mask1_32_young(SF, SL, w << 6, np.float32(th0), t32) & lim
-                else:
-                    cut_mask1_32(SF, SL, w << 6, np.float32(th0), t32, old_age, w4)
-                    u = w4[1] & lim
-                    lw = _settle(w4[0] & lim & ~u, u, SF, SL, w << 6, th0, t1)
+                lw = _cut1(SF, SL, w << 6, lim, th0, t1, t32, old_age, young, w4)
                 masks[_U(w), 0] = lw
                 c0 += np.int64(_popc(lw))
         while c1 < m:                  # fewer than leave sit below the high cut (c0 <= c1 < m): up by twice the gap
@@ -256,12 +262,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
             c1 = 0
             for w in range(n_w):       # the high cut alone
                 lim = lanes_below(n_total - (w << 6))
-                if young:
-                    hw = cut_mask1_32_young(SF, SL, w << 6, np.float32(th1), t32) & lim
-                else:
-                    cut_mask1_32(SF, SL, w << 6, np.float32(th1), t32, old_age, w4)
-                    u = w4[1] & lim
-                    hw = _settle(w4[0] & lim & ~u, u, SF, SL, w << 6, th1, t1)
+                hw = _cut1(SF, SL, w << 6, lim, th1, t1, t32, old_age, young, w4)
                 masks[_U(w), 1] = hw
                 c1 += np.int64(_popc(hw))
         need = m - c0

@@ -226,17 +226,30 @@ def cut_mask1(typingctx, F, L, off, th, t1):
 AGE32 = float(1 << 16)
 
 
-def _cut32(context, builder, signature, args, t1: int):
-    """For the 64 float32 lanes from ``args[2]`` (``F``, ``L`` the first two arguments, ``t1`` the index of that
-    argument, the age bound the next): a function of a float32 cut giving the lanes where ``F <= th * (t1 - L)``
-    in float32, and the lanes whose age ``t1 - L`` is at least the bound."""
-    vt = ir.VectorType(ir.FloatType(), 64)
-    f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[2], 64, ir.FloatType()), align=4)
-    last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[2], 64, ir.FloatType()), align=4)
-    age = builder.fsub(_splat(builder, args[t1], vt, 64), last)
-    return (lambda th: builder.bitcast(builder.fcmp_ordered("<=", f, builder.fmul(_splat(builder, th, vt, 64), age)),
-                                       _I64)), \
-        (lambda: builder.bitcast(builder.fcmp_ordered(">=", age, _splat(builder, args[t1 + 1], vt, 64)), _I64))
+def _cuts32_codegen(n_cuts: int, aged: bool):
+    """The body of the float32 cut intrinsics ``(F, L, off, th_1 .. th_n, t1[, old_age], out)`` over the 64
+    lanes from ``off``: ``out[k]`` the lanes where ``F <= th_k * (t1 - L)`` in float32, and with ``aged``
+    ``out[n]`` the lanes whose age ``t1 - L`` is at least ``old_age``."""
+
+    def codegen(context, builder, signature, args):
+        vt = ir.VectorType(ir.FloatType(), 64)
+        f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[2], 64, ir.FloatType()), align=4)
+        last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[2], 64, ir.FloatType()),
+                            align=4)
+        age = builder.fsub(_splat(builder, args[3 + n_cuts], vt, 64), last)
+        masks = [builder.fcmp_ordered("<=", f, builder.fmul(_splat(builder, args[3 + k], vt, 64), age))
+                 for k in range(n_cuts)]
+        if aged:
+            masks.append(builder.fcmp_ordered(">=", age, _splat(builder, args[4 + n_cuts], vt, 64)))
+        data = context.make_array(signature.args[-1])(context, builder, args[-1]).data
+        for q, c in enumerate(masks):
+            builder.store(builder.bitcast(c, _I64), builder.gep(data, [ir.Constant(_I64, q)]))
+        return context.get_dummy_value()
+
+    return codegen
+
+
+_F32 = types.float32
 
 
 @intrinsic
@@ -246,63 +259,25 @@ def cut_masks32(typingctx, F, L, off, th0, th1, t1, old_age, out):
     the lanes where ``F <= th0 * (t1 - L)`` (``th1``), exact (the product has at most 24 significant bits) on
     every lane of ``out[2]``'s complement, the lanes whose age is below ``old_age`` (at most :data:`AGE32`); the
     caller decides the others."""
-    f32 = types.float32
-    sig = types.void(F, L, types.int64, f32, f32, f32, f32, out)
-
-    def codegen(context, builder, signature, args):
-        cut, old = _cut32(context, builder, signature, args, 5)
-        data = context.make_array(signature.args[7])(context, builder, args[7]).data
-        for q, v in enumerate((cut(args[3]), cut(args[4]), old())):
-            builder.store(v, builder.gep(data, [ir.Constant(_I64, q)]))
-        return context.get_dummy_value()
-
-    return sig, codegen
+    return types.void(F, L, types.int64, _F32, _F32, _F32, _F32, out), _cuts32_codegen(2, True)
 
 
 @intrinsic
 def cut_mask1_32(typingctx, F, L, off, th, t1, old_age, out):
     """One cut of :func:`cut_masks32`: ``out[0]`` the lanes below it, ``out[1]`` those it does not decide."""
-    f32 = types.float32
-    sig = types.void(F, L, types.int64, f32, f32, f32, out)
-
-    def codegen(context, builder, signature, args):
-        cut, old = _cut32(context, builder, signature, args, 4)
-        data = context.make_array(signature.args[6])(context, builder, args[6]).data
-        for q, v in enumerate((cut(args[3]), old())):
-            builder.store(v, builder.gep(data, [ir.Constant(_I64, q)]))
-        return context.get_dummy_value()
-
-    return sig, codegen
+    return types.void(F, L, types.int64, _F32, _F32, _F32, out), _cuts32_codegen(1, True)
 
 
 @intrinsic
 def cut_masks32_young(typingctx, F, L, off, th0, th1, t1, out):
-    """:func:`cut_masks32` without the age mask, for a caller that knows every lane younger than the bound:
-    ``out[0]`` / ``out[1]`` only."""
-    f32 = types.float32
-    sig = types.void(F, L, types.int64, f32, f32, f32, out)
-
-    def codegen(context, builder, signature, args):
-        cut, _ = _cut32(context, builder, signature, args, 5)
-        data = context.make_array(signature.args[6])(context, builder, args[6]).data
-        for q, th in enumerate((args[3], args[4])):
-            builder.store(cut(th), builder.gep(data, [ir.Constant(_I64, q)]))
-        return context.get_dummy_value()
-
-    return sig, codegen
+    """:func:`cut_masks32` without the age mask, for a caller that knows every lane younger than the bound."""
+    return types.void(F, L, types.int64, _F32, _F32, _F32, out), _cuts32_codegen(2, False)
 
 
 @intrinsic
-def cut_mask1_32_young(typingctx, F, L, off, th, t1):
-    """One cut of :func:`cut_masks32_young`: the lanes below it."""
-    f32 = types.float32
-    sig = types.uint64(F, L, types.int64, f32, f32)
-
-    def codegen(context, builder, signature, args):
-        cut, _ = _cut32(context, builder, signature, args, 4)
-        return cut(args[3])
-
-    return sig, codegen
+def cut_mask1_32_young(typingctx, F, L, off, th, t1, out):
+    """One cut of :func:`cut_masks32_young`: ``out[0]`` the lanes below it."""
+    return types.void(F, L, types.int64, _F32, _F32, out), _cuts32_codegen(1, False)
 
 
 @jit_helper
@@ -384,13 +359,8 @@ def _has_feature(name: str) -> bool:
         return False
 
 
-def _has_bmi2() -> bool:
-    """Whether numba compiles for a machine with BMI2."""
-    return _has_feature("bmi2")
-
-
 #: ``pdep(src, mask)``: parallel bit deposit (BMI2's ``pdep`` where the machine has it).
-pdep = _pdep_bmi2 if _has_bmi2() else _pdep_loop
+pdep = _pdep_bmi2 if _has_feature("bmi2") else _pdep_loop
 
 
 @intrinsic
