@@ -107,8 +107,40 @@ def test_long_skewed_streams(N):
         _check(stream, max(1, int(rho * 4 * N)), tie, 0)
 
 
+def test_slots_per_member_grows_with_the_stream():
+    """The engine's bound is SLOTS_PER_MEMBER up to SLOTS_BASE_EVENTS events per layer, then grows as their ratio
+    to the power SLOTS_GROWTH (worked by hand: 48 * 8 ** 0.15 = 65.57 at 5,200 events)."""
+    assert KS.slots_per_member(1) == KS.slots_per_member(650) == KS.SLOTS_PER_MEMBER == 48
+    assert abs(KS.slots_per_member(5200) - 65.57) < 0.01
+    assert KS.slots_per_member(1300) < KS.slots_per_member(2600) < KS.slots_per_member(5200)
+
+
+def test_the_engine_takes_slots_for_larger_caches_on_longer_streams(monkeypatch):
+    """A cache of 55 blocks per mean member (above SLOTS_PER_MEMBER, below the bound at ~2,500 events per layer)
+    replays on the slots, with replay_select's counts."""
+    calls = []
+    real = KS.replay_lfru_slots
+
+    def spy(*args):
+        calls.append(int(args[5][0]))
+        return real(*args)
+
+    monkeypatch.setattr(KS, "replay_lfru_slots", spy)
+    stream = random_stream(9, L=1, N=1024, k=1, steps=3000)
+    mean = stream.union / stream.n_events
+    per_layer = stream.n_events / stream.n_layers
+    assert per_layer > 2000 and KS.slots_per_member(per_layer) > 56
+    cap = int(55 * mean)
+    assert KS.SLOTS_PER_MEMBER * mean < cap <= KS.slots_per_member(per_layer) * mean
+    cfg = ReplayConfig("lfru", capacity=cap, scope="global", seed=3)
+    res = replay(stream, cfg)
+    assert calls == [cap]
+    hits, misses, _ = _run(KL.replay_select, stream, cap, engine._tie_ranks("random", 3, stream.n_blocks), 0)
+    assert res.hits == hits.sum() and res.demand_misses == misses.sum()
+
+
 def test_the_engine_takes_slots_for_small_event_atomic_caches(monkeypatch):
-    """Global event-atomic lfru with a cache of at most ``SLOTS_PER_MEMBER`` blocks per mean event member
+    """Global event-atomic lfru with a cache of at most ``slots_per_member`` blocks per mean event member
     replays here (same counts and flags as ``replay_select``); larger caches and sequential units do not."""
     calls = []
     real = KS.replay_lfru_slots
@@ -125,7 +157,7 @@ def test_the_engine_takes_slots_for_small_event_atomic_caches(monkeypatch):
         cap = engine.total_capacity(rho, stream.n_layers, stream.n_experts)
         before = len(calls)
         res = replay(stream, cfg)
-        assert (len(calls) > before) == (cap <= KS.SLOTS_PER_MEMBER * mean), (rho, cap, mean)
+        assert (len(calls) > before) == (cap <= KS.slots_per_member(stream.n_events / stream.n_layers) * mean), (rho, cap, mean)
         hits, misses, flags = _run(KL.replay_select, stream, cap, engine._tie_ranks("random", 4, stream.n_blocks), 2)
         assert res.hits == hits.sum() and res.demand_misses == misses.sum()
         _, hit = replay_hits(stream, cfg)

@@ -249,6 +249,8 @@ def _rank_all(m, t, nb, n_pool, tie, nd, wheel, allg, pf, pl, pb, px, sk, st, si
         e = nd[_U(4 * sn)]
         while e != sn:
             x = gf / float(t - nd[_U(4 * e + 2)] + 1)
+            if n_sel == m and x > sk[0]:   # a full heap rejects it (no call: most groups end here)
+                break
             n_sel = _sel_offer(sk, st, si, n_sel, m, x, tie[_U(e)], e)
             if x > sk[0]:          # not taken, and later members of the list rank no lower
                 break

@@ -25,7 +25,7 @@ units, or 64 after one that found a block that old) can reach that age, the pass
 differs from it by more than float64 rounds).
 
 The per-event cost is ``O(c / 64)`` vector compares plus the unit's members, so the engine takes this loop for
-global caches up to :data:`SLOTS_PER_MEMBER` blocks per member of a mean event. The decision, the hit counts
+global caches up to :func:`slots_per_member` blocks per member of a mean event. The decision, the hit counts
 and the hit flags are those of :func:`._kernels_lfru.replay_select` (``tests/test_lfru_slots.py``).
 """
 
@@ -53,12 +53,30 @@ from ._simd import (
 #: An unsigned index: numba skips the negative-index wraparound (no index here is negative).
 _U = np.uint64
 
-#: The engine replays here global caches of at most this many blocks per member of a mean event (beyond it
-#: the frequency groups are faster: the cuts' vector pass grows with the cache, the groups' work with the
-#: event). Measured (kernels alone, docs/performance.md, *Bit lists*): the two meet near 50 on the benchmark
-#: stream and near 56 on a 48 x 512, B = 8 one; at 48 the slots take 0.95 and 0.89 of the groups' time (the
-#: largest measured value at least 5% faster on both).
+#: The engine replays here global caches of at most this many blocks per member of a mean event on streams of
+#: up to :data:`SLOTS_BASE_EVENTS` events per layer (beyond it the frequency groups are faster: the cuts' vector
+#: pass grows with the cache, the groups' work with the event). Measured (kernels alone, docs/performance.md,
+#: *Bit lists*): the two meet near 50 on the benchmark stream and near 56 on a 48 x 512, B = 8 one; at 48 the
+#: slots take 0.95 and 0.89 of the groups' time (the largest measured value at least 5% faster on both).
 SLOTS_PER_MEMBER = 48
+#: Events per layer of the stream :data:`SLOTS_PER_MEMBER` was measured on.
+SLOTS_BASE_EVENTS = 650
+#: Longer streams take the slots for larger caches, ``(events per layer / SLOTS_BASE_EVENTS) ** SLOTS_GROWTH``
+#: times more: the groups' time per access grows with the stream (their counts spread over more groups, every
+#: full ranking visits each one), the slots' does not. Measured (docs/performance.md, *Longer streams*): the
+#: slots take 0.95 of the groups' time near 52 / 63 / 85 blocks per member at 1,300 / 2,600 / 5,200 events per
+#: layer on the benchmark stream, near 59 at 2,060 on the 48 x 512 one; this exponent stays below each.
+SLOTS_GROWTH = 0.15
+
+
+def slots_per_member(events_per_layer: float) -> float:
+    """The most blocks per member of a mean event for which the engine takes this loop, on a stream of
+    ``events_per_layer`` events per layer (:data:`SLOTS_PER_MEMBER`, more on longer streams).
+
+    >>> slots_per_member(650) == SLOTS_PER_MEMBER, round(slots_per_member(5200), 1)
+    (True, 65.6)
+    """
+    return SLOTS_PER_MEMBER * max(1.0, events_per_layer / SLOTS_BASE_EVENTS) ** SLOTS_GROWTH
 
 #: Longest stream (events) this loop takes: counts and last units are float32, exact below ``2**24``.
 MAX_EVENTS = 1 << 24
@@ -66,7 +84,8 @@ MAX_EVENTS = 1 << 24
 #: Slots are listed as int32 positions (:func:`._simd.bit_positions`): the engine takes this loop only below it.
 MAX_SLOTS = 2**31 - 128
 
-__all__ = ["MAX_EVENTS", "MAX_SLOTS", "SLOTS_PER_MEMBER", "replay_lfru_slots"]
+__all__ = ["MAX_EVENTS", "MAX_SLOTS", "SLOTS_BASE_EVENTS", "SLOTS_GROWTH", "SLOTS_PER_MEMBER", "replay_lfru_slots",
+           "slots_per_member"]
 
 
 def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie, count_from, hits, misses,
