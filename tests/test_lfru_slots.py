@@ -157,7 +157,8 @@ def test_the_engine_takes_slots_for_small_event_atomic_caches(monkeypatch):
         cap = engine.total_capacity(rho, stream.n_layers, stream.n_experts)
         before = len(calls)
         res = replay(stream, cfg)
-        assert (len(calls) > before) == (cap <= KS.slots_per_member(stream.n_events / stream.n_layers) * mean), (rho, cap, mean)
+        bound = KS.slots_per_member(stream.n_events / stream.n_layers) * mean
+        assert (len(calls) > before) == (cap <= bound), (rho, cap, mean)
         hits, misses, flags = _run(KL.replay_select, stream, cap, engine._tie_ranks("random", 4, stream.n_blocks), 2)
         assert res.hits == hits.sum() and res.demand_misses == misses.sum()
         _, hit = replay_hits(stream, cfg)

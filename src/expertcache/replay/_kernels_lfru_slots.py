@@ -78,6 +78,7 @@ def slots_per_member(events_per_layer: float) -> float:
     """
     return SLOTS_PER_MEMBER * max(1.0, events_per_layer / SLOTS_BASE_EVENTS) ** SLOTS_GROWTH
 
+
 #: Longest stream (events) this loop takes: counts and last units are float32, exact below ``2**24``.
 MAX_EVENTS = 1 << 24
 
