@@ -287,13 +287,14 @@ def test_forced_one_pass_equals_separate_replays(policy, semantics):
 
 def test_the_curve_choice_follows_the_measured_costs():
     grid = [round(0.05 * i, 2) for i in range(1, 20)]
-    assert curve_pays(ReplayConfig("lru"), [0.1, 0.2, 0.3, 0.4, 0.5]) and curve_pays(ReplayConfig("lru"), grid)
-    assert not curve_pays(ReplayConfig("lru"), [0.1, 0.2, 0.3, 0.4])   # the pass costs ~4 bitset replays there
+    lru6 = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
+    assert curve_pays(ReplayConfig("lru"), lru6) and curve_pays(ReplayConfig("lru"), grid)
+    assert not curve_pays(ReplayConfig("lru"), lru6[:5])   # the pass costs ~4.7 bitset replays at 0.5 (4.4 at 0.4)
     assert not curve_pays(ReplayConfig("lru"), [0.1, 0.2])             # two fast replays beat one pass
     assert not curve_pays(ReplayConfig("belady"), [0.2, 0.3, 0.4])      # a 3-point Belady curve: 3 replays
     assert not curve_pays(ReplayConfig("belady"), grid)                # the bitset walk replays beat the pass
-    assert not curve_pays(ReplayConfig("lfu"), [0.1, 0.2, 0.3])         # the rank pass: ~3.2 bit-sliced replays
-    assert curve_pays(ReplayConfig("lfu"), [0.1, 0.2, 0.3, 0.4]) and curve_pays(ReplayConfig("lfu"), grid)
+    assert not curve_pays(ReplayConfig("lfu"), [0.1, 0.2, 0.3, 0.4])    # the rank pass: ~4.5 bit-sliced replays
+    assert curve_pays(ReplayConfig("lfu"), lru6) and curve_pays(ReplayConfig("lfu"), grid)
     assert curve_pays(ReplayConfig("lfu", semantics="sequential-ascending"), [0.1, 0.2])   # cheaper than one
     assert not curve_pays(ReplayConfig("lru"), [0.4, 0.4])               # one distinct rho: one replay
     assert not curve_pays(ReplayConfig("belady-forced"), [0.1, 0.2, 0.3])

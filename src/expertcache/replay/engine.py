@@ -544,15 +544,15 @@ def one_pass_supported(config: ReplayConfig) -> bool:
 #: for a largest rho of 0.1, 0.4 and 0.95 (the pass keeps stacks as deep as the largest capacity): the
 #: geometric mean over a drifting and a working-set stream of ~1 M and ~0.5 M accesses, printed by
 #: ``python benchmarks/curves_and_sweeps.py --quick --cost-table``, the median of three runs (2026-12-02,
-#: late); re-measure when a kernel changes.
-#: One entry is set between measurements instead: event-atomic ``lfu``, whose rank pass moves a block past
-#: every block sharing its count, measured 3.5-6.6 replays on those streams (6.6 on 2026-12-02, late) and 1.8
-#: on the 11 M-access stream of ``benchmarks/bench_commands.py`` (where the time is); 3.2 takes separate
-#: replays up to 3 points (the small streams' choice) and the pass from 4 (the large stream's, 2.2x faster
-#: than 4 replays there).
+#: late; event-atomic ``lru`` again on 2026-12-03, after its replays became 0.75-0.90 of their time);
+#: re-measure when a kernel changes.
+#: One entry is taken from the large stream instead: event-atomic ``lfu``, whose rank pass moves a block past
+#: every block sharing its count, measured 8.0 / 8.0 / 7.1 replays on those streams and 4.2 / 4.5 / 3.2 on the
+#: 10 M-access benchmark stream (where the time is; 2026-12-03, after its replays became 0.8-0.9 of their time):
+#: separate replays up to 5 points, the pass from 6 (docs/performance.md, *Longer streams*).
 CURVE_COST: dict[tuple[str, bool], tuple[float, float, float]] = {
-    ("lru", True): (2.5, 4.0, 5.4), ("lru", False): (1.2, 5.4, 8.2),
-    ("lfu", True): (3.2, 3.2, 3.0), ("lfu", False): (1.0, 1.0, 0.9),
+    ("lru", True): (2.8, 4.4, 6.2), ("lru", False): (1.2, 5.4, 8.2),
+    ("lfu", True): (4.2, 4.5, 3.2), ("lfu", False): (1.0, 1.0, 0.9),
     ("lfru", True): (10.7, 21.2, 32.7), ("lfru", False): (1.7, 4.5, 5.9),
     ("lrfu", True): (11.1, 20.2, 27.8), ("lrfu", False): (3.4, 10.0, 13.0),
     ("belady", True): (11.0, 20.1, 27.1), ("belady", False): (9.1, 19.9, 24.3),
@@ -567,7 +567,7 @@ def curve_pays(config: ReplayConfig, rhos: Sequence[float]) -> bool:
     largest rho and asks for a 10% margin; a policy not measured there takes separate replays.
     Only the time changes with the choice, never a count.
 
-    >>> curve_pays(ReplayConfig("lru"), [0.1, 0.2, 0.3, 0.4, 0.5]), curve_pays(ReplayConfig("belady"), [0.2, 0.3, 0.4])
+    >>> curve_pays(ReplayConfig("lru"), [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]), curve_pays(ReplayConfig("belady"), [0.2, 0.3])
     (True, False)
     """
     n = len(set(rhos))
