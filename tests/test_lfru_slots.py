@@ -107,6 +107,19 @@ def test_long_skewed_streams(N):
         _check(stream, max(1, int(rho * 4 * N)), tie, 0)
 
 
+def _spy_slots(monkeypatch) -> list[int]:
+    """Record the capacity of every call the engine makes to the slots loop (the loop still runs)."""
+    calls = []
+    real = KS.replay_lfru_slots
+
+    def spy(*args):
+        calls.append(int(args[5][0]))
+        return real(*args)
+
+    monkeypatch.setattr(KS, "replay_lfru_slots", spy)
+    return calls
+
+
 def test_slots_per_member_grows_with_the_stream():
     """The engine's bound is SLOTS_PER_MEMBER up to SLOTS_BASE_EVENTS events per layer, then grows as their ratio
     to the power SLOTS_GROWTH (worked by hand: 48 * 8 ** 0.15 = 65.57 at 5,200 events)."""
@@ -118,14 +131,7 @@ def test_slots_per_member_grows_with_the_stream():
 def test_the_engine_takes_slots_for_larger_caches_on_longer_streams(monkeypatch):
     """A cache of 55 blocks per mean member (above SLOTS_PER_MEMBER, below the bound at ~2,500 events per layer)
     replays on the slots, with replay_select's counts."""
-    calls = []
-    real = KS.replay_lfru_slots
-
-    def spy(*args):
-        calls.append(int(args[5][0]))
-        return real(*args)
-
-    monkeypatch.setattr(KS, "replay_lfru_slots", spy)
+    calls = _spy_slots(monkeypatch)
     stream = random_stream(9, L=1, N=1024, k=1, steps=3000)
     mean = stream.union / stream.n_events
     per_layer = stream.n_events / stream.n_layers
@@ -142,14 +148,7 @@ def test_the_engine_takes_slots_for_larger_caches_on_longer_streams(monkeypatch)
 def test_the_engine_takes_slots_for_small_event_atomic_caches(monkeypatch):
     """Global event-atomic lfru with a cache of at most ``slots_per_member`` blocks per mean event member
     replays here (same counts and flags as ``replay_select``); larger caches and sequential units do not."""
-    calls = []
-    real = KS.replay_lfru_slots
-
-    def spy(*args):
-        calls.append(int(args[5][0]))
-        return real(*args)
-
-    monkeypatch.setattr(KS, "replay_lfru_slots", spy)
+    calls = _spy_slots(monkeypatch)
     stream = random_stream(8, L=4, N=32, k=3, steps=60)
     mean = stream.union / stream.n_events
     for rho in (0.05, 0.3, 0.95):

@@ -249,11 +249,9 @@ def _rank_all(m, t, nb, n_pool, tie, nd, wheel, allg, pf, pl, pb, px, sk, st, si
         e = nd[_U(4 * sn)]
         while e != sn:
             x = gf / float(t - nd[_U(4 * e + 2)] + 1)
-            if n_sel == m and x > sk[0]:   # a full heap rejects it (no call: most groups end here)
-                break
-            n_sel = _sel_offer(sk, st, si, n_sel, m, x, tie[_U(e)], e)
-            if x > sk[0]:          # not taken, and later members of the list rank no lower
-                break
+            if n_sel == m and x > sk[0]:   # a full heap rejects it, and later members of the list rank no
+                break                      # lower (tested before the offer: most groups end here, no call)
+            n_sel = _sel_offer(sk, st, si, n_sel, m, x, tie[_U(e)], e)   # after it, sk[0] >= x
             e = nd[_U(4 * e)]
     for q in range(n_sel):
         b = si[_U(q)]

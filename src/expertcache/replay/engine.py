@@ -412,9 +412,9 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
         _, tie_pos = _tie_order(tie, n_layers, n_experts)      # counts, last units and residents over tie positions
         return KB.replay_lfru_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, config.warmup_events,
                                    hits, misses, hit_flag)
+    n_events = max(offsets.shape[0] - 1, 1)
     if (policy.key_code == KEY_LFRU and global_scope and atomic and offsets.shape[0] <= KS.MAX_EVENTS
-            and caps[0] <= KS.slots_per_member((offsets.shape[0] - 1) / max(n_layers, 1)) * expert.shape[0]
-            / max(offsets.shape[0] - 1, 1)
+            and caps[0] <= KS.slots_per_member(n_events / max(n_layers, 1)) * expert.shape[0] / n_events
             and caps[0] + n_experts + 128 < KS.MAX_SLOTS):
         # a small global cache, event-atomic: dense slots, two exact cuts from one vector pass
         return KS.replay_lfru_slots(offsets, expert, layer, n_experts, n_layers, caps, tie, config.warmup_events,
