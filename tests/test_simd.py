@@ -1,8 +1,8 @@
 """The vector building blocks of the bitset loops (``replay/_simd.py``) against plain numpy.
 
 The loops that use them are compared with the generic kernels in tests/test_fast_policies.py; here each
-block is checked on its own: the sorting networks, the lane masks, the bit deposit, the dyadic rounding
-the lfru cuts rely on, lrfu's cuts and the bit lists.
+block is checked on its own: the sorting networks, the lane masks, lfru's member update and band pick, the
+bit deposit, the dyadic rounding the lfru cuts rely on, lrfu's cuts and the bit lists.
 """
 
 from __future__ import annotations
@@ -123,6 +123,76 @@ def test_cut_masks_and_one_cut_against_the_products():
         for q, th in enumerate((th0, th1)):
             want = sum(1 << j for j in range(64) if F[off + j] <= th * (t1 - L[off + j]))
             assert int(out[q]) == want and int((one0, one1)[q]) == want
+
+
+@njit(cache=False)
+def _touch(F, L, off, ev, fi, th0, th1, t1, out, fused):
+    if fused:
+        S.touch_cut_masks(F, L, off, ev, fi, th0, th1, t1, out)
+    else:
+        S.touch_lanes(F, L, off, ev, fi)
+
+
+@pytest.mark.parametrize("fused", (False, True))
+def test_touch_adds_the_members_and_cuts_on_the_new_values(fused):
+    """One added to the count and the last unit set on exactly the lanes of the word, the other 63 and the
+    lanes of the other words untouched; fused with the cuts, the masks are those of the new values."""
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        n = 64 * int(rng.integers(1, 4))
+        F = rng.integers(1, 9, n).astype(np.float64)
+        L = rng.integers(0, 40, n).astype(np.float64)
+        off = 64 * int(rng.integers(0, n // 64))
+        ev = int(rng.integers(0, 1 << 63, dtype=np.int64)) & int(rng.integers(0, 1 << 63, dtype=np.int64))
+        ev |= int(rng.integers(0, 2)) << 63
+        fi = 40.0
+        t1 = 41.0
+        th0, th1 = sorted(float(x) for x in rng.integers(0, 17, 2) / 8.0)
+        wantF, wantL = F.copy(), L.copy()
+        for j in range(64):
+            if ev >> j & 1:
+                wantF[off + j] += 1.0
+                wantL[off + j] = fi
+        out = np.zeros(2, dtype=np.uint64)
+        _touch(F, L, off, np.uint64(ev), fi, th0, th1, t1, out, fused)
+        assert (F == wantF).all() and (L == wantL).all()
+        if fused:
+            for q, th in enumerate((th0, th1)):
+                want = sum(1 << j for j in range(64) if wantF[off + j] <= th * (t1 - wantL[off + j]))
+                assert int(out[q]) == want
+
+
+@njit(cache=False)
+def _band_pick(bF, bA, nb, need, out):
+    S.band_pick(bF, bA, nb, need, out)
+
+
+@pytest.mark.parametrize("nb", [1, 2, 7, 8, 9, 15, 16])
+def test_band_pick_takes_the_lowest_keys_ties_to_the_lower_lane(nb):
+    """The ``need`` lowest of ``count / age`` by a stable sort of the float quotients (lane order breaks ties),
+    on small counts and ages with many equal keys, and on counts and ages near ``2**26`` whose quotients
+    differ by one unit in the last place or less; the keys are left in the count buffer."""
+    rng = np.random.default_rng(nb)
+    for trial in range(400):
+        if trial % 4 == 3:             # near the bound: neighbouring quotients
+            big = (1 << 26) - 1
+            F = (big - rng.integers(0, 3, nb)).astype(np.float64)
+            A = (big - rng.integers(0, 3, nb)).astype(np.float64)
+        else:
+            F = rng.integers(1, 6, nb).astype(np.float64)
+            A = rng.integers(1, 6, nb).astype(np.float64)
+        keys = F / A
+        need = int(rng.integers(1, nb + 1))
+        order = np.argsort(keys, kind="stable")
+        bF = np.full(16, np.nan)
+        bA = np.full(16, np.nan)
+        bF[:nb] = F
+        bA[:nb] = A
+        out = np.zeros(2, dtype=np.uint64)
+        _band_pick(bF, bA, nb, need, out)
+        assert int(out[0]) == sum(1 << int(q) for q in order[:need])
+        assert int(out[1]) == 1 << int(order[need - 1])
+        assert (bF[:nb] == keys).all()
 
 
 @njit(cache=False)

@@ -25,7 +25,8 @@ from .._jit import jit, jit_helper
 from ._kernels import _cttz, _max_unit, crf_decay, crf_decays, crf_key
 from ._simd import (
     band_masks,
-    cut_masks,
+    band_pick,
+    cut_mask1,
     dyadic_down,
     dyadic_up,
     lanes_below,
@@ -33,6 +34,8 @@ from ._simd import (
     lrfu_cut2,
     pdep,
     sort_small,
+    touch_cut_masks,
+    touch_lanes,
 )
 
 #: An unsigned index: numba then skips its negative-index wraparound (a shift, a mask and an add per access).
@@ -758,16 +761,19 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     The key of a block is ``freq / (t - last + 1)`` (``t`` the unit, ``last`` its last unit, ``freq`` its
     persistent count after the unit's own accesses), evaluated by the float expression of ``replay_scan``; ties
     leave by lower tie rank. A layer's residents are a bitset over tie positions, and its counts and last units
-    are dense float arrays in tie-position order, so that 64 blocks are compared at once (:mod:`._simd`): the
-    member loop adds one to its members' counts and sets their last unit, and when ``C ∪ U`` overflows the
-    quota, one vector pass over the layer's lanes gives two bitsets, the blocks whose
+    are dense float arrays in tie-position order, so that 64 blocks are compared at once (:mod:`._simd`). When
+    ``C ∪ U`` overflows the quota, one vector pass over the layer's lanes adds one to the members' counts, sets
+    their last unit and gives two bitsets, the blocks whose
     key is at most a low cut ``theta0`` (which all leave) and at most a high cut ``theta1`` (beyond which all
-    stay). The ``need = m - |below theta0|`` lowest keys of the *band* between the two cuts (``m = |C ∪ U| - c``)
-    are found by sorting the band's exact keys with a bitonic network (at most 64; a larger band takes every
-    block of ``C ∪ U``), and the keys below the ``need``-th, and of those equal to it the lowest tie positions,
-    leave with the low cut's blocks. The cuts are *dyadic* (21 significant bits), so ``freq <= theta * age`` is
-    computed exactly and holds exactly when the float key is at most ``theta`` (two keys ``f / a`` with ``a``
-    below ``2**26`` never round onto a dyadic cut they differ from; longer streams take ``replay_select``). The
+    stay); a unit that fits touches its members the same way without the cuts (one word at a time up to two
+    words, a loop over the members beyond). The ``need = m - |below theta0|`` lowest keys of the *band* between
+    the two cuts (``m = |C ∪ U| - c``) are found exactly: a band of up to 16 (most) by counting each key's rank
+    in registers (:func:`._simd.band_pick`), one of up to 64 by sorting its keys with a bitonic network, a larger
+    band by ranking every block of ``C ∪ U``; the keys below the ``need``-th, and of those equal to it the lowest
+    tie positions, leave with the low cut's blocks. The cuts are *dyadic* (21 significant bits), so
+    ``freq <= theta * age`` is computed exactly and holds exactly when the float key is at most ``theta`` (two
+    keys ``f / a`` with ``a`` below ``2**26`` never round onto a dyadic cut they differ from; longer streams take
+    ``replay_select``). The
     next cuts of the layer are the ``need``-th key times 3/4 and 7/5 (a cut that holds too many or too few
     blocks is moved by a factor of 4 and the pass repeated). Parameters are those of :func:`replay_lru_bits`.
     The state arrays are allocated here and the loop runs in :func:`_replay_lfru_bits`.
@@ -826,46 +832,81 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         n_mem = hi - lo
         fi = float(i)
         _unit_bits(expert, lo, hi, base, tie_pos, ev, n_words)
-        for a in range(lo, hi):        # the members' counts and last units
-            j = _U(pbase + tie_pos[_U(base + expert[_U(a)])])
-            F[j] += 1.0
-            Lst[j] = fi
         n_hit = 0
         for w in range(n_words):
             n_hit += np.int64(_popc(ev[w] & mem[ul, w]))
         _record_hits(expert, lo, hi, base, tie_pos, mem, layer, n_hit, record, hit_flag, i >= count_from, hits,
                      misses)
-        if cap == 0 or n_mem == 0:
-            continue
-        m = _admit(mem, ev, size, layer, n_words, n_mem - n_hit, cap)
-        if m == 0:
+        m = 0
+        if cap > 0 and n_mem > 0:
+            m = _admit(mem, ev, size, layer, n_words, n_mem - n_hit, cap)
+        if m == 0:                     # no ranking: the members' counts and last units alone
+            if n_words <= 2:
+                for w in range(n_words):
+                    touch_lanes(F, Lst, pbase + (w << 6), ev[w], fi)
+            else:
+                for a in range(lo, hi):
+                    j = _U(pbase + tie_pos[_U(base + expert[_U(a)])])
+                    F[j] += 1.0
+                    Lst[j] = fi
             continue
         t1 = fi + 1.0                  # age = t1 - last
         th0 = thr[ul, 0]
         th1 = thr[ul, 1]
-        while True:                    # the two cuts over C ∪ U
-            c0 = 0
-            c1 = 0
-            for w in range(n_words):
-                x = mem[ul, w] | ev[w]
-                cu[w] = x
-                cut_masks(F, Lst, pbase + (w << 6), th0, th1, t1, w2)
-                low[w] = w2[0] & x
-                high[w] = w2[1] & x
-                c0 += np.int64(_popc(low[w]))
-                c1 += np.int64(_popc(high[w]))
-            if c0 > m:                 # more than leave sit below the low cut
+        c0 = 0
+        c1 = 0
+        for w in range(n_words):       # the members' accesses and the two cuts over C ∪ U, one pass
+            x = mem[ul, w] | ev[w]
+            cu[w] = x
+            touch_cut_masks(F, Lst, pbase + (w << 6), ev[w], fi, th0, th1, t1, w2)
+            low[w] = w2[0] & x
+            high[w] = w2[1] & x
+            c0 += np.int64(_popc(low[w]))
+            c1 += np.int64(_popc(high[w]))
+        while c0 > m or c1 < m:        # a cut on the wrong side: it becomes the other cut, and a cut 4x further
+            if c0 > m:                 # out is ranked alone (more than leave sit below the low cut)
+                th1 = th0
                 th0 = dyadic_down(th0 * 0.25)
-            elif c1 < m:               # fewer than leave sit below the high cut
+                c1 = c0
+                c0 = 0
+                for w in range(n_words):
+                    high[w] = low[w]
+                    low[w] = cut_mask1(F, Lst, pbase + (w << 6), th0, t1) & cu[w]
+                    c0 += np.int64(_popc(low[w]))
+            else:                      # fewer than leave sit below the high cut
+                th0 = th1
                 th1 = dyadic_up(th1 * 4.0) if th1 > 0.0 else np.inf
-            else:
-                break
+                c0 = c1
+                c1 = 0
+                for w in range(n_words):
+                    low[w] = high[w]
+                    high[w] = cut_mask1(F, Lst, pbase + (w << 6), th1, t1) & cu[w]
+                    c1 += np.int64(_popc(high[w]))
         need = m - c0
         nb = c1 - c0
         v = th0
         if need == 0:
             for w in range(n_words):
                 mem[ul, w] = cu[w] & ~low[w]
+        elif nb <= 16:                 # a narrow band (89% of the overflows at rho 0.2): ranked in registers
+            q = 0
+            for w in range(n_words):
+                x = high[w] & ~low[w]
+                o = pbase + (w << 6)
+                while x:               # the band's counts and ages
+                    j = _U(o) + _cttz(x)
+                    x &= x - one
+                    ckey[q] = F[j]
+                    sel[q] = t1 - Lst[j]
+                    q += 1
+            band_pick(ckey, sel, nb, need, w2)
+            v = ckey[_U(_cttz(w2[1]))]
+            leave = w2[0]
+            for w in range(n_words):
+                x = high[w] & ~low[w]
+                mem[ul, w] = cu[w] & ~(low[w] | pdep(leave, x))
+                c = _popc(x)
+                leave = (leave >> c) if c < 64 else zero
         elif nb <= 64:                 # the 64-lane network: a band of 33-64 (5% of the overflows at rho 0.2)
             q = 0
             for w in range(n_words):

@@ -19,7 +19,11 @@ must hold ``off + 64`` (or ``n``) elements.
 * :func:`mask_lt`, :func:`mask_eq` — bit ``q`` set where ``buf[q] < v`` (``== v``),
   ``q < 64``.
 * :func:`cut_masks` — bits of 64 lanes where ``F <= theta * (t1 - L)`` for two
-  thresholds (the per-layer lfru cut, ``F`` counts, ``L`` last units).
+  thresholds (the per-layer lfru cut, ``F`` counts, ``L`` last units); :func:`touch_lanes` — one added to the
+  counts and the last unit set on the lanes of a word of bits (a unit's members); :func:`touch_cut_masks` both
+  in one pass.
+* :func:`band_pick` — the lowest of up to 16 keys ``count / age``, ties to the lower lane, by counting ranks in
+  registers (the narrow band of the per-layer lfru loop).
 * :func:`lrfu_cut1`, :func:`lrfu_cut2` — 64 lrfu values against the sure and maybe bounds of one or two cuts.
 * :func:`lanes_below` — the live lanes of a partial group of 64, as bits.
 * :func:`cut_masks32`, :func:`cut_mask1_32` — the same cuts on float32 counts and last units with 8-bit cuts
@@ -182,6 +186,67 @@ def band_masks(buf, v, n):
     return mask_lt(buf, v), mask_eq(buf, v)
 
 
+#: The lowest key :func:`band_pick` orders by its bits (a count of at least 1 over an age below ``2**26``
+#: is above it): keys from it on, shifted past the lane number, fit 64 bits.
+_PICK_FLOOR_BITS = int(np.float64(2.0 ** -30).view(np.int64))
+
+
+def _make_pick(n: int):
+    @intrinsic
+    def _pick(typingctx, bF, bA, nb, need, out):
+        sig = types.void(bF, bA, types.int64, types.int64, out)
+
+        def codegen(context, builder, signature, args):
+            it = ir.VectorType(_I64, n)
+            zero = ir.Constant(_I64, 0)
+            fv = builder.load(_lanes(context, builder, signature.args[0], args[0], zero, n), align=8)
+            av = builder.load(_lanes(context, builder, signature.args[1], args[1], zero, n), align=8)
+            idx = ir.Constant(it, list(range(n)))
+            live = builder.icmp_signed("<", idx, _splat(builder, args[2], it, n))
+            key = builder.fdiv(fv, av)
+            builder.store(key, _lanes(context, builder, signature.args[0], args[0], zero, n), align=8)
+            kb = builder.bitcast(key, it)
+            u = builder.or_(builder.shl(builder.sub(kb, ir.Constant(it, [_PICK_FLOOR_BITS] * n)),
+                                        ir.Constant(it, [6] * n)), idx)
+            u = builder.select(live, u, ir.Constant(it, [-1] * n))       # lanes past the band: after all
+            rank = ir.Constant(it, [0] * n)
+            for p in range(n):
+                up = builder.shuffle_vector(u, u, ir.Constant(ir.VectorType(_I32, n), [p] * n))
+                rank = builder.add(rank, builder.zext(builder.icmp_unsigned(">", u, up), it))
+            need = _splat(builder, args[3], it, n)
+            leave = builder.and_(builder.icmp_signed("<", rank, need), live)
+            at = builder.and_(builder.icmp_signed("==", rank, builder.sub(need, ir.Constant(it, [1] * n))), live)
+            data = context.make_array(signature.args[4])(context, builder, args[4]).data
+            for q, c in enumerate((leave, at)):
+                bits = builder.zext(builder.bitcast(c, ir.IntType(n)), _I64)
+                builder.store(bits, builder.gep(data, [ir.Constant(_I64, q)]))
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return _pick
+
+
+_pick8, _pick16 = _make_pick(8), _make_pick(16)
+
+
+@jit_helper
+def band_pick(bF, bA, nb, need, out):
+    """The ``need`` lowest (``1 <= need <= nb <= 16``) of the keys ``bF[q] / bA[q]`` (counts over ages, integers
+    below ``2**26`` and the count at least 1), ties to the lower lane: ``out[0]`` their lanes as bits, ``out[1]``
+    the bit of the ``need``-th; the keys are left in ``bF``.
+
+    The keys are divided as one vector; each key's bits minus those of ``2**-30``, shifted past a lane number of
+    six bits and given it, order the lanes exactly as (key, lane) does (positive floats order as their bits), and
+    each lane's rank is the number of lanes below it, counted for all lanes at once, one lane per step: no sort,
+    no branch. Buffers hold 8 or 16 lanes as ``nb`` needs (lanes past ``nb`` ignored).
+    """
+    if nb <= 8:
+        _pick8(bF, bA, nb, need, out)
+    else:
+        _pick16(bF, bA, nb, need, out)
+
+
 def _cut_products(context, builder, signature, args, t1: int):
     """``F`` and ``th * (t1 - L)`` for the 64 lanes from ``args[2]`` (``F``, ``L`` the first two arguments,
     ``t1`` the index of that argument): a function of ``th``, for :func:`cut_masks` and :func:`cut_mask1`."""
@@ -202,6 +267,55 @@ def cut_masks(typingctx, F, L, off, th0, th1, t1, out):
         data = context.make_array(signature.args[6])(context, builder, args[6]).data
         cs = [builder.fcmp_ordered("<=", f, prod(th)) for th in (args[3], args[4])]
         for q, c in enumerate(cs):
+            builder.store(builder.bitcast(c, _I64), builder.gep(data, [ir.Constant(_I64, q)]))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def _touch(context, builder, signature, args, evi: int, fi: int):
+    """Add one to ``F`` and set ``L`` to ``fi`` on the lanes of ``off .. off+63`` whose bit is set in the word
+    ``args[evi]`` (``F``, ``L``, ``off`` the first three arguments), store both, and return the new ``F`` and
+    ``L`` vectors."""
+    vt = ir.VectorType(_F64, 64)
+    pf = _lanes(context, builder, signature.args[0], args[0], args[2], 64)
+    pl = _lanes(context, builder, signature.args[1], args[1], args[2], 64)
+    m = builder.bitcast(args[evi], ir.VectorType(ir.IntType(1), 64))
+    f = builder.fadd(builder.load(pf, align=8),
+                     builder.select(m, ir.Constant(vt, [1.0] * 64), ir.Constant(vt, [0.0] * 64)))
+    last = builder.select(m, _splat(builder, args[fi], vt, 64), builder.load(pl, align=8))
+    builder.store(f, pf, align=8)
+    builder.store(last, pl, align=8)
+    return f, last
+
+
+@intrinsic
+def touch_lanes(typingctx, F, L, off, ev, fi):
+    """Add one to ``F`` and set ``L`` to ``fi`` on the lanes ``off .. off+63`` whose bit is set in ``ev``: the
+    members' counts and last units of a unit, as one vector pass over the word (the lfru per-layer loop)."""
+    sig = types.void(F, L, types.int64, types.uint64, types.float64)
+
+    def codegen(context, builder, signature, args):
+        _touch(context, builder, signature, args, 3, 4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def touch_cut_masks(typingctx, F, L, off, ev, fi, th0, th1, t1, out):
+    """:func:`touch_lanes` then :func:`cut_masks` on the new values, in one pass over the 64 lanes from ``off``:
+    ``out[0]`` (``out[1]``) the bits where ``F <= th0 * (t1 - L)`` (``th1``) after the unit's own accesses."""
+    sig = types.void(F, L, types.int64, types.uint64, types.float64, types.float64, types.float64,
+                     types.float64, out)
+
+    def codegen(context, builder, signature, args):
+        vt = ir.VectorType(_F64, 64)
+        f, last = _touch(context, builder, signature, args, 3, 4)
+        age = builder.fsub(_splat(builder, args[7], vt, 64), last)
+        data = context.make_array(signature.args[8])(context, builder, args[8]).data
+        for q, th in enumerate((args[5], args[6])):
+            c = builder.fcmp_ordered("<=", f, builder.fmul(_splat(builder, th, vt, 64), age))
             builder.store(builder.bitcast(c, _I64), builder.gep(data, [ir.Constant(_I64, q)]))
         return context.get_dummy_value()
 
