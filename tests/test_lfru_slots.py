@@ -56,6 +56,18 @@ def test_random_streams_every_capacity(seed):
                 _check(stream, cap, tie, warm)
 
 
+def test_caches_of_many_words_list_only_the_words_holding_slots():
+    """From SPARSE_WORDS words of slots on, the band and the leaving slots are listed from a summary bit per word;
+    caches of 2,050-2,900 slots (33-46 words) with events of up to 480 members, so that both lists span many
+    words, have replay_select's counts and flags, also with the float64 test on most lanes."""
+    stream = random_stream(41, L=2, N=1500, k=60, steps=120)
+    tie = engine._tie_ranks("random", 2, stream.n_blocks)
+    assert stream.union / stream.n_events > 100
+    for cap in (KS.SPARSE_WORDS * 64 + 2, 2400, 2900):
+        _check(stream, cap, tie, 3)
+    _check(stream, 2400, tie, 0, 3.0)
+
+
 @pytest.mark.parametrize("old_age", [1.0, 3.0, 40.0])
 def test_lanes_past_the_age_bound_decided_exactly(old_age):
     """The float32 cut pass leaves lanes whose age reaches a bound (2**16 in use, where an 8-bit cut's product
@@ -121,11 +133,12 @@ def _spy_slots(monkeypatch) -> list[int]:
 
 
 def test_slots_per_member_grows_with_the_stream():
-    """The engine's bound is SLOTS_PER_MEMBER up to SLOTS_BASE_EVENTS events per layer, then grows as their ratio
-    to the power SLOTS_GROWTH (worked by hand: 48 * 8 ** 0.15 = 65.57 at 5,200 events)."""
+    """The engine's bound is SLOTS_PER_MEMBER up to SLOTS_BASE_EVENTS events per layer, then linear up to
+    SLOTS_PER_MEMBER_LONG at SLOTS_LONG_EVENTS, flat beyond (worked by hand: 48 + 42 * 650 / 4550 = 54 at 1,300
+    events, 48 + 42 * 1950 / 4550 = 66 at 2,600)."""
     assert KS.slots_per_member(1) == KS.slots_per_member(650) == KS.SLOTS_PER_MEMBER == 48
-    assert abs(KS.slots_per_member(5200) - 65.57) < 0.01
-    assert KS.slots_per_member(1300) < KS.slots_per_member(2600) < KS.slots_per_member(5200)
+    assert abs(KS.slots_per_member(1300) - 54.0) < 1e-9 and abs(KS.slots_per_member(2600) - 66.0) < 1e-9
+    assert KS.slots_per_member(5200) == KS.slots_per_member(52000) == KS.SLOTS_PER_MEMBER_LONG == 90
 
 
 def test_the_engine_takes_slots_for_larger_caches_on_longer_streams(monkeypatch):

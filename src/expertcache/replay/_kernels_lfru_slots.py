@@ -39,6 +39,7 @@ from ._kernels_bits import _kth_lowest, _popc
 from ._simd import (
     AGE32,
     band_masks,
+    band_pick,
     bit_positions,
     cut_mask1_32,
     cut_mask1_32_young,
@@ -61,22 +62,28 @@ _U = np.uint64
 SLOTS_PER_MEMBER = 48
 #: Events per layer of the stream :data:`SLOTS_PER_MEMBER` was measured on.
 SLOTS_BASE_EVENTS = 650
-#: Longer streams take the slots for larger caches, ``(events per layer / SLOTS_BASE_EVENTS) ** SLOTS_GROWTH``
-#: times more: the groups' time per access grows with the stream (their counts spread over more groups, every
-#: full ranking visits each one), the slots' does not. Measured (docs/performance.md, *Longer streams*): the
-#: slots take 0.95 of the groups' time near 52 / 63 / 85 blocks per member at 1,300 / 2,600 / 5,200 events per
-#: layer on the benchmark stream, near 59 at 2,060 on the 48 x 512 one; this exponent stays below each.
-SLOTS_GROWTH = 0.15
+#: Longer streams take the slots for larger caches, up to this many blocks per member at
+#: :data:`SLOTS_LONG_EVENTS` events per layer and beyond, linearly in the events per layer between: the groups'
+#: time per access grows with the stream (their counts spread over more groups, every full ranking visits each
+#: one), the slots' does not. Measured (docs/performance.md, *Slots on long streams*): the slots take 0.95 of
+#: the groups' time near 54 / 67 / 94 blocks per member at 1,300 / 2,600 / 5,200 events per layer on the
+#: benchmark stream and near 61 at 2,060 on the 48 x 512 one; the line through 48 and 90 meets 54 / 66 / 90 and
+#: 61 there. A power of the events per layer does not fit both: the growth speeds up on the benchmark stream.
+SLOTS_PER_MEMBER_LONG = 90
+#: Events per layer from which the bound is :data:`SLOTS_PER_MEMBER_LONG` (the longest stream measured).
+SLOTS_LONG_EVENTS = 5200
 
 
 def slots_per_member(events_per_layer: float) -> float:
     """The most blocks per member of a mean event for which the engine takes this loop, on a stream of
-    ``events_per_layer`` events per layer (:data:`SLOTS_PER_MEMBER`, more on longer streams).
+    ``events_per_layer`` events per layer: :data:`SLOTS_PER_MEMBER` up to :data:`SLOTS_BASE_EVENTS`, then linear
+    up to :data:`SLOTS_PER_MEMBER_LONG` at :data:`SLOTS_LONG_EVENTS`, flat beyond.
 
-    >>> slots_per_member(650) == SLOTS_PER_MEMBER, round(slots_per_member(5200), 1)
-    (True, 65.6)
+    >>> slots_per_member(650) == SLOTS_PER_MEMBER, slots_per_member(1300), slots_per_member(10400)
+    (True, 54.0, 90.0)
     """
-    return SLOTS_PER_MEMBER * max(1.0, events_per_layer / SLOTS_BASE_EVENTS) ** SLOTS_GROWTH
+    x = min(max(events_per_layer - SLOTS_BASE_EVENTS, 0.0) / (SLOTS_LONG_EVENTS - SLOTS_BASE_EVENTS), 1.0)
+    return SLOTS_PER_MEMBER + (SLOTS_PER_MEMBER_LONG - SLOTS_PER_MEMBER) * x
 
 
 #: Longest stream (events) this loop takes: counts and last units are float32, exact below ``2**24``.
@@ -85,8 +92,8 @@ MAX_EVENTS = 1 << 24
 #: Slots are listed as int32 positions (:func:`._simd.bit_positions`): the engine takes this loop only below it.
 MAX_SLOTS = 2**31 - 128
 
-__all__ = ["MAX_EVENTS", "MAX_SLOTS", "SLOTS_BASE_EVENTS", "SLOTS_GROWTH", "SLOTS_PER_MEMBER", "replay_lfru_slots",
-           "slots_per_member"]
+__all__ = ["MAX_EVENTS", "MAX_SLOTS", "SLOTS_BASE_EVENTS", "SLOTS_LONG_EVENTS", "SLOTS_PER_MEMBER",
+           "SLOTS_PER_MEMBER_LONG", "replay_lfru_slots", "slots_per_member"]
 
 
 def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie, count_from, hits, misses,
@@ -112,10 +119,17 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
                        np.zeros(npad, dtype=np.float32),
                        np.zeros(npad, dtype=np.float32), np.zeros(npad, dtype=np.int64),
                        np.zeros((npad // 64, 2), dtype=np.uint64),
+                       np.zeros(((npad // 64 + 63) // 64, 2), dtype=np.uint64),
                        np.zeros(4, dtype=np.uint64), np.full(npad, np.inf),
                        np.empty(npad, dtype=np.float64), np.empty(npad, dtype=np.float64),
                        np.empty(npad, dtype=np.int64), np.empty(npad + 64, dtype=np.int32),
                        np.float32(min(float(old_age), AGE32)))
+
+
+#: From this many words of slots on, the band and the leaving slots are listed from the words that hold any
+#: (a summary bit per word) rather than from every word: on the benchmark stream 0.99 / 0.95 / 0.92 of the
+#: time at 29 / 39 / 48 words (rho 0.3 / 0.4 / 0.5), 1.03 at 20 (rho 0.2).
+SPARSE_WORDS = 32
 
 
 @jit_helper
@@ -167,12 +181,13 @@ def _cut1(SF, SL, off, lim, th, t1, t32, old_age, young, w4):
 
 @jit
 def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag,
-                       BR, SF, SL, SB, masks, w4, ckey, sel, sel2, bpos, lst, old_age):
+                       BR, SF, SL, SB, masks, nz, w4, ckey, sel, sel2, bpos, lst, old_age):
     """The loop of :func:`replay_lfru_slots`. ``BR[2b]``, ``BR[2b + 1]``: block ``b``'s count and its slot (-1:
     not resident), side by side (one cache line per member; a flat array: no multiply per index; int32:
     counts below MAX_EVENTS, slots below MAX_SLOTS); slot ``s``: count ``SF``, last unit ``SL`` (float32), block ``SB`` (its tie rank
     ``tie[SB[s]]``, read only where equal keys meet the cut); ``masks[w]``: the slots below the low and the high
-    cut; ``w4``: a pass's masks (below each cut, and the lanes ``old_age`` or older)."""
+    cut; ``nz[k]``: the words ``64 k ..`` of ``masks`` holding leaving (0) and band (1) slots; ``w4``: a pass's
+    masks (below each cut, and the lanes ``old_age`` or older)."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     one = np.uint64(1)
@@ -288,19 +303,50 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
         need = m - c0
         nb = c1 - c0
         v = th0
-        for w in range(n_w):           # the slots that leave, as bits: the low cut's first
-            masks[_U(w), 1] &= ~masks[_U(w), 0]        # the band
+        n_s = (n_w + 63) >> 6
+        sparse = n_w >= SPARSE_WORDS   # list only the words that hold any (their summary bits in nz)
+        if sparse:
+            for w in range(n_s):
+                nz[_U(w), 0] = 0
+                nz[_U(w), 1] = 0
+            for w in range(n_w):       # the slots that leave, as bits: the low cut's first; the band; the words
+                lw = masks[_U(w), 0]   # holding either
+                bw = masks[_U(w), 1] & ~lw
+                masks[_U(w), 1] = bw
+                nz[_U(w >> 6), 0] |= np.uint64(lw != 0) << np.uint64(w & 63)
+                nz[_U(w >> 6), 1] |= np.uint64(bw != 0) << np.uint64(w & 63)
+        else:
+            for w in range(n_w):       # the slots that leave, as bits: the low cut's first
+                masks[_U(w), 1] &= ~masks[_U(w), 0]    # the band
         if need > 0:
             q = 0
-            for w in range(n_w):       # the band's slots as a list (no loop exit per word to mispredict)
-                q = bit_positions(masks[_U(w), 1], w << 6, lst, q)
-            for r in range(q):
-                s = np.int64(lst[_U(r)])
-                ckey[_U(r)] = np.float64(SF[_U(s)]) / (t1 - np.float64(SL[_U(s)]))
-                bpos[_U(r)] = s
+            if sparse:                 # the band's slots as a list: the words that hold any
+                for k in range(n_s):
+                    x = nz[_U(k), 1]
+                    while x:
+                        w = (k << 6) + np.int64(_cttz(x))
+                        x &= x - one
+                        q = bit_positions(masks[_U(w), 1], w << 6, lst, q)
+            else:                      # every word (no loop exit per word to mispredict)
+                for w in range(n_w):
+                    q = bit_positions(masks[_U(w), 1], w << 6, lst, q)
+            if nb <= 16:               # the need-th key ranked in registers (ties: below)
+                for r in range(q):
+                    s = np.int64(lst[_U(r)])
+                    ckey[_U(r)] = np.float64(SF[_U(s)])
+                    sel2[_U(r)] = t1 - np.float64(SL[_U(s)])
+                    bpos[_U(r)] = s
+                band_pick(ckey, sel2, nb, need, w4)         # leaves the keys in ckey
+                v = ckey[_U(_cttz(w4[1]))]
+            else:
+                for r in range(q):
+                    s = np.int64(lst[_U(r)])
+                    ckey[_U(r)] = np.float64(SF[_U(s)]) / (t1 - np.float64(SL[_U(s)]))
+                    bpos[_U(r)] = s
             if nb <= 64:               # sorted by a network; the leaving lanes as a mask
-                sort_small(ckey, nb, sel)
-                v = sel[need - 1]
+                if nb > 16:
+                    sort_small(ckey, nb, sel)
+                    v = sel[need - 1]
                 below, eqm = band_masks(ckey, v, nb)        # lanes past the band are inf
                 eq = need - np.int64(_popc(below))
                 n_eq = np.int64(_popc(eqm))
@@ -319,6 +365,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                     x &= x - one
                     s = bpos[_U(r)]
                     masks[_U(s >> 6), 0] |= one << np.uint64(s & 63)
+                    nz[_U(s >> 12), 0] |= one << np.uint64((s >> 6) & 63)
                 for r in range(nb):
                     ckey[_U(r)] = np.inf
             else:                      # a wide band: a selection
@@ -337,10 +384,19 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                     s = bpos[_U(r)]
                     if c < v or (c == v and _slot_tie(tie, SB, s) <= tr):
                         masks[_U(s >> 6), 0] |= one << np.uint64(s & 63)
+                        nz[_U(s >> 12), 0] |= one << np.uint64((s >> 6) & 63)
                     ckey[_U(r)] = np.inf
-        q = 0
-        for w in range(n_w):           # the leaving slots as a list, then swap-removed highest first
-            q = bit_positions(masks[_U(w), 0], w << 6, lst, q)
+        q = 0                          # the leaving slots as a list, then swap-removed highest first
+        if sparse:
+            for k in range(n_s):
+                x = nz[_U(k), 0]
+                while x:
+                    w = (k << 6) + np.int64(_cttz(x))
+                    x &= x - one
+                    q = bit_positions(masks[_U(w), 0], w << 6, lst, q)
+        else:
+            for w in range(n_w):
+                q = bit_positions(masks[_U(w), 0], w << 6, lst, q)
         for r in range(q - 1, -1, -1):
             s = np.int64(lst[_U(r)])
             BR[(_U(SB[_U(s)]) << one) | one] = -1

@@ -204,7 +204,8 @@ def _make_pick(n: int):
             idx = ir.Constant(it, list(range(n)))
             live = builder.icmp_signed("<", idx, _splat(builder, args[2], it, n))
             key = builder.fdiv(fv, av)
-            builder.store(key, _lanes(context, builder, signature.args[0], args[0], zero, n), align=8)
+            builder.store(builder.select(live, key, ir.Constant(ir.VectorType(_F64, n), [float("inf")] * n)),
+                          _lanes(context, builder, signature.args[0], args[0], zero, n), align=8)
             kb = builder.bitcast(key, it)
             u = builder.or_(builder.shl(builder.sub(kb, ir.Constant(it, [_PICK_FLOOR_BITS] * n)),
                                         ir.Constant(it, [6] * n)), idx)
@@ -234,7 +235,7 @@ _pick8, _pick16 = _make_pick(8), _make_pick(16)
 def band_pick(bF, bA, nb, need, out):
     """The ``need`` lowest (``1 <= need <= nb <= 16``) of the keys ``bF[q] / bA[q]`` (counts over ages, integers
     below ``2**26`` and the count at least 1), ties to the lower lane: ``out[0]`` their lanes as bits, ``out[1]``
-    the bit of the ``need``-th; the keys are left in ``bF``.
+    the bit of the ``need``-th; the keys are left in ``bF`` (``inf`` in its lanes past ``nb``, up to 8 or 16).
 
     The keys are divided as one vector; each key's bits minus those of ``2**-30``, shifted past a lane number of
     six bits and given it, order the lanes exactly as (key, lane) does (positive floats order as their bits), and
