@@ -12,9 +12,10 @@ per-layer replay at rho = 0.05:0.95:0.05 (19 points), it reports:
 
 a sweep of 8 independent configurations with ``jobs=1`` and ``jobs=2``
 (processes), checked identical, and the choice of ``replay_curve`` between
-one pass and separate replays (``engine.curve_pays``) on a 3-point grid, timed
-against forced separate replays, alternated pair by pair (min and median of
-the ratios). Everything is warmed up first (JIT).
+one pass and separate replays (``engine.curve_pays``) on a 3-point grid and on
+5-, 6- and 8-point grids from rho 0.1 (``lru``, ``lfu``), timed against forced
+separate replays, alternated pair by pair (min and median of the ratios), with
+the forced pass beside it. Everything is warmed up first (JIT).
 
 ``--cost-table`` instead prints ``engine.CURVE_COST``: for every stack policy
 and event-atomic / sequential units, the time of a forced one-pass curve with
@@ -25,7 +26,11 @@ every block that shares its count), so they are measured on two streams and
 the table holds their geometric mean: the drifting stream above and a
 working-set stream (``working_set_stream``: the synthetic generator's
 per-request working sets, as ``bench_commands.py``'s trace, under FCFS batching
-at B = 8); each stream's own row is printed as a comment first.
+at B = 8); each stream's own row is printed as a comment first. With
+``--quick`` the geometric-mean rows are ``engine.CURVE_COST`` (small
+streams); at the default size the ``drifting`` comment rows (10 M accesses)
+are ``engine.CURVE_COST_LARGE``, and the engine interpolates between the two
+by the stream's length (``engine.curve_cost``).
 """
 
 from __future__ import annotations
@@ -40,10 +45,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_vs_libcachesim import STEPS_FULL, STEPS_QUICK, drifting_qwen_stream  # noqa: E402
 
-from expertcache.replay import ReplayConfig, replay, replay_curve, sweep  # noqa: E402
+from expertcache.replay import ReplayConfig, curve_pays, replay, replay_curve, sweep  # noqa: E402
 
 GRID = [round(0.05 * i, 2) for i in range(1, 20)]
 GRID3 = [0.2, 0.3, 0.4]
+#: The curves replay_curve's choice is timed on: 3 points, and 5, 6 and 8 from rho 0.1 (where the pass starts to pay).
+CHOICE_GRIDS = (GRID3, [0.1, 0.2, 0.3, 0.4, 0.5], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [round(0.1 * i, 1) for i in range(1, 9)])
 
 
 def timed(fn):
@@ -84,20 +91,29 @@ def main() -> None:
     assert serial == parallel, "parallel sweep differs from serial"
     print(f"sweep of {len(cfgs)} configurations: jobs=1 {t1:.2f}s, jobs=2 {t2:.2f}s "
           f"({t1 / t2:.2f}x; identical results)")
-    print("replay_curve's choice on rho 0.2,0.3,0.4 (auto / separate replays, alternated pairs):")
+    print("replay_curve's choice (engine.curve_pays) against forced separate replays, alternated pairs; the")
+    print("forced pass / separate replays beside it (min, median); 'pass' where the engine takes the pass:")
     for policy in ("lru", "lfu", "belady"):
         for sem in ("event-atomic", "sequential-ascending"):
             cfg = ReplayConfig(policy, semantics=sem)
-            assert replay_curve(stream, cfg, GRID3) == replay_curve(stream, cfg, GRID3, one_pass=False)
-            ratios = []
-            for k in range(args.pairs):
-                sides = [lambda cfg=cfg: replay_curve(stream, cfg, GRID3),
-                         lambda cfg=cfg: replay_curve(stream, cfg, GRID3, one_pass=False)]
-                t = [0.0, 0.0]
-                for j in ((1, 0) if k % 2 else (0, 1)):
-                    t[j] = timed(sides[j])[0]
-                ratios.append(t[0] / t[1])
-            print(f"  {policy:8s} {sem:22s} min {min(ratios):5.2f} median {statistics.median(ratios):5.2f}")
+            for grid in CHOICE_GRIDS:
+                if policy == "belady" and grid is not GRID3:
+                    continue
+                assert replay_curve(stream, cfg, grid) == replay_curve(stream, cfg, grid, one_pass=False)
+                sides = [lambda cfg=cfg, grid=grid: replay_curve(stream, cfg, grid),
+                         lambda cfg=cfg, grid=grid: replay_curve(stream, cfg, grid, one_pass=False),
+                         lambda cfg=cfg, grid=grid: replay_curve(stream, cfg, grid, one_pass=True)]
+                ratios = ([], [])
+                for k in range(args.pairs):
+                    t = [0.0, 0.0, 0.0]
+                    for j in ((2, 1, 0) if k % 2 else (0, 1, 2)):
+                        t[j] = timed(sides[j])[0]
+                    ratios[0].append(t[0] / t[1])
+                    ratios[1].append(t[2] / t[1])
+                took = "pass" if curve_pays(cfg, grid, stream.union) else "separate"
+                print(f"  {policy:6s} {sem:21s} rho {grid[0]}-{grid[-1]} ({len(grid)}) {took:8s} "
+                      f"auto/separate {min(ratios[0]):5.2f} {statistics.median(ratios[0]):5.2f}   "
+                      f"pass/separate {min(ratios[1]):5.2f} {statistics.median(ratios[1]):5.2f}", flush=True)
 
 
 def working_set_stream(quick: bool):

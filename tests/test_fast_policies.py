@@ -286,20 +286,60 @@ def test_forced_one_pass_equals_separate_replays(policy, semantics):
 
 
 def test_the_curve_choice_follows_the_measured_costs():
+    """Decisions worked by hand from the tables: the pass's cost in replays at the largest rho (linear in rho
+    between 0.1, 0.4 and 0.95) against CURVE_MARGIN (0.75) times the number of points."""
+    assert engine.CURVE_MARGIN == 0.75
     grid = [round(0.05 * i, 2) for i in range(1, 20)]
-    lru6 = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
-    assert curve_pays(ReplayConfig("lru"), lru6) and curve_pays(ReplayConfig("lru"), grid)
-    assert not curve_pays(ReplayConfig("lru"), lru6[:5])   # the pass costs ~4.7 bitset replays at 0.5 (4.4 at 0.4)
+    lru8 = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
+    big = 10_035_555
+    assert curve_pays(ReplayConfig("lru"), lru8) and curve_pays(ReplayConfig("lru"), grid)   # 5.12 < 6
+    assert not curve_pays(ReplayConfig("lru"), lru8[:6])     # small streams: 4.61 replays at 0.6 > 4.5
+    assert not curve_pays(ReplayConfig("lru"), lru8[:5])     # 4.35 at 0.5 > 3.75
+    assert not curve_pays(ReplayConfig("lru"), lru8, big)    # 10 M: 7.33 at 0.8 > 6
+    assert curve_pays(ReplayConfig("lru"), grid, big)        # 7.9 < 14.25
     assert not curve_pays(ReplayConfig("lru"), [0.1, 0.2])             # two fast replays beat one pass
     assert not curve_pays(ReplayConfig("belady"), [0.2, 0.3, 0.4])      # a 3-point Belady curve: 3 replays
     assert not curve_pays(ReplayConfig("belady"), grid)                # the bitset walk replays beat the pass
-    assert not curve_pays(ReplayConfig("lfu"), [0.1, 0.2, 0.3, 0.4])    # the rank pass: ~4.5 bit-sliced replays
-    assert curve_pays(ReplayConfig("lfu"), lru6) and curve_pays(ReplayConfig("lfu"), grid)
+    assert not curve_pays(ReplayConfig("belady"), grid, big)
+    assert not curve_pays(ReplayConfig("lfu"), lru8)          # the rank pass on small streams: 6.84 replays
+    assert curve_pays(ReplayConfig("lfu"), lru8, big)         # on 10 M: 3.82 at 0.8 < 6
+    assert not curve_pays(ReplayConfig("lfu"), lru8[:6], big)  # 4.51 at 0.6 > 4.5
+    assert curve_pays(ReplayConfig("lfu"), grid) and curve_pays(ReplayConfig("lfu"), grid, big)
     assert curve_pays(ReplayConfig("lfu", semantics="sequential-ascending"), [0.1, 0.2])   # cheaper than one
     assert not curve_pays(ReplayConfig("lru"), [0.4, 0.4])               # one distinct rho: one replay
     assert not curve_pays(ReplayConfig("belady-forced"), [0.1, 0.2, 0.3])
-    for key, cost in engine.CURVE_COST.items():
-        assert len(cost) == 3 and all(c > 0 for c in cost), key
+    assert engine.CURVE_COST.keys() == engine.CURVE_COST_LARGE.keys()
+    for table in (engine.CURVE_COST, engine.CURVE_COST_LARGE):
+        for key, cost in table.items():
+            assert len(cost) == 3 and all(c > 0 for c in cost), key
+
+
+def test_the_curve_cost_moves_with_the_stream_length():
+    """Geometric between the two tables in log(accesses), clamped: halfway (in log) the geometric mean; the
+    small table below its streams' length and without a length, the large one from 10 M on."""
+    cfg = ReplayConfig("lfu")
+    lo, hi = engine.CURVE_COST_ACCESSES
+    assert engine.curve_cost(cfg, 0.4) == engine.curve_cost(cfg, 0.4, lo / 10) == 8.3
+    assert engine.curve_cost(cfg, 0.4, hi) == engine.curve_cost(cfg, 0.4, hi * 10) == 5.2
+    assert abs(engine.curve_cost(cfg, 0.4, (lo * hi) ** 0.5) - (8.3 * 5.2) ** 0.5) < 1e-9
+    assert abs(engine.curve_cost(cfg, 0.25, hi) - (4.2 + 5.2) / 2) < 1e-9
+    assert engine.curve_cost(ReplayConfig("least-stale"), 0.4, hi) == 5.8      # lru's kernels
+    assert engine.curve_cost(ReplayConfig("belady-forced"), 0.4) is None
+
+
+def test_replay_curve_asks_with_the_stream_length(monkeypatch):
+    """replay_curve's choice is made for the stream at hand: curve_pays gets its union accesses."""
+    seen = []
+    real = engine.curve_pays
+
+    def spy(config, rhos, accesses=None):
+        seen.append(accesses)
+        return real(config, rhos, accesses)
+
+    monkeypatch.setattr(engine, "curve_pays", spy)
+    stream = _skewed_stream(2, 16, 20, 2, 1)
+    replay_curve(stream, ReplayConfig("lfu"), [0.1, 0.2, 0.3])
+    assert seen == [stream.union]
 
 
 def _skewed_stream(L: int, N: int, steps: int, B: int, seed: int, top_k: int = 4) -> EventStream:

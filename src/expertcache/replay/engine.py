@@ -541,41 +541,84 @@ def one_pass_supported(config: ReplayConfig) -> bool:
 
 
 #: Measured time of one curve pass over the time of one replay at rho 0.4, by (policy, event-atomic),
-#: for a largest rho of 0.1, 0.4 and 0.95 (the pass keeps stacks as deep as the largest capacity): the
-#: geometric mean over a drifting and a working-set stream of ~1 M and ~0.5 M accesses, printed by
-#: ``python benchmarks/curves_and_sweeps.py --quick --cost-table``, the median of three runs (2026-12-02,
-#: late; event-atomic ``lru`` again on 2026-12-03, after its replays became 0.75-0.90 of their time);
-#: re-measure when a kernel changes.
-#: One entry is taken from the large stream instead: event-atomic ``lfu``, whose rank pass moves a block past
-#: every block sharing its count, measured 8.0 / 8.0 / 7.1 replays on those streams and 4.2 / 4.5 / 3.2 on the
-#: 10 M-access benchmark stream (where the time is; 2026-12-03, after its replays became 0.8-0.9 of their time):
-#: separate replays up to 5 points, the pass from 6 (docs/performance.md, *Longer streams*).
+#: for a largest rho of 0.1, 0.4 and 0.95 (the pass keeps stacks as deep as the largest capacity), on small
+#: streams: the geometric mean over a drifting and a working-set stream of ~1 M and ~0.5 M accesses, printed by
+#: ``python benchmarks/curves_and_sweeps.py --quick --cost-table`` (2026-12-03, after the lfru per-layer loop
+#: became 0.8 of its time); re-measure when a kernel changes. :data:`CURVE_COST_LARGE` holds the same on the
+#: 10 M-access benchmark stream, and :func:`curve_cost` interpolates between the two by the stream's length:
+#: the ratios move with it (event-atomic ``lfu``, whose rank pass moves a block past every block sharing its
+#: count, costs ~8 replays on the small streams and ~4 on the large one).
 CURVE_COST: dict[tuple[str, bool], tuple[float, float, float]] = {
-    ("lru", True): (2.8, 4.4, 6.2), ("lru", False): (1.2, 5.4, 8.2),
-    ("lfu", True): (4.2, 4.5, 3.2), ("lfu", False): (1.0, 1.0, 0.9),
-    ("lfru", True): (10.7, 21.2, 32.7), ("lfru", False): (1.7, 4.5, 5.9),
-    ("lrfu", True): (11.1, 20.2, 27.8), ("lrfu", False): (3.4, 10.0, 13.0),
-    ("belady", True): (11.0, 20.1, 27.1), ("belady", False): (9.1, 19.9, 24.3),
+    ("lru", True): (2.7, 4.1, 5.5), ("lru", False): (1.2, 5.2, 8.1),
+    ("lfu", True): (8.4, 8.3, 7.2), ("lfu", False): (0.9, 0.9, 0.8),
+    ("lfru", True): (12.6, 27.3, 40.0), ("lfru", False): (1.7, 4.5, 6.0),
+    ("lrfu", True): (10.6, 19.7, 27.3), ("lrfu", False): (3.3, 10.4, 16.2),
+    ("belady", True): (10.7, 19.1, 26.5), ("belady", False): (10.6, 21.3, 25.8),
 }
+#: :data:`CURVE_COST` on the 10 M-access drifting stream (``python benchmarks/curves_and_sweeps.py
+#: --cost-table``, its ``drifting`` rows; 2026-12-03).
+CURVE_COST_LARGE: dict[tuple[str, bool], tuple[float, float, float]] = {
+    ("lru", True): (4.0, 5.8, 7.9), ("lru", False): (0.9, 4.4, 7.6),
+    ("lfu", True): (4.2, 5.2, 3.3), ("lfu", False): (0.5, 0.5, 0.4),
+    ("lfru", True): (16.3, 38.8, 54.7), ("lfru", False): (1.5, 4.3, 5.3),
+    ("lrfu", True): (14.1, 26.1, 37.0), ("lrfu", False): (3.0, 9.9, 13.8),
+    ("belady", True): (13.9, 25.6, 33.6), ("belady", False): (8.6, 19.8, 24.4),
+}
+#: Union accesses the two tables stand for: the geometric mean of the small streams' (1,003,220 and 484,407)
+#: and the large stream's.
+CURVE_COST_ACCESSES = (697_000.0, 10_035_555.0)
 _COST_RHO = (0.1, 0.4, 0.95)
 
 
-def curve_pays(config: ReplayConfig, rhos: Sequence[float]) -> bool:
+def curve_cost(config: ReplayConfig, top_rho: float, accesses: float | None = None) -> float | None:
+    """Estimated time of one curve pass with largest rho ``top_rho`` over that of one replay (``None``: not measured).
+
+    :data:`CURVE_COST` (small streams) and :data:`CURVE_COST_LARGE` (10 M accesses), each interpolated at
+    ``top_rho``, then geometrically between the two by ``log(accesses)`` (clamped to the two streams' lengths;
+    ``None``: the small streams').
+
+    >>> round(curve_cost(ReplayConfig("lfu"), 0.4), 1), round(curve_cost(ReplayConfig("lfu"), 0.4, 1e8), 1)
+    (8.3, 5.2)
+    """
+    loop = get_policy(config.policy).loop                  # the table is per kernel: least-stale runs lru's
+    key = ("lru" if loop == "list" else config.policy, config.semantics == "event-atomic")
+    small = CURVE_COST.get(key)
+    if small is None:
+        return None
+    a = float(np.interp(top_rho, _COST_RHO, small))
+    large = CURVE_COST_LARGE.get(key)
+    if accesses is None or large is None:
+        return a
+    b = float(np.interp(top_rho, _COST_RHO, large))
+    lo, hi = np.log(CURVE_COST_ACCESSES[0]), np.log(CURVE_COST_ACCESSES[1])
+    x = (np.log(max(float(accesses), 1.0)) - lo) / (hi - lo)
+    if x <= 0.0 or x >= 1.0:
+        return a if x <= 0.0 else b
+    return float(np.exp(np.log(a) + x * (np.log(b) - np.log(a))))
+
+
+def curve_pays(config: ReplayConfig, rhos: Sequence[float], accesses: float | None = None) -> bool:
     """Whether one curve pass is estimated cheaper than one replay per distinct rho in ``rhos``.
 
-    The estimate interpolates :data:`CURVE_COST` (measured pass / replay time ratios) at the
-    largest rho and asks for a 10% margin; a policy not measured there takes separate replays.
-    Only the time changes with the choice, never a count.
+    The estimate is :func:`curve_cost` at the largest rho for a stream of ``accesses`` union accesses
+    (``None``: as the small streams), which must come to at most :data:`CURVE_MARGIN` of the ``n`` replays;
+    a policy not measured takes separate replays. Only the time changes with the choice, never a count.
 
-    >>> curve_pays(ReplayConfig("lru"), [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]), curve_pays(ReplayConfig("belady"), [0.2, 0.3])
+    >>> curve_pays(ReplayConfig("lru"), [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]), curve_pays(ReplayConfig("lru"), [0.1, 0.2])
     (True, False)
     """
     n = len(set(rhos))
-    loop = get_policy(config.policy).loop                  # the table is per kernel: least-stale runs lru's
-    cost = CURVE_COST.get(("lru" if loop == "list" else config.policy, config.semantics == "event-atomic"))
-    if n < 2 or cost is None:
-        return False
-    return float(np.interp(max(rhos), _COST_RHO, cost)) < 0.9 * n
+    cost = curve_cost(config, max(rhos), accesses) if n >= 2 else None
+    return cost is not None and cost < CURVE_MARGIN * n
+
+
+#: The pass is taken where its estimated cost is below this share of one replay (at rho 0.4) per point: most
+#: points of a curve lie below 0.4, where a replay is cheaper (event-atomic ``lru`` at rho 0.1-0.3: 0.65-0.76
+#: of its time at 0.4), so the table's unit overstates the separate replays. Measured on the 1 M, 0.5 M and
+#: 10 M streams, 5, 6 and 8 points (rho 0.1 up), ``lru`` and ``lfu``: 0.9 took the pass where it was 1.07x and
+#: 1.12x the separate replays; 0.75 took it only where it was faster (docs/performance.md, *Curve choice by
+#: stream length*).
+CURVE_MARGIN = 0.75
 
 
 def replay_curve(stream: EventStream, config: ReplayConfig, rhos: Sequence[float],
@@ -605,7 +648,7 @@ def replay_curve(stream: EventStream, config: ReplayConfig, rhos: Sequence[float
     if not configs:
         return ()
     if one_pass is None:
-        one_pass = curve_pays(config, [c.rho for c in configs])
+        one_pass = curve_pays(config, [c.rho for c in configs], stream.union)
     if not one_pass_supported(config) or not one_pass or len(configs) == 1:
         with reuse_event_bitsets():
             return tuple(replay(stream, c, calibration, advice) for c in configs)
