@@ -65,10 +65,11 @@ SLOTS_BASE_EVENTS = 650
 #: Longer streams take the slots for larger caches, up to this many blocks per member at
 #: :data:`SLOTS_LONG_EVENTS` events per layer and beyond, linearly in the events per layer between: the groups'
 #: time per access grows with the stream (their counts spread over more groups, every full ranking visits each
-#: one), the slots' does not. Measured (docs/performance.md, *Slots on long streams*): the slots take 0.95 of
-#: the groups' time near 54 / 67 / 94 blocks per member at 1,300 / 2,600 / 5,200 events per layer on the
-#: benchmark stream and near 61 at 2,060 on the 48 x 512 one; the line through 48 and 90 meets 54 / 66 / 90 and
-#: 61 there. A power of the events per layer does not fit both: the growth speeds up on the benchmark stream.
+#: one), the slots' does not. Measured (``benchmarks/lfru_slots_vs_groups.py``; docs/performance.md, *Per-layer
+#: lfru within 2x*): the slots take 0.95 of the groups' time near 56 / 67 / 91 blocks per member at 1,300 /
+#: 2,600 / 5,200 events per layer on the benchmark stream and near 66 at 2,060 on the 48 x 512 one; the line
+#: through 48 and 90 meets 54 / 66 / 90 and 61 there. A power of the events per layer does not fit both: the
+#: growth speeds up on the benchmark stream.
 SLOTS_PER_MEMBER_LONG = 90
 #: Events per layer from which the bound is :data:`SLOTS_PER_MEMBER_LONG` (the longest stream measured).
 SLOTS_LONG_EVENTS = 5200

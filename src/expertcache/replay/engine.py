@@ -616,8 +616,8 @@ def curve_pays(config: ReplayConfig, rhos: Sequence[float], accesses: float | No
 #: points of a curve lie below 0.4, where a replay is cheaper (event-atomic ``lru`` at rho 0.1-0.3: 0.65-0.76
 #: of its time at 0.4), so the table's unit overstates the separate replays. Measured on the 1 M, 0.5 M and
 #: 10 M streams, 5, 6 and 8 points (rho 0.1 up), ``lru`` and ``lfu``: 0.9 took the pass where it was 1.07x and
-#: 1.12x the separate replays; 0.75 took it only where it was faster (docs/performance.md, *Curve choice by
-#: stream length*).
+#: 1.12x the separate replays; 0.75 took it only where it was faster (docs/performance.md, *Per-layer lfru
+#: within 2x*).
 CURVE_MARGIN = 0.75
 
 
