@@ -331,7 +331,8 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
             else:                      # every word (no loop exit per word to mispredict)
                 for w in range(n_w):
                     q = bit_positions(masks[_U(w), 1], w << 6, lst, q)
-            if nb <= 16:               # the need-th key ranked in registers (ties: below)
+            if nb <= 16:               # the need-th key ranked in registers (its value only: equal keys
+                                       # are ordered by tie rank below)
                 for r in range(q):
                     s = np.int64(lst[_U(r)])
                     ckey[_U(r)] = np.float64(SF[_U(s)])
