@@ -101,8 +101,21 @@ def test_lane_masks():
 
 @njit(cache=False)
 def _lfru_cuts(F, L, off, th0, th1, t1, out):
-    S.cut_masks(F, L, off, th0, th1, t1, out)
+    S.touch_cut_masks(F, L, off, np.uint64(0), 0.0, th0, th1, t1, out)   # no member: the cuts alone
     return S.cut_mask1(F, L, off, th0, t1), S.cut_mask1(F, L, off, th1, t1)
+
+
+def _counts_and_units(rng):
+    """One to three words of small counts and last units (many equal products) and the offset of one word."""
+    n = 64 * int(rng.integers(1, 4))
+    F = rng.integers(1, 9, n).astype(np.float64)
+    L = rng.integers(0, 40, n).astype(np.float64)
+    return F, L, 64 * int(rng.integers(0, n // 64))
+
+
+def _below(F, L, off, th, t1):
+    """The lanes ``off .. off+63`` where ``F <= th * (t1 - L)``, as an int, lane by lane."""
+    return sum(1 << j for j in range(64) if F[off + j] <= th * (t1 - L[off + j]))
 
 
 def test_cut_masks_and_one_cut_against_the_products():
@@ -110,10 +123,7 @@ def test_cut_masks_and_one_cut_against_the_products():
     many equal products (dyadic cuts and small integers) and an infinite cut."""
     rng = np.random.default_rng(5)
     for _ in range(300):
-        n = 64 * int(rng.integers(1, 4))
-        F = rng.integers(1, 9, n).astype(np.float64)
-        L = rng.integers(0, 40, n).astype(np.float64)
-        off = 64 * int(rng.integers(0, n // 64))
+        F, L, off = _counts_and_units(rng)
         t1 = 41.0
         th0, th1 = sorted(float(x) for x in rng.integers(0, 17, 2) / 8.0)
         if rng.random() < 0.1:
@@ -121,7 +131,7 @@ def test_cut_masks_and_one_cut_against_the_products():
         out = np.zeros(2, dtype=np.uint64)
         one0, one1 = _lfru_cuts(F, L, off, th0, th1, t1, out)
         for q, th in enumerate((th0, th1)):
-            want = sum(1 << j for j in range(64) if F[off + j] <= th * (t1 - L[off + j]))
+            want = _below(F, L, off, th, t1)
             assert int(out[q]) == want and int((one0, one1)[q]) == want
 
 
@@ -139,10 +149,7 @@ def test_touch_adds_the_members_and_cuts_on_the_new_values(fused):
     lanes of the other words untouched; fused with the cuts, the masks are those of the new values."""
     rng = np.random.default_rng(11)
     for _ in range(300):
-        n = 64 * int(rng.integers(1, 4))
-        F = rng.integers(1, 9, n).astype(np.float64)
-        L = rng.integers(0, 40, n).astype(np.float64)
-        off = 64 * int(rng.integers(0, n // 64))
+        F, L, off = _counts_and_units(rng)
         ev = int(rng.integers(0, 1 << 63, dtype=np.int64)) & int(rng.integers(0, 1 << 63, dtype=np.int64))
         ev |= int(rng.integers(0, 2)) << 63
         fi = 40.0
@@ -158,8 +165,7 @@ def test_touch_adds_the_members_and_cuts_on_the_new_values(fused):
         assert (F == wantF).all() and (L == wantL).all()
         if fused:
             for q, th in enumerate((th0, th1)):
-                want = sum(1 << j for j in range(64) if wantF[off + j] <= th * (t1 - wantL[off + j]))
-                assert int(out[q]) == want
+                assert int(out[q]) == _below(wantF, wantL, off, th, t1)
 
 
 @njit(cache=False)

@@ -810,6 +810,18 @@ def _band_leave(ckey, v, need, nb):
     return below | pdep(first, eqm & live)
 
 
+@jit_helper
+def _recut(moved, kept, F, Lst, pbase, th, t1, cu, n_words):
+    """A cut of :func:`_replay_lfru_bits` moved to ``th``: its old bits become the other cut's (``kept``), its
+    new ones over ``C ∪ U`` (``cu``) are ranked alone into ``moved``; returns how many."""
+    c = 0
+    for w in range(n_words):
+        kept[w] = moved[w]
+        moved[w] = cut_mask1(F, Lst, pbase + (w << 6), th, t1) & cu[w]
+        c += np.int64(_popc(moved[w]))
+    return c
+
+
 @jit
 def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses, hit_flag,
                       size, mem, ev, cu, low, high, w2, F, Lst, thr, cpos, ckey, sel, sel2, fb):
@@ -868,20 +880,12 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
                 th1 = th0
                 th0 = dyadic_down(th0 * 0.25)
                 c1 = c0
-                c0 = 0
-                for w in range(n_words):
-                    high[w] = low[w]
-                    low[w] = cut_mask1(F, Lst, pbase + (w << 6), th0, t1) & cu[w]
-                    c0 += np.int64(_popc(low[w]))
+                c0 = _recut(low, high, F, Lst, pbase, th0, t1, cu, n_words)
             else:                      # fewer than leave sit below the high cut
                 th0 = th1
                 th1 = dyadic_up(th1 * 4.0) if th1 > 0.0 else np.inf
                 c0 = c1
-                c1 = 0
-                for w in range(n_words):
-                    low[w] = high[w]
-                    high[w] = cut_mask1(F, Lst, pbase + (w << 6), th1, t1) & cu[w]
-                    c1 += np.int64(_popc(high[w]))
+                c1 = _recut(high, low, F, Lst, pbase, th1, t1, cu, n_words)
         need = m - c0
         nb = c1 - c0
         v = th0

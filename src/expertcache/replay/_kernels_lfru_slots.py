@@ -321,6 +321,8 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                 masks[_U(w), 1] &= ~masks[_U(w), 0]    # the band
         if need > 0:
             q = 0
+            # The band's list here and the leaving slots' below are one body written twice: a helper for
+            # both measured 1.02-1.03x the time where the words are listed sparsely (0.94-0.98 where not).
             if sparse:                 # the band's slots as a list: the words that hold any
                 for k in range(n_s):
                     x = nz[_U(k), 1]

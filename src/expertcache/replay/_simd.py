@@ -18,10 +18,10 @@ must hold ``off + 64`` (or ``n``) elements.
   to 64).
 * :func:`mask_lt`, :func:`mask_eq` — bit ``q`` set where ``buf[q] < v`` (``== v``),
   ``q < 64``.
-* :func:`cut_masks` — bits of 64 lanes where ``F <= theta * (t1 - L)`` for two
-  thresholds (the per-layer lfru cut, ``F`` counts, ``L`` last units); :func:`touch_lanes` — one added to the
-  counts and the last unit set on the lanes of a word of bits (a unit's members); :func:`touch_cut_masks` both
-  in one pass.
+* :func:`touch_lanes` — one added to the counts ``F`` and the last unit ``L`` set on the lanes of a word of
+  bits (a unit's members); :func:`touch_cut_masks` — that, then the bits of the 64 lanes where
+  ``F <= theta * (t1 - L)`` for two thresholds (the per-layer lfru cuts) on the new values, in one pass
+  (``ev = 0``: the cuts alone); :func:`cut_mask1` — one such cut.
 * :func:`band_pick` — the lowest of up to 16 keys ``count / age``, ties to the lower lane, by counting ranks in
   registers (the narrow band of the per-layer lfru loop).
 * :func:`lrfu_cut1`, :func:`lrfu_cut2` — 64 lrfu values against the sure and maybe bounds of one or two cuts.
@@ -250,28 +250,12 @@ def band_pick(bF, bA, nb, need, out):
 
 def _cut_products(context, builder, signature, args, t1: int):
     """``F`` and ``th * (t1 - L)`` for the 64 lanes from ``args[2]`` (``F``, ``L`` the first two arguments,
-    ``t1`` the index of that argument): a function of ``th``, for :func:`cut_masks` and :func:`cut_mask1`."""
+    ``t1`` the index of that argument): a function of ``th``, for :func:`cut_mask1`."""
     vt = ir.VectorType(_F64, 64)
     f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[2], 64), align=8)
     last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[2], 64), align=8)
     age = builder.fsub(_splat(builder, args[t1], vt, 64), last)
     return f, lambda th: builder.fmul(_splat(builder, th, vt, 64), age)
-
-
-@intrinsic
-def cut_masks(typingctx, F, L, off, th0, th1, t1, out):
-    """``out[0]`` (``out[1]``): bits of the lanes ``off .. off+63`` where ``F <= th0 * (t1 - L)`` (``th1``)."""
-    sig = types.void(F, L, types.int64, types.float64, types.float64, types.float64, out)
-
-    def codegen(context, builder, signature, args):
-        f, prod = _cut_products(context, builder, signature, args, 5)
-        data = context.make_array(signature.args[6])(context, builder, args[6]).data
-        cs = [builder.fcmp_ordered("<=", f, prod(th)) for th in (args[3], args[4])]
-        for q, c in enumerate(cs):
-            builder.store(builder.bitcast(c, _I64), builder.gep(data, [ir.Constant(_I64, q)]))
-        return context.get_dummy_value()
-
-    return sig, codegen
 
 
 def _touch(context, builder, signature, args, evi: int, fi: int):
@@ -305,8 +289,8 @@ def touch_lanes(typingctx, F, L, off, ev, fi):
 
 @intrinsic
 def touch_cut_masks(typingctx, F, L, off, ev, fi, th0, th1, t1, out):
-    """:func:`touch_lanes` then :func:`cut_masks` on the new values, in one pass over the 64 lanes from ``off``:
-    ``out[0]`` (``out[1]``) the bits where ``F <= th0 * (t1 - L)`` (``th1``) after the unit's own accesses."""
+    """:func:`touch_lanes` then, in the same pass over the 64 lanes from ``off``, ``out[0]`` (``out[1]``) the
+    bits where ``F <= th0 * (t1 - L)`` (``th1``) on the new values (with ``ev = 0``, the values as they are)."""
     sig = types.void(F, L, types.int64, types.uint64, types.float64, types.float64, types.float64,
                      types.float64, out)
 
@@ -325,8 +309,8 @@ def touch_cut_masks(typingctx, F, L, off, ev, fi, th0, th1, t1, out):
 
 @intrinsic
 def cut_mask1(typingctx, F, L, off, th, t1):
-    """Bits of the lanes ``off .. off+63`` where ``F <= th * (t1 - L)``: one cut of :func:`cut_masks`, for a cut
-    moved alone."""
+    """Bits of the lanes ``off .. off+63`` where ``F <= th * (t1 - L)``: one cut of :func:`touch_cut_masks`, for
+    a cut moved alone."""
     sig = types.uint64(F, L, types.int64, types.float64, types.float64)
 
     def codegen(context, builder, signature, args):
@@ -369,7 +353,7 @@ _F32 = types.float32
 
 @intrinsic
 def cut_masks32(typingctx, F, L, off, th0, th1, t1, old_age, out):
-    """:func:`cut_masks` on float32 counts and last units (integers below ``2**24``, so ``t1 - L`` is exact) and
+    """The two cuts of :func:`touch_cut_masks` on float32 counts and last units (integers below ``2**24``, so ``t1 - L`` is exact) and
     float32 cuts of at most 8 significant bits (:func:`dyadic8_down`, :func:`dyadic8_up`): ``out[0]`` (``out[1]``)
     the lanes where ``F <= th0 * (t1 - L)`` (``th1``), exact (the product has at most 24 significant bits) on
     every lane of ``out[2]``'s complement, the lanes whose age is below ``old_age`` (at most :data:`AGE32`); the
