@@ -1157,7 +1157,8 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         a = 1                          # the inner cuts, and an outer one only where an inner one does not do
         b = 2
         if cnt[1] > m:                 # more than leave sit below the inner low cut: the outer one, moved down
-            a = 0                      # until it holds at most m (the log of its distance grows 5x a step)
+            a = 0                      # until it holds at most m (the log of its distance grows 5x a step);
+            b = 1                      # the inner low cut bounds the band from above (narrower than cut 2)
             while True:
                 _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, 0, 0, cnt)
                 if cnt[0] <= m:
@@ -1165,7 +1166,8 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
                 r = min(th[0] / th[1], _LRFU_MIN_STEP_DOWN)
                 t = th[0] * (r * r) * (r * r)
                 _lrfu_set_cut(th, thv, 0, t if t >= _LRFU_FLOOR else -1.0, delta)
-        elif cnt[2] < m:               # fewer than leave sit below the inner high cut: the outer one, moved up
+        elif cnt[2] < m:               # fewer than leave sit below the inner high cut: the outer one, moved up;
+            a = 2                      # the inner high cut bounds the band from below
             b = 3
             while True:
                 _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, 3, 3, cnt)

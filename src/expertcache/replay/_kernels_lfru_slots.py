@@ -9,8 +9,8 @@ slot 0, the unit's misses appended), and an overflowing event is decided as the 
 slots whose key is at most a low and a high cut, the ``need`` lowest of the band between are found by sorting
 its keys with a bitonic network (at most 64; a quickselect past it), and of the keys equal to the ``need``-th
 the lowest tie ranks leave (equal keys are common: the blocks of one event with one count). The cuts follow
-the band: a cut holding too many or too few moves out by twice their gap and only its own mask is ranked
-again (:func:`._simd.cut_mask1_32`), and their spread around the last ``need``-th key halves after a band
+the band: a cut holding too many (too few) becomes the high (low) cut, the other moves out by twice their gap
+and only its mask is ranked again (:func:`._simd.cut_mask1_32`), and their spread around the last ``need``-th key halves after a band
 wider than 32 and doubles after a pass repeated. Leaving slots are filled from the top (swap-removal). The
 band's and the leaving slots are read from the masks as lists (:func:`._simd.bit_positions`: with AVX-512
 branch-free, so no word's loop exit is mispredicted).
@@ -281,24 +281,30 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
             c1 += np.int64(_popc(hw))
         # A cut moved alone is ranked alone. The two loops below are one body written twice: one loop for either
         # cut, or a helper, measured 1.012-1.014x the time.
-        while c0 > m:                  # more than leave sit below the low cut: down by twice the gap
-            gap = max(th1 - th0, th1 * 2.0 ** -10) if th1 < np.inf else np.inf
+        while c0 > m:                  # more than leave sit below the low cut: it becomes the high cut, and the
+            gap = max(th1 - th0, th1 * 2.0 ** -10) if th1 < np.inf else np.inf    # low one goes down by twice
+            th1 = th0                  # the gap
+            c1 = c0
             th0 = dyadic8_down(th0 - 2.0 * gap) if th0 - 2.0 * gap > 0.0 else 0.0
             passes += 1
             c0 = 0
             for w in range(n_w):       # the low cut alone
                 lim = lanes_below(n_total - (w << 6))
                 lw = _cut1(SF, SL, w << 6, lim, th0, t1, t32, old_age, young, w4)
+                masks[_U(w), 1] = masks[_U(w), 0]
                 masks[_U(w), 0] = lw
                 c0 += np.int64(_popc(lw))
-        while c1 < m:                  # fewer than leave sit below the high cut (c0 <= c1 < m): up by twice the gap
-            gap = max(th1 - th0, th1 * 2.0 ** -10) if th1 < np.inf else np.inf
+        while c1 < m:                  # fewer than leave sit below the high cut (c0 <= c1 < m): it becomes the
+            gap = max(th1 - th0, th1 * 2.0 ** -10) if th1 < np.inf else np.inf    # low cut, and the high one goes
+            th0 = th1                  # up by twice the gap
+            c0 = c1
             th1 = dyadic8_up(th1 + 2.0 * gap) if th1 > 0.0 else np.inf
             passes += 1
             c1 = 0
             for w in range(n_w):       # the high cut alone
                 lim = lanes_below(n_total - (w << 6))
                 hw = _cut1(SF, SL, w << 6, lim, th1, t1, t32, old_age, young, w4)
+                masks[_U(w), 0] = masks[_U(w), 1]
                 masks[_U(w), 1] = hw
                 c1 += np.int64(_popc(hw))
         need = m - c0
