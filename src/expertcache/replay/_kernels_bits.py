@@ -741,12 +741,11 @@ def _replay_lfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, re
                     out[w] |= z & keep
                     grp[w] = (grp[w] & b & keep) | (z & ~keep)
                 rem -= zc if take else 0
-        for w in range(n_words):          # one count left in the group: its lowest tie positions
-            x = grp[w]
-            while rem and x:
-                out[w] |= x & (zero - x)
-                x &= x - one
-                rem -= 1
+        for w in range(n_words):          # one count left in the group: its lowest tie positions (the rem
+            x = grp[w]                    # lowest bits, deposited; a loop over the bits measured 1.02x)
+            k = min(rem, np.int64(_popc(x)))
+            out[w] |= pdep((one << np.uint64(k)) - one if k < 64 else ~zero, x)
+            rem -= k
             mem[layer, w] = (mem[layer, w] | ev[w]) & ~out[w]
             if reset_freq_on_evict:
                 for p in range(t):
