@@ -383,6 +383,28 @@ def test_lfru_and_lrfu_bitset_loops_on_long_skewed_streams(N):
                 assert all((a == b).all() for a, b in zip(got, want, strict=True)), (policy, frac, lam)
 
 
+@pytest.mark.parametrize("old_age", [1.0, 3.0, 40.0])
+def test_lfru_bitset_loop_decides_old_lanes_in_float64(old_age):
+    """replay_lfru_bits with a low age bound, so that its float32 pass leaves many lanes (every lane at
+    ``old_age`` 1) to the float64 test, in the first pass and in a moved cut's: the counts and hit flags of the
+    generic kernel, on small random streams and on a long skewed one."""
+    rng = np.random.default_rng([int(old_age), 13])
+    cases = [(random_stream(int(rng.integers(0, 10**6)), L=3, N=N, k=min(N, 7), steps=30), N) for N in (9, 64, 70)]
+    cases.append((_skewed_stream(2, 128, 400, 6, 128), 128))
+    for stream, N in cases:
+        L = stream.n_layers
+        tie = engine._tie_ranks("random", N, L * N)
+        _, tie_pos = engine._tie_order(tie, L, N)
+        for frac in (0.1, 0.4, 0.75):
+            caps = np.full(L, max(1, int(frac * N)), dtype=np.int64)
+            want = _generic(stream, ReplayConfig("lfru", warmup_events=3), True, False, caps, tie, CODES["lfru"],
+                            -1.0, False)
+            got = [np.zeros(L, dtype=np.int64), np.zeros(L, dtype=np.int64), np.zeros(stream.union, np.uint8)]
+            KB.replay_lfru_bits(stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos, 3, *got,
+                                old_age=old_age)
+            assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, frac, old_age)
+
+
 def test_lrfu_bitset_loop_past_its_decay_table():
     """One layer with more units than the decay table holds (65,536): gaps beyond it take the scalar update."""
     N = 6

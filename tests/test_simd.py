@@ -100,27 +100,37 @@ def test_lane_masks():
 
 
 @njit(cache=False)
-def _lfru_cuts(F, L, off, th0, th1, t1, out):
-    S.touch_cut_masks(F, L, off, np.uint64(0), 0.0, th0, th1, t1, out)   # no member: the cuts alone
-    return S.cut_mask1(F, L, off, th0, t1), S.cut_mask1(F, L, off, th1, t1)
+def _lfru_cuts(F, L, off, th0, th1, t1, old_age, out, one):
+    S.touch_cut_masks32(F, L, off, np.uint64(0), np.float32(0.0), th0, th1, t1, old_age, out)   # the cuts alone
+    S.cut_mask1_32(F, L, off, th0, t1, old_age, one)
+    a = one[0]
+    S.cut_mask1_32(F, L, off, th1, t1, old_age, one)
+    return a, one[0], one[1]
 
 
 def _counts_and_units(rng):
-    """One to three words of small counts and last units (many equal products) and the offset of one word."""
+    """One to three words of small float32 counts and last units (many equal products) and the offset of one
+    word."""
     n = 64 * int(rng.integers(1, 4))
-    F = rng.integers(1, 9, n).astype(np.float64)
-    L = rng.integers(0, 40, n).astype(np.float64)
+    F = rng.integers(1, 9, n).astype(np.float32)
+    L = rng.integers(0, 40, n).astype(np.float32)
     return F, L, 64 * int(rng.integers(0, n // 64))
 
 
 def _below(F, L, off, th, t1):
-    """The lanes ``off .. off+63`` where ``F <= th * (t1 - L)``, as an int, lane by lane."""
-    return sum(1 << j for j in range(64) if F[off + j] <= th * (t1 - L[off + j]))
+    """The lanes ``off .. off+63`` where ``F <= th * (t1 - L)`` (float64), as an int, lane by lane."""
+    return sum(1 << j for j in range(64) if float(F[off + j]) <= th * (t1 - float(L[off + j])))
+
+
+def _old(L, off, t1, old_age):
+    """The lanes ``off .. off+63`` at least ``old_age`` old, as an int."""
+    return sum(1 << j for j in range(64) if t1 - float(L[off + j]) >= old_age)
 
 
 def test_cut_masks_and_one_cut_against_the_products():
-    """``F <= th * (t1 - L)`` lane by lane, both cuts at once and each alone, on counts and last units with
-    many equal products (dyadic cuts and small integers) and an infinite cut."""
+    """``F <= th * (t1 - L)`` lane by lane, both cuts of the fused pass at once (no member) and each alone, on
+    float32 counts and last units with many equal products (8-bit cuts and small integers) and an infinite cut;
+    the lanes at least ``old_age`` old marked by both."""
     rng = np.random.default_rng(5)
     for _ in range(300):
         F, L, off = _counts_and_units(rng)
@@ -128,25 +138,29 @@ def test_cut_masks_and_one_cut_against_the_products():
         th0, th1 = sorted(float(x) for x in rng.integers(0, 17, 2) / 8.0)
         if rng.random() < 0.1:
             th1 = np.inf
-        out = np.zeros(2, dtype=np.uint64)
-        one0, one1 = _lfru_cuts(F, L, off, th0, th1, t1, out)
+        old_age = float(rng.choice([2.0, 20.0, 2.0**16]))
+        out = np.zeros(3, dtype=np.uint64)
+        one0, one1, old1 = _lfru_cuts(F, L, off, np.float32(th0), np.float32(th1), np.float32(t1),
+                                      np.float32(old_age), out, np.zeros(2, dtype=np.uint64))
         for q, th in enumerate((th0, th1)):
             want = _below(F, L, off, th, t1)
             assert int(out[q]) == want and int((one0, one1)[q]) == want
+        assert int(out[2]) == int(old1) == _old(L, off, t1, old_age)
 
 
 @njit(cache=False)
-def _touch(F, L, off, ev, fi, th0, th1, t1, out, fused):
+def _touch(F, L, off, ev, fi, th0, th1, t1, old_age, out, fused):
     if fused:
-        S.touch_cut_masks(F, L, off, ev, fi, th0, th1, t1, out)
+        S.touch_cut_masks32(F, L, off, ev, fi, th0, th1, t1, old_age, out)
     else:
-        S.touch_lanes(F, L, off, ev, fi)
+        S.touch_lanes32(F, L, off, ev, fi)
 
 
 @pytest.mark.parametrize("fused", (False, True))
 def test_touch_adds_the_members_and_cuts_on_the_new_values(fused):
     """One added to the count and the last unit set on exactly the lanes of the word, the other 63 and the
-    lanes of the other words untouched; fused with the cuts, the masks are those of the new values."""
+    lanes of the other words untouched; fused with the cuts, the masks (and the old lanes) are those of the new
+    values."""
     rng = np.random.default_rng(11)
     for _ in range(300):
         F, L, off = _counts_and_units(rng)
@@ -160,12 +174,14 @@ def test_touch_adds_the_members_and_cuts_on_the_new_values(fused):
             if ev >> j & 1:
                 wantF[off + j] += 1.0
                 wantL[off + j] = fi
-        out = np.zeros(2, dtype=np.uint64)
-        _touch(F, L, off, np.uint64(ev), fi, th0, th1, t1, out, fused)
+        out = np.zeros(3, dtype=np.uint64)
+        _touch(F, L, off, np.uint64(ev), np.float32(fi), np.float32(th0), np.float32(th1), np.float32(t1),
+               np.float32(20.0), out, fused)
         assert (F == wantF).all() and (L == wantL).all()
         if fused:
             for q, th in enumerate((th0, th1)):
                 assert int(out[q]) == _below(wantF, wantL, off, th, t1)
+            assert int(out[2]) == _old(wantL, off, t1, 20.0)
 
 
 @njit(cache=False)
@@ -283,31 +299,6 @@ def test_bit_positions_list_the_set_bits_in_order(name):
 
 
 @njit(cache=False)
-def _dyadic(x):
-    return S.dyadic_down(x), S.dyadic_up(x)
-
-
-def test_dyadic_cuts_are_exact_in_products_and_never_hit_by_other_keys():
-    """``f <= theta * age`` is exact for a 21-bit ``theta`` and ``age < 2**32``, and a key ``f / a`` (``a`` below
-    ``2**26``) that differs from ``theta`` does not round onto it: the test equals ``fl(f / a) <= theta``."""
-    from fractions import Fraction
-
-    rng = np.random.default_rng(3)
-    for _ in range(3000):
-        x = float(rng.random() * 10 ** rng.uniform(-6, 3))
-        lo, hi = _dyadic(x)
-        assert lo <= x <= hi and lo > 0
-        for theta in (lo, hi):
-            m, e = np.frexp(theta)
-            assert float(m * 2**21).is_integer()                 # at most 21 significant bits
-            a = int(rng.integers(1, 2**26))
-            f = int(rng.integers(1, 2**26))
-            assert Fraction(theta) * a == Fraction(theta * a)     # the product is exact
-            assert (f <= theta * a) == (f / a <= theta)          # the float key is on the same side
-    assert _dyadic(np.inf)[1] == np.inf
-
-
-@njit(cache=False)
 def _dyadic8(x):
     return S.dyadic8_down(x), S.dyadic8_up(x)
 
@@ -327,7 +318,11 @@ def _cuts32(F, L, th0, th1, t1, old_age, out):
 
 def test_eight_bit_cuts_round_outward_with_eight_significant_bits():
     """``dyadic8_down(x) <= x <= dyadic8_up(x)``, each with at most 8 significant bits; below ``2**-30`` (under
-    every float32-loop key) the low cut is 0; ``inf`` and values past ``2**100`` round up to ``inf``."""
+    every float32-loop key) the low cut is 0; ``inf`` and values past ``2**100`` round up to ``inf``. The product
+    of a cut and an age below ``2**24`` is exact in float64, and a key ``f / a`` lies on the cut's side that the
+    product test gives (the per-layer lfru loop sorts its band by those keys)."""
+    from fractions import Fraction
+
     rng = np.random.default_rng(8)
     for _ in range(3000):
         x = float(rng.random() * 10 ** rng.uniform(-8, 8))
@@ -338,6 +333,13 @@ def test_eight_bit_cuts_round_outward_with_eight_significant_bits():
                 assert float(np.frexp(theta)[0] * 2**8).is_integer()
         if x >= 2.0**-30:
             assert hi <= x * (1 + 2**-7) and lo >= x * (1 - 2**-7)
+        for theta in (lo, hi):         # a float64 key f / a (below 2**24 each) other than the cut never rounds
+            a = int(rng.integers(1, 2**24))                          # onto it: the product test and the key agree
+            f = int(rng.integers(1, 2**24))
+            assert Fraction(theta) * a == Fraction(theta * a)
+            assert (f <= theta * a) == (f / a <= theta)
+            f = max(1, round(theta * a))                             # counts at the product
+            assert (f <= theta * a) == (f / a <= theta)
     assert _dyadic8(2.0**-31)[0] == 0.0 and _dyadic8(np.inf)[1] == np.inf and _dyadic8(2.0**101)[1] == np.inf
 
 

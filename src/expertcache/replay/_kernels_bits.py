@@ -24,18 +24,19 @@ from numba.extending import intrinsic
 from .._jit import jit, jit_helper
 from ._kernels import _cttz, _max_unit, crf_decay, crf_decays, crf_key
 from ._simd import (
+    AGE32,
     band_masks,
     band_pick,
-    cut_mask1,
-    dyadic_down,
-    dyadic_up,
+    cut_mask1_32,
+    dyadic8_down,
+    dyadic8_up,
     lanes_below,
     lrfu_cut1,
     lrfu_cut2,
     pdep,
     sort_small,
-    touch_cut_masks,
-    touch_lanes,
+    touch_cut_masks32,
+    touch_lanes32,
 )
 
 #: An unsigned index: numba then skips its negative-index wraparound (a shift, a mask and an add per access).
@@ -44,8 +45,9 @@ _U = np.uint64
 
 #: Largest per-layer universe the bitset kernels take (16 words of 64 bits).
 MAX_BITS_EXPERTS = 1024
-#: Longest stream (events) :func:`replay_lfru_bits` takes: ages below ``2**26`` keep its dyadic cuts exact.
-MAX_LFRU_EVENTS = 1 << 26
+#: Longest stream (events) :func:`replay_lfru_bits` takes: its counts and last units are float32, exact below
+#: ``2**24``.
+MAX_LFRU_EVENTS = 1 << 24
 
 
 @intrinsic
@@ -754,13 +756,14 @@ def _replay_lfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, re
 
 
 def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
-                     hit_flag):
+                     hit_flag, old_age=AGE32):
     """Event-atomic, per-layer ``lfru`` on bitsets in tie-position space (the decision of ``replay_select``).
 
     The key of a block is ``freq / (t - last + 1)`` (``t`` the unit, ``last`` its last unit, ``freq`` its
     persistent count after the unit's own accesses), evaluated by the float expression of ``replay_scan``; ties
     leave by lower tie rank. A layer's residents are a bitset over tie positions, and its counts and last units
-    are dense float arrays in tie-position order, so that 64 blocks are compared at once (:mod:`._simd`). When
+    are dense float32 arrays in tie-position order (integers below ``2**24``, exact), so that 64 blocks are
+    compared at once, 16 to a 512-bit vector (:mod:`._simd`). When
     ``C ∪ U`` overflows the quota, one vector pass over the layer's lanes adds one to the members' counts, sets
     their last unit and gives two bitsets, the blocks whose
     key is at most a low cut ``theta0`` (which all leave) and at most a high cut ``theta1`` (beyond which all
@@ -769,13 +772,16 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     the two cuts (``m = |C ∪ U| - c``) are found exactly: a band of up to 16 (most) by counting each key's rank
     in registers (:func:`._simd.band_pick`), one of up to 64 by sorting its keys with a bitonic network, a larger
     band by ranking every block of ``C ∪ U``; the keys below the ``need``-th, and of those equal to it the lowest
-    tie positions, leave with the low cut's blocks. The cuts are *dyadic* (21 significant bits), so
-    ``freq <= theta * age`` is computed exactly and holds exactly when the float key is at most ``theta`` (two
-    keys ``f / a`` with ``a`` below ``2**26`` never round onto a dyadic cut they differ from; longer streams take
-    ``replay_select``). The
-    next cuts of the layer are the ``need``-th key times 3/4 and 7/5 (a cut that holds too many or too few
-    blocks is moved by a factor of 4 and the pass repeated). Parameters are those of :func:`replay_lru_bits`.
-    The state arrays are allocated here and the loop runs in :func:`_replay_lfru_bits`.
+    tie positions, leave with the low cut's blocks. The cuts have 8 significant bits (:func:`._simd.dyadic8_down`,
+    ``dyadic8_up``), so ``freq <= theta * age`` is exact in float32 for every age below ``old_age`` (at most
+    :data:`._simd.AGE32` = ``2**16``: the product has at most 24 significant bits) and holds exactly when the
+    float64 key is at most ``theta`` (a key ``f / a`` other than the cut differs from it by more than float64
+    rounds); the pass marks the lanes of older blocks, which are tested in float64 (exact; nearly never any).
+    Streams of ``2**24`` events or more take ``replay_select``. The next cuts of the layer are the ``need``-th
+    key times 3/4 and 7/5 (a cut that holds too many or too few blocks becomes the other cut, and a cut 4x
+    further out is ranked alone). Parameters are those of :func:`replay_lru_bits`, and ``old_age`` (lower in
+    tests, to reach the float64 test). The state arrays are allocated here and the loop runs in
+    :func:`_replay_lfru_bits`.
     """
     n_words = (n_experts + 63) // 64
     npad = n_words * 64
@@ -785,10 +791,11 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses, hit_flag,
                       np.zeros(n_layers, dtype=np.int64), np.zeros((n_layers, n_words), dtype=np.uint64),
                       np.zeros(n_words, dtype=np.uint64), np.zeros(n_words, dtype=np.uint64),
-                      np.zeros(n_words, dtype=np.uint64), np.zeros(n_words, dtype=np.uint64), np.zeros(2, dtype=np.uint64),
-                      np.zeros(n_layers * npad, dtype=np.float64), np.zeros(n_layers * npad, dtype=np.float64), thr,
+                      np.zeros(n_words, dtype=np.uint64), np.zeros(n_words, dtype=np.uint64), np.zeros(4, dtype=np.uint64),
+                      np.zeros(n_layers * npad, dtype=np.float32), np.zeros(n_layers * npad, dtype=np.float32), thr,
                       np.empty(width, dtype=np.int64), np.empty(width), np.empty(width, dtype=np.float64),
-                      np.empty(width, dtype=np.float64), np.empty(width, dtype=np.float64))
+                      np.empty(width, dtype=np.float64), np.empty(width, dtype=np.float64),
+                      np.float32(min(float(old_age), AGE32)))
 
 
 #: The next cuts of a layer, as factors of its last ``need``-th key (``_replay_lfru_bits``).
@@ -810,22 +817,45 @@ def _band_leave(ckey, v, need, nb):
 
 
 @jit_helper
-def _recut(moved, kept, F, Lst, pbase, th, t1, cu, n_words):
+def _settle32(sure, old, F, Lst, off, th, t1):
+    """The lanes ``off .. off+63`` below the cut ``th``: ``sure``, and of ``old`` (lanes too old for the float32
+    products) those whose float64 test ``F <= th * (t1 - L)`` holds (exact: ``th`` has 8 significant bits, ages are
+    below ``2**24``)."""
+    x = old & ~sure
+    while x:
+        r = np.int64(_cttz(x))
+        x &= x - np.uint64(1)
+        j = _U(off + r)
+        if np.float64(F[j]) <= th * (t1 - np.float64(Lst[j])):
+            sure |= np.uint64(1) << np.uint64(r)
+    return sure
+
+
+@jit_helper
+def _recut(moved, kept, F, Lst, pbase, th, t1, cu, n_words, old_age, w4):
     """A cut of :func:`_replay_lfru_bits` moved to ``th``: its old bits become the other cut's (``kept``), its
-    new ones over ``C ∪ U`` (``cu``) are ranked alone into ``moved``; returns how many."""
+    new ones over ``C ∪ U`` (``cu``) are ranked alone into ``moved`` (``w4`` a scratch of two words); returns how
+    many."""
     c = 0
     for w in range(n_words):
         kept[w] = moved[w]
-        moved[w] = cut_mask1(F, Lst, pbase + (w << 6), th, t1) & cu[w]
-        c += np.int64(_popc(moved[w]))
+        off = pbase + (w << 6)
+        cut_mask1_32(F, Lst, off, np.float32(th), np.float32(t1), old_age, w4)
+        x = w4[0] & cu[w]
+        old = w4[1] & cu[w]
+        if old:                        # nearly never: a block idle for 2**16 units
+            x = _settle32(x & ~old, old, F, Lst, off, th, t1)
+        moved[w] = x
+        c += np.int64(_popc(x))
     return c
 
 
 @jit
 def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses, hit_flag,
-                      size, mem, ev, cu, low, high, w2, F, Lst, thr, cpos, ckey, sel, sel2, fb):
+                      size, mem, ev, cu, low, high, w2, F, Lst, thr, cpos, ckey, sel, sel2, fb, old_age):
     """The loop of :func:`replay_lfru_bits`; ``F`` / ``Lst`` ``[l * 64 W + j]``: count / last unit of layer
-    ``l``'s tie position ``j``; bitsets: ``ev`` the unit, ``cu`` ``C ∪ U``, ``low`` / ``high`` below the cuts."""
+    ``l``'s tie position ``j`` (float32); bitsets: ``ev`` the unit, ``cu`` ``C ∪ U``, ``low`` / ``high`` below the
+    cuts; ``old_age``: lanes at least that old are decided in float64."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     n_words = (n_experts + 63) // 64
@@ -854,7 +884,7 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         if m == 0:                     # no ranking: the members' counts and last units alone
             if n_words <= 2:
                 for w in range(n_words):
-                    touch_lanes(F, Lst, pbase + (w << 6), ev[w], fi)
+                    touch_lanes32(F, Lst, pbase + (w << 6), ev[w], np.float32(fi))
             else:
                 for a in range(lo, hi):
                     j = _U(pbase + tie_pos[_U(base + expert[_U(a)])])
@@ -869,22 +899,30 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         for w in range(n_words):       # the members' accesses and the two cuts over C ∪ U, one pass
             x = mem[ul, w] | ev[w]
             cu[w] = x
-            touch_cut_masks(F, Lst, pbase + (w << 6), ev[w], fi, th0, th1, t1, w2)
-            low[w] = w2[0] & x
-            high[w] = w2[1] & x
+            off = pbase + (w << 6)
+            touch_cut_masks32(F, Lst, off, ev[w], np.float32(fi), np.float32(th0), np.float32(th1), np.float32(t1),
+                              old_age, w2)
+            lw = w2[0] & x
+            hw = w2[1] & x
+            old = w2[2] & x
+            if old:                    # blocks idle for 2**16 units: the float64 test
+                lw = _settle32(lw & ~old, old, F, Lst, off, th0, t1)
+                hw = _settle32(hw & ~old, old, F, Lst, off, th1, t1)
+            low[w] = lw
+            high[w] = hw
             c0 += np.int64(_popc(low[w]))
             c1 += np.int64(_popc(high[w]))
         while c0 > m or c1 < m:        # a cut on the wrong side: it becomes the other cut, and a cut 4x further
             if c0 > m:                 # out is ranked alone (more than leave sit below the low cut)
                 th1 = th0
-                th0 = dyadic_down(th0 * 0.25)
+                th0 = dyadic8_down(th0 * 0.25)
                 c1 = c0
-                c0 = _recut(low, high, F, Lst, pbase, th0, t1, cu, n_words)
+                c0 = _recut(low, high, F, Lst, pbase, th0, t1, cu, n_words, old_age, w2)
             else:                      # fewer than leave sit below the high cut
                 th0 = th1
-                th1 = dyadic_up(th1 * 4.0) if th1 > 0.0 else np.inf
+                th1 = dyadic8_up(th1 * 4.0) if th1 > 0.0 else np.inf
                 c0 = c1
-                c1 = _recut(high, low, F, Lst, pbase, th1, t1, cu, n_words)
+                c1 = _recut(high, low, F, Lst, pbase, th1, t1, cu, n_words, old_age, w2)
         need = m - c0
         nb = c1 - c0
         v = th0
@@ -899,8 +937,8 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
                 while x:               # the band's counts and ages
                     j = _U(o) + _cttz(x)
                     x &= x - one
-                    ckey[q] = F[j]
-                    sel[q] = t1 - Lst[j]
+                    ckey[q] = np.float64(F[j])
+                    sel[q] = t1 - np.float64(Lst[j])
                     q += 1
             band_pick(ckey, sel, nb, need, w2)
             v = ckey[_U(_cttz(w2[1]))]
@@ -918,7 +956,7 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
                 while x:               # the band's keys, divided one by one (gathering the counts and ages
                     j = _U(o) + _cttz(x)   # and dividing in a vector pass measured 1.08x the loop's time)
                     x &= x - one
-                    ckey[q] = F[j] / (t1 - Lst[j])
+                    ckey[q] = np.float64(F[j]) / (t1 - np.float64(Lst[j]))
                     q += 1
             sort_small(ckey, nb, sel)
             v = sel[need - 1]
@@ -934,14 +972,14 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
             k = _positions(mem, layer, n_words, cpos)
             for q in range(k):
                 j = _U(pbase + cpos[q])
-                c = F[j] / (t1 - Lst[j])
+                c = np.float64(F[j]) / (t1 - np.float64(Lst[j]))
                 sel2[q] = c
                 sel[q] = c
             v = _kth_lowest(sel, fb, k, m)
             _evict_ranked(mem, layer, sel2, cpos, k, m, v)
         size[ul] = cap
-        thr[ul, 0] = dyadic_down(_LFRU_CUT_LOW * v)
-        thr[ul, 1] = dyadic_up(_LFRU_CUT_HIGH * v)
+        thr[ul, 0] = dyadic8_down(_LFRU_CUT_LOW * v)
+        thr[ul, 1] = dyadic8_up(_LFRU_CUT_HIGH * v)
 
 
 #: Largest table of decays :func:`replay_lrfu_bits` builds (a layer with more units computes the longer gaps'

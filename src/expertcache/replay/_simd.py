@@ -18,22 +18,20 @@ must hold ``off + 64`` (or ``n``) elements.
   to 64).
 * :func:`mask_lt`, :func:`mask_eq` — bit ``q`` set where ``buf[q] < v`` (``== v``),
   ``q < 64``.
-* :func:`touch_lanes` — one added to the counts ``F`` and the last unit ``L`` set on the lanes of a word of
-  bits (a unit's members); :func:`touch_cut_masks` — that, then the bits of the 64 lanes where
-  ``F <= theta * (t1 - L)`` for two thresholds (the per-layer lfru cuts) on the new values, in one pass
-  (``ev = 0``: the cuts alone); :func:`cut_mask1` — one such cut.
+* :func:`touch_lanes32` — one added to the float32 counts ``F`` and the last unit ``L`` set on the lanes of a
+  word of bits (a unit's members); :func:`touch_cut_masks32` — that, then the masks of :func:`cut_masks32` on
+  the new values, in one pass (``ev = 0``: the cuts alone; the per-layer lfru loop).
 * :func:`band_pick` — the lowest of up to 16 keys ``count / age``, ties to the lower lane, by counting ranks in
   registers (the narrow band of the per-layer lfru loop).
 * :func:`lrfu_cut1`, :func:`lrfu_cut2` — 64 lrfu values against the sure and maybe bounds of one or two cuts.
 * :func:`lanes_below` — the live lanes of a partial group of 64, as bits.
-* :func:`cut_masks32`, :func:`cut_mask1_32` — the same cuts on float32 counts and last units with 8-bit cuts
-  (:func:`dyadic8_down`, :func:`dyadic8_up`), 16 lanes to a 512-bit vector, exact below an age bound (the lfru
-  slots loop); the lanes at or past it marked.
+* :func:`cut_masks32`, :func:`cut_mask1_32` — the bits of the 64 lanes where ``F <= theta * (t1 - L)`` for two
+  cuts (one) on float32 counts and last units with 8-bit cuts (:func:`dyadic8_down`, :func:`dyadic8_up`), 16
+  lanes to a 512-bit vector, exact below an age bound; the lanes at or past it marked (the lfru loops).
 * :func:`bit_positions` — the set bits of a word as a list of positions (AVX-512 compress where the machine
   has it, a loop otherwise).
 * :func:`pdep` — parallel bit deposit (BMI2 where the machine has it, a loop otherwise).
-* :func:`f2u`, :func:`u2f` — the bits of a float64 and back; :func:`dyadic_down`, :func:`dyadic_up` — a
-  float rounded to 21 significant bits.
+* :func:`f2u`, :func:`u2f` — the bits of a float64 and back.
 
 The global lfru loop (:mod:`._kernels_lfru_groups`) builds its own intrinsics from :func:`_lanes` and
 :func:`_splat`.
@@ -248,74 +246,56 @@ def band_pick(bF, bA, nb, need, out):
         _pick16(bF, bA, nb, need, out)
 
 
-def _cut_products(context, builder, signature, args, t1: int):
-    """``F`` and ``th * (t1 - L)`` for the 64 lanes from ``args[2]`` (``F``, ``L`` the first two arguments,
-    ``t1`` the index of that argument): a function of ``th``, for :func:`cut_mask1`."""
-    vt = ir.VectorType(_F64, 64)
-    f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[2], 64), align=8)
-    last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[2], 64), align=8)
-    age = builder.fsub(_splat(builder, args[t1], vt, 64), last)
-    return f, lambda th: builder.fmul(_splat(builder, th, vt, 64), age)
-
-
-def _touch(context, builder, signature, args, evi: int, fi: int):
-    """Add one to ``F`` and set ``L`` to ``fi`` on the lanes of ``off .. off+63`` whose bit is set in the word
-    ``args[evi]`` (``F``, ``L``, ``off`` the first three arguments), store both, and return the new ``F`` and
-    ``L`` vectors."""
-    vt = ir.VectorType(_F64, 64)
-    pf = _lanes(context, builder, signature.args[0], args[0], args[2], 64)
-    pl = _lanes(context, builder, signature.args[1], args[1], args[2], 64)
+def _touch32(context, builder, signature, args, evi: int, fi: int):
+    """Add one to the float32 counts ``F`` and set the float32 last units ``L`` to ``fi`` on the lanes of
+    ``off .. off+63`` whose bit is set in the word ``args[evi]`` (``F``, ``L``, ``off`` the first three
+    arguments), store both, and return the new ``F`` and ``L`` vectors."""
+    vt = ir.VectorType(ir.FloatType(), 64)
+    pf = _lanes(context, builder, signature.args[0], args[0], args[2], 64, ir.FloatType())
+    pl = _lanes(context, builder, signature.args[1], args[1], args[2], 64, ir.FloatType())
     m = builder.bitcast(args[evi], ir.VectorType(ir.IntType(1), 64))
-    f = builder.fadd(builder.load(pf, align=8),
+    f = builder.fadd(builder.load(pf, align=4),
                      builder.select(m, ir.Constant(vt, [1.0] * 64), ir.Constant(vt, [0.0] * 64)))
-    last = builder.select(m, _splat(builder, args[fi], vt, 64), builder.load(pl, align=8))
-    builder.store(f, pf, align=8)
-    builder.store(last, pl, align=8)
+    last = builder.select(m, _splat(builder, args[fi], vt, 64), builder.load(pl, align=4))
+    builder.store(f, pf, align=4)
+    builder.store(last, pl, align=4)
     return f, last
 
 
 @intrinsic
-def touch_lanes(typingctx, F, L, off, ev, fi):
-    """Add one to ``F`` and set ``L`` to ``fi`` on the lanes ``off .. off+63`` whose bit is set in ``ev``: the
-    members' counts and last units of a unit, as one vector pass over the word (the lfru per-layer loop)."""
-    sig = types.void(F, L, types.int64, types.uint64, types.float64)
+def touch_lanes32(typingctx, F, L, off, ev, fi):
+    """Add one to the float32 counts ``F`` and set the float32 last units ``L`` to ``fi`` on the lanes
+    ``off .. off+63`` whose bit is set in ``ev``: the members' counts and last units of a unit, as one vector pass
+    over the word (the lfru per-layer loop)."""
+    sig = types.void(F, L, types.int64, types.uint64, types.float32)
 
     def codegen(context, builder, signature, args):
-        _touch(context, builder, signature, args, 3, 4)
+        _touch32(context, builder, signature, args, 3, 4)
         return context.get_dummy_value()
 
     return sig, codegen
 
 
 @intrinsic
-def touch_cut_masks(typingctx, F, L, off, ev, fi, th0, th1, t1, out):
-    """:func:`touch_lanes` then, in the same pass over the 64 lanes from ``off``, ``out[0]`` (``out[1]``) the
-    bits where ``F <= th0 * (t1 - L)`` (``th1``) on the new values (with ``ev = 0``, the values as they are)."""
-    sig = types.void(F, L, types.int64, types.uint64, types.float64, types.float64, types.float64,
-                     types.float64, out)
+def touch_cut_masks32(typingctx, F, L, off, ev, fi, th0, th1, t1, old_age, out):
+    """:func:`touch_lanes32` then, in the same pass over the 64 lanes from ``off``, the masks of
+    :func:`cut_masks32` on the new values: ``out[0]`` (``out[1]``) the lanes where ``F <= th0 * (t1 - L)``
+    (``th1``) in float32, ``out[2]`` the lanes at least ``old_age`` old, which those two do not decide (with
+    ``ev = 0``, the values as they are)."""
+    f32 = types.float32
+    sig = types.void(F, L, types.int64, types.uint64, f32, f32, f32, f32, f32, out)
 
     def codegen(context, builder, signature, args):
-        vt = ir.VectorType(_F64, 64)
-        f, last = _touch(context, builder, signature, args, 3, 4)
+        vt = ir.VectorType(ir.FloatType(), 64)
+        f, last = _touch32(context, builder, signature, args, 3, 4)
         age = builder.fsub(_splat(builder, args[7], vt, 64), last)
-        data = context.make_array(signature.args[8])(context, builder, args[8]).data
-        for q, th in enumerate((args[5], args[6])):
-            c = builder.fcmp_ordered("<=", f, builder.fmul(_splat(builder, th, vt, 64), age))
+        masks = [builder.fcmp_ordered("<=", f, builder.fmul(_splat(builder, th, vt, 64), age))
+                 for th in (args[5], args[6])]
+        masks.append(builder.fcmp_ordered(">=", age, _splat(builder, args[8], vt, 64)))
+        data = context.make_array(signature.args[9])(context, builder, args[9]).data
+        for q, c in enumerate(masks):
             builder.store(builder.bitcast(c, _I64), builder.gep(data, [ir.Constant(_I64, q)]))
         return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@intrinsic
-def cut_mask1(typingctx, F, L, off, th, t1):
-    """Bits of the lanes ``off .. off+63`` where ``F <= th * (t1 - L)``: one cut of :func:`touch_cut_masks`, for
-    a cut moved alone."""
-    sig = types.uint64(F, L, types.int64, types.float64, types.float64)
-
-    def codegen(context, builder, signature, args):
-        f, prod = _cut_products(context, builder, signature, args, 4)
-        return builder.bitcast(builder.fcmp_ordered("<=", f, prod(args[3])), _I64)
 
     return sig, codegen
 
@@ -353,8 +333,8 @@ _F32 = types.float32
 
 @intrinsic
 def cut_masks32(typingctx, F, L, off, th0, th1, t1, old_age, out):
-    """The two cuts of :func:`touch_cut_masks` on float32 counts and last units (integers below ``2**24``, so ``t1 - L`` is exact) and
-    float32 cuts of at most 8 significant bits (:func:`dyadic8_down`, :func:`dyadic8_up`): ``out[0]`` (``out[1]``)
+    """Two lfru cuts over 64 lanes: float32 counts and last units (integers below ``2**24``, so ``t1 - L`` is
+    exact) and float32 cuts of at most 8 significant bits (:func:`dyadic8_down`, :func:`dyadic8_up`): ``out[0]`` (``out[1]``)
     the lanes where ``F <= th0 * (t1 - L)`` (``th1``), exact (the product has at most 24 significant bits) on
     every lane of ``out[2]``'s complement, the lanes whose age is below ``old_age`` (at most :data:`AGE32`); the
     caller decides the others."""
@@ -538,20 +518,6 @@ def _bit_positions_loop(x, base, out, q):
 #: words costs no mispredicted loop exit per word; elsewhere a loop over the bits.
 bit_positions = (_bit_positions_vbmi2 if _has_feature("avx512vbmi2") else
                  _bit_positions_avx512 if _has_feature("avx512f") else _bit_positions_loop)
-
-
-@jit_helper
-def dyadic_down(x):
-    """``x`` (``>= 0``) rounded down to 21 significant bits: its product with an integer below ``2**32`` is exact."""
-    return u2f(f2u(x) & ~np.uint64(0xFFFFFFFF))
-
-
-@jit_helper
-def dyadic_up(x):
-    """``x`` (``>= 0``, or ``inf``) rounded up to 21 significant bits (``inf`` stays ``inf``)."""
-    if x == np.inf:
-        return x
-    return u2f((f2u(x) + np.uint64(0xFFFFFFFF)) & ~np.uint64(0xFFFFFFFF))
 
 
 def _lrfu_cuts_codegen(k: int):

@@ -408,7 +408,7 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
         return KB.replay_lfu_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, reset,
                                   config.warmup_events, hits, misses, hit_flag)
     if (policy.key_code == KEY_LFRU and atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS
-            and offsets.shape[0] <= KB.MAX_LFRU_EVENTS):       # its exact dyadic cuts need ages below 2**26
+            and offsets.shape[0] <= KB.MAX_LFRU_EVENTS):       # its float32 counts and units: below 2**24
         _, tie_pos = _tie_order(tie, n_layers, n_experts)      # counts, last units and residents over tie positions
         return KB.replay_lfru_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, config.warmup_events,
                                    hits, misses, hit_flag)
