@@ -1,0 +1,138 @@
+"""A replay kernel's time here over another checkout's, the two alternated in each process, counts equal.
+
+    python benchmarks/kernel_ab.py --baseline OTHER/src --kernel lfru --rhos 0.1,0.2,0.3,0.4,0.75
+    python benchmarks/kernel_ab.py --baseline OTHER/src --kernel slots --steps 2600 --rhos 0.2,0.4 --processes 2
+
+``OTHER`` is another checkout of expertcache (``git worktree add OTHER COMMIT``). Its package is loaded beside
+this one under another name (its replay modules import each other relatively), so both kernels run in one
+process on one stream, alternated pair by pair. Kernels: the event-atomic per-layer bitset loops ``lru``,
+``lfu``, ``lfru``, ``lrfu`` (lambda 0.5) of ``_kernels_bits``, and ``slots``, the global event-atomic lfru loop
+of ``_kernels_lfru_slots`` (cache ``rho * L * N``). Hits per layer must be equal on both sides (exit 1
+otherwise). Prints per rho the median over ``--processes`` fresh processes (a kernel's time moves by up to ~15%
+with where its code lands in a process: docs/performance.md, *Placement noise*) of each process's median
+per-pair ratio (ours / baseline), and their range. Stream: ``bench_vs_libcachesim.drifting_qwen_stream(steps)``
+(48 x 128, B = 8; 5,200 steps is the 10 M-access benchmark stream, 650 the 1.25 M one). The processes compile
+into a numba cache of their own, removed at the end (a kernel cached under the baseline's second name would not
+load in a plain run of that checkout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+KERNELS = ("lru", "lfu", "lfru", "lrfu", "slots")
+
+
+def _baseline(src: str):
+    """The package under ``src`` (a checkout's ``src``) as ``expertcache_baseline``; its replay modules."""
+    root = Path(src).resolve() / "expertcache"
+    if not (root / "replay" / "_kernels_bits.py").is_file():
+        raise SystemExit(f"{src}: expected a checkout's src folder holding expertcache/replay/_kernels_bits.py")
+    name = "expertcache_baseline"
+    spec = importlib.util.spec_from_file_location(name, root / "__init__.py", submodule_search_locations=[str(root)])
+    pkg = importlib.util.module_from_spec(spec)
+    sys.modules[name] = pkg
+    spec.loader.exec_module(pkg)
+    return (importlib.import_module(f"{name}.replay._kernels_bits"),
+            importlib.import_module(f"{name}.replay._kernels_lfru_slots"))
+
+
+def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, first: int) -> None:
+    from bench_vs_libcachesim import drifting_qwen_stream
+
+    from expertcache.replay import _kernels_bits as KB
+    from expertcache.replay import _kernels_lfru_slots as KS
+    from expertcache.replay import engine
+
+    sides = ((KB, KS), _baseline(src))
+    s = drifting_qwen_stream(steps, sample_seed=1)
+    L, N = s.n_layers, s.n_experts
+    tie = engine._tie_ranks("random", 0, L * N)
+    _, tie_pos = engine._tie_order(tie, L, N)
+    flags = np.zeros(0, np.uint8)
+    out = []
+    for rho in rhos:
+        caps = engine.capacities_for_rho(rho, L, N)
+
+        def run(side, caps=caps, rho=rho):
+            bits, slots = sides[side]
+            h = np.zeros(L, np.int64)
+            m = np.zeros(L, np.int64)
+            head = (s.offsets, s.expert, s.layer, N, L, caps, tie_pos)
+            t0 = time.perf_counter()
+            if kernel == "lru":
+                bits.replay_lru_bits(*head, 0, h, m, flags)
+            elif kernel == "lfu":
+                bits.replay_lfu_bits(*head, False, 0, h, m, flags)
+            elif kernel == "lfru":
+                bits.replay_lfru_bits(*head, 0, h, m, flags)
+            elif kernel == "lrfu":
+                bits.replay_lrfu_bits(*head, 0.5, 0, h, m, flags)
+            else:
+                cap = np.array([int(round(rho * L * N))])
+                slots.replay_lfru_slots(s.offsets, s.expert, s.layer, N, L, cap, tie, 0, h, m, flags)
+            return time.perf_counter() - t0, h
+
+        if not (run(0)[1] == run(1)[1]).all():
+            print(f"{kernel} at rho {rho}: hits differ from the baseline's", file=sys.stderr)
+            sys.exit(1)
+        ratios = []
+        for k in range(pairs):
+            t = {}
+            for j in ((1, 0) if (k + first) % 2 else (0, 1)):
+                t[j] = run(j)[0]
+            ratios.append(t[0] / t[1])
+        out.append(statistics.median(ratios))
+    print(" ".join(f"{x:.4f}" for x in out))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--baseline", required=True, help="another checkout's src folder")
+    ap.add_argument("--kernel", choices=KERNELS, required=True)
+    ap.add_argument("--steps", type=int, default=5200, help="steps of the drifting stream (default 5200: 10 M)")
+    ap.add_argument("--rhos", default="0.1,0.2,0.3,0.4,0.75")
+    ap.add_argument("--pairs", type=int, default=11, help="alternated pairs per rho in each process")
+    ap.add_argument("--processes", type=int, default=4)
+    ap.add_argument("--child", type=int, default=-1, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    rhos = [float(x) for x in a.rhos.split(",")]
+    if a.child >= 0:
+        child(a.baseline, a.kernel, a.steps, rhos, a.pairs, a.child)
+        return
+    _baseline(a.baseline)              # a wrong folder fails here, once
+    cache = tempfile.mkdtemp(prefix="kernel_ab_")
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+    res = []
+    try:
+        for p in range(a.processes):
+            o = subprocess.run([sys.executable, __file__, "--baseline", a.baseline, "--kernel", a.kernel, "--steps",
+                                str(a.steps), "--rhos", a.rhos, "--pairs", str(a.pairs), "--child", str(p % 2)],
+                               capture_output=True, text=True, env=env)
+            if o.returncode:
+                sys.exit(o.stderr.strip().splitlines()[-1] if o.stderr.strip() else f"process {p} failed")
+            res.append([float(x) for x in o.stdout.split()])
+            print(f"  process {p + 1}/{a.processes} done", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    print(f"{a.kernel}, {a.steps} steps, {a.processes} processes x {a.pairs} pairs: ours / baseline (median, "
+          "process range)")
+    for rho, col in zip(rhos, zip(*res, strict=True), strict=True):
+        print(f"  rho {rho:<5} {statistics.median(col):.3f}  ({min(col):.3f}-{max(col):.3f})")
+
+
+if __name__ == "__main__":
+    main()

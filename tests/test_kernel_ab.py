@@ -1,0 +1,40 @@
+"""``benchmarks/kernel_ab.py``: a kernel against a copy of itself, and a folder that is not a checkout's src."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = str(ROOT / "benchmarks" / "kernel_ab.py")
+
+
+def _run(baseline: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, SCRIPT, "--baseline", str(baseline), "--steps", "3", "--pairs", "2",
+                           *extra], capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.parametrize("kernel", ("lfru", "slots"))
+def test_a_copy_of_this_checkout_gives_one_row_per_rho_with_its_range(tmp_path, kernel):
+    shutil.copytree(ROOT / "src" / "expertcache", tmp_path / "src" / "expertcache",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    r = _run(tmp_path / "src", "--kernel", kernel, "--rhos", "0.2,0.4", "--processes", "2")
+    assert r.returncode == 0, r.stderr
+    rows = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("  rho ")]
+    assert [row[1] for row in rows] == ["0.2", "0.4"]
+    for row in rows:
+        med = float(row[2])
+        lo, hi = (float(x) for x in row[3].strip("()").split("-"))
+        assert 0 < lo <= med <= hi
+    assert r.stderr.count("process ") == 2
+    assert not any((tmp_path / "src").rglob("*.nbi"))      # compiled into its own cache, not the checkout's
+
+
+def test_a_folder_without_the_package_is_a_one_line_error(tmp_path):
+    r = _run(tmp_path, "--kernel", "lru")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "expected a checkout's src folder" in r.stderr
