@@ -22,8 +22,6 @@ import argparse
 import importlib.util
 import os
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +30,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _ab import alternated_ratio, median_and_range, pooled_rows  # noqa: E402
 
 KERNELS = ("lru", "lfu", "lfru", "lrfu", "slots")
 
@@ -89,13 +89,7 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
         if not (run(0)[1] == run(1)[1]).all():
             print(f"{kernel} at rho {rho}: hits differ from the baseline's", file=sys.stderr)
             sys.exit(1)
-        ratios = []
-        for k in range(pairs):
-            t = {}
-            for j in ((1, 0) if (k + first) % 2 else (0, 1)):
-                t[j] = run(j)[0]
-            ratios.append(t[0] / t[1])
-        out.append(statistics.median(ratios))
+        out.append(alternated_ratio(lambda side, run=run: run(side)[0], pairs, first))
     print(" ".join(f"{x:.4f}" for x in out))
 
 
@@ -116,22 +110,16 @@ def main() -> None:
     _baseline(a.baseline)              # a wrong folder fails here, once
     cache = tempfile.mkdtemp(prefix="kernel_ab_")
     env = dict(os.environ, NUMBA_CACHE_DIR=cache)
-    res = []
     try:
-        for p in range(a.processes):
-            o = subprocess.run([sys.executable, __file__, "--baseline", a.baseline, "--kernel", a.kernel, "--steps",
-                                str(a.steps), "--rhos", a.rhos, "--pairs", str(a.pairs), "--child", str(p % 2)],
-                               capture_output=True, text=True, env=env)
-            if o.returncode:
-                sys.exit(o.stderr.strip().splitlines()[-1] if o.stderr.strip() else f"process {p} failed")
-            res.append([float(x) for x in o.stdout.split()])
-            print(f"  process {p + 1}/{a.processes} done", file=sys.stderr, flush=True)
+        cols = pooled_rows([sys.executable, __file__, "--baseline", a.baseline, "--kernel", a.kernel, "--steps",
+                            str(a.steps), "--rhos", a.rhos, "--pairs", str(a.pairs)], a.processes, env)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     print(f"{a.kernel}, {a.steps} steps, {a.processes} processes x {a.pairs} pairs: ours / baseline (median, "
           "process range)")
-    for rho, col in zip(rhos, zip(*res, strict=True), strict=True):
-        print(f"  rho {rho:<5} {statistics.median(col):.3f}  ({min(col):.3f}-{max(col):.3f})")
+    for rho, col in zip(rhos, cols, strict=True):
+        med, lo, hi = median_and_range(col)
+        print(f"  rho {rho:<5} {med:.3f}  ({lo:.3f}-{hi:.3f})")
 
 
 if __name__ == "__main__":

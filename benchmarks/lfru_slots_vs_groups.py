@@ -16,8 +16,6 @@ steps is the 10 M-access benchmark stream) and ``routed:LxNxB:ACCESSES`` (``benc
 from __future__ import annotations
 
 import argparse
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,6 +23,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _ab import alternated_ratio, median_and_range, pooled_rows  # noqa: E402
 
 
 def build(spec: str):
@@ -67,13 +67,7 @@ def child(spec: str, bpms: list[float], pairs: int, first: int) -> None:
             return time.perf_counter() - t0, h
 
         assert (run(0)[1] == run(1)[1]).all(), "slots and groups disagree"
-        ratios = []
-        for k in range(pairs):
-            t = {}
-            for j in ((1, 0) if (k + first) % 2 else (0, 1)):
-                t[j] = run(j)[0]
-            ratios.append(t[0] / t[1])
-        out.append(statistics.median(ratios))
+        out.append(alternated_ratio(lambda k, run=run: run(k)[0], pairs, first))
     print(" ".join(f"{x:.4f}" for x in out))
 
 
@@ -93,15 +87,11 @@ def main() -> None:
     print(f"{args.stream}: {s.n_events} events ({s.n_events / s.n_layers:.0f} per layer), {s.union} union "
           f"accesses, mean event {s.union / s.n_events:.1f}; slots / groups kernel time, {args.pairs} alternated "
           f"pairs in each of {args.processes} processes")
-    rows = []
-    for p in range(args.processes):
-        proc = subprocess.run([sys.executable, __file__, "--stream", args.stream, "--bpm", args.bpm, "--pairs",
-                               str(args.pairs), "--child", str(p % 2)], capture_output=True, text=True)
-        if proc.returncode:
-            sys.exit(proc.stderr[-2000:])
-        rows.append([float(x) for x in proc.stdout.split()])
-    for bpm, col in zip(bpms, zip(*rows, strict=True), strict=True):
-        print(f"  {bpm:6.1f} blocks per member: {statistics.median(col):.2f} ({min(col):.2f}-{max(col):.2f})")
+    cols = pooled_rows([sys.executable, __file__, "--stream", args.stream, "--bpm", args.bpm, "--pairs",
+                        str(args.pairs)], args.processes)
+    for bpm, col in zip(bpms, cols, strict=True):
+        med, lo, hi = median_and_range(col)
+        print(f"  {bpm:6.1f} blocks per member: {med:.2f} ({lo:.2f}-{hi:.2f})")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from ._simd import (
     band_masks,
     band_pick,
     cut_mask1_32,
+    cut_mask1_32_young,
     dyadic8_down,
     dyadic8_up,
     lanes_below,
@@ -817,11 +818,12 @@ def _band_leave(ckey, v, need, nb):
 
 
 @jit_helper
-def _settle32(sure, old, F, Lst, off, th, t1):
-    """The lanes ``off .. off+63`` below the cut ``th``: ``sure``, and of ``old`` (lanes too old for the float32
-    products) those whose float64 test ``F <= th * (t1 - L)`` holds (exact: ``th`` has 8 significant bits, ages are
-    below ``2**24``)."""
-    x = old & ~sure
+def _settle(sure, maybe, F, Lst, off, th, t1):
+    """The lanes ``off .. off+63`` below the cut ``th``: ``sure``, and of ``maybe`` (lanes the float32 pass did not
+    decide: too old for its products) those whose float64 test ``F <= th * (t1 - L)`` holds (exact: ``th`` has 8
+    significant bits, counts and ages are below ``2**24``; nearly always none to test). Shared with the global
+    slots loop (:mod:`._kernels_lfru_slots`)."""
+    x = maybe & ~sure
     while x:
         r = np.int64(_cttz(x))
         x &= x - np.uint64(1)
@@ -832,21 +834,29 @@ def _settle32(sure, old, F, Lst, off, th, t1):
 
 
 @jit_helper
+def _cut1(SF, SL, off, lim, th, t1, t32, old_age, young, w4):
+    """The live lanes (``lim``) of ``off .. off+63`` below the cut ``th``: the float32 pass (``t32`` the float32
+    ``t1``), and where ``young`` is false the float64 test on the lanes ``old_age`` or older (:func:`_settle`).
+    A moved cut of the per-layer lfru loop and of the global slots loop."""
+    if young:
+        cut_mask1_32_young(SF, SL, off, np.float32(th), t32, w4)
+        return w4[0] & lim
+    cut_mask1_32(SF, SL, off, np.float32(th), t32, old_age, w4)
+    u = w4[1] & lim
+    return _settle(w4[0] & lim & ~u, u, SF, SL, off, th, t1)
+
+
+@jit_helper
 def _recut(moved, kept, F, Lst, pbase, th, t1, cu, n_words, old_age, w4):
     """A cut of :func:`_replay_lfru_bits` moved to ``th``: its old bits become the other cut's (``kept``), its
     new ones over ``C ∪ U`` (``cu``) are ranked alone into ``moved`` (``w4`` a scratch of two words); returns how
     many."""
     c = 0
+    t32 = np.float32(t1)
     for w in range(n_words):
         kept[w] = moved[w]
-        off = pbase + (w << 6)
-        cut_mask1_32(F, Lst, off, np.float32(th), np.float32(t1), old_age, w4)
-        x = w4[0] & cu[w]
-        old = w4[1] & cu[w]
-        if old:                        # nearly never: a block idle for 2**16 units
-            x = _settle32(x & ~old, old, F, Lst, off, th, t1)
-        moved[w] = x
-        c += np.int64(_popc(x))
+        moved[w] = _cut1(F, Lst, pbase + (w << 6), cu[w], th, t1, t32, old_age, False, w4)
+        c += np.int64(_popc(moved[w]))
     return c
 
 
@@ -906,8 +916,8 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
             hw = w2[1] & x
             old = w2[2] & x
             if old:                    # blocks idle for 2**16 units: the float64 test
-                lw = _settle32(lw & ~old, old, F, Lst, off, th0, t1)
-                hw = _settle32(hw & ~old, old, F, Lst, off, th1, t1)
+                lw = _settle(lw & ~old, old, F, Lst, off, th0, t1)
+                hw = _settle(hw & ~old, old, F, Lst, off, th1, t1)
             low[w] = lw
             high[w] = hw
             c0 += np.int64(_popc(low[w]))

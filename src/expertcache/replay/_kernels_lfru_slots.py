@@ -35,14 +35,12 @@ import numpy as np
 
 from .._jit import jit, jit_helper
 from ._kernels import _cttz, _max_unit
-from ._kernels_bits import _kth_lowest, _popc
+from ._kernels_bits import _cut1, _kth_lowest, _popc, _settle
 from ._simd import (
     AGE32,
     band_masks,
     band_pick,
     bit_positions,
-    cut_mask1_32,
-    cut_mask1_32_young,
     cut_masks32,
     cut_masks32_young,
     dyadic8_down,
@@ -152,32 +150,6 @@ def _tie_cut(ckey, v, nb, tie, SB, bpos, buf, scratch, eq, n_eq):
             buf[_U(r2)] = _slot_tie(tie, SB, bpos[_U(r)])
             r2 += 1
     return _kth_lowest(buf, scratch, n_eq, eq)
-
-
-@jit_helper
-def _settle(sure, maybe, SF, SL, off, th, t1):
-    """The lanes ``off .. off+63`` below the cut ``th``: ``sure``, and of ``maybe`` (a superset) those whose exact
-    test ``F <= th * (t1 - L)`` holds (float64, exact: ``th`` dyadic; nearly always none to test)."""
-    x = maybe & ~sure
-    while x:
-        r = np.int64(_cttz(x))
-        x &= x - np.uint64(1)
-        s = _U(off + r)
-        if np.float64(SF[s]) <= th * (t1 - np.float64(SL[s])):
-            sure |= np.uint64(1) << np.uint64(r)
-    return sure
-
-
-@jit_helper
-def _cut1(SF, SL, off, lim, th, t1, t32, old_age, young, w4):
-    """The live lanes (``lim``) of ``off .. off+63`` below the cut ``th``: the float32 pass, and where ``young`` is
-    false the float64 test on the lanes ``old_age`` or older."""
-    if young:
-        cut_mask1_32_young(SF, SL, off, np.float32(th), t32, w4)
-        return w4[0] & lim
-    cut_mask1_32(SF, SL, off, np.float32(th), t32, old_age, w4)
-    u = w4[1] & lim
-    return _settle(w4[0] & lim & ~u, u, SF, SL, off, th, t1)
 
 
 @jit
