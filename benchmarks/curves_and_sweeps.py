@@ -20,7 +20,8 @@ the forced pass beside it. Everything is warmed up first (JIT).
 ``--cost-table`` instead prints ``engine.CURVE_COST``: for every stack policy
 and event-atomic / sequential units, the time of a forced one-pass curve with
 a largest rho of 0.1, 0.4 and 0.95 over the time of one replay at rho 0.4
-(minimum of 5 rounds, the four timed in turn), in the form the engine holds.
+(minimum of 5 rounds, the four timed in turn), in the form the engine holds
+(``--policy lfru``: that row only).
 The ratios depend on the workload (``lfu``'s rank pass moves a block past
 every block that shares its count), so they are measured on two streams and
 the table holds their geometric mean: the drifting stream above and a
@@ -50,6 +51,8 @@ from expertcache.replay import ReplayConfig, curve_pays, replay, replay_curve, s
 GRID = [round(0.05 * i, 2) for i in range(1, 20)]
 GRID3 = [0.2, 0.3, 0.4]
 #: The curves replay_curve's choice is timed on: 3 points, and 5, 6 and 8 from rho 0.1 (where the pass starts to pay).
+#: The stack policies ``engine.CURVE_COST`` holds (least-stale runs on lru's kernels).
+COST_POLICIES = ("lru", "lfu", "lfru", "lrfu", "belady")
 CHOICE_GRIDS = (GRID3, [0.1, 0.2, 0.3, 0.4, 0.5], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [round(0.1 * i, 1) for i in range(1, 9)])
 
 
@@ -65,11 +68,14 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help=f"{STEPS_QUICK} steps (~1 M accesses)")
     ap.add_argument("--cost-table", action="store_true", help="print engine.CURVE_COST as measured here")
     ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--policy", action="append", choices=COST_POLICIES, default=None,
+                    help="with --cost-table: only this policy's row (repeatable; default all)")
     args = ap.parse_args()
     stream = drifting_qwen_stream(STEPS_QUICK if args.quick else args.steps, sample_seed=1)
     print(f"stream: {stream.n_events} events, {stream.union} union accesses")
     if args.cost_table:
-        cost_table({"drifting": stream, "working sets": working_set_stream(args.quick)})
+        cost_table({"drifting": stream, "working sets": working_set_stream(args.quick)},
+                   tuple(args.policy or COST_POLICIES))
         return
     print(f"{'policy':8s} {'one replay':>11s} {'curve (1 pass)':>15s} {'ratio':>6s} {'19 replays':>11s} {'speed-up':>9s}")
     for policy in ("lru", "belady"):
@@ -128,7 +134,7 @@ def working_set_stream(quick: bool):
     return build_events(trace, 8)
 
 
-def cost_table(streams: dict) -> None:
+def cost_table(streams: dict, policies: tuple[str, ...] = COST_POLICIES) -> None:
     """Print ``CURVE_COST`` entries: forced one-pass curve time / one replay time, by largest rho, the geometric
     mean over ``streams`` (each stream's row printed as a comment first).
 
@@ -137,7 +143,7 @@ def cost_table(streams: dict) -> None:
     """
     for name, stream in streams.items():
         print(f"# {name}: {stream.n_events} events, {stream.union} union accesses")
-    for policy in ("lru", "lfu", "lfru", "lrfu", "belady"):    # least-stale runs on lru's kernels
+    for policy in policies:
         row = []
         for sem in ("event-atomic", "sequential-ascending"):
             cfg = ReplayConfig(policy, semantics=sem)
