@@ -372,3 +372,46 @@ def test_float32_cuts_are_exact_below_the_age_bound():
 
 
 AGE = S.AGE32
+
+
+@njit(cache=False)
+def _lanes_eq(buf, off, v):
+    return S.lanes_eq_i64(buf, off, v)
+
+
+def test_lanes_eq_marks_the_lanes_equal_to_a_value():
+    """Bit ``q`` of the word where ``buf[off + q] == v`` for the 64 lanes from ``off`` (values around it, -1 and
+    the value itself on the word's first and last lane); the lanes past the 64 are not read into it."""
+    rng = np.random.default_rng(2)
+    for _ in range(200):
+        buf = rng.integers(-1, 6, 200)
+        off = int(rng.integers(0, 136))
+        v = int(rng.integers(-1, 6))
+        buf[off + int(rng.choice([0, 63]))] = v
+        want = sum(1 << q for q in range(64) if buf[off + q] == v)
+        assert int(_lanes_eq(buf, off, v)) == want
+
+
+@njit(cache=False)
+def _values(V, off, x, out, q, avx):
+    if avx:
+        return S._values_at_avx512(V, off, x, out, q)
+    return S._values_at_loop(V, off, x, out, q)
+
+
+@pytest.mark.parametrize("name", ["avx512", "loop"])
+def test_values_at_lists_the_values_of_the_set_bits_in_order(name):
+    """``V[off + i]`` for the set bits ``i`` of the word, ascending, from ``out[q]``; the count returned; the
+    values before ``q`` kept (empty words, full words, the top bit)."""
+    if name == "avx512" and not S._has_feature("avx512f"):
+        pytest.skip("no AVX-512 on this machine")
+    rng = np.random.default_rng(4)
+    V = rng.random(300)
+    for x in [0, 1, 1 << 63, (1 << 64) - 1] + [int(rng.integers(0, 1 << 63, dtype=np.int64)) * 2 + int(rng.integers(0, 2))
+                                              for _ in range(200)]:
+        off = int(rng.integers(0, 236))
+        q = int(rng.integers(0, 5))
+        out = np.full(q + 64 + 8, -1.0)
+        want = [V[off + i] for i in range(64) if x >> i & 1]
+        got = _values(V, off, np.uint64(x), out, q, name == "avx512")
+        assert got == q + len(want) and list(out[q:got]) == want and (out[:q] == -1.0).all()

@@ -13,3 +13,6 @@ jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 #: reference counting on its array arguments, which otherwise dominates a
 #: replay loop (measured: 4x on LRU).
 jit_helper = numba.njit(cache=True, nogil=True, error_model="numpy", _nrt=False)
+
+#: :data:`jit_helper` inlined into its callers at numba's level (a call passes every array as its fields).
+jit_inline = numba.njit(cache=True, nogil=True, error_model="numpy", _nrt=False, inline="always")

@@ -21,7 +21,7 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
-from .._jit import jit, jit_helper
+from .._jit import jit, jit_helper, jit_inline
 from ._kernels import _cttz, _max_unit, crf_decay, crf_decays, crf_key
 from ._simd import (
     AGE32,
@@ -32,12 +32,16 @@ from ._simd import (
     dyadic8_down,
     dyadic8_up,
     lanes_below,
+    lanes_eq_i64,
     lrfu_cut1,
     lrfu_cut2,
     pdep,
+    sort8,
+    sort16,
     sort_small,
     touch_cut_masks32,
     touch_lanes32,
+    values_at,
 )
 
 #: An unsigned index: numba then skips its negative-index wraparound (a shift, a mask and an add per access).
@@ -62,7 +66,7 @@ def _popc(typingctx, x):
     return sig, codegen
 
 
-@jit_helper
+@jit_inline
 def _store_words(ev, e0, e1, n_words):
     """``ev[:n_words] = e0, e1`` for a bitset of one or two words built in registers."""
     ev[0] = e0
@@ -70,7 +74,7 @@ def _store_words(ev, e0, e1, n_words):
         ev[1] = e1
 
 
-@jit_helper
+@jit_inline
 def _unit_bits(expert, lo, hi, base, tie_pos, ev, n_words):
     """Put the members ``expert[lo:hi]`` of a unit (block ``base + e``) in ``ev`` (tie positions). With one or two
     words the bitset is built in registers: two OR reductions, which LLVM vectorizes (gathers of the tie
@@ -96,7 +100,11 @@ def _unit_bits(expert, lo, hi, base, tie_pos, ev, n_words):
             ev[_U(tp >> 6)] |= one << np.uint64(tp & 63)
 
 
-@jit_helper
+#: :func:`_unit_bits` as a call (the per-layer lfru loop: inlined there, 1.08x its time).
+_unit_bits_call = jit_helper(_unit_bits.py_func)
+
+
+@jit_inline
 def _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, hit_flag, counted, hits, misses):
     """Put the members ``expert[lo:hi]`` of a unit of ``layer`` in ``ev`` (tie positions); its hits on ``mem[layer]``.
 
@@ -111,7 +119,7 @@ def _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, h
     return n_hit
 
 
-@jit_helper
+@jit_inline
 def _record_hits(expert, lo, hi, base, tie_pos, mem, layer, n_hit, record, hit_flag, counted, hits, misses):
     """The end of a unit's hit count (``n_hit`` hits on ``mem[layer]``, not yet changed by the unit): its hit
     flags when ``record``, and its hits and misses added to ``hits[layer]`` / ``misses[layer]`` when ``counted``."""
@@ -124,6 +132,11 @@ def _record_hits(expert, lo, hi, base, tie_pos, mem, layer, n_hit, record, hit_f
     if counted:
         hits[_U(layer)] += n_hit
         misses[_U(layer)] += (hi - lo) - n_hit
+
+
+#: :func:`_record_hits` as a call: the per-layer lfru and lrfu loops (inlined there: 1.08-1.10x their time;
+#: :func:`_unit_hits` inlines it for lru and lfu).
+_record_hits_call = jit_helper(_record_hits.py_func)
 
 
 @jit_helper
@@ -588,7 +601,7 @@ def _kth_lowest(a, b, n, m):
     return v
 
 
-@jit_helper
+@jit_inline
 def _admit(mem, ev, size, layer, n_words, n_new, cap):
     """Admit the unit ``ev`` into ``mem[layer]`` when its ``n_new`` misses fit ``cap`` (returns 0); otherwise leave
     the cache as it is and return how many of ``C ∪ U`` must leave."""
@@ -804,7 +817,7 @@ _LFRU_CUT_LOW = 0.75
 _LFRU_CUT_HIGH = 1.4
 
 
-@jit_helper
+@jit_inline
 def _band_leave(ckey, v, need, nb):
     """The lanes of the band ``ckey[:nb]`` (``nb <= 64``; lanes past it ignored) that leave when ``need`` of them
     do and ``v`` is the ``need``-th lowest key: those below ``v`` and, of those equal to it, the first in band
@@ -882,12 +895,12 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         hi = offsets[i + 1]
         n_mem = hi - lo
         fi = float(i)
-        _unit_bits(expert, lo, hi, base, tie_pos, ev, n_words)
+        _unit_bits_call(expert, lo, hi, base, tie_pos, ev, n_words)
         n_hit = 0
         for w in range(n_words):
             n_hit += np.int64(_popc(ev[w] & mem[ul, w]))
-        _record_hits(expert, lo, hi, base, tie_pos, mem, layer, n_hit, record, hit_flag, i >= count_from, hits,
-                     misses)
+        _record_hits_call(expert, lo, hi, base, tie_pos, mem, layer, n_hit, record, hit_flag, i >= count_from,
+                          hits, misses)
         m = 0
         if cap > 0 and n_mem > 0:
             m = _admit(mem, ev, size, layer, n_words, n_mem - n_hit, cap)
@@ -1058,11 +1071,11 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                       hit_flag, np.zeros(n_layers, dtype=np.int64), np.zeros((n_layers, n_words), dtype=np.uint64),
                       np.zeros(n_words, dtype=np.uint64), np.zeros(n_words, dtype=np.uint64),
                       np.zeros((4, n_words), dtype=np.uint64), np.zeros(4, dtype=np.uint64),
-                      np.zeros(n_layers * npad, dtype=np.float64), np.zeros(n_layers * npad, dtype=np.int64),
+                      np.zeros(n_layers * npad, dtype=np.float64), np.full(n_layers * npad, -1, dtype=np.int64),
                       np.zeros(n_layers * npad, dtype=np.float64), np.zeros(n_layers, dtype=np.int64),
                       np.zeros(n_layers, dtype=np.int64), crf_decays(lam, min(n_units + 1, _LRFU_DECAYS)),
                       2.0 ** (lam * np.arange(n_scale, dtype=np.float64)), cuts, np.empty(4, dtype=np.float64),
-                      np.empty(8, dtype=np.float64), np.empty(width, dtype=np.int64), np.empty(width),
+                      np.empty(8, dtype=np.float64), np.empty(width, dtype=np.int64), np.empty(width + 64),
                       np.empty(width, dtype=np.float64), np.empty(width, dtype=np.float64),
                       np.empty(width, dtype=np.float64), np.zeros(4, dtype=np.int64), n_units < _LRFU_DECAYS)
 
@@ -1160,12 +1173,21 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
             ubase[ul] = u
             g = 0
         qu = scale[g]
-        for w in range(n_words):       # the unit's bitset built in this loop (in registers, or by _unit_bits
-            ev[w] = zero               # before it: 1.11-1.13x the time, unlike lru's, lfu's and lfru's)
-        if whole:                      # every gap is in the decay table: no test per member (one loop testing
+        if whole and n_words <= 2:     # every gap is in the decay table: no test per member (one loop testing
                                        # `whole or g < n_pow` per member measured 1.12x the time)
-            for a in range(lo, hi):    # the unit's bitset; its members' CRF, layer unit and value (a first
-                tp = tie_pos[_U(base + expert[_U(a)])]     # access has S 0, so its CRF is 1 + 0 * decay = 1)
+            for a in range(lo, hi):    # the members' CRF, layer unit and value (a first access has S 0 and
+                j = _U(pbase + tie_pos[_U(base + expert[_U(a)])])      # PL -1, so its CRF is 1 + 0 * decay = 1)
+                s = 1.0 + S[j] * P[_U(u - PL[j])]
+                S[j] = s
+                PL[j] = u
+                V[j] = s * qu
+            for w in range(n_words):   # the unit's bitset: the lanes whose last unit is this one, one vector
+                ev[w] = lanes_eq_i64(PL, pbase + (w << 6), u)           # compare a word (`ev[w] |= bit` per
+        elif whole:                    # member in the loop: a chain of read-modify-writes through memory, 1.02x
+            for w in range(n_words):   # the time; built in registers, or by _unit_bits before it: 1.11-1.13x)
+                ev[w] = zero
+            for a in range(lo, hi):
+                tp = tie_pos[_U(base + expert[_U(a)])]
                 ev[_U(tp >> 6)] |= one << np.uint64(tp & 63)
                 j = _U(pbase + tp)
                 s = 1.0 + S[j] * P[_U(u - PL[j])]
@@ -1173,6 +1195,8 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
                 PL[j] = u
                 V[j] = s * qu
         else:
+            for w in range(n_words):
+                ev[w] = zero
             n_pow = P.shape[0]
             for a in range(lo, hi):
                 tp = tie_pos[_U(base + expert[_U(a)])]
@@ -1186,8 +1210,8 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         n_hit = 0
         for w in range(n_words):
             n_hit += np.int64(_popc(ev[w] & mem[ul, w]))
-        _record_hits(expert, lo, hi, base, tie_pos, mem, layer, n_hit, record, hit_flag, i >= count_from, hits,
-                     misses)
+        _record_hits_call(expert, lo, hi, base, tie_pos, mem, layer, n_hit, record, hit_flag, i >= count_from,
+                          hits, misses)
         if cap == 0 or n_mem == 0:
             continue
         m = _admit(mem, ev, size, layer, n_words, n_mem - n_hit, cap)
@@ -1237,13 +1261,13 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         elif nb <= 64:
             q = 0
             for w in range(n_words):
-                x = msk[b, w] & ~msk[a, w]
-                o = _U(pbase + (w << 6))
-                while x:
-                    ckey[_U(q)] = V[o + _cttz(x)]
-                    x &= x - one
-                    q += 1
-            sort_small(ckey, nb, sel)
+                q = values_at(V, pbase + (w << 6), msk[b, w] & ~msk[a, w], ckey, q)
+            if nb <= 8:
+                sort8(ckey, nb, sel)
+            elif nb <= 16:
+                sort16(ckey, nb, sel)
+            else:
+                sort_small(ckey, nb, sel)
             v = sel[need - 1]
             nxt = sel[need]
             if nxt <= v * (1.0 + 3.0 * delta) or nxt < _LRFU_FLOOR:
@@ -1256,9 +1280,10 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
                         x &= x - one
                         q += 1
                 sort_small(ckey, nb, sel)
-                leave = _band_leave(ckey, sel[need - 1], need, nb)      # band indices that leave
+                vv = sel[need - 1]
             else:
-                leave = _band_leave(ckey, v, need, nb)
+                vv = v
+            leave = _band_leave(ckey, vv, need, nb)      # band indices that leave
             for w in range(n_words):
                 x = msk[b, w] & ~msk[a, w]
                 mem[layer, w] = cu[w] & ~(msk[a, w] | pdep(leave, x))

@@ -25,6 +25,8 @@ must hold ``off + 64`` (or ``n``) elements.
   registers (the narrow band of the per-layer lfru loop).
 * :func:`lrfu_cut1`, :func:`lrfu_cut2` — 64 lrfu values against the sure and maybe bounds of one or two cuts.
 * :func:`lanes_below` — the live lanes of a partial group of 64, as bits.
+* :func:`lanes_eq_i64` — the lanes of 64 int64 values equal to one value, as bits (the per-layer lrfu loop's
+  members: the lanes whose last unit is the unit's).
 * :func:`cut_masks32`, :func:`cut_mask1_32` — the bits of the 64 lanes where ``F <= theta * (t1 - L)`` for two
   cuts (one) on float32 counts and last units with 8-bit cuts (:func:`dyadic8_down`, :func:`dyadic8_up`), 16
   lanes to a 512-bit vector, exact below an age bound; the lanes at or past it marked (the lfru loops).
@@ -554,3 +556,57 @@ def lrfu_cut2(typingctx, V, off, bounds, out, qa, qb):
     ``out[3]`` for cut ``qb``."""
     sig = types.void(V, types.int64, bounds, out, types.int64, types.int64)
     return sig, _lrfu_cuts_codegen(2)
+
+
+@intrinsic
+def lanes_eq_i64(typingctx, buf, off, v):
+    """Bit ``q`` set where ``buf[off + q] == v`` for the 64 int64 lanes from ``off``: one vector compare where a
+    loop setting one bit per matching lane would chain read-modify-writes of a word through memory."""
+    sig = types.uint64(buf, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        x = builder.load(_lanes(context, builder, signature.args[0], args[0], args[1], 64, _I64), align=8)
+        c = builder.icmp_signed("==", x, _splat(builder, args[2], ir.VectorType(_I64, 64), 64))
+        return builder.bitcast(c, _I64)
+
+    return sig, codegen
+
+
+@intrinsic
+def _values_at_avx512(typingctx, V, off, x, out, q):
+    sig = types.int64(V, types.int64, types.uint64, out, types.int64)
+
+    def codegen(context, builder, signature, args):
+        V, off, x, out, q = args
+        t8 = ir.VectorType(_F64, 8)
+        m8 = ir.VectorType(ir.IntType(1), 8)
+        data = context.make_array(signature.args[3])(context, builder, out).data
+        compress = cgutils.get_or_insert_function(builder.module, ir.FunctionType(t8, [t8, t8, m8]),
+                                                  "llvm.x86.avx512.mask.compress.v8f64")
+        ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(8), [ir.IntType(8)]),
+                                               "llvm.ctpop.i8")
+        for c in range(8):
+            mc = builder.trunc(builder.lshr(x, ir.Constant(_I64, 8 * c)), ir.IntType(8))
+            vals = builder.load(_lanes(context, builder, signature.args[0], V,
+                                       builder.add(off, ir.Constant(_I64, 8 * c)), 8), align=8)
+            packed = builder.call(compress, [vals, ir.Constant(t8, None), builder.bitcast(mc, m8)])
+            builder.store(packed, builder.bitcast(builder.gep(data, [q]), t8.as_pointer()), align=8)
+            q = builder.add(q, builder.zext(builder.call(ctpop, [mc]), _I64))
+        return q
+
+    return sig, codegen
+
+
+@jit_helper
+def _values_at_loop(V, off, x, out, q):
+    one = np.uint64(1)
+    while x:
+        out[q] = V[off + np.int64(_cttz(x))]
+        x &= x - one
+        q += 1
+    return q
+
+
+#: ``values_at(V, off, x, out, q)``: ``V[off + i]`` for every set bit ``i`` of ``x``, ascending, into ``out[q:]``;
+#: returns ``q`` plus their count (AVX-512: eight compresses, each stored whole: ``out`` holds ``q + 64``).
+values_at = _values_at_avx512 if _has_feature("avx512f") else _values_at_loop
