@@ -292,18 +292,21 @@ def test_the_curve_choice_follows_the_measured_costs():
     grid = [round(0.05 * i, 2) for i in range(1, 20)]
     lru8 = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
     big = 10_035_555
-    assert curve_pays(ReplayConfig("lru"), lru8) and curve_pays(ReplayConfig("lru"), grid)   # 5.12 < 6
-    assert not curve_pays(ReplayConfig("lru"), lru8[:6])     # small streams: 4.61 replays at 0.6 > 4.5
-    assert not curve_pays(ReplayConfig("lru"), lru8[:5])     # 4.35 at 0.5 > 3.75
-    assert not curve_pays(ReplayConfig("lru"), lru8, big)    # 10 M: 7.33 at 0.8 > 6
-    assert curve_pays(ReplayConfig("lru"), grid, big)        # 7.9 < 14.25
+    assert curve_pays(ReplayConfig("lru"), grid)             # small streams: 7.2 replays at 0.95 < 14.25
+    assert not curve_pays(ReplayConfig("lru"), lru8)         # 6.65 at 0.8 > 6
+    assert curve_pays(ReplayConfig("lru"), lru8 + [0.9, 1.0])    # 7.2 at 1.0 (the table's end) < 7.5
+    assert not curve_pays(ReplayConfig("lru"), lru8[:6])     # 5.93 at 0.6 > 4.5
+    assert not curve_pays(ReplayConfig("lru"), lru8[:5])     # 5.56 at 0.5 > 3.75
+    assert not curve_pays(ReplayConfig("lru"), lru8, big)    # 10 M: 8.11 at 0.8 > 6
+    assert curve_pays(ReplayConfig("lru"), grid, big)        # 8.9 < 14.25
     assert not curve_pays(ReplayConfig("lru"), [0.1, 0.2])             # two fast replays beat one pass
     assert not curve_pays(ReplayConfig("belady"), [0.2, 0.3, 0.4])      # a 3-point Belady curve: 3 replays
     assert not curve_pays(ReplayConfig("belady"), grid)                # the bitset walk replays beat the pass
     assert not curve_pays(ReplayConfig("belady"), grid, big)
-    assert not curve_pays(ReplayConfig("lfu"), lru8)          # the rank pass on small streams: 6.84 replays
-    assert curve_pays(ReplayConfig("lfu"), lru8, big)         # on 10 M: 3.82 at 0.8 < 6
-    assert not curve_pays(ReplayConfig("lfu"), lru8[:6], big)  # 4.51 at 0.6 > 4.5
+    assert not curve_pays(ReplayConfig("lfu"), lru8)          # the rank pass on small streams: 8.93 replays
+    assert curve_pays(ReplayConfig("lfu"), lru8, big)         # on 10 M: 3.91 at 0.8 < 6
+    assert curve_pays(ReplayConfig("lfu"), lru8[:6], big)     # 4.45 at 0.6 < 4.5
+    assert not curve_pays(ReplayConfig("lfu"), lru8[:5], big)  # 4.73 at 0.5 > 3.75
     assert curve_pays(ReplayConfig("lfu"), grid) and curve_pays(ReplayConfig("lfu"), grid, big)
     assert curve_pays(ReplayConfig("lfu", semantics="sequential-ascending"), [0.1, 0.2])   # cheaper than one
     assert not curve_pays(ReplayConfig("lru"), [0.4, 0.4])               # one distinct rho: one replay
@@ -319,11 +322,11 @@ def test_the_curve_cost_moves_with_the_stream_length():
     small table below its streams' length and without a length, the large one from 10 M on."""
     cfg = ReplayConfig("lfu")
     lo, hi = engine.CURVE_COST_ACCESSES
-    assert engine.curve_cost(cfg, 0.4) == engine.curve_cost(cfg, 0.4, lo / 10) == 8.3
-    assert engine.curve_cost(cfg, 0.4, hi) == engine.curve_cost(cfg, 0.4, hi * 10) == 5.2
-    assert abs(engine.curve_cost(cfg, 0.4, (lo * hi) ** 0.5) - (8.3 * 5.2) ** 0.5) < 1e-9
-    assert abs(engine.curve_cost(cfg, 0.25, hi) - (4.2 + 5.2) / 2) < 1e-9
-    assert engine.curve_cost(ReplayConfig("least-stale"), 0.4, hi) == 5.8      # lru's kernels
+    assert engine.curve_cost(cfg, 0.4) == engine.curve_cost(cfg, 0.4, lo / 10) == 9.8
+    assert engine.curve_cost(cfg, 0.4, hi) == engine.curve_cost(cfg, 0.4, hi * 10) == 5.0
+    assert abs(engine.curve_cost(cfg, 0.4, (lo * hi) ** 0.5) - (9.8 * 5.0) ** 0.5) < 1e-9
+    assert abs(engine.curve_cost(cfg, 0.25, hi) - (4.7 + 5.0) / 2) < 1e-9
+    assert engine.curve_cost(ReplayConfig("least-stale"), 0.4, hi) == 6.0      # lru's kernels
     assert engine.curve_cost(ReplayConfig("belady-forced"), 0.4) is None
 
 

@@ -14,5 +14,8 @@ jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 #: replay loop (measured: 4x on LRU).
 jit_helper = numba.njit(cache=True, nogil=True, error_model="numpy", _nrt=False)
 
-#: :data:`jit_helper` inlined into its callers at numba's level (a call passes every array as its fields).
+#: :data:`jit_helper` inlined into its callers at numba's level: a call that LLVM leaves in a kernel loop passes
+#: every array as its fields (a dozen pushes per call). For small helpers only, chosen by measurement
+#: (docs/performance.md, *Calls out of the per-layer loops*): the same inlining made larger loops slower
+#: (per-layer lrfu 1.11x with every helper inlined, 1.7x with its cut pass).
 jit_inline = numba.njit(cache=True, nogil=True, error_model="numpy", _nrt=False, inline="always")

@@ -32,6 +32,8 @@ must hold ``off + 64`` (or ``n``) elements.
   lanes to a 512-bit vector, exact below an age bound; the lanes at or past it marked (the lfru loops).
 * :func:`bit_positions` — the set bits of a word as a list of positions (AVX-512 compress where the machine
   has it, a loop otherwise).
+* :func:`values_at` — the float64 values at the set bits of a word, as a list (AVX-512 compress where the
+  machine has it, a loop otherwise; the per-layer lrfu loop's band).
 * :func:`pdep` — parallel bit deposit (BMI2 where the machine has it, a loop otherwise).
 * :func:`f2u`, :func:`u2f` — the bits of a float64 and back.
 
@@ -444,6 +446,24 @@ def _has_feature(name: str) -> bool:
 pdep = _pdep_bmi2 if _has_feature("bmi2") else _pdep_loop
 
 
+def _compress_store(builder, data, q, x, vt, align, name, lanes_of):
+    """The lanes of the word ``x``'s set bits, ``vt.count`` at a time (``lanes_of(c)``: the vector of chunk
+    ``c``), compressed in a register (a store of the memory form is slow) and stored whole at ``data[q:]``
+    (``align`` bytes), ``q`` advanced by each chunk's count; returns the last ``q``. AVX-512 (``name``: its
+    compress intrinsic)."""
+    n = vt.count
+    it = ir.IntType(n)
+    mt = ir.VectorType(ir.IntType(1), n)
+    compress = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt, vt, mt]), name)
+    ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(it, [it]), f"llvm.ctpop.i{n}")
+    for c in range(64 // n):
+        mc = builder.trunc(builder.lshr(x, ir.Constant(_I64, n * c)), it)
+        packed = builder.call(compress, [lanes_of(c), ir.Constant(vt, None), builder.bitcast(mc, mt)])
+        builder.store(packed, builder.bitcast(builder.gep(data, [q]), vt.as_pointer()), align=align)
+        q = builder.add(q, builder.zext(builder.call(ctpop, [mc]), _I64))
+    return q
+
+
 @intrinsic
 def _bit_positions_avx512(typingctx, x, base, out, q):
     sig = types.int64(types.uint64, types.int64, out, types.int64)
@@ -452,19 +472,9 @@ def _bit_positions_avx512(typingctx, x, base, out, q):
         x, base, out, q = args
         data = context.make_array(signature.args[2])(context, builder, out).data
         vt = ir.VectorType(_I32, 16)
-        mt = ir.VectorType(ir.IntType(1), 16)
-        compress = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt, vt, mt]),
-                                                  "llvm.x86.avx512.mask.compress.v16i32")
-        ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(16), [ir.IntType(16)]),
-                                               "llvm.ctpop.i16")
         b = _splat(builder, builder.trunc(base, _I32), vt, 16)
-        for c in range(4):             # 16 lanes at a time, compressed in a register (a store of the
-            mc = builder.trunc(builder.lshr(x, ir.Constant(_I64, 16 * c)), ir.IntType(16))   # memory form is slow)
-            idx = builder.add(ir.Constant(vt, list(range(16 * c, 16 * c + 16))), b)
-            packed = builder.call(compress, [idx, ir.Constant(vt, None), builder.bitcast(mc, mt)])
-            builder.store(packed, builder.bitcast(builder.gep(data, [q]), vt.as_pointer()), align=4)
-            q = builder.add(q, builder.zext(builder.call(ctpop, [mc]), _I64))
-        return q
+        return _compress_store(builder, data, q, x, vt, 4, "llvm.x86.avx512.mask.compress.v16i32",
+                               lambda c: builder.add(ir.Constant(vt, list(range(16 * c, 16 * c + 16))), b))
 
     return sig, codegen
 
@@ -578,27 +588,21 @@ def _values_at_avx512(typingctx, V, off, x, out, q):
 
     def codegen(context, builder, signature, args):
         V, off, x, out, q = args
-        t8 = ir.VectorType(_F64, 8)
-        m8 = ir.VectorType(ir.IntType(1), 8)
         data = context.make_array(signature.args[3])(context, builder, out).data
-        compress = cgutils.get_or_insert_function(builder.module, ir.FunctionType(t8, [t8, t8, m8]),
-                                                  "llvm.x86.avx512.mask.compress.v8f64")
-        ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(8), [ir.IntType(8)]),
-                                               "llvm.ctpop.i8")
-        for c in range(8):
-            mc = builder.trunc(builder.lshr(x, ir.Constant(_I64, 8 * c)), ir.IntType(8))
-            vals = builder.load(_lanes(context, builder, signature.args[0], V,
+
+        def lanes_of(c):
+            return builder.load(_lanes(context, builder, signature.args[0], V,
                                        builder.add(off, ir.Constant(_I64, 8 * c)), 8), align=8)
-            packed = builder.call(compress, [vals, ir.Constant(t8, None), builder.bitcast(mc, m8)])
-            builder.store(packed, builder.bitcast(builder.gep(data, [q]), t8.as_pointer()), align=8)
-            q = builder.add(q, builder.zext(builder.call(ctpop, [mc]), _I64))
-        return q
+
+        return _compress_store(builder, data, q, x, ir.VectorType(_F64, 8), 8,
+                               "llvm.x86.avx512.mask.compress.v8f64", lanes_of)
 
     return sig, codegen
 
 
 @jit_helper
 def _values_at_loop(V, off, x, out, q):
+    """``V[off + i]`` for every set bit ``i`` of ``x``, ascending, into ``out[q:]``; returns ``q`` plus their count."""
     one = np.uint64(1)
     while x:
         out[q] = V[off + np.int64(_cttz(x))]
@@ -608,5 +612,6 @@ def _values_at_loop(V, off, x, out, q):
 
 
 #: ``values_at(V, off, x, out, q)``: ``V[off + i]`` for every set bit ``i`` of ``x``, ascending, into ``out[q:]``;
-#: returns ``q`` plus their count (AVX-512: eight compresses, each stored whole: ``out`` holds ``q + 64``).
+#: returns ``q`` plus their count. With AVX-512 it is branch-free (eight 8-lane compresses, each stored whole:
+#: ``out`` must hold ``q + 64`` elements), elsewhere a loop over the bits.
 values_at = _values_at_avx512 if _has_feature("avx512f") else _values_at_loop

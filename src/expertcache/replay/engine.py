@@ -544,26 +544,29 @@ def one_pass_supported(config: ReplayConfig) -> bool:
 #: for a largest rho of 0.1, 0.4 and 0.95 (the pass keeps stacks as deep as the largest capacity), on small
 #: streams: the geometric mean over a drifting and a working-set stream of ~1 M and ~0.5 M accesses, printed by
 #: ``python benchmarks/curves_and_sweeps.py --quick --cost-table`` (2026-12-03, after the lfru per-layer loop
-#: became 0.8 of its time; event-atomic ``lfru`` again after its float32 pass, the median of three runs);
+#: became 0.8 of its time; event-atomic ``lfru`` again after its float32 pass, event-atomic ``lru``, ``lfu`` and
+#: ``lrfu`` again after their replays got faster (session 18, ``--policy lru --policy lfu --policy lrfu``), each
+#: the median of three runs);
 #: re-measure when a kernel changes. :data:`CURVE_COST_LARGE` holds the same on the
 #: 10 M-access benchmark stream, and :func:`curve_cost` interpolates between the two by the stream's length:
 #: the ratios move with it (event-atomic ``lfu``, whose rank pass moves a block past every block sharing its
 #: count, costs ~8 replays on the small streams and ~4 on the large one).
 CURVE_COST: dict[tuple[str, bool], tuple[float, float, float]] = {
-    ("lru", True): (2.7, 4.1, 5.5), ("lru", False): (1.2, 5.2, 8.1),
-    ("lfu", True): (8.4, 8.3, 7.2), ("lfu", False): (0.9, 0.9, 0.8),
+    ("lru", True): (3.2, 5.2, 7.2), ("lru", False): (1.2, 5.2, 8.1),
+    ("lfu", True): (9.9, 9.8, 8.6), ("lfu", False): (0.9, 0.9, 0.8),
     ("lfru", True): (13.8, 27.7, 43.0), ("lfru", False): (1.7, 4.5, 6.0),
-    ("lrfu", True): (10.6, 19.7, 27.3), ("lrfu", False): (3.3, 10.4, 16.2),
+    ("lrfu", True): (11.9, 21.4, 29.5), ("lrfu", False): (3.3, 10.4, 16.2),
     ("belady", True): (10.7, 19.1, 26.5), ("belady", False): (10.6, 21.3, 25.8),
 }
 #: :data:`CURVE_COST` on the 10 M-access drifting stream (``python benchmarks/curves_and_sweeps.py
 #: --cost-table``, its ``drifting`` rows; 2026-12-03; event-atomic ``lfru`` again after its float32 pass, by
-#: ``--cost-table --policy lfru``).
+#: ``--cost-table --policy lfru``, event-atomic ``lru``, ``lfu`` and ``lrfu`` after their replays got faster, by
+#: ``--cost-table --policy lru --policy lfu --policy lrfu``).
 CURVE_COST_LARGE: dict[tuple[str, bool], tuple[float, float, float]] = {
-    ("lru", True): (4.0, 5.8, 7.9), ("lru", False): (0.9, 4.4, 7.6),
-    ("lfu", True): (4.2, 5.2, 3.3), ("lfu", False): (0.5, 0.5, 0.4),
+    ("lru", True): (3.7, 6.0, 8.9), ("lru", False): (0.9, 4.4, 7.6),
+    ("lfu", True): (4.7, 5.0, 3.5), ("lfu", False): (0.5, 0.5, 0.4),
     ("lfru", True): (16.9, 34.8, 52.7), ("lfru", False): (1.5, 4.3, 5.3),
-    ("lrfu", True): (14.1, 26.1, 37.0), ("lrfu", False): (3.0, 9.9, 13.8),
+    ("lrfu", True): (15.2, 28.0, 40.0), ("lrfu", False): (3.0, 9.9, 13.8),
     ("belady", True): (13.9, 25.6, 33.6), ("belady", False): (8.6, 19.8, 24.4),
 }
 #: Union accesses the two tables stand for: the geometric mean of the small streams' (1,003,220 and 484,407)
@@ -580,7 +583,7 @@ def curve_cost(config: ReplayConfig, top_rho: float, accesses: float | None = No
     ``None``: the small streams').
 
     >>> round(curve_cost(ReplayConfig("lfu"), 0.4), 1), round(curve_cost(ReplayConfig("lfu"), 0.4, 1e8), 1)
-    (8.3, 5.2)
+    (9.8, 5.0)
     """
     loop = get_policy(config.policy).loop                  # the table is per kernel: least-stale runs lru's
     key = ("lru" if loop == "list" else config.policy, config.semantics == "event-atomic")
@@ -606,7 +609,7 @@ def curve_pays(config: ReplayConfig, rhos: Sequence[float], accesses: float | No
     (``None``: as the small streams), which must come to at most :data:`CURVE_MARGIN` of the ``n`` replays;
     a policy not measured takes separate replays. Only the time changes with the choice, never a count.
 
-    >>> curve_pays(ReplayConfig("lru"), [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]), curve_pays(ReplayConfig("lru"), [0.1, 0.2])
+    >>> curve_pays(ReplayConfig("lru"), [i / 10 for i in range(1, 11)]), curve_pays(ReplayConfig("lru"), [0.1, 0.2])
     (True, False)
     """
     n = len(set(rhos))
