@@ -100,10 +100,6 @@ def _unit_bits(expert, lo, hi, base, tie_pos, ev, n_words):
             ev[_U(tp >> 6)] |= one << np.uint64(tp & 63)
 
 
-#: :func:`_unit_bits` as a call (the per-layer lfru loop: inlined there, 1.08x its time).
-_unit_bits_call = jit_helper(_unit_bits.py_func)
-
-
 @jit_inline
 def _unit_hits(expert, lo, hi, base, tie_pos, ev, mem, layer, n_words, record, hit_flag, counted, hits, misses):
     """Put the members ``expert[lo:hi]`` of a unit of ``layer`` in ``ev`` (tie positions); its hits on ``mem[layer]``.
@@ -895,7 +891,7 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         hi = offsets[i + 1]
         n_mem = hi - lo
         fi = float(i)
-        _unit_bits_call(expert, lo, hi, base, tie_pos, ev, n_words)
+        _unit_bits(expert, lo, hi, base, tie_pos, ev, n_words)
         n_hit = 0
         for w in range(n_words):
             n_hit += np.int64(_popc(ev[w] & mem[ul, w]))
