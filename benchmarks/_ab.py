@@ -7,10 +7,48 @@ processes, and reports the median over the processes of each one's median ratio,
 
 from __future__ import annotations
 
+import os
+import platform
 import statistics
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
+
+#: The vector features that decide which code the kernels take (docs/performance.md).
+_FEATURES = ("avx2", "avx512f", "avx512vbmi2", "bmi2")
+
+
+def cpu_model(cpuinfo: str) -> str:
+    """The processor's name in the text of ``/proc/cpuinfo`` (its first ``model name`` line; on machines that
+    have none, ``Hardware`` or ``cpu model``), or ``""``."""
+    for key in ("model name", "Hardware", "cpu model"):
+        for line in cpuinfo.splitlines():
+            name, sep, value = line.partition(":")
+            if sep and name.strip() == key and value.strip():
+                return value.strip()
+    return ""
+
+
+def machine() -> str:
+    """What a benchmark's figures were measured on, for the first line of its output: the processor's name,
+    the CPUs this process may run on, and the CPU and vector features LLVM compiles the kernels for. Ratios
+    move with the processor (docs/performance.md, *Another machine*), so every figure names its machine."""
+    try:
+        model = cpu_model(Path("/proc/cpuinfo").read_text(errors="replace"))
+    except OSError:
+        model = ""
+    model = model or platform.processor() or platform.machine() or "unknown processor"
+    n_cpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        import llvmlite.binding as llvm
+
+        feats = llvm.get_host_cpu_features()
+        have = [f for f in _FEATURES if feats.get(f, False)]
+        llvm_part = f"; LLVM host {llvm.get_host_cpu_name()} ({', '.join(have) or 'none of ' + ', '.join(_FEATURES)})"
+    except Exception:  # pragma: no cover - llvmlite comes with numba, a dependency
+        llvm_part = ""
+    return f"{model}; {n_cpu} CPUs{llvm_part}"
 
 
 def alternated_ratio(run: Callable[[int], float], pairs: int, first: int) -> float:

@@ -53,6 +53,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 OURS = HERE.parent / "src"
+sys.path.insert(0, str(HERE))
+
+from _ab import machine  # noqa: E402
+
 COMMANDS = ("report", "prefetch-compare", "spec-run", "audit", "replay")
 
 SPEC = """\
@@ -282,6 +286,7 @@ def main(argv: list[str] | None = None) -> None:
         d = args.dir.resolve()
     try:
         build_inputs(d, args.quick, sides["baseline"])
+        log(f"machine: {machine()}")
         log(f"inputs in {d}: {union_of(d, 'stream'):,} union accesses (B = 8)")
         rows = []
         for name in names:

@@ -53,9 +53,13 @@ from typing import Any
 
 import numpy as np
 
-from expertcache.events import EventStream
-from expertcache.replay import ReplayConfig, get_policy, policy_names, replay
-from expertcache.replay.libcachesim import next_access_vtime, write_oracle_general
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _ab import machine  # noqa: E402
+
+from expertcache.events import EventStream  # noqa: E402
+from expertcache.replay import ReplayConfig, get_policy, policy_names, replay  # noqa: E402
+from expertcache.replay.libcachesim import next_access_vtime, write_oracle_general  # noqa: E402
 
 # Shape of the benchmark (Qwen3-30B-A3B decode at B = 8) and the replay setting.
 N_LAYERS, N_EXPERTS, TOP_K, BATCH = 48, 128, 8, 8
@@ -583,6 +587,7 @@ def scope_time_ratios(ours: list[OursRow]) -> dict[str, float]:
 def print_report(fig: dict[str, Any], ours: list[OursRow], theirs: list[TheirsRow]) -> None:
     """Human-readable tables on stdout (the every-policy tables only when ``ours`` is non-empty)."""
     s = fig["stream"]
+    print(f"machine: {fig['machine']}")
     print(f"stream: {s['n_events']:,} events, {s['union']:,} union accesses (mean |E| {s['mean_event_size']:.1f}), "
           f"{s['steps']} steps, L={N_LAYERS} N={N_EXPERTS} k={TOP_K} B={BATCH}, tie_break=random seed=0")
     print()
@@ -773,6 +778,7 @@ def main(argv: list[str] | None = None) -> int:
     jit = None if args.no_jit_probe else jit_costs()
     nbytes = stream_nbytes(stream)
     fig: dict[str, Any] = {
+        "machine": machine(),
         "versions": {"python": sys.version.split()[0], "numpy": np.__version__,
                      "libcachesim": libcachesim.__version__, "cpu_count": os.cpu_count()},
         "stream": {"steps": steps, "n_events": stream.n_events, "union": stream.union, "logical": stream.logical,

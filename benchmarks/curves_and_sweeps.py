@@ -44,6 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _ab import machine  # noqa: E402
 from bench_vs_libcachesim import STEPS_FULL, STEPS_QUICK, drifting_qwen_stream  # noqa: E402
 
 from expertcache.replay import ReplayConfig, curve_pays, replay, replay_curve, sweep  # noqa: E402
@@ -72,6 +73,7 @@ def main() -> None:
                     help="with --cost-table: only this policy's row (repeatable; default all)")
     args = ap.parse_args()
     stream = drifting_qwen_stream(STEPS_QUICK if args.quick else args.steps, sample_seed=1)
+    print(f"machine: {machine()}")
     print(f"stream: {stream.n_events} events, {stream.union} union accesses")
     if args.cost_table:
         cost_table({"drifting": stream, "working sets": working_set_stream(args.quick)},

@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _ab import alternated_ratio, median_and_range, pooled_rows  # noqa: E402
+from _ab import alternated_ratio, machine, median_and_range, pooled_rows  # noqa: E402
 
 KERNELS = ("lru", "lfu", "lfru", "lrfu", "slots")
 
@@ -115,6 +115,7 @@ def main() -> None:
                             str(a.steps), "--rhos", a.rhos, "--pairs", str(a.pairs)], a.processes, env)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
+    print(f"machine: {machine()}")
     print(f"{a.kernel}, {a.steps} steps, {a.processes} processes x {a.pairs} pairs: ours / baseline (median, "
           "process range)")
     for rho, col in zip(rhos, cols, strict=True):

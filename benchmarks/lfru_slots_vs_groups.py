@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _ab import alternated_ratio, median_and_range, pooled_rows  # noqa: E402
+from _ab import alternated_ratio, machine, median_and_range, pooled_rows  # noqa: E402
 
 
 def build(spec: str):
@@ -84,6 +84,7 @@ def main() -> None:
         child(args.stream, bpms, args.pairs, args.child)
         return
     s = build(args.stream)
+    print(f"machine: {machine()}")
     print(f"{args.stream}: {s.n_events} events ({s.n_events / s.n_layers:.0f} per layer), {s.union} union "
           f"accesses, mean event {s.union / s.n_events:.1f}; slots / groups kernel time, {args.pairs} alternated "
           f"pairs in each of {args.processes} processes")

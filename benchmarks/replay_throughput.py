@@ -44,6 +44,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
+from _ab import machine  # noqa: E402
 from bench_vs_libcachesim import drifting_qwen_stream  # noqa: E402
 
 from expertcache.events import EventStream  # noqa: E402
@@ -168,6 +169,7 @@ def main() -> None:
                 print(json.dumps({"ratios": ratios, "seconds": ta}), flush=True)
             return
     n = shape["union"]
+    print(f"machine: {machine()}")
     print(f"stream: {shape['events']} events, {n} union accesses (mean |E| {n / shape['events']:.1f}), "
           f"built in {shape['built_s']:.1f} s; {args.pairs} alternated pairs per row"
           + (f" in each of {args.processes} processes" if many else ""))

@@ -1,11 +1,23 @@
-"""Shared fixtures: tiny hand-written inputs on disk."""
+"""Shared fixtures: tiny hand-written inputs on disk; a repository script loaded as a module."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_script(relpath: str, name: str) -> ModuleType:
+    """The repository's script ``relpath`` (e.g. ``scripts/docs_tables.py``) imported as module ``name``."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / relpath)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def write_jsonl(path: Path, records: list) -> Path:

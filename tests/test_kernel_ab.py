@@ -31,6 +31,7 @@ def test_a_copy_of_this_checkout_gives_one_row_per_rho_with_its_range(tmp_path, 
         lo, hi = (float(x) for x in row[3].strip("()").split("-"))
         assert 0 < lo <= med <= hi
     assert r.stderr.count("process ") == 2
+    assert r.stdout.startswith("machine: ") and " CPUs" in r.stdout.splitlines()[0]   # figures name their machine
     assert not any((tmp_path / "src").rglob("*.nbi"))      # compiled into its own cache, not the checkout's
 
 

@@ -29,6 +29,7 @@ def test_one_process_prints_min_median_and_time():
     lo, med, ns = (float(x) for x in _row(r.stdout))
     assert 0 < lo <= med and ns > 0
     assert "proc lo-hi" not in r.stdout
+    assert r.stdout.splitlines()[0].startswith("machine: ")           # figures name their machine
 
 
 def test_several_processes_pool_their_pairs_and_show_the_spread_of_process_medians():
