@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from conftest import load_script
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, load_script
 
 
 def _script():

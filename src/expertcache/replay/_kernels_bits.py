@@ -36,8 +36,6 @@ from ._simd import (
     lrfu_cut1,
     lrfu_cut2,
     pdep,
-    sort8,
-    sort16,
     sort_small,
     touch_cut_masks32,
     touch_lanes32,
@@ -1258,12 +1256,7 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
             q = 0
             for w in range(n_words):
                 q = values_at(V, pbase + (w << 6), msk[b, w] & ~msk[a, w], ckey, q)
-            if nb <= 8:
-                sort8(ckey, nb, sel)
-            elif nb <= 16:
-                sort16(ckey, nb, sel)
-            else:
-                sort_small(ckey, nb, sel)
+            sort_small(ckey, nb, sel)
             v = sel[need - 1]
             nxt = sel[need]
             if nxt <= v * (1.0 + 3.0 * delta) or nxt < _LRFU_FLOOR:
