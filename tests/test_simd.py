@@ -218,6 +218,44 @@ def test_band_pick_takes_the_lowest_keys_ties_to_the_lower_lane(nb):
 
 
 @njit(cache=False)
+def _band_pick32(bF, bL, t1, nb, need, out, keys):
+    S.band_pick32(bF, bL, t1, nb, need, out, keys)
+
+
+@pytest.mark.parametrize("nb", [1, 2, 7, 8, 9, 15, 16])
+def test_band_pick32_takes_the_lowest_keys_from_float32_counts_and_last_units(nb):
+    """``band_pick32`` on float32 counts and last units (integers below ``2**24``) and a float64 clock: the
+    ``need`` lowest of ``count / (t1 - last)`` by a stable sort of the float64 quotients, as ``band_pick`` on the
+    counts and ages; the keys in ``keys``, ``inf`` past the band (the lanes past it hold stale values here);
+    small counts and ages with many equal keys, and counts and last units near ``2**24``."""
+    rng = np.random.default_rng(100 + nb)
+    for trial in range(400):
+        if trial % 4 == 3:             # near the bound: neighbouring quotients
+            big = (1 << 24) - 1
+            F = big - rng.integers(0, 3, nb)
+            Lst = rng.integers(0, 4, nb)
+            t1 = float(big + 1)
+        else:
+            t1 = float(rng.integers(6, 1000))
+            F = rng.integers(1, 6, nb)
+            Lst = t1 - rng.integers(1, 6, nb)
+        keys = F.astype(np.float64) / (t1 - Lst.astype(np.float64))
+        need = int(rng.integers(1, nb + 1))
+        order = np.argsort(keys, kind="stable")
+        bF = rng.integers(0, 9, 16).astype(np.float32)    # stale lanes past the band, ages 0 among them
+        bL = np.full(16, np.float32(t1))
+        bF[:nb] = F
+        bL[:nb] = Lst
+        out = np.zeros(2, dtype=np.uint64)
+        got = np.full(16, -1.0)
+        _band_pick32(bF, bL, t1, nb, need, out, got)
+        assert int(out[0]) == sum(1 << int(q) for q in order[:need])
+        assert int(out[1]) == 1 << int(order[need - 1])
+        width = 8 if nb <= 8 else 16
+        assert (got[:nb] == keys).all() and (got[nb:width] == np.inf).all()
+
+
+@njit(cache=False)
 def _band_masks(buf, v, n):
     return S.band_masks(buf, v, n)
 
@@ -399,19 +437,28 @@ def _values(V, off, x, out, q, avx):
     return S._values_at_loop(V, off, x, out, q)
 
 
-@pytest.mark.parametrize("name", ["avx512", "loop"])
+@njit(cache=False)
+def _values32(V, off, x, out, q, avx):
+    if avx:
+        return S._values_at32_avx512(V, off, x, out, q)
+    return S._values_at_loop(V, off, x, out, q)
+
+
+@pytest.mark.parametrize("name", ["avx512", "loop", "avx512-float32", "loop-float32"])
 def test_values_at_lists_the_values_of_the_set_bits_in_order(name):
     """``V[off + i]`` for the set bits ``i`` of the word, ascending, from ``out[q]``; the count returned; the
-    values before ``q`` kept (empty words, full words, the top bit)."""
-    if name == "avx512" and not S._has_feature("avx512f"):
+    values before ``q`` kept (empty words, full words, the top bit). Float64 (``values_at``) and float32
+    (``values_at32``) values."""
+    if name.startswith("avx512") and not S._has_feature("avx512f"):
         pytest.skip("no AVX-512 on this machine")
+    f32 = name.endswith("float32")
     rng = np.random.default_rng(4)
-    V = rng.random(300)
+    V = rng.random(300).astype(np.float32 if f32 else np.float64)
     for x in [0, 1, 1 << 63, (1 << 64) - 1] + [int(rng.integers(0, 1 << 63, dtype=np.int64)) * 2 + int(rng.integers(0, 2))
                                               for _ in range(200)]:
         off = int(rng.integers(0, 236))
         q = int(rng.integers(0, 5))
-        out = np.full(q + 64 + 8, -1.0)
+        out = np.full(q + 64 + 8, -1.0, dtype=V.dtype)
         want = [V[off + i] for i in range(64) if x >> i & 1]
-        got = _values(V, off, np.uint64(x), out, q, name == "avx512")
+        got = (_values32 if f32 else _values)(V, off, np.uint64(x), out, q, name.startswith("avx512"))
         assert got == q + len(want) and list(out[q:got]) == want and (out[:q] == -1.0).all()

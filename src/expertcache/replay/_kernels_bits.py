@@ -26,7 +26,7 @@ from ._kernels import _cttz, _max_unit, crf_decay, crf_decays, crf_key
 from ._simd import (
     AGE32,
     band_masks,
-    band_pick,
+    band_pick32,
     cut_mask1_32,
     cut_mask1_32_young,
     dyadic8_down,
@@ -40,6 +40,7 @@ from ._simd import (
     touch_cut_masks32,
     touch_lanes32,
     values_at,
+    values_at32,
 )
 
 #: An unsigned index: numba then skips its negative-index wraparound (a shift, a mask and an add per access).
@@ -778,7 +779,7 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     stay); a unit that fits touches its members the same way without the cuts (one word at a time up to two
     words, a loop over the members beyond). The ``need = m - |below theta0|`` lowest keys of the *band* between
     the two cuts (``m = |C ∪ U| - c``) are found exactly: a band of up to 16 (most) by counting each key's rank
-    in registers (:func:`._simd.band_pick`), one of up to 64 by sorting its keys with a bitonic network, a larger
+    in registers (:func:`._simd.band_pick32`, its counts and last units compressed from their lanes), one of up to 64 by sorting its keys with a bitonic network, a larger
     band by ranking every block of ``C ∪ U``; the keys below the ``need``-th, and of those equal to it the lowest
     tie positions, leave with the low cut's blocks. The cuts have 8 significant bits (:func:`._simd.dyadic8_down`,
     ``dyadic8_up``), so ``freq <= theta * age`` is exact in float32 for every age below ``old_age`` (at most
@@ -803,7 +804,7 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                       np.zeros(n_layers * npad, dtype=np.float32), np.zeros(n_layers * npad, dtype=np.float32), thr,
                       np.empty(width, dtype=np.int64), np.empty(width), np.empty(width, dtype=np.float64),
                       np.empty(width, dtype=np.float64), np.empty(width, dtype=np.float64),
-                      np.float32(min(float(old_age), AGE32)))
+                      np.float32(min(float(old_age), AGE32)), np.zeros(128, np.float32), np.zeros(128, np.float32))
 
 
 #: The next cuts of a layer, as factors of its last ``need``-th key (``_replay_lfru_bits``).
@@ -869,7 +870,7 @@ def _recut(moved, kept, F, Lst, pbase, th, t1, cu, n_words, old_age, w4):
 
 @jit
 def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses, hit_flag,
-                      size, mem, ev, cu, low, high, w2, F, Lst, thr, cpos, ckey, sel, sel2, fb, old_age):
+                      size, mem, ev, cu, low, high, w2, F, Lst, thr, cpos, ckey, sel, sel2, fb, old_age, bF32, bL32):
     """The loop of :func:`replay_lfru_bits`; ``F`` / ``Lst`` ``[l * 64 W + j]``: count / last unit of layer
     ``l``'s tie position ``j`` (float32); bitsets: ``ev`` the unit, ``cu`` ``C ∪ U``, ``low`` / ``high`` below the
     cuts; ``old_age``: lanes at least that old are decided in float64."""
@@ -951,13 +952,9 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
             for w in range(n_words):
                 x = high[w] & ~low[w]
                 o = pbase + (w << 6)
-                while x:               # the band's counts and ages
-                    j = _U(o) + _cttz(x)
-                    x &= x - one
-                    ckey[q] = np.float64(F[j])
-                    sel[q] = t1 - np.float64(Lst[j])
-                    q += 1
-            band_pick(ckey, sel, nb, need, w2)
+                values_at32(F, o, x, bF32, q)
+                q = values_at32(Lst, o, x, bL32, q)
+            band_pick32(bF32, bL32, t1, nb, need, w2, ckey)
             v = ckey[_U(_cttz(w2[1]))]
             leave = w2[0]
             for w in range(n_words):
