@@ -23,7 +23,8 @@ must hold ``off + 64`` (or ``n``) elements.
   the new values, in one pass (``ev = 0``: the cuts alone; the per-layer lfru loop).
 * :func:`band_pick` — the lowest of up to 16 keys ``count / age``, ties to the lower lane, by counting ranks in
   registers (the narrow band of the global slots loop); :func:`band_pick32` the same from float32 counts and
-  last units (the narrow band of the per-layer lfru loop).
+  last units (the narrow band of the per-layer lfru loop); :func:`keys8_32` 8 such keys divided at once (its
+  wider bands).
 * :func:`lrfu_cut1`, :func:`lrfu_cut2` — 64 lrfu values against the sure and maybe bounds of one or two cuts.
 * :func:`lanes_below` — the live lanes of a partial group of 64, as bits.
 * :func:`lanes_eq_i64` — the lanes of 64 int64 values equal to one value, as bits (the per-layer lrfu loop's
@@ -301,6 +302,25 @@ def band_pick32(bF, bL, t1, nb, need, out, keys):
         _pick32_8(bF, bL, t1, nb, need, out, keys)
     else:
         _pick32_16(bF, bL, t1, nb, need, out, keys)
+
+
+@intrinsic
+def keys8_32(typingctx, bF, bL, t1, off, out):
+    """``out[off:off+8] = bF / (t1 - bL)`` over 8 lanes: float32 counts and last units (integers below ``2**24``)
+    to float64 keys, as the loops write ``np.float64(F) / (t1 - np.float64(L))`` (one vector division)."""
+    sig = types.void(bF, bL, types.float64, types.int64, out)
+
+    def codegen(context, builder, signature, args):
+        ft = ir.VectorType(_F64, 8)
+        fv = builder.fpext(builder.load(_lanes(context, builder, signature.args[0], args[0], args[3], 8,
+                                               ir.FloatType()), align=4), ft)
+        lv = builder.fpext(builder.load(_lanes(context, builder, signature.args[1], args[1], args[3], 8,
+                                               ir.FloatType()), align=4), ft)
+        key = builder.fdiv(fv, builder.fsub(_splat(builder, args[2], ft, 8), lv))
+        builder.store(key, _lanes(context, builder, signature.args[4], args[4], args[3], 8), align=8)
+        return context.get_dummy_value()
+
+    return sig, codegen
 
 
 def _touch32(context, builder, signature, args, evi: int, fi: int):
