@@ -152,6 +152,52 @@ def _tie_cut(ckey, v, nb, tie, SB, bpos, buf, scratch, eq, n_eq):
     return _kth_lowest(buf, scratch, n_eq, eq)
 
 
+@jit_helper
+def _touch(BR, SF, SL, SB, expert, lo, hi, base, top, fi, cap, mixed, record, hit_flag):
+    """The members ``expert[lo:hi]`` of an event (blocks ``base + e``): their counts up by one, a hit's count
+    and last unit ``fi`` in its slot, a miss's in slot ``top``, ``top + 1``, ... (none where ``cap`` is 0); returns
+    the hits and the next free slot. ``mixed``: hits and misses mixed, no branch on either. Its own function: in
+    the loop's body LLVM kept ``top`` on the stack, a store and a load per member on one chain (here in a
+    register: 0.98 of the loop's time at rho 0.5, 1.00 at 0.2-0.4)."""
+    one = np.uint64(1)
+    n_hit = 0
+    if mixed:
+        for a in range(lo, hi):
+            b = _U(base + expert[_U(a)])
+            f = BR[b << one] + 1
+            BR[b << one] = f
+            s = np.int64(BR[(b << one) | one])
+            hit = np.int64(s >= 0)
+            d = top + hit * (s - top)          # a hit's own slot, or slot top for a miss
+            SF[_U(d)] = float(f)
+            SL[_U(d)] = fi
+            SB[_U(top)] = np.int64(b)          # slot top is free until a miss takes it
+            BR[(b << one) | one] = d
+            n_hit += hit
+            top += 1 - hit
+            if record:
+                hit_flag[_U(a)] = hit
+    else:
+        for a in range(lo, hi):
+            b = _U(base + expert[_U(a)])
+            f = BR[b << one] + 1
+            BR[b << one] = f
+            s = BR[(b << one) | one]
+            if s >= 0:
+                n_hit += 1
+                SF[_U(s)] = float(f)
+                SL[_U(s)] = fi
+                if record:
+                    hit_flag[_U(a)] = 1
+            elif cap > 0:
+                SF[_U(top)] = float(f)
+                SL[_U(top)] = fi
+                SB[_U(top)] = np.int64(b)
+                BR[(b << one) | one] = top
+                top += 1
+    return n_hit, top
+
+
 @jit
 def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag,
                        BR, SF, SL, SB, masks, nz, w4, ckey, sel, sel2, bpos, lst, old_age):
@@ -180,40 +226,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
         counted = i >= count_from
         n_hit = 0
         top = n_res                    # the unit's misses go to slots n_res, n_res + 1, ...
-        if mixed:                      # hits and misses mixed: no branch on either
-            for a in range(lo, hi):
-                b = _U(base + expert[_U(a)])
-                f = BR[b << one] + 1
-                BR[b << one] = f
-                s = np.int64(BR[(b << one) | one])
-                hit = np.int64(s >= 0)
-                d = top + hit * (s - top)          # a hit's own slot, or slot top for a miss
-                SF[_U(d)] = float(f)
-                SL[_U(d)] = fi
-                SB[_U(top)] = np.int64(b)          # slot top is free until a miss takes it
-                BR[(b << one) | one] = d
-                n_hit += hit
-                top += 1 - hit
-                if record:
-                    hit_flag[_U(a)] = hit
-        else:
-            for a in range(lo, hi):
-                b = _U(base + expert[_U(a)])
-                f = BR[b << one] + 1
-                BR[b << one] = f
-                s = BR[(b << one) | one]
-                if s >= 0:
-                    n_hit += 1
-                    SF[_U(s)] = float(f)
-                    SL[_U(s)] = fi
-                    if record:
-                        hit_flag[_U(a)] = 1
-                elif cap > 0:
-                    SF[_U(top)] = float(f)
-                    SL[_U(top)] = fi
-                    SB[_U(top)] = np.int64(b)
-                    BR[(b << one) | one] = top
-                    top += 1
+        n_hit, top = _touch(BR, SF, SL, SB, expert, lo, hi, base, top, fi, cap, mixed, record, hit_flag)
         mixed = cap > 0 and 8 * n_hit >= hi - lo and 8 * n_hit <= 7 * (hi - lo)
         if counted:
             hits[_U(layer)] += n_hit
