@@ -501,6 +501,22 @@ def test_lfru_past_the_bitset_loops_event_bound(monkeypatch):
     assert counts(got) == counts(want)
 
 
+def test_lrfu_past_the_bitset_loops_event_bound(monkeypatch):
+    """Streams longer than the lrfu bitset loop's int32 last units allow go to the generic loop (same counts);
+    the loop itself refuses them with a message."""
+    rng = np.random.default_rng(4)
+    stream = small_stream(rng)
+    want = replay(stream, ReplayConfig("lrfu", rho=0.4))
+    monkeypatch.setattr(KB, "MAX_LRFU_EVENTS", 1)
+    got = replay(stream, ReplayConfig("lrfu", rho=0.4))
+    assert counts(got) == counts(want)
+    L, N = stream.n_layers, stream.n_experts
+    _, tie_pos = engine._tie_order(engine._tie_ranks("random", 0, L * N), L, N)
+    with pytest.raises(ValueError, match="int32"):
+        KB.replay_lrfu_bits(stream.offsets, stream.expert, stream.layer, N, L, np.full(L, 2, dtype=np.int64),
+                            tie_pos, 0.5, 0, np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(0, np.uint8))
+
+
 def test_lfru_bitset_loop_with_units_larger_than_the_quota():
     """Units of ~40 members against quotas of 13-51 (the benchmark's shape at rho 0.1-0.4): most of ``C ∪ U``
     leaves at every unit, and bands of 33-64 blocks (sorted by the 64-lane network) occur; against

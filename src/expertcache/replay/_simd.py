@@ -27,8 +27,8 @@ must hold ``off + 64`` (or ``n``) elements.
   wider bands).
 * :func:`lrfu_cut1`, :func:`lrfu_cut2` — 64 lrfu values against the sure and maybe bounds of one or two cuts.
 * :func:`lanes_below` — the live lanes of a partial group of 64, as bits.
-* :func:`lanes_eq_i64` — the lanes of 64 int64 values equal to one value, as bits (the per-layer lrfu loop's
-  members: the lanes whose last unit is the unit's).
+* :func:`lanes_eq_i64`, :func:`lanes_eq_i32` — the lanes of 64 int64 (int32) values equal to one value, as bits
+  (the per-layer lrfu loop's members: the lanes whose last unit is the unit's).
 * :func:`cut_masks32`, :func:`cut_mask1_32` — the bits of the 64 lanes where ``F <= theta * (t1 - L)`` for two
   cuts (one) on float32 counts and last units with 8-bit cuts (:func:`dyadic8_down`, :func:`dyadic8_up`), 16
   lanes to a 512-bit vector, exact below an age bound; the lanes at or past it marked (the lfru loops).
@@ -650,6 +650,19 @@ def lanes_eq_i64(typingctx, buf, off, v):
     def codegen(context, builder, signature, args):
         x = builder.load(_lanes(context, builder, signature.args[0], args[0], args[1], 64, _I64), align=8)
         c = builder.icmp_signed("==", x, _splat(builder, args[2], ir.VectorType(_I64, 64), 64))
+        return builder.bitcast(c, _I64)
+
+    return sig, codegen
+
+
+@intrinsic
+def lanes_eq_i32(typingctx, buf, off, v):
+    """:func:`lanes_eq_i64` on 64 int32 lanes (``v`` compared as int32)."""
+    sig = types.uint64(buf, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        x = builder.load(_lanes(context, builder, signature.args[0], args[0], args[1], 64, _I32), align=4)
+        c = builder.icmp_signed("==", x, _splat(builder, builder.trunc(args[2], _I32), ir.VectorType(_I32, 64), 64))
         return builder.bitcast(c, _I64)
 
     return sig, codegen

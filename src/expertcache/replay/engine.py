@@ -423,7 +423,8 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
         # one global pool, either semantics: residents in frequency groups, only the pool of low keys re-ranked
         return KG.replay_lfru_groups(offsets, expert, layer, n_experts, n_layers, atomic, caps, tie,
                                      config.warmup_events, hits, misses, hit_flag)
-    if policy.key_code == KEY_LRFU and atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS:
+    if (policy.key_code == KEY_LRFU and atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS
+            and offsets.shape[0] <= KB.MAX_LRFU_EVENTS):       # its int32 last units
         _, tie_pos = _tie_order(tie, n_layers, n_experts)      # keys and residents over tie positions
         return KB.replay_lrfu_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, _lam(config, policy),
                                    config.warmup_events, hits, misses, hit_flag)
