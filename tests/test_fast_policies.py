@@ -491,25 +491,22 @@ def test_lrfu_cut_pass_places_every_block_as_its_exact_key():
             assert [int(x) for x in msk[q]] == want and cnt[q] == sum(bin(x).count("1") for x in want), q
 
 
-def test_lfru_past_the_bitset_loops_event_bound(monkeypatch):
-    """Streams longer than the lfru bitset loop's exact-cut bound go to replay_select (same counts)."""
+@pytest.mark.parametrize(("policy", "bound"), [("lfru", "MAX_LFRU_EVENTS"), ("lrfu", "MAX_LRFU_EVENTS")])
+def test_past_the_bitset_loops_event_bound(monkeypatch, policy, bound):
+    """Streams longer than a bitset loop takes (lfru's exact cuts, lrfu's int32 last units) go to the generic
+    loops (same counts)."""
     rng = np.random.default_rng(3)
     stream = small_stream(rng)
-    want = replay(stream, ReplayConfig("lfru", rho=0.4))
-    monkeypatch.setattr(KB, "MAX_LFRU_EVENTS", 1)
-    got = replay(stream, ReplayConfig("lfru", rho=0.4))
+    want = replay(stream, ReplayConfig(policy, rho=0.4))
+    monkeypatch.setattr(KB, bound, 1)
+    got = replay(stream, ReplayConfig(policy, rho=0.4))
     assert counts(got) == counts(want)
 
 
-def test_lrfu_past_the_bitset_loops_event_bound(monkeypatch):
-    """Streams longer than the lrfu bitset loop's int32 last units allow go to the generic loop (same counts);
-    the loop itself refuses them with a message."""
-    rng = np.random.default_rng(4)
-    stream = small_stream(rng)
-    want = replay(stream, ReplayConfig("lrfu", rho=0.4))
+def test_lrfu_bitset_loop_refuses_streams_past_its_bound(monkeypatch):
+    """The lrfu bitset loop itself refuses a stream longer than its int32 last units allow, with a message."""
+    stream = small_stream(np.random.default_rng(4))
     monkeypatch.setattr(KB, "MAX_LRFU_EVENTS", 1)
-    got = replay(stream, ReplayConfig("lrfu", rho=0.4))
-    assert counts(got) == counts(want)
     L, N = stream.n_layers, stream.n_experts
     _, tie_pos = engine._tie_order(engine._tie_ranks("random", 0, L * N), L, N)
     with pytest.raises(ValueError, match="int32"):

@@ -668,22 +668,32 @@ def lanes_eq_i32(typingctx, buf, off, v):
     return sig, codegen
 
 
-@intrinsic
-def _values_at_avx512(typingctx, V, off, x, out, q):
-    sig = types.int64(V, types.int64, types.uint64, out, types.int64)
+def _make_values_at(elt, n: int, name: str):
+    """The AVX-512 body of :data:`values_at` (``elt`` float64, ``n`` 8) and :data:`values_at32` (float32, 16):
+    the 64 lanes as ``64 / n`` compresses (``name``), each stored whole."""
 
-    def codegen(context, builder, signature, args):
-        V, off, x, out, q = args
-        data = context.make_array(signature.args[3])(context, builder, out).data
+    @intrinsic
+    def _values_at(typingctx, V, off, x, out, q):
+        sig = types.int64(V, types.int64, types.uint64, out, types.int64)
 
-        def lanes_of(c):
-            return builder.load(_lanes(context, builder, signature.args[0], V,
-                                       builder.add(off, ir.Constant(_I64, 8 * c)), 8), align=8)
+        def codegen(context, builder, signature, args):
+            V, off, x, out, q = args
+            data = context.make_array(signature.args[3])(context, builder, out).data
+            align = 8 if elt == _F64 else 4
 
-        return _compress_store(builder, data, q, x, ir.VectorType(_F64, 8), 8,
-                               "llvm.x86.avx512.mask.compress.v8f64", lanes_of)
+            def lanes_of(c):
+                return builder.load(_lanes(context, builder, signature.args[0], V,
+                                           builder.add(off, ir.Constant(_I64, n * c)), n, elt), align=align)
 
-    return sig, codegen
+            return _compress_store(builder, data, q, x, ir.VectorType(elt, n), align, name, lanes_of)
+
+        return sig, codegen
+
+    return _values_at
+
+
+_values_at_avx512 = _make_values_at(_F64, 8, "llvm.x86.avx512.mask.compress.v8f64")
+_values_at32_avx512 = _make_values_at(ir.FloatType(), 16, "llvm.x86.avx512.mask.compress.v16f32")
 
 
 @jit_helper
@@ -701,25 +711,6 @@ def _values_at_loop(V, off, x, out, q):
 #: returns ``q`` plus their count. With AVX-512 it is branch-free (eight 8-lane compresses, each stored whole:
 #: ``out`` must hold ``q + 64`` elements), elsewhere a loop over the bits.
 values_at = _values_at_avx512 if _has_feature("avx512f") else _values_at_loop
-
-
-@intrinsic
-def _values_at32_avx512(typingctx, V, off, x, out, q):
-    sig = types.int64(V, types.int64, types.uint64, out, types.int64)
-
-    def codegen(context, builder, signature, args):
-        V, off, x, out, q = args
-        data = context.make_array(signature.args[3])(context, builder, out).data
-        vt = ir.VectorType(ir.FloatType(), 16)
-
-        def lanes_of(c):
-            return builder.load(_lanes(context, builder, signature.args[0], V,
-                                       builder.add(off, ir.Constant(_I64, 16 * c)), 16, ir.FloatType()), align=4)
-
-        return _compress_store(builder, data, q, x, vt, 4, "llvm.x86.avx512.mask.compress.v16f32", lanes_of)
-
-    return sig, codegen
-
 
 #: ``values_at32(V, off, x, out, q)``: :data:`values_at` for float32 values (four 16-lane compresses with
 #: AVX-512; ``out`` must hold ``q + 64`` elements).
