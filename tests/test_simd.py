@@ -256,6 +256,27 @@ def test_band_pick32_takes_the_lowest_keys_from_float32_counts_and_last_units(nb
 
 
 @njit(cache=False)
+def _keys8_32(bF, bL, t1, off, out):
+    S.keys8_32(bF, bL, t1, off, out)
+
+
+def test_keys8_32_divides_eight_counts_by_their_ages_as_the_scalar_loops_do():
+    """``out[off:off+8]`` is ``float64(F) / (t1 - float64(L))`` bit for bit (counts and last units up to
+    ``2**24``); the lanes around the eight untouched."""
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        t1 = float(rng.integers(10, 1 << 24))
+        bF = rng.integers(1, 1 << 24, 40).astype(np.float32)
+        bL = np.minimum((t1 - rng.integers(1, min(t1, 1 << 20), 40)).astype(np.float32), np.float32(t1 - 1))
+        off = int(rng.integers(0, 32))
+        out = np.full(48, -1.0)
+        _keys8_32(bF, bL, t1, off, out)
+        want = bF[off:off + 8].astype(np.float64) / (t1 - bL[off:off + 8].astype(np.float64))
+        assert (out[off:off + 8] == want).all()
+        assert (out[:off] == -1.0).all() and (out[off + 8:] == -1.0).all()
+
+
+@njit(cache=False)
 def _band_masks(buf, v, n):
     return S.band_masks(buf, v, n)
 
