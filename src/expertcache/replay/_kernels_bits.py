@@ -794,7 +794,7 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     float64 key is at most ``theta`` (a key ``f / a`` other than the cut differs from it by more than float64
     rounds); the pass marks the lanes of older blocks, which are tested in float64 (exact; nearly never any).
     Streams of ``2**24`` events or more take ``replay_select``. The next cuts of the layer are the ``need``-th
-    key times 3/4 and 7/5 (a cut that holds too many or too few blocks becomes the other cut, and a cut 4x
+    key times 0.85 and 1.2 (a cut that holds too many or too few blocks becomes the other cut, and a cut 4x
     further out is ranked alone). Parameters are those of :func:`replay_lru_bits`, and ``old_age`` (lower in
     tests, to reach the float64 test). The state arrays are allocated here and the loop runs in
     :func:`_replay_lfru_bits`.
@@ -814,9 +814,12 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                       np.float32(min(float(old_age), AGE32)), np.zeros(128, np.float32), np.zeros(128, np.float32))
 
 
-#: The next cuts of a layer, as factors of its last ``need``-th key (``_replay_lfru_bits``).
-_LFRU_CUT_LOW = 0.75
-_LFRU_CUT_HIGH = 1.4
+#: The next cuts of a layer, as factors of its last ``need``-th key (``_replay_lfru_bits``). Measured again once
+#: the band was compressed (session 20): 0.85 / 1.2 take 0.88 / 1.00 / 1.00 / 1.02 / 0.92 of the time of 0.75 /
+#: 1.4 at rho 0.1 / 0.2 / 0.3 / 0.4 / 0.75 (0.8 / 1.3: 0.95 / 0.99 / 0.99 / 1.00 / 0.95; 0.9 / 1.12: 1.03-1.09
+#: at rho 0.2-0.4; 0.7 / 1.5: 1.03-1.07; docs/performance.md).
+_LFRU_CUT_LOW = 0.85
+_LFRU_CUT_HIGH = 1.2
 
 
 @jit_inline
