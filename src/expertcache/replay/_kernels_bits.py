@@ -786,9 +786,10 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     stay); a unit that fits touches its members the same way without the cuts (one word at a time up to two
     words, a loop over the members beyond). The ``need = m - |below theta0|`` lowest keys of the *band* between
     the two cuts (``m = |C ∪ U| - c``) are found exactly: a band of up to 16 (most) by counting each key's rank
-    in registers (:func:`._simd.band_pick32`, its counts and last units compressed from their lanes), one of up to 64 by sorting its keys with a bitonic network, a larger
-    band by ranking every block of ``C ∪ U``; the keys below the ``need``-th, and of those equal to it the lowest
-    tie positions, leave with the low cut's blocks. The cuts have 8 significant bits (:func:`._simd.dyadic8_down`,
+    in registers (:func:`._simd.band_pick32`, its counts and last units compressed from their lanes), one of up
+    to 64 by sorting its keys with a bitonic network, a larger band by ranking every block of ``C ∪ U``; the
+    keys below the ``need``-th, and of those equal to it the lowest tie positions, leave with the low cut's
+    blocks. The cuts have 8 significant bits (:func:`._simd.dyadic8_down`,
     ``dyadic8_up``), so ``freq <= theta * age`` is exact in float32 for every age below ``old_age`` (at most
     :data:`._simd.AGE32` = ``2**16``: the product has at most 24 significant bits) and holds exactly when the
     float64 key is at most ``theta`` (a key ``f / a`` other than the cut differs from it by more than float64
