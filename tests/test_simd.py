@@ -435,19 +435,14 @@ AGE = S.AGE32
 
 @njit(cache=False)
 def _lanes_eq(buf, off, v):
-    return S.lanes_eq_i64(buf, off, v)
-
-
-@njit(cache=False)
-def _lanes_eq32(buf, off, v):
-    return S.lanes_eq_i32(buf, off, v)
+    return S.lanes_eq(buf, off, v)
 
 
 @pytest.mark.parametrize("dtype", [np.int64, np.int32])
 def test_lanes_eq_marks_the_lanes_equal_to_a_value(dtype):
     """Bit ``q`` of the word where ``buf[off + q] == v`` for the 64 lanes from ``off`` (values around it, -1 and
     the value itself on the word's first and last lane); the lanes past the 64 are not read into it. Int64 lanes
-    (``lanes_eq_i64``) and int32 ones (``lanes_eq_i32``, the per-layer lrfu loop's last units)."""
+    and int32 ones (the per-layer lrfu loop's last units)."""
     rng = np.random.default_rng(2)
     for _ in range(200):
         buf = rng.integers(-1, 6, 200).astype(dtype)
@@ -455,7 +450,7 @@ def test_lanes_eq_marks_the_lanes_equal_to_a_value(dtype):
         v = int(rng.integers(-1, 6))
         buf[off + int(rng.choice([0, 63]))] = v
         want = sum(1 << q for q in range(64) if buf[off + q] == v)
-        assert int((_lanes_eq if dtype == np.int64 else _lanes_eq32)(buf, off, v)) == want
+        assert int(_lanes_eq(buf, off, v)) == want
 
 
 @njit(cache=False)

@@ -33,7 +33,7 @@ from ._simd import (
     dyadic8_up,
     keys8_32,
     lanes_below,
-    lanes_eq_i32,
+    lanes_eq,
     lrfu_cut1,
     lrfu_cut2,
     pdep,
@@ -954,16 +954,17 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         need = m - c0
         nb = c1 - c0
         v = th0
-        if need == 0:
-            for w in range(n_words):
-                mem[ul, w] = cu[w] & ~low[w]
-        elif nb <= 16:                 # a narrow band (89% of the overflows at rho 0.2): ranked in registers
+        if need > 0 and nb <= 64:      # the band's counts and last units, compressed from their words
             q = 0
             for w in range(n_words):
                 x = high[w] & ~low[w]
                 o = pbase + (w << 6)
                 values_at32(F, o, x, bF32, q)
                 q = values_at32(Lst, o, x, bL32, q)
+        if need == 0:
+            for w in range(n_words):
+                mem[ul, w] = cu[w] & ~low[w]
+        elif nb <= 16:                 # a narrow band (89% of the overflows at rho 0.2): ranked in registers
             band_pick32(bF32, bL32, t1, nb, need, w2, ckey)
             v = ckey[_U(_cttz(w2[1]))]
             leave = w2[0]
@@ -973,14 +974,8 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
                 c = _popc(x)
                 leave = (leave >> c) if c < 64 else zero
         elif nb <= 64:                 # the 64-lane network: a band of 33-64 (5% of the overflows at rho 0.2)
-            q = 0
-            for w in range(n_words):
-                x = high[w] & ~low[w]
-                o = pbase + (w << 6)
-                values_at32(F, o, x, bF32, q)               # the band's counts and last units compressed,
-                q = values_at32(Lst, o, x, bL32, q)         # its keys divided 8 at a time (a division per
-            for c in range(0, nb, 8):                       # key in a loop over the band's bits: 1.01x the
-                keys8_32(bF32, bL32, t1, c, ckey)           # time at rho 0.2, the same at 0.3 and 0.4)
+            for c in range(0, nb, 8):  # its keys divided 8 at a time (a division per key in a loop over the
+                keys8_32(bF32, bL32, t1, c, ckey)           # band's bits: 1.01x the time at rho 0.2)
             sort_small(ckey, nb, sel)
             v = sel[need - 1]
             leave = _band_leave(ckey, v, need, nb)      # band indices that leave
@@ -1188,7 +1183,7 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
                 PL[j] = u
                 V[j] = s * qu
             for w in range(n_words):   # the unit's bitset: the lanes whose last unit is this one, one vector
-                ev[w] = lanes_eq_i32(PL, pbase + (w << 6), u)           # compare a word (`ev[w] |= bit` per
+                ev[w] = lanes_eq(PL, pbase + (w << 6), u)               # compare a word (`ev[w] |= bit` per
         elif whole:                    # member in the loop: a chain of read-modify-writes through memory, 1.02x
             for w in range(n_words):   # the time; built in registers, or by _unit_bits before it: 1.11-1.13x)
                 ev[w] = zero

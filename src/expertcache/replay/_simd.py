@@ -27,8 +27,8 @@ must hold ``off + 64`` (or ``n``) elements.
   wider bands).
 * :func:`lrfu_cut1`, :func:`lrfu_cut2` — 64 lrfu values against the sure and maybe bounds of one or two cuts.
 * :func:`lanes_below` — the live lanes of a partial group of 64, as bits.
-* :func:`lanes_eq_i64`, :func:`lanes_eq_i32` — the lanes of 64 int64 (int32) values equal to one value, as bits
-  (the per-layer lrfu loop's members: the lanes whose last unit is the unit's).
+* :func:`lanes_eq` — the lanes of 64 int64 or int32 values equal to one value, as bits (the per-layer lrfu loop's
+  members: the lanes whose last unit is the unit's).
 * :func:`cut_masks32`, :func:`cut_mask1_32` — the bits of the 64 lanes where ``F <= theta * (t1 - L)`` for two
   cuts (one) on float32 counts and last units with 8-bit cuts (:func:`dyadic8_down`, :func:`dyadic8_up`), 16
   lanes to a 512-bit vector, exact below an age bound; the lanes at or past it marked (the lfru loops).
@@ -248,19 +248,23 @@ def _make_pick(n: int):
     return _pick
 
 
+def _keys32(context, builder, signature, args, f, lst, t1, off, n):
+    """``n`` float64 keys ``F / (t1 - L)`` from the float32 counts ``args[f]`` and last units ``args[lst]`` at
+    element ``off`` (``t1`` the index of the float64 clock), as the loops write
+    ``np.float64(F) / (t1 - np.float64(L))``."""
+    ft = ir.VectorType(_F64, n)
+    fv, lv = (builder.fpext(builder.load(_lanes(context, builder, signature.args[k], args[k], off, n,
+                                                ir.FloatType()), align=4), ft) for k in (f, lst))
+    return builder.fdiv(fv, builder.fsub(_splat(builder, args[t1], ft, n), lv))
+
+
 def _make_pick32(n: int):
     @intrinsic
     def _pick(typingctx, bF, bL, t1, nb, need, out, keys):
         sig = types.void(bF, bL, types.float64, types.int64, types.int64, out, keys)
 
         def codegen(context, builder, signature, args):
-            ft = ir.VectorType(_F64, n)
-            zero = ir.Constant(_I64, 0)
-            fv = builder.fpext(builder.load(_lanes(context, builder, signature.args[0], args[0], zero, n,
-                                                   ir.FloatType()), align=4), ft)
-            lv = builder.fpext(builder.load(_lanes(context, builder, signature.args[1], args[1], zero, n,
-                                                   ir.FloatType()), align=4), ft)
-            key = builder.fdiv(fv, builder.fsub(_splat(builder, args[2], ft, n), lv))
+            key = _keys32(context, builder, signature, args, 0, 1, 2, ir.Constant(_I64, 0), n)
             live = _pick_lanes(context, builder, signature, args, key, 3, 4, 5, n)
             _store_keys(context, builder, signature.args[6], args[6], key, live, n)
             return context.get_dummy_value()
@@ -311,12 +315,7 @@ def keys8_32(typingctx, bF, bL, t1, off, out):
     sig = types.void(bF, bL, types.float64, types.int64, out)
 
     def codegen(context, builder, signature, args):
-        ft = ir.VectorType(_F64, 8)
-        fv = builder.fpext(builder.load(_lanes(context, builder, signature.args[0], args[0], args[3], 8,
-                                               ir.FloatType()), align=4), ft)
-        lv = builder.fpext(builder.load(_lanes(context, builder, signature.args[1], args[1], args[3], 8,
-                                               ir.FloatType()), align=4), ft)
-        key = builder.fdiv(fv, builder.fsub(_splat(builder, args[2], ft, 8), lv))
+        key = _keys32(context, builder, signature, args, 0, 1, 2, args[3], 8)
         builder.store(key, _lanes(context, builder, signature.args[4], args[4], args[3], 8), align=8)
         return context.get_dummy_value()
 
@@ -642,27 +641,17 @@ def lrfu_cut2(typingctx, V, off, bounds, out, qa, qb):
 
 
 @intrinsic
-def lanes_eq_i64(typingctx, buf, off, v):
-    """Bit ``q`` set where ``buf[off + q] == v`` for the 64 int64 lanes from ``off``: one vector compare where a
-    loop setting one bit per matching lane would chain read-modify-writes of a word through memory."""
+def lanes_eq(typingctx, buf, off, v):
+    """Bit ``q`` set where ``buf[off + q] == v`` for the 64 integer lanes from ``off`` (int64 or int32; ``v``
+    compared at the lanes' width): one vector compare where a loop setting one bit per matching lane would chain
+    read-modify-writes of a word through memory."""
     sig = types.uint64(buf, types.int64, types.int64)
 
     def codegen(context, builder, signature, args):
-        x = builder.load(_lanes(context, builder, signature.args[0], args[0], args[1], 64, _I64), align=8)
-        c = builder.icmp_signed("==", x, _splat(builder, args[2], ir.VectorType(_I64, 64), 64))
-        return builder.bitcast(c, _I64)
-
-    return sig, codegen
-
-
-@intrinsic
-def lanes_eq_i32(typingctx, buf, off, v):
-    """:func:`lanes_eq_i64` on 64 int32 lanes (``v`` compared as int32)."""
-    sig = types.uint64(buf, types.int64, types.int64)
-
-    def codegen(context, builder, signature, args):
-        x = builder.load(_lanes(context, builder, signature.args[0], args[0], args[1], 64, _I32), align=4)
-        c = builder.icmp_signed("==", x, _splat(builder, builder.trunc(args[2], _I32), ir.VectorType(_I32, 64), 64))
+        it = ir.IntType(signature.args[0].dtype.bitwidth)
+        x = builder.load(_lanes(context, builder, signature.args[0], args[0], args[1], 64, it), align=it.width // 8)
+        v = args[2] if it.width == 64 else builder.trunc(args[2], it)
+        c = builder.icmp_signed("==", x, _splat(builder, v, ir.VectorType(it, 64), 64))
         return builder.bitcast(c, _I64)
 
     return sig, codegen
