@@ -9,9 +9,9 @@ slot 0, the unit's misses appended), and an overflowing event is decided as the 
 slots whose key is at most a low and a high cut, the ``need`` lowest of the band between are found by sorting
 its keys with a bitonic network (at most 64; a quickselect past it), and of the keys equal to the ``need``-th
 the lowest tie ranks leave (equal keys are common: the blocks of one event with one count). The cuts follow
-the band: a cut holding too many (too few) becomes the high (low) cut, the other moves out by twice their gap
-and only its mask is ranked again (:func:`._simd.cut_mask1_32`), and their spread around the last ``need``-th key halves after a band
-wider than 32 and doubles after a pass repeated. Leaving slots are filled from the top (swap-removal). The
+the band: a cut holding too many (too few) becomes the high (low) cut, the other moves out by their gap (by
+twice the gap at each further move) and only its mask is ranked again (:func:`._simd.cut_mask1_32`), and their
+spread around the last ``need``-th key halves after a band wider than 16 and doubles after a pass repeated. Leaving slots are filled from the top (swap-removal). The
 band's and the leaving slots are read from the masks as lists (:func:`._simd.bit_positions`: with AVX-512
 branch-free, so no word's loop exit is mispredicted).
 
@@ -239,7 +239,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
         n_w = (n_total + 63) >> 6
         t1 = fi + 1.0                  # age = t1 - last
         passes = 1                     # the two cuts over C ∪ U in one pass; a cut that holds too many or too
-        c0 = 0                         # few moves out by twice their gap, and only its own mask is counted again
+        c0 = 0                         # few moves out by their gap, and only its own mask is counted again
         c1 = 0
         t32 = np.float32(t1)
         if i >= young_until and i >= next_scan:    # the oldest resident's unit bounds every age until then
@@ -266,11 +266,13 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
             c1 += np.int64(_popc(hw))
         # A cut moved alone is ranked alone. The two loops below are one body written twice: one loop for either
         # cut, or a helper, measured 1.012-1.014x the time.
-        while c0 > m:                  # more than leave sit below the low cut: it becomes the high cut, and the
-            gap = max(th1 - th0, th1 * 2.0 ** -10) if th1 < np.inf else np.inf    # low one goes down by twice
-            th1 = th0                  # the gap
+        f = 1.0                        # the first move by the cuts' gap, each later one by twice the gap (was
+        while c0 > m:                  # twice from the first: 0.94-0.98 of the time at rho 0.1-0.5)
+            gap = max(th1 - th0, th1 * 2.0 ** -10) if th1 < np.inf else np.inf    # more than leave sit below the
+            th1 = th0                  # low cut: it becomes the high cut, and the low one goes down
             c1 = c0
-            th0 = dyadic8_down(th0 - 2.0 * gap) if th0 - 2.0 * gap > 0.0 else 0.0
+            th0 = dyadic8_down(th0 - f * gap) if th0 - f * gap > 0.0 else 0.0
+            f = 2.0
             passes += 1
             c0 = 0
             for w in range(n_w):       # the low cut alone
@@ -279,11 +281,13 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                 masks[_U(w), 1] = masks[_U(w), 0]
                 masks[_U(w), 0] = lw
                 c0 += np.int64(_popc(lw))
+        f = 1.0
         while c1 < m:                  # fewer than leave sit below the high cut (c0 <= c1 < m): it becomes the
             gap = max(th1 - th0, th1 * 2.0 ** -10) if th1 < np.inf else np.inf    # low cut, and the high one goes
-            th0 = th1                  # up by twice the gap
+            th0 = th1                  # up
             c0 = c1
-            th1 = dyadic8_up(th1 + 2.0 * gap) if th1 > 0.0 else np.inf
+            th1 = dyadic8_up(th1 + f * gap) if th1 > 0.0 else np.inf
+            f = 2.0
             passes += 1
             c1 = 0
             for w in range(n_w):       # the high cut alone
@@ -413,7 +417,9 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                 BR[(_U(b2) << one) | one] = s
             n_total -= 1
         n_res = n_total
-        if nb > 32:                    # the cuts follow the band: narrower when it is wide, wider after a miss
+        if nb > 16:                    # the cuts follow the band: narrower when it is past band_pick's 16 (was
+                                       # past 32: bands of 17-64 after 70-83% of the overflows, 20-25% now), wider
+                                       # after a miss
             spread = max(spread * 0.5, 2.0 ** -20)
         elif passes > 1:
             spread = min(spread * 2.0, 0.5)
