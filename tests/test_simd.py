@@ -485,3 +485,20 @@ def test_values_at_lists_the_values_of_the_set_bits_in_order(name):
         want = [V[off + i] for i in range(64) if x >> i & 1]
         got = (_values32 if f32 else _values)(V, off, np.uint64(x), out, q, name.startswith("avx512"))
         assert got == q + len(want) and list(out[q:got]) == want and (out[:q] == -1.0).all()
+
+
+@njit(cache=False)
+def _below_masks(a, b):
+    out = np.empty(a.shape[0], dtype=np.uint64)
+    for k in range(a.shape[0]):
+        out[k] = S.below_mask(a[k], b[k])
+    return out
+
+
+def test_below_mask_is_all_ones_exactly_where_the_first_count_is_lower():
+    rng = np.random.default_rng(5)
+    edge = np.array([0, 1, 2, 63, 64, 2**31, 2**62 - 1], dtype=np.int64)
+    a = np.concatenate([rng.integers(0, 200, 500), edge, edge, edge[::-1]]).astype(np.int64)
+    b = np.concatenate([rng.integers(0, 200, 500), edge, np.roll(edge, 1), edge]).astype(np.int64)
+    want = np.where(a < b, np.uint64(2**64 - 1), np.uint64(0))
+    assert np.array_equal(_below_masks(a, b), want)

@@ -27,6 +27,7 @@ from ._simd import (
     AGE32,
     band_masks,
     band_pick32,
+    below_mask,
     cut_mask1_32,
     cut_mask1_32_young,
     dyadic8_down,
@@ -733,13 +734,13 @@ def _replay_lfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, re
                 z0 = g0 & ~b0
                 z1 = g1 & ~b1
                 zc = np.int64(_popc(z0)) + np.int64(_popc(z1))
-                take = zc < rem
-                keep = zero - np.uint64(take)
+                keep = below_mask(zc, rem)                  # all the 0s leave (zc < rem); as a select, LLVM
+                                                            # made it a branch per plane: 0.87 of the time
                 o0 |= z0 & keep
                 o1 |= z1 & keep
                 g0 = (g0 & b0 & keep) | (z0 & ~keep)
                 g1 = (g1 & b1 & keep) | (z1 & ~keep)
-                rem -= zc * np.int64(take)
+                rem -= zc & np.int64(keep)
             _store_words(grp, g0, g1, n_words)
             _store_words(out, o0, o1, n_words)
         else:
@@ -751,14 +752,13 @@ def _replay_lfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, re
                 zc = 0
                 for w in range(n_words):
                     zc += np.int64(_popc(grp[w] & ~planes[layer, p, w]))
-                take = zc < rem               # all the 0s leave; the rest among the 1s
-                keep = np.uint64(0) - np.uint64(take)
+                keep = below_mask(zc, rem)    # all the 0s leave (zc < rem); the rest among the 1s
                 for w in range(n_words):
                     b = planes[layer, p, w]
                     z = grp[w] & ~b
                     out[w] |= z & keep
                     grp[w] = (grp[w] & b & keep) | (z & ~keep)
-                rem -= zc if take else 0
+                rem -= zc & np.int64(keep)
         for w in range(n_words):          # one count left in the group: its lowest tie positions (the rem
             x = grp[w]                    # lowest bits, deposited; a loop over the bits measured 1.02x)
             k = min(rem, np.int64(_popc(x)))

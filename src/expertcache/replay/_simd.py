@@ -37,6 +37,7 @@ must hold ``off + 64`` (or ``n``) elements.
 * :func:`values_at`, :func:`values_at32` — the float64 (float32) values at the set bits of a word, as a list
   (AVX-512 compress where the machine has it, a loop otherwise; the per-layer lrfu (lfru) loop's band).
 * :func:`pdep` — parallel bit deposit (BMI2 where the machine has it, a loop otherwise).
+* :func:`below_mask` — a word of all ones where one count is below another, that no compiler pass makes a branch.
 * :func:`f2u`, :func:`u2f` — the bits of a float64 and back.
 
 The global lfru loop (:mod:`._kernels_lfru_groups`) builds its own intrinsics from :func:`_lanes` and
@@ -516,6 +517,16 @@ def _has_feature(name: str) -> bool:
 
 #: ``pdep(src, mask)``: parallel bit deposit (BMI2's ``pdep`` where the machine has it).
 pdep = _pdep_bmi2 if _has_feature("bmi2") else _pdep_loop
+
+
+@jit_helper
+def below_mask(a, b):
+    """A word of all ones where ``a < b`` (two non-negative int64 below ``2**62``), else 0: the sign of their
+    difference spread by an arithmetic shift. Taken in unsigned arithmetic, so that LLVM does not fold it into a
+    compare and a select (a signed difference may not wrap, and ``(a - b) >> 63`` becomes ``a < b``): its x86
+    pass that turns conditional moves in loops into branches made the per-layer lfu loop's radix selection
+    branch on every plane, mispredicted."""
+    return np.uint64(np.int64(np.uint64(a) - np.uint64(b)) >> np.int64(63))
 
 
 def _compress_store(builder, data, q, x, vt, align, name, lanes_of):
