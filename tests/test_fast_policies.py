@@ -200,6 +200,36 @@ def test_lfru_and_lrfu_bitset_loops_equal_the_generic_kernels(N, policy):
                     KB.replay_lrfu_bits(*head, lam, warm, hits, misses, flags)
                 assert all((a == b).all() for a, b in zip((hits, misses, flags), want, strict=True)), (caps, warm,
                                                                                                      lam)
+                if policy == "lfru":       # one unit per access, members ascending and shuffled per event
+                    for expert in (stream.expert, _shuffled(stream, N + warm)):
+                        want = _scan_sequential(stream, expert, caps, tie, warm)
+                        hits[:] = 0
+                        misses[:] = 0
+                        flags[:] = 0
+                        KB.replay_lfru_bits(stream.offsets, expert, stream.layer, N, L, caps, tie_pos, warm, hits,
+                                            misses, flags, sequential=True)
+                        assert all((a == b).all() for a, b in zip((hits, misses, flags), want, strict=True)), (
+                            caps, warm)
+
+
+def _shuffled(stream, seed):
+    """The stream's members shuffled within each event (an access order of sequential-random)."""
+    rng = np.random.default_rng(seed)
+    expert = stream.expert.copy()
+    for i in range(stream.offsets.shape[0] - 1):
+        lo, hi = stream.offsets[i], stream.offsets[i + 1]
+        expert[lo:hi] = rng.permutation(expert[lo:hi])
+    return expert
+
+
+def _scan_sequential(stream, expert, caps, tie, warm):
+    """Counts of replay_scan's lfru per layer, one unit per access in the order ``expert``."""
+    hits = np.zeros(stream.n_layers, dtype=np.int64)
+    misses = np.zeros(stream.n_layers, dtype=np.int64)
+    flags = np.zeros(stream.union, dtype=np.uint8)
+    K.replay_scan(stream.offsets, expert, stream.layer, stream.step, stream.n_experts, stream.n_layers, False, False,
+                  np.empty(0, dtype=np.int32), caps, tie, KEY_LFRU, False, -1.0, warm, hits, misses, flags)
+    return hits, misses, flags
 
 
 def test_kth_lowest_on_repeated_and_distinct_values():

@@ -772,8 +772,9 @@ def _replay_lfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, re
 
 
 def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
-                     hit_flag, old_age=AGE32):
-    """Event-atomic, per-layer ``lfru`` on bitsets in tie-position space (the decision of ``replay_select``).
+                     hit_flag, old_age=AGE32, sequential=False):
+    """Per-layer ``lfru`` on bitsets in tie-position space (the decision of ``replay_select``): event-atomic, or
+    with ``sequential`` one unit per access (its clock the access index; members in the stream's order).
 
     The key of a block is ``freq / (t - last + 1)`` (``t`` the unit, ``last`` its last unit, ``freq`` its
     persistent count after the unit's own accesses), evaluated by the float expression of ``replay_scan``; ties
@@ -794,7 +795,7 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     :data:`._simd.AGE32` = ``2**16``: the product has at most 24 significant bits) and holds exactly when the
     float64 key is at most ``theta`` (a key ``f / a`` other than the cut differs from it by more than float64
     rounds); the pass marks the lanes of older blocks, which are tested in float64 (exact; nearly never any).
-    Streams of ``2**24`` events or more take ``replay_select``. The next cuts of the layer are the ``need``-th
+    Streams of ``2**24`` units (events; accesses where ``sequential``) or more take ``replay_select``. The next cuts of the layer are the ``need``-th
     key times 0.85 and 1.2 (a cut that holds too many or too few blocks becomes the other cut, and a cut 1.5x
     further out is ranked alone, the factor squared at each further step: a band just past a cut stays narrow).
     Parameters are those of :func:`replay_lru_bits`, and ``old_age`` (lower in
@@ -813,7 +814,8 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                       np.zeros(n_layers * npad, dtype=np.float32), np.zeros(n_layers * npad, dtype=np.float32), thr,
                       np.empty(width, dtype=np.int64), np.empty(width + 8), np.empty(width, dtype=np.float64),
                       np.empty(width, dtype=np.float64), np.empty(width, dtype=np.float64),
-                      np.float32(min(float(old_age), AGE32)), np.zeros(128, np.float32), np.zeros(128, np.float32))
+                      np.float32(min(float(old_age), AGE32)), np.zeros(128, np.float32), np.zeros(128, np.float32),
+                      bool(sequential))
 
 
 #: The next cuts of a layer, as factors of its last ``need``-th key (``_replay_lfru_bits``). Measured again once
@@ -884,25 +886,35 @@ def _recut(moved, kept, F, Lst, pbase, th, t1, cu, n_words, old_age, w4):
 
 @jit
 def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses, hit_flag,
-                      size, mem, ev, cu, low, high, w2, F, Lst, thr, cpos, ckey, sel, sel2, fb, old_age, bF32, bL32):
+                      size, mem, ev, cu, low, high, w2, F, Lst, thr, cpos, ckey, sel, sel2, fb, old_age, bF32, bL32,
+                      sequential):
     """The loop of :func:`replay_lfru_bits`; ``F`` / ``Lst`` ``[l * 64 W + j]``: count / last unit of layer
     ``l``'s tie position ``j`` (float32); bitsets: ``ev`` the unit, ``cu`` ``C ∪ U``, ``low`` / ``high`` below the
-    cuts; ``old_age``: lanes at least that old are decided in float64."""
+    cuts; ``old_age``: lanes at least that old are decided in float64; ``sequential``: one unit per access."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     n_words = (n_experts + 63) // 64
     npad = n_words * 64
     zero = np.uint64(0)
-    for i in range(n_events):          # one unit per event: the unit clock is the event index
+    k0 = offsets[0] if sequential else 0
+    i = 0
+    for k in range(k0, offsets[n_events] if sequential else n_events):
+        if sequential:                 # one unit per access: the unit clock is the access index
+            while offsets[i + 1] <= k:
+                i += 1
+            lo = k
+            hi = k + 1
+        else:                          # one unit per event: the unit clock is the event index
+            i = k
+            lo = offsets[i]
+            hi = offsets[i + 1]
         layer = ev_layer[i]
         ul = _U(layer)
         cap = capacity[ul]
         base = layer * n_experts
         pbase = layer * npad
-        lo = offsets[i]
-        hi = offsets[i + 1]
         n_mem = hi - lo
-        fi = float(i)
+        fi = float(k - k0)
         _unit_bits(expert, lo, hi, base, tie_pos, ev, n_words)
         n_hit = 0
         for w in range(n_words):

@@ -9,8 +9,8 @@ and clocks; every candidate is re-ranked at each overflowing unit and the leavin
 float key's bits order like the float).
 
 The engine runs :func:`replay_select` for ``lfru`` per layer where the bitset
-loop of ``_kernels_bits`` does not apply (sequential units, more than 1,024
-experts, streams past its event bound); :mod:`._kernels_lfru_groups` takes
+loop of ``_kernels_bits`` does not apply (more than 1,024 experts, streams past
+its bound of units); :mod:`._kernels_lfru_groups` takes
 global scope (:mod:`._kernels_lfru_slots` small event-atomic global caches).
 """
 
