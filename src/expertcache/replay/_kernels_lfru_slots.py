@@ -11,9 +11,9 @@ its keys with a bitonic network (at most 64; a quickselect past it), and of the 
 the lowest tie ranks leave (equal keys are common: the blocks of one event with one count). The cuts follow
 the band: a cut holding too many (too few) becomes the high (low) cut, the other moves out by their gap (by
 twice the gap at each further move) and only its mask is ranked again (:func:`._simd.cut_mask1_32`), and their
-spread around the last ``need``-th key halves after a band wider than 16 and doubles after a pass repeated. Leaving slots are filled from the top (swap-removal). The
-band's and the leaving slots are read from the masks as lists (:func:`._simd.bit_positions`: with AVX-512
-branch-free, so no word's loop exit is mispredicted).
+spread around the last ``need``-th key halves after a band wider than 16 and doubles after a pass repeated.
+Leaving slots are filled from the top (swap-removal). The band's and the leaving slots are read from the masks
+as lists (:func:`._simd.bit_positions`: with AVX-512 branch-free, so no word's loop exit is mispredicted).
 
 The cut pass is float32 (:func:`._simd.cut_masks32`, 16 lanes to a 512-bit vector): counts and last units
 are float32 (integers below ``2**24``: :data:`MAX_EVENTS`) and the cuts have 8 significant bits
