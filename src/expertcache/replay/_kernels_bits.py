@@ -51,8 +51,8 @@ _U = np.uint64
 
 #: Largest per-layer universe the bitset kernels take (16 words of 64 bits).
 MAX_BITS_EXPERTS = 1024
-#: Longest stream (events) :func:`replay_lfru_bits` takes: its counts and last units are float32, exact below
-#: ``2**24``.
+#: Most units (events; accesses where sequential) :func:`replay_lfru_bits` takes: its counts and last units are
+#: float32, exact below ``2**24``.
 MAX_LFRU_EVENTS = 1 << 24
 #: Longest stream (events) :func:`replay_lrfu_bits` takes: its last units are int32.
 MAX_LRFU_EVENTS = (1 << 31) - 2
@@ -981,7 +981,7 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         if need == 0:
             for w in range(n_words):
                 mem[ul, w] = cu[w] & ~low[w]
-        elif nb <= 16:                 # a narrow band (89% of the overflows at rho 0.2): ranked in registers
+        elif nb <= 16:                 # a narrow band (85% of the overflows at rho 0.2): ranked in registers
             band_pick32(bF32, bL32, t1, nb, need, w2, ckey)
             v = ckey[_U(_cttz(w2[1]))]
             leave = w2[0]
@@ -990,7 +990,8 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
                 mem[ul, w] = cu[w] & ~(low[w] | pdep(leave, x))
                 c = _popc(x)
                 leave = (leave >> c) if c < 64 else zero
-        elif nb <= 64:                 # the 64-lane network: a band of 33-64 (5% of the overflows at rho 0.2)
+        elif nb <= 64:                 # a 32- or 64-lane network: a band of 17-64 (under 1% of the overflows at
+                                       # rho 0.2, 5% at 0.3)
             for c in range(0, nb, 8):  # its keys divided 8 at a time (a division per key in a loop over the
                 keys8_32(bF32, bL32, t1, c, ckey)           # band's bits: 1.01x the time at rho 0.2)
             sort_small(ckey, nb, sel)

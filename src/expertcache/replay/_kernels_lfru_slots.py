@@ -155,10 +155,10 @@ def _tie_cut(ckey, v, nb, tie, SB, bpos, buf, scratch, eq, n_eq):
 @jit_helper
 def _touch(BR, SF, SL, SB, expert, lo, hi, base, top, fi, cap, mixed, record, hit_flag):
     """The members ``expert[lo:hi]`` of an event (blocks ``base + e``): their counts up by one, a hit's count
-    and last unit ``fi`` in its slot, a miss's in slot ``top``, ``top + 1``, ... (none where ``cap`` is 0); returns
-    the hits and the next free slot. ``mixed``: hits and misses mixed, no branch on either. Its own function: in
-    the loop's body LLVM kept ``top`` on the stack, a store and a load per member on one chain (here in a
-    register: 0.98 of the loop's time at rho 0.5, 1.00 at 0.2-0.4)."""
+    and last unit ``fi`` in its slot, a miss's in slot ``top`` (the first free slot), ``top + 1``, ... (none where
+    ``cap`` is 0); returns the hits and the next free slot. ``mixed``: hits and misses mixed, no branch on
+    either. Its own function: in the loop's body LLVM kept ``top`` on the stack, a store and a load per member on
+    one chain (here in a register: 0.98 of the loop's time at rho 0.5, 1.00 at 0.2-0.4)."""
     one = np.uint64(1)
     n_hit = 0
     if mixed:
@@ -224,9 +224,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
         hi = offsets[i + 1]
         fi = float(i)
         counted = i >= count_from
-        n_hit = 0
-        top = n_res                    # the unit's misses go to slots n_res, n_res + 1, ...
-        n_hit, top = _touch(BR, SF, SL, SB, expert, lo, hi, base, top, fi, cap, mixed, record, hit_flag)
+        n_hit, top = _touch(BR, SF, SL, SB, expert, lo, hi, base, n_res, fi, cap, mixed, record, hit_flag)
         mixed = cap > 0 and 8 * n_hit >= hi - lo and 8 * n_hit <= 7 * (hi - lo)
         if counted:
             hits[_U(layer)] += n_hit

@@ -715,4 +715,3 @@ values_at = _values_at_avx512 if _has_feature("avx512f") else _values_at_loop
 #: ``values_at32(V, off, x, out, q)``: :data:`values_at` for float32 values (four 16-lane compresses with
 #: AVX-512; ``out`` must hold ``q + 64`` elements).
 values_at32 = _values_at32_avx512 if _has_feature("avx512f") else _values_at_loop
-
