@@ -1,19 +1,20 @@
 """numba kernel for event-atomic ``lfru`` under global scope with a small cache: dense slots and vector cuts.
 
 ``lfru`` ranks a block by ``freq / (t - last + 1)`` (``t`` the unit, here the event index; lower leaves first,
-equal keys by lower tie rank). With a small global cache nearly every member misses and as many residents
-leave per event, so the frequency groups of :mod:`._kernels_lfru_groups` move every member through their
-lists. Here the residents sit in dense *slots* (count, last unit, block; ``C ∪ U`` contiguous from
-slot 0, the unit's misses appended), and an overflowing event is decided as the per-layer loop
-``_kernels_bits.replay_lfru_bits`` decides it, over slots instead of tie positions: one vector pass gives the
-slots whose key is at most a low and a high cut, the ``need`` lowest of the band between are found by sorting
-its keys with a bitonic network (at most 64; a quickselect past it), and of the keys equal to the ``need``-th
-the lowest tie ranks leave (equal keys are common: the blocks of one event with one count). The cuts follow
-the band: a cut holding too many (too few) becomes the high (low) cut, the other moves out by their gap (by
-twice the gap at each further move) and only its mask is ranked again (:func:`._simd.cut_mask1_32`), and their
-spread around the last ``need``-th key halves after a band wider than 16 and doubles after a pass repeated.
-Leaving slots are filled from the top (swap-removal). The band's and the leaving slots are read from the masks
-as lists (:func:`._simd.bit_positions`: with AVX-512 branch-free, so no word's loop exit is mispredicted).
+equal keys by lower tie rank). With a small global cache nearly every member misses and as many residents leave per
+event, so the frequency groups of :mod:`._kernels_lfru_groups` move every member through their lists. Here the
+residents sit in dense *slots* (count, last unit, block; the unit's misses take free slots, the last freed first,
+so that the slots ever used stay about ``C ∪ U``), and an overflowing event is decided as the per-layer loop
+``_kernels_bits.replay_lfru_bits`` decides it, over slots instead of tie positions: one vector pass gives the slots
+whose key is at most a low and a high cut, the ``need`` lowest of the band between are found by sorting its keys
+with a bitonic network (at most 64; a quickselect past it), and of the keys equal to the ``need``-th the lowest tie
+ranks leave (equal keys are common: the blocks of one event with one count). The cuts follow the band: a cut
+holding too many (too few) becomes the high (low) cut, the other moves out by their gap (by twice the gap at each
+further move) and only its mask is ranked again (:func:`._simd.cut_mask1_32`), and their spread around the last
+``need``-th key halves after a band wider than 16 and doubles after a pass repeated. A leaving slot is freed with
+its last unit set to ``inf`` (an age of ``-inf``, below no cut), one store where filling it from the top took a
+copy of another slot. The band's and the leaving slots are read from the masks as lists
+(:func:`._simd.bit_positions`: with AVX-512 branch-free, so no word's loop exit is mispredicted).
 
 The cut pass is float32 (:func:`._simd.cut_masks32`, 16 lanes to a 512-bit vector): counts and last units
 are float32 (integers below ``2**24``: :data:`MAX_EVENTS`) and the cuts have 8 significant bits
@@ -116,13 +117,13 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
     _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag,
                        np.stack([np.zeros(n_blocks, dtype=np.int32), np.full(n_blocks, -1, dtype=np.int32)], axis=1).reshape(-1),
                        np.zeros(npad, dtype=np.float32),
-                       np.zeros(npad, dtype=np.float32), np.zeros(npad, dtype=np.int64),
+                       np.full(npad, np.inf, dtype=np.float32), np.zeros(npad, dtype=np.int64),
                        np.zeros((npad // 64, 2), dtype=np.uint64),
                        np.zeros(((npad // 64 + 63) // 64, 2), dtype=np.uint64),
                        np.zeros(4, dtype=np.uint64), np.full(npad, np.inf),
                        np.empty(npad, dtype=np.float64), np.empty(npad, dtype=np.float64),
                        np.empty(npad, dtype=np.int64), np.empty(npad + 64, dtype=np.int32),
-                       np.float32(min(float(old_age), AGE32)))
+                       np.arange(npad - 1, -1, -1, dtype=np.int64), np.float32(min(float(old_age), AGE32)))
 
 
 #: From this many words of slots on, the band and the leaving slots are listed from the words that hold any
@@ -153,12 +154,13 @@ def _tie_cut(ckey, v, nb, tie, SB, bpos, buf, scratch, eq, n_eq):
 
 
 @jit_helper
-def _touch(BR, SF, SL, SB, expert, lo, hi, base, top, fi, cap, mixed, record, hit_flag):
+def _touch(BR, SF, SL, SB, expert, lo, hi, base, free, nf, used, fi, cap, mixed, record, hit_flag):
     """The members ``expert[lo:hi]`` of an event (blocks ``base + e``): their counts up by one, a hit's count
-    and last unit ``fi`` in its slot, a miss's in slot ``top`` (the first free slot), ``top + 1``, ... (none where
-    ``cap`` is 0); returns the hits and the next free slot. ``mixed``: hits and misses mixed, no branch on
-    either. Its own function: in the loop's body LLVM kept ``top`` on the stack, a store and a load per member on
-    one chain (here in a register: 0.98 of the loop's time at rho 0.5, 1.00 at 0.2-0.4)."""
+    and last unit ``fi`` in its slot, a miss's in a free slot (``free[nf - 1]``, ``free[nf - 2]``, ...; none where
+    ``cap`` is 0); returns the hits, the free slots left and the slots ever used (``used``). ``mixed``: hits and
+    misses mixed, no branch on either. Its own function: in the loop's body LLVM kept the next slot on the stack,
+    a store and a load per member on one chain (here in a register: 0.98 of the loop's time at rho 0.5, 1.00 at
+    0.2-0.4)."""
     one = np.uint64(1)
     n_hit = 0
     if mixed:
@@ -168,13 +170,15 @@ def _touch(BR, SF, SL, SB, expert, lo, hi, base, top, fi, cap, mixed, record, hi
             BR[b << one] = f
             s = np.int64(BR[(b << one) | one])
             hit = np.int64(s >= 0)
+            top = free[_U(nf - 1)]             # the next free slot, taken where this is a miss
             d = top + hit * (s - top)          # a hit's own slot, or slot top for a miss
-            SF[_U(d)] = float(f)
+            SF[_U(d)] = np.float32(f)
             SL[_U(d)] = fi
             SB[_U(top)] = np.int64(b)          # slot top is free until a miss takes it
             BR[(b << one) | one] = d
             n_hit += hit
-            top += 1 - hit
+            nf -= 1 - hit
+            used = max(used, d + 1)
             if record:
                 hit_flag[_U(a)] = hit
     else:
@@ -185,32 +189,37 @@ def _touch(BR, SF, SL, SB, expert, lo, hi, base, top, fi, cap, mixed, record, hi
             s = BR[(b << one) | one]
             if s >= 0:
                 n_hit += 1
-                SF[_U(s)] = float(f)
+                SF[_U(s)] = np.float32(f)
                 SL[_U(s)] = fi
                 if record:
                     hit_flag[_U(a)] = 1
             elif cap > 0:
-                SF[_U(top)] = float(f)
+                top = free[_U(nf - 1)]
+                nf -= 1
+                SF[_U(top)] = np.float32(f)
                 SL[_U(top)] = fi
                 SB[_U(top)] = np.int64(b)
                 BR[(b << one) | one] = top
-                top += 1
-    return n_hit, top
+                used = max(used, top + 1)
+    return n_hit, nf, used
 
 
 @jit
 def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag,
-                       BR, SF, SL, SB, masks, nz, w4, ckey, sel, sel2, bpos, lst, old_age):
+                       BR, SF, SL, SB, masks, nz, w4, ckey, sel, sel2, bpos, lst, free, old_age):
     """The loop of :func:`replay_lfru_slots`. ``BR[2b]``, ``BR[2b + 1]``: block ``b``'s count and its slot (-1:
     not resident), side by side (one cache line per member; a flat array: no multiply per index; int32:
     counts below MAX_EVENTS, slots below MAX_SLOTS); slot ``s``: count ``SF``, last unit ``SL`` (float32), block ``SB`` (its tie rank
     ``tie[SB[s]]``, read only where equal keys meet the cut); ``masks[w]``: the slots below the low and the high
     cut; ``nz[k]``: the words ``64 k ..`` of ``masks`` holding leaving (0) and band (1) slots; ``w4``: a pass's
-    masks (below each cut, and the lanes ``old_age`` or older)."""
+    masks (below each cut, and the lanes ``old_age`` or older); ``free[:nf]``: the free slots (slots never used
+    last, in ascending order; the rest freed slots, the latest last)."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     one = np.uint64(1)
-    n_res = 0
+    n_res = 0                          # residents
+    nf = free.shape[0]                 # free slots: free[:nf] (the next taken last)
+    used = 0                           # slots ever used: [0, used)
     th0 = 0.0
     th1 = np.inf                       # the first overflow ranks every slot
     spread = 0.25
@@ -224,7 +233,9 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
         hi = offsets[i + 1]
         fi = float(i)
         counted = i >= count_from
-        n_hit, top = _touch(BR, SF, SL, SB, expert, lo, hi, base, n_res, fi, cap, mixed, record, hit_flag)
+        n_hit, nf, used = _touch(BR, SF, SL, SB, expert, lo, hi, base, free, nf, used, fi, cap, mixed, record,
+                                 hit_flag)
+        top = n_res + (hi - lo) - n_hit if cap > 0 else 0
         mixed = cap > 0 and 8 * n_hit >= hi - lo and 8 * n_hit <= 7 * (hi - lo)
         if counted:
             hits[_U(layer)] += n_hit
@@ -233,7 +244,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
         if m <= 0:
             n_res = top
             continue
-        n_total = top
+        n_total = used
         n_w = (n_total + 63) >> 6
         t1 = fi + 1.0                  # age = t1 - last
         passes = 1                     # the two cuts over C ∪ U in one pass; a cut that holds too many or too
@@ -392,7 +403,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                         masks[_U(s >> 6), 0] |= one << np.uint64(s & 63)
                         nz[_U(s >> 12), 0] |= one << np.uint64((s >> 6) & 63)
                     ckey[_U(r)] = np.inf
-        q = 0                          # the leaving slots as a list, then swap-removed highest first
+        q = 0                          # the leaving slots as a list, then freed
         if sparse:
             for k in range(n_s):
                 x = nz[_U(k), 0]
@@ -403,18 +414,14 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
         else:
             for w in range(n_w):
                 q = bit_positions(masks[_U(w), 0], w << 6, lst, q)
-        for r in range(q - 1, -1, -1):
-            s = np.int64(lst[_U(r)])
+        for r in range(q):             # a freed slot's last unit is inf (age -inf): below no cut until a miss
+            s = np.int64(lst[_U(r)])   # takes it (swap-removal, a copy of the top slot into each: 0.92-0.98x the
+                                       # time at rho 0.05-0.3, 1.00 at 0.4-0.5)
             BR[(_U(SB[_U(s)]) << one) | one] = -1
-            last = n_total - 1
-            if s != last:
-                b2 = SB[_U(last)]
-                SF[_U(s)] = SF[_U(last)]
-                SL[_U(s)] = SL[_U(last)]
-                SB[_U(s)] = b2
-                BR[(_U(b2) << one) | one] = s
-            n_total -= 1
-        n_res = n_total
+            SL[_U(s)] = np.inf
+            free[_U(nf)] = s
+            nf += 1
+        n_res = top - q
         if nb > 16:                    # the cuts follow the band: narrower when it is past band_pick's 16 (was
                                        # past 32: bands of 17-64 after 70-83% of the overflows, 20-25% now), wider
                                        # after a miss
