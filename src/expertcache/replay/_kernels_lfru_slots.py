@@ -46,12 +46,13 @@ from ._simd import (
     cut_masks32_young,
     dyadic8_down,
     dyadic8_up,
-    lanes_below,
     sort_small,
 )
 
 #: An unsigned index: numba skips the negative-index wraparound (no index here is negative).
 _U = np.uint64
+#: Every lane of a word.
+ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 #: The engine replays here global caches of at most this many blocks per member of a mean event on streams of
 #: up to :data:`SLOTS_BASE_EVENTS` events per layer (beyond it the frequency groups are faster: the cuts' vector
@@ -118,7 +119,7 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
                        np.stack([np.zeros(n_blocks, dtype=np.int32), np.full(n_blocks, -1, dtype=np.int32)], axis=1).reshape(-1),
                        np.zeros(npad, dtype=np.float32),
                        np.full(npad, np.inf, dtype=np.float32), np.zeros(npad, dtype=np.int64),
-                       np.zeros((npad // 64, 2), dtype=np.uint64),
+                       np.zeros(npad // 32, dtype=np.uint64),
                        np.zeros(((npad // 64 + 63) // 64, 2), dtype=np.uint64),
                        np.zeros(4, dtype=np.uint64), np.full(npad, np.inf),
                        np.empty(npad, dtype=np.float64), np.empty(npad, dtype=np.float64),
@@ -210,7 +211,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
     """The loop of :func:`replay_lfru_slots`. ``BR[2b]``, ``BR[2b + 1]``: block ``b``'s count and its slot (-1:
     not resident), side by side (one cache line per member; a flat array: no multiply per index; int32:
     counts below MAX_EVENTS, slots below MAX_SLOTS); slot ``s``: count ``SF``, last unit ``SL`` (float32), block ``SB`` (its tie rank
-    ``tie[SB[s]]``, read only where equal keys meet the cut); ``masks[w]``: the slots below the low and the high
+    ``tie[SB[s]]``, read only where equal keys meet the cut); ``masks[2w]``, ``masks[2w + 1]``: the slots of word ``w`` below the low and the high
     cut; ``nz[k]``: the words ``64 k ..`` of ``masks`` holding leaving (0) and band (1) slots; ``w4``: a pass's
     masks (below each cut, and the lanes ``old_age`` or older); ``free[:nf]``: the free slots (slots never used
     last, in ascending order; the rest freed slots, the latest last)."""
@@ -259,18 +260,17 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
             next_scan = i + 64
         young = i < young_until        # no resident old enough to need the float64 test: no age mask
         for w in range(n_w):
-            lim = lanes_below(n_total - (w << 6))
             if young:
                 cut_masks32_young(SF, SL, w << 6, np.float32(th0), np.float32(th1), t32, w4)
-                lw = w4[0] & lim
-                hw = w4[1] & lim
+                lw = w4[0]
+                hw = w4[1]
             else:
                 cut_masks32(SF, SL, w << 6, np.float32(th0), np.float32(th1), t32, old_age, w4)
-                u = w4[2] & lim
-                lw = _settle(w4[0] & lim & ~u, u, SF, SL, w << 6, th0, t1)
-                hw = _settle(w4[1] & lim & ~u, u, SF, SL, w << 6, th1, t1)
-            masks[_U(w), 0] = lw
-            masks[_U(w), 1] = hw
+                u = w4[2]
+                lw = _settle(w4[0] & ~u, u, SF, SL, w << 6, th0, t1)
+                hw = _settle(w4[1] & ~u, u, SF, SL, w << 6, th1, t1)
+            masks[_U(2 * w)] = lw
+            masks[_U(2 * w + 1)] = hw
             c0 += np.int64(_popc(lw))
             c1 += np.int64(_popc(hw))
         # A cut moved alone is ranked alone. The two loops below are one body written twice: one loop for either
@@ -285,10 +285,9 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
             passes += 1
             c0 = 0
             for w in range(n_w):       # the low cut alone
-                lim = lanes_below(n_total - (w << 6))
-                lw = _cut1(SF, SL, w << 6, lim, th0, t1, t32, old_age, young, w4)
-                masks[_U(w), 1] = masks[_U(w), 0]
-                masks[_U(w), 0] = lw
+                lw = _cut1(SF, SL, w << 6, ALL, th0, t1, t32, old_age, young, w4)
+                masks[_U(2 * w + 1)] = masks[_U(2 * w)]
+                masks[_U(2 * w)] = lw
                 c0 += np.int64(_popc(lw))
         f = 1.0
         while c1 < m:                  # fewer than leave sit below the high cut (c0 <= c1 < m): it becomes the
@@ -300,10 +299,9 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
             passes += 1
             c1 = 0
             for w in range(n_w):       # the high cut alone
-                lim = lanes_below(n_total - (w << 6))
-                hw = _cut1(SF, SL, w << 6, lim, th1, t1, t32, old_age, young, w4)
-                masks[_U(w), 0] = masks[_U(w), 1]
-                masks[_U(w), 1] = hw
+                hw = _cut1(SF, SL, w << 6, ALL, th1, t1, t32, old_age, young, w4)
+                masks[_U(2 * w)] = masks[_U(2 * w + 1)]
+                masks[_U(2 * w + 1)] = hw
                 c1 += np.int64(_popc(hw))
         need = m - c0
         nb = c1 - c0
@@ -316,16 +314,16 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                 z1 = np.uint64(0)      # per word chained a read-modify-write through memory: with the same below,
                                        # 1.09 / 1.06 the time at rho 0.4 / 0.5)
                 for w in range(k << 6, min((k + 1) << 6, n_w)):
-                    lw = masks[_U(w), 0]
-                    bw = masks[_U(w), 1] & ~lw
-                    masks[_U(w), 1] = bw
+                    lw = masks[_U(2 * w)]
+                    bw = masks[_U(2 * w + 1)] & ~lw
+                    masks[_U(2 * w + 1)] = bw
                     z0 |= np.uint64(lw != 0) << np.uint64(w & 63)
                     z1 |= np.uint64(bw != 0) << np.uint64(w & 63)
                 nz[_U(k), 0] = z0
                 nz[_U(k), 1] = z1
         else:
             for w in range(n_w):       # the slots that leave, as bits: the low cut's first
-                masks[_U(w), 1] &= ~masks[_U(w), 0]    # the band
+                masks[_U(2 * w + 1)] &= ~masks[_U(2 * w)]    # the band
         if need > 0:
             q = 0
             # The band's list here and the leaving slots' below are one body written twice: a helper for
@@ -336,10 +334,10 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                     while x:
                         w = (k << 6) + np.int64(_cttz(x))
                         x &= x - one
-                        q = bit_positions(masks[_U(w), 1], w << 6, lst, q)
+                        q = bit_positions(masks[_U(2 * w + 1)], w << 6, lst, q)
             else:                      # every word (no loop exit per word to mispredict)
                 for w in range(n_w):
-                    q = bit_positions(masks[_U(w), 1], w << 6, lst, q)
+                    q = bit_positions(masks[_U(2 * w + 1)], w << 6, lst, q)
             if nb <= 16:               # the need-th key ranked in registers (its value only: equal keys
                                        # are ordered by tie rank below)
                 for r in range(q):
@@ -376,7 +374,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                     r = np.int64(_cttz(x))
                     x &= x - one
                     s = bpos[_U(r)]
-                    masks[_U(s >> 6), 0] |= one << np.uint64(s & 63)
+                    masks[_U((s >> 6) << 1)] |= one << np.uint64(s & 63)
                     if n_s == 1:
                         z |= one << np.uint64((s >> 6) & 63)
                     elif sparse:
@@ -400,7 +398,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                     c = ckey[_U(r)]
                     s = bpos[_U(r)]
                     if c < v or (c == v and _slot_tie(tie, SB, s) <= tr):
-                        masks[_U(s >> 6), 0] |= one << np.uint64(s & 63)
+                        masks[_U((s >> 6) << 1)] |= one << np.uint64(s & 63)
                         nz[_U(s >> 12), 0] |= one << np.uint64((s >> 6) & 63)
                     ckey[_U(r)] = np.inf
         q = 0                          # the leaving slots as a list, then freed
@@ -410,10 +408,10 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                 while x:
                     w = (k << 6) + np.int64(_cttz(x))
                     x &= x - one
-                    q = bit_positions(masks[_U(w), 0], w << 6, lst, q)
+                    q = bit_positions(masks[_U(2 * w)], w << 6, lst, q)
         else:
             for w in range(n_w):
-                q = bit_positions(masks[_U(w), 0], w << 6, lst, q)
+                q = bit_positions(masks[_U(2 * w)], w << 6, lst, q)
         for r in range(q):             # a freed slot's last unit is inf (age -inf): below no cut until a miss
             s = np.int64(lst[_U(r)])   # takes it (swap-removal, a copy of the top slot into each: 0.92-0.98x the
                                        # time at rho 0.05-0.3, 1.00 at 0.4-0.5)
