@@ -36,10 +36,13 @@ def _run(kernel, stream: EventStream, cap: int, tie: np.ndarray, warm: int):
 
 
 def _check(stream: EventStream, cap: int, tie: np.ndarray, warm: int, old_age: float | None = None) -> None:
+    """The slots loop against ``replay_select``, its vector pass ranking both cuts where the slots span fewer
+    than ONE_CUT_WORDS words (as in use) and the high cut alone at any size (``one_cut_words=0``)."""
     want = _run(KL.replay_select, stream, cap, tie, warm)
-    kernel = KS.replay_lfru_slots if old_age is None else partial(KS.replay_lfru_slots, old_age=old_age)
-    got = _run(kernel, stream, cap, tie, warm)
-    assert all((a == b).all() for a, b in zip(got, want, strict=True)), (cap, warm, old_age)
+    ages = {} if old_age is None else {"old_age": old_age}
+    for one_cut in (None, 0):
+        got = _run(partial(KS.replay_lfru_slots, one_cut_words=one_cut, **ages), stream, cap, tie, warm)
+        assert all((a == b).all() for a, b in zip(got, want, strict=True)), (cap, warm, old_age, one_cut)
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -6,14 +6,15 @@ event, so the frequency groups of :mod:`._kernels_lfru_groups` move every member
 residents sit in dense *slots* (count, last unit, block; the unit's misses take free slots, the last freed first,
 so that the slots ever used stay about ``C ∪ U``), and an overflowing event is decided as the per-layer loop
 ``_kernels_bits.replay_lfru_bits`` decides it, over slots instead of tie positions: one vector pass gives the slots
-whose key is at most a low and a high cut, the ``need`` lowest of the band between are found by sorting its keys
-with a bitonic network (at most 64; a quickselect past it), and of the keys equal to the ``need``-th the lowest tie
-ranks leave (equal keys are common: the blocks of one event with one count). The cuts follow the band: a cut
-holding too many (too few) becomes the high (low) cut, the other moves out by their gap (by twice the gap at each
-further move) and only its mask is ranked again (:func:`._simd.cut_mask1_32`), and their spread around the last
-``need``-th key halves after a band wider than 16 and doubles after a pass repeated. A leaving slot is freed with
-its last unit set to ``inf`` (an age of ``-inf``, below no cut), one store where filling it from the top took a
-copy of another slot. The band's and the leaving slots are read from the masks as lists
+whose key is at most a low and a high cut (from :data:`ONE_CUT_WORDS` words of slots on, the high cut alone: the
+slots below it are listed, and the low cut is counted on the list), the ``need`` lowest of the band between are
+found by sorting its keys with a bitonic network (at most 64; a quickselect past it), and of the keys equal to the
+``need``-th the lowest tie ranks leave (equal keys are common: the blocks of one event with one count). The cuts
+follow the band: a cut holding too many (too few) becomes the high (low) cut, the other moves out by their gap (by
+twice the gap at each further move) and only its mask is ranked again (:func:`._simd.cut_mask1_32`), and their
+spread around the last ``need``-th key halves after a band wider than 16 and doubles after a pass repeated. A
+leaving slot is freed with its last unit set to ``inf`` (an age of ``-inf``, below no cut), one store where filling
+it from the top took a copy of another slot. The band's and the leaving slots are read from the masks as lists
 (:func:`._simd.bit_positions`: with AVX-512 branch-free, so no word's loop exit is mispredicted).
 
 The cut pass is float32 (:func:`._simd.cut_masks32`, 16 lanes to a 512-bit vector): counts and last units
@@ -98,13 +99,15 @@ __all__ = ["MAX_EVENTS", "MAX_SLOTS", "SLOTS_BASE_EVENTS", "SLOTS_LONG_EVENTS", 
 
 
 def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie, count_from, hits, misses,
-                      hit_flag, old_age=AGE32):
+                      hit_flag, old_age=AGE32, one_cut_words=None):
     """Event-atomic ``lfru`` under global scope (one pool of ``capacity[0]`` blocks) on dense slots.
 
     Parameters are those of :func:`._kernels_lfru_groups.replay_lfru_groups` less ``atomic`` (always one unit
-    per event), and ``old_age``: lanes at least that old are decided in float64 (at most :data:`._simd.AGE32`,
-    lower in tests). The stream must have fewer than :data:`MAX_EVENTS` events. The state is allocated here and
-    the loop runs in :func:`_replay_lfru_slots`.
+    per event), ``old_age``: lanes at least that old are decided in float64 (at most :data:`._simd.AGE32`,
+    lower in tests), and ``one_cut_words``: from this many words of slots on, the vector pass ranks the high
+    cut alone (:data:`ONE_CUT_WORDS` by default; 0 or a large number in tests, either way the same decision).
+    The stream must have fewer than :data:`MAX_EVENTS` events. The state is allocated here and the loop runs in
+    :func:`_replay_lfru_slots`.
     """
     if offsets.shape[0] > MAX_EVENTS:
         raise ValueError(f"{offsets.shape[0] - 1} events: this loop keeps counts and units as float32, so at most "
@@ -119,17 +122,25 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
                        np.stack([np.zeros(n_blocks, dtype=np.int32), np.full(n_blocks, -1, dtype=np.int32)], axis=1).reshape(-1),
                        np.zeros(npad, dtype=np.float32),
                        np.full(npad, np.inf, dtype=np.float32), np.zeros(npad, dtype=np.int64),
-                       np.zeros(npad // 32, dtype=np.uint64),
-                       np.zeros(((npad // 64 + 63) // 64, 2), dtype=np.uint64),
-                       np.zeros(4, dtype=np.uint64), np.full(npad, np.inf),
-                       np.empty(npad, dtype=np.float64), np.empty(npad, dtype=np.float64),
-                       np.empty(npad, dtype=np.int64), np.empty(npad + 64, dtype=np.int32),
-                       np.arange(npad - 1, -1, -1, dtype=np.int64), np.float32(min(float(old_age), AGE32)))
+                       np.zeros(npad // 32, dtype=np.uint64), np.zeros(4, dtype=np.uint64),
+                       np.full(npad + 64, np.inf), np.empty(npad, dtype=np.float64),
+                       np.empty(npad + 64, dtype=np.float64), np.empty(npad + 64, dtype=np.int64),
+                       np.empty(npad + 64, dtype=np.int32), np.arange(npad - 1, -1, -1, dtype=np.int64),
+                       np.empty(npad + 64, dtype=np.int32), np.float32(min(float(old_age), AGE32)),
+                       ONE_CUT_WORDS if one_cut_words is None else int(one_cut_words))
 
 
-#: From this many words of slots on, the band and the leaving slots are listed from the words that hold any
-#: (a summary bit per word) rather than from every word: on the benchmark stream 0.99 / 0.95 / 0.92 of the
-#: time at 29 / 39 / 48 words (rho 0.3 / 0.4 / 0.5), 1.03 at 20 (rho 0.2).
+#: From this many words of slots on, the vector pass ranks the high cut alone: the slots below it are listed
+#: with their counts and ages, and the low cut is counted on that list (its moves too, without a pass). Fewer
+#: words: both cuts in the pass, the leaving slots and the band listed from their masks. Measured (kernel_ab
+#: against both cuts at every size, 4 processes): 1.045 / 1.018 at 16 / 20 words (rho 0.15 / 0.2), 0.942 /
+#: 0.927 / 0.863 / 0.824 at 25 / 29 / 39 / 48 (rho 0.25 / 0.3 / 0.4 / 0.5).
+ONE_CUT_WORDS = 24
+
+#: From this many words of slots on, the slots below the high cut are listed from the words that hold any (a
+#: summary bit per word) rather than from every word: on the benchmark stream 0.99 / 0.95 / 0.92 of the time at
+#: 29 / 39 / 48 words (rho 0.3 / 0.4 / 0.5), 1.03 at 20 (rho 0.2), measured for the band and leaving slots'
+#: lists of the two-cut pass.
 SPARSE_WORDS = 32
 
 
@@ -207,7 +218,7 @@ def _touch(BR, SF, SL, SB, expert, lo, hi, base, free, nf, used, fi, cap, mixed,
 
 @jit
 def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag,
-                       BR, SF, SL, SB, masks, nz, w4, ckey, sel, sel2, bpos, lst, free, old_age):
+                       BR, SF, SL, SB, masks, w4, ckey, sel, sel2, bpos, lst, free, lv, old_age, one_cut_words):
     """The loop of :func:`replay_lfru_slots`. ``BR[2b]``, ``BR[2b + 1]``: block ``b``'s count and its slot (-1:
     not resident), side by side (one cache line per member; a flat array: no multiply per index; int32:
     counts below MAX_EVENTS, slots below MAX_SLOTS); slot ``s``: count ``SF``, last unit ``SL`` (float32), block ``SB`` (its tie rank
@@ -248,9 +259,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
         n_total = used
         n_w = (n_total + 63) >> 6
         t1 = fi + 1.0                  # age = t1 - last
-        passes = 1                     # the two cuts over C ∪ U in one pass; a cut that holds too many or too
-        c0 = 0                         # few moves out by their gap, and only its own mask is counted again
-        c1 = 0
+        passes = 1                     # passes over the slots, and moves of a cut counted on a list
         t32 = np.float32(t1)
         if i >= young_until and i >= next_scan:    # the oldest resident's unit bounds every age until then
             lm = SL[0]
@@ -259,99 +268,144 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
             young_until = np.int64(lm) + np.int64(old_age) - 1
             next_scan = i + 64
         young = i < young_until        # no resident old enough to need the float64 test: no age mask
-        for w in range(n_w):
-            if young:
-                cut_masks32_young(SF, SL, w << 6, np.float32(th0), np.float32(th1), t32, w4)
-                lw = w4[0]
-                hw = w4[1]
-            else:
-                cut_masks32(SF, SL, w << 6, np.float32(th0), np.float32(th1), t32, old_age, w4)
-                u = w4[2]
-                lw = _settle(w4[0] & ~u, u, SF, SL, w << 6, th0, t1)
-                hw = _settle(w4[1] & ~u, u, SF, SL, w << 6, th1, t1)
-            masks[_U(2 * w)] = lw
-            masks[_U(2 * w + 1)] = hw
-            c0 += np.int64(_popc(lw))
-            c1 += np.int64(_popc(hw))
-        # A cut moved alone is ranked alone. The two loops below are one body written twice: one loop for either
-        # cut, or a helper, measured 1.012-1.014x the time.
-        f = 1.0                        # the first move by the cuts' gap, each later one by twice the gap (was
-        while c0 > m:                  # twice from the first: 0.94-0.98 of the time at rho 0.1-0.5)
-            gap = max(th1 - th0, th1 * 2.0 ** -10) if th1 < np.inf else np.inf    # more than leave sit below the
-            th1 = th0                  # low cut: it becomes the high cut, and the low one goes down
-            c1 = c0
-            th0 = dyadic8_down(th0 - f * gap) if th0 - f * gap > 0.0 else 0.0
-            f = 2.0
-            passes += 1
+        if n_w < one_cut_words:        # few words: both cuts in the vector pass, the two lists read from masks
             c0 = 0
-            for w in range(n_w):       # the low cut alone
-                lw = _cut1(SF, SL, w << 6, ALL, th0, t1, t32, old_age, young, w4)
-                masks[_U(2 * w + 1)] = masks[_U(2 * w)]
-                masks[_U(2 * w)] = lw
-                c0 += np.int64(_popc(lw))
-        f = 1.0
-        while c1 < m:                  # fewer than leave sit below the high cut (c0 <= c1 < m): it becomes the
-            gap = max(th1 - th0, th1 * 2.0 ** -10) if th1 < np.inf else np.inf    # low cut, and the high one goes
-            th0 = th1                  # up
-            c0 = c1
-            th1 = dyadic8_up(th1 + f * gap) if th1 > 0.0 else np.inf
-            f = 2.0
-            passes += 1
             c1 = 0
-            for w in range(n_w):       # the high cut alone
-                hw = _cut1(SF, SL, w << 6, ALL, th1, t1, t32, old_age, young, w4)
-                masks[_U(2 * w)] = masks[_U(2 * w + 1)]
+            for w in range(n_w):
+                if young:
+                    cut_masks32_young(SF, SL, w << 6, np.float32(th0), np.float32(th1), t32, w4)
+                    lw = w4[0]
+                    hw = w4[1]
+                else:
+                    cut_masks32(SF, SL, w << 6, np.float32(th0), np.float32(th1), t32, old_age, w4)
+                    u = w4[2]
+                    lw = _settle(w4[0] & ~u, u, SF, SL, w << 6, th0, t1)
+                    hw = _settle(w4[1] & ~u, u, SF, SL, w << 6, th1, t1)
+                masks[_U(2 * w)] = lw
                 masks[_U(2 * w + 1)] = hw
+                c0 += np.int64(_popc(lw))
                 c1 += np.int64(_popc(hw))
-        need = m - c0
-        nb = c1 - c0
-        v = th0
-        n_s = (n_w + 63) >> 6
-        sparse = n_w >= SPARSE_WORDS   # list only the words that hold any (their summary bits in nz)
-        if sparse:
-            for k in range(n_s):       # the slots that leave, as bits: the low cut's first; the band; the words
-                z0 = np.uint64(0)      # holding either, their summary words built in registers (`nz[k] |= bit`
-                z1 = np.uint64(0)      # per word chained a read-modify-write through memory: with the same below,
-                                       # 1.09 / 1.06 the time at rho 0.4 / 0.5)
-                for w in range(k << 6, min((k + 1) << 6, n_w)):
-                    lw = masks[_U(2 * w)]
-                    bw = masks[_U(2 * w + 1)] & ~lw
-                    masks[_U(2 * w + 1)] = bw
-                    z0 |= np.uint64(lw != 0) << np.uint64(w & 63)
-                    z1 |= np.uint64(bw != 0) << np.uint64(w & 63)
-                nz[_U(k), 0] = z0
-                nz[_U(k), 1] = z1
-        else:
-            for w in range(n_w):       # the slots that leave, as bits: the low cut's first
-                masks[_U(2 * w + 1)] &= ~masks[_U(2 * w)]    # the band
-        if need > 0:
-            q = 0
-            # The band's list here and the leaving slots' below are one body written twice: a helper for
-            # both measured 1.02-1.03x the time where the words are listed sparsely (0.94-0.98 where not).
-            if sparse:                 # the band's slots as a list: the words that hold any
-                for k in range(n_s):
-                    x = nz[_U(k), 1]
-                    while x:
-                        w = (k << 6) + np.int64(_cttz(x))
-                        x &= x - one
-                        q = bit_positions(masks[_U(2 * w + 1)], w << 6, lst, q)
-            else:                      # every word (no loop exit per word to mispredict)
+            # A cut moved alone is ranked alone. The two loops below are one body written twice: one loop for
+            # either cut, or a helper, measured 1.012-1.014x the time.
+            f = 1.0                    # the first move by the cuts' gap, each later one by twice the gap
+            while c0 > m:              # more than leave sit below the low cut: it becomes the high cut, and the
+                gap = max(th1 - th0, th1 * 2.0 ** -10) if th1 < np.inf else np.inf    # low one goes down
+                th1 = th0
+                c1 = c0
+                th0 = dyadic8_down(th0 - f * gap) if th0 - f * gap > 0.0 else 0.0
+                f = 2.0
+                passes += 1
+                c0 = 0
+                for w in range(n_w):   # the low cut alone
+                    lw = _cut1(SF, SL, w << 6, ALL, th0, t1, t32, old_age, young, w4)
+                    masks[_U(2 * w + 1)] = masks[_U(2 * w)]
+                    masks[_U(2 * w)] = lw
+                    c0 += np.int64(_popc(lw))
+            f = 1.0
+            while c1 < m:              # fewer than leave sit below the high cut (c0 <= c1 < m): it becomes the
+                gap = max(th1 - th0, th1 * 2.0 ** -10) if th1 < np.inf else np.inf    # low cut, and the high one
+                th0 = th1              # goes up
+                c0 = c1
+                th1 = dyadic8_up(th1 + f * gap) if th1 > 0.0 else np.inf
+                f = 2.0
+                passes += 1
+                c1 = 0
+                for w in range(n_w):   # the high cut alone
+                    hw = _cut1(SF, SL, w << 6, ALL, th1, t1, t32, old_age, young, w4)
+                    masks[_U(2 * w)] = masks[_U(2 * w + 1)]
+                    masks[_U(2 * w + 1)] = hw
+                    c1 += np.int64(_popc(hw))
+            q = 0                      # the slots that leave and the band as lists (every word: no loop exit per
+            for w in range(n_w):       # word to mispredict)
+                q = bit_positions(masks[_U(2 * w)], w << 6, lv, q)
+            bb = 0
+            for w in range(n_w):
+                bb = bit_positions(masks[_U(2 * w + 1)] & ~masks[_U(2 * w)], w << 6, lst, bb)
+            for r in range(bb):        # the band's counts and ages
+                s = np.int64(lst[_U(r)])
+                bpos[_U(r)] = s
+                ckey[_U(r)] = np.float64(SF[_U(s)])
+                sel2[_U(r)] = t1 - np.float64(SL[_U(s)])
+        else:                          # many words: the high cut alone in the vector pass, the low one on the list
+            c1 = 0                         # one vector pass: the slots below the high cut (the low cut's are among
+            for w in range(n_w):           # them, counted on their list below)
+                hw = _cut1(SF, SL, w << 6, ALL, th1, t1, t32, old_age, young, w4)
+                masks[_U(w)] = hw
+                c1 += np.int64(_popc(hw))
+            f = 1.0                        # the first move by the cuts' gap, each later one by twice the gap
+            while c1 < m:                  # fewer than leave sit below the high cut: it becomes the low cut, and the
+                gap = max(th1 - th0, th1 * 2.0 ** -10) if th1 < np.inf else np.inf    # high one goes up
+                th0 = th1
+                th1 = dyadic8_up(th1 + f * gap) if th1 > 0.0 else np.inf
+                f = 2.0
+                passes += 1
+                c1 = 0
                 for w in range(n_w):
-                    q = bit_positions(masks[_U(2 * w + 1)], w << 6, lst, q)
+                    hw = _cut1(SF, SL, w << 6, ALL, th1, t1, t32, old_age, young, w4)
+                    masks[_U(w)] = hw
+                    c1 += np.int64(_popc(hw))
+            q = 0                          # the slots below the high cut as a list
+            if n_w >= SPARSE_WORDS:        # from the words that hold any (a summary word built in a register)
+                for k in range((n_w + 63) >> 6):
+                    z = np.uint64(0)
+                    for w in range(k << 6, min((k + 1) << 6, n_w)):
+                        z |= np.uint64(masks[_U(w)] != 0) << np.uint64(w & 63)
+                    while z:
+                        w = (k << 6) + np.int64(_cttz(z))
+                        z &= z - one
+                        q = bit_positions(masks[_U(w)], w << 6, lst, q)
+            else:                          # every word (no loop exit per word to mispredict)
+                for w in range(n_w):
+                    q = bit_positions(masks[_U(w)], w << 6, lst, q)
+            c0 = 0                         # their counts and ages: those below the low cut leave, the band sits
+            bb = 0                         # between the cuts (branch-free: each slot written to both lists, the
+            for r in range(q):             # index of its own advanced; the product of an 8-bit cut and an age below
+                s = np.int64(lst[_U(r)])   # 2**24 is exact in float64)
+                fr = np.float64(SF[_U(s)])
+                ar = t1 - np.float64(SL[_U(s)])
+                low = np.int64(fr <= th0 * ar)
+                lv[_U(c0)] = np.int32(s)
+                bpos[_U(bb)] = s
+                ckey[_U(bb)] = fr
+                sel2[_U(bb)] = ar
+                c0 += low
+                bb += 1 - low
+            f = 1.0
+            while c0 > m:                  # more than leave sit below the low cut: it becomes the high cut, and the
+                gap = max(th1 - th0, th1 * 2.0 ** -10) if th1 < np.inf else np.inf    # low one goes down; both are
+                th1 = th0                  # counted again on the list of those below it
+                th0 = dyadic8_down(th0 - f * gap) if th0 - f * gap > 0.0 else 0.0
+                f = 2.0
+                passes += 1
+                for r in range(bb + 1):    # the band listed so far inf again (lanes past a band must be)
+                    ckey[_U(r)] = np.inf
+                n_low = c0
+                c0 = 0
+                bb = 0
+                for r in range(n_low):
+                    s = lv[_U(r)]
+                    fr = np.float64(SF[_U(s)])
+                    ar = t1 - np.float64(SL[_U(s)])
+                    low = np.int64(fr <= th0 * ar)
+                    lv[_U(c0)] = np.int32(s)
+                    bpos[_U(bb)] = s
+                    ckey[_U(bb)] = fr
+                    sel2[_U(bb)] = ar
+                    c0 += low
+                    bb += 1 - low
+        c1 = c0 + bb
+        need = m - c0
+        nb = bb
+        v = th0
+        nl = c0
+        ckey[_U(nb)] = np.inf          # the lane past the band (written above) inf again
+        if need > 0:
             if nb <= 16:               # the need-th key ranked in registers (its value only: equal keys
-                                       # are ordered by tie rank below)
-                for r in range(q):
-                    s = np.int64(lst[_U(r)])
-                    ckey[_U(r)] = np.float64(SF[_U(s)])
-                    sel2[_U(r)] = t1 - np.float64(SL[_U(s)])
-                    bpos[_U(r)] = s
-                band_pick(ckey, sel2, nb, need, w4)         # leaves the keys in ckey
-                v = ckey[_U(_cttz(w4[1]))]
+                band_pick(ckey, sel2, nb, need, w4)         # are ordered by tie rank below); leaves the keys
+                v = ckey[_U(_cttz(w4[1]))]                  # in ckey
             else:
-                for r in range(q):
-                    s = np.int64(lst[_U(r)])
-                    ckey[_U(r)] = np.float64(SF[_U(s)]) / (t1 - np.float64(SL[_U(s)]))
-                    bpos[_U(r)] = s
+                for r in range(nb):
+                    ckey[_U(r)] = ckey[_U(r)] / sel2[_U(r)]
             if nb <= 64:               # sorted by a network; the leaving lanes as a mask
                 if nb > 16:
                     sort_small(ckey, nb, sel)
@@ -369,18 +423,11 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                         if _slot_tie(tie, SB, bpos[_U(r)]) > tr:
                             leave &= ~(one << np.uint64(r))
                 x = leave
-                z = np.uint64(0)       # the summary bits of one word of them in a register (`nz[k] |= bit` per
-                while x:               # slot chains a read-modify-write through memory)
+                while x:
                     r = np.int64(_cttz(x))
                     x &= x - one
-                    s = bpos[_U(r)]
-                    masks[_U((s >> 6) << 1)] |= one << np.uint64(s & 63)
-                    if n_s == 1:
-                        z |= one << np.uint64((s >> 6) & 63)
-                    elif sparse:
-                        nz[_U(s >> 12), 0] |= one << np.uint64((s >> 6) & 63)
-                if sparse:
-                    nz[0, 0] |= z
+                    lv[_U(nl)] = np.int32(bpos[_U(r)])
+                    nl += 1
                 for r in range(nb):
                     ckey[_U(r)] = np.inf
             else:                      # a wide band: a selection
@@ -398,28 +445,20 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                     c = ckey[_U(r)]
                     s = bpos[_U(r)]
                     if c < v or (c == v and _slot_tie(tie, SB, s) <= tr):
-                        masks[_U((s >> 6) << 1)] |= one << np.uint64(s & 63)
-                        nz[_U(s >> 12), 0] |= one << np.uint64((s >> 6) & 63)
+                        lv[_U(nl)] = np.int32(s)
+                        nl += 1
                     ckey[_U(r)] = np.inf
-        q = 0                          # the leaving slots as a list, then freed
-        if sparse:
-            for k in range(n_s):
-                x = nz[_U(k), 0]
-                while x:
-                    w = (k << 6) + np.int64(_cttz(x))
-                    x &= x - one
-                    q = bit_positions(masks[_U(2 * w)], w << 6, lst, q)
         else:
-            for w in range(n_w):
-                q = bit_positions(masks[_U(2 * w)], w << 6, lst, q)
-        for r in range(q):             # a freed slot's last unit is inf (age -inf): below no cut until a miss
-            s = np.int64(lst[_U(r)])   # takes it (swap-removal, a copy of the top slot into each: 0.92-0.98x the
+            for r in range(nb):
+                ckey[_U(r)] = np.inf
+        for r in range(nl):            # a freed slot's last unit is inf (age -inf): below no cut until a miss
+            s = np.int64(lv[_U(r)])    # takes it (swap-removal, a copy of the top slot into each: 0.92-0.98x the
                                        # time at rho 0.05-0.3, 1.00 at 0.4-0.5)
             BR[(_U(SB[_U(s)]) << one) | one] = -1
             SL[_U(s)] = np.inf
             free[_U(nf)] = s
             nf += 1
-        n_res = top - q
+        n_res = top - nl
         if nb > 16:                    # the cuts follow the band: narrower when it is past band_pick's 16 (was
                                        # past 32: bands of 17-64 after 70-83% of the overflows, 20-25% now), wider
                                        # after a miss
