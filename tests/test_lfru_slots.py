@@ -137,22 +137,22 @@ def _spy_slots(monkeypatch) -> list[int]:
 
 def test_slots_per_member_grows_with_the_stream():
     """The engine's bound is SLOTS_PER_MEMBER up to SLOTS_BASE_EVENTS events per layer, then linear up to
-    SLOTS_PER_MEMBER_LONG at SLOTS_LONG_EVENTS, flat beyond (worked by hand: 48 + 42 * 650 / 4550 = 54 at 1,300
-    events, 48 + 42 * 1950 / 4550 = 66 at 2,600)."""
-    assert KS.slots_per_member(1) == KS.slots_per_member(650) == KS.SLOTS_PER_MEMBER == 48
-    assert abs(KS.slots_per_member(1300) - 54.0) < 1e-9 and abs(KS.slots_per_member(2600) - 66.0) < 1e-9
-    assert KS.slots_per_member(5200) == KS.slots_per_member(52000) == KS.SLOTS_PER_MEMBER_LONG == 90
+    SLOTS_PER_MEMBER_LONG at SLOTS_LONG_EVENTS, flat beyond (worked by hand: 64 + 35 * 650 / 4550 = 69 at 1,300
+    events, 64 + 35 * 1950 / 4550 = 79 at 2,600)."""
+    assert KS.slots_per_member(1) == KS.slots_per_member(650) == KS.SLOTS_PER_MEMBER == 64
+    assert abs(KS.slots_per_member(1300) - 69.0) < 1e-9 and abs(KS.slots_per_member(2600) - 79.0) < 1e-9
+    assert KS.slots_per_member(5200) == KS.slots_per_member(52000) == KS.SLOTS_PER_MEMBER_LONG == 99
 
 
 def test_the_engine_takes_slots_for_larger_caches_on_longer_streams(monkeypatch):
-    """A cache of 55 blocks per mean member (above SLOTS_PER_MEMBER, below the bound at ~2,500 events per layer)
-    replays on the slots, with replay_select's counts."""
+    """A cache of 72 blocks per mean member (above SLOTS_PER_MEMBER, below the bound of about 79 at the stream's
+    2,558 events per layer) replays on the slots, with replay_select's counts."""
     calls = _spy_slots(monkeypatch)
     stream = random_stream(9, L=1, N=1024, k=1, steps=3000)
     mean = stream.union / stream.n_events
     per_layer = stream.n_events / stream.n_layers
-    assert per_layer > 2000 and KS.slots_per_member(per_layer) > 56
-    cap = int(55 * mean)
+    assert per_layer > 2500 and KS.slots_per_member(per_layer) > 73
+    cap = int(72 * mean)
     assert KS.SLOTS_PER_MEMBER * mean < cap <= KS.slots_per_member(per_layer) * mean
     cfg = ReplayConfig("lfru", capacity=cap, scope="global", seed=3)
     res = replay(stream, cfg)

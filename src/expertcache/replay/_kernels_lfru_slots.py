@@ -57,21 +57,22 @@ ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 #: The engine replays here global caches of at most this many blocks per member of a mean event on streams of
 #: up to :data:`SLOTS_BASE_EVENTS` events per layer (beyond it the frequency groups are faster: the cuts' vector
-#: pass grows with the cache, the groups' work with the event). Measured (kernels alone, docs/performance.md,
-#: *Bit lists*): the two meet near 50 on the benchmark stream and near 56 on a 48 x 512, B = 8 one; at 48 the
-#: slots take 0.95 and 0.89 of the groups' time (the largest measured value at least 5% faster on both).
-SLOTS_PER_MEMBER = 48
+#: pass grows with the cache, the groups' work with the event). Measured (``benchmarks/lfru_slots_vs_groups.py``,
+#: after the freed slots and the one-cut pass; docs/performance.md, *Freed slots*): the slots take 0.79 / 0.85 /
+#: 0.93 / 1.00 of the groups' time at 48 / 56 / 64 / 72 blocks per member on the benchmark stream at 650 events
+#: per layer (the largest measured value at least 5% faster: 64; it was 48 before them).
+SLOTS_PER_MEMBER = 64
 #: Events per layer of the stream :data:`SLOTS_PER_MEMBER` was measured on.
 SLOTS_BASE_EVENTS = 650
 #: Longer streams take the slots for larger caches, up to this many blocks per member at
 #: :data:`SLOTS_LONG_EVENTS` events per layer and beyond, linearly in the events per layer between: the groups'
 #: time per access grows with the stream (their counts spread over more groups, every full ranking visits each
-#: one), the slots' does not. Measured (``benchmarks/lfru_slots_vs_groups.py``; docs/performance.md, *Per-layer
-#: lfru within 2x*): the slots take 0.95 of the groups' time near 56 / 67 / 91 blocks per member at 1,300 /
-#: 2,600 / 5,200 events per layer on the benchmark stream and near 66 at 2,060 on the 48 x 512 one; the line
-#: through 48 and 90 meets 54 / 66 / 90 and 61 there. A power of the events per layer does not fit both: the
-#: growth speeds up on the benchmark stream.
-SLOTS_PER_MEMBER_LONG = 90
+#: one), the slots' does not. Measured as :data:`SLOTS_PER_MEMBER`: at 5,200 events per layer 0.72 / 0.86 / 1.01
+#: at 90 / 100 / 110 blocks per member, at 2,600 0.77 / 0.94 / 1.00 at 66 / 76 / 86, and on a 48 x 512, B = 8
+#: stream (``routed:48x512x8:4.8e6``, about 2,060 events per layer) 0.84 / 0.90 at 64 / 72. The line through 64
+#: and 99 meets 79 at 2,600 and 75 at 2,060 (99 was 90 before them: 64 + 35 / 4550 per event keeps the bound a
+#: whole number at 1,300 and 2,600 events).
+SLOTS_PER_MEMBER_LONG = 99
 #: Events per layer from which the bound is :data:`SLOTS_PER_MEMBER_LONG` (the longest stream measured).
 SLOTS_LONG_EVENTS = 5200
 
@@ -82,7 +83,7 @@ def slots_per_member(events_per_layer: float) -> float:
     up to :data:`SLOTS_PER_MEMBER_LONG` at :data:`SLOTS_LONG_EVENTS`, flat beyond.
 
     >>> slots_per_member(650) == SLOTS_PER_MEMBER, slots_per_member(1300), slots_per_member(10400)
-    (True, 54.0, 90.0)
+    (True, 69.0, 99.0)
     """
     x = min(max(events_per_layer - SLOTS_BASE_EVENTS, 0.0) / (SLOTS_LONG_EVENTS - SLOTS_BASE_EVENTS), 1.0)
     return SLOTS_PER_MEMBER + (SLOTS_PER_MEMBER_LONG - SLOTS_PER_MEMBER) * x
