@@ -167,10 +167,10 @@ def _tie_cut(ckey, v, nb, tie, SB, bpos, buf, scratch, eq, n_eq):
 
 
 @jit_helper
-def _touch(BR, SF, SL, SB, expert, lo, hi, base, free, nf, used, fi, cap, mixed, record, hit_flag):
+def _touch(BR, SF, SL, SB, expert, lo, hi, base, free, nf, fi, cap, mixed, record, hit_flag):
     """The members ``expert[lo:hi]`` of an event (blocks ``base + e``): their counts up by one, a hit's count
     and last unit ``fi`` in its slot, a miss's in a free slot (``free[nf - 1]``, ``free[nf - 2]``, ...; none where
-    ``cap`` is 0); returns the hits, the free slots left and the slots ever used (``used``). ``mixed``: hits and
+    ``cap`` is 0); returns the hits and the free slots left. ``mixed``: hits and
     misses mixed, no branch on either. Its own function: in the loop's body LLVM kept the next slot on the stack,
     a store and a load per member on one chain (here in a register: 0.98 of the loop's time at rho 0.5, 1.00 at
     0.2-0.4)."""
@@ -191,7 +191,6 @@ def _touch(BR, SF, SL, SB, expert, lo, hi, base, free, nf, used, fi, cap, mixed,
             BR[(b << one) | one] = d
             n_hit += hit
             nf -= 1 - hit
-            used = max(used, d + 1)
             if record:
                 hit_flag[_U(a)] = hit
     else:
@@ -213,8 +212,7 @@ def _touch(BR, SF, SL, SB, expert, lo, hi, base, free, nf, used, fi, cap, mixed,
                 SL[_U(top)] = fi
                 SB[_U(top)] = np.int64(b)
                 BR[(b << one) | one] = top
-                used = max(used, top + 1)
-    return n_hit, nf, used
+    return n_hit, nf
 
 
 @jit
@@ -231,8 +229,9 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
     n_events = offsets.shape[0] - 1
     one = np.uint64(1)
     n_res = 0                          # residents
-    nf = free.shape[0]                 # free slots: free[:nf] (the next taken last)
-    used = 0                           # slots ever used: [0, used)
+    npad = free.shape[0]
+    nf = npad                          # free slots: free[:nf] (the next taken last)
+    used = 0                           # slots ever used: [0, used), the rest free[:npad - used]
     th0 = 0.0
     th1 = np.inf                       # the first overflow ranks every slot
     spread = 0.25
@@ -246,8 +245,8 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
         hi = offsets[i + 1]
         fi = float(i)
         counted = i >= count_from
-        n_hit, nf, used = _touch(BR, SF, SL, SB, expert, lo, hi, base, free, nf, used, fi, cap, mixed, record,
-                                 hit_flag)
+        n_hit, nf = _touch(BR, SF, SL, SB, expert, lo, hi, base, free, nf, fi, cap, mixed, record, hit_flag)
+        used = max(used, npad - nf)    # a miss past the freed slots took the lowest never used
         top = n_res + (hi - lo) - n_hit if cap > 0 else 0
         mixed = cap > 0 and 8 * n_hit >= hi - lo and 8 * n_hit <= 7 * (hi - lo)
         if counted:
@@ -358,33 +357,14 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
             else:                          # every word (no loop exit per word to mispredict)
                 for w in range(n_w):
                     q = bit_positions(masks[_U(w)], w << 6, lst, q)
-            c0 = 0                         # their counts and ages: those below the low cut leave, the band sits
-            bb = 0                         # between the cuts (branch-free: each slot written to both lists, the
-            for r in range(q):             # index of its own advanced; the product of an 8-bit cut and an age below
-                s = np.int64(lst[_U(r)])   # 2**24 is exact in float64)
-                fr = np.float64(SF[_U(s)])
-                ar = t1 - np.float64(SL[_U(s)])
-                low = np.int64(fr <= th0 * ar)
-                lv[_U(c0)] = np.int32(s)
-                bpos[_U(bb)] = s
-                ckey[_U(bb)] = fr
-                sel2[_U(bb)] = ar
-                c0 += low
-                bb += 1 - low
-            f = 1.0
-            while c0 > m:                  # more than leave sit below the low cut: it becomes the high cut, and the
-                gap = max(th1 - th0, th1 * 2.0 ** -10) if th1 < np.inf else np.inf    # low one goes down; both are
-                th1 = th0                  # counted again on the list of those below it
-                th0 = dyadic8_down(th0 - f * gap) if th0 - f * gap > 0.0 else 0.0
-                f = 2.0
-                passes += 1
-                for r in range(bb + 1):    # the band listed so far inf again (lanes past a band must be)
-                    ckey[_U(r)] = np.inf
-                n_low = c0
+            src = lst                      # their counts and ages: those below the low cut leave, the band sits
+            n_src = q                      # between the cuts (branch-free: each slot written to both lists, the
+            f = 1.0                        # index of its own advanced; the product of an 8-bit cut and an age
+            while True:                    # below 2**24 is exact in float64)
                 c0 = 0
                 bb = 0
-                for r in range(n_low):
-                    s = lv[_U(r)]
+                for r in range(n_src):     # (on lv itself after a move: c0 <= r, so no slot is overwritten unread)
+                    s = np.int64(src[_U(r)])
                     fr = np.float64(SF[_U(s)])
                     ar = t1 - np.float64(SL[_U(s)])
                     low = np.int64(fr <= th0 * ar)
@@ -394,6 +374,17 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                     sel2[_U(bb)] = ar
                     c0 += low
                     bb += 1 - low
+                if c0 <= m:
+                    break
+                gap = max(th1 - th0, th1 * 2.0 ** -10) if th1 < np.inf else np.inf    # more than leave sit below
+                th1 = th0                  # the low cut: it becomes the high cut, and the low one goes down; the
+                th0 = dyadic8_down(th0 - f * gap) if th0 - f * gap > 0.0 else 0.0     # list of those below it is
+                f = 2.0                    # split again
+                passes += 1
+                for r in range(bb + 1):    # the band listed so far inf again (lanes past a band must be)
+                    ckey[_U(r)] = np.inf
+                src = lv
+                n_src = c0
         c1 = c0 + bb
         need = m - c0
         nb = bb
