@@ -13,8 +13,8 @@ found by sorting its keys with a bitonic network (at most 64; a quickselect past
 follow the band: a cut holding too many (too few) becomes the high (low) cut, the other moves out by their gap (by
 twice the gap at each further move) and only its mask is ranked again (:func:`._simd.cut_mask1_32`), and their
 spread around the last ``need``-th key halves after a band wider than 16 and doubles after a pass repeated. A
-leaving slot is freed with its last unit set to ``inf`` (an age of ``-inf``, below no cut), one store where filling
-it from the top took a copy of another slot. The band's and the leaving slots are read from the masks as lists
+leaving slot is freed, and its last unit is set to ``inf`` (an age of ``-inf``, below no cut) after the next
+event's members unless one of them took it (most are taken: a miss writes its own last unit). The band's and the leaving slots are read from the masks as lists
 (:func:`._simd.bit_positions`: with AVX-512 branch-free, so no word's loop exit is mispredicted).
 
 The cut pass is float32 (:func:`._simd.cut_masks32`, 16 lanes to a 512-bit vector): counts and last units
@@ -22,8 +22,11 @@ are float32 (integers below ``2**24``: :data:`MAX_EVENTS`) and the cuts have 8 s
 (:func:`._simd.dyadic8_down`, ``dyadic8_up``), so ``count <= cut * age`` is exact in float32 for every age
 below ``2**16`` (the product has at most 24 significant bits); the pass marks the lanes of older blocks, which
 are tested in float64 (exact; nearly never any). Until the oldest resident found by a scan (every ``2**16``
-units, or 64 after one that found a block that old) can reach that age, the pass skips the age mask. The key ``count / age`` a band is sorted by is float64, as
-``replay_select``'s, and lies on the same side of an 8-bit cut as the product test (a key other than the cut
+units, or 64 after one that found a block that old) can reach that age, the pass skips the age mask, and where
+the machine fuses a multiply and an add it tests ``count <= fma(-cut, last, cut * t1)`` (one fused operation and a
+compare per vector, :func:`._simd.cut_mask1_32_fma`): units are kept relative to a base moved up every
+:data:`REBASE` events, so ``t1`` is below ``2**16``, ``cut * t1`` exact in float32 and the fused result the exact
+product ``cut * age``. The key ``count / age`` a band is sorted by is float64, as ``replay_select``'s, and lies on the same side of an 8-bit cut as the product test (a key other than the cut
 differs from it by more than float64 rounds).
 
 The per-event cost is ``O(c / 64)`` vector compares plus the unit's members, so the engine takes this loop for
@@ -40,10 +43,13 @@ from ._kernels import _cttz, _max_unit
 from ._kernels_bits import _cut1, _kth_lowest, _popc, _settle
 from ._simd import (
     AGE32,
+    HAS_FMA,
     band_masks,
     band_pick,
     bit_positions,
+    cut_mask1_32_fma,
     cut_masks32,
+    cut_masks32_fma,
     cut_masks32_young,
     dyadic8_down,
     dyadic8_up,
@@ -89,6 +95,10 @@ def slots_per_member(events_per_layer: float) -> float:
     return SLOTS_PER_MEMBER + (SLOTS_PER_MEMBER_LONG - SLOTS_PER_MEMBER) * x
 
 
+#: Units are kept relative to a base moved up every this many events (float32 products of an 8-bit cut and a unit
+#: below ``2**16`` are exact: the fused cut pass, :func:`._simd.cut_mask1_32_fma`).
+REBASE = 1 << 15
+
 #: Longest stream (events) this loop takes: counts and last units are float32, exact below ``2**24``.
 MAX_EVENTS = 1 << 24
 
@@ -100,13 +110,15 @@ __all__ = ["MAX_EVENTS", "MAX_SLOTS", "SLOTS_BASE_EVENTS", "SLOTS_LONG_EVENTS", 
 
 
 def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie, count_from, hits, misses,
-                      hit_flag, old_age=AGE32, one_cut_words=None):
+                      hit_flag, old_age=AGE32, one_cut_words=None, rebase=None):
     """Event-atomic ``lfru`` under global scope (one pool of ``capacity[0]`` blocks) on dense slots.
 
     Parameters are those of :func:`._kernels_lfru_groups.replay_lfru_groups` less ``atomic`` (always one unit
     per event), ``old_age``: lanes at least that old are decided in float64 (at most :data:`._simd.AGE32`,
     lower in tests), and ``one_cut_words``: from this many words of slots on, the vector pass ranks the high
-    cut alone (:data:`ONE_CUT_WORDS` by default; 0 or a large number in tests, either way the same decision).
+    cut alone (:data:`ONE_CUT_WORDS` by default; 0 or a large number in tests, either way the same decision), and
+    ``rebase``: units are kept relative to a base moved up every this many events (:data:`REBASE`, the most; less
+    in tests).
     The stream must have fewer than :data:`MAX_EVENTS` events. The state is allocated here and the loop runs in
     :func:`_replay_lfru_slots`.
     """
@@ -128,7 +140,8 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
                        np.empty(npad + 64, dtype=np.float64), np.empty(npad + 64, dtype=np.int64),
                        np.empty(npad + 64, dtype=np.int32), np.arange(npad - 1, -1, -1, dtype=np.int64),
                        np.empty(npad + 64, dtype=np.int32), np.float32(min(float(old_age), AGE32)),
-                       ONE_CUT_WORDS if one_cut_words is None else int(one_cut_words))
+                       ONE_CUT_WORDS if one_cut_words is None else int(one_cut_words),
+                       REBASE if rebase is None else min(max(int(rebase), 1), REBASE))
 
 
 #: From this many words of slots on, the vector pass ranks the high cut alone: the slots below it are listed
@@ -217,7 +230,8 @@ def _touch(BR, SF, SL, SB, expert, lo, hi, base, free, nf, fi, cap, mixed, recor
 
 @jit
 def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag,
-                       BR, SF, SL, SB, masks, w4, ckey, sel, sel2, bpos, lst, free, lv, old_age, one_cut_words):
+                       BR, SF, SL, SB, masks, w4, ckey, sel, sel2, bpos, lst, free, lv, old_age, one_cut_words,
+                       rebase):
     """The loop of :func:`replay_lfru_slots`. ``BR[2b]``, ``BR[2b + 1]``: block ``b``'s count and its slot (-1:
     not resident), side by side (one cache line per member; a flat array: no multiply per index; int32:
     counts below MAX_EVENTS, slots below MAX_SLOTS); slot ``s``: count ``SF``, last unit ``SL`` (float32), block ``SB`` (its tie rank
@@ -231,6 +245,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
     n_res = 0                          # residents
     npad = free.shape[0]
     nf = npad                          # free slots: free[:nf] (the next taken last)
+    pend = npad                        # free[pend:nf]: slots freed at the last event, their last units not yet inf
     used = 0                           # slots ever used: [0, used), the rest free[:npad - used]
     th0 = 0.0
     th1 = np.inf                       # the first overflow ranks every slot
@@ -238,15 +253,24 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
     mixed = False                      # the last event's members were between 1/8 and 7/8 hits
     young_until = 0                    # before this event every resident is younger than old_age
     next_scan = 0
+    ubase = 0                          # units are kept relative to this one (below 2**16 past it: exact products)
     for i in range(n_events):
         layer = ev_layer[i]
         base = layer * n_experts
         lo = offsets[i]
         hi = offsets[i + 1]
-        fi = float(i)
+        if i - ubase >= rebase:        # the base moves up: every last unit down by as much (inf stays inf)
+            d32 = np.float32(i - ubase)
+            for s in range(npad):
+                SL[_U(s)] -= d32
+            ubase = i
+        fi = float(i - ubase)
         counted = i >= count_from
         n_hit, nf = _touch(BR, SF, SL, SB, expert, lo, hi, base, free, nf, fi, cap, mixed, record, hit_flag)
         used = max(used, npad - nf)    # a miss past the freed slots took the lowest never used
+        for k in range(pend, nf):      # slots freed at the last event and not taken by a miss of this one: last
+            SL[_U(free[_U(k)])] = np.inf               # unit inf (a taken one was written by _touch)
+        pend = nf
         top = n_res + (hi - lo) - n_hit if cap > 0 else 0
         mixed = cap > 0 and 8 * n_hit >= hi - lo and 8 * n_hit <= 7 * (hi - lo)
         if counted:
@@ -265,14 +289,20 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
             lm = SL[0]
             for s in range(1, n_total):
                 lm = min(lm, SL[_U(s)])
-            young_until = np.int64(lm) + np.int64(old_age) - 1
+            young_until = np.int64(lm) + ubase + np.int64(old_age) - 1
             next_scan = i + 64
         young = i < young_until        # no resident old enough to need the float64 test: no age mask
+        fused = young and HAS_FMA and th1 < np.inf      # the fused pass (th * t1 exact: t1 below 2**16)
         if n_w < one_cut_words:        # few words: both cuts in the vector pass, the two lists read from masks
             c0 = 0
             c1 = 0
             for w in range(n_w):
-                if young:
+                if fused:
+                    cut_masks32_fma(SF, SL, w << 6, -np.float32(th0), np.float32(th0) * t32, -np.float32(th1),
+                                    np.float32(th1) * t32, w4)
+                    lw = w4[0]
+                    hw = w4[1]
+                elif young:
                     cut_masks32_young(SF, SL, w << 6, np.float32(th0), np.float32(th1), t32, w4)
                     lw = w4[0]
                     hw = w4[1]
@@ -328,10 +358,19 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                 sel2[_U(r)] = t1 - np.float64(SL[_U(s)])
         else:                          # many words: the high cut alone in the vector pass, the low one on the list
             c1 = 0                         # one vector pass: the slots below the high cut (the low cut's are among
-            for w in range(n_w):           # them, counted on their list below)
-                hw = _cut1(SF, SL, w << 6, ALL, th1, t1, t32, old_age, young, w4)
-                masks[_U(w)] = hw
-                c1 += np.int64(_popc(hw))
+            if fused:                      # them, counted on their list below)
+                n1 = -np.float32(th1)
+                p1 = np.float32(th1) * t32
+                for w in range(n_w):
+                    cut_mask1_32_fma(SF, SL, w << 6, n1, p1, w4)
+                    hw = w4[0]
+                    masks[_U(w)] = hw
+                    c1 += np.int64(_popc(hw))
+            else:
+                for w in range(n_w):
+                    hw = _cut1(SF, SL, w << 6, ALL, th1, t1, t32, old_age, young, w4)
+                    masks[_U(w)] = hw
+                    c1 += np.int64(_popc(hw))
             f = 1.0                        # the first move by the cuts' gap, each later one by twice the gap
             while c1 < m:                  # fewer than leave sit below the high cut: it becomes the low cut, and the
                 gap = max(th1 - th0, th1 * 2.0 ** -10) if th1 < np.inf else np.inf    # high one goes up
@@ -370,8 +409,6 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                     low = np.int64(fr <= th0 * ar)
                     lv[_U(c0)] = np.int32(s)
                     bpos[_U(bb)] = s
-                    ckey[_U(bb)] = fr
-                    sel2[_U(bb)] = ar
                     c0 += low
                     bb += 1 - low
                 if c0 <= m:
@@ -381,10 +418,12 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                 th0 = dyadic8_down(th0 - f * gap) if th0 - f * gap > 0.0 else 0.0     # list of those below it is
                 f = 2.0                    # split again
                 passes += 1
-                for r in range(bb + 1):    # the band listed so far inf again (lanes past a band must be)
-                    ckey[_U(r)] = np.inf
                 src = lv
                 n_src = c0
+            for r in range(bb):            # the band's counts and ages
+                s = bpos[_U(r)]
+                ckey[_U(r)] = np.float64(SF[_U(s)])
+                sel2[_U(r)] = t1 - np.float64(SL[_U(s)])
         c1 = c0 + bb
         need = m - c0
         nb = bb
@@ -443,11 +482,10 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
         else:
             for r in range(nb):
                 ckey[_U(r)] = np.inf
-        for r in range(nl):            # a freed slot's last unit is inf (age -inf): below no cut until a miss
-            s = np.int64(lv[_U(r)])    # takes it (swap-removal, a copy of the top slot into each: 0.92-0.98x the
+        for r in range(nl):            # freed (its last unit inf after the next event's members unless a miss
+            s = np.int64(lv[_U(r)])    # takes it; swap-removal, a copy of the top slot into each: 0.92-0.98x the
                                        # time at rho 0.05-0.3, 1.00 at 0.4-0.5)
             BR[(_U(SB[_U(s)]) << one) | one] = -1
-            SL[_U(s)] = np.inf
             free[_U(nf)] = s
             nf += 1
         n_res = top - nl

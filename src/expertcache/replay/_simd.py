@@ -32,6 +32,8 @@ must hold ``off + 64`` (or ``n``) elements.
 * :func:`cut_masks32`, :func:`cut_mask1_32` — the bits of the 64 lanes where ``F <= theta * (t1 - L)`` for two
   cuts (one) on float32 counts and last units with 8-bit cuts (:func:`dyadic8_down`, :func:`dyadic8_up`), 16
   lanes to a 512-bit vector, exact below an age bound; the lanes at or past it marked (the lfru loops).
+* :func:`cut_masks32_fma`, :func:`cut_mask1_32_fma` — the same test as one fused multiply-add and a compare per
+  vector, on units relative to a base (the global slots loop where every lane is young; :data:`HAS_FMA`).
 * :func:`bit_positions` — the set bits of a word as a list of positions (AVX-512 compress where the machine
   has it, a loop otherwise).
 * :func:`values_at`, :func:`values_at32` — the float64 (float32) values at the set bits of a word, as a list
@@ -436,6 +438,43 @@ def cut_mask1_32_young(typingctx, F, L, off, th, t1, out):
     return types.void(F, L, types.int64, _F32, _F32, out), _cuts32_codegen(1, False)
 
 
+def _cuts32_fma_codegen(n_cuts: int):
+    """The body of the fused float32 cut intrinsics ``(F, L, off, nth_1, c_1 .. nth_n, c_n, out)`` over the 64 lanes
+    from ``off``: ``out[k]`` the lanes where ``F <= fma(nth_k, L, c_k)``, one fused multiply-add and one compare
+    per vector where :func:`_cuts32_codegen` takes a subtraction, a multiplication and a compare."""
+
+    def codegen(context, builder, signature, args):
+        vt = ir.VectorType(ir.FloatType(), 64)
+        f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[2], 64, ir.FloatType()), align=4)
+        last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[2], 64, ir.FloatType()),
+                            align=4)
+        data = context.make_array(signature.args[-1])(context, builder, args[-1]).data
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt, vt, vt]), "llvm.fma.v64f32")
+        for k in range(n_cuts):
+            x = builder.call(fma, [_splat(builder, args[3 + 2 * k], vt, 64), last,
+                                   _splat(builder, args[4 + 2 * k], vt, 64)])
+            c = builder.fcmp_ordered("<=", f, x)
+            builder.store(builder.bitcast(c, _I64), builder.gep(data, [ir.Constant(_I64, k)]))
+        return context.get_dummy_value()
+
+    return codegen
+
+
+@intrinsic
+def cut_mask1_32_fma(typingctx, F, L, off, nth, c, out):
+    """:func:`cut_mask1_32_young` as ``F <= fma(nth, L, c)`` with ``nth = -th`` and ``c = th * T`` (``T`` the unit
+    past the event, ``L`` last units, both relative to a base unit): ``th * (T - L)`` exactly, with no rounding
+    anywhere, where ``c`` is exact in float32 (``th`` of 8 significant bits, ``T < 2**16``) and the age
+    ``T - L`` is below ``2**16``; a freed lane (``L`` ``inf``) gives ``-inf``, below no cut."""
+    return types.void(F, L, types.int64, _F32, _F32, out), _cuts32_fma_codegen(1)
+
+
+@intrinsic
+def cut_masks32_fma(typingctx, F, L, off, nth0, c0, nth1, c1, out):
+    """Two cuts of :func:`cut_mask1_32_fma`: ``out[0]`` (``out[1]``) the lanes below the first (second)."""
+    return types.void(F, L, types.int64, _F32, _F32, _F32, _F32, out), _cuts32_fma_codegen(2)
+
+
 @jit_helper
 def dyadic8_down(x):
     """``x`` (``>= 0``) rounded down to 8 significant bits; 0 below ``2**-30`` (under every key of the float32
@@ -513,6 +552,10 @@ def _has_feature(name: str) -> bool:
         return bool(llvm.get_host_cpu_features().get(name, False))
     except Exception:  # pragma: no cover - an llvmlite without the query: the portable loop
         return False
+
+
+#: Whether the machine fuses a multiply and an add (with no FMA LLVM's ``fma`` is a slow library call).
+HAS_FMA = _has_feature("fma") or _has_feature("neon") or _has_feature("sve")
 
 
 #: ``pdep(src, mask)``: parallel bit deposit (BMI2's ``pdep`` where the machine has it).
