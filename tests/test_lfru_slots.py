@@ -37,14 +37,17 @@ def _run(kernel, stream: EventStream, cap: int, tie: np.ndarray, warm: int):
 
 def _check(stream: EventStream, cap: int, tie: np.ndarray, warm: int, old_age: float | None = None) -> None:
     """The slots loop against ``replay_select``, its vector pass ranking both cuts where the slots span fewer
-    than ONE_CUT_WORDS words (as in use) and the high cut alone at any size (``one_cut_words=0``); the second with
-    the units' base moved every 7 events (every 2**15 in use)."""
+    than ONE_CUT_WORDS words (as in use) and the high cut alone at any size (``one_cut_words=0``), over every slot
+    and over candidates at any size (``cand_words=0``), made afresh every 16 events (as in use) and every 3; the
+    third with the units' base moved every 7 events (every 2**15 in use)."""
     want = _run(KL.replay_select, stream, cap, tie, warm)
     ages = {} if old_age is None else {"old_age": old_age}
-    for one_cut, rebase in ((None, None), (0, 7)):
-        got = _run(partial(KS.replay_lfru_slots, one_cut_words=one_cut, rebase=rebase, **ages), stream, cap, tie,
-                   warm)
-        assert all((a == b).all() for a, b in zip(got, want, strict=True)), (cap, warm, old_age, one_cut, rebase)
+    for one_cut, cand_words, cand_k, rebase in ((None, None, None, None), (0, -1, None, None), (0, 0, None, None),
+                                                (0, 0, 3, 7)):
+        got = _run(partial(KS.replay_lfru_slots, one_cut_words=one_cut, cand_words=cand_words, cand_k=cand_k,
+                           rebase=rebase, **ages), stream, cap, tie, warm)
+        assert all((a == b).all() for a, b in zip(got, want, strict=True)), \
+            (cap, warm, old_age, one_cut, cand_words, cand_k, rebase)
 
 
 @pytest.mark.parametrize("seed", range(4))

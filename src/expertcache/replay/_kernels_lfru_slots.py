@@ -99,6 +99,16 @@ def slots_per_member(events_per_layer: float) -> float:
 #: below ``2**16`` are exact: the fused cut pass, :func:`._simd.cut_mask1_32_fma`).
 REBASE = 1 << 15
 
+#: From :data:`ONE_CUT_WORDS` words on, the one-cut pass runs over *candidates*: copies of the counts and units of
+#: the slots whose key is at most ``CAND_MARGIN`` times the high cut this many events ahead (a superset of the slots
+#: below the high cut until then, while it stays under that bound), made afresh by one pass over every slot.
+CAND_EVENTS = 16
+#: The candidates' bound over the high cut they are made for (rounded up to 8 significant bits).
+CAND_MARGIN = 1.0625
+#: Candidates from this many words of slots on (fewer: a third of the slots or more are candidates, and making
+#: them costs what their pass saves).
+CAND_WORDS = 32
+
 #: Longest stream (events) this loop takes: counts and last units are float32, exact below ``2**24``.
 MAX_EVENTS = 1 << 24
 
@@ -110,7 +120,7 @@ __all__ = ["MAX_EVENTS", "MAX_SLOTS", "SLOTS_BASE_EVENTS", "SLOTS_LONG_EVENTS", 
 
 
 def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie, count_from, hits, misses,
-                      hit_flag, old_age=AGE32, one_cut_words=None, rebase=None):
+                      hit_flag, old_age=AGE32, one_cut_words=None, rebase=None, cand_k=None, cand_words=None):
     """Event-atomic ``lfru`` under global scope (one pool of ``capacity[0]`` blocks) on dense slots.
 
     Parameters are those of :func:`._kernels_lfru_groups.replay_lfru_groups` less ``atomic`` (always one unit
@@ -118,7 +128,8 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
     lower in tests), and ``one_cut_words``: from this many words of slots on, the vector pass ranks the high
     cut alone (:data:`ONE_CUT_WORDS` by default; 0 or a large number in tests, either way the same decision), and
     ``rebase``: units are kept relative to a base moved up every this many events (:data:`REBASE`, the most; less
-    in tests).
+    in tests), ``cand_k``: the candidates hold for this many events (:data:`CAND_EVENTS`), and ``cand_words``:
+    from this many words of slots on the one-cut pass runs over candidates (:data:`CAND_WORDS`; -1: never).
     The stream must have fewer than :data:`MAX_EVENTS` events. The state is allocated here and the loop runs in
     :func:`_replay_lfru_slots`.
     """
@@ -141,7 +152,11 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
                        np.empty(npad + 64, dtype=np.int32), np.arange(npad - 1, -1, -1, dtype=np.int64),
                        np.empty(npad + 64, dtype=np.int32), np.float32(min(float(old_age), AGE32)),
                        ONE_CUT_WORDS if one_cut_words is None else int(one_cut_words),
-                       REBASE if rebase is None else min(max(int(rebase), 1), REBASE))
+                       REBASE if rebase is None else min(max(int(rebase), 1), REBASE),
+                       np.zeros(npad + 64, dtype=np.int32), np.zeros(npad + 64, dtype=np.float32),
+                       np.full(npad + 64, np.inf, dtype=np.float32), np.zeros(npad, dtype=np.int32),
+                       CAND_EVENTS if cand_k is None else max(int(cand_k), 1),
+                       CAND_WORDS if cand_words is None else int(cand_words) if cand_words >= 0 else MAX_SLOTS)
 
 
 #: From this many words of slots on, the vector pass ranks the high cut alone: the slots below it are listed
@@ -180,15 +195,62 @@ def _tie_cut(ckey, v, nb, tie, SB, bpos, buf, scratch, eq, n_eq):
 
 
 @jit_helper
+def _candidates(SF, SL, n_w, c_max, c_end, CS, CF, CL, SC, nc, w4):
+    """The candidates afresh: the slots of ``n_w`` words whose key is at most ``c_max`` at ``c_end`` (the
+    fused test, exact: ``c_end`` below ``2**16``, every age then below it), listed in ``CS`` with copies of their
+    counts and units (``CF``, ``CL``) and each slot's index in ``SC``; the lanes past them ``inf``. Returns how
+    many (``nc``, the last count, bounds the lanes to reset)."""
+    old = ((nc + 63) >> 6) << 6
+    n1 = -np.float32(c_max)
+    p1 = np.float32(c_max) * np.float32(c_end)
+    k = 0
+    for w in range(n_w):
+        cut_mask1_32_fma(SF, SL, w << 6, n1, p1, w4)
+        k = bit_positions(w4[0], w << 6, CS, k)
+    for j in range(k):
+        s = _U(CS[_U(j)])
+        CF[_U(j)] = SF[s]
+        CL[_U(j)] = SL[s]
+        SC[s] = np.int32(j)
+    for j in range(k, max(old, ((k + 63) >> 6) << 6)):
+        CL[_U(j)] = np.inf
+    return k
+
+
+@jit_helper
+def _join(BR, SF, SL, expert, lo, hi, base, lim, CS, CF, CL, SC, nc):
+    """The slots of the members ``expert[lo:hi]`` whose count is at most ``lim`` join the candidates ``CS[:nc]``
+    with copies of their counts and units, unless a copy of the slot is there (its count and unit then at most
+    the slot's: a hit only raises a key). Returns the candidates' new count, negated where there was no room."""
+    one = np.uint64(1)
+    for a in range(lo, hi):
+        b = _U(base + expert[_U(a)])
+        s = np.int64(BR[(b << one) | one])
+        if BR[b << one] <= lim and s >= 0:
+            j = np.int64(SC[_U(s)])
+            if nc >= SC.shape[0]:
+                return -nc
+            if not (j < nc and CS[_U(j)] == s and CL[_U(j)] < np.inf):
+                CS[_U(nc)] = np.int32(s)
+                CF[_U(nc)] = SF[_U(s)]
+                CL[_U(nc)] = SL[_U(s)]
+                SC[_U(s)] = np.int32(nc)
+                nc += 1
+    return nc
+
+
+@jit_helper
 def _touch(BR, SF, SL, SB, expert, lo, hi, base, free, nf, fi, cap, mixed, record, hit_flag):
     """The members ``expert[lo:hi]`` of an event (blocks ``base + e``): their counts up by one, a hit's count
     and last unit ``fi`` in its slot, a miss's in a free slot (``free[nf - 1]``, ``free[nf - 2]``, ...; none where
-    ``cap`` is 0); returns the hits and the free slots left. ``mixed``: hits and
+    ``cap`` is 0); returns the hits, the free slots left and the lowest of the members' counts (one low enough
+    may have to join the candidates). ``mixed``: hits and
     misses mixed, no branch on either. Its own function: in the loop's body LLVM kept the next slot on the stack,
     a store and a load per member on one chain (here in a register: 0.98 of the loop's time at rho 0.5, 1.00 at
     0.2-0.4)."""
     one = np.uint64(1)
     n_hit = 0
+    low = MAX_EVENTS
     if mixed:
         for a in range(lo, hi):
             b = _U(base + expert[_U(a)])
@@ -204,6 +266,7 @@ def _touch(BR, SF, SL, SB, expert, lo, hi, base, free, nf, fi, cap, mixed, recor
             BR[(b << one) | one] = d
             n_hit += hit
             nf -= 1 - hit
+            low = min(low, f)
             if record:
                 hit_flag[_U(a)] = hit
     else:
@@ -212,6 +275,7 @@ def _touch(BR, SF, SL, SB, expert, lo, hi, base, free, nf, fi, cap, mixed, recor
             f = BR[b << one] + 1
             BR[b << one] = f
             s = BR[(b << one) | one]
+            low = min(low, f)
             if s >= 0:
                 n_hit += 1
                 SF[_U(s)] = np.float32(f)
@@ -225,13 +289,13 @@ def _touch(BR, SF, SL, SB, expert, lo, hi, base, free, nf, fi, cap, mixed, recor
                 SL[_U(top)] = fi
                 SB[_U(top)] = np.int64(b)
                 BR[(b << one) | one] = top
-    return n_hit, nf
+    return n_hit, nf, low
 
 
 @jit
 def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag,
                        BR, SF, SL, SB, masks, w4, ckey, sel, sel2, bpos, lst, free, lv, old_age, one_cut_words,
-                       rebase):
+                       rebase, CS, CF, CL, SC, cand_k, cand_words):
     """The loop of :func:`replay_lfru_slots`. ``BR[2b]``, ``BR[2b + 1]``: block ``b``'s count and its slot (-1:
     not resident), side by side (one cache line per member; a flat array: no multiply per index; int32:
     counts below MAX_EVENTS, slots below MAX_SLOTS); slot ``s``: count ``SF``, last unit ``SL`` (float32), block ``SB`` (its tie rank
@@ -254,6 +318,9 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
     young_until = 0                    # before this event every resident is younger than old_age
     next_scan = 0
     ubase = 0                          # units are kept relative to this one (below 2**16 past it: exact products)
+    nc = 0                             # candidates: CS[:nc] (slots), copies CF / CL of their counts and units
+    c_max = 0.0                        # ... holding every slot whose key is at most c_max up to unit c_end
+    c_end = -1.0
     for i in range(n_events):
         layer = ev_layer[i]
         base = layer * n_experts
@@ -264,9 +331,16 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
             for s in range(npad):
                 SL[_U(s)] -= d32
             ubase = i
+            c_end = -1.0               # the candidates' copies are on the old base
         fi = float(i - ubase)
         counted = i >= count_from
-        n_hit, nf = _touch(BR, SF, SL, SB, expert, lo, hi, base, free, nf, fi, cap, mixed, record, hit_flag)
+        lim = c_max * (c_end - fi) if c_end > fi else -1.0     # a count up to this may fall below c_max by c_end
+        n_hit, nf, fmin = _touch(BR, SF, SL, SB, expert, lo, hi, base, free, nf, fi, cap, mixed, record, hit_flag)
+        if fmin <= lim:                # a member may fall below c_max by c_end: its slot joins the candidates
+            nc = _join(BR, SF, SL, expert, lo, hi, base, lim, CS, CF, CL, SC, nc)
+            if nc < 0:                 # no room: the candidates afresh at the next overflow
+                nc = -nc
+                c_end = -1.0
         used = max(used, npad - nf)    # a miss past the freed slots took the lowest never used
         for k in range(pend, nf):      # slots freed at the last event and not taken by a miss of this one: last
             SL[_U(free[_U(k)])] = np.inf               # unit inf (a taken one was written by _touch)
@@ -357,60 +431,97 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                 ckey[_U(r)] = np.float64(SF[_U(s)])
                 sel2[_U(r)] = t1 - np.float64(SL[_U(s)])
         else:                          # many words: the high cut alone in the vector pass, the low one on the list
-            c1 = 0                         # one vector pass: the slots below the high cut (the low cut's are among
-            if fused:                      # them, counted on their list below)
+            f = 1.0                        # the first move by the cuts' gap, each later one by twice the gap
+            use_c = fused and n_w >= cand_words and i + cand_k < young_until     # (ages below old_age to c_end)
+            q = 0
+            while use_c:                   # the candidates' copies: a superset of the slots below the high cut
+                if t1 > c_end or th1 > c_max:                  # (or none yet): the candidates afresh
+                    c_max = dyadic8_up(th1 * CAND_MARGIN)
+                    c_end = t1 + float(cand_k - 1)
+                    nc = _candidates(SF, SL, n_w, c_max, c_end, CS, CF, CL, SC, nc, w4)
                 n1 = -np.float32(th1)
                 p1 = np.float32(th1) * t32
-                for w in range(n_w):
-                    cut_mask1_32_fma(SF, SL, w << 6, n1, p1, w4)
-                    hw = w4[0]
-                    masks[_U(w)] = hw
-                    c1 += np.int64(_popc(hw))
-            else:
-                for w in range(n_w):
-                    hw = _cut1(SF, SL, w << 6, ALL, th1, t1, t32, old_age, young, w4)
-                    masks[_U(w)] = hw
-                    c1 += np.int64(_popc(hw))
-            f = 1.0                        # the first move by the cuts' gap, each later one by twice the gap
-            while c1 < m:                  # fewer than leave sit below the high cut: it becomes the low cut, and the
-                gap = max(th1 - th0, th1 * 2.0 ** -10) if th1 < np.inf else np.inf    # high one goes up
-                th0 = th1
-                th1 = dyadic8_up(th1 + f * gap) if th1 > 0.0 else np.inf
-                f = 2.0
-                passes += 1
-                c1 = 0
-                for w in range(n_w):
-                    hw = _cut1(SF, SL, w << 6, ALL, th1, t1, t32, old_age, young, w4)
-                    masks[_U(w)] = hw
-                    c1 += np.int64(_popc(hw))
-            q = 0                          # the slots below the high cut as a list
-            if n_w >= SPARSE_WORDS:        # from the words that hold any (a summary word built in a register)
-                for k in range((n_w + 63) >> 6):
-                    z = np.uint64(0)
-                    for w in range(k << 6, min((k + 1) << 6, n_w)):
-                        z |= np.uint64(masks[_U(w)] != 0) << np.uint64(w & 63)
-                    while z:
-                        w = (k << 6) + np.int64(_cttz(z))
-                        z &= z - one
-                        q = bit_positions(masks[_U(w)], w << 6, lst, q)
-            else:                          # every word (no loop exit per word to mispredict)
-                for w in range(n_w):
-                    q = bit_positions(masks[_U(w)], w << 6, lst, q)
-            src = lst                      # their counts and ages: those below the low cut leave, the band sits
-            n_src = q                      # between the cuts (branch-free: each slot written to both lists, the
-            f = 1.0                        # index of its own advanced; the product of an 8-bit cut and an age
-            while True:                    # below 2**24 is exact in float64)
-                c0 = 0
-                bb = 0
-                for r in range(n_src):     # (on lv itself after a move: c0 <= r, so no slot is overwritten unread)
-                    s = np.int64(src[_U(r)])
+                q = 0
+                for w in range((nc + 63) >> 6):
+                    cut_mask1_32_fma(CF, CL, w << 6, n1, p1, w4)
+                    q = bit_positions(w4[0], w << 6, lst, q)
+                c0 = 0                     # their slots split by the slot's own count and unit (a copy older than a
+                bb = 0                     # hit is lower: no slot below the high cut is left out): below the low
+                for r in range(q):         # cut (lv), between the cuts (bpos), neither
+                    s = np.int64(CS[_U(lst[_U(r)])])
                     fr = np.float64(SF[_U(s)])
                     ar = t1 - np.float64(SL[_U(s)])
                     low = np.int64(fr <= th0 * ar)
                     lv[_U(c0)] = np.int32(s)
                     bpos[_U(bb)] = s
                     c0 += low
-                    bb += 1 - low
+                    bb += np.int64(fr <= th1 * ar) - low
+                if c0 + bb >= m:
+                    break
+                gap = max(th1 - th0, th1 * 2.0 ** -10)   # fewer than leave: the high cut up, as below
+                th0 = th1
+                th1 = dyadic8_up(th1 + f * gap) if th1 > 0.0 else np.inf
+                f = 2.0
+                passes += 1
+                if th1 == np.inf:      # every slot: the pass below
+                    use_c = False
+            if not use_c:
+                c1 = 0                     # one vector pass: the slots below the high cut (the low cut's are among
+                if fused and th1 < np.inf:                     # them, counted on their list below)
+                    n1 = -np.float32(th1)
+                    p1 = np.float32(th1) * t32
+                    for w in range(n_w):
+                        cut_mask1_32_fma(SF, SL, w << 6, n1, p1, w4)
+                        hw = w4[0]
+                        masks[_U(w)] = hw
+                        c1 += np.int64(_popc(hw))
+                else:
+                    for w in range(n_w):
+                        hw = _cut1(SF, SL, w << 6, ALL, th1, t1, t32, old_age, young, w4)
+                        masks[_U(w)] = hw
+                        c1 += np.int64(_popc(hw))
+                while c1 < m:              # fewer than leave sit below the high cut: it becomes the low cut, and the
+                    gap = max(th1 - th0, th1 * 2.0 ** -10) if th1 < np.inf else np.inf    # high one goes up
+                    th0 = th1
+                    th1 = dyadic8_up(th1 + f * gap) if th1 > 0.0 else np.inf
+                    f = 2.0
+                    passes += 1
+                    c1 = 0
+                    for w in range(n_w):
+                        hw = _cut1(SF, SL, w << 6, ALL, th1, t1, t32, old_age, young, w4)
+                        masks[_U(w)] = hw
+                        c1 += np.int64(_popc(hw))
+                q = 0                      # the slots below the high cut as a list
+                if n_w >= SPARSE_WORDS:    # from the words that hold any (a summary word built in a register)
+                    for k in range((n_w + 63) >> 6):
+                        z = np.uint64(0)
+                        for w in range(k << 6, min((k + 1) << 6, n_w)):
+                            z |= np.uint64(masks[_U(w)] != 0) << np.uint64(w & 63)
+                        while z:
+                            w = (k << 6) + np.int64(_cttz(z))
+                            z &= z - one
+                            q = bit_positions(masks[_U(w)], w << 6, lst, q)
+                else:                      # every word (no loop exit per word to mispredict)
+                    for w in range(n_w):
+                        q = bit_positions(masks[_U(w)], w << 6, lst, q)
+            src = lst                      # their counts and ages: those below the low cut leave, the band sits
+            n_src = q                      # between the cuts (branch-free: each slot written to both lists, the
+            f = 1.0                        # index of its own advanced; the product of an 8-bit cut and an age
+            split = use_c                  # below 2**24 is exact in float64; the candidates' loop split its own)
+            while True:
+                if not split:
+                    c0 = 0
+                    bb = 0
+                    for r in range(n_src):     # (on lv itself after a move: c0 <= r, so no slot is overwritten
+                        s = np.int64(src[_U(r)])                    # unread)
+                        fr = np.float64(SF[_U(s)])
+                        ar = t1 - np.float64(SL[_U(s)])
+                        low = np.int64(fr <= th0 * ar)
+                        lv[_U(c0)] = np.int32(s)
+                        bpos[_U(bb)] = s
+                        c0 += low
+                        bb += 1 - low
+                split = False
                 if c0 <= m:
                     break
                 gap = max(th1 - th0, th1 * 2.0 ** -10) if th1 < np.inf else np.inf    # more than leave sit below
@@ -488,6 +599,12 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
             BR[(_U(SB[_U(s)]) << one) | one] = -1
             free[_U(nf)] = s
             nf += 1
+        if nc > 0:
+            for r in range(nl):        # their candidates' copies hold no slot now
+                s = np.int64(lv[_U(r)])
+                j = np.int64(SC[_U(s)])
+                if j < nc and CS[_U(j)] == s:
+                    CL[_U(j)] = np.inf
         n_res = top - nl
         if nb > 16:                    # the cuts follow the band: narrower when it is past band_pick's 16 (was
                                        # past 32: bands of 17-64 after 70-83% of the overflows, 20-25% now), wider
