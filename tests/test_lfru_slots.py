@@ -142,22 +142,22 @@ def _spy_slots(monkeypatch) -> list[int]:
 
 def test_slots_per_member_grows_with_the_stream():
     """The engine's bound is SLOTS_PER_MEMBER up to SLOTS_BASE_EVENTS events per layer, then linear up to
-    SLOTS_PER_MEMBER_LONG at SLOTS_LONG_EVENTS, flat beyond (worked by hand: 64 + 35 * 650 / 4550 = 69 at 1,300
-    events, 64 + 35 * 1950 / 4550 = 79 at 2,600)."""
-    assert KS.slots_per_member(1) == KS.slots_per_member(650) == KS.SLOTS_PER_MEMBER == 64
-    assert abs(KS.slots_per_member(1300) - 69.0) < 1e-9 and abs(KS.slots_per_member(2600) - 79.0) < 1e-9
-    assert KS.slots_per_member(5200) == KS.slots_per_member(52000) == KS.SLOTS_PER_MEMBER_LONG == 99
+    SLOTS_PER_MEMBER_LONG at SLOTS_LONG_EVENTS, flat beyond (worked by hand: 150 + 175 * 650 / 4550 = 175 at
+    1,300 events, 150 + 175 * 1950 / 4550 = 225 at 2,600)."""
+    assert KS.slots_per_member(1) == KS.slots_per_member(650) == KS.SLOTS_PER_MEMBER == 150
+    assert abs(KS.slots_per_member(1300) - 175.0) < 1e-9 and abs(KS.slots_per_member(2600) - 225.0) < 1e-9
+    assert KS.slots_per_member(5200) == KS.slots_per_member(52000) == KS.SLOTS_PER_MEMBER_LONG == 325
 
 
 def test_the_engine_takes_slots_for_larger_caches_on_longer_streams(monkeypatch):
-    """A cache of 72 blocks per mean member (above SLOTS_PER_MEMBER, below the bound of about 79 at the stream's
+    """A cache of 200 blocks per mean member (above SLOTS_PER_MEMBER, below the bound of about 223 at the stream's
     2,558 events per layer) replays on the slots, with replay_select's counts."""
     calls = _spy_slots(monkeypatch)
     stream = random_stream(9, L=1, N=1024, k=1, steps=3000)
     mean = stream.union / stream.n_events
     per_layer = stream.n_events / stream.n_layers
-    assert per_layer > 2500 and KS.slots_per_member(per_layer) > 73
-    cap = int(72 * mean)
+    assert per_layer > 2500 and KS.slots_per_member(per_layer) > 201
+    cap = int(200 * mean)
     assert KS.SLOTS_PER_MEMBER * mean < cap <= KS.slots_per_member(per_layer) * mean
     cfg = ReplayConfig("lfru", capacity=cap, scope="global", seed=3)
     res = replay(stream, cfg)
@@ -168,8 +168,10 @@ def test_the_engine_takes_slots_for_larger_caches_on_longer_streams(monkeypatch)
 
 def test_the_engine_takes_slots_for_small_event_atomic_caches(monkeypatch):
     """Global event-atomic lfru with a cache of at most ``slots_per_member`` blocks per mean event member
-    replays here (same counts and flags as ``replay_select``); larger caches and sequential units do not."""
+    replays here (same counts and flags as ``replay_select``); larger caches and sequential units do not (the
+    bound lowered to 20 blocks per member, so that the largest cache here is past it)."""
     calls = _spy_slots(monkeypatch)
+    monkeypatch.setattr(KS, "SLOTS_PER_MEMBER", 20)
     stream = random_stream(8, L=4, N=32, k=3, steps=60)
     mean = stream.union / stream.n_events
     for rho in (0.05, 0.3, 0.95):

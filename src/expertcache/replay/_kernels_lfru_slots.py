@@ -62,23 +62,24 @@ _U = np.uint64
 ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 #: The engine replays here global caches of at most this many blocks per member of a mean event on streams of
-#: up to :data:`SLOTS_BASE_EVENTS` events per layer (beyond it the frequency groups are faster: the cuts' vector
-#: pass grows with the cache, the groups' work with the event). Measured (``benchmarks/lfru_slots_vs_groups.py``,
-#: after the freed slots and the one-cut pass; docs/performance.md, *Freed slots*): the slots take 0.79 / 0.85 /
-#: 0.93 / 1.00 of the groups' time at 48 / 56 / 64 / 72 blocks per member on the benchmark stream at 650 events
-#: per layer (the largest measured value at least 5% faster: 64; it was 48 before them).
-SLOTS_PER_MEMBER = 64
-#: Events per layer of the stream :data:`SLOTS_PER_MEMBER` was measured on.
+#: up to :data:`SLOTS_BASE_EVENTS` events per layer (beyond it the frequency groups are faster: the slots' work
+#: grows with the cache, the groups' with the event). Measured (``benchmarks/lfru_slots_vs_groups.py``, after the
+#: candidates; docs/performance.md, *Candidates*): the slots take 0.75 / 0.81 / 0.94 / 0.90 of the groups' time at
+#: 64 / 96 / 128 / 150 blocks per member on the benchmark stream at 650 events per layer (150: about the whole
+#: universe there), and 0.82 / 1.00 / 0.98 at 128 / 200 / 256 on a 48 x 512, B = 8 stream of about 515 events per
+#: layer (``routed:48x512x8:1.2e6``). It was 64 before the candidates, 48 before the freed slots.
+SLOTS_PER_MEMBER = 150
+#: Events per layer of the streams :data:`SLOTS_PER_MEMBER` was measured on.
 SLOTS_BASE_EVENTS = 650
 #: Longer streams take the slots for larger caches, up to this many blocks per member at
 #: :data:`SLOTS_LONG_EVENTS` events per layer and beyond, linearly in the events per layer between: the groups'
 #: time per access grows with the stream (their counts spread over more groups, every full ranking visits each
-#: one), the slots' does not. Measured as :data:`SLOTS_PER_MEMBER`: at 5,200 events per layer 0.72 / 0.86 / 1.01
-#: at 90 / 100 / 110 blocks per member, at 2,600 0.77 / 0.94 / 1.00 at 66 / 76 / 86, and on a 48 x 512, B = 8
-#: stream (``routed:48x512x8:4.8e6``, about 2,060 events per layer) 0.84 / 0.90 at 64 / 72. The line through 64
-#: and 99 meets 79 at 2,600 and 75 at 2,060 (99 was 90 before them: 64 + 35 / 4550 per event keeps the bound a
-#: whole number at 1,300 and 2,600 events).
-SLOTS_PER_MEMBER_LONG = 99
+#: one), the slots' does not. Measured as :data:`SLOTS_PER_MEMBER`: on the 48 x 512 stream at about 2,060 events
+#: per layer (``routed:48x512x8:4.8e6``) 0.68 / 0.78 / 0.93 / 1.08 at 72 / 128 / 256 / 450, at about 5,150
+#: (``routed:48x512x8:12e6``) 0.87 / 0.95 / 1.03 at 256 / 350 / 450, and on the benchmark stream at 5,200 events
+#: per layer 0.52-0.57 up to 150 (its universe). 325 keeps the line's values whole at 1,300 and 2,600 events
+#: (175 and 225; 204 at 2,060). It was 99 before the candidates.
+SLOTS_PER_MEMBER_LONG = 325
 #: Events per layer from which the bound is :data:`SLOTS_PER_MEMBER_LONG` (the longest stream measured).
 SLOTS_LONG_EVENTS = 5200
 
@@ -89,7 +90,7 @@ def slots_per_member(events_per_layer: float) -> float:
     up to :data:`SLOTS_PER_MEMBER_LONG` at :data:`SLOTS_LONG_EVENTS`, flat beyond.
 
     >>> slots_per_member(650) == SLOTS_PER_MEMBER, slots_per_member(1300), slots_per_member(10400)
-    (True, 69.0, 99.0)
+    (True, 175.0, 325.0)
     """
     x = min(max(events_per_layer - SLOTS_BASE_EVENTS, 0.0) / (SLOTS_LONG_EVENTS - SLOTS_BASE_EVENTS), 1.0)
     return SLOTS_PER_MEMBER + (SLOTS_PER_MEMBER_LONG - SLOTS_PER_MEMBER) * x
@@ -104,7 +105,7 @@ REBASE = 1 << 15
 #: below the high cut until then, while it stays under that bound), made afresh by one pass over every slot.
 CAND_EVENTS = 16
 #: The candidates' bound over the high cut they are made for (rounded up to 8 significant bits).
-CAND_MARGIN = 1.0625
+CAND_MARGIN = 1.03125
 #: Candidates from this many words of slots on (fewer: a third of the slots or more are candidates, and making
 #: them costs what their pass saves).
 CAND_WORDS = 32
