@@ -38,7 +38,7 @@ def _run(kernel, stream: EventStream, cap: int, tie: np.ndarray, warm: int):
 def _check(stream: EventStream, cap: int, tie: np.ndarray, warm: int, old_age: float | None = None) -> None:
     """The slots loop against ``replay_select``, its vector pass ranking both cuts where the slots span fewer
     than ONE_CUT_WORDS words (as in use) and the high cut alone at any size (``one_cut_words=0``), over every slot
-    and over candidates at any size (``cand_words=0``), made afresh every 16 events (as in use) and every 3; the
+    and over candidates at any size (``cand_words=0``), made afresh as in use and every 3 events; the
     third with the units' base moved every 7 events (every 2**15 in use)."""
     want = _run(KL.replay_select, stream, cap, tie, warm)
     ages = {} if old_age is None else {"old_age": old_age}

@@ -100,15 +100,19 @@ def slots_per_member(events_per_layer: float) -> float:
 #: below ``2**16`` are exact: the fused cut pass, :func:`._simd.cut_mask1_32_fma`).
 REBASE = 1 << 15
 
-#: From :data:`ONE_CUT_WORDS` words on, the one-cut pass runs over *candidates*: copies of the counts and units of
-#: the slots whose key is at most ``CAND_MARGIN`` times the high cut this many events ahead (a superset of the slots
-#: below the high cut until then, while it stays under that bound), made afresh by one pass over every slot.
-CAND_EVENTS = 16
+#: From :data:`CAND_WORDS` words on, the one-cut pass runs over *candidates*: copies of the counts and units of the
+#: slots whose key is at most ``CAND_MARGIN`` times the high cut some events ahead (a superset of the slots below
+#: the high cut until then, while it stays under that bound), made afresh by one pass over every slot. They hold for
+#: a quarter of the words of slots in events, within these bounds: more events make fewer passes over every slot
+#: but more candidates. Measured on the benchmark stream (single process, 5,200 steps): 8 / 12 / 16 events 0.90 /
+#: 0.98 / 1.15 of no candidates' time at rho 0.3 (30 words), 0.89 / 0.89 / 0.90 at 0.4 (39); kernel_ab at 2,600
+#: steps: 8 / 32 events 1.02 / 1.06 of 16's at rho 0.5 (48 words), 1.10 / 0.98 at 0.75 (73).
+CAND_EVENTS = (4, 32)
 #: The candidates' bound over the high cut they are made for (rounded up to 8 significant bits).
 CAND_MARGIN = 1.03125
 #: Candidates from this many words of slots on (fewer: a third of the slots or more are candidates, and making
-#: them costs what their pass saves).
-CAND_WORDS = 32
+#: them costs what their pass saves: 1.02 of no candidates' time at rho 0.25, 25 words, with 8 events).
+CAND_WORDS = 28
 
 #: Longest stream (events) this loop takes: counts and last units are float32, exact below ``2**24``.
 MAX_EVENTS = 1 << 24
@@ -129,7 +133,8 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
     lower in tests), and ``one_cut_words``: from this many words of slots on, the vector pass ranks the high
     cut alone (:data:`ONE_CUT_WORDS` by default; 0 or a large number in tests, either way the same decision), and
     ``rebase``: units are kept relative to a base moved up every this many events (:data:`REBASE`, the most; less
-    in tests), ``cand_k``: the candidates hold for this many events (:data:`CAND_EVENTS`), and ``cand_words``:
+    in tests), ``cand_k``: the candidates hold for this many events (by default a quarter of the words of slots,
+    within :data:`CAND_EVENTS`), and ``cand_words``:
     from this many words of slots on the one-cut pass runs over candidates (:data:`CAND_WORDS`; -1: never).
     The stream must have fewer than :data:`MAX_EVENTS` events. The state is allocated here and the loop runs in
     :func:`_replay_lfru_slots`.
@@ -156,7 +161,7 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
                        REBASE if rebase is None else min(max(int(rebase), 1), REBASE),
                        np.zeros(npad + 64, dtype=np.int32), np.zeros(npad + 64, dtype=np.float32),
                        np.full(npad + 64, np.inf, dtype=np.float32), np.zeros(npad, dtype=np.int32),
-                       CAND_EVENTS if cand_k is None else max(int(cand_k), 1),
+                       0 if cand_k is None else max(int(cand_k), 1),
                        CAND_WORDS if cand_words is None else int(cand_words) if cand_words >= 0 else MAX_SLOTS)
 
 
@@ -433,12 +438,13 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                 sel2[_U(r)] = t1 - np.float64(SL[_U(s)])
         else:                          # many words: the high cut alone in the vector pass, the low one on the list
             f = 1.0                        # the first move by the cuts' gap, each later one by twice the gap
-            use_c = fused and n_w >= cand_words and i + cand_k < young_until     # (ages below old_age to c_end)
+            kk = cand_k if cand_k > 0 else min(max(n_w >> 2, CAND_EVENTS[0]), CAND_EVENTS[1])
+            use_c = fused and n_w >= cand_words and i + kk < young_until          # (ages below old_age to c_end)
             q = 0
             while use_c:                   # the candidates' copies: a superset of the slots below the high cut
                 if t1 > c_end or th1 > c_max:                  # (or none yet): the candidates afresh
                     c_max = dyadic8_up(th1 * CAND_MARGIN)
-                    c_end = t1 + float(cand_k - 1)
+                    c_end = t1 + float(kk - 1)
                     nc = _candidates(SF, SL, n_w, c_max, c_end, CS, CF, CL, SC, nc, w4)
                 n1 = -np.float32(th1)
                 p1 = np.float32(th1) * t32
