@@ -454,15 +454,17 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                     q = bit_positions(w4[0], w << 6, lst, q)
                 c0 = 0                     # their slots split by the slot's own count and unit (a copy older than a
                 bb = 0                     # hit is lower: no slot below the high cut is left out): below the low
-                for r in range(q):         # cut (lv), between the cuts (bpos), neither
+                l32 = np.float32(th0)      # cut (lv), between the cuts (bpos), neither; in float32, exact as the
+                h32 = np.float32(th1)      # pass (8-bit cuts, every age below 2**16)
+                for r in range(q):
                     s = np.int64(CS[_U(lst[_U(r)])])
-                    fr = np.float64(SF[_U(s)])
-                    ar = t1 - np.float64(SL[_U(s)])
-                    low = np.int64(fr <= th0 * ar)
+                    fr = SF[_U(s)]
+                    ar = t32 - SL[_U(s)]
+                    low = np.int64(fr <= l32 * ar)
                     lv[_U(c0)] = np.int32(s)
                     bpos[_U(bb)] = s
                     c0 += low
-                    bb += np.int64(fr <= th1 * ar) - low
+                    bb += np.int64(fr <= h32 * ar) - low
                 if c0 + bb >= m:
                     break
                 gap = max(th1 - th0, th1 * 2.0 ** -10)   # fewer than leave: the high cut up, as below
@@ -516,18 +518,26 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
             f = 1.0                        # index of its own advanced; the product of an 8-bit cut and an age
             split = use_c                  # below 2**24 is exact in float64; the candidates' loop split its own)
             while True:
-                if not split:
+                if not split:              # (on lv itself after a move: c0 <= r, so no slot is overwritten unread)
                     c0 = 0
                     bb = 0
-                    for r in range(n_src):     # (on lv itself after a move: c0 <= r, so no slot is overwritten
-                        s = np.int64(src[_U(r)])                    # unread)
-                        fr = np.float64(SF[_U(s)])
-                        ar = t1 - np.float64(SL[_U(s)])
-                        low = np.int64(fr <= th0 * ar)
-                        lv[_U(c0)] = np.int32(s)
-                        bpos[_U(bb)] = s
-                        c0 += low
-                        bb += 1 - low
+                    if young:              # every age below old_age: float32, exact as the pass
+                        l32 = np.float32(th0)
+                        for r in range(n_src):
+                            s = np.int64(src[_U(r)])
+                            low = np.int64(SF[_U(s)] <= l32 * (t32 - SL[_U(s)]))
+                            lv[_U(c0)] = np.int32(s)
+                            bpos[_U(bb)] = s
+                            c0 += low
+                            bb += 1 - low
+                    else:
+                        for r in range(n_src):
+                            s = np.int64(src[_U(r)])
+                            low = np.int64(np.float64(SF[_U(s)]) <= th0 * (t1 - np.float64(SL[_U(s)])))
+                            lv[_U(c0)] = np.int32(s)
+                            bpos[_U(bb)] = s
+                            c0 += low
+                            bb += 1 - low
                 split = False
                 if c0 <= m:
                     break
