@@ -29,8 +29,16 @@ compare per vector, :func:`._simd.cut_mask1_32_fma`): units are kept relative to
 product ``cut * age``. The key ``count / age`` a band is sorted by is float64, as ``replay_select``'s, and lies on the same side of an 8-bit cut as the product test (a key other than the cut
 differs from it by more than float64 rounds).
 
-The per-event cost is ``O(c / 64)`` vector compares plus the unit's members, so the engine takes this loop for
-global caches up to :func:`slots_per_member` blocks per member of a mean event. The decision, the hit counts
+From :data:`CAND_WORDS` words of slots on, the one-cut pass runs over *candidates* instead of every slot: a pass
+over every slot lists those whose key will be at most ``c_max`` (a little above the high cut) some events ahead
+(``c_end``), with copies of their counts and last units. A key only falls while its slot is not accessed, and the
+cuts move little from one event to the next, so until ``c_end``, or until the high cut passes ``c_max``, the
+copies hold every slot below the high cut: a copy older than a hit is lower than its slot, a leaving slot's copy
+is made ``inf``, and a miss whose count may fall to ``c_max`` by ``c_end`` joins them (:func:`_join`). The listed
+candidates are then split by their slots' own counts and units.
+
+The per-event cost is ``O(c / 64)`` vector compares (fewer with candidates) plus the unit's members, so the engine
+takes this loop for global caches up to :func:`slots_per_member` blocks per member of a mean event. The decision, the hit counts
 and the hit flags are those of :func:`._kernels_lfru.replay_select` (``tests/test_lfru_slots.py``).
 """
 
