@@ -177,8 +177,10 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
 #: with their counts and ages, and the low cut is counted on that list (its moves too, without a pass). Fewer
 #: words: both cuts in the pass, the leaving slots and the band listed from their masks. Measured (kernel_ab
 #: against both cuts at every size, 4 processes): 1.045 / 1.018 at 16 / 20 words (rho 0.15 / 0.2), 0.942 /
-#: 0.927 / 0.863 / 0.824 at 25 / 29 / 39 / 48 (rho 0.25 / 0.3 / 0.4 / 0.5).
-ONE_CUT_WORDS = 24
+#: 0.927 / 0.863 / 0.824 at 25 / 29 / 39 / 48 (rho 0.25 / 0.3 / 0.4 / 0.5); it was 24 then. Since the list is split
+#: in float32: 18 words against 24, 0.976 / 0.953 at rho 0.18 / 0.2 (2,600 steps), 0.968 at rho 0.2 (5,200 steps);
+#: one cut at 15 words 1.03 of two (single process, 5,200 steps).
+ONE_CUT_WORDS = 18
 
 #: From this many words of slots on, the slots below the high cut are listed from the words that hold any (a
 #: summary bit per word) rather than from every word: on the benchmark stream 0.99 / 0.95 / 0.92 of the time at
