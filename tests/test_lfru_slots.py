@@ -190,13 +190,19 @@ def test_the_engine_takes_slots_for_small_event_atomic_caches(monkeypatch):
     assert len(calls) == before
 
 
+#: Haswell's features as numba takes them (with a CPU name set, numba and ``_simd._has_feature`` read these).
+_HASWELL = ("+64bit,+avx,+avx2,+bmi,+bmi2,+cmov,+cx16,+f16c,+fma,+fxsr,+lzcnt,+mmx,+movbe,+popcnt,+sse,+sse2,+sse3,"
+            "+sse4.1,+sse4.2,+ssse3,+xsave")
+
 _GENERIC_CHECK = """
 import numpy as np
 import test_lfru_slots as T
 from expertcache.replay import _simd as S
 from expertcache.replay import engine
 from test_twin_large import random_stream
+import sys
 assert S.bit_positions is S._bit_positions_loop
+assert S.HAS_FMA == (sys.argv[1] == "haswell")
 for seed in range(3):
     stream = random_stream(300 + seed, L=3, N=70, k=6, steps=150)
     tie = engine._tie_ranks("random", seed, stream.n_blocks)
@@ -206,9 +212,11 @@ print("ok")
 """
 
 
-def test_the_slots_without_avx512(tmp_path):
-    """On a machine without AVX-512 (numba compiling for a generic x86-64, the kernels afresh) the band's and the
-    leaving slots' lists come from the portable bit loop, and the counts and flags are still ``replay_select``'s."""
+@pytest.mark.parametrize("cpu", ["generic", "haswell"])
+def test_the_slots_without_avx512(tmp_path, cpu):
+    """On a machine without AVX-512 (numba compiling for a generic x86-64, or for Haswell's AVX2 and FMA; the
+    kernels afresh) the band's and the leaving slots' lists come from the portable bit loop, the passes are fused
+    (and the candidates taken) only with FMA, and the counts and flags are still ``replay_select``'s."""
     import os
     import platform
     import subprocess
@@ -218,9 +226,11 @@ def test_the_slots_without_avx512(tmp_path):
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip("the generic target named here is x86-64's")
     env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_CPU")}
-    env.update(NUMBA_CPU_NAME="generic", NUMBA_CACHE_DIR=str(tmp_path / "numba"),
+    env.update(NUMBA_CPU_NAME=cpu, NUMBA_CACHE_DIR=str(tmp_path / "numba"),
                PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parent), env.get("PYTHONPATH")])))
-    proc = subprocess.run([sys.executable, "-c", _GENERIC_CHECK], env=env, capture_output=True, text=True,
+    if cpu == "haswell":
+        env["NUMBA_CPU_FEATURES"] = _HASWELL
+    proc = subprocess.run([sys.executable, "-c", _GENERIC_CHECK, cpu], env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 
