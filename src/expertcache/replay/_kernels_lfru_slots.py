@@ -14,8 +14,9 @@ follow the band: a cut holding too many (too few) becomes the high (low) cut, th
 twice the gap at each further move) and only its mask is ranked again (:func:`._simd.cut_mask1_32`), and their
 spread around the last ``need``-th key halves after a band wider than 16 and doubles after a pass repeated. A
 leaving slot is freed, and its last unit is set to ``inf`` (an age of ``-inf``, below no cut) after the next
-event's members unless one of them took it (most are taken: a miss writes its own last unit). The band's and the leaving slots are read from the masks as lists
-(:func:`._simd.bit_positions`: with AVX-512 branch-free, so no word's loop exit is mispredicted).
+event's members unless one of them took it (most are taken: a miss writes its own last unit). The band's and the
+leaving slots are read from the masks as lists (:func:`._simd.bit_positions`: with AVX-512 branch-free, so no
+word's loop exit is mispredicted).
 
 The cut pass is float32 (:func:`._simd.cut_masks32`, 16 lanes to a 512-bit vector): counts and last units
 are float32 (integers below ``2**24``: :data:`MAX_EVENTS`) and the cuts have 8 significant bits
@@ -26,8 +27,9 @@ units, or 64 after one that found a block that old) can reach that age, the pass
 the machine fuses a multiply and an add it tests ``count <= fma(-cut, last, cut * t1)`` (one fused operation and a
 compare per vector, :func:`._simd.cut_mask1_32_fma`): units are kept relative to a base moved up every
 :data:`REBASE` events, so ``t1`` is below ``2**16``, ``cut * t1`` exact in float32 and the fused result the exact
-product ``cut * age``. The key ``count / age`` a band is sorted by is float64, as ``replay_select``'s, and lies on the same side of an 8-bit cut as the product test (a key other than the cut
-differs from it by more than float64 rounds).
+product ``cut * age``. The key ``count / age`` a band is sorted by is float64, as ``replay_select``'s, and lies
+on the same side of an 8-bit cut as the product test (a key other than the cut differs from it by more than
+float64 rounds).
 
 From :data:`CAND_WORDS` words of slots on, the one-cut pass runs over *candidates* instead of every slot: a pass
 over every slot lists those whose key will be at most ``c_max`` (a little above the high cut) some events ahead
@@ -38,8 +40,8 @@ is made ``inf``, and a miss whose count may fall to ``c_max`` by ``c_end`` joins
 candidates are then split by their slots' own counts and units.
 
 The per-event cost is ``O(c / 64)`` vector compares (fewer with candidates) plus the unit's members, so the engine
-takes this loop for global caches up to :func:`slots_per_member` blocks per member of a mean event. The decision, the hit counts
-and the hit flags are those of :func:`._kernels_lfru.replay_select` (``tests/test_lfru_slots.py``).
+takes this loop for global caches up to :func:`slots_per_member` blocks per member of a mean event. The decision,
+the hit counts and the hit flags are those of :func:`._kernels_lfru.replay_select` (``tests/test_lfru_slots.py``).
 """
 
 from __future__ import annotations
@@ -137,13 +139,17 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
     """Event-atomic ``lfru`` under global scope (one pool of ``capacity[0]`` blocks) on dense slots.
 
     Parameters are those of :func:`._kernels_lfru_groups.replay_lfru_groups` less ``atomic`` (always one unit
-    per event), ``old_age``: lanes at least that old are decided in float64 (at most :data:`._simd.AGE32`,
-    lower in tests), and ``one_cut_words``: from this many words of slots on, the vector pass ranks the high
-    cut alone (:data:`ONE_CUT_WORDS` by default; 0 or a large number in tests, either way the same decision), and
-    ``rebase``: units are kept relative to a base moved up every this many events (:data:`REBASE`, the most; less
-    in tests), ``cand_k``: the candidates hold for this many events (by default a quarter of the words of slots,
-    within :data:`CAND_EVENTS`), and ``cand_words``:
-    from this many words of slots on the one-cut pass runs over candidates (:data:`CAND_WORDS`; -1: never).
+    per event) and, for tests (each value gives the same decision):
+
+    * ``old_age``: lanes at least that old are decided in float64 (at most :data:`._simd.AGE32`);
+    * ``one_cut_words``: from this many words of slots on, the vector pass ranks the high cut alone
+      (:data:`ONE_CUT_WORDS`);
+    * ``rebase``: units are kept relative to a base moved up every this many events (:data:`REBASE`, the most);
+    * ``cand_words``: from this many words of slots on, the one-cut pass runs over candidates (:data:`CAND_WORDS`;
+      -1: never);
+    * ``cand_k``: the candidates hold for this many events (by default a quarter of the words of slots, within
+      :data:`CAND_EVENTS`).
+
     The stream must have fewer than :data:`MAX_EVENTS` events. The state is allocated here and the loop runs in
     :func:`_replay_lfru_slots`.
     """
@@ -211,18 +217,26 @@ def _tie_cut(ckey, v, nb, tie, SB, bpos, buf, scratch, eq, n_eq):
 
 
 @jit_helper
+def _below_fused(F, L, n_w, th, t, out, w4):
+    """The lanes of ``n_w`` words of counts ``F`` and units ``L`` whose key is at most ``th`` at unit ``t`` (the
+    fused test: exact where ``t`` and every age are below ``2**16``), listed in ``out``; returns how many."""
+    n1 = -np.float32(th)
+    p1 = np.float32(th) * np.float32(t)
+    k = 0
+    for w in range(n_w):
+        cut_mask1_32_fma(F, L, w << 6, n1, p1, w4)
+        k = bit_positions(w4[0], w << 6, out, k)
+    return k
+
+
+@jit_helper
 def _candidates(SF, SL, n_w, c_max, c_end, CS, CF, CL, SC, nc, w4):
     """The candidates afresh: the slots of ``n_w`` words whose key is at most ``c_max`` at ``c_end`` (the
     fused test, exact: ``c_end`` below ``2**16``, every age then below it), listed in ``CS`` with copies of their
     counts and units (``CF``, ``CL``) and each slot's index in ``SC``; the lanes past them ``inf``. Returns how
     many (``nc``, the last count, bounds the lanes to reset)."""
     old = ((nc + 63) >> 6) << 6
-    n1 = -np.float32(c_max)
-    p1 = np.float32(c_max) * np.float32(c_end)
-    k = 0
-    for w in range(n_w):
-        cut_mask1_32_fma(SF, SL, w << 6, n1, p1, w4)
-        k = bit_positions(w4[0], w << 6, CS, k)
+    k = _below_fused(SF, SL, n_w, c_max, c_end, CS, w4)
     for j in range(k):
         s = _U(CS[_U(j)])
         CF[_U(j)] = SF[s]
@@ -315,10 +329,12 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
     """The loop of :func:`replay_lfru_slots`. ``BR[2b]``, ``BR[2b + 1]``: block ``b``'s count and its slot (-1:
     not resident), side by side (one cache line per member; a flat array: no multiply per index; int32:
     counts below MAX_EVENTS, slots below MAX_SLOTS); slot ``s``: count ``SF``, last unit ``SL`` (float32), block ``SB`` (its tie rank
-    ``tie[SB[s]]``, read only where equal keys meet the cut); ``masks[2w]``, ``masks[2w + 1]``: the slots of word ``w`` below the low and the high
-    cut; ``nz[k]``: the words ``64 k ..`` of ``masks`` holding leaving (0) and band (1) slots; ``w4``: a pass's
-    masks (below each cut, and the lanes ``old_age`` or older); ``free[:nf]``: the free slots (slots never used
-    last, in ascending order; the rest freed slots, the latest last)."""
+    ``tie[SB[s]]``, read only where equal keys meet the cut); ``masks[2w]``, ``masks[2w + 1]``: the slots of word
+    ``w`` below the low and the high cut (one-cut pass: ``masks[w]``, below the high cut); ``w4``: a pass's masks
+    (below each cut, and the lanes ``old_age`` or older); ``free[:nf]``: the free slots (slots never used last, in
+    ascending order; the rest freed slots, the latest last); ``CS[:nc]``: the candidates' slots, ``CF`` / ``CL``
+    the copies of their counts and units (``inf`` past them and for a freed slot's), ``SC[s]``: slot ``s``'s index
+    in them (valid where ``CS`` agrees); ``cand_k`` 0: the candidates' events by size."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     one = np.uint64(1)
@@ -456,12 +472,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                     c_max = dyadic8_up(th1 * CAND_MARGIN)
                     c_end = t1 + float(kk - 1)
                     nc = _candidates(SF, SL, n_w, c_max, c_end, CS, CF, CL, SC, nc, w4)
-                n1 = -np.float32(th1)
-                p1 = np.float32(th1) * t32
-                q = 0
-                for w in range((nc + 63) >> 6):
-                    cut_mask1_32_fma(CF, CL, w << 6, n1, p1, w4)
-                    q = bit_positions(w4[0], w << 6, lst, q)
+                q = _below_fused(CF, CL, (nc + 63) >> 6, th1, t1, lst, w4)
                 c0 = 0                     # their slots split by the slot's own count and unit (a copy older than a
                 bb = 0                     # hit is lower: no slot below the high cut is left out): below the low
                 l32 = np.float32(th0)      # cut (lv), between the cuts (bpos), neither; in float32, exact as the

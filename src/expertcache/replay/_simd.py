@@ -384,6 +384,13 @@ def touch_cut_masks32(typingctx, F, L, off, ev, fi, th0, th1, t1, old_age, out):
 AGE32 = float(1 << 16)
 
 
+def _counts_units32(context, builder, signature, args):
+    """The 64 float32 counts and units ``F``, ``L`` (the intrinsics' first two arguments) from lane ``args[2]``."""
+    f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[2], 64, ir.FloatType()), align=4)
+    last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[2], 64, ir.FloatType()), align=4)
+    return f, last
+
+
 def _cuts32_codegen(n_cuts: int, aged: bool):
     """The body of the float32 cut intrinsics ``(F, L, off, th_1 .. th_n, t1[, old_age], out)`` over the 64
     lanes from ``off``: ``out[k]`` the lanes where ``F <= th_k * (t1 - L)`` in float32, and with ``aged``
@@ -391,9 +398,7 @@ def _cuts32_codegen(n_cuts: int, aged: bool):
 
     def codegen(context, builder, signature, args):
         vt = ir.VectorType(ir.FloatType(), 64)
-        f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[2], 64, ir.FloatType()), align=4)
-        last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[2], 64, ir.FloatType()),
-                            align=4)
+        f, last = _counts_units32(context, builder, signature, args)
         age = builder.fsub(_splat(builder, args[3 + n_cuts], vt, 64), last)
         masks = [builder.fcmp_ordered("<=", f, builder.fmul(_splat(builder, args[3 + k], vt, 64), age))
                  for k in range(n_cuts)]
@@ -445,9 +450,7 @@ def _cuts32_fma_codegen(n_cuts: int):
 
     def codegen(context, builder, signature, args):
         vt = ir.VectorType(ir.FloatType(), 64)
-        f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[2], 64, ir.FloatType()), align=4)
-        last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[2], 64, ir.FloatType()),
-                            align=4)
+        f, last = _counts_units32(context, builder, signature, args)
         data = context.make_array(signature.args[-1])(context, builder, args[-1]).data
         fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt, vt, vt]), "llvm.fma.v64f32")
         for k in range(n_cuts):
