@@ -36,10 +36,9 @@ def _run(kernel, stream: EventStream, cap: int, tie: np.ndarray, warm: int):
 
 
 def _check(stream: EventStream, cap: int, tie: np.ndarray, warm: int, old_age: float | None = None) -> None:
-    """The slots loop against ``replay_select``, its vector pass ranking both cuts where the slots span fewer
-    than ONE_CUT_WORDS words (as in use) and the high cut alone at any size (``one_cut_words=0``), over every slot
-    and over candidates at any size (``cand_words=0``), made afresh as in use and every 3 events; the
-    third with the units' base moved every 7 events (every 2**15 in use)."""
+    """The slots loop against ``replay_select``, four ways: as in use; the high cut alone in the vector pass at
+    any size (``one_cut_words=0``) over every slot; the same over candidates at any size (``cand_words=0``); and
+    over candidates made afresh every 3 events with the units' base moved every 7 (every 2**15 in use)."""
     want = _run(KL.replay_select, stream, cap, tie, warm)
     ages = {} if old_age is None else {"old_age": old_age}
     for one_cut, cand_words, cand_k, rebase in ((None, None, None, None), (0, -1, None, None), (0, 0, None, None),
