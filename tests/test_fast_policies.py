@@ -498,7 +498,7 @@ def _lrfu_cut_pass(V, S, PL, lam, lam_r, cu, th, thv, qa, qb):
 
 
 def test_lrfu_cut_pass_places_every_block_as_its_exact_key():
-    """Values off by up to a quarter of the margin (what rounding may leave), equal keys, and cuts on a value,
+    """Float32 values off by up to a quarter of the margin (what rounding may leave), equal keys, and cuts on a value,
     within the margin of one and past it: each cut holds exactly the blocks whose exact key is at most the
     cut's key ``log2(cut) + lam * base``."""
     rng = np.random.default_rng(11)
@@ -508,14 +508,48 @@ def test_lrfu_cut_pass_places_every_block_as_its_exact_key():
         base = int(rng.integers(0, 1000))
         PL = base + rng.integers(0, 12, 128)
         S = rng.choice([1.0, 1.5, 1.7071067811865475, 2.25], 128)
-        V = S * 2.0 ** (lam * (PL - base)) * (1.0 + rng.uniform(-delta / 4, delta / 4, 128))
+        V = (S * 2.0 ** (lam * (PL - base)) * (1.0 + rng.uniform(-delta / 4, delta / 4, 128))).astype(np.float32)
         th = np.array([V[rng.integers(0, 128)] * rng.choice([1.0, 1.0 + delta / 2, 1.0 - delta / 2, 1.0 + 3 * delta])
                        for _ in range(4)])
-        thv = np.stack([th * (1.0 - delta), th * (1.0 + delta)], axis=1).ravel()
+        thv = np.stack([th * (1.0 - delta), th * (1.0 + delta)], axis=1).ravel().astype(np.float32)
         cu = rng.integers(0, 2**63, 2, dtype=np.int64).astype(np.uint64) * np.uint64(2) + np.uint64(1)
         qa, qb = (int(q) for q in rng.integers(0, 4, 2))
         msk, cnt, keys, kth = _lrfu_cut_pass(V, S, PL, lam, lam * base, cu, th, thv, qa, qb)
         for q in {qa, qb}:
+            want = [sum(1 << j for j in range(64) if (int(cu[w]) >> j) & 1 and keys[64 * w + j] <= kth[q])
+                    for w in range(2)]
+            assert [int(x) for x in msk[q]] == want and cnt[q] == sum(bin(x).count("1") for x in want), q
+
+
+@njit(cache=False)
+def _lrfu_cuts_at_margin(V, S, PL, lam, lam_r, cu, t, u):
+    th = np.empty(4)
+    thv = np.empty(8, dtype=np.float32)
+    for q in range(4):
+        KB._lrfu_set_cut(th, thv, q, t[q], KB._lrfu_margin(u, lam))
+    return _lrfu_cut_pass(V, S, PL, lam, lam_r, cu, th, thv, 0, 1) + (th,)
+
+
+def test_lrfu_cuts_within_float32_rounding_of_a_value_place_blocks_by_exact_keys():
+    """The loop's own values (float64 products rounded to float32, as the member loop and a move of the base
+    write them) and its own margin and bounds (``_lrfu_margin``, ``_lrfu_set_cut``), with cuts closer to a value
+    than float32 resolves (``2**-30`` .. ``2**-23`` relative) on either side, and blocks whose exact keys differ
+    by less than that: each cut holds exactly the blocks whose exact key is at most the cut's key. Without the
+    float32 term of the margin a sure bound rounds onto the value and the cut takes blocks above it."""
+    rng = np.random.default_rng(20261204)
+    for _ in range(400):
+        lam = float(rng.choice([0.25, 0.5, 1.0]))
+        base = int(rng.integers(0, 3000))
+        u = base + 40
+        PL = (base + rng.integers(0, 40, 128)).astype(np.int32)
+        S = rng.choice([1.0, 1.0 + 2.0 ** -28, 1.0 + 2.0 ** -26, 1.0 + 2.0 ** -24, 1.5, 1.5 + 2.0 ** -27], 128)
+        real = S * 2.0 ** (lam * (PL - base).astype(np.float64))
+        V = real.astype(np.float32)
+        t = np.array([real[rng.integers(0, 128)] * (1.0 + float(rng.choice([-1.0, 1.0])) * 2.0 ** -float(
+            rng.integers(23, 31))) for _ in range(4)])
+        cu = rng.integers(0, 2**63, 2, dtype=np.int64).astype(np.uint64) * np.uint64(2) + np.uint64(1)
+        msk, cnt, keys, kth, th = _lrfu_cuts_at_margin(V, S, PL, lam, lam * base, cu, t, u)
+        for q in (0, 1):
             want = [sum(1 << j for j in range(64) if (int(cu[w]) >> j) & 1 and keys[64 * w + j] <= kth[q])
                     for w in range(2)]
             assert [int(x) for x in msk[q]] == want and cnt[q] == sum(bin(x).count("1") for x in want), q

@@ -41,7 +41,6 @@ from ._simd import (
     sort_small,
     touch_cut_masks32,
     touch_lanes32,
-    values_at,
     values_at32,
 )
 
@@ -1021,12 +1020,16 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
 #: Largest table of decays :func:`replay_lrfu_bits` builds (a layer with more units computes the longer gaps'
 #: decays one by one); also the longest table of its value scales.
 _LRFU_DECAYS = 1 << 16
-#: A layer's values span at most ``2**_LRFU_SPAN`` above its base before the base moves (float64 reaches 2**1023).
-_LRFU_SPAN = 600.0
+#: A layer's values span at most ``2**_LRFU_SPAN`` above its base before the base moves: float32 values reach
+#: ``2**127``, and a CRF is at most the number of accesses (``2**31``).
+_LRFU_SPAN = 90.0
 #: Values below it become 0 when a base moves (they stay normal floats, whose relative error is bounded).
-_LRFU_TINY = 2.0 ** -1000
+_LRFU_TINY = 2.0 ** -110
 #: The lowest positive cut: every value that became 0 lies surely below it.
-_LRFU_FLOOR = 2.0 ** -990
+_LRFU_FLOOR = 2.0 ** -100
+#: Added to a layer's margin for the float32 values: a value's rounding to float32 and a bound's (``2**-24``
+#: relative each), with room to spare.
+_LRFU_MARGIN32 = 2.0 ** -21
 #: Factors of the outer and inner lrfu cuts around a layer's last leaving value: the key-space cuts ``∓0.25`` /
 #: ``∓0.08`` around the last leaving key.
 _LRFU_CUT_FACTORS = tuple(2.0 ** e for e in (-0.25, -0.08, 0.08, 0.25))
@@ -1046,13 +1049,16 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     arrays in tie-position order (``u`` int32: streams of fewer than :data:`MAX_LRFU_EVENTS` events), updated
     by the member loop (the decay from a table of :func:`expertcache.replay._kernels.crf_decays`).
 
-    The value is ``V = S * 2**(lam * (u - R))`` for a base unit ``R`` of the layer: ``2**(key - lam R)``, so it
-    ranks like the key, and costs one multiplication per access (the scale ``2**(lam (u - R))`` of a unit comes
-    from a table) where a key would take a logarithm. When ``lam (u - R)`` would pass 600 the base moves to
-    the unit and every value of the layer is scaled down (values below ``2**-1000`` become 0). A value's relative
-    error against ``2**(key - lam R)``, and the key's own rounding, stay below a margin ``delta`` (a bound that
-    grows with the clock); so two blocks whose values differ by more than ``delta`` rank as their keys do, and
-    the exact key (:func:`expertcache.replay._kernels.crf_key`) is computed only where values are closer.
+    The value is ``V = S * 2**(lam * (u - R))`` for a base unit ``R`` of the layer, kept as float32:
+    ``2**(key - lam R)``, so it ranks like the key, and costs one multiplication per access (the scale
+    ``2**(lam (u - R))`` of a unit comes from a table) where a key would take a logarithm. When ``lam (u - R)``
+    would pass 90 the base moves to the unit and every value of the layer is computed again from its CRF and
+    last unit, ``S * 2**(-lam (R - u))`` (values below ``2**-110`` become 0; so a value is one float64 product
+    rounded once to float32, never a chain of roundings). A value's relative error against
+    ``2**(key - lam R)``, and the key's own rounding, stay below a margin ``delta`` (a bound that grows with the
+    clock, plus ``2**-21`` for float32); so two blocks whose values differ by more than ``delta`` rank as their
+    keys do, and the exact key (:func:`expertcache.replay._kernels.crf_key`) is computed only where values are
+    closer.
 
     When ``C ∪ U`` overflows the quota, one vector pass (:func:`._simd.lrfu_cut2`) ranks every block of the
     layer against the two inner of four cuts around the layer's last leaving value (relative to the unit's
@@ -1079,7 +1085,7 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     lam = float(lam)
     n_scale = min(n_units + 1, _LRFU_DECAYS)
     if lam > 0.0:
-        n_scale = min(n_scale, int(_LRFU_SPAN / lam) + 1)
+        n_scale = min(n_scale, int(_LRFU_SPAN / lam) + 1)             # lam * (n_scale - 1) <= _LRFU_SPAN
     cuts = np.empty((n_layers, 4), dtype=np.float64)
     cuts[:, :2] = -1.0                 # the first overflow of a layer ranks every block of C ∪ U
     cuts[:, 2:] = np.inf
@@ -1091,12 +1097,13 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                       np.zeros(n_words, dtype=np.uint64), np.zeros(n_words, dtype=np.uint64),
                       np.zeros((4, n_words), dtype=np.uint64), np.zeros(4, dtype=np.uint64),
                       np.zeros(n_layers * npad, dtype=np.float64), np.full(n_layers * npad, -1, dtype=np.int32),
-                      np.zeros(n_layers * npad, dtype=np.float64), np.zeros(n_layers, dtype=np.int64),
+                      np.zeros(n_layers * npad, dtype=np.float32), np.zeros(n_layers, dtype=np.int64),
                       np.zeros(n_layers, dtype=np.int64), crf_decays(lam, min(n_units + 1, _LRFU_DECAYS)),
                       2.0 ** (lam * np.arange(n_scale, dtype=np.float64)), cuts, np.empty(4, dtype=np.float64),
-                      np.empty(8, dtype=np.float64), np.empty(width, dtype=np.int64), np.empty(width + 64),
+                      np.empty(8, dtype=np.float32), np.empty(width, dtype=np.int64), np.empty(width + 64),
                       np.empty(width, dtype=np.float64), np.empty(width, dtype=np.float64),
-                      np.empty(width, dtype=np.float64), np.zeros(4, dtype=np.int64), n_units < _LRFU_DECAYS)
+                      np.empty(width, dtype=np.float64), np.zeros(4, dtype=np.int64), n_units < _LRFU_DECAYS,
+                      np.empty(width + 64, dtype=np.float32))
 
 
 @jit_helper
@@ -1106,14 +1113,24 @@ def _lrfu_key(S, PL, j, lam):
 
 
 @jit_helper
+def _lrfu_margin(u, lam):
+    """The relative margin ``delta`` of a layer's values at its unit ``u``: a value's error against
+    ``2**(key - lam R)`` (its CRF's rounding, its scale's or decay's) and the key's own rounding (bounds that grow
+    with the clock), and :data:`_LRFU_MARGIN32` for float32 (the value's rounding, a bound's)."""
+    fu = float(u)
+    return 1e-9 + (fu * (1.0 / 256.0) + lam * fu + 4096.0) * 2.0 ** -44 + _LRFU_MARGIN32
+
+
+@jit_helper
 def _lrfu_set_cut(th, thv, q, t, delta):
     """Cut ``q`` at value ``t`` (a positive one below :data:`_LRFU_FLOOR` raised to it; a negative one holds no
-    block, ``inf`` every block): ``th[q] = t``, ``thv[2q]`` / ``thv[2q + 1]`` its sure / maybe bounds."""
+    block, ``inf`` every block): ``th[q] = t``, ``thv[2q]`` / ``thv[2q + 1]`` its sure / maybe bounds as float32
+    (their rounding within the margin ``delta``; one past float32's range is ``inf``, above every value)."""
     if 0.0 <= t < _LRFU_FLOOR:
         t = _LRFU_FLOOR
     th[q] = t
-    thv[2 * q] = t * (1.0 - delta)
-    thv[2 * q + 1] = t * (1.0 + delta)
+    thv[2 * q] = np.float32(t * (1.0 - delta))
+    thv[2 * q + 1] = np.float32(t * (1.0 + delta))
 
 
 @jit_helper
@@ -1158,13 +1175,14 @@ def _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, q
 @jit
 def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, lam, count_from, hits, misses,
                       hit_flag, size, mem, ev, cu, msk, w8, S, PL, V, lunits, ubase, P, scale, cuts, th, thv, cpos,
-                      ckey, sel, sel2, fb, cnt, whole):
+                      ckey, sel, sel2, fb, cnt, whole, band):
     """The loop of :func:`replay_lrfu_bits`; ``S`` / ``PL`` / ``V`` ``[l * 64 W + j]``: CRF / layer unit of the
-    last access / value of layer ``l``'s tie position ``j``; ``ubase[l]``: the layer's base unit;
+    last access / value (float32) of layer ``l``'s tie position ``j``; ``ubase[l]``: the layer's base unit;
     ``P[g] = 2**(-lam * g)``; ``scale[g] = 2**(lam * g)``; ``cuts[l]``: the layer's four cuts relative to the
     scale of its unit (outer low, inner low, inner high, outer high); ``th`` / ``thv``: the unit's cuts and their
     sure / maybe bounds; ``msk[q]`` / ``cnt[q]``: the blocks of ``C ∪ U`` below cut ``q`` / how many, for the cuts
-    ranked at this unit; ``whole``: every layer's gaps fit the decay table ``P``."""
+    ranked at this unit; ``whole``: every layer's gaps fit the decay table ``P``; ``band``: the band's float32
+    values."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     n_words = (n_experts + 63) // 64
@@ -1184,11 +1202,12 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         u = lunits[layer]
         lunits[layer] = u + 1
         g = u - ubase[ul]
-        if g >= n_scale:               # the base moves to this unit: every value of the layer scaled down
-            f = 2.0 ** (-lam * float(g))
+        if g >= n_scale:               # the base moves to this unit: every value of the layer again from its
+            n_pow = P.shape[0]         # CRF and last unit (one rounding to float32; a never used lane has S 0)
             for j in range(pbase, pbase + npad):
-                x = V[j] * f
-                V[j] = x if x >= _LRFU_TINY else 0.0
+                gp = u - PL[j]
+                x = S[j] * (P[_U(gp)] if gp < n_pow else crf_decay(lam, gp))
+                V[j] = np.float32(x) if x >= _LRFU_TINY else np.float32(0.0)
             ubase[ul] = u
             g = 0
         qu = scale[g]
@@ -1199,7 +1218,7 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
                 s = 1.0 + S[j] * P[_U(u - PL[j])]
                 S[j] = s
                 PL[j] = u
-                V[j] = s * qu
+                V[j] = np.float32(s * qu)
             for w in range(n_words):   # the unit's bitset: the lanes whose last unit is this one, one vector
                 ev[w] = lanes_eq(PL, pbase + (w << 6), u)               # compare a word (`ev[w] |= bit` per
         elif whole:                    # member in the loop: a chain of read-modify-writes through memory, 1.02x
@@ -1212,7 +1231,7 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
                 s = 1.0 + S[j] * P[_U(u - PL[j])]
                 S[j] = s
                 PL[j] = u
-                V[j] = s * qu
+                V[j] = np.float32(s * qu)
         else:
             for w in range(n_words):
                 ev[w] = zero
@@ -1225,7 +1244,7 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
                 s = 1.0 + S[j] * (P[_U(gp)] if gp < n_pow else crf_decay(lam, gp))
                 S[j] = s
                 PL[j] = u
-                V[j] = s * qu
+                V[j] = np.float32(s * qu)
         n_hit = 0
         for w in range(n_words):
             n_hit += np.int64(_popc(ev[w] & mem[ul, w]))
@@ -1237,8 +1256,7 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         if m == 0:
             continue
         lam_r = lam * float(ubase[ul])
-        fu = float(u)                  # the margin: relative error of a value (its scale, each move of the base)
-        delta = 1e-9 + (fu * (1.0 / 256.0) + lam * fu + 4096.0) * 2.0 ** -44     # and rounding of the keys
+        delta = _lrfu_margin(u, lam)
         for q in range(4):
             _lrfu_set_cut(th, thv, q, cuts[ul, q] * qu, delta)
         for w in range(n_words):
@@ -1280,7 +1298,9 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         elif nb <= 64:
             q = 0
             for w in range(n_words):
-                q = values_at(V, pbase + (w << 6), msk[b, w] & ~msk[a, w], ckey, q)
+                q = values_at32(V, pbase + (w << 6), msk[b, w] & ~msk[a, w], band, q)
+            for r in range(nb):
+                ckey[_U(r)] = np.float64(band[_U(r)])
             sort_small(ckey, nb, sel)
             v = sel[need - 1]
             nxt = sel[need]
