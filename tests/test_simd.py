@@ -256,6 +256,39 @@ def test_band_pick32_takes_the_lowest_keys_from_float32_counts_and_last_units(nb
 
 
 @njit(cache=False)
+def _lrfu_pick32(band, nb, need, out):
+    S.lrfu_pick32(band, nb, need, out)
+
+
+@pytest.mark.parametrize("nb", [2, 7, 8, 9, 15, 16])
+def test_lrfu_pick32_takes_the_lowest_values_ties_to_the_lower_lane(nb):
+    """``lrfu_pick32`` on float32 values: the ``need`` lowest by a stable sort (lane order breaks ties), the bit
+    of the ``need``-th and of the next; many equal values, zeros, neighbouring floats and values near float32's
+    top, with stale lanes (NaN, inf, negative) past the band."""
+    rng = np.random.default_rng(300 + nb)
+    for trial in range(400):
+        kind = trial % 4
+        if kind == 0:                  # few distinct values, zeros among them
+            vals = rng.choice(np.array([0.0, 1.0, 1.5, 2.0], dtype=np.float32), nb)
+        elif kind == 1:                # neighbouring floats
+            vals = np.nextafter(np.float32(3.0), np.float32(np.inf)) * np.ones(nb, np.float32)
+            vals = np.array([np.float32(3.0) if rng.random() < 0.5 else v for v in vals], dtype=np.float32)
+        elif kind == 2:                # near the top of float32
+            vals = (np.float32(2.0 ** 127) * rng.uniform(0.5, 1.0, nb)).astype(np.float32)
+        else:
+            vals = rng.uniform(0.0, 1e6, nb).astype(np.float32)
+        need = int(rng.integers(1, nb))
+        order = np.argsort(vals, kind="stable")
+        band = np.array(rng.choice([np.nan, np.inf, -1.0, 0.0], 16), dtype=np.float32)
+        band[:nb] = vals
+        out = np.zeros(3, dtype=np.uint64)
+        _lrfu_pick32(band, nb, need, out)
+        assert int(out[0]) == sum(1 << int(q) for q in order[:need])
+        assert int(out[1]) == 1 << int(order[need - 1])
+        assert int(out[2]) == 1 << int(order[need])
+
+
+@njit(cache=False)
 def _keys8_32(bF, bL, t1, off, out):
     S.keys8_32(bF, bL, t1, off, out)
 

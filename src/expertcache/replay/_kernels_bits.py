@@ -37,6 +37,7 @@ from ._simd import (
     lanes_eq,
     lrfu_cut1,
     lrfu_cut2,
+    lrfu_pick32,
     pdep,
     sort_small,
     touch_cut_masks32,
@@ -1068,7 +1069,8 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     (the inner high one fewer), the outer cut below (above) is ranked the same way, moved out until it holds at
     most (at least) ``m``. The blocks below the highest ranked cut holding at most ``m`` leave, those above the
     lowest ranked cut holding at least ``m`` stay, and the ``need`` lowest of the band between are found by
-    sorting its values with a bitonic network: exact unless the ``need``-th and the next lie within ``3 delta``
+    ranking its values in registers (up to 16, :func:`._simd.lrfu_pick32`, ties to the lower tie position) or
+    sorting them with a bitonic network: exact unless the ``need``-th and the next lie within ``3 delta``
     (or the next is below the lowest cut, where 0 stands for every value too small to hold), in which case the
     band's exact keys are sorted (the keys below the ``need``-th, and of those equal to it the lowest tie
     positions, leave). A band wider than 64 takes every block of ``C ∪ U`` with exact keys. Parameters are those
@@ -1299,11 +1301,18 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
             q = 0
             for w in range(n_words):
                 q = values_at32(V, pbase + (w << 6), msk[b, w] & ~msk[a, w], band, q)
-            for r in range(nb):
-                ckey[_U(r)] = np.float64(band[_U(r)])
-            sort_small(ckey, nb, sel)
-            v = sel[need - 1]
-            nxt = sel[need]
+            if nb <= 16:               # ranked in registers: the need lowest as bits, the need-th and the next
+                lrfu_pick32(band, nb, need, w8)
+                v = np.float64(band[_U(_cttz(w8[1]))])
+                nxt = np.float64(band[_U(_cttz(w8[2]))])
+                leave = w8[0]
+            else:
+                for r in range(nb):
+                    ckey[_U(r)] = np.float64(band[_U(r)])
+                sort_small(ckey, nb, sel)
+                v = sel[need - 1]
+                nxt = sel[need]
+                leave = zero
             if nxt <= v * (1.0 + 3.0 * delta) or nxt < _LRFU_FLOOR:
                 q = 0                  # the need-th is not separated from the next: exact keys
                 for w in range(n_words):
@@ -1314,10 +1323,9 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
                         x &= x - one
                         q += 1
                 sort_small(ckey, nb, sel)
-                vv = sel[need - 1]
-            else:
-                vv = v
-            leave = _band_leave(ckey, vv, need, nb)      # band indices that leave
+                leave = _band_leave(ckey, sel[need - 1], need, nb)       # band indices that leave
+            elif nb > 16:
+                leave = _band_leave(ckey, v, need, nb)
             for w in range(n_words):
                 x = msk[b, w] & ~msk[a, w]
                 mem[layer, w] = cu[w] & ~(msk[a, w] | pdep(leave, x))

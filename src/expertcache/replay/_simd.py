@@ -24,7 +24,7 @@ must hold ``off + 64`` (or ``n``) elements.
 * :func:`band_pick` — the lowest of up to 16 keys ``count / age``, ties to the lower lane, by counting ranks in
   registers (the narrow band of the global slots loop); :func:`band_pick32` the same from float32 counts and
   last units (the narrow band of the per-layer lfru loop); :func:`keys8_32` 8 such keys divided at once (its
-  wider bands).
+  wider bands); :func:`lrfu_pick32` the same on float32 values (the per-layer lrfu loop's band).
 * :func:`lrfu_cut1`, :func:`lrfu_cut2` — 64 float32 lrfu values against the sure and maybe bounds of one or two
   cuts.
 * :func:`lanes_below` — the live lanes of a partial group of 64, as bits.
@@ -211,6 +211,15 @@ def _pick_lanes(context, builder, signature, args, key, nb, need, out, n):
     kb = builder.bitcast(key, it)
     u = builder.or_(builder.shl(builder.sub(kb, ir.Constant(it, [_PICK_FLOOR_BITS] * n)),
                                 ir.Constant(it, [6] * n)), idx)
+    _rank_out(context, builder, signature, args, u, live, need, out, n, False)
+    return live
+
+
+def _rank_out(context, builder, signature, args, u, live, need, out, n, nxt):
+    """Rank the lanes of ``u`` (``<n x i64>``, distinct where ``live``) by the number of live lanes below each and
+    store ``out[0]`` the ``need`` lowest lanes as bits, ``out[1]`` the bit of the ``need``-th (and ``out[2]`` the
+    next one's where ``nxt``)."""
+    it = ir.VectorType(_I64, n)
     u = builder.select(live, u, ir.Constant(it, [-1] * n))       # lanes past the band: after all
     rank = ir.Constant(it, [0] * n)
     for p in range(n):
@@ -219,11 +228,11 @@ def _pick_lanes(context, builder, signature, args, key, nb, need, out, n):
     needv = _splat(builder, args[need], it, n)
     leave = builder.and_(builder.icmp_signed("<", rank, needv), live)
     at = builder.and_(builder.icmp_signed("==", rank, builder.sub(needv, ir.Constant(it, [1] * n))), live)
+    masks = [leave, at] + ([builder.and_(builder.icmp_signed("==", rank, needv), live)] if nxt else [])
     data = context.make_array(signature.args[out])(context, builder, args[out]).data
-    for q, c in enumerate((leave, at)):
+    for q, c in enumerate(masks):
         bits = builder.zext(builder.bitcast(c, ir.IntType(n)), _I64)
         builder.store(bits, builder.gep(data, [ir.Constant(_I64, q)]))
-    return live
 
 
 def _store_keys(context, builder, aty, ary, key, live, n):
@@ -278,8 +287,43 @@ def _make_pick32(n: int):
     return _pick
 
 
+def _make_lrfu_pick(n: int):
+    @intrinsic
+    def _pick(typingctx, band, nb, need, out):
+        sig = types.void(band, types.int64, types.int64, out)
+
+        def codegen(context, builder, signature, args):
+            it = ir.VectorType(_I64, n)
+            x = builder.load(_lanes(context, builder, signature.args[0], args[0], ir.Constant(_I64, 0), n,
+                                    ir.FloatType()), align=4)
+            idx = ir.Constant(it, list(range(n)))
+            live = builder.icmp_signed("<", idx, _splat(builder, args[1], it, n))
+            bits = builder.zext(builder.bitcast(x, ir.VectorType(_I32, n)), it)
+            u = builder.or_(builder.shl(bits, ir.Constant(it, [6] * n)), idx)
+            _rank_out(context, builder, signature, args, u, live, 2, 3, n, True)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return _pick
+
+
 _pick8, _pick16 = _make_pick(8), _make_pick(16)
 _pick32_8, _pick32_16 = _make_pick32(8), _make_pick32(16)
+_lrfu_pick8, _lrfu_pick16 = _make_lrfu_pick(8), _make_lrfu_pick(16)
+
+
+@jit_helper
+def lrfu_pick32(band, nb, need, out):
+    """The ``need`` lowest (``1 <= need < nb <= 16``) of the float32 values ``band[:nb]`` (at least 0), ties to
+    the lower lane: ``out[0]`` their lanes as bits, ``out[1]`` the bit of the ``need``-th, ``out[2]`` the bit of
+    the next. A value's bits shifted past a six-bit lane number and given it order the lanes as (value, lane)
+    does (non-negative floats order as their bits); ranks counted as in :func:`band_pick`. ``band`` holds 8 or 16
+    lanes as ``nb`` needs (lanes past ``nb`` ignored)."""
+    if nb <= 8:
+        _lrfu_pick8(band, nb, need, out)
+    else:
+        _lrfu_pick16(band, nb, need, out)
 
 
 @jit_helper
