@@ -67,11 +67,12 @@ def _cuts(vals, off, bounds, out, qa, qb):
 
 
 def test_lrfu_cuts_place_values_against_sure_and_maybe_bounds():
+    """Float32 values against float32 bounds, a value on a bound, no bound below and every one."""
     rng = np.random.default_rng(3)
     for _ in range(200):
-        vals = np.round(rng.random(136) * 4.0, 2)
+        vals = np.round(rng.random(136) * 4.0, 2).astype(np.float32)
         off = int(rng.integers(0, 72))
-        bounds = np.sort(np.round(rng.random(8) * 4.0, 2).reshape(4, 2), axis=1).ravel()
+        bounds = np.sort(np.round(rng.random(8) * 4.0, 2).reshape(4, 2), axis=1).ravel().astype(np.float32)
         bounds[int(rng.integers(0, 8))] = vals[off + int(rng.integers(0, 64))]    # a value on a bound
         bounds[0] = float(rng.choice([bounds[0], -1.0, np.inf]))                  # none below, every one
         qa, qb = (int(q) for q in rng.integers(0, 4, 2))

@@ -290,6 +290,8 @@ def _make_pick32(n: int):
 def _make_lrfu_pick(n: int):
     @intrinsic
     def _pick(typingctx, band, nb, need, out):
+        if not _f32_arrays(band):
+            return None
         sig = types.void(band, types.int64, types.int64, out)
 
         def codegen(context, builder, signature, args):
@@ -706,6 +708,12 @@ bit_positions = (_bit_positions_vbmi2 if _has_feature("avx512vbmi2") else
                  _bit_positions_avx512 if _has_feature("avx512f") else _bit_positions_loop)
 
 
+def _f32_arrays(*tys) -> bool:
+    """Whether every numba type is a float32 array (the lrfu intrinsics' values and bounds; another dtype is a
+    typing error rather than lanes read at the wrong width)."""
+    return all(isinstance(t, types.Array) and t.dtype == types.float32 for t in tys)
+
+
 def _lrfu_cuts_codegen(k: int):
     """The body of :func:`lrfu_cut1` (``k = 1``) and :func:`lrfu_cut2` (``k = 2``): float32 values and bounds,
     16 lanes to a 512-bit compare (float64 took 8: twice the compares and mask merges, 1.10x the loop's time)."""
@@ -732,6 +740,8 @@ def _lrfu_cuts_codegen(k: int):
 def lrfu_cut1(typingctx, V, off, bounds, out, q):
     """For the 64 float32 values ``V[off:off+64]``: ``out[0]`` the lanes at most ``bounds[2q]`` (a cut's sure
     bound), ``out[1]`` those at most ``bounds[2q + 1]`` (its maybe bound); ``bounds`` float32."""
+    if not _f32_arrays(V, bounds):
+        return None
     sig = types.void(V, types.int64, bounds, out, types.int64)
     return sig, _lrfu_cuts_codegen(1)
 
@@ -740,6 +750,8 @@ def lrfu_cut1(typingctx, V, off, bounds, out, q):
 def lrfu_cut2(typingctx, V, off, bounds, out, qa, qb):
     """:func:`lrfu_cut1` for two cuts in one pass: ``out[0]`` / ``out[1]`` for cut ``qa``, ``out[2]`` /
     ``out[3]`` for cut ``qb``."""
+    if not _f32_arrays(V, bounds):
+        return None
     sig = types.void(V, types.int64, bounds, out, types.int64, types.int64)
     return sig, _lrfu_cuts_codegen(2)
 
