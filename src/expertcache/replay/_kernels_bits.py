@@ -77,6 +77,16 @@ def _store_words(ev, e0, e1, n_words):
         ev[1] = e1
 
 
+@jit
+def _most_layer_events(ev_layer, n_layers):
+    """The most events any one layer has (0 for none): one pass, where ``np.bincount`` first widened the layers
+    to int64 (0.35 ms of a 32 ms per-layer lrfu replay of 10 M accesses)."""
+    counts = np.zeros(max(n_layers, 1), dtype=np.int64)
+    for i in range(ev_layer.shape[0]):
+        counts[_U(ev_layer[i])] += 1
+    return counts.max()
+
+
 @jit_inline
 def _unit_bits(expert, lo, hi, base, tie_pos, ev, n_words):
     """Put the members ``expert[lo:hi]`` of a unit (block ``base + e``) in ``ev`` (tie positions). With one or two
@@ -668,8 +678,8 @@ def replay_lfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
     ``reset_freq_on_evict``. The state arrays are allocated here and the loop runs in :func:`_replay_lfu_bits`.
     """
     n_words = (n_experts + 63) // 64
-    per_layer = np.bincount(ev_layer, minlength=n_layers) if ev_layer.shape[0] else np.zeros(1, dtype=np.int64)
-    n_planes = max(1, int(per_layer.max()).bit_length())     # a count never exceeds its layer's units
+    n_planes = max(1, int(_most_layer_events(ev_layer, n_layers)).bit_length())   # a count never exceeds its
+                                                                                    # layer's units
     tie_pos = tie_pos.astype(np.int32)     # as replay_lru_bits (0.98 of the time; lfru's loop: 1.00, left)
     _replay_lfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, reset_freq_on_evict, count_from,
                      hits, misses, hit_flag, np.zeros(n_layers, dtype=np.int64),
@@ -1083,7 +1093,7 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     n_words = (n_experts + 63) // 64
     npad = n_words * 64
     width = max(min(int(capacity.max()) + int(_max_unit(offsets, True)), n_experts) + 1, 64)   # |C ∪ U| at most
-    n_units = int(np.bincount(ev_layer, minlength=n_layers).max()) if ev_layer.shape[0] else 0
+    n_units = int(_most_layer_events(ev_layer, n_layers))
     lam = float(lam)
     n_scale = min(n_units + 1, _LRFU_DECAYS)
     if lam > 0.0:
