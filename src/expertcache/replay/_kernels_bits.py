@@ -1124,6 +1124,12 @@ def _lrfu_key(S, PL, j, lam):
     return crf_key(S[_U(j)], float(PL[_U(j)]), lam)
 
 
+@jit_inline
+def _lrfu_decay(P, lam, gap):
+    """The decay ``2**(-lam * gap)`` of a gap of ``gap`` units: from the table ``P`` where it holds it."""
+    return P[_U(gap)] if gap < P.shape[0] else crf_decay(lam, gap)
+
+
 @jit_helper
 def _lrfu_margin(u, lam):
     """The relative margin ``delta`` of a layer's values at its unit ``u``: a value's error against
@@ -1215,10 +1221,8 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         lunits[layer] = u + 1
         g = u - ubase[ul]
         if g >= n_scale:               # the base moves to this unit: every value of the layer again from its
-            n_pow = P.shape[0]         # CRF and last unit (one rounding to float32; a never used lane has S 0)
-            for j in range(pbase, pbase + npad):
-                gp = u - PL[j]
-                x = S[j] * (P[_U(gp)] if gp < n_pow else crf_decay(lam, gp))
+            for j in range(pbase, pbase + npad):           # CRF and last unit (one rounding to float32; a never
+                x = S[j] * _lrfu_decay(P, lam, u - PL[j])   # used lane has S 0)
                 V[j] = np.float32(x) if x >= _LRFU_TINY else np.float32(0.0)
             ubase[ul] = u
             g = 0
@@ -1247,13 +1251,11 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         else:
             for w in range(n_words):
                 ev[w] = zero
-            n_pow = P.shape[0]
             for a in range(lo, hi):
                 tp = tie_pos[_U(base + expert[_U(a)])]
                 ev[_U(tp >> 6)] |= one << np.uint64(tp & 63)
                 j = _U(pbase + tp)
-                gp = u - PL[j]
-                s = 1.0 + S[j] * (P[_U(gp)] if gp < n_pow else crf_decay(lam, gp))
+                s = 1.0 + S[j] * _lrfu_decay(P, lam, u - PL[j])
                 S[j] = s
                 PL[j] = u
                 V[j] = np.float32(s * qu)

@@ -38,7 +38,8 @@ must hold ``off + 64`` (or ``n``) elements.
 * :func:`bit_positions` — the set bits of a word as a list of positions (AVX-512 compress where the machine
   has it, a loop otherwise).
 * :func:`values_at`, :func:`values_at32` — the float64 (float32) values at the set bits of a word, as a list
-  (AVX-512 compress where the machine has it, a loop otherwise; the per-layer lrfu (lfru) loop's band).
+  (AVX-512 compress where the machine has it, a loop otherwise; ``values_at32`` the per-layer lrfu and lfru
+  loops' bands).
 * :func:`pdep` — parallel bit deposit (BMI2 where the machine has it, a loop otherwise).
 * :func:`below_mask` — a word of all ones where one count is below another, that no compiler pass makes a branch.
 * :func:`f2u`, :func:`u2f` — the bits of a float64 and back.
@@ -199,27 +200,18 @@ def band_masks(buf, v, n):
 _PICK_FLOOR_BITS = int(np.float64(2.0 ** -30).view(np.int64))
 
 
-def _pick_lanes(context, builder, signature, args, key, nb, need, out, n):
-    """The body shared by the band picks: ``key`` (``<n x double>``) ranked for lanes below ``nb`` (``args``
-    indices of the band size, ``need`` and the output), each lane's rank the number of lanes below it (the
-    key's bits minus those of ``2**-30``, shifted past a six-bit lane number and given it, order the lanes as
-    (key, lane) does); ``out[0]`` the ``need`` lowest lanes as bits, ``out[1]`` the bit of the ``need``-th.
-    Returns the live lanes."""
+def _pick_lanes(context, builder, signature, args, kb, nb, need, out, n, floor=_PICK_FLOOR_BITS, nxt=False):
+    """The body shared by the band picks: ``kb`` (``<n x i64>``, the bits of non-negative floats at least the one
+    whose bits are ``floor``) ranked for lanes below ``nb`` (``args`` indices of the band size, ``need`` and the
+    output), each lane's rank the number of lanes below it (the bits minus ``floor``, shifted past a six-bit lane
+    number and given it, order the lanes as (key, lane) does); ``out[0]`` the ``need`` lowest lanes as bits,
+    ``out[1]`` the bit of the ``need``-th (and ``out[2]`` the next one's where ``nxt``). Returns the live lanes."""
     it = ir.VectorType(_I64, n)
     idx = ir.Constant(it, list(range(n)))
     live = builder.icmp_signed("<", idx, _splat(builder, args[nb], it, n))
-    kb = builder.bitcast(key, it)
-    u = builder.or_(builder.shl(builder.sub(kb, ir.Constant(it, [_PICK_FLOOR_BITS] * n)),
-                                ir.Constant(it, [6] * n)), idx)
-    _rank_out(context, builder, signature, args, u, live, need, out, n, False)
-    return live
-
-
-def _rank_out(context, builder, signature, args, u, live, need, out, n, nxt):
-    """Rank the lanes of ``u`` (``<n x i64>``, distinct where ``live``) by the number of live lanes below each and
-    store ``out[0]`` the ``need`` lowest lanes as bits, ``out[1]`` the bit of the ``need``-th (and ``out[2]`` the
-    next one's where ``nxt``)."""
-    it = ir.VectorType(_I64, n)
+    if floor:
+        kb = builder.sub(kb, ir.Constant(it, [floor] * n))
+    u = builder.or_(builder.shl(kb, ir.Constant(it, [6] * n)), idx)
     u = builder.select(live, u, ir.Constant(it, [-1] * n))       # lanes past the band: after all
     rank = ir.Constant(it, [0] * n)
     for p in range(n):
@@ -233,6 +225,7 @@ def _rank_out(context, builder, signature, args, u, live, need, out, n, nxt):
     for q, c in enumerate(masks):
         bits = builder.zext(builder.bitcast(c, ir.IntType(n)), _I64)
         builder.store(bits, builder.gep(data, [ir.Constant(_I64, q)]))
+    return live
 
 
 def _store_keys(context, builder, aty, ary, key, live, n):
@@ -252,7 +245,8 @@ def _make_pick(n: int):
             fv = builder.load(_lanes(context, builder, signature.args[0], args[0], zero, n), align=8)
             av = builder.load(_lanes(context, builder, signature.args[1], args[1], zero, n), align=8)
             key = builder.fdiv(fv, av)
-            live = _pick_lanes(context, builder, signature, args, key, 2, 3, 4, n)
+            live = _pick_lanes(context, builder, signature, args, builder.bitcast(key, ir.VectorType(_I64, n)),
+                               2, 3, 4, n)
             _store_keys(context, builder, signature.args[0], args[0], key, live, n)
             return context.get_dummy_value()
 
@@ -278,7 +272,8 @@ def _make_pick32(n: int):
 
         def codegen(context, builder, signature, args):
             key = _keys32(context, builder, signature, args, 0, 1, 2, ir.Constant(_I64, 0), n)
-            live = _pick_lanes(context, builder, signature, args, key, 3, 4, 5, n)
+            live = _pick_lanes(context, builder, signature, args, builder.bitcast(key, ir.VectorType(_I64, n)),
+                               3, 4, 5, n)
             _store_keys(context, builder, signature.args[6], args[6], key, live, n)
             return context.get_dummy_value()
 
@@ -295,14 +290,10 @@ def _make_lrfu_pick(n: int):
         sig = types.void(band, types.int64, types.int64, out)
 
         def codegen(context, builder, signature, args):
-            it = ir.VectorType(_I64, n)
             x = builder.load(_lanes(context, builder, signature.args[0], args[0], ir.Constant(_I64, 0), n,
                                     ir.FloatType()), align=4)
-            idx = ir.Constant(it, list(range(n)))
-            live = builder.icmp_signed("<", idx, _splat(builder, args[1], it, n))
-            bits = builder.zext(builder.bitcast(x, ir.VectorType(_I32, n)), it)
-            u = builder.or_(builder.shl(bits, ir.Constant(it, [6] * n)), idx)
-            _rank_out(context, builder, signature, args, u, live, 2, 3, n, True)
+            bits = builder.zext(builder.bitcast(x, ir.VectorType(_I32, n)), ir.VectorType(_I64, n))
+            _pick_lanes(context, builder, signature, args, bits, 1, 2, 3, n, floor=0, nxt=True)
             return context.get_dummy_value()
 
         return sig, codegen
