@@ -536,3 +536,56 @@ def test_below_mask_is_all_ones_exactly_where_the_first_count_is_lower():
     b = np.concatenate([rng.integers(0, 200, 500), edge, np.roll(edge, 1), edge]).astype(np.int64)
     want = np.where(a < b, np.uint64(2**64 - 1), np.uint64(0))
     assert np.array_equal(_below_masks(a, b), want)
+
+
+@njit(cache=False)
+def _split_all(src, n, SF, SL, l32, t32, lv, bpos, avx512):
+    """The global slots loop's split of ``src[:n]`` by 16-lane chunks, as it runs it; returns the two counts."""
+    c0 = 0
+    bb = 0
+    for r in range(0, n, 16):
+        if avx512:
+            x = S._split_low16_avx512(src, r, n, SF, SL, l32, t32, lv, c0, bpos, bb)
+        else:
+            x = S._split_low16_loop(src, r, n, SF, SL, l32, t32, lv, c0, bpos, bb)
+        c = 0
+        while x:
+            c += 1
+            x &= x - np.uint64(1)
+        c0 += c
+        bb += min(16, n - r) - c
+    return c0, bb
+
+
+@pytest.mark.parametrize("name", ["avx512", "loop"])
+def test_split_low16_splits_a_list_by_the_float32_low_cut_in_order(name):
+    """The slots of a list at or below ``count <= cut * (t1 - last)`` (float32, as the scalar loop computes it) in
+    ``lv`` and the others in ``bpos``, each in list order; partial last chunks; slots equal to the cut (kept low),
+    last units ``inf`` (never low), a zero cut; and the list split in place (``src`` is ``lv``, as after the low
+    cut moves down)."""
+    if name == "avx512" and not S._has_feature("avx512f"):
+        pytest.skip("no AVX-512 on this machine")
+    rng = np.random.default_rng(11)
+    n_slots = 700
+    for trial in range(300):
+        SF = rng.integers(1, 40, n_slots).astype(np.float32)
+        SL = rng.integers(0, 500, n_slots).astype(np.float32)
+        SL[rng.random(n_slots) < 0.05] = np.inf
+        t32 = np.float32(600.0)
+        l32 = np.float32(0.0 if trial % 17 == 0 else rng.choice([0.0625, 0.09375, 0.125, 0.25, 1.5]))
+        eq = rng.integers(0, n_slots, 20)                  # counts exactly at the cut's product
+        SF[eq] = l32 * (t32 - np.where(np.isinf(SL[eq]), np.float32(0), SL[eq]))
+        n = int(rng.integers(0, 90))
+        src = rng.permutation(n_slots)[:n].astype(np.int32)
+        lv = np.full(n + 64, -3, dtype=np.int32)
+        bpos = np.full(n + 64, -3, dtype=np.int64)
+        with np.errstate(invalid="ignore"):
+            low = [bool(SF[s] <= l32 * (t32 - SL[s])) for s in src]
+        want_lv = [int(s) for s, k in zip(src, low, strict=True) if k]
+        want_b = [int(s) for s, k in zip(src, low, strict=True) if not k]
+        in_place = trial % 3 == 0
+        if in_place:
+            lv[:n] = src
+        c0, bb = _split_all(lv if in_place else src, n, SF, SL, l32, t32, lv, bpos, name == "avx512")
+        assert (c0, bb) == (len(want_lv), len(want_b))
+        assert lv[:c0].tolist() == want_lv and bpos[:bb].tolist() == want_b

@@ -64,6 +64,7 @@ from ._simd import (
     dyadic8_down,
     dyadic8_up,
     sort_small,
+    split_low16,
 )
 
 #: An unsigned index: numba skips the negative-index wraparound (no index here is negative).
@@ -544,13 +545,11 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                     bb = 0
                     if young:              # every age below old_age: float32, exact as the pass
                         l32 = np.float32(th0)
-                        for r in range(n_src):
-                            s = np.int64(src[_U(r)])
-                            low = np.int64(SF[_U(s)] <= l32 * (t32 - SL[_U(s)]))
-                            lv[_U(c0)] = np.int32(s)
-                            bpos[_U(bb)] = s
-                            c0 += low
-                            bb += 1 - low
+                        for r in range(0, n_src, 16):      # 16 at a time (two gathers and two compresses with
+                                                            # AVX-512: 0.95 of the loop's time at rho 0.2)
+                            c = np.int64(_popc(split_low16(src, r, n_src, SF, SL, l32, t32, lv, c0, bpos, bb)))
+                            c0 += c
+                            bb += min(16, n_src - r) - c
                     else:
                         for r in range(n_src):
                             s = np.int64(src[_U(r)])

@@ -40,6 +40,9 @@ must hold ``off + 64`` (or ``n``) elements.
 * :func:`values_at`, :func:`values_at32` — the float64 (float32) values at the set bits of a word, as a list
   (AVX-512 compress where the machine has it, a loop otherwise; ``values_at32`` the per-layer lrfu and lfru
   loops' bands).
+* :data:`split_low16` — 16 slots of a list split by a float32 low cut into two lists, in order (two gathers, a
+  compare and two compresses with AVX-512, a loop otherwise; the global slots loop's list of slots below its high
+  cut).
 * :func:`pdep` — parallel bit deposit (BMI2 where the machine has it, a loop otherwise).
 * :func:`below_mask` — a word of all ones where one count is below another, that no compiler pass makes a branch.
 * :func:`f2u`, :func:`u2f` — the bits of a float64 and back.
@@ -801,6 +804,70 @@ def _values_at_loop(V, off, x, out, q):
         x &= x - one
         q += 1
     return q
+
+
+@intrinsic
+def _split_low16_avx512(typingctx, src, r0, n, SF, SL, l32, t32, lv, c0, bpos, bb):
+    sig = types.uint64(src, types.int64, types.int64, SF, SL, types.float32, types.float32, lv, types.int64, bpos,
+                       types.int64)
+
+    def codegen(context, builder, signature, args):
+        src, r0, n, SF, SL, l32, t32, lv, c0, bpos, bb = args
+        v16 = ir.VectorType(_I32, 16)
+        f16 = ir.VectorType(ir.FloatType(), 16)
+        m16 = ir.VectorType(ir.IntType(1), 16)
+        i8p = ir.IntType(8).as_pointer()
+        idx = builder.load(_lanes(context, builder, signature.args[0], src, r0, 16, _I32), align=4)
+        live = builder.icmp_signed("<", ir.Constant(v16, list(range(16))),
+                                   _splat(builder, builder.trunc(builder.sub(n, r0), _I32), v16, 16))
+        gather = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f16, [f16, i8p, v16, m16, _I32]),
+                                                "llvm.x86.avx512.mask.gather.dps.512")
+
+        def lanes_of(k):
+            data = context.make_array(signature.args[k])(context, builder, args[k]).data
+            return builder.call(gather, [ir.Constant(f16, None), builder.bitcast(data, i8p), idx, live,
+                                         ir.Constant(_I32, 4)])
+
+        f = lanes_of(3)
+        last = lanes_of(4)
+        prod = builder.fmul(_splat(builder, l32, f16, 16), builder.fsub(_splat(builder, t32, f16, 16), last))
+        low = builder.and_(builder.fcmp_ordered("<=", f, prod), live)
+        rest = builder.and_(builder.not_(low), live)
+        compress = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16, [v16, v16, m16]),
+                                                  "llvm.x86.avx512.mask.compress.v16i32")
+        lvd = context.make_array(signature.args[7])(context, builder, lv).data
+        builder.store(builder.call(compress, [idx, ir.Constant(v16, None), low]),
+                      builder.bitcast(builder.gep(lvd, [c0]), v16.as_pointer()), align=4)
+        bpd = context.make_array(signature.args[9])(context, builder, bpos).data
+        wide = builder.sext(builder.call(compress, [idx, ir.Constant(v16, None), rest]), ir.VectorType(_I64, 16))
+        builder.store(wide, builder.bitcast(builder.gep(bpd, [bb]), ir.VectorType(_I64, 16).as_pointer()), align=8)
+        return builder.zext(builder.bitcast(low, ir.IntType(16)), _I64)
+
+    return sig, codegen
+
+
+@jit_helper
+def _split_low16_loop(src, r0, n, SF, SL, l32, t32, lv, c0, bpos, bb):
+    """The loop form of :data:`split_low16`."""
+    m = np.uint64(0)
+    for j in range(min(16, n - r0)):
+        s = np.int64(src[r0 + j])
+        if SF[s] <= l32 * (t32 - SL[s]):
+            lv[c0] = np.int32(s)
+            c0 += 1
+            m |= np.uint64(1) << np.uint64(j)
+        else:
+            bpos[bb] = s
+            bb += 1
+    return m
+
+
+#: ``split_low16(src, r0, n, SF, SL, l32, t32, lv, c0, bpos, bb)``: the slots ``src[r0:min(r0 + 16, n)]`` (int32)
+#: split by ``SF[s] <= l32 * (t32 - SL[s])`` in float32 (the global slots loop's low cut on its list): those at
+#: or below it to ``lv[c0:]`` (int32), the others to ``bpos[bb:]`` (int64), each in order; returns the chunk's
+#: lanes at or below as bits. With AVX-512 two gathers, a compare and two compresses, each stored whole (``lv`` and
+#: ``bpos`` must hold 16 past ``c0`` and ``bb``; ``src`` may be ``lv`` itself where ``c0 <= r0``); elsewhere a loop.
+split_low16 = _split_low16_avx512 if _has_feature("avx512f") else _split_low16_loop
 
 
 #: ``values_at(V, off, x, out, q)``: ``V[off + i]`` for every set bit ``i`` of ``x``, ascending, into ``out[q:]``;
