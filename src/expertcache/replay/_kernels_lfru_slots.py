@@ -283,6 +283,7 @@ def _touch(BR, SF, SL, SB, expert, lo, hi, base, free, nf, fi, cap, mixed, recor
     n_hit = 0
     low = MAX_EVENTS
     if mixed:
+        nf0 = nf
         for a in range(lo, hi):
             b = _U(base + expert[_U(a)])
             f = BR[b << one] + 1
@@ -295,11 +296,11 @@ def _touch(BR, SF, SL, SB, expert, lo, hi, base, free, nf, fi, cap, mixed, recor
             SL[_U(d)] = fi
             SB[_U(top)] = np.int64(b)          # slot top is free until a miss takes it
             BR[(b << one) | one] = d
-            n_hit += hit
             nf -= 1 - hit
             low = min(low, f)
             if record:
                 hit_flag[_U(a)] = hit
+        n_hit = (hi - lo) - (nf0 - nf)     # each miss took one free slot (no counter live in the loop)
     else:
         for a in range(lo, hi):
             b = _U(base + expert[_U(a)])
@@ -634,8 +635,9 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
             s = np.int64(lv[_U(r)])    # takes it; swap-removal, a copy of the top slot into each: 0.92-0.98x the
                                        # time at rho 0.05-0.3, 1.00 at 0.4-0.5)
             BR[(_U(SB[_U(s)]) << one) | one] = -1
-            free[_U(nf)] = s
-            nf += 1
+        for r in range(nl):            # onto the free stack (a loop of its own: vector copies)
+            free[_U(nf + r)] = np.int64(lv[_U(r)])
+        nf += nl
         if nc > 0:
             for r in range(nl):        # their candidates' copies hold no slot now
                 s = np.int64(lv[_U(r)])
