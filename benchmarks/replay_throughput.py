@@ -16,7 +16,8 @@ what counts):
 * lfru global / lfru per-layer (event-atomic and sequential-ascending; at rho 0.4, or at each of
   ``--global-rhos``).
 
-``ns/acc`` is the median time of the first side per union access.
+``ns/acc`` is the median time of the first side per union access, ``peer`` the second side's (a ratio that
+moved because its peer slowed shows there).
 
 ``--processes K`` (K > 1) runs every row in K fresh processes, one after another, and pools their pairs:
 min and median over all of them, and the lowest and highest per-process median (``proc lo-hi``). Where a
@@ -78,11 +79,12 @@ def _time(stream, cfg: ReplayConfig) -> float:
     return time.perf_counter() - t0
 
 
-def alternate(stream, a: ReplayConfig, b: ReplayConfig, pairs: int) -> tuple[list[float], list[float]]:
-    """Per-pair ``time(a) / time(b)`` and the seconds of ``a``, the two sides alternated pair by pair."""
+def alternate(stream, a: ReplayConfig, b: ReplayConfig, pairs: int) -> tuple[list[float], list[float], list[float]]:
+    """Per-pair ``time(a) / time(b)`` and the seconds of ``a`` and of ``b``, the two sides alternated pair by
+    pair."""
     replay(stream, a)
     replay(stream, b)  # warm: compile or load both specialisations, fault in their temporaries
-    ratios, ta = [], []
+    ratios, ta, tb = [], [], []
     for k in range(pairs):
         if k % 2:
             tb_, ta_ = _time(stream, b), _time(stream, a)
@@ -90,7 +92,8 @@ def alternate(stream, a: ReplayConfig, b: ReplayConfig, pairs: int) -> tuple[lis
             ta_, tb_ = _time(stream, a), _time(stream, b)
         ratios.append(ta_ / tb_)
         ta.append(ta_)
-    return ratios, ta
+        tb.append(tb_)
+    return ratios, ta, tb
 
 
 def rows(args: argparse.Namespace) -> list[tuple[str, ReplayConfig, ReplayConfig]]:
@@ -114,11 +117,11 @@ def rows(args: argparse.Namespace) -> list[tuple[str, ReplayConfig, ReplayConfig
     return out
 
 
-def pooled(argv: list[str], processes: int, n_rows: int) -> tuple[dict, list[tuple[list[float], list[float]]]]:
-    """The stream's shape (from the first process) and every row's ratios and first-side seconds from
+def pooled(argv: list[str], processes: int, n_rows: int) -> tuple[dict, list[tuple[list, list, list]]]:
+    """The stream's shape (from the first process) and every row's ratios and both sides' seconds from
     ``processes`` fresh runs of this script (``--worker``), one after another; ``[row][process]`` lists."""
     shape: dict = {}
-    got: list[tuple[list, list]] = [([], []) for _ in range(n_rows)]
+    got: list[tuple[list, list, list]] = [([], [], []) for _ in range(n_rows)]
     for k in range(processes):
         out = subprocess.run([sys.executable, __file__, *argv, "--worker"], capture_output=True, text=True)
         if out.returncode:
@@ -128,6 +131,7 @@ def pooled(argv: list[str], processes: int, n_rows: int) -> tuple[dict, list[tup
         for r, rec in enumerate(recs):
             got[r][0].append(rec["ratios"])
             got[r][1].append(rec["seconds"])
+            got[r][2].append(rec["peer_seconds"])
         print(f"  process {k + 1}/{processes} done", file=sys.stderr, flush=True)
     return shape, got
 
@@ -165,27 +169,28 @@ def main() -> None:
         if args.worker:                # one process of --processes K: the shape, then every row's pairs
             print(json.dumps(shape), flush=True)
             for _, a, b in table:
-                ratios, ta = alternate(stream, a, b, args.pairs)
-                print(json.dumps({"ratios": ratios, "seconds": ta}), flush=True)
+                ratios, ta, tb = alternate(stream, a, b, args.pairs)
+                print(json.dumps({"ratios": ratios, "seconds": ta, "peer_seconds": tb}), flush=True)
             return
     n = shape["union"]
     print(f"machine: {machine()}")
     print(f"stream: {shape['events']} events, {n} union accesses (mean |E| {n / shape['events']:.1f}), "
           f"built in {shape['built_s']:.1f} s; {args.pairs} alternated pairs per row"
           + (f" in each of {args.processes} processes" if many else ""))
-    print(f"{'comparison':58s} {'min':>6s} {'median':>7s} {'ns/acc':>7s}" + (f" {'proc lo-hi':>11s}" if many else ""))
+    print(f"{'comparison':58s} {'min':>6s} {'median':>7s} {'ns/acc':>7s} {'peer':>7s}" + (f" {'proc lo-hi':>11s}" if many else ""))
     if many:
-        for (label, _, _), (ratios, ta) in zip(table, results, strict=True):
+        for (label, _, _), (ratios, ta, tb) in zip(table, results, strict=True):
             flat = [x for p in ratios for x in p]
             meds = [statistics.median(p) for p in ratios]
             t = statistics.median([x for p in ta for x in p])
-            print(f"{label:58s} {min(flat):6.2f} {statistics.median(flat):7.2f} {t / n * 1e9:7.1f} "
+            t2 = statistics.median([x for p in tb for x in p])
+            print(f"{label:58s} {min(flat):6.2f} {statistics.median(flat):7.2f} {t / n * 1e9:7.1f} {t2 / n * 1e9:7.1f} "
                   f"{min(meds):5.2f}-{max(meds):<5.2f}", flush=True)
         return
     for label, a, b in table:
-        ratios, ta = alternate(stream, a, b, args.pairs)
+        ratios, ta, tb = alternate(stream, a, b, args.pairs)
         print(f"{label:58s} {min(ratios):6.2f} {statistics.median(ratios):7.2f} "
-              f"{statistics.median(ta) / n * 1e9:7.1f}", flush=True)
+              f"{statistics.median(ta) / n * 1e9:7.1f} {statistics.median(tb) / n * 1e9:7.1f}", flush=True)
 
 
 def kernel_choice() -> None:

@@ -23,11 +23,11 @@ def _row(out: str) -> list[str]:
     return lines[0][len(ROW):].split()
 
 
-def test_one_process_prints_min_median_and_time():
+def test_one_process_prints_min_median_and_both_sides_times():
     r = _run()
     assert r.returncode == 0, r.stderr
-    lo, med, ns = (float(x) for x in _row(r.stdout))
-    assert 0 < lo <= med and ns > 0
+    lo, med, ns, peer = (float(x) for x in _row(r.stdout))
+    assert 0 < lo <= med and ns > 0 and peer > 0
     assert "proc lo-hi" not in r.stdout
     assert r.stdout.splitlines()[0].startswith("machine: ")           # figures name their machine
 
@@ -37,9 +37,10 @@ def test_several_processes_pool_their_pairs_and_show_the_spread_of_process_media
     assert r.returncode == 0, r.stderr
     assert "in each of 2 processes" in r.stdout and "proc lo-hi" in r.stdout
     assert r.stderr.count("process ") == 2                   # one progress line per worker
-    lo, med, ns, spread = _row(r.stdout)
+    lo, med, ns, peer, spread = _row(r.stdout)
     p_lo, p_hi = (float(x) for x in spread.split("-"))
-    assert 0 < float(lo) <= p_lo <= float(med) <= p_hi and float(ns) > 0   # pooled median within the process medians
+    assert 0 < float(lo) <= p_lo <= float(med) <= p_hi                    # pooled median within the process medians
+    assert float(ns) > 0 and float(peer) > 0
 
 
 def test_bad_process_count_is_a_usage_error():
