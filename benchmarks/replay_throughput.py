@@ -180,17 +180,18 @@ def main() -> None:
     print(f"{'comparison':58s} {'min':>6s} {'median':>7s} {'ns/acc':>7s} {'peer':>7s}" + (f" {'proc lo-hi':>11s}" if many else ""))
     if many:
         for (label, _, _), (ratios, ta, tb) in zip(table, results, strict=True):
-            flat = [x for p in ratios for x in p]
             meds = [statistics.median(p) for p in ratios]
-            t = statistics.median([x for p in ta for x in p])
-            t2 = statistics.median([x for p in tb for x in p])
-            print(f"{label:58s} {min(flat):6.2f} {statistics.median(flat):7.2f} {t / n * 1e9:7.1f} {t2 / n * 1e9:7.1f} "
-                  f"{min(meds):5.2f}-{max(meds):<5.2f}", flush=True)
+            print(_row(label, [x for p in ratios for x in p], [x for p in ta for x in p], [x for p in tb for x in p],
+                       n) + f" {min(meds):5.2f}-{max(meds):<5.2f}", flush=True)
         return
     for label, a, b in table:
-        ratios, ta, tb = alternate(stream, a, b, args.pairs)
-        print(f"{label:58s} {min(ratios):6.2f} {statistics.median(ratios):7.2f} "
-              f"{statistics.median(ta) / n * 1e9:7.1f} {statistics.median(tb) / n * 1e9:7.1f}", flush=True)
+        print(_row(label, *alternate(stream, a, b, args.pairs), n), flush=True)
+
+
+def _row(label: str, ratios: list[float], ta: list[float], tb: list[float], n: int) -> str:
+    """One row: the label, min and median ratio, and each side's median time per access (``n`` accesses) in ns."""
+    return (f"{label:58s} {min(ratios):6.2f} {statistics.median(ratios):7.2f} "
+            f"{statistics.median(ta) / n * 1e9:7.1f} {statistics.median(tb) / n * 1e9:7.1f}")
 
 
 def kernel_choice() -> None:
