@@ -8,7 +8,8 @@ this one under another name (its replay modules import each other relatively), s
 process on one stream, alternated pair by pair. Kernels: the event-atomic per-layer bitset loops ``lru``,
 ``lfu``, ``lfru``, ``lrfu`` (lambda 0.5) of ``_kernels_bits``, and ``slots``, the global event-atomic lfru loop
 of ``_kernels_lfru_slots`` (cache ``rho * L * N``). Hits per layer must be equal on both sides (exit 1
-otherwise). Prints per rho the median over ``--processes`` fresh processes (a kernel's time moves by up to ~15%
+otherwise), unless ``--timing-only``: for a prototype that takes a part out of a kernel to time what that part
+costs, so that its decisions, and its counts, change; the rows then say that the counts differ. Prints per rho the median over ``--processes`` fresh processes (a kernel's time moves by up to ~15%
 with where its code lands in a process: docs/performance.md, *Placement noise*) of each process's median
 per-pair ratio (ours / baseline), and their range. Stream: ``bench_vs_libcachesim.drifting_qwen_stream(steps)``
 (48 x 128, B = 8; 5,200 steps is the 10 M-access benchmark stream, 650 the 1.25 M one). The processes compile
@@ -50,7 +51,8 @@ def _baseline(src: str):
             importlib.import_module(f"{name}.replay._kernels_lfru_slots"))
 
 
-def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, first: int) -> None:
+def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, first: int,
+          timing_only: bool = False) -> None:
     from bench_vs_libcachesim import drifting_qwen_stream
 
     from expertcache.replay import _kernels_bits as KB
@@ -64,6 +66,7 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
     _, tie_pos = engine._tie_order(tie, L, N)
     flags = np.zeros(0, np.uint8)
     out = []
+    equal = []
     for rho in rhos:
         caps = engine.capacities_for_rho(rho, L, N)
 
@@ -86,11 +89,14 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
                 slots.replay_lfru_slots(s.offsets, s.expert, s.layer, N, L, cap, tie, 0, h, m, flags)
             return time.perf_counter() - t0, h
 
-        if not (run(0)[1] == run(1)[1]).all():
-            print(f"{kernel} at rho {rho}: hits differ from the baseline's", file=sys.stderr)
+        same = bool((run(0)[1] == run(1)[1]).all())
+        if not same and not timing_only:
+            print(f"{kernel} at rho {rho}: hits differ from the baseline's (--timing-only times a prototype "
+                  "whose counts differ)", file=sys.stderr)
             sys.exit(1)
         out.append(alternated_ratio(lambda side, run=run: run(side)[0], pairs, first))
-    print(" ".join(f"{x:.4f}" for x in out))
+        equal.append(same)
+    print(" ".join([f"{x:.4f}" for x in out] + [f"{int(x)}" for x in equal]))   # ratios, then 1 where equal
 
 
 def main() -> None:
@@ -101,26 +107,31 @@ def main() -> None:
     ap.add_argument("--rhos", default="0.1,0.2,0.3,0.4,0.75")
     ap.add_argument("--pairs", type=int, default=11, help="alternated pairs per rho in each process")
     ap.add_argument("--processes", type=int, default=4)
+    ap.add_argument("--timing-only", action="store_true",
+                    help="time a prototype whose counts differ from the baseline's (a part taken out of the "
+                         "kernel); rows say where they differ")
     ap.add_argument("--child", type=int, default=-1, help=argparse.SUPPRESS)
     a = ap.parse_args()
     rhos = [float(x) for x in a.rhos.split(",")]
     if a.child >= 0:
-        child(a.baseline, a.kernel, a.steps, rhos, a.pairs, a.child)
+        child(a.baseline, a.kernel, a.steps, rhos, a.pairs, a.child, a.timing_only)
         return
     _baseline(a.baseline)              # a wrong folder fails here, once
     cache = tempfile.mkdtemp(prefix="kernel_ab_")
     env = dict(os.environ, NUMBA_CACHE_DIR=cache)
     try:
         cols = pooled_rows([sys.executable, __file__, "--baseline", a.baseline, "--kernel", a.kernel, "--steps",
-                            str(a.steps), "--rhos", a.rhos, "--pairs", str(a.pairs)], a.processes, env)
+                            str(a.steps), "--rhos", a.rhos, "--pairs", str(a.pairs)]
+                           + (["--timing-only"] if a.timing_only else []), a.processes, env)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     print(f"machine: {machine()}")
     print(f"{a.kernel}, {a.steps} steps, {a.processes} processes x {a.pairs} pairs: ours / baseline (median, "
           "process range)")
-    for rho, col in zip(rhos, cols, strict=True):
+    for rho, col, eq in zip(rhos, cols[:len(rhos)], cols[len(rhos):], strict=True):
         med, lo, hi = median_and_range(col)
-        print(f"  rho {rho:<5} {med:.3f}  ({lo:.3f}-{hi:.3f})")
+        note = "" if all(eq) else "  counts differ (--timing-only)"
+        print(f"  rho {rho:<5} {med:.3f}  ({lo:.3f}-{hi:.3f}){note}")
 
 
 if __name__ == "__main__":

@@ -39,3 +39,20 @@ def test_a_folder_without_the_package_is_a_one_line_error(tmp_path):
     r = _run(tmp_path, "--kernel", "lru")
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "expected a checkout's src folder" in r.stderr
+
+
+def test_a_prototype_whose_counts_differ_is_refused_unless_timed_only(tmp_path):
+    shutil.copytree(ROOT / "src" / "expertcache", tmp_path / "src" / "expertcache",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    kb = tmp_path / "src" / "expertcache" / "replay" / "_kernels_bits.py"
+    text = kb.read_text()
+    call = "    _replay_lru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits,"
+    assert text.count(call) == 1
+    kb.write_text(text.replace(call, "    hits[0] += 1\n" + call))      # the baseline counts one hit more
+    refused = _run(tmp_path / "src", "--kernel", "lru", "--rhos", "0.2", "--processes", "1")
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "hits differ from the baseline's" in refused.stderr and "--timing-only" in refused.stderr
+    timed = _run(tmp_path / "src", "--kernel", "lru", "--rhos", "0.2,0.4", "--processes", "1", "--timing-only")
+    assert timed.returncode == 0, timed.stderr
+    rows = [ln for ln in timed.stdout.splitlines() if ln.startswith("  rho ")]
+    assert len(rows) == 2 and all(ln.endswith("counts differ (--timing-only)") for ln in rows)
