@@ -1098,9 +1098,7 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     n_scale = min(n_units + 1, _LRFU_DECAYS)
     if lam > 0.0:
         n_scale = min(n_scale, int(_LRFU_SPAN / lam) + 1)             # lam * (n_scale - 1) <= _LRFU_SPAN
-    cuts = np.empty((n_layers, 4), dtype=np.float64)
-    cuts[:, :2] = -1.0                 # the first overflow of a layer ranks every block of C ∪ U
-    cuts[:, 2:] = np.inf
+    centre = np.zeros(n_layers, dtype=np.float64)     # 0: the first overflow of a layer ranks all of C ∪ U
     tie_pos = tie_pos.astype(np.int16)     # a compact copy (below MAX_BITS_EXPERTS), read one member at a
                                            # time: 0.97-0.98 of the time (int32: 0.99), with int32 last units
                                            # (PL) 0.93 (PL alone 0.95-0.96): the layer's lines halved
@@ -1111,7 +1109,7 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                       np.zeros(n_layers * npad, dtype=np.float64), np.full(n_layers * npad, -1, dtype=np.int32),
                       np.zeros(n_layers * npad, dtype=np.float32), np.zeros(n_layers, dtype=np.int64),
                       np.zeros(n_layers, dtype=np.int64), crf_decays(lam, min(n_units + 1, _LRFU_DECAYS)),
-                      2.0 ** (lam * np.arange(n_scale, dtype=np.float64)), cuts, np.empty(4, dtype=np.float64),
+                      2.0 ** (lam * np.arange(n_scale, dtype=np.float64)), centre, np.empty(4, dtype=np.float64),
                       np.empty(8, dtype=np.float32), np.empty(width, dtype=np.int64), np.empty(width + 64),
                       np.empty(width, dtype=np.float64), np.empty(width, dtype=np.float64),
                       np.empty(width, dtype=np.float64), np.zeros(4, dtype=np.int64), n_units < _LRFU_DECAYS,
@@ -1192,12 +1190,14 @@ def _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, q
 
 @jit
 def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, lam, count_from, hits, misses,
-                      hit_flag, size, mem, ev, cu, msk, w8, S, PL, V, lunits, ubase, P, scale, cuts, th, thv, cpos,
+                      hit_flag, size, mem, ev, cu, msk, w8, S, PL, V, lunits, ubase, P, scale, centre, th, thv, cpos,
                       ckey, sel, sel2, fb, cnt, whole, band):
     """The loop of :func:`replay_lrfu_bits`; ``S`` / ``PL`` / ``V`` ``[l * 64 W + j]``: CRF / layer unit of the
     last access / value (float32) of layer ``l``'s tie position ``j``; ``ubase[l]``: the layer's base unit;
-    ``P[g] = 2**(-lam * g)``; ``scale[g] = 2**(lam * g)``; ``cuts[l]``: the layer's four cuts relative to the
-    scale of its unit (outer low, inner low, inner high, outer high); ``th`` / ``thv``: the unit's cuts and their
+    ``P[g] = 2**(-lam * g)``; ``scale[g] = 2**(lam * g)``; ``centre[l]``: the layer's last leaving value relative
+    to the scale of its unit (0: none), around which its next four cuts sit (:data:`_LRFU_CUT_FACTORS`: outer
+    low, inner low, inner high, outer high; one value where four cuts took four stores an overflow: 0.99 of
+    the time); ``th`` / ``thv``: the unit's cuts and their
     sure / maybe bounds; ``msk[q]`` / ``cnt[q]``: the blocks of ``C ∪ U`` below cut ``q`` / how many, for the cuts
     ranked at this unit; ``whole``: every layer's gaps fit the decay table ``P``; ``band``: the band's float32
     values."""
@@ -1271,8 +1271,15 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
             continue
         lam_r = lam * float(ubase[ul])
         delta = _lrfu_margin(u, lam)
-        for q in range(4):
-            _lrfu_set_cut(th, thv, q, cuts[ul, q] * qu, delta)
+        cv = centre[ul] * qu
+        if cv > 0.0:
+            for q in range(4):
+                _lrfu_set_cut(th, thv, q, cv * _LRFU_CUT_FACTORS[q], delta)
+        else:                          # no centre: every block of C ∪ U is ranked
+            _lrfu_set_cut(th, thv, 0, -1.0, delta)
+            _lrfu_set_cut(th, thv, 1, -1.0, delta)
+            _lrfu_set_cut(th, thv, 2, np.inf, delta)
+            _lrfu_set_cut(th, thv, 3, np.inf, delta)
         for w in range(n_words):
             cu[w] = mem[layer, w] | ev[w]
         _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, 1, 2, cnt)
@@ -1355,12 +1362,4 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
             _evict_ranked(mem, layer, sel2, cpos, k, m, vk)
             v = 2.0 ** (vk - lam_r)
         size[layer] = cap
-        if 0.0 < v < np.inf:           # the next cuts, relative to the unit's scale
-            v /= qu
-            for q in range(4):
-                cuts[ul, q] = v * _LRFU_CUT_FACTORS[q]
-        else:
-            cuts[ul, 0] = -1.0
-            cuts[ul, 1] = -1.0
-            cuts[ul, 2] = np.inf
-            cuts[ul, 3] = np.inf
+        centre[ul] = v / qu if 0.0 < v < np.inf else 0.0     # the next cuts' centre, relative to the scale
