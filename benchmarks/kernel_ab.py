@@ -9,8 +9,9 @@ process on one stream, alternated pair by pair. Kernels: the event-atomic per-la
 ``lfu``, ``lfru``, ``lrfu`` (lambda 0.5) of ``_kernels_bits``, and ``slots``, the global event-atomic lfru loop
 of ``_kernels_lfru_slots`` (cache ``rho * L * N``). Hits per layer must be equal on both sides (exit 1
 otherwise), unless ``--timing-only``: for a prototype that takes a part out of a kernel to time what that part
-costs, so that its decisions, and its counts, change; the rows then say that the counts differ. Prints per rho the median over ``--processes`` fresh processes (a kernel's time moves by up to ~15%
-with where its code lands in a process: docs/performance.md, *Placement noise*) of each process's median
+costs, so that its decisions, and its counts, change; the rows then say that the counts differ. Prints per rho
+the median over ``--processes`` fresh processes (a kernel's time moves by up to ~15% with where its code lands
+in a process: docs/performance.md, *Placement noise*) of each process's median
 per-pair ratio (ours / baseline), and their range. Stream: ``bench_vs_libcachesim.drifting_qwen_stream(steps)``
 (48 x 128, B = 8; 5,200 steps is the 10 M-access benchmark stream, 650 the 1.25 M one). The processes compile
 into a numba cache of their own, removed at the end (a kernel cached under the baseline's second name would not

@@ -56,16 +56,28 @@ def _kernels():
     i64 = ir.IntType(64)
     f64 = ir.DoubleType()
     jit = numba.njit(error_model="numpy", nogil=True)
+    inline = numba.njit(error_model="numpy", nogil=True, inline="always")
+
+    @inline
+    def unit(lay, lunits, scale, i):
+        """Event ``i``'s layer, its lanes' offset, its layer unit (the layer's clock advanced) and that unit's
+        scale: the same in every form."""
+        layer = lay[i]
+        u = lunits[layer]
+        lunits[layer] = u + 1
+        return layer, layer * 128, u, scale[U(u)]
+
+    @inline
+    def unit_bits(PL, pbase, u, ev):
+        """The unit's bits: the lanes whose last unit is ``u``, one vector compare a word (as the kernel)."""
+        for w in range(2):
+            ev[w] = lanes_eq(PL, pbase + (w << 6), u)
 
     @jit
     def shipped(off, ex, lay, tp, n, S, PL, V, P, scale, lunits, ev, compare, store_value):
         for i in range(off.shape[0] - 1):
-            layer = lay[i]
+            layer, pbase, u, qu = unit(lay, lunits, scale, i)
             base = layer * n
-            pbase = layer * 128
-            u = lunits[layer]
-            lunits[layer] = u + 1
-            qu = scale[U(u)]
             for a in range(off[i], off[i + 1]):
                 j = U(pbase + tp[U(base + ex[U(a)])])
                 s = 1.0 + S[j] * P[U(u - PL[j])]
@@ -74,37 +86,27 @@ def _kernels():
                 if store_value:
                     V[j] = np.float32(s * qu)
             if compare:
-                for w in range(2):
-                    ev[w] = lanes_eq(PL, pbase + (w << 6), u)
+                unit_bits(PL, pbase, u, ev)
 
     @jit
     def lane_order(off, lanes, lay, S, PL, V, P, scale, lunits, ev):
         for i in range(off.shape[0] - 1):
-            layer = lay[i]
-            pbase = layer * 128
-            u = lunits[layer]
-            lunits[layer] = u + 1
-            qu = scale[U(u)]
+            layer, pbase, u, qu = unit(lay, lunits, scale, i)
             for a in range(off[i], off[i + 1]):
                 j = U(pbase + lanes[U(a)])
                 s = 1.0 + S[j] * P[U(u - PL[j])]
                 S[j] = s
                 PL[j] = u
                 V[j] = np.float32(s * qu)
-            for w in range(2):
-                ev[w] = lanes_eq(PL, pbase + (w << 6), u)
+            unit_bits(PL, pbase, u, ev)
 
     @jit
     def record(off, ex, lay, tp, n, R, P, scale, lunits):
         Ri = R.view(np.int32)
         Rf = R.view(np.float32)
         for i in range(off.shape[0] - 1):
-            layer = lay[i]
+            layer, pbase, u, qu = unit(lay, lunits, scale, i)
             base = layer * n
-            pbase = layer * 128
-            u = lunits[layer]
-            lunits[layer] = u + 1
-            qu = scale[U(u)]
             for a in range(off[i], off[i + 1]):
                 j = U(pbase + tp[U(base + ex[U(a)])])
                 s = 1.0 + R[U(2 * j)] * P[U(u - Ri[U(4 * j + 2)])]
@@ -185,16 +187,11 @@ def _kernels():
     @jit
     def gather_scatter(off, ex, lay, tb, S, PL, V, P, scale, lunits, ev):
         for i in range(off.shape[0] - 1):
-            layer = lay[i]
-            pbase = layer * 128
-            u = lunits[layer]
-            lunits[layer] = u + 1
-            qu = scale[U(u)]
+            layer, pbase, u, qu = unit(lay, lunits, scale, i)
             hi = off[i + 1]
             for a in range(off[i], hi, 16):
                 members16(ex, a, hi - a, tb, layer * 128, pbase, S, PL, V, P, u, qu)
-            for w in range(2):
-                ev[w] = lanes_eq(PL, pbase + (w << 6), u)
+            unit_bits(PL, pbase, u, ev)
 
     vbmi = _has_feature("avx512vbmi")
     return shipped, lane_order, record, (gather_scatter if vbmi else None)
@@ -211,11 +208,10 @@ def _setup(steps: int):
         raise SystemExit(f"{N} experts: these forms hold a layer in two 64-bit words (at most 128)")
     _, tie_pos = engine._tie_order(engine._tie_ranks("random", 0, L * N), L, N)
     units = int(np.bincount(s.layer, minlength=L).max()) + 2
-    lanes = np.empty(s.expert.shape[0], np.int16)
     tp = tie_pos.reshape(L, N)
-    for i in range(s.offsets.shape[0] - 1):            # the members in tie-position order, outside the timing
-        lo, hi = s.offsets[i], s.offsets[i + 1]
-        lanes[lo:hi] = np.sort(tp[s.layer[i], s.expert[lo:hi]])
+    event = np.repeat(np.arange(s.offsets.shape[0] - 1), np.diff(s.offsets))
+    pos = tp[s.layer[event], s.expert]
+    lanes = pos[np.lexsort((pos, event))].astype(np.int16)      # each event's members in tie-position order
     tb = np.zeros((L, 128), np.uint8)
     tb[:, :N] = tp
     return s, tie_pos.astype(np.int16), lanes, tb.reshape(-1), 2.0 ** (-0.5 * np.arange(units)), \

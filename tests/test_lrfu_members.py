@@ -27,7 +27,7 @@ def test_every_form_gets_a_row_and_the_timing_only_one_says_so():
 
 def test_a_form_that_leaves_other_values_ends_the_run(tmp_path):
     text = SCRIPT.read_text()
-    wrong = "                V[j] = np.float32(s * qu)\n            for w in range(2):"
+    wrong = "                V[j] = np.float32(s * qu)\n            unit_bits(PL, pbase, u, ev)"
     assert text.count(wrong) == 1            # the lane-order form's value store
     (tmp_path / "lrfu_members.py").write_text(text.replace(wrong, wrong.replace("s * qu", "s * qu * 2.0")))
     (tmp_path / "_ab.py").write_text((ROOT / "benchmarks" / "_ab.py").read_text())
