@@ -23,6 +23,7 @@ from numba.extending import intrinsic
 
 from .._jit import jit, jit_helper, jit_inline
 from ._kernels import _cttz, _max_unit, crf_decay, crf_decays, crf_key
+from ._pages import Packed
 from ._simd import (
     AGE32,
     band_masks,
@@ -782,7 +783,7 @@ def _replay_lfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, re
 
 
 def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
-                     hit_flag, old_age=AGE32, sequential=False):
+                     hit_flag, old_age=AGE32, sequential=False, pages=None):
     """Per-layer ``lfru`` on bitsets in tie-position space (the decision of ``replay_select``): event-atomic, or
     with ``sequential`` one unit per access (its clock the access index; members in the stream's order).
 
@@ -809,23 +810,23 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     cuts of the layer are the ``need``-th key times 0.85 and 1.2 (a cut that holds too many or too few blocks
     becomes the other cut, and a cut 1.5x further out is ranked alone, the factor squared at each further step:
     a band just past a cut stays narrow). Parameters are those of :func:`replay_lru_bits`, ``old_age`` (lower in
-    tests, to reach the float64 test) and ``sequential``. The state arrays are allocated here and the loop runs
-    in :func:`_replay_lfru_bits`.
+    tests, to reach the float64 test), ``sequential`` and ``pages``, the allocator of the state arrays
+    (:class:`._pages.Packed` by default; ``benchmarks/placement.py`` passes others). The state arrays are
+    allocated here and the loop runs in :func:`_replay_lfru_bits`.
     """
     n_words = (n_experts + 63) // 64
     npad = n_words * 64
     width = max(min(int(capacity.max()) + int(_max_unit(offsets, True)), n_experts) + 1, 64)   # |C ∪ U| at most
     thr = np.zeros((n_layers, 2), dtype=np.float64)
     thr[:, 1] = np.inf                 # the first overflow of a layer ranks every block of C ∪ U
+    pa = Packed() if pages is None else pages      # no list across a page boundary (_pages)
     _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses, hit_flag,
-                      np.zeros(n_layers, dtype=np.int64), np.zeros((n_layers, n_words), dtype=np.uint64),
-                      np.zeros(n_words, dtype=np.uint64), np.zeros(n_words, dtype=np.uint64),
-                      np.zeros(n_words, dtype=np.uint64), np.zeros(n_words, dtype=np.uint64), np.zeros(4, dtype=np.uint64),
-                      np.zeros(n_layers * npad, dtype=np.float32), np.zeros(n_layers * npad, dtype=np.float32), thr,
-                      np.empty(width, dtype=np.int64), np.empty(width + 8), np.empty(width, dtype=np.float64),
-                      np.empty(width, dtype=np.float64), np.empty(width, dtype=np.float64),
-                      np.float32(min(float(old_age), AGE32)), np.zeros(128, np.float32), np.zeros(128, np.float32),
-                      bool(sequential))
+                      pa(n_layers, np.int64, 0), pa((n_layers, n_words), np.uint64, 0), pa(n_words, np.uint64, 0),
+                      pa(n_words, np.uint64, 0), pa(n_words, np.uint64, 0), pa(n_words, np.uint64, 0),
+                      pa(4, np.uint64, 0), pa(n_layers * npad, np.float32, 0), pa(n_layers * npad, np.float32, 0),
+                      pa.copy(thr), pa(width, np.int64), pa(width + 8, np.float64), pa(width, np.float64),
+                      pa(width, np.float64), pa(width, np.float64), np.float32(min(float(old_age), AGE32)),
+                      pa(128, np.float32, 0), pa(128, np.float32, 0), bool(sequential))
 
 
 #: The next cuts of a layer, as factors of its last ``need``-th key (``_replay_lfru_bits``). Measured again once
@@ -1050,7 +1051,7 @@ _LRFU_MIN_STEP_UP = 2.0 ** 0.001
 
 
 def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, lam, count_from, hits,
-                     misses, hit_flag):
+                     misses, hit_flag, pages=None):
     """Event-atomic, per-layer ``lrfu`` on bitsets in tie-position space (the decision of ``replay_heap``'s lrfu).
 
     A block's CRF is kept at its last access, ``S = 1 + S * 2**(-lam * gap)`` (``gap`` in units of its layer),
@@ -1084,8 +1085,9 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     (or the next is below the lowest cut, where 0 stands for every value too small to hold), in which case the
     band's exact keys are sorted (the keys below the ``need``-th, and of those equal to it the lowest tie
     positions, leave). A band wider than 64 takes every block of ``C ∪ U`` with exact keys. Parameters are those
-    of :func:`replay_lru_bits`, and ``lam`` (``lrfu_lambda``). The state arrays are allocated here and the loop
-    runs in :func:`_replay_lrfu_bits`.
+    of :func:`replay_lru_bits`, ``lam`` (``lrfu_lambda``) and ``pages``, the allocator of the state arrays
+    (:class:`._pages.Packed` by default; ``benchmarks/placement.py`` passes others). The state arrays are
+    allocated here and the loop runs in :func:`_replay_lrfu_bits`.
     """
     if offsets.shape[0] > MAX_LRFU_EVENTS:
         raise ValueError(f"{offsets.shape[0] - 1} events: this loop keeps last units as int32, so at most "
@@ -1102,18 +1104,17 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     tie_pos = tie_pos.astype(np.int16)     # a compact copy (below MAX_BITS_EXPERTS), read one member at a
                                            # time: 0.97-0.98 of the time (int32: 0.99), with int32 last units
                                            # (PL) 0.93 (PL alone 0.95-0.96): the layer's lines halved
+    pa = Packed() if pages is None else pages      # no list across a page boundary (_pages)
     _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, lam, count_from, hits, misses,
-                      hit_flag, np.zeros(n_layers, dtype=np.int64), np.zeros((n_layers, n_words), dtype=np.uint64),
-                      np.zeros(n_words, dtype=np.uint64), np.zeros(n_words, dtype=np.uint64),
-                      np.zeros((4, n_words), dtype=np.uint64), np.zeros(4, dtype=np.uint64),
-                      np.zeros(n_layers * npad, dtype=np.float64), np.full(n_layers * npad, -1, dtype=np.int32),
-                      np.zeros(n_layers * npad, dtype=np.float32), np.zeros(n_layers, dtype=np.int64),
-                      np.zeros(n_layers, dtype=np.int64), crf_decays(lam, min(n_units + 1, _LRFU_DECAYS)),
-                      2.0 ** (lam * np.arange(n_scale, dtype=np.float64)), centre, np.empty(4, dtype=np.float64),
-                      np.empty(8, dtype=np.float32), np.empty(width, dtype=np.int64), np.empty(width + 64),
-                      np.empty(width, dtype=np.float64), np.empty(width, dtype=np.float64),
-                      np.empty(width, dtype=np.float64), np.zeros(4, dtype=np.int64), n_units < _LRFU_DECAYS,
-                      np.empty(width + 64, dtype=np.float32))
+                      hit_flag, pa(n_layers, np.int64, 0), pa((n_layers, n_words), np.uint64, 0),
+                      pa(n_words, np.uint64, 0), pa(n_words, np.uint64, 0), pa((4, n_words), np.uint64, 0),
+                      pa(4, np.uint64, 0), pa(n_layers * npad, np.float64, 0), pa(n_layers * npad, np.int32, -1),
+                      pa(n_layers * npad, np.float32, 0), pa(n_layers, np.int64, 0), pa(n_layers, np.int64, 0),
+                      pa.copy(crf_decays(lam, min(n_units + 1, _LRFU_DECAYS))),
+                      pa.copy(2.0 ** (lam * np.arange(n_scale, dtype=np.float64))), centre, pa(4, np.float64),
+                      pa(8, np.float32), pa(width, np.int64), pa(width + 64, np.float64), pa(width, np.float64),
+                      pa(width, np.float64), pa(width, np.float64), pa(4, np.int64, 0), n_units < _LRFU_DECAYS,
+                      pa(width + 64, np.float32))
 
 
 @jit_helper

@@ -51,6 +51,7 @@ import numpy as np
 from .._jit import jit, jit_helper
 from ._kernels import _cttz, _max_unit
 from ._kernels_bits import _cut1, _kth_lowest, _popc, _settle
+from ._pages import Packed
 from ._simd import (
     AGE32,
     HAS_FMA,
@@ -136,7 +137,8 @@ __all__ = ["MAX_EVENTS", "MAX_SLOTS", "SLOTS_BASE_EVENTS", "SLOTS_LONG_EVENTS", 
 
 
 def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie, count_from, hits, misses,
-                      hit_flag, old_age=AGE32, one_cut_words=None, rebase=None, cand_k=None, cand_words=None):
+                      hit_flag, old_age=AGE32, one_cut_words=None, rebase=None, cand_k=None, cand_words=None,
+                      pages=None):
     """Event-atomic ``lfru`` under global scope (one pool of ``capacity[0]`` blocks) on dense slots.
 
     Parameters are those of :func:`._kernels_lfru_groups.replay_lfru_groups` less ``atomic`` (always one unit
@@ -149,7 +151,9 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
     * ``cand_words``: from this many words of slots on, the one-cut pass runs over candidates (:data:`CAND_WORDS`;
       -1: never);
     * ``cand_k``: the candidates hold for this many events (by default a quarter of the words of slots, within
-      :data:`CAND_EVENTS`).
+      :data:`CAND_EVENTS`);
+    * ``pages``: the allocator of the state arrays (:class:`._pages.Packed` by default; ``benchmarks/placement.py``
+      passes others).
 
     The stream must have fewer than :data:`MAX_EVENTS` events. The state is allocated here and the loop runs in
     :func:`_replay_lfru_slots`.
@@ -163,20 +167,19 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
     npad = max((width + 63) // 64, 1) * 64
     if npad + 64 > MAX_SLOTS:
         raise ValueError(f"{width} slots: this loop lists slots as int32, so at most {MAX_SLOTS - 128}")
-    _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag,
-                       np.stack([np.zeros(n_blocks, dtype=np.int32), np.full(n_blocks, -1, dtype=np.int32)], axis=1).reshape(-1),
-                       np.zeros(npad, dtype=np.float32),
-                       np.full(npad, np.inf, dtype=np.float32), np.zeros(npad, dtype=np.int64),
-                       np.zeros(npad // 32, dtype=np.uint64), np.zeros(4, dtype=np.uint64),
-                       np.full(npad + 64, np.inf), np.empty(npad, dtype=np.float64),
-                       np.empty(npad + 64, dtype=np.float64), np.empty(npad + 64, dtype=np.int64),
-                       np.empty(npad + 64, dtype=np.int32), np.arange(npad - 1, -1, -1, dtype=np.int64),
-                       np.empty(npad + 64, dtype=np.int32), np.float32(min(float(old_age), AGE32)),
+    pa = Packed() if pages is None else pages      # no list across a page boundary (_pages)
+    br = pa(2 * n_blocks, np.int32, 0)                  # counts 0, slots -1
+    br[1::2] = -1
+    _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag, br,
+                       pa(npad, np.float32, 0), pa(npad, np.float32, np.inf), pa(npad, np.int64, 0),
+                       pa(npad // 32, np.uint64, 0), pa(4, np.uint64, 0), pa(npad + 64, np.float64, np.inf),
+                       pa(npad, np.float64), pa(npad + 64, np.float64), pa(npad + 64, np.int64),
+                       pa(npad + 64, np.int32), pa.copy(np.arange(npad - 1, -1, -1, dtype=np.int64)),
+                       pa(npad + 64, np.int32), np.float32(min(float(old_age), AGE32)),
                        ONE_CUT_WORDS if one_cut_words is None else int(one_cut_words),
                        REBASE if rebase is None else min(max(int(rebase), 1), REBASE),
-                       np.zeros(npad + 64, dtype=np.int32), np.zeros(npad + 64, dtype=np.float32),
-                       np.full(npad + 64, np.inf, dtype=np.float32), np.zeros(npad, dtype=np.int32),
-                       0 if cand_k is None else max(int(cand_k), 1),
+                       pa(npad + 64, np.int32, 0), pa(npad + 64, np.float32, 0), pa(npad + 64, np.float32, np.inf),
+                       pa(npad, np.int32, 0), 0 if cand_k is None else max(int(cand_k), 1),
                        CAND_WORDS if cand_words is None else int(cand_words) if cand_words >= 0 else MAX_SLOTS)
 
 
