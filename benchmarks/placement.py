@@ -2,8 +2,9 @@
 
     python benchmarks/placement.py --kernel slots [--rho 0.2] [--steps 2600] [--pairs 5] [--random 20] [--json]
 
-The kernels ``lrfu`` and ``lfru`` (per layer, event-atomic, ``_kernels_bits``) and ``slots`` (global event-atomic
-lfru, ``_kernels_lfru_slots``) take the allocator of their state arrays as ``pages``; the shipped one,
+The kernels ``lrfu`` and ``lfru`` (per layer, event-atomic, ``_kernels_bits``), ``slots`` (global event-atomic
+lfru on dense slots, ``_kernels_lfru_slots``) and ``groups`` (global lfru on frequency groups, event-atomic,
+``_kernels_lfru_groups``) take the allocator of their state arrays as ``pages``; the shipped one,
 ``replay/_pages.Packed``, places them side by side, each on whole cache lines and none with its first 1 KiB
 across a page boundary. This times the kernel on ``bench_vs_libcachesim.drifting_qwen_stream(steps)`` (48 x 128,
 B = 8) with other placements, each against the shipped one, the two alternated pair by pair (median of
@@ -35,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _ab import alternated_ratio, machine  # noqa: E402
 
-KERNELS = ("lrfu", "lfru", "slots")
+KERNELS = ("lrfu", "lfru", "slots", "groups")
 
 
 class Placed:
@@ -80,6 +81,7 @@ def _runner(kernel: str, steps: int, rho: float):
     from bench_vs_libcachesim import drifting_qwen_stream
 
     from expertcache.replay import _kernels_bits as KB
+    from expertcache.replay import _kernels_lfru_groups as KG
     from expertcache.replay import _kernels_lfru_slots as KS
     from expertcache.replay import engine
 
@@ -97,6 +99,9 @@ def _runner(kernel: str, steps: int, rho: float):
         if kernel == "slots":
             KS.replay_lfru_slots(*head, np.array([int(round(rho * L * N))]), tie, 0, hits, misses, flags,
                                  pages=pages)
+        elif kernel == "groups":
+            KG.replay_lfru_groups(*head, True, np.array([int(round(rho * L * N))]), tie, 0, hits, misses, flags,
+                                  pages=pages)
         elif kernel == "lrfu":
             KB.replay_lrfu_bits(*head, engine.capacities_for_rho(rho, L, N), tie_pos, 0.5, 0, hits, misses, flags,
                                 pages=pages)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from expertcache.replay import _kernels_bits as KB
+from expertcache.replay import _kernels_lfru_groups as KG
 from expertcache.replay import _kernels_lfru_slots as KS
 from expertcache.replay import engine
 from expertcache.replay._pages import PAGE, Packed, page_aligned, page_aligned_copy
@@ -95,7 +96,7 @@ def _stream(seed: int, L: int = 3, N: int = 70, events: int = 300):
     return offsets, expert, layer, N, L
 
 
-@pytest.mark.parametrize("kernel", ["lrfu", "lfru", "slots"])
+@pytest.mark.parametrize("kernel", ["lrfu", "lfru", "slots", "groups"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_no_count_depends_on_where_the_arrays_lie(kernel, seed):
     offsets, expert, layer, N, L = _stream(seed)
@@ -108,6 +109,9 @@ def test_no_count_depends_on_where_the_arrays_lie(kernel, seed):
         if kernel == "slots":
             KS.replay_lfru_slots(offsets, expert, layer, N, L, np.array([40]), tie, 0, hits, misses, flags,
                                  pages=pages)
+        elif kernel == "groups":
+            KG.replay_lfru_groups(offsets, expert, layer, N, L, True, np.array([40]), tie, 0, hits, misses, flags,
+                                  pages=pages)
         elif kernel == "lrfu":
             KB.replay_lrfu_bits(offsets, expert, layer, N, L, np.array([9, 20, 33]), tie_pos, 0.3, 0, hits, misses,
                                 flags, pages=pages)
@@ -124,7 +128,7 @@ def _run(*extra: str, script: Path = SCRIPT) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("kernel", ["lrfu", "lfru", "slots"])
+@pytest.mark.parametrize("kernel", ["lrfu", "lfru", "slots", "groups"])
 def test_the_benchmark_rows_one_array_at_a_page_end_at_a_time(kernel):
     import json
 
@@ -132,9 +136,9 @@ def test_the_benchmark_rows_one_array_at_a_page_end_at_a_time(kernel):
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     rows = out["at_page_end"]
-    assert [x["array"] for x in rows] == list(range(len(rows))) and len(rows) >= 17
+    assert [x["array"] for x in rows] == list(range(len(rows))) and len(rows) >= 16
     assert all(x["ratio"] > 0 for x in rows) and out["random"]["n"] == 2 and out["numpy"] > 0
-    assert any(x["what"].startswith("float32[") for x in rows)
+    assert any(x["what"].startswith(("float32[", "float64[")) for x in rows)
     table = _run("--kernel", kernel)
     assert table.returncode == 0 and table.stdout.startswith("machine: ")
     assert "64 bytes before a page end" in table.stdout and "2 random placements" in table.stdout

@@ -75,6 +75,7 @@ from ._kernels import _cttz, _max_unit
 from ._kernels_bits import _kth_lowest, _popc
 from ._kernels_lfru import _sel_offer
 from ._kernels_order import _ctlz
+from ._pages import Packed
 from ._simd import _F64, _I64, _lanes, _splat, lanes_below, mask_eq, mask_lt, sort_small
 
 #: An unsigned index: numba skips the negative-index wraparound (no index here is negative).
@@ -339,7 +340,7 @@ def _visit(x, g, t, inv, horizon, nd, wheel, pf, pl, pb, n_pool):
 
 
 def replay_lfru_groups(offsets, expert, ev_layer, n_experts, n_layers, atomic, capacity, tie, count_from, hits,
-                       misses, hit_flag, tune=TUNE, trace=None, wide=False):
+                       misses, hit_flag, tune=TUNE, trace=None, wide=False, pages=None):
     """``lfru`` under global scope (one pool of ``capacity[0]`` blocks): the decision of ``replay_select``.
 
     Parameters
@@ -369,6 +370,9 @@ def replay_lfru_groups(offsets, expert, ev_layer, n_experts, n_layers, atomic, c
     wide : bool
         Keep the node records and the pool's blocks in int64 even where int32 holds them (it does below
         ``_NARROW_UNITS`` units and ``2**31`` nodes); for the tests.
+    pages
+        The allocator of the state arrays (:class:`._pages.Packed` by default: no list across a page boundary;
+        ``benchmarks/placement.py`` passes others).
 
     The state is allocated here and the loop runs in :func:`_replay_lfru_groups`.
     """
@@ -388,15 +392,16 @@ def replay_lfru_groups(offsets, expert, ev_layer, n_experts, n_layers, atomic, c
     nd[:, 2] = -1
     i64 = np.int64
     f64 = np.float64
+    pa = Packed() if pages is None else pages      # no list across a page boundary (_pages)
     _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, count_from, hits, misses, hit_flag,
                         _HORIZON if ix is np.int32 else 2.0 ** 60, int(tune[0]), int(tune[1]), float(tune[2]), float(tune[3]), float(tune[4]),
                         np.zeros(0, i64) if trace is None else trace,
-                        nd.reshape(-1), np.full(_FAR + 1, -1, ix), np.empty(n_groups, ix),
-                        np.empty(width + 64, f64), np.empty(width + 64, f64), np.empty(width + 64, ix),  # pool
-                        np.empty(width + 64, f64), np.empty(width + 64, f64), np.empty(width + 64, f64),
-                        np.empty(max_unit + 1, f64), np.empty(max_unit + 1, i64), np.empty(max_unit + 1, i64),
-                        np.zeros(2, np.uint64), np.zeros(width // 64 + 2, np.uint64),
-                        np.zeros(width // 64 + 2, np.uint64), np.empty(2 * max_unit + 2, i64))
+                        pa.copy(nd.reshape(-1)), pa(_FAR + 1, ix, -1), pa(n_groups, ix),
+                        pa(width + 64, f64), pa(width + 64, f64), pa(width + 64, ix),  # pool
+                        pa(width + 64, f64), pa(width + 64, f64), pa(width + 64, f64),
+                        pa(max_unit + 1, f64), pa(max_unit + 1, i64), pa(max_unit + 1, i64),
+                        pa(2, np.uint64, 0), pa(width // 64 + 2, np.uint64, 0),
+                        pa(width // 64 + 2, np.uint64, 0), pa(2 * max_unit + 2, i64))
 
 
 @jit
