@@ -126,10 +126,13 @@ def main() -> None:
     a = ap.parse_args()
     if a.steps < 1 or a.pairs < 1 or a.random < 0 or not 0.0 < a.rho <= 1.0:
         ap.error("--steps and --pairs must be at least 1, --random at least 0, --rho in (0, 1]")
+    from expertcache.replay._pages import PAGE
+
     run = _runner(a.kernel, a.steps, a.rho)
     _, ref, _ = run(None)
     arrays = run([])[2]                # the shipped placement through Placed: how many arrays, of which shapes
-    page = 4096
+    total = len(arrays) + a.random + 1
+    done = [0]
 
     def ratio(offsets) -> float:
         def side(k: int) -> float:
@@ -139,15 +142,18 @@ def main() -> None:
                 sys.exit(1)
             return dt
 
-        return alternated_ratio(side, a.pairs, 0)
+        r = alternated_ratio(side, a.pairs, 0)
+        done[0] += 1
+        print(f"  placement {done[0]}/{total}", file=sys.stderr, end="\r" if done[0] < total else "\n", flush=True)
+        return r
 
     rows = []
     for k, desc in enumerate(arrays):
         offs = [None] * len(arrays)
-        offs[k] = page - 64
+        offs[k] = PAGE - 64
         rows.append({"array": k, "what": desc, "ratio": ratio(offs)})
     rng = np.random.default_rng(a.seed)
-    rand = [ratio([int(x) * 64 for x in rng.integers(0, page // 64, len(arrays))]) for _ in range(a.random)]
+    rand = [ratio([int(x) * 64 for x in rng.integers(0, PAGE // 64, len(arrays))]) for _ in range(a.random)]
     numpy_ratio = ratio("numpy")
     t_shipped = statistics.median(run(None)[0] for _ in range(5))
     out = {"machine": machine(), "kernel": a.kernel, "rho": a.rho, "steps": a.steps, "pairs": a.pairs,
