@@ -44,18 +44,17 @@ class Placed:
     own where ``offsets[K]`` is not ``None``, the others packed as shipped; records each array's dtype and length."""
 
     def __init__(self, offsets: list[int | None]):
-        from expertcache.replay._pages import Packed
+        from expertcache.replay._pages import Packed, page_aligned
 
         self._packed = Packed()
+        self._page_aligned = page_aligned
         self._offsets = offsets
         self.arrays: list[str] = []
 
     def __call__(self, shape, dtype, fill=None):
-        from expertcache.replay._pages import page_aligned
-
         k = len(self.arrays)
         off = self._offsets[k] if k < len(self._offsets) else None
-        out = self._packed(shape, dtype, fill) if off is None else page_aligned(shape, dtype, fill, off)
+        out = self._packed(shape, dtype, fill) if off is None else self._page_aligned(shape, dtype, fill, off)
         self.arrays.append(f"{out.dtype}[{out.size}]")
         return out
 

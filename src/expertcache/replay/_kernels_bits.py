@@ -817,14 +817,14 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     n_words = (n_experts + 63) // 64
     npad = n_words * 64
     width = max(min(int(capacity.max()) + int(_max_unit(offsets, True)), n_experts) + 1, 64)   # |C ∪ U| at most
-    thr = np.zeros((n_layers, 2), dtype=np.float64)
-    thr[:, 1] = np.inf                 # the first overflow of a layer ranks every block of C ∪ U
     pa = Packed() if pages is None else pages      # no list across a page boundary (_pages)
+    thr = pa((n_layers, 2), np.float64, 0)
+    thr[:, 1] = np.inf                 # the first overflow of a layer ranks every block of C ∪ U
     _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses, hit_flag,
                       pa(n_layers, np.int64, 0), pa((n_layers, n_words), np.uint64, 0), pa(n_words, np.uint64, 0),
                       pa(n_words, np.uint64, 0), pa(n_words, np.uint64, 0), pa(n_words, np.uint64, 0),
                       pa(4, np.uint64, 0), pa(n_layers * npad, np.float32, 0), pa(n_layers * npad, np.float32, 0),
-                      pa.copy(thr), pa(width, np.int64), pa(width + 8, np.float64), pa(width, np.float64),
+                      thr, pa(width, np.int64), pa(width + 8, np.float64), pa(width, np.float64),
                       pa(width, np.float64), pa(width, np.float64), np.float32(min(float(old_age), AGE32)),
                       pa(128, np.float32, 0), pa(128, np.float32, 0), bool(sequential))
 
@@ -1100,11 +1100,11 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     n_scale = min(n_units + 1, _LRFU_DECAYS)
     if lam > 0.0:
         n_scale = min(n_scale, int(_LRFU_SPAN / lam) + 1)             # lam * (n_scale - 1) <= _LRFU_SPAN
-    centre = np.zeros(n_layers, dtype=np.float64)     # 0: the first overflow of a layer ranks all of C ∪ U
     tie_pos = tie_pos.astype(np.int16)     # a compact copy (below MAX_BITS_EXPERTS), read one member at a
                                            # time: 0.97-0.98 of the time (int32: 0.99), with int32 last units
                                            # (PL) 0.93 (PL alone 0.95-0.96): the layer's lines halved
     pa = Packed() if pages is None else pages      # no list across a page boundary (_pages)
+    centre = pa(n_layers, np.float64, 0)   # 0: the first overflow of a layer ranks all of C ∪ U
     _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, lam, count_from, hits, misses,
                       hit_flag, pa(n_layers, np.int64, 0), pa((n_layers, n_words), np.uint64, 0),
                       pa(n_words, np.uint64, 0), pa(n_words, np.uint64, 0), pa((4, n_words), np.uint64, 0),

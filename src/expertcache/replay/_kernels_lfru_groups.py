@@ -386,17 +386,17 @@ def replay_lfru_groups(offsets, expert, ev_layer, n_experts, n_layers, atomic, c
     width = min(cap, n_blocks) + max_unit + 1          # |C ∪ U| at most
     ix = np.int32 if not wide and n_units < _NARROW_UNITS and n_blocks + n_groups < 2 ** 31 else np.int64
     n_nodes = n_blocks + n_groups
-    nd = np.zeros((n_nodes, 4), ix)                    # node records: next, previous, last unit / due, count / link
+    pa = Packed() if pages is None else pages      # no list across a page boundary (_pages)
+    nd = pa((n_nodes, 4), ix, 0)                       # node records: next, previous, last unit / due, count / link
     nd[:, 0] = nd[:, 1] = np.arange(n_nodes)
     nd[:n_blocks, 0] = nd[:n_blocks, 1] = n_blocks     # blocks not resident link to the spare node
     nd[:, 2] = -1
     i64 = np.int64
     f64 = np.float64
-    pa = Packed() if pages is None else pages      # no list across a page boundary (_pages)
     _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, count_from, hits, misses, hit_flag,
                         _HORIZON if ix is np.int32 else 2.0 ** 60, int(tune[0]), int(tune[1]), float(tune[2]), float(tune[3]), float(tune[4]),
                         np.zeros(0, i64) if trace is None else trace,
-                        pa.copy(nd.reshape(-1)), pa(_FAR + 1, ix, -1), pa(n_groups, ix),
+                        nd.reshape(-1), pa(_FAR + 1, ix, -1), pa(n_groups, ix),
                         pa(width + 64, f64), pa(width + 64, f64), pa(width + 64, ix),  # pool
                         pa(width + 64, f64), pa(width + 64, f64), pa(width + 64, f64),
                         pa(max_unit + 1, f64), pa(max_unit + 1, i64), pa(max_unit + 1, i64),
