@@ -240,6 +240,25 @@ def test_warmup_causal_equals_full_minus_prefix():
         assert w.union == full.union - prefix.union and w.n_events == full.n_events - 24
 
 
+
+@hyp(80)
+@given(st.data(), streams())
+def test_per_layer_totals_count_each_event_after_warmup(data, stream):
+    """Each layer's union and logical accesses, counted event by event from ``naive.events_of`` (union: members;
+    logical: ``active * k``) over the events after the warm-up, equal the record's, in every scope."""
+    warm = data.draw(st.integers(0, stream.n_events + 2))
+    scope = data.draw(st.sampled_from(naive.SCOPES))
+    union = [0] * stream.n_layers
+    logical = [0] * stream.n_layers
+    for i, (_s, layer, members) in enumerate(naive.events_of(stream)):
+        if i >= warm:
+            union[layer] += len(members)
+            logical[layer] += int(stream.active[i]) * stream.top_k
+    res = replay(stream, ReplayConfig("lru", rho=0.5, scope=scope, warmup_events=min(warm, stream.n_events)))
+    by_layer = sorted(res.per_layer, key=lambda r: r.layer)
+    assert [r.union for r in by_layer] == union and [r.logical for r in by_layer] == logical
+    assert res.union == sum(union) and res.logical == sum(logical)
+
 # ---------------------------------------------------------------------------
 # properties of the engine on random streams
 # ---------------------------------------------------------------------------

@@ -501,10 +501,7 @@ _LOOPS = {"list": _loop_list, "belady": _loop_belady, "heap": _loop_generic, "sc
 
 def _layer_totals(stream: EventStream, start: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Union and logical accesses per layer (``int64[L]`` each) over events ``>= start``."""
-    L = stream.n_layers
-    layer = stream.layer[start:]
-    return (np.bincount(layer, weights=stream.event_size[start:], minlength=L).astype(np.int64),
-            np.bincount(layer, weights=stream.logical_per_event[start:], minlength=L).astype(np.int64))
+    return K.layer_totals(stream.offsets, stream.layer, stream.logical_per_event, stream.n_layers, start)
 
 
 def _result(stream: EventStream, config: ReplayConfig, caps: np.ndarray, hits_l: np.ndarray, miss_l: np.ndarray,
