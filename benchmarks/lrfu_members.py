@@ -15,6 +15,8 @@ bits (docs/performance.md, *lrfu per layer: the decision is half the kernel*). T
   each array: the best a reordering could do;
 * ``record`` — a lane's CRF, last unit and value in one 16-byte record, without the compare (its last units
   are not dense lanes): compare it with ``no-compare``;
+* ``line-pairs`` — the values and last units of 8 lanes in one 64-byte line (values in its first half), so
+  that a member's last two stores go to one line, without the compare: compare it with ``no-compare``;
 * ``gather-scatter`` — 16 members at a time by AVX-512 gathers and scatters (tie positions by ``vpermi2b``;
   machines with AVX512-VBMI only);
 * ``no-value-store`` — *timing only*: the value not stored (what one store of three costs).
@@ -37,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _ab import alternated_ratio, machine, median_and_range, pooled_rows  # noqa: E402
 
-FORMS = ("no-compare", "lane-order", "record", "gather-scatter", "no-value-store")
+FORMS = ("no-compare", "lane-order", "record", "line-pairs", "gather-scatter", "no-value-store")
 _TIMING_ONLY = ("no-value-store",)
 
 
@@ -113,6 +115,20 @@ def _kernels():
                 R[U(2 * j)] = s
                 Ri[U(4 * j + 2)] = u
                 Rf[U(4 * j + 3)] = np.float32(s * qu)
+
+    @jit
+    def line_pairs(off, ex, lay, tp, n, S, W, P, scale, lunits):
+        Wf = W.view(np.float32)
+        for i in range(off.shape[0] - 1):
+            layer, pbase, u, qu = unit(lay, lunits, scale, i)
+            base = layer * n
+            for a in range(off[i], off[i + 1]):
+                j = U(pbase + tp[U(base + ex[U(a)])])
+                k = ((j >> U(3)) << U(4)) + (j & U(7))    # lane j: value at k, last unit at k + 8
+                s = 1.0 + S[j] * P[U(u - W[k + U(8)])]
+                S[j] = s
+                W[k + U(8)] = u
+                Wf[k] = np.float32(s * qu)
 
     @intrinsic
     def members16(typingctx, expert, a, cnt, tb, toff, pbase, S, PL, V, P, u, qu):
@@ -194,7 +210,7 @@ def _kernels():
             unit_bits(PL, pbase, u, ev)
 
     vbmi = _has_feature("avx512vbmi")
-    return shipped, lane_order, record, (gather_scatter if vbmi else None)
+    return shipped, lane_order, record, line_pairs, (gather_scatter if vbmi else None)
 
 
 def _setup(steps: int):
@@ -219,7 +235,7 @@ def _setup(steps: int):
 
 
 def child(steps: int, pairs: int, first: int) -> None:
-    shipped, lane_order, record, gather_scatter = _kernels()
+    shipped, lane_order, record, line_pairs, gather_scatter = _kernels()
     s, tp, lanes, tb, P, scale = _setup(steps)
     L, N = s.n_layers, s.n_experts
     off, ex, lay = s.offsets, s.expert, s.layer
@@ -237,6 +253,14 @@ def child(steps: int, pairs: int, first: int) -> None:
             record(off, ex, lay, tp, N, R, P, scale, lu)
             dt = time.perf_counter() - t0
             return dt, (R[0::2].copy(), R.view(np.int32)[2::4].copy(), R.view(np.float32)[3::4].copy())
+        if form == "line-pairs":
+            W = np.zeros(L * 256, np.int32)
+            W.reshape(-1, 16)[:, 8:] = -1
+            t0 = time.perf_counter()
+            line_pairs(off, ex, lay, tp, N, S, W, P, scale, lu)
+            dt = time.perf_counter() - t0
+            w = W.reshape(-1, 16)
+            return dt, (S, w[:, 8:].reshape(-1).copy(), w[:, :8].reshape(-1).copy().view(np.float32))
         t0 = time.perf_counter()
         if form in ("shipped", "no-compare", "no-value-store"):
             shipped(off, ex, lay, tp, N, S, PL, V, P, scale, lu, ev, form != "no-compare",

@@ -144,9 +144,9 @@ def _max_unit(offsets, atomic):
 @jit
 def layer_totals(offsets, ev_layer, logical, n_layers, start):
     """Union and logical accesses per layer (``int64[n_layers]`` each) over events ``>= start``, in one pass and
-    in integers (two ``np.bincount`` with float weights and a ``np.diff`` of the offsets took 0.8-1.1 ms of a
-    15 ms per-layer ``lru`` replay of 10 M accesses, this 0.5 ms: docs/performance.md, *The engine's totals in
-    one pass*)."""
+    in integers, where two ``np.bincount`` with float weights (one over a ``np.diff`` of the offsets) took 2.6x
+    the time: 0.30 ms against 0.80 ms at 10 M accesses (``python benchmarks/engine_totals.py``; docs/performance.md,
+    *The engine's totals in one pass*)."""
     union = np.zeros(n_layers, dtype=np.int64)
     logi = np.zeros(n_layers, dtype=np.int64)
     n = ev_layer.shape[0]
