@@ -240,7 +240,6 @@ def test_warmup_causal_equals_full_minus_prefix():
         assert w.union == full.union - prefix.union and w.n_events == full.n_events - 24
 
 
-
 @hyp(80)
 @given(st.data(), streams())
 def test_per_layer_totals_count_each_event_after_warmup(data, stream):
@@ -258,6 +257,7 @@ def test_per_layer_totals_count_each_event_after_warmup(data, stream):
     by_layer = sorted(res.per_layer, key=lambda r: r.layer)
     assert [r.union for r in by_layer] == union and [r.logical for r in by_layer] == logical
     assert res.union == sum(union) and res.logical == sum(logical)
+
 
 # ---------------------------------------------------------------------------
 # properties of the engine on random streams
