@@ -193,6 +193,9 @@ def test_the_engine_takes_slots_for_small_event_atomic_caches(monkeypatch):
 _HASWELL = ("+64bit,+avx,+avx2,+bmi,+bmi2,+cmov,+cx16,+f16c,+fma,+fxsr,+lzcnt,+mmx,+movbe,+popcnt,+sse,+sse2,+sse3,"
             "+sse4.1,+sse4.2,+ssse3,+xsave")
 
+#: Skylake-X's: AVX-512 without VBMI2, on a core taken to have fast gathers (``_simd.FAST_GATHERS``).
+_SKYLAKE_X = _HASWELL + ",+avx512f,+avx512bw,+avx512cd,+avx512dq,+avx512vl"
+
 _GENERIC_CHECK = """
 import numpy as np
 import test_lfru_slots as T
@@ -200,8 +203,10 @@ from expertcache.replay import _simd as S
 from expertcache.replay import engine
 from test_twin_large import random_stream
 import sys
-assert S.bit_positions is S._bit_positions_loop
-assert S.HAS_FMA == (sys.argv[1] == "haswell")
+avx512 = sys.argv[1] == "skylake-avx512"
+assert S.bit_positions is (S._bit_positions_avx512 if avx512 else S._bit_positions_loop)
+assert S.HAS_FMA == (sys.argv[1] != "generic")
+assert S.FAST_GATHERS == avx512 and S.cut_list1_32_fma is S._cut_list1_32_fma_any
 for seed in range(3):
     stream = random_stream(300 + seed, L=3, N=70, k=6, steps=150)
     tie = engine._tie_ranks("random", seed, stream.n_blocks)
@@ -211,11 +216,13 @@ print("ok")
 """
 
 
-@pytest.mark.parametrize("cpu", ["generic", "haswell"])
+@pytest.mark.parametrize("cpu", ["generic", "haswell", "skylake-avx512"])
 def test_the_slots_without_avx512(tmp_path, cpu):
     """On a machine without AVX-512 (numba compiling for a generic x86-64, or for Haswell's AVX2 and FMA; the
     kernels afresh) the band's and the leaving slots' lists come from the portable bit loop, the passes are fused
-    (and the candidates taken) only with FMA, and the counts and flags are still ``replay_select``'s."""
+    (and the candidates taken) only with FMA, and the counts and flags are still ``replay_select``'s. With
+    AVX-512 but not VBMI2 (Skylake-X), the list split by gathers (``split_low16``, where an AMD core splits one slot
+    at a time) and the one-cut pass's mask listed apart: the same counts and flags."""
     import os
     import platform
     import subprocess
@@ -227,8 +234,8 @@ def test_the_slots_without_avx512(tmp_path, cpu):
     env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_CPU")}
     env.update(NUMBA_CPU_NAME=cpu, NUMBA_CACHE_DIR=str(tmp_path / "numba"),
                PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parent), env.get("PYTHONPATH")])))
-    if cpu == "haswell":
-        env["NUMBA_CPU_FEATURES"] = _HASWELL
+    if cpu != "generic":
+        env["NUMBA_CPU_FEATURES"] = _HASWELL if cpu == "haswell" else _SKYLAKE_X
     proc = subprocess.run([sys.executable, "-c", _GENERIC_CHECK, cpu], env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
@@ -247,3 +254,20 @@ def test_streams_past_the_float32_bound_go_to_the_groups(monkeypatch):
     monkeypatch.setattr(KS, "replay_lfru_slots", lambda *a: calls.append(1))
     got = replay(stream, cfg)
     assert not calls and got.hits == want.hits and got.demand_misses == want.demand_misses
+
+
+def test_caches_past_32000_slots_keep_int32_slots():
+    """Up to 32,000 slots a block's slot is kept as int16, past it as int32: a cache of 31,500 blocks whose first
+    overflowing events bring 2,000 new blocks each (slots past int16's 32,767 taken) decides as the reference
+    does."""
+    rng = np.random.default_rng(31)
+    L, N = 2, 20_000                                # expert ids are int16: two layers for 40,000 blocks
+    events = [list(range(2_000 * (i // L), 2_000 * (i // L + 1))) for i in range(L * 10)]    # every block new
+    events += [sorted(rng.choice(N, size=2_000, replace=False).tolist()) for _ in range(L * 20)]
+    n = len(events)
+    stream = EventStream.from_lists(L, N, 8, [i // L for i in range(n)], [i % L for i in range(n)], events, [250] * n)
+    tie = engine._tie_ranks("random", 3, L * N)
+    want = _run(KL.replay_select, stream, 31_500, tie, 5)
+    assert want[1].sum() > 0
+    got = _run(KS.replay_lfru_slots, stream, 31_500, tie, 5)
+    assert all((a == b).all() for a, b in zip(got, want, strict=True))

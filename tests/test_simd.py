@@ -589,3 +589,38 @@ def test_split_low16_splits_a_list_by_the_float32_low_cut_in_order(name):
         c0, bb = _split_all(lv if in_place else src, n, SF, SL, l32, t32, lv, bpos, name == "avx512")
         assert (c0, bb) == (len(want_lv), len(want_b))
         assert lv[:c0].tolist() == want_lv and bpos[:bb].tolist() == want_b
+
+
+@pytest.mark.parametrize("name", ["cut_list1_32_fma", "_cut_list1_32_fma_any", "_cut_list1_32_fma_vbmi2"])
+def test_cut_list1_32_fma_lists_the_lanes_below_an_exact_cut(name):
+    """The fused one-cut pass with its listing: the lanes ``j`` of 64 from ``off`` whose count is at most
+    ``th * (T - L)``, exactly (counted in fractions), as ``off + j`` ascending after the ``q`` entries already there;
+    8-bit cuts, units below ``2**16``, freed lanes (``L`` ``inf``) below no cut, the cut 0, ties on the cut, and
+    words of more than 16 such lanes (the VBMI2 form's rarer path). The VBMI2 form only where the machine has it."""
+    from fractions import Fraction
+
+    if name.endswith("vbmi2") and not S._has_feature("avx512vbmi2"):
+        pytest.skip("no avx512vbmi2 here")
+    fn = getattr(S, name)
+
+    @njit(cache=False)
+    def run(F, L, off, nth, c, out, q):
+        return fn(F, L, off, nth, c, out, q)
+
+    rng = np.random.default_rng(30)
+    for _ in range(400):
+        T = int(rng.integers(1, 2**16))
+        th = float(S.dyadic8_up(float(rng.choice([0.0, rng.random() * 4.0, rng.random() * 0.01]))))
+        th = 0.0 if th < 2.0**-30 else th
+        F = rng.integers(1, 2**20 if rng.random() < 0.5 else 40, 128).astype(np.float32)
+        L = (T - rng.integers(0, min(T, 2**16 - 1) + 1, 128)).astype(np.float32)
+        L[rng.random(128) < 0.1] = np.inf
+        on = rng.random(128) < (0.5 if rng.random() < 0.3 else 0.05)
+        age = (T - L).astype(np.float64)
+        F[on & np.isfinite(L)] = np.maximum(np.floor(th * age[on & np.isfinite(L)]), 1)    # at or by the cut
+        off, q = int(rng.choice([0, 64])), int(rng.integers(0, 5))
+        out = np.full(q + 128, -7, dtype=np.int32)
+        end = run(F, L, off, np.float32(-th), np.float32(th) * np.float32(T), out, q)
+        want = [off + j for j in range(64)
+                if np.isfinite(L[off + j]) and Fraction(float(F[off + j])) <= Fraction(th) * (T - int(L[off + j]))]
+        assert end == q + len(want) and out[:q].tolist() == [-7] * q and out[q:end].tolist() == want

@@ -7,16 +7,17 @@ residents sit in dense *slots* (count, last unit, block; the unit's misses take 
 so that the slots ever used stay about ``C ∪ U``), and an overflowing event is decided as the per-layer loop
 ``_kernels_bits.replay_lfru_bits`` decides it, over slots instead of tie positions: one vector pass gives the slots
 whose key is at most a low and a high cut (from :data:`ONE_CUT_WORDS` words of slots on, the high cut alone: the
-slots below it are listed, and the low cut is counted on the list), the ``need`` lowest of the band between are
-found by sorting its keys with a bitonic network (at most 64; a quickselect past it), and of the keys equal to the
-``need``-th the lowest tie ranks leave (equal keys are common: the blocks of one event with one count). The cuts
-follow the band: a cut holding too many (too few) becomes the high (low) cut, the other moves out by their gap (by
-twice the gap at each further move) and only its mask is ranked again (:func:`._simd.cut_mask1_32`), and their
-spread around the last ``need``-th key halves after a band wider than 16 and doubles after a pass repeated. A
-leaving slot is freed, and its last unit is set to ``inf`` (an age of ``-inf``, below no cut) after the next
-event's members unless one of them took it (most are taken: a miss writes its own last unit). The band's and the
-leaving slots are read from the masks as lists (:func:`._simd.bit_positions`: with AVX-512 branch-free, so no
-word's loop exit is mispredicted).
+slots below it are listed as the pass goes, :func:`._simd.cut_list1_32_fma`, and the low cut is counted on the
+list, 16 slots at a time by gathers where they are fast, :data:`._simd.FAST_GATHERS`, else one at a time), the
+``need`` lowest of the band between are found by sorting its keys with a bitonic network (at most 64; a
+quickselect past it), and of the keys equal to the ``need``-th the lowest tie ranks leave (equal keys are common:
+the blocks of one event with one count). The cuts follow the band: a cut holding too many (too few) becomes the
+high (low) cut, the other moves out by their gap (by twice the gap at each further move) and only its mask is
+ranked again (:func:`._simd.cut_mask1_32`), and their spread around the last ``need``-th key halves after a band
+wider than 16 and doubles after a pass repeated. A leaving slot is freed, and its last unit is set to ``inf`` (an
+age of ``-inf``, below no cut) after the next event's members unless one of them took it (most are taken: a miss
+writes its own last unit). The band's and the leaving slots are read from the masks as lists
+(:func:`._simd.bit_positions`: with AVX-512 branch-free, so no word's loop exit is mispredicted).
 
 The cut pass is float32 (:func:`._simd.cut_masks32`, 16 lanes to a 512-bit vector): counts and last units
 are float32 (integers below ``2**24``: :data:`MAX_EVENTS`) and the cuts have 8 significant bits
@@ -54,10 +55,12 @@ from ._kernels_bits import _cut1, _kth_lowest, _popc, _settle
 from ._pages import Packed
 from ._simd import (
     AGE32,
+    FAST_GATHERS,
     HAS_FMA,
     band_masks,
     band_pick,
     bit_positions,
+    cut_list1_32_fma,
     cut_mask1_32_fma,
     cut_masks32,
     cut_masks32_fma,
@@ -123,8 +126,10 @@ CAND_EVENTS = (4, 32)
 #: The candidates' bound over the high cut they are made for (rounded up to 8 significant bits).
 CAND_MARGIN = 1.03125
 #: Candidates from this many words of slots on (fewer: a third of the slots or more are candidates, and making
-#: them costs what their pass saves: 1.02 of no candidates' time at rho 0.25, 25 words, with 8 events).
-CAND_WORDS = 28
+#: them costs what their pass saves: 1.02 of no candidates' time at rho 0.25, 25 words, with 8 events). It was 28
+#: until the one-cut pass listed its slots as it goes; on the AMD core the one-cut pass then took 0.945 / 0.961 of
+#: the candidates' time at 28 / 30 words (rho 0.28 / 0.3, 5,200 steps) and 1.09 at 35 (rho 0.35).
+CAND_WORDS = 32
 
 #: Longest stream (events) this loop takes: counts and last units are float32, exact below ``2**24``.
 MAX_EVENTS = 1 << 24
@@ -168,9 +173,9 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
     if npad + 64 > MAX_SLOTS:
         raise ValueError(f"{width} slots: this loop lists slots as int32, so at most {MAX_SLOTS - 128}")
     pa = Packed() if pages is None else pages      # no list across a page boundary (_pages)
-    br = pa(2 * n_blocks, np.int32, 0)                  # counts 0, slots -1
-    br[1::2] = -1
+    br = pa(n_blocks, np.int16 if npad < 32000 else np.int32, -1)
     _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag, br,
+                       pa(n_blocks, np.float32, 0),
                        pa(npad, np.float32, 0), pa(npad, np.float32, np.inf), pa(npad, np.int64, 0),
                        pa(npad // 32, np.uint64, 0), pa(4, np.uint64, 0), pa(npad + 64, np.float64, np.inf),
                        pa(npad, np.float64), pa(npad + 64, np.float64), pa(npad + 64, np.int64),
@@ -189,8 +194,10 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
 #: against both cuts at every size, 4 processes): 1.045 / 1.018 at 16 / 20 words (rho 0.15 / 0.2), 0.942 /
 #: 0.927 / 0.863 / 0.824 at 25 / 29 / 39 / 48 (rho 0.25 / 0.3 / 0.4 / 0.5); it was 24 then. Since the list is split
 #: in float32: 18 words against 24, 0.976 / 0.953 at rho 0.18 / 0.2 (2,600 steps), 0.968 at rho 0.2 (5,200 steps);
-#: one cut at 15 words 1.03 of two (single process, 5,200 steps).
-ONE_CUT_WORDS = 18
+#: one cut at 15 words 1.03 of two (single process, 5,200 steps). It was 18 until the one-cut pass listed its slots
+#: as it goes; on the AMD core one cut then took 0.954 / 0.926 / 0.992 of two cuts' time at rho 0.13 / 0.15 / 0.17
+#: (13-17 words), 0.997 at 0.12 and 1.065 at 0.1 (11 words: from 4 words on).
+ONE_CUT_WORDS = 12
 
 #: From this many words of slots on, the slots below the high cut are listed from the words that hold any (a
 #: summary bit per word) rather than from every word: on the benchmark stream 0.99 / 0.95 / 0.92 of the time at
@@ -228,8 +235,7 @@ def _below_fused(F, L, n_w, th, t, out, w4):
     p1 = np.float32(th) * np.float32(t)
     k = 0
     for w in range(n_w):
-        cut_mask1_32_fma(F, L, w << 6, n1, p1, w4)
-        k = bit_positions(w4[0], w << 6, out, k)
+        k = cut_list1_32_fma(F, L, w << 6, n1, p1, out, k)
     return k
 
 
@@ -255,13 +261,12 @@ def _candidates(SF, SL, n_w, c_max, c_end, CS, CF, CL, SC, nc, w4):
 def _join(BR, BRf, SF, SL, expert, lo, hi, base, lim, CS, CF, CL, SC, nc):
     """The slots of the members ``expert[lo:hi]`` whose count is at most ``lim`` join the candidates ``CS[:nc]``
     with copies of their counts and units, unless a copy of the slot is there (its count and unit then at most
-    the slot's: a hit only raises a key; ``BRf``: the counts, as in :func:`_touch`). Returns the candidates' new
-    count, negated where there was no room."""
-    one = np.uint64(1)
+    the slot's: a hit only raises a key; ``BR`` / ``BRf``: the slots / counts, as in :func:`_touch`). Returns the
+    candidates' new count, negated where there was no room."""
     for a in range(lo, hi):
         b = _U(base + expert[_U(a)])
-        s = np.int64(BR[(b << one) | one])
-        if BRf[b << one] <= lim and s >= 0:
+        s = np.int64(BR[b])
+        if BRf[b] <= lim and s >= 0:
             j = np.int64(SC[_U(s)])
             if nc >= SC.shape[0]:
                 return -nc
@@ -279,28 +284,26 @@ def _touch(BR, BRf, SF, SL, SB, expert, lo, hi, base, free, nf, fi, cap, mixed, 
     """The members ``expert[lo:hi]`` of an event (blocks ``base + e``): their counts up by one, a hit's count
     and last unit ``fi`` in its slot, a miss's in a free slot (``free[nf - 1]``, ``free[nf - 2]``, ...; none where
     ``cap`` is 0); returns the hits, the free slots left and the lowest of the members' counts (one low enough
-    may have to join the candidates). ``BRf``: ``BR`` as float32, whose even elements are the counts (the odd
-    ones, the slots, are read from ``BR``). ``mixed``: hits and
-    misses mixed, no branch on either. Its own function: in the loop's body LLVM kept the next slot on the stack,
-    a store and a load per member on one chain (here in a register: 0.98 of the loop's time at rho 0.5, 1.00 at
-    0.2-0.4)."""
-    one = np.uint64(1)
+    may have to join the candidates). ``BR``: each block's slot, ``BRf``: its count (:func:`_replay_lfru_slots`).
+    ``mixed``: hits and misses mixed, no branch on either. Its own function: in the loop's body LLVM kept the next
+    slot on the stack, a store and a load per member on one chain (here in a register: 0.98 of the loop's time at
+    rho 0.5, 1.00 at 0.2-0.4; inlined again on the AMD core, 1.10-1.12 at rho 0.2-0.4)."""
     n_hit = 0
     low = np.float32(MAX_EVENTS)
     if mixed:
         nf0 = nf
         for a in range(lo, hi):
             b = _U(base + expert[_U(a)])
-            f = BRf[b << one] + np.float32(1.0)
-            BRf[b << one] = f
-            s = np.int64(BR[(b << one) | one])
+            f = BRf[b] + np.float32(1.0)
+            BRf[b] = f
+            s = np.int64(BR[b])
             hit = np.int64(s >= 0)
             top = free[_U(nf - 1)]             # the next free slot, taken where this is a miss
             d = top + hit * (s - top)          # a hit's own slot, or slot top for a miss
             SF[_U(d)] = f
             SL[_U(d)] = fi
             SB[_U(top)] = np.int64(b)          # slot top is free until a miss takes it
-            BR[(b << one) | one] = d
+            BR[b] = d
             nf -= 1 - hit
             low = min(low, f)
             if record:
@@ -309,9 +312,9 @@ def _touch(BR, BRf, SF, SL, SB, expert, lo, hi, base, free, nf, fi, cap, mixed, 
     else:
         for a in range(lo, hi):
             b = _U(base + expert[_U(a)])
-            f = BRf[b << one] + np.float32(1.0)
-            BRf[b << one] = f
-            s = BR[(b << one) | one]
+            f = BRf[b] + np.float32(1.0)
+            BRf[b] = f
+            s = BR[b]
             low = min(low, f)
             if s >= 0:
                 n_hit += 1
@@ -325,25 +328,26 @@ def _touch(BR, BRf, SF, SL, SB, expert, lo, hi, base, free, nf, fi, cap, mixed, 
                 SF[_U(top)] = f
                 SL[_U(top)] = fi
                 SB[_U(top)] = np.int64(b)
-                BR[(b << one) | one] = top
+                BR[b] = top
     return n_hit, nf, low
 
 
 @jit
 def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag,
-                       BR, SF, SL, SB, masks, w4, ckey, sel, sel2, bpos, lst, free, lv, old_age, one_cut_words,
+                       BR, BRf, SF, SL, SB, masks, w4, ckey, sel, sel2, bpos, lst, free, lv, old_age, one_cut_words,
                        rebase, CS, CF, CL, SC, cand_k, cand_words):
-    """The loop of :func:`replay_lfru_slots`. ``BR[2b]``, ``BR[2b + 1]``: block ``b``'s count and its slot (-1:
-    not resident), side by side (one cache line per member; a flat array: no multiply per index; int32: slots
-    below MAX_SLOTS; the counts are float32, read and written through the view ``BRf``, exact below MAX_EVENTS,
-    so the member loop stores a count into its slot without a conversion: 0.987-0.993 of the time at rho 0.2,
-    0.99-1.00 at 0.1-0.5, against int32 counts); slot ``s``: count ``SF``, last unit ``SL`` (float32), block ``SB`` (its tie rank
-    ``tie[SB[s]]``, read only where equal keys meet the cut); ``masks[2w]``, ``masks[2w + 1]``: the slots of word
-    ``w`` below the low and the high cut (one-cut pass: ``masks[w]``, below the high cut); ``w4``: a pass's masks
-    (below each cut, and the lanes ``old_age`` or older); ``free[:nf]``: the free slots (slots never used last, in
-    ascending order; the rest freed slots, the latest last); ``CS[:nc]``: the candidates' slots, ``CF`` / ``CL``
-    the copies of their counts and units (``inf`` past them and for a freed slot's), ``SC[s]``: slot ``s``'s index
-    in them (valid where ``CS`` agrees); ``cand_k`` 0: the candidates' events by size."""
+    """The loop of :func:`replay_lfru_slots`. ``BR[b]``: block ``b``'s slot (-1: not resident; int16 where every slot
+    is below 32,000, else int32: a layer's 128 blocks then take 256 bytes, and ``BR`` 12 KiB for 6,144 blocks),
+    ``BRf[b]``: its count (float32, exact below MAX_EVENTS, so the member loop stores a count into its slot without
+    a conversion). Against one 8-byte record per block (count and slot side by side, 48 KiB): 0.991 / 0.978 / 0.983
+    of the time at rho 0.2 / 0.3 / 0.4 on the AMD core (docs/performance.md, *Session 30*); slot ``s``: count
+    ``SF``, last unit ``SL`` (float32), block ``SB`` (its tie rank ``tie[SB[s]]``, read only where equal keys meet
+    the cut); ``masks[2w]``, ``masks[2w + 1]``: the slots of word ``w`` below the low and the high cut (one-cut
+    pass: ``masks[w]``, below the high cut); ``w4``: a pass's masks (below each cut, and the lanes ``old_age`` or
+    older); ``free[:nf]``: the free slots (slots never used last, in ascending order; the rest freed slots, the
+    latest last); ``CS[:nc]``: the candidates' slots, ``CF`` / ``CL`` the copies of their counts and units (``inf``
+    past them and for a freed slot's), ``SC[s]``: slot ``s``'s index in them (valid where ``CS`` agrees); ``cand_k``
+    0: the candidates' events by size."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     one = np.uint64(1)
@@ -362,7 +366,6 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
     nc = 0                             # candidates: CS[:nc] (slots), copies CF / CL of their counts and units
     c_max = 0.0                        # ... holding every slot whose key is at most c_max up to unit c_end
     c_end = -1.0
-    BRf = BR.view(np.float32)          # the counts as float32 (exact below 2**24)
     for i in range(n_events):
         layer = ev_layer[i]
         base = layer * n_experts
@@ -507,7 +510,14 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                     use_c = False
             if not use_c:
                 c1 = 0                     # one vector pass: the slots below the high cut (the low cut's are among
-                if fused and th1 < np.inf:                     # them, counted on their list below)
+                                           # them, counted on their list below)
+                listed = fused and th1 < np.inf and n_w < SPARSE_WORDS
+                if listed:                 # listed as the pass goes (the mask stays in its register)
+                    n1 = -np.float32(th1)
+                    p1 = np.float32(th1) * t32
+                    for w in range(n_w):
+                        c1 = cut_list1_32_fma(SF, SL, w << 6, n1, p1, lst, c1)
+                elif fused and th1 < np.inf:
                     n1 = -np.float32(th1)
                     p1 = np.float32(th1) * t32
                     for w in range(n_w):
@@ -526,13 +536,15 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                     th1 = dyadic8_up(th1 + f * gap) if th1 > 0.0 else np.inf
                     f = 2.0
                     passes += 1
+                    listed = False
                     c1 = 0
                     for w in range(n_w):
                         hw = _cut1(SF, SL, w << 6, ALL, th1, t1, t32, old_age, young, w4)
                         masks[_U(w)] = hw
                         c1 += np.int64(_popc(hw))
-                q = 0                      # the slots below the high cut as a list
-                if n_w >= SPARSE_WORDS:    # from the words that hold any (a summary word built in a register)
+                q = c1 if listed else 0    # the slots below the high cut as a list (listed by the pass, or)
+                if not listed and n_w >= SPARSE_WORDS:     # from the words that hold any (a summary word built
+                                                            # in a register)
                     for k in range((n_w + 63) >> 6):
                         z = np.uint64(0)
                         for w in range(k << 6, min((k + 1) << 6, n_w)):
@@ -541,7 +553,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                             w = (k << 6) + np.int64(_cttz(z))
                             z &= z - one
                             q = bit_positions(masks[_U(w)], w << 6, lst, q)
-                else:                      # every word (no loop exit per word to mispredict)
+                elif not listed:           # from every word (no loop exit per word to mispredict)
                     for w in range(n_w):
                         q = bit_positions(masks[_U(w)], w << 6, lst, q)
             n_src = q                      # their counts and ages (lst): those below the low cut leave, the band
@@ -553,11 +565,19 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                     bb = 0
                     if young:              # every age below old_age: float32, exact as the pass
                         l32 = np.float32(th0)
-                        for r in range(0, n_src, 16):      # 16 at a time (two gathers and two compresses with
-                                                            # AVX-512: 0.95 of the loop's time at rho 0.2)
-                            c = np.int64(_popc(split_low16(lst, r, n_src, SF, SL, l32, t32, lv, c0, bpos, bb)))
-                            c0 += c
-                            bb += min(16, n_src - r) - c
+                        if FAST_GATHERS:   # 16 at a time (two gathers and two compresses: 0.95 of the loop's
+                            for r in range(0, n_src, 16):      # time at rho 0.2 on the Intel core)
+                                c = np.int64(_popc(split_low16(lst, r, n_src, SF, SL, l32, t32, lv, c0, bpos, bb)))
+                                c0 += c
+                                bb += min(16, n_src - r) - c
+                        else:              # one at a time (AMD's gathers are slower than scalar loads)
+                            for r in range(n_src):
+                                s = np.int64(lst[_U(r)])
+                                low = np.int64(SF[_U(s)] <= l32 * (t32 - SL[_U(s)]))
+                                lv[_U(c0)] = np.int32(s)
+                                bpos[_U(bb)] = s
+                                c0 += low
+                                bb += 1 - low
                     else:
                         for r in range(n_src):
                             s = np.int64(lst[_U(r)])
@@ -642,7 +662,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
         for r in range(nl):            # freed (its last unit inf after the next event's members unless a miss
             s = np.int64(lv[_U(r)])    # takes it; swap-removal, a copy of the top slot into each: 0.92-0.98x the
                                        # time at rho 0.05-0.3, 1.00 at 0.4-0.5)
-            BR[(_U(SB[_U(s)]) << one) | one] = -1
+            BR[_U(SB[_U(s)])] = -1
         for r in range(nl):            # onto the free stack (a loop of its own: vector copies)
             free[_U(nf + r)] = np.int64(lv[_U(r)])
         nf += nl

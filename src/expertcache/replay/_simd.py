@@ -35,6 +35,8 @@ must hold ``off + 64`` (or ``n``) elements.
   lanes to a 512-bit vector, exact below an age bound; the lanes at or past it marked (the lfru loops).
 * :func:`cut_masks32_fma`, :func:`cut_mask1_32_fma` — the same test as one fused multiply-add and a compare per
   vector, on units relative to a base (the global slots loop where every lane is young; :data:`HAS_FMA`).
+* :data:`cut_list1_32_fma` — :func:`cut_mask1_32_fma`'s lanes listed as :func:`bit_positions` lists them, in
+  one step (AVX-512 VBMI2; the mask and the listing otherwise; the global slots loop's one-cut pass).
 * :func:`bit_positions` — the set bits of a word as a list of positions (AVX-512 compress where the machine
   has it, a loop otherwise).
 * :func:`values_at`, :func:`values_at32` — the float64 (float32) values at the set bits of a word, as a list
@@ -42,7 +44,7 @@ must hold ``off + 64`` (or ``n``) elements.
   loops' bands).
 * :data:`split_low16` — 16 slots of a list split by a float32 low cut into two lists, in order (two gathers, a
   compare and two compresses with AVX-512, a loop otherwise; the global slots loop's list of slots below its high
-  cut).
+  cut where :data:`FAST_GATHERS`: AVX-512 on a core other than AMD's Zen).
 * :func:`pdep` — parallel bit deposit (BMI2 where the machine has it, a loop otherwise).
 * :func:`below_mask` — a word of all ones where one count is below another, that no compiler pass makes a branch.
 * :func:`f2u`, :func:`u2f` — the bits of a float64 and back.
@@ -519,6 +521,43 @@ def cut_masks32_fma(typingctx, F, L, off, nth0, c0, nth1, c1, out):
     return types.void(F, L, types.int64, _F32, _F32, _F32, _F32, out), _cuts32_fma_codegen(2)
 
 
+@intrinsic
+def _cut_list1_32_fma_vbmi2(typingctx, F, L, off, nth, c, out, q):
+    sig = types.int64(F, L, types.int64, _F32, _F32, out, types.int64)
+
+    def codegen(context, builder, signature, args):
+        vt = ir.VectorType(ir.FloatType(), 64)
+        f, last = _counts_units32(context, builder, signature, args)
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt, vt, vt]), "llvm.fma.v64f32")
+        x = builder.call(fma, [_splat(builder, args[3], vt, 64), last, _splat(builder, args[4], vt, 64)])
+        m = builder.bitcast(builder.fcmp_ordered("<=", f, x), _I64)
+        data = context.make_array(signature.args[5])(context, builder, args[5]).data
+        return _positions_vbmi2(context, builder, data, m, args[2], args[6])
+
+    return sig, codegen
+
+
+@intrinsic
+def _cut_word1_32_fma(typingctx, F, L, off, nth, c):
+    """:func:`cut_mask1_32_fma`'s mask returned as a word (no array)."""
+    sig = types.uint64(F, L, types.int64, _F32, _F32)
+
+    def codegen(context, builder, signature, args):
+        vt = ir.VectorType(ir.FloatType(), 64)
+        f, last = _counts_units32(context, builder, signature, args)
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt, vt, vt]), "llvm.fma.v64f32")
+        x = builder.call(fma, [_splat(builder, args[3], vt, 64), last, _splat(builder, args[4], vt, 64)])
+        return builder.bitcast(builder.fcmp_ordered("<=", f, x), _I64)
+
+    return sig, codegen
+
+
+@jit_helper
+def _cut_list1_32_fma_any(F, L, off, nth, c, out, q):
+    """The portable form of :data:`cut_list1_32_fma`: the mask as a word, then :data:`bit_positions`."""
+    return bit_positions(_cut_word1_32_fma(F, L, off, nth, c), off, out, q)
+
+
 @jit_helper
 def dyadic8_down(x):
     """``x`` (``>= 0``) rounded down to 8 significant bits; 0 below ``2**-30`` (under every key of the float32
@@ -598,6 +637,24 @@ def _has_feature(name: str) -> bool:
         return False
 
 
+def _host_cpu_name() -> str:
+    """The CPU numba compiles for: ``NUMBA_CPU_NAME`` where set, else LLVM's name of the host ("" if unknown)."""
+    if numba.config.CPU_NAME not in (None, "host"):
+        return str(numba.config.CPU_NAME)
+    try:
+        import llvmlite.binding as llvm
+
+        return str(llvm.get_host_cpu_name())
+    except Exception:  # pragma: no cover - an llvmlite without the query
+        return ""
+
+
+#: Whether a 16-lane AVX-512 gather beats 16 scalar loads: on the Intel core measured (the global lfru slots
+#: loop's list split in 0.95 of its time), not on AMD's Zen 4 (0.97 with scalar loads; docs/performance.md,
+#: *Session 30*).
+FAST_GATHERS = _has_feature("avx512f") and not _host_cpu_name().startswith("znver")
+
+
 #: Whether the machine fuses a multiply and an add (with no FMA LLVM's ``fma`` is a slow library call).
 HAS_FMA = _has_feature("fma") or _has_feature("neon") or _has_feature("sve")
 
@@ -649,6 +706,34 @@ def _bit_positions_avx512(typingctx, x, base, out, q):
     return sig, codegen
 
 
+def _positions_vbmi2(context, builder, data, x, base, q):
+    """``base + i`` for every set bit ``i`` of the word ``x`` (``_I64``), stored as int32 at ``data[q:]`` (16 lanes
+    at a time, whole); returns ``q`` plus their count. AVX-512 VBMI2: one byte compress of the lane numbers."""
+    bt = ir.VectorType(ir.IntType(8), 64)
+    vt = ir.VectorType(_I32, 16)
+    compress = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(bt, [bt, bt, ir.VectorType(ir.IntType(1), 64)]),
+        "llvm.x86.avx512.mask.compress.v64i8")
+    ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64]), "llvm.ctpop.i64")
+    packed = builder.call(compress, [ir.Constant(bt, list(range(64))), ir.Constant(bt, None),
+                                     builder.bitcast(x, ir.VectorType(ir.IntType(1), 64))])
+    b = _splat(builder, builder.trunc(base, _I32), vt, 16)
+    n = builder.call(ctpop, [x])
+
+    def chunk(c):                      # bytes 16 c .. 16 c + 15 of the packed positions, widened, stored whole
+        lanes = builder.shuffle_vector(packed, packed, ir.Constant(ir.VectorType(_I32, 16),
+                                                                   list(range(16 * c, 16 * c + 16))))
+        v = builder.add(builder.zext(lanes, vt), b)
+        ptr = builder.gep(data, [builder.add(q, ir.Constant(_I64, 16 * c))])
+        builder.store(v, builder.bitcast(ptr, vt.as_pointer()), align=4)
+
+    chunk(0)
+    with cgutils.if_unlikely(builder, builder.icmp_unsigned(">", n, ir.Constant(_I64, 16))):
+        for c in (1, 2, 3):            # more than 16 bits: the rest (rare where the words are sparse)
+            chunk(c)
+    return builder.add(q, n)
+
+
 @intrinsic
 def _bit_positions_vbmi2(typingctx, x, base, out, q):
     sig = types.int64(types.uint64, types.int64, out, types.int64)
@@ -656,29 +741,7 @@ def _bit_positions_vbmi2(typingctx, x, base, out, q):
     def codegen(context, builder, signature, args):
         x, base, out, q = args
         data = context.make_array(signature.args[2])(context, builder, out).data
-        bt = ir.VectorType(ir.IntType(8), 64)
-        vt = ir.VectorType(_I32, 16)
-        compress = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(bt, [bt, bt, ir.VectorType(ir.IntType(1), 64)]),
-            "llvm.x86.avx512.mask.compress.v64i8")
-        ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64]), "llvm.ctpop.i64")
-        packed = builder.call(compress, [ir.Constant(bt, list(range(64))), ir.Constant(bt, None),
-                                         builder.bitcast(x, ir.VectorType(ir.IntType(1), 64))])
-        b = _splat(builder, builder.trunc(base, _I32), vt, 16)
-        n = builder.call(ctpop, [x])
-
-        def chunk(c):                  # bytes 16 c .. 16 c + 15 of the packed positions, widened, stored whole
-            lanes = builder.shuffle_vector(packed, packed, ir.Constant(ir.VectorType(_I32, 16),
-                                                                       list(range(16 * c, 16 * c + 16))))
-            v = builder.add(builder.zext(lanes, vt), b)
-            ptr = builder.gep(data, [builder.add(q, ir.Constant(_I64, 16 * c))])
-            builder.store(v, builder.bitcast(ptr, vt.as_pointer()), align=4)
-
-        chunk(0)
-        with cgutils.if_unlikely(builder, builder.icmp_unsigned(">", n, ir.Constant(_I64, 16))):
-            for c in (1, 2, 3):        # more than 16 bits: the rest (rare where the words are sparse)
-                chunk(c)
-        return builder.add(q, n)
+        return _positions_vbmi2(context, builder, data, x, base, q)
 
     return sig, codegen
 
@@ -878,3 +941,10 @@ values_at = _values_at_avx512 if _has_feature("avx512f") else _values_at_loop
 #: ``values_at32(V, off, x, out, q)``: :data:`values_at` for float32 values (four 16-lane compresses with
 #: AVX-512; ``out`` must hold ``q + 64`` elements).
 values_at32 = _values_at32_avx512 if _has_feature("avx512f") else _values_at_loop
+
+
+#: ``cut_list1_32_fma(F, L, off, nth, c, out, q)``: the lanes of :func:`cut_mask1_32_fma` (``off .. off+63`` where
+#: ``F <= fma(nth, L, c)``) listed as :data:`bit_positions` lists them, into ``out[q:]``; returns ``q`` plus their
+#: count. With AVX-512 VBMI2 in one pass (the mask never leaves its register); elsewhere the two calls.
+cut_list1_32_fma = _cut_list1_32_fma_vbmi2 if _has_feature("avx512vbmi2") else _cut_list1_32_fma_any
+
