@@ -228,7 +228,7 @@ def _tie_cut(ckey, v, nb, tie, SB, bpos, buf, scratch, eq, n_eq):
 
 
 @jit_helper
-def _below_fused(F, L, n_w, th, t, out, w4):
+def _below_fused(F, L, n_w, th, t, out):
     """The lanes of ``n_w`` words of counts ``F`` and units ``L`` whose key is at most ``th`` at unit ``t`` (the
     fused test: exact where ``t`` and every age are below ``2**16``), listed in ``out``; returns how many."""
     n1 = -np.float32(th)
@@ -240,13 +240,13 @@ def _below_fused(F, L, n_w, th, t, out, w4):
 
 
 @jit_helper
-def _candidates(SF, SL, n_w, c_max, c_end, CS, CF, CL, SC, nc, w4):
+def _candidates(SF, SL, n_w, c_max, c_end, CS, CF, CL, SC, nc):
     """The candidates afresh: the slots of ``n_w`` words whose key is at most ``c_max`` at ``c_end`` (the
     fused test, exact: ``c_end`` below ``2**16``, every age then below it), listed in ``CS`` with copies of their
     counts and units (``CF``, ``CL``) and each slot's index in ``SC``; the lanes past them ``inf``. Returns how
     many (``nc``, the last count, bounds the lanes to reset)."""
     old = ((nc + 63) >> 6) << 6
-    k = _below_fused(SF, SL, n_w, c_max, c_end, CS, w4)
+    k = _below_fused(SF, SL, n_w, c_max, c_end, CS)
     for j in range(k):
         s = _U(CS[_U(j)])
         CF[_U(j)] = SF[s]
@@ -484,8 +484,8 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                 if t1 > c_end or th1 > c_max:                  # (or none yet): the candidates afresh
                     c_max = dyadic8_up(th1 * CAND_MARGIN)
                     c_end = t1 + float(kk - 1)
-                    nc = _candidates(SF, SL, n_w, c_max, c_end, CS, CF, CL, SC, nc, w4)
-                q = _below_fused(CF, CL, (nc + 63) >> 6, th1, t1, lst, w4)
+                    nc = _candidates(SF, SL, n_w, c_max, c_end, CS, CF, CL, SC, nc)
+                q = _below_fused(CF, CL, (nc + 63) >> 6, th1, t1, lst)
                 c0 = 0                     # their slots split by the slot's own count and unit (a copy older than a
                 bb = 0                     # hit is lower: no slot below the high cut is left out): below the low
                 l32 = np.float32(th0)      # cut (lv), between the cuts (bpos), neither; in float32, exact as the

@@ -486,21 +486,26 @@ def cut_mask1_32_young(typingctx, F, L, off, th, t1, out):
     return types.void(F, L, types.int64, _F32, _F32, out), _cuts32_codegen(1, False)
 
 
+def _fused_cut_word(builder, f, last, nth, c):
+    """The word of the 64 lanes where ``f <= fma(nth, last, c)`` (``f``, ``last``: float32 vectors of 64 lanes;
+    ``nth``, ``c``: float32 scalars), as ``_I64``."""
+    vt = ir.VectorType(ir.FloatType(), 64)
+    fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt, vt, vt]), "llvm.fma.v64f32")
+    x = builder.call(fma, [_splat(builder, nth, vt, 64), last, _splat(builder, c, vt, 64)])
+    return builder.bitcast(builder.fcmp_ordered("<=", f, x), _I64)
+
+
 def _cuts32_fma_codegen(n_cuts: int):
     """The body of the fused float32 cut intrinsics ``(F, L, off, nth_1, c_1 .. nth_n, c_n, out)`` over the 64 lanes
     from ``off``: ``out[k]`` the lanes where ``F <= fma(nth_k, L, c_k)``, one fused multiply-add and one compare
     per vector where :func:`_cuts32_codegen` takes a subtraction, a multiplication and a compare."""
 
     def codegen(context, builder, signature, args):
-        vt = ir.VectorType(ir.FloatType(), 64)
         f, last = _counts_units32(context, builder, signature, args)
         data = context.make_array(signature.args[-1])(context, builder, args[-1]).data
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt, vt, vt]), "llvm.fma.v64f32")
         for k in range(n_cuts):
-            x = builder.call(fma, [_splat(builder, args[3 + 2 * k], vt, 64), last,
-                                   _splat(builder, args[4 + 2 * k], vt, 64)])
-            c = builder.fcmp_ordered("<=", f, x)
-            builder.store(builder.bitcast(c, _I64), builder.gep(data, [ir.Constant(_I64, k)]))
+            m = _fused_cut_word(builder, f, last, args[3 + 2 * k], args[4 + 2 * k])
+            builder.store(m, builder.gep(data, [ir.Constant(_I64, k)]))
         return context.get_dummy_value()
 
     return codegen
@@ -526,11 +531,8 @@ def _cut_list1_32_fma_vbmi2(typingctx, F, L, off, nth, c, out, q):
     sig = types.int64(F, L, types.int64, _F32, _F32, out, types.int64)
 
     def codegen(context, builder, signature, args):
-        vt = ir.VectorType(ir.FloatType(), 64)
         f, last = _counts_units32(context, builder, signature, args)
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt, vt, vt]), "llvm.fma.v64f32")
-        x = builder.call(fma, [_splat(builder, args[3], vt, 64), last, _splat(builder, args[4], vt, 64)])
-        m = builder.bitcast(builder.fcmp_ordered("<=", f, x), _I64)
+        m = _fused_cut_word(builder, f, last, args[3], args[4])
         data = context.make_array(signature.args[5])(context, builder, args[5]).data
         return _positions_vbmi2(context, builder, data, m, args[2], args[6])
 
@@ -543,11 +545,8 @@ def _cut_word1_32_fma(typingctx, F, L, off, nth, c):
     sig = types.uint64(F, L, types.int64, _F32, _F32)
 
     def codegen(context, builder, signature, args):
-        vt = ir.VectorType(ir.FloatType(), 64)
         f, last = _counts_units32(context, builder, signature, args)
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt, vt, vt]), "llvm.fma.v64f32")
-        x = builder.call(fma, [_splat(builder, args[3], vt, 64), last, _splat(builder, args[4], vt, 64)])
-        return builder.bitcast(builder.fcmp_ordered("<=", f, x), _I64)
+        return _fused_cut_word(builder, f, last, args[3], args[4])
 
     return sig, codegen
 
