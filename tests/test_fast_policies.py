@@ -438,6 +438,22 @@ def test_lfru_bitset_loop_decides_old_lanes_in_float64(old_age):
             assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, frac, old_age)
 
 
+def test_lrfu_bitset_loop_with_lanes_past_int16():
+    """260 layers of 128 experts: the per-layer lrfu loop's lanes (layer * 128 + tie position) pass 32,767, so
+    its lane table is int32, and the last layers decide as the generic kernel does."""
+    L, N = 260, 128
+    stream = _skewed_stream(L, N, 12, 4, 8)
+    tie = engine._tie_ranks("random", 4, L * N)
+    _, tie_pos = engine._tie_order(tie, L, N)
+    assert KB.lrfu_lanes(tie_pos, L, N).max() > 2**15
+    caps = np.full(L, 20, dtype=np.int64)
+    want = _generic(stream, ReplayConfig("lrfu"), True, False, caps, tie, KEY_LRFU, 0.5, False)
+    assert want[0][256:].sum() > 0 and want[1][256:].sum() > 0
+    got = [np.zeros(L, dtype=np.int64), np.zeros(L, dtype=np.int64), np.zeros(stream.union, np.uint8)]
+    KB.replay_lrfu_bits(stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos, 0.5, 0, *got)
+    assert all((a == b).all() for a, b in zip(got, want, strict=True))
+
+
 def test_lrfu_bitset_loop_past_its_decay_table():
     """One layer with more units than the decay table holds (65,536): gaps beyond it take the scalar update."""
     N = 6

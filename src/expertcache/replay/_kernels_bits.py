@@ -1114,7 +1114,21 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                       pa.copy(2.0 ** (lam * np.arange(n_scale, dtype=np.float64))), centre, pa(4, np.float64),
                       pa(8, np.float32), pa(width, np.int64), pa(width + 64, np.float64), pa(width, np.float64),
                       pa(width, np.float64), pa(width, np.float64), pa(4, np.int64, 0), n_units < _LRFU_DECAYS,
-                      pa(width + 64, np.float32))
+                      pa(width + 64, np.float32), pa.copy(lrfu_lanes(tie_pos, n_layers, n_experts)),
+                      pa.copy(np.ascontiguousarray(crf_decays(lam, min(n_units + 1, _LRFU_DECAYS))[::-1])))
+
+
+def lrfu_lanes(tie_pos, n_layers, n_experts):
+    """Each block's lane in :func:`replay_lrfu_bits`'s dense arrays: its layer's first lane (``64 W`` lanes a
+    layer, ``W`` the words of its bitset) plus its tie position. int16 where every lane is below ``2**15`` (the
+    table is read once per member: half the lines of int32), else int32.
+
+    >>> lrfu_lanes(np.array([1, 0, 2, 0, 2, 1]), 2, 3).tolist(), lrfu_lanes(np.zeros(600), 600, 1).dtype.name
+    ([1, 0, 2, 64, 66, 65], 'int32')
+    """
+    npad = (n_experts + 63) // 64 * 64
+    lane = (np.arange(n_layers * n_experts, dtype=np.int64) // n_experts) * npad + np.asarray(tie_pos, np.int64)
+    return lane.astype(np.int16 if n_layers * npad <= 2**15 else np.int32)
 
 
 @jit_helper
@@ -1192,10 +1206,11 @@ def _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, q
 @jit
 def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, lam, count_from, hits, misses,
                       hit_flag, size, mem, ev, cu, msk, w8, S, PL, V, lunits, ubase, P, scale, centre, th, thv, cpos,
-                      ckey, sel, sel2, fb, cnt, whole, band):
+                      ckey, sel, sel2, fb, cnt, whole, band, lane, Pr):
     """The loop of :func:`replay_lrfu_bits`; ``S`` / ``PL`` / ``V`` ``[l * 64 W + j]``: CRF / layer unit of the
     last access / value (float32) of layer ``l``'s tie position ``j``; ``ubase[l]``: the layer's base unit;
-    ``P[g] = 2**(-lam * g)``; ``scale[g] = 2**(lam * g)``; ``centre[l]``: the layer's last leaving value relative
+    ``P[g] = 2**(-lam * g)``, ``Pr`` the same reversed (``Pr[len - 1 - g] = P[g]``); ``lane[b]``: block ``b``'s
+    lane (:func:`lrfu_lanes`); ``scale[g] = 2**(lam * g)``; ``centre[l]``: the layer's last leaving value relative
     to the scale of its unit (0: none), around which its next four cuts sit (:data:`_LRFU_CUT_FACTORS`: outer
     low, inner low, inner high, outer high; one value where four cuts took four stores an overflow: 0.99 of
     the time); ``th`` / ``thv``: the unit's cuts and their
@@ -1230,9 +1245,12 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         qu = scale[g]
         if whole and n_words <= 2:     # every gap is in the decay table: no test per member (one loop testing
                                        # `whole or g < n_pow` per member measured 1.12x the time)
-            for a in range(lo, hi):    # the members' CRF, layer unit and value (a first access has S 0 and
-                j = _U(pbase + tie_pos[_U(base + expert[_U(a)])])      # PL -1, so its CRF is 1 + 0 * decay = 1)
-                s = 1.0 + S[j] * P[_U(u - PL[j])]
+            Vu = Pr[Pr.shape[0] - 2 - u:]               # Vu[PL + 1] = P[u - PL]: the decay read by the last
+            for a in range(lo, hi):    # unit with no subtraction per member, and the lane from one table: 11
+                                       # instructions a member where there were 14, 0.98 of the time on the
+                                       # AMD core (docs/performance.md, *Session 31*)
+                j = _U(lane[_U(base + expert[_U(a)])])   # the members' CRF, layer unit and value (a first
+                s = 1.0 + S[j] * Vu[_U(PL[j] + 1)]        # access has S 0 and PL -1: its CRF is 1 + 0 * P[u + 1])
                 S[j] = s
                 PL[j] = u
                 V[j] = np.float32(s * qu)
