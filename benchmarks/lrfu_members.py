@@ -8,8 +8,12 @@ float32 value ``V = S * scale``, three scattered stores, then one vector compare
 bits (docs/performance.md, *lrfu per layer: the decision is half the kernel*). This times that loop alone, on
 ``bench_vs_libcachesim.drifting_qwen_stream(steps)`` (48 x 128, B = 8), with no decision, in these forms:
 
-* ``shipped`` — the kernel's form: members in expert order, three scalar stores, the compare; the peer of
-  every row;
+* ``shipped`` — the kernel's form through session 30: members in expert order, each member's lane its layer's
+  offset plus its tie position, the decay ``P[u - PL]``, three scalar stores, the compare; the peer of every
+  row (the forms below are written from it);
+* ``lane-table`` — the kernel's form since session 31: each member's lane from one table
+  (``_kernels_bits.lrfu_lanes``), the decay from a reversed table viewed at the unit (``Vu[PL + 1]``): 11
+  instructions a member where ``shipped`` takes 14;
 * ``no-compare`` — the same without the compare (what waiting for the stores costs it);
 * ``lane-order`` — the members sorted by tie position beforehand (outside the timing), so the stores run up
   each array: the best a reordering could do;
@@ -39,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _ab import alternated_ratio, machine, median_and_range, pooled_rows  # noqa: E402
 
-FORMS = ("no-compare", "lane-order", "record", "line-pairs", "gather-scatter", "no-value-store")
+FORMS = ("lane-table", "no-compare", "lane-order", "record", "line-pairs", "gather-scatter", "no-value-store")
 _TIMING_ONLY = ("no-value-store",)
 
 
@@ -89,6 +93,20 @@ def _kernels():
                     V[j] = np.float32(s * qu)
             if compare:
                 unit_bits(PL, pbase, u, ev)
+
+    @jit
+    def lane_table(off, ex, lay, lane, n, S, PL, V, Pr, scale, lunits, ev):
+        for i in range(off.shape[0] - 1):
+            layer, pbase, u, qu = unit(lay, lunits, scale, i)
+            base = layer * n
+            Vu = Pr[Pr.shape[0] - 2 - u:]                  # Vu[PL + 1] = P[u - PL]
+            for a in range(off[i], off[i + 1]):
+                j = U(lane[U(base + ex[U(a)])])
+                s = 1.0 + S[j] * Vu[U(PL[j] + 1)]
+                S[j] = s
+                PL[j] = u
+                V[j] = np.float32(s * qu)
+            unit_bits(PL, pbase, u, ev)
 
     @jit
     def lane_order(off, lanes, lay, S, PL, V, P, scale, lunits, ev):
@@ -210,13 +228,14 @@ def _kernels():
             unit_bits(PL, pbase, u, ev)
 
     vbmi = _has_feature("avx512vbmi")
-    return shipped, lane_order, record, line_pairs, (gather_scatter if vbmi else None)
+    return shipped, lane_table, lane_order, record, line_pairs, (gather_scatter if vbmi else None)
 
 
 def _setup(steps: int):
     from bench_vs_libcachesim import drifting_qwen_stream
 
     from expertcache.replay import engine
+    from expertcache.replay._kernels_bits import lrfu_lanes
 
     s = drifting_qwen_stream(steps, sample_seed=1)
     L, N = s.n_layers, s.n_experts
@@ -230,13 +249,14 @@ def _setup(steps: int):
     lanes = pos[np.lexsort((pos, event))].astype(np.int16)      # each event's members in tie-position order
     tb = np.zeros((L, 128), np.uint8)
     tb[:, :N] = tp
-    return s, tie_pos.astype(np.int16), lanes, tb.reshape(-1), 2.0 ** (-0.5 * np.arange(units)), \
-        2.0 ** (0.5 * np.arange(units) / units)
+    P = 2.0 ** (-0.5 * np.arange(units))
+    return s, tie_pos.astype(np.int16), lrfu_lanes(tie_pos, L, N), lanes, tb.reshape(-1), P, \
+        np.ascontiguousarray(P[::-1]), 2.0 ** (0.5 * np.arange(units) / units)
 
 
 def child(steps: int, pairs: int, first: int) -> None:
-    shipped, lane_order, record, line_pairs, gather_scatter = _kernels()
-    s, tp, lanes, tb, P, scale = _setup(steps)
+    shipped, lane_table, lane_order, record, line_pairs, gather_scatter = _kernels()
+    s, tp, lane, lanes, tb, P, Pr, scale = _setup(steps)
     L, N = s.n_layers, s.n_experts
     off, ex, lay = s.offsets, s.expert, s.layer
 
@@ -265,6 +285,8 @@ def child(steps: int, pairs: int, first: int) -> None:
         if form in ("shipped", "no-compare", "no-value-store"):
             shipped(off, ex, lay, tp, N, S, PL, V, P, scale, lu, ev, form != "no-compare",
                     form != "no-value-store")
+        elif form == "lane-table":
+            lane_table(off, ex, lay, lane, N, S, PL, V, Pr, scale, lu, ev)
         elif form == "lane-order":
             lane_order(off, lanes, lay, S, PL, V, P, scale, lu, ev)
         else:
