@@ -665,3 +665,79 @@ def test_lfru_and_lrfu_bitset_loops_on_lockstep_groups():
             else:
                 KB.replay_lrfu_bits(*head, lam, 0, *got)
             assert all((a == b).all() for a, b in zip(got, want, strict=True)), (policy, lam, L, N, caps[0])
+
+
+@pytest.mark.skipif(not KB.HAS_BITALG, reason="the unit's bits by vpshufbitqmb need AVX-512 BITALG")
+def test_tie_bits_move_an_expert_bitset_to_tie_positions():
+    """``_simd.tie_bits1`` / ``tie_bits2`` with ``tie_order_bytes``: bit ``t`` of the result is set where the expert
+    at tie position ``t`` is in the set, for 1-128 experts (positions past them clear), against a loop."""
+    rng = np.random.default_rng(7)
+    for N in (1, 5, 63, 64, 65, 100, 127, 128):
+        L = 3
+        tie_pos = np.concatenate([rng.permutation(N) for _ in range(L)])
+        order = KB.tie_order_bytes(tie_pos, L, N)
+        n_words = (N + 63) // 64
+        for _ in range(20):
+            layer = int(rng.integers(L))
+            members = rng.choice(N, size=int(rng.integers(0, N + 1)), replace=False)
+            e = [0, 0]
+            want = [0] * n_words
+            for m in members:
+                e[m >> 6] |= 1 << (m & 63)
+                t = int(tie_pos[layer * N + m])
+                want[t >> 6] |= 1 << (t & 63)
+            ev = np.zeros(n_words, np.uint64)
+            (_tie_bits2 if n_words == 2 else _tie_bits1)(np.uint64(e[0]), np.uint64(e[1]), order, layer * 128, ev)
+            assert ev.tolist() == want, (N, layer)
+
+
+@njit(cache=False)
+def _tie_bits1(e0, e1, order, off, ev):
+    KB.tie_bits1(e0, e1, order, off, ev)
+
+
+@njit(cache=False)
+def _tie_bits2(e0, e1, order, off, ev):
+    KB.tie_bits2(e0, e1, order, off, ev)
+
+
+_NO_BITALG_CHECK = """
+import numpy as np
+import test_fast_policies as T
+from expertcache.replay import _kernels_bits as KB
+from expertcache.replay import engine
+from expertcache.replay import ReplayConfig
+assert not KB.HAS_BITALG and KB._unit_bits_ordered is KB._unit_bits_no_order
+for N in (64, 128):
+    stream = T._skewed_stream(2, N, 120, 6, 8)
+    tie = engine._tie_ranks("random", N, 2 * N)
+    _, tie_pos = engine._tie_order(tie, 2, N)
+    for frac in (0.1, 0.4):
+        caps = np.full(2, max(1, int(frac * N)), dtype=np.int64)
+        want = T._generic(stream, ReplayConfig("lfru"), True, False, caps, tie, T.KEY_LFRU, -1.0, False)
+        got = [np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(stream.union, np.uint8)]
+        KB.replay_lfru_bits(stream.offsets, stream.expert, stream.layer, N, 2, caps, tie_pos, 0, *got)
+        assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, frac)
+print("ok")
+"""
+
+
+def test_lfru_bitset_loop_without_bitalg(tmp_path):
+    """Compiled for Skylake-X (AVX-512 without BITALG; the kernels afresh in a subprocess), the per-layer lfru
+    loop builds its unit's bits by a gather of tie positions, with the generic kernel's counts and flags."""
+    import os
+    import platform
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("the Skylake-X target named here is x86-64's")
+    from test_lfru_slots import _SKYLAKE_X
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_CPU")}
+    env.update(NUMBA_CPU_NAME="skylake-avx512", NUMBA_CPU_FEATURES=_SKYLAKE_X, NUMBA_CACHE_DIR=str(tmp_path / "nb"),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parent), env.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-c", _NO_BITALG_CHECK], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]

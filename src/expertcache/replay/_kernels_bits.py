@@ -26,6 +26,7 @@ from ._kernels import _cttz, _max_unit, crf_decay, crf_decays, crf_key
 from ._pages import Packed
 from ._simd import (
     AGE32,
+    HAS_BITALG,
     band_masks,
     band_pick32,
     below_mask,
@@ -41,6 +42,8 @@ from ._simd import (
     lrfu_pick32,
     pdep,
     sort_small,
+    tie_bits1,
+    tie_bits2,
     touch_cut_masks32,
     touch_lanes32,
     values_at32,
@@ -112,6 +115,57 @@ def _unit_bits(expert, lo, hi, base, tie_pos, ev, n_words):
         for a in range(lo, hi):
             tp = tie_pos[_U(base + expert[_U(a)])]
             ev[_U(tp >> 6)] |= one << np.uint64(tp & 63)
+
+
+@jit_inline
+def _unit_bits_bitalg(expert, lo, hi, base, tie_pos, order, toff, ev, n_words):
+    """:func:`_unit_bits` with AVX-512 BITALG (:data:`._simd.HAS_BITALG`): with one or two words the unit's bits
+    over experts first (no table read per member: LLVM vectorizes the loop without gathers), then moved to tie
+    positions by :data:`._simd.tie_bits2` from ``order[toff:]``, the layer's experts by tie position
+    (:func:`tie_order_bytes`); :func:`_unit_bits` for more words."""
+    if n_words <= 2:
+        one = np.uint64(1)
+        e0 = np.uint64(0)
+        e1 = np.uint64(0)
+        for a in range(lo, hi):
+            e = np.int64(expert[_U(a)])
+            bit = one << np.uint64(e & 63)
+            up = np.uint64(0) - np.uint64(e >> 6)      # all ones for the second word
+            e0 |= bit & ~up
+            e1 |= bit & up
+        if n_words == 2:
+            tie_bits2(e0, e1, order, toff, ev)
+        else:
+            tie_bits1(e0, e1, order, toff, ev)
+    else:
+        _unit_bits(expert, lo, hi, base, tie_pos, ev, n_words)
+
+
+@jit_inline
+def _unit_bits_no_order(expert, lo, hi, base, tie_pos, order, toff, ev, n_words):
+    """:func:`_unit_bits`, with :func:`_unit_bits_bitalg`'s arguments (machines without BITALG)."""
+    _unit_bits(expert, lo, hi, base, tie_pos, ev, n_words)
+
+
+#: ``_unit_bits_ordered(expert, lo, hi, base, tie_pos, order, toff, ev, n_words)``: :func:`_unit_bits_bitalg`
+#: where the machine has BITALG, else :func:`_unit_bits` (the per-layer lfru and lrfu loops).
+_unit_bits_ordered = _unit_bits_bitalg if HAS_BITALG else _unit_bits_no_order
+
+
+def tie_order_bytes(tie_pos, n_layers, n_experts):
+    """Each layer's experts by tie position as 128 bytes (``order[128 l + t]``: the expert at tie position ``t``;
+    127 past the layer's experts, whose bit is never set), for :func:`_unit_bits_bitalg`; one zero byte for more
+    than 128 experts (the loops then read tie positions).
+
+    >>> tie_order_bytes(np.array([2, 0, 1, 1, 2, 0]), 2, 3)[[0, 1, 2, 3, 128, 129, 130, 131]].tolist()
+    [1, 2, 0, 127, 2, 0, 1, 127]
+    """
+    if n_experts > 128:
+        return np.zeros(1, dtype=np.uint8)
+    order = np.full((n_layers, 128), 127, dtype=np.uint8)
+    tp = np.asarray(tie_pos, dtype=np.int64).reshape(n_layers, n_experts)
+    order[np.arange(n_layers)[:, None], tp] = np.arange(n_experts, dtype=np.uint8)[None, :]
+    return order.reshape(-1)
 
 
 @jit_inline
@@ -826,7 +880,8 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                       pa(4, np.uint64, 0), pa(n_layers * npad, np.float32, 0), pa(n_layers * npad, np.float32, 0),
                       thr, pa(width, np.int64), pa(width + 8, np.float64), pa(width, np.float64),
                       pa(width, np.float64), pa(width, np.float64), np.float32(min(float(old_age), AGE32)),
-                      pa(128, np.float32, 0), pa(128, np.float32, 0), bool(sequential))
+                      pa(128, np.float32, 0), pa(128, np.float32, 0), bool(sequential),
+                      tie_order_bytes(tie_pos, n_layers, n_experts))
 
 
 #: The next cuts of a layer, as factors of its last ``need``-th key (``_replay_lfru_bits``). Measured again once
@@ -898,10 +953,14 @@ def _recut(moved, kept, F, Lst, pbase, th, t1, cu, n_words, old_age, w4):
 @jit
 def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses, hit_flag,
                       size, mem, ev, cu, low, high, w2, F, Lst, thr, cpos, ckey, sel, sel2, fb, old_age, bF32, bL32,
-                      sequential):
+                      sequential, order):
     """The loop of :func:`replay_lfru_bits`; ``F`` / ``Lst`` ``[l * 64 W + j]``: count / last unit of layer
     ``l``'s tie position ``j`` (float32); bitsets: ``ev`` the unit, ``cu`` ``C ∪ U``, ``low`` / ``high`` below the
-    cuts; ``old_age``: lanes at least that old are decided in float64; ``sequential``: one unit per access."""
+    cuts; ``old_age``: lanes at least that old are decided in float64; ``sequential``: one unit per access;
+    ``order``: each layer's experts by tie position (:func:`tie_order_bytes`), for the unit's bits where the machine
+    has BITALG (:func:`_unit_bits_bitalg`: 0.92-0.93 of the time on the AMD core, where the gathers of 64-bit tie
+    positions took about 10% of the samples; the lru and lfu loops, whose gathers read 32-bit tie positions, took
+    1.07-1.19 of theirs with it and keep the gathers; docs/performance.md, *Session 31*)."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     n_words = (n_experts + 63) // 64
@@ -926,7 +985,7 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         pbase = layer * npad
         n_mem = hi - lo
         fi = float(k - k0)
-        _unit_bits(expert, lo, hi, base, tie_pos, ev, n_words)
+        _unit_bits_ordered(expert, lo, hi, base, tie_pos, order, layer * 128, ev, n_words)
         n_hit = 0
         for w in range(n_words):
             n_hit += np.int64(_popc(ev[w] & mem[ul, w]))

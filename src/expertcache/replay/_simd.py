@@ -45,6 +45,8 @@ must hold ``off + 64`` (or ``n``) elements.
 * :data:`split_low16` — 16 slots of a list split by a float32 low cut into two lists, in order (two gathers, a
   compare and two compresses with AVX-512, a loop otherwise; the global slots loop's list of slots below its high
   cut where :data:`FAST_GATHERS`: AVX-512 on a core other than AMD's Zen).
+* :data:`tie_bits1`, :data:`tie_bits2` — a unit's bitset over experts moved to tie positions by
+  ``vpshufbitqmb`` (AVX-512 BITALG only, :data:`HAS_BITALG`; the per-layer lfru loop's unit bits).
 * :func:`pdep` — parallel bit deposit (BMI2 where the machine has it, a loop otherwise).
 * :func:`below_mask` — a word of all ones where one count is below another, that no compiler pass makes a branch.
 * :func:`f2u`, :func:`u2f` — the bits of a float64 and back.
@@ -947,3 +949,49 @@ values_at32 = _values_at32_avx512 if _has_feature("avx512f") else _values_at_loo
 #: count. With AVX-512 VBMI2 in one pass (the mask never leaves its register); elsewhere the two calls.
 cut_list1_32_fma = _cut_list1_32_fma_vbmi2 if _has_feature("avx512vbmi2") else _cut_list1_32_fma_any
 
+
+
+#: Whether the machine has AVX-512 BITALG (``vpshufbitqmb``): :data:`tie_bits1` / :data:`tie_bits2` in two
+#: instructions a word.
+HAS_BITALG = _has_feature("avx512bitalg") and _has_feature("avx512bw")
+
+
+def _tie_bits_codegen(n_words: int):
+    """The body of :func:`_tie_bits1_bitalg` / ``2``: each tie position's bit picked from the expert-space words by
+    the expert at that position (``vpshufbitqmb`` takes, for each byte, the bit it names of the 64-bit lane it sits
+    in), from ``e0`` where that expert is below 64, else from ``e1``."""
+
+    def codegen(context, builder, signature, args):
+        e0, e1, order, off, ev = args
+        b64 = ir.VectorType(ir.IntType(8), 64)
+        m64 = ir.VectorType(ir.IntType(1), 64)
+        shuf = cgutils.get_or_insert_function(builder.module, ir.FunctionType(m64, [b64, b64]),
+                                              "llvm.x86.avx512.vpshufbitqmb.512")
+        v8 = ir.VectorType(_I64, 8)
+        lo = builder.bitcast(_splat(builder, e0, v8, 8), b64)
+        hi = builder.bitcast(_splat(builder, e1, v8, 8), b64)
+        data = context.make_array(signature.args[4])(context, builder, ev).data
+        for w in range(n_words):
+            t = builder.load(_lanes(context, builder, signature.args[2], order,
+                                    builder.add(off, ir.Constant(_I64, 64 * w)), 64, ir.IntType(8)), align=1)
+            upper = builder.icmp_unsigned(">=", t, ir.Constant(b64, [64] * 64))
+            bits = builder.select(upper, builder.call(shuf, [hi, t]), builder.call(shuf, [lo, t]))
+            builder.store(builder.bitcast(bits, _I64), builder.gep(data, [ir.Constant(_I64, w)]))
+        return context.get_dummy_value()
+
+    return codegen
+
+
+def _make_tie_bits(n_words: int):
+    @intrinsic
+    def _tie_bits(typingctx, e0, e1, order, off, ev):
+        return types.void(types.uint64, types.uint64, order, types.int64, ev), _tie_bits_codegen(n_words)
+
+    return _tie_bits
+
+
+#: ``tie_bits1(e0, e1, order, off, ev)`` / ``tie_bits2``: a unit's bitset over tie positions (one word / two) into
+#: ``ev``, from its bitset over experts (``e0``: experts 0-63, ``e1``: 64-127), ``order[off + t]`` the expert at tie
+#: position ``t`` (uint8, 127 at a position past the layer's experts: that bit is never set). AVX-512 BITALG
+#: only (:data:`HAS_BITALG`): the bitset loops' unit bits without a gather of tie positions.
+tie_bits1, tie_bits2 = _make_tie_bits(1), _make_tie_bits(2)
