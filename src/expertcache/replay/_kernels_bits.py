@@ -148,7 +148,7 @@ def _unit_bits_no_order(expert, lo, hi, base, tie_pos, order, toff, ev, n_words)
 
 
 #: ``_unit_bits_ordered(expert, lo, hi, base, tie_pos, order, toff, ev, n_words)``: :func:`_unit_bits_bitalg`
-#: where the machine has BITALG, else :func:`_unit_bits` (the per-layer lfru and lrfu loops).
+#: where the machine has BITALG, else :func:`_unit_bits` (the per-layer lfru loop).
 _unit_bits_ordered = _unit_bits_bitalg if HAS_BITALG else _unit_bits_no_order
 
 

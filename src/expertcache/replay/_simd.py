@@ -950,14 +950,13 @@ values_at32 = _values_at32_avx512 if _has_feature("avx512f") else _values_at_loo
 cut_list1_32_fma = _cut_list1_32_fma_vbmi2 if _has_feature("avx512vbmi2") else _cut_list1_32_fma_any
 
 
-
 #: Whether the machine has AVX-512 BITALG (``vpshufbitqmb``): :data:`tie_bits1` / :data:`tie_bits2` in two
 #: instructions a word.
 HAS_BITALG = _has_feature("avx512bitalg") and _has_feature("avx512bw")
 
 
 def _tie_bits_codegen(n_words: int):
-    """The body of :func:`_tie_bits1_bitalg` / ``2``: each tie position's bit picked from the expert-space words by
+    """The body of :data:`tie_bits1` / :data:`tie_bits2`: each tie position's bit picked from the expert-space words by
     the expert at that position (``vpshufbitqmb`` takes, for each byte, the bit it names of the 64-bit lane it sits
     in), from ``e0`` where that expert is below 64, else from ``e1``."""
 
