@@ -707,7 +707,9 @@ import test_fast_policies as T
 from expertcache.replay import _kernels_bits as KB
 from expertcache.replay import engine
 from expertcache.replay import ReplayConfig
+from expertcache.replay import _simd as S
 assert not KB.HAS_BITALG and KB._unit_bits_ordered is KB._unit_bits_no_order
+assert not S.HAS_VBMI2 and S.band16_2 is S._band16_2_loop
 for N in (64, 128):
     stream = T._skewed_stream(2, N, 120, 6, 8)
     tie = engine._tie_ranks("random", N, 2 * N)
@@ -723,8 +725,9 @@ print("ok")
 
 
 def test_lfru_bitset_loop_without_bitalg(tmp_path):
-    """Compiled for Skylake-X (AVX-512 without BITALG; the kernels afresh in a subprocess), the per-layer lfru
-    loop builds its unit's bits by a gather of tie positions, with the generic kernel's counts and flags."""
+    """Compiled for Skylake-X (AVX-512 without BITALG and VBMI2; the kernels afresh in a subprocess), the per-layer
+    lfru loop builds its unit's bits by a gather of tie positions and its band by compressed stores, with the
+    generic kernel's counts and flags."""
     import os
     import platform
     import subprocess

@@ -624,3 +624,32 @@ def test_cut_list1_32_fma_lists_the_lanes_below_an_exact_cut(name):
         want = [off + j for j in range(64)
                 if np.isfinite(L[off + j]) and Fraction(float(F[off + j])) <= Fraction(th) * (T - int(L[off + j]))]
         assert end == q + len(want) and out[:q].tolist() == [-7] * q and out[q:end].tolist() == want
+
+
+@njit(cache=False)
+def _band16(A, B, off, xa, xb, outA, outB, two):
+    if two:
+        S.band16_2(A, B, off, xa, xb, outA, outB)
+    else:
+        S.band16_1(A, B, off, xa, xb, outA, outB)
+
+
+def test_band16_lists_both_arrays_at_the_set_bits_in_order():
+    """``band16_1`` / ``band16_2``: the values of two float32 arrays at the set bits of one word (two words, the
+    second's lanes from ``off + 64``), in lane order, for bands of 0-16 lanes anywhere in the words, against numpy."""
+    rng = np.random.default_rng(16)
+    A = rng.random(64 * 6).astype(np.float32)
+    B = rng.random(64 * 6).astype(np.float32)
+    for _ in range(400):
+        two = bool(rng.integers(2))
+        off = 64 * int(rng.integers(0, 4))
+        n = int(rng.integers(0, 17))
+        lanes = np.sort(rng.choice(128 if two else 64, size=n, replace=False))
+        words = [0, 0]
+        for j in lanes:
+            words[j >> 6] |= 1 << int(j & 63)
+        outA = np.full(16, -1.0, np.float32)
+        outB = np.full(16, -1.0, np.float32)
+        _band16(A, B, off, np.uint64(words[0]), np.uint64(words[1]), outA, outB, two)
+        assert outA[:n].tolist() == A[off + lanes].tolist()
+        assert outB[:n].tolist() == B[off + lanes].tolist()

@@ -27,6 +27,8 @@ from ._pages import Packed
 from ._simd import (
     AGE32,
     HAS_BITALG,
+    band16_1,
+    band16_2,
     band_masks,
     band_pick32,
     below_mask,
@@ -1041,7 +1043,13 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         need = m - c0
         nb = c1 - c0
         v = th0
-        if need > 0 and nb <= 64:      # the band's counts and last units, compressed from their words
+        if need > 0 and nb <= 16 and n_words == 2:  # the band's counts and last units, built in registers and
+                                       # stored once, so band_pick32's loads are forwarded (with AVX-512 VBMI2;
+                                       # 0.95-0.97 of the time on the AMD core, docs/performance.md, *Session 31*)
+            band16_2(F, Lst, pbase, high[0] & ~low[0], high[1] & ~low[1], bF32, bL32)
+        elif need > 0 and nb <= 16 and n_words == 1:
+            band16_1(F, Lst, pbase, high[0] & ~low[0], zero, bF32, bL32)
+        elif need > 0 and nb <= 64:    # compressed from their words
             q = 0
             for w in range(n_words):
                 x = high[w] & ~low[w]

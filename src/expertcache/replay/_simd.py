@@ -994,3 +994,90 @@ def _make_tie_bits(n_words: int):
 #: position ``t`` (uint8, 127 at a position past the layer's experts: that bit is never set). AVX-512 BITALG
 #: only (:data:`HAS_BITALG`): the bitset loops' unit bits without a gather of tie positions.
 tie_bits1, tie_bits2 = _make_tie_bits(1), _make_tie_bits(2)
+
+
+def _band16_codegen(n_words: int):
+    """The body of :data:`band16_1` / :data:`band16_2`: the band's lane numbers by a byte compress of each word
+    (the second word's after the first's count by a byte permute), widened to 16 int32 indices; then, for each of
+    the two arrays, the values looked up in the word's float32 lanes held in registers (two-source permutes of 32
+    lanes, selects on the index's bits 5 and 6) and stored whole, once."""
+
+    def codegen(context, builder, signature, args):
+        A, B, off, xa, xb, outA, outB = args
+        f32 = ir.FloatType()
+        b64 = ir.VectorType(ir.IntType(8), 64)
+        m64 = ir.VectorType(ir.IntType(1), 64)
+        v16i = ir.VectorType(_I32, 16)
+        v16f = ir.VectorType(f32, 16)
+        compress = cgutils.get_or_insert_function(builder.module, ir.FunctionType(b64, [b64, b64, m64]),
+                                                  "llvm.x86.avx512.mask.compress.v64i8")
+        permb = cgutils.get_or_insert_function(builder.module, ir.FunctionType(b64, [b64, b64, b64]),
+                                               "llvm.x86.avx512.vpermi2var.qi.512")
+        permps = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16f, [v16f, v16i, v16f]),
+                                                "llvm.x86.avx512.vpermi2var.ps.512")
+        ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64]), "llvm.ctpop.i64")
+        iota = ir.Constant(b64, list(range(64)))
+        zero = ir.Constant(b64, None)
+        idx = builder.call(compress, [iota, zero, builder.bitcast(xa, m64)])
+        if n_words == 2:               # the second word's lane numbers (64 + i) after the first word's count
+            pb = builder.call(compress, [ir.Constant(b64, list(range(64, 128))), zero, builder.bitcast(xb, m64)])
+            ca = _splat(builder, builder.trunc(builder.call(ctpop, [xa]), ir.IntType(8)), b64, 64)
+            sel = builder.select(builder.icmp_unsigned("<", iota, ca), iota,
+                                 builder.add(builder.sub(iota, ca), ir.Constant(b64, [64] * 64)))
+            idx = builder.call(permb, [idx, sel, pb])
+        i16 = builder.zext(builder.shuffle_vector(idx, idx, ir.Constant(v16i, list(range(16)))), v16i)
+
+        def bit(b):
+            return builder.icmp_unsigned("!=", builder.and_(i16, ir.Constant(v16i, [b] * 16)),
+                                         ir.Constant(v16i, None))
+
+        b5, b6 = bit(32), bit(64)
+        for k in (0, 1):
+            lanes = [builder.load(_lanes(context, builder, signature.args[k], args[k],
+                                         builder.add(off, ir.Constant(_I64, 16 * c)), 16, f32), align=4)
+                     for c in range(4 * n_words)]
+            r = [builder.call(permps, [lanes[2 * c], i16, lanes[2 * c + 1]]) for c in range(2 * n_words)]
+            s = [builder.select(b5, r[2 * c + 1], r[2 * c]) for c in range(n_words)]
+            res = builder.select(b6, s[1], s[0]) if n_words == 2 else s[0]
+            builder.store(res, _lanes(context, builder, signature.args[5 + k], args[5 + k], ir.Constant(_I64, 0), 16,
+                                      f32), align=4)
+        return context.get_dummy_value()
+
+    return codegen
+
+
+def _make_band16(n_words: int):
+    @intrinsic
+    def _band16(typingctx, A, B, off, xa, xb, outA, outB):
+        if not _f32_arrays(A, B, outA, outB):
+            return None
+        return (types.void(A, B, types.int64, types.uint64, types.uint64, outA, outB),
+                _band16_codegen(n_words))
+
+    return _band16
+
+
+@jit_helper
+def _band16_1_loop(A, B, off, xa, xb, outA, outB):
+    values_at32(A, off, xa, outA, 0)
+    values_at32(B, off, xa, outB, 0)
+
+
+@jit_helper
+def _band16_2_loop(A, B, off, xa, xb, outA, outB):
+    q = values_at32(A, off, xa, outA, 0)
+    values_at32(B, off, xa, outB, 0)
+    values_at32(A, off + 64, xb, outA, q)
+    values_at32(B, off + 64, xb, outB, q)
+
+
+#: Whether the machine has AVX-512 VBMI and VBMI2 (byte permutes and compresses).
+HAS_VBMI2 = _has_feature("avx512vbmi") and _has_feature("avx512vbmi2")
+#: ``band16_1(A, B, off, xa, xb, outA, outB)`` / ``band16_2``: the float32 values ``A[off + i]`` and ``B[off + i]``
+#: at the set bits ``i`` of a band of at most 16 lanes over one word ``xa`` (two: ``xa``, then ``xb`` for the lanes
+#: from ``off + 64``), in order, into ``outA[:16]`` / ``outB[:16]`` (lanes past the band undefined). With AVX-512
+#: VBMI and VBMI2 built in registers and stored once each, so that a load of the band is forwarded from that store
+#: (:data:`values_at32`'s compressed stores sit at offsets that depend on the data, and a load over several of them
+#: waits until they are written); :data:`values_at32` word by word elsewhere.
+band16_1 = _make_band16(1) if HAS_VBMI2 else _band16_1_loop
+band16_2 = _make_band16(2) if HAS_VBMI2 else _band16_2_loop
