@@ -707,17 +707,23 @@ def _bit_positions_avx512(typingctx, x, base, out, q):
     return sig, codegen
 
 
-def _positions_vbmi2(context, builder, data, x, base, q):
-    """``base + i`` for every set bit ``i`` of the word ``x`` (``_I64``), stored as int32 at ``data[q:]`` (16 lanes
-    at a time, whole); returns ``q`` plus their count. AVX-512 VBMI2: one byte compress of the lane numbers."""
+def _packed_lanes(builder, x, first=0):
+    """The lane numbers ``first + i`` of the set bits ``i`` of the word ``x`` (``_I64``), in order, in the low bytes
+    of a ``<64 x i8>`` (the rest 0): one AVX-512 VBMI2 byte compress."""
     bt = ir.VectorType(ir.IntType(8), 64)
-    vt = ir.VectorType(_I32, 16)
     compress = cgutils.get_or_insert_function(
         builder.module, ir.FunctionType(bt, [bt, bt, ir.VectorType(ir.IntType(1), 64)]),
         "llvm.x86.avx512.mask.compress.v64i8")
+    return builder.call(compress, [ir.Constant(bt, list(range(first, first + 64))), ir.Constant(bt, None),
+                                   builder.bitcast(x, ir.VectorType(ir.IntType(1), 64))])
+
+
+def _positions_vbmi2(context, builder, data, x, base, q):
+    """``base + i`` for every set bit ``i`` of the word ``x`` (``_I64``), stored as int32 at ``data[q:]`` (16 lanes
+    at a time, whole); returns ``q`` plus their count. AVX-512 VBMI2: one byte compress of the lane numbers."""
+    vt = ir.VectorType(_I32, 16)
     ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64]), "llvm.ctpop.i64")
-    packed = builder.call(compress, [ir.Constant(bt, list(range(64))), ir.Constant(bt, None),
-                                     builder.bitcast(x, ir.VectorType(ir.IntType(1), 64))])
+    packed = _packed_lanes(builder, x)
     b = _splat(builder, builder.trunc(base, _I32), vt, 16)
     n = builder.call(ctpop, [x])
 
@@ -1006,21 +1012,17 @@ def _band16_codegen(n_words: int):
         A, B, off, xa, xb, outA, outB = args
         f32 = ir.FloatType()
         b64 = ir.VectorType(ir.IntType(8), 64)
-        m64 = ir.VectorType(ir.IntType(1), 64)
         v16i = ir.VectorType(_I32, 16)
         v16f = ir.VectorType(f32, 16)
-        compress = cgutils.get_or_insert_function(builder.module, ir.FunctionType(b64, [b64, b64, m64]),
-                                                  "llvm.x86.avx512.mask.compress.v64i8")
         permb = cgutils.get_or_insert_function(builder.module, ir.FunctionType(b64, [b64, b64, b64]),
                                                "llvm.x86.avx512.vpermi2var.qi.512")
         permps = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16f, [v16f, v16i, v16f]),
                                                 "llvm.x86.avx512.vpermi2var.ps.512")
         ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64]), "llvm.ctpop.i64")
         iota = ir.Constant(b64, list(range(64)))
-        zero = ir.Constant(b64, None)
-        idx = builder.call(compress, [iota, zero, builder.bitcast(xa, m64)])
+        idx = _packed_lanes(builder, xa)
         if n_words == 2:               # the second word's lane numbers (64 + i) after the first word's count
-            pb = builder.call(compress, [ir.Constant(b64, list(range(64, 128))), zero, builder.bitcast(xb, m64)])
+            pb = _packed_lanes(builder, xb, 64)
             ca = _splat(builder, builder.trunc(builder.call(ctpop, [xa]), ir.IntType(8)), b64, 64)
             sel = builder.select(builder.icmp_unsigned("<", iota, ca), iota,
                                  builder.add(builder.sub(iota, ca), ir.Constant(b64, [64] * 64)))
