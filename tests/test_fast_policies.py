@@ -416,6 +416,27 @@ def test_lfru_and_lrfu_bitset_loops_on_long_skewed_streams(N):
                 assert all((a == b).all() for a, b in zip(got, want, strict=True)), (policy, frac, lam)
 
 
+@pytest.mark.parametrize("max_moves", [0, 1])
+def test_lfru_bitset_loop_ranks_every_block_after_its_move_bound(max_moves):
+    """replay_lfru_bits with its bound on a cut's moves at 0 (1): every overflow whose first cuts do not enclose
+    the m-th key (that needs a second move) ranks every block of C ∪ U instead, the path that bounds the loop
+    where counts could disagree with the bitsets: the counts and hit flags of the generic kernel, on long skewed
+    streams (where cuts move often) at several capacities."""
+    for N in (16, 128, 200):
+        L = 2
+        stream = _skewed_stream(L, N, 400, 6, N)
+        tie = engine._tie_ranks("random", 2, L * N)
+        _, tie_pos = engine._tie_order(tie, L, N)
+        for frac in (0.1, 0.4, 0.75):
+            caps = np.array([max(1, int(frac * N)), max(1, int(frac * N) + 3)], dtype=np.int64)
+            want = _generic(stream, ReplayConfig("lfru", warmup_events=7), True, False, caps, tie, CODES["lfru"],
+                            -1.0, False)
+            got = [np.zeros(L, dtype=np.int64), np.zeros(L, dtype=np.int64), np.zeros(stream.union, np.uint8)]
+            KB.replay_lfru_bits(stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos, 7, *got,
+                                max_moves=max_moves)
+            assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, frac, max_moves)
+
+
 @pytest.mark.parametrize("old_age", [1.0, 3.0, 40.0])
 def test_lfru_bitset_loop_decides_old_lanes_in_float64(old_age):
     """replay_lfru_bits with a low age bound, so that its float32 pass leaves many lanes (every lane at

@@ -839,7 +839,7 @@ def _replay_lfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, re
 
 
 def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
-                     hit_flag, old_age=AGE32, sequential=False, pages=None):
+                     hit_flag, old_age=AGE32, sequential=False, pages=None, max_moves=None):
     """Per-layer ``lfru`` on bitsets in tie-position space (the decision of ``replay_select``): event-atomic, or
     with ``sequential`` one unit per access (its clock the access index; members in the stream's order).
 
@@ -865,10 +865,13 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     Streams of ``2**24`` units (events; accesses where ``sequential``) or more take ``replay_select``. The next
     cuts of the layer are the ``need``-th key times 0.85 and 1.2 (a cut that holds too many or too few blocks
     becomes the other cut, and a cut 1.5x further out is ranked alone, the factor squared at each further step:
-    a band just past a cut stays narrow). Parameters are those of :func:`replay_lru_bits`, ``old_age`` (lower in
-    tests, to reach the float64 test), ``sequential`` and ``pages``, the allocator of the state arrays
-    (:class:`._pages.Packed` by default; ``benchmarks/placement.py`` passes others). The state arrays are
-    allocated here and the loop runs in :func:`_replay_lfru_bits`.
+    a band just past a cut stays narrow). Within 12 such steps a cut reaches 0 or ``inf``, which bound ``m``
+    whatever the keys; after :data:`_LFRU_MAX_MOVES` (or ``max_moves``, lower in tests) the overflow ranks every
+    block of ``C ∪ U`` instead, so that counts that disagree with the bitsets (no stream makes them) could give a
+    wrong decision, never a loop without end. Parameters are those of :func:`replay_lru_bits`, ``old_age``
+    (lower in tests, to reach the float64 test), ``sequential``, ``pages``, the allocator of the state arrays
+    (:class:`._pages.Packed` by default; ``benchmarks/placement.py`` passes others), and ``max_moves``. The state
+    arrays are allocated here and the loop runs in :func:`_replay_lfru_bits`.
     """
     n_words = (n_experts + 63) // 64
     npad = n_words * 64
@@ -883,7 +886,8 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                       thr, pa(width, np.int64), pa(width + 8, np.float64), pa(width, np.float64),
                       pa(width, np.float64), pa(width, np.float64), np.float32(min(float(old_age), AGE32)),
                       pa(128, np.float32, 0), pa(128, np.float32, 0), bool(sequential),
-                      tie_order_bytes(tie_pos, n_layers, n_experts))
+                      tie_order_bytes(tie_pos, n_layers, n_experts),
+                      _LFRU_MAX_MOVES if max_moves is None else max(int(max_moves), 0))
 
 
 #: The next cuts of a layer, as factors of its last ``need``-th key (``_replay_lfru_bits``). Measured again once
@@ -894,6 +898,9 @@ _LFRU_CUT_LOW = 0.85
 _LFRU_CUT_HIGH = 1.2
 #: The first step by which a cut on the wrong side moves out (``_replay_lfru_bits``), squared at each further step.
 _LFRU_STEP = 1.5
+#: Moves of a cut after which an overflow ranks every block of ``C ∪ U`` (``_replay_lfru_bits``): from any finite
+#: positive cut, 12 steps of 1.5 squared each reach 0 (``dyadic8_down`` past float64's least normal) or ``inf``.
+_LFRU_MAX_MOVES = 64
 
 
 @jit_inline
@@ -955,7 +962,7 @@ def _recut(moved, kept, F, Lst, pbase, th, t1, cu, n_words, old_age, w4):
 @jit
 def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses, hit_flag,
                       size, mem, ev, cu, low, high, w2, F, Lst, thr, cpos, ckey, sel, sel2, fb, old_age, bF32, bL32,
-                      sequential, order):
+                      sequential, order, max_moves):
     """The loop of :func:`replay_lfru_bits`; ``F`` / ``Lst`` ``[l * 64 W + j]``: count / last unit of layer
     ``l``'s tie position ``j`` (float32); bitsets: ``ev`` the unit, ``cu`` ``C ∪ U``, ``low`` / ``high`` below the
     cuts; ``old_age``: lanes at least that old are decided in float64; ``sequential``: one unit per access;
@@ -1028,8 +1035,14 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
             c0 += np.int64(_popc(low[w]))
             c1 += np.int64(_popc(high[w]))
         g = _LFRU_STEP                 # a cut on the wrong side: it becomes the other cut, and a cut g times
-        while c0 > m or c1 < m:        # further out is ranked alone, g squared at each step (a first step of 4:
-            if c0 > m:                 # bands of 17-64 after 22% of the overflows at rho 0.2, none at 1.5)
+        moves = 0                      # further out is ranked alone, g squared at each step (a first step of 4:
+        while c0 > m or c1 < m:        # bands of 17-64 after 22% of the overflows at rho 0.2, none at 1.5)
+            if moves >= max_moves:     # (never with counts that agree with the bitsets): every block of C ∪ U
+                c0 = 0                 # ranked below, as for a wide band
+                c1 = m + 65
+                break
+            moves += 1
+            if c0 > m:
                 th1 = th0
                 th0 = dyadic8_down(th0 / g)
                 c1 = c0
