@@ -19,3 +19,10 @@ jit_helper = numba.njit(cache=True, nogil=True, error_model="numpy", _nrt=False)
 #: (docs/performance.md, *Calls out of the per-layer loops*): the same inlining made larger loops slower
 #: (per-layer lrfu 1.11x with every helper inlined, 1.7x with its cut pass).
 jit_inline = numba.njit(cache=True, nogil=True, error_model="numpy", _nrt=False, inline="always")
+
+#: For kernel loops that never allocate (their arrays all passed in): compiled without the numba runtime, as
+#: :data:`jit_helper`. Under :data:`jit`, each helper inlined at numba's level (:data:`jit_inline`) takes its
+#: array arguments as new references, an ``NRT_incref`` / ``NRT_decref`` call pair (atomic) per array per event:
+#: per-layer ``lru`` 0.91-0.97 and ``lfru`` 0.92-0.95 of the time without them on the AMD core (docs/performance.md,
+#: *Session 32*). Such a loop cannot return an array, and numba rejects one that allocates.
+jit_loop = numba.njit(cache=True, nogil=True, error_model="numpy", _nrt=False)

@@ -21,7 +21,7 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
-from .._jit import jit, jit_helper, jit_inline
+from .._jit import jit, jit_helper, jit_inline, jit_loop
 from ._kernels import _cttz, _max_unit, crf_decay, crf_decays, crf_key
 from ._pages import Packed
 from ._simd import (
@@ -267,7 +267,7 @@ def replay_lru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
                      np.zeros((n_layers, n_words), dtype=np.uint64), np.zeros(n_words, dtype=np.uint64))
 
 
-@jit
+@jit_loop
 def _replay_lru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
                      hit_flag, bbits, bcnt, bnext, bprev, free, bhead, btail, size, mem, ev):
     """The loop of :func:`replay_lru_bits`; ``free`` starts as a full stack of bucket ids, the rest empty."""
@@ -745,7 +745,7 @@ def replay_lfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
                      np.zeros(n_words, dtype=np.uint64), np.zeros(n_words, dtype=np.uint64))
 
 
-@jit
+@jit_loop
 def _replay_lfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, reset_freq_on_evict, count_from,
                      hits, misses, hit_flag, size, mem, ev, planes, top, grp, out):
     """The loop of :func:`replay_lfu_bits`; ``planes[l, p]`` is bit ``p`` of layer ``l``'s counts (over tie
@@ -959,7 +959,7 @@ def _recut(moved, kept, F, Lst, pbase, th, t1, cu, n_words, old_age, w4):
     return c
 
 
-@jit
+@jit_loop
 def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses, hit_flag,
                       size, mem, ev, cu, low, high, w2, F, Lst, thr, cpos, ckey, sel, sel2, fb, old_age, bF32, bL32,
                       sequential, order, max_moves):
@@ -1283,7 +1283,7 @@ def _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, q
     cnt[qb] = cb
 
 
-@jit
+@jit_loop
 def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, lam, count_from, hits, misses,
                       hit_flag, size, mem, ev, cu, msk, w8, S, PL, V, lunits, ubase, P, scale, centre, th, thv, cpos,
                       ckey, sel, sel2, fb, cnt, whole, band, lane, Pr):
