@@ -653,3 +653,23 @@ def test_band16_lists_both_arrays_at_the_set_bits_in_order():
         _band16(A, B, off, np.uint64(words[0]), np.uint64(words[1]), outA, outB, two)
         assert outA[:n].tolist() == A[off + lanes].tolist()
         assert outB[:n].tolist() == B[off + lanes].tolist()
+
+
+@njit(cache=False, _nrt=False)
+def _through_pointer(x, n, k, v):
+    y = S.array_at(S.data_of(x), n)
+    y[k] = v
+    return y[0] + y[n - 1], y.shape[0], y.strides[0], y.itemsize
+
+
+@pytest.mark.parametrize("dtype", (np.int16, np.int32, np.float32, np.float64, np.uint8))
+def test_array_at_views_the_array_data_of_points_to(dtype):
+    """``array_at(data_of(x), n)`` in code without the numba runtime is ``x[:n]`` itself: its reads see x's
+    elements, its writes land in x, and its length, stride and item size are n and x's."""
+    x = np.arange(10, dtype=dtype)
+    before = x.copy()
+    got, length, stride, itemsize = _through_pointer(x, 7, 3, dtype(9))
+    assert (length, stride, itemsize) == (7, x.itemsize, x.itemsize) and got == before[0] + before[6]
+    want = before.copy()
+    want[3] = 9
+    assert (x == want).all()

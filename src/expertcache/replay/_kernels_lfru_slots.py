@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._jit import jit, jit_helper
+from .._jit import jit_helper, jit_inline, jit_loop
 from ._kernels import _cttz, _max_unit
 from ._kernels_bits import _cut1, _kth_lowest, _popc, _settle
 from ._pages import Packed
@@ -57,6 +57,7 @@ from ._simd import (
     AGE32,
     FAST_GATHERS,
     HAS_FMA,
+    array_at,
     band_masks,
     band_pick,
     bit_positions,
@@ -65,6 +66,7 @@ from ._simd import (
     cut_masks32,
     cut_masks32_fma,
     cut_masks32_young,
+    data_of,
     dyadic8_down,
     dyadic8_up,
     sort_small,
@@ -280,14 +282,27 @@ def _join(BR, BRf, SF, SL, expert, lo, hi, base, lim, CS, CF, CL, SC, nc):
 
 
 @jit_helper
+def _touch_at(pBR, pBRf, pSF, pSL, pSB, pex, pfree, phit, n_blocks, n_slots, n_acc, n_flag, lo, hi, base, nf, fi,
+              cap, mixed, record):
+    """:func:`_touch` called with the arrays' data (:func:`._simd.data_of`) and lengths, viewed again here
+    (:func:`._simd.array_at`): 20 arguments, where the eight arrays passed whole took 64, most pushed on the
+    stack at every event (3.6% of the loop's samples at rho 0.2). 0.96-0.98 of the loop's time at rho 0.1-0.5 on
+    the AMD core (docs/performance.md, *Session 32*)."""
+    return _touch(array_at(pBR, n_blocks), array_at(pBRf, n_blocks), array_at(pSF, n_slots),
+                  array_at(pSL, n_slots), array_at(pSB, n_slots), array_at(pex, n_acc), lo, hi, base,
+                  array_at(pfree, n_slots), nf, fi, cap, mixed, record, array_at(phit, n_flag))
+
+
+@jit_inline
 def _touch(BR, BRf, SF, SL, SB, expert, lo, hi, base, free, nf, fi, cap, mixed, record, hit_flag):
     """The members ``expert[lo:hi]`` of an event (blocks ``base + e``): their counts up by one, a hit's count
     and last unit ``fi`` in its slot, a miss's in a free slot (``free[nf - 1]``, ``free[nf - 2]``, ...; none where
     ``cap`` is 0); returns the hits, the free slots left and the lowest of the members' counts (one low enough
     may have to join the candidates). ``BR``: each block's slot, ``BRf``: its count (:func:`_replay_lfru_slots`).
-    ``mixed``: hits and misses mixed, no branch on either. Its own function: in the loop's body LLVM kept the next
-    slot on the stack, a store and a load per member on one chain (here in a register: 0.98 of the loop's time at
-    rho 0.5, 1.00 at 0.2-0.4; inlined again on the AMD core, 1.10-1.12 at rho 0.2-0.4)."""
+    ``mixed``: hits and misses mixed, no branch on either. Inlined into :func:`_touch_at`, a function of its own:
+    in the loop's body LLVM kept the next slot on the stack, a store and a load per member on one chain (here in a
+    register: 0.98 of the loop's time at rho 0.5, 1.00 at 0.2-0.4; inlined again on the AMD core, 1.10-1.12 at rho
+    0.2-0.4)."""
     n_hit = 0
     low = np.float32(MAX_EVENTS)
     if mixed:
@@ -332,7 +347,7 @@ def _touch(BR, BRf, SF, SL, SB, expert, lo, hi, base, free, nf, fi, cap, mixed, 
     return n_hit, nf, low
 
 
-@jit
+@jit_loop
 def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_from, hits, misses, hit_flag,
                        BR, BRf, SF, SL, SB, masks, w4, ckey, sel, sel2, bpos, lst, free, lv, old_age, one_cut_words,
                        rebase, CS, CF, CL, SC, cand_k, cand_words):
@@ -380,7 +395,9 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
         fi = float(i - ubase)
         counted = i >= count_from
         lim = c_max * (c_end - fi) if c_end > fi else -1.0     # a count up to this may fall below c_max by c_end
-        n_hit, nf, fmin = _touch(BR, BRf, SF, SL, SB, expert, lo, hi, base, free, nf, fi, cap, mixed, record, hit_flag)
+        n_hit, nf, fmin = _touch_at(data_of(BR), data_of(BRf), data_of(SF), data_of(SL), data_of(SB),
+                                    data_of(expert), data_of(free), data_of(hit_flag), BR.shape[0], npad,
+                                    expert.shape[0], hit_flag.shape[0], lo, hi, base, nf, fi, cap, mixed, record)
         if fmin <= lim:                # a member may fall below c_max by c_end: its slot joins the candidates
             nc = _join(BR, BRf, SF, SL, expert, lo, hi, base, lim, CS, CF, CL, SC, nc)
             if nc < 0:                 # no room: the candidates afresh at the next overflow

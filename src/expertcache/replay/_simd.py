@@ -50,6 +50,9 @@ must hold ``off + 64`` (or ``n``) elements.
 * :func:`pdep` — parallel bit deposit (BMI2 where the machine has it, a loop otherwise).
 * :func:`below_mask` — a word of all ones where one count is below another, that no compiler pass makes a branch.
 * :func:`f2u`, :func:`u2f` — the bits of a float64 and back.
+* :func:`data_of`, :func:`array_at` — an array's data pointer, and the array of ``n`` elements at a pointer:
+  a helper called with pointers and lengths takes two arguments an array, where an array whole takes seven (the
+  global slots loop's member loop).
 
 The global lfru loop (:mod:`._kernels_lfru_groups`) builds its own intrinsics from :func:`_lanes` and
 :func:`_splat`.
@@ -1083,3 +1086,34 @@ HAS_VBMI2 = _has_feature("avx512vbmi") and _has_feature("avx512vbmi2")
 #: waits until they are written); :data:`values_at32` word by word elsewhere.
 band16_1 = _make_band16(1) if HAS_VBMI2 else _band16_1_loop
 band16_2 = _make_band16(2) if HAS_VBMI2 else _band16_2_loop
+
+
+@intrinsic
+def data_of(typingctx, ary):
+    """A pointer to an array's first element, for :func:`array_at`: a helper called with pointers and lengths
+    takes two arguments an array where the array whole takes seven."""
+    sig = types.CPointer(ary.dtype)(ary)
+
+    def codegen(context, builder, signature, args):
+        return context.make_array(signature.args[0])(context, builder, args[0]).data
+
+    return sig, codegen
+
+
+@intrinsic
+def array_at(typingctx, ptr, n):
+    """The 1-d C array of ``n`` elements at ``ptr`` (:func:`data_of`), borrowed: no reference count (where
+    ``numba.carray`` will not compile, in code without the numba runtime)."""
+    aty = types.Array(ptr.dtype, 1, "C")
+    sig = aty(ptr, types.int64)
+
+    def codegen(context, builder, signature, args):
+        from numba.np.arrayobj import populate_array
+
+        ary = context.make_array(aty)(context, builder)
+        itemsize = context.get_abi_sizeof(context.get_data_type(ptr.dtype))
+        populate_array(ary, data=args[0], shape=[args[1]], strides=[ir.Constant(_I64, itemsize)],
+                       itemsize=ir.Constant(_I64, itemsize), meminfo=None)
+        return ary._getvalue()
+
+    return sig, codegen
