@@ -673,3 +673,20 @@ def test_array_at_views_the_array_data_of_points_to(dtype):
     want = before.copy()
     want[3] = 9
     assert (x == want).all()
+
+
+@njit(cache=False, _nrt=False)
+def _through_pointer_at(x, off, n, k, v):
+    y = S.array_at(S.data_at(x, off), n)
+    y[k] = v
+    return y[0]
+
+
+def test_data_at_points_to_an_element_in_flat_order():
+    """``data_at(x, off)`` of a C-contiguous 3-d array points to its flat element ``off``: the view's first element
+    is it and a write lands at ``off + k`` (fails when the offset is dropped or taken in bytes)."""
+    x = np.arange(4 * 3 * 2, dtype=np.uint64).reshape(4, 3, 2)
+    first = _through_pointer_at(x, 7, 5, 2, np.uint64(100))
+    flat = np.arange(24, dtype=np.uint64)
+    flat[9] = 100
+    assert first == 7 and (x.reshape(-1) == flat).all()

@@ -27,6 +27,7 @@ from ._pages import Packed
 from ._simd import (
     AGE32,
     HAS_BITALG,
+    array_at,
     band16_1,
     band16_2,
     band_masks,
@@ -34,6 +35,7 @@ from ._simd import (
     below_mask,
     cut_mask1_32,
     cut_mask1_32_young,
+    data_at,
     dyadic8_down,
     dyadic8_up,
     keys8_32,
@@ -745,6 +747,35 @@ def replay_lfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
                      np.zeros(n_words, dtype=np.uint64), np.zeros(n_words, dtype=np.uint64))
 
 
+@jit_helper
+def _radix2(pp, t, n_words, g0, g1, rem):
+    """The radix selection of :func:`_replay_lfu_bits` over one or two words (a second word of 0 where there is one):
+    ``pp`` the layer's planes (:func:`._simd.data_at`), ``t`` of them in use, ``g0`` / ``g1`` the group (C ∪ U),
+    ``rem`` the blocks to leave; returns the words that leave surely, the group left at the last count, and how many
+    of it leave (its lowest tie positions). A function of its own, which LLVM leaves a call: inlined into the loop,
+    it kept ``rem`` and the planes' base on the stack, a store and a load per plane on the selection's chain (the
+    loop in 0.95-0.96 of its time without them on the AMD core; docs/performance.md, *Session 32*)."""
+    P = array_at(pp, t * n_words)
+    zero = np.uint64(0)
+    w1 = n_words - 1
+    o0 = zero
+    o1 = zero
+    for p in range(t - 1, -1, -1):
+        b0 = P[_U(p * n_words)]
+        b1 = P[_U(p * n_words + w1)]
+        z0 = g0 & ~b0
+        z1 = g1 & ~b1
+        zc = np.int64(_popc(z0)) + np.int64(_popc(z1))
+        keep = below_mask(zc, rem)                  # all the 0s leave (zc < rem); as a select, LLVM
+                                                    # made it a branch per plane (0.89-0.93 the time)
+        o0 |= z0 & keep
+        o1 |= z1 & keep
+        g0 = (g0 & b0 & keep) | (z0 & ~keep)
+        g1 = (g1 & b1 & keep) | (z1 & ~keep)
+        rem -= zc & np.int64(keep)
+    return o0, o1, g0, g1, rem
+
+
 @jit_loop
 def _replay_lfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, reset_freq_on_evict, count_from,
                      hits, misses, hit_flag, size, mem, ev, planes, top, grp, out):
@@ -792,22 +823,7 @@ def _replay_lfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, re
             w1 = n_words - 1           # per plane mispredicted); a second word of 0 when there is one
             g0 = mem[layer, 0] | ev[0]
             g1 = (mem[layer, w1] | ev[w1]) if w1 else zero
-            o0 = zero
-            o1 = zero
-            rem = m
-            for p in range(t - 1, -1, -1):
-                b0 = planes[layer, p, 0]
-                b1 = planes[layer, p, w1]
-                z0 = g0 & ~b0
-                z1 = g1 & ~b1
-                zc = np.int64(_popc(z0)) + np.int64(_popc(z1))
-                keep = below_mask(zc, rem)                  # all the 0s leave (zc < rem); as a select, LLVM
-                                                            # made it a branch per plane (0.89-0.93 the time)
-                o0 |= z0 & keep
-                o1 |= z1 & keep
-                g0 = (g0 & b0 & keep) | (z0 & ~keep)
-                g1 = (g1 & b1 & keep) | (z1 & ~keep)
-                rem -= zc & np.int64(keep)
+            o0, o1, g0, g1, rem = _radix2(data_at(planes, layer * n_planes * n_words), t, n_words, g0, g1, m)
             _store_words(grp, g0, g1, n_words)
             _store_words(out, o0, o1, n_words)
         else:

@@ -1101,6 +1101,17 @@ def data_of(typingctx, ary):
 
 
 @intrinsic
+def data_at(typingctx, ary, off):
+    """A pointer to element ``off`` of a C-contiguous array counted in its flat order (``data_of`` at 0)."""
+    sig = types.CPointer(ary.dtype)(ary, types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.gep(context.make_array(signature.args[0])(context, builder, args[0]).data, [args[1]])
+
+    return sig, codegen
+
+
+@intrinsic
 def array_at(typingctx, ptr, n):
     """The 1-d C array of ``n`` elements at ``ptr`` (:func:`data_of`), borrowed: no reference count (where
     ``numba.carray`` will not compile, in code without the numba runtime)."""
