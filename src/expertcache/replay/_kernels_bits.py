@@ -1053,8 +1053,8 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         g = _LFRU_STEP                 # a cut on the wrong side: it becomes the other cut, and a cut g times
         moves = 0                      # further out is ranked alone, g squared at each step (a first step of 4:
         while c0 > m or c1 < m:        # bands of 17-64 after 22% of the overflows at rho 0.2, none at 1.5)
-            if moves >= max_moves:     # (never with counts that agree with the bitsets): every block of C ∪ U
-                c0 = 0                 # ranked below, as for a wide band
+            if moves >= max_moves:     # past the bound (never reached where the counts agree with the bits):
+                c0 = 0                 # every block of C ∪ U ranked below, as for a wide band
                 c1 = m + 65
                 break
             moves += 1

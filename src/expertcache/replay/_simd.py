@@ -66,6 +66,7 @@ from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
+from numba.np.arrayobj import populate_array
 
 from .._jit import jit_helper
 from ._kernels import _cttz
@@ -1119,8 +1120,6 @@ def array_at(typingctx, ptr, n):
     sig = aty(ptr, types.int64)
 
     def codegen(context, builder, signature, args):
-        from numba.np.arrayobj import populate_array
-
         ary = context.make_array(aty)(context, builder)
         itemsize = context.get_abi_sizeof(context.get_data_type(ptr.dtype))
         populate_array(ary, data=args[0], shape=[args[1]], strides=[ir.Constant(_I64, itemsize)],
