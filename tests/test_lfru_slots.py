@@ -271,3 +271,25 @@ def test_caches_past_32000_slots_keep_int32_slots():
     assert want[1].sum() > 0
     got = _run(KS.replay_lfru_slots, stream, 31_500, tie, 5)
     assert all((a == b).all() for a, b in zip(got, want, strict=True))
+
+
+def test_strided_experts_and_flags():
+    """The member loop reads the experts through their data pointer: a strided view of them (every other element
+    of a longer array) decides as the contiguous array does; a strided hit-flag array, which it would write
+    through a pointer, is refused with a clear error."""
+    stream = _skewed_stream(3, 40, 120, 5, 40)
+    L = stream.n_layers
+    tie = engine._tie_ranks("random", 3, L * stream.n_experts)
+    caps = np.array([30], dtype=np.int64)
+    want = _run(KS.replay_lfru_slots, stream, 30, tie, 2)
+    strided = np.repeat(stream.expert, 2)[::2]
+    assert not strided.flags.c_contiguous and (strided == stream.expert).all()
+    hits = np.zeros(L, dtype=np.int64)
+    misses = np.zeros(L, dtype=np.int64)
+    flags = np.zeros(stream.union, dtype=np.uint8)
+    KS.replay_lfru_slots(stream.offsets, strided, stream.layer, stream.n_experts, L, caps, tie, 2, hits, misses,
+                         flags)
+    assert all((a == b).all() for a, b in zip((hits, misses, flags), want, strict=True))
+    with pytest.raises(ValueError, match="hit_flag must be C-contiguous"):
+        KS.replay_lfru_slots(stream.offsets, stream.expert, stream.layer, stream.n_experts, L, caps, tie, 2, hits,
+                             misses, np.zeros(2 * stream.union, dtype=np.uint8)[::2])

@@ -690,3 +690,15 @@ def test_data_at_points_to_an_element_in_flat_order():
     flat = np.arange(24, dtype=np.uint64)
     flat[9] = 100
     assert first == 7 and (x.reshape(-1) == flat).all()
+
+
+def test_data_of_refuses_a_strided_array():
+    """``data_of`` / ``data_at`` compile only for C-contiguous arrays: a strided view's data pointer would read
+    the wrong elements through ``array_at``."""
+    from numba.core.errors import TypingError
+
+    x = np.arange(20, dtype=np.int32)[::2]
+    with pytest.raises(TypingError):
+        _through_pointer(x, 5, 1, np.int32(3))
+    with pytest.raises(TypingError):
+        _through_pointer_at(np.arange(24, dtype=np.uint64).reshape(4, 6)[:, ::2], 1, 3, 0, np.uint64(1))

@@ -168,6 +168,9 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
     if offsets.shape[0] > MAX_EVENTS:
         raise ValueError(f"{offsets.shape[0] - 1} events: this loop keeps counts and units as float32, so at most "
                          f"{MAX_EVENTS - 1}")
+    if not hit_flag.flags.c_contiguous:
+        raise ValueError("hit_flag must be C-contiguous: the member loop writes it through its data pointer")
+    expert = np.ascontiguousarray(expert)      # read through its data pointer (_touch_at)
     n_blocks = n_layers * n_experts
     cap = int(min(int(capacity[0]), n_blocks))
     width = cap + int(_max_unit(offsets, True))

@@ -1091,8 +1091,10 @@ band16_2 = _make_band16(2) if HAS_VBMI2 else _band16_2_loop
 
 @intrinsic
 def data_of(typingctx, ary):
-    """A pointer to an array's first element, for :func:`array_at`: a helper called with pointers and lengths
-    takes two arguments an array where the array whole takes seven."""
+    """A pointer to a C-contiguous array's first element, for :func:`array_at`: a helper called with pointers and
+    lengths takes two arguments an array where the array whole takes seven. Another layout does not compile."""
+    if not isinstance(ary, types.Array) or ary.layout != "C":
+        return None
     sig = types.CPointer(ary.dtype)(ary)
 
     def codegen(context, builder, signature, args):
@@ -1103,7 +1105,10 @@ def data_of(typingctx, ary):
 
 @intrinsic
 def data_at(typingctx, ary, off):
-    """A pointer to element ``off`` of a C-contiguous array counted in its flat order (``data_of`` at 0)."""
+    """A pointer to element ``off`` of a C-contiguous array counted in its flat order (``data_of`` at 0); another
+    layout does not compile."""
+    if not isinstance(ary, types.Array) or ary.layout != "C":
+        return None
     sig = types.CPointer(ary.dtype)(ary, types.int64)
 
     def codegen(context, builder, signature, args):
