@@ -392,6 +392,21 @@ def _skewed_stream(L: int, N: int, steps: int, B: int, seed: int, top_k: int = 4
                                   [B] * len(rows))
 
 
+def _bits_and_generic(policy, stream, caps, tie, tie_pos, warm, lam=-1.0, **kw):
+    """Per-layer, event-atomic: the bitset loop's (``replay_lfru_bits`` / ``replay_lrfu_bits``, ``kw`` passed on)
+    hits, misses and hit flags, and the generic kernel's, with ``warm`` warm-up events."""
+    L, N = stream.n_layers, stream.n_experts
+    want = _generic(stream, ReplayConfig(policy, warmup_events=warm), True, False, caps, tie, CODES[policy], lam,
+                    False)
+    got = [np.zeros(L, dtype=np.int64), np.zeros(L, dtype=np.int64), np.zeros(stream.union, np.uint8)]
+    head = (stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos)
+    if policy == "lfru":
+        KB.replay_lfru_bits(*head, warm, *got, **kw)
+    else:
+        KB.replay_lrfu_bits(*head, lam, warm, *got, **kw)
+    return got, want
+
+
 @pytest.mark.parametrize("N", (16, 128, 200))
 def test_lfru_and_lrfu_bitset_loops_on_long_skewed_streams(N):
     """replay_lfru_bits / replay_lrfu_bits against replay_select / replay_heap on streams long enough for their
@@ -405,14 +420,7 @@ def test_lfru_and_lrfu_bitset_loops_on_long_skewed_streams(N):
         caps = np.array([max(1, int(frac * N)), max(1, int(frac * N) + 3)], dtype=np.int64)
         for policy, lams in (("lfru", (-1.0,)), ("lrfu", (0.0, 0.1, 0.5, 1.0))):
             for lam in lams:
-                want = _generic(stream, ReplayConfig(policy, warmup_events=7), True, False, caps, tie, CODES[policy],
-                                lam, False)
-                got = [np.zeros(L, dtype=np.int64), np.zeros(L, dtype=np.int64), np.zeros(stream.union, np.uint8)]
-                head = (stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos)
-                if policy == "lfru":
-                    KB.replay_lfru_bits(*head, 7, *got)
-                else:
-                    KB.replay_lrfu_bits(*head, lam, 7, *got)
+                got, want = _bits_and_generic(policy, stream, caps, tie, tie_pos, 7, lam)
                 assert all((a == b).all() for a, b in zip(got, want, strict=True)), (policy, frac, lam)
 
 
@@ -429,11 +437,7 @@ def test_lfru_bitset_loop_ranks_every_block_after_its_move_bound(max_moves):
         _, tie_pos = engine._tie_order(tie, L, N)
         for frac in (0.1, 0.4, 0.75):
             caps = np.array([max(1, int(frac * N)), max(1, int(frac * N) + 3)], dtype=np.int64)
-            want = _generic(stream, ReplayConfig("lfru", warmup_events=7), True, False, caps, tie, CODES["lfru"],
-                            -1.0, False)
-            got = [np.zeros(L, dtype=np.int64), np.zeros(L, dtype=np.int64), np.zeros(stream.union, np.uint8)]
-            KB.replay_lfru_bits(stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos, 7, *got,
-                                max_moves=max_moves)
+            got, want = _bits_and_generic("lfru", stream, caps, tie, tie_pos, 7, max_moves=max_moves)
             assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, frac, max_moves)
 
 
@@ -451,11 +455,7 @@ def test_lfru_bitset_loop_decides_old_lanes_in_float64(old_age):
         _, tie_pos = engine._tie_order(tie, L, N)
         for frac in (0.1, 0.4, 0.75):
             caps = np.full(L, max(1, int(frac * N)), dtype=np.int64)
-            want = _generic(stream, ReplayConfig("lfru", warmup_events=3), True, False, caps, tie, CODES["lfru"],
-                            -1.0, False)
-            got = [np.zeros(L, dtype=np.int64), np.zeros(L, dtype=np.int64), np.zeros(stream.union, np.uint8)]
-            KB.replay_lfru_bits(stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos, 3, *got,
-                                old_age=old_age)
+            got, want = _bits_and_generic("lfru", stream, caps, tie, tie_pos, 3, old_age=old_age)
             assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, frac, old_age)
 
 

@@ -1201,17 +1201,18 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                                            # (PL) 0.93 (PL alone 0.95-0.96): the layer's lines halved
     pa = Packed() if pages is None else pages      # no list across a page boundary (_pages)
     centre = pa(n_layers, np.float64, 0)   # 0: the first overflow of a layer ranks all of C ∪ U
+    decays = crf_decays(lam, min(n_units + 1, _LRFU_DECAYS))     # P, and reversed Pr
     _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, lam, count_from, hits, misses,
                       hit_flag, pa(n_layers, np.int64, 0), pa((n_layers, n_words), np.uint64, 0),
                       pa(n_words, np.uint64, 0), pa(n_words, np.uint64, 0), pa((4, n_words), np.uint64, 0),
                       pa(4, np.uint64, 0), pa(n_layers * npad, np.float64, 0), pa(n_layers * npad, np.int32, -1),
                       pa(n_layers * npad, np.float32, 0), pa(n_layers, np.int64, 0), pa(n_layers, np.int64, 0),
-                      pa.copy(crf_decays(lam, min(n_units + 1, _LRFU_DECAYS))),
+                      pa.copy(decays),
                       pa.copy(2.0 ** (lam * np.arange(n_scale, dtype=np.float64))), centre, pa(4, np.float64),
                       pa(8, np.float32), pa(width, np.int64), pa(width + 64, np.float64), pa(width, np.float64),
                       pa(width, np.float64), pa(width, np.float64), pa(4, np.int64, 0), n_units < _LRFU_DECAYS,
                       pa(width + 64, np.float32), pa.copy(lrfu_lanes(tie_pos, n_layers, n_experts)),
-                      pa.copy(np.ascontiguousarray(crf_decays(lam, min(n_units + 1, _LRFU_DECAYS))[::-1])))
+                      pa.copy(np.ascontiguousarray(decays[::-1])))
 
 
 def lrfu_lanes(tie_pos, n_layers, n_experts):

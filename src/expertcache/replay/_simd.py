@@ -1089,32 +1089,35 @@ band16_1 = _make_band16(1) if HAS_VBMI2 else _band16_1_loop
 band16_2 = _make_band16(2) if HAS_VBMI2 else _band16_2_loop
 
 
+def _data_pointer(offset: bool):
+    """The typing of :func:`data_of` / :func:`data_at`: a pointer to a C-contiguous array's data (at element
+    ``args[1]`` of its flat order with ``offset``); no signature for another layout, so it does not compile."""
+
+    def typer(ary, *off):
+        if not isinstance(ary, types.Array) or ary.layout != "C":
+            return None
+
+        def codegen(context, builder, signature, args):
+            data = context.make_array(signature.args[0])(context, builder, args[0]).data
+            return builder.gep(data, [args[1]]) if offset else data
+
+        return types.CPointer(ary.dtype)(ary, *([types.int64] if offset else [])), codegen
+
+    return typer
+
+
 @intrinsic
 def data_of(typingctx, ary):
     """A pointer to a C-contiguous array's first element, for :func:`array_at`: a helper called with pointers and
     lengths takes two arguments an array where the array whole takes seven. Another layout does not compile."""
-    if not isinstance(ary, types.Array) or ary.layout != "C":
-        return None
-    sig = types.CPointer(ary.dtype)(ary)
-
-    def codegen(context, builder, signature, args):
-        return context.make_array(signature.args[0])(context, builder, args[0]).data
-
-    return sig, codegen
+    return _data_pointer(False)(ary)
 
 
 @intrinsic
 def data_at(typingctx, ary, off):
     """A pointer to element ``off`` of a C-contiguous array counted in its flat order (``data_of`` at 0); another
     layout does not compile."""
-    if not isinstance(ary, types.Array) or ary.layout != "C":
-        return None
-    sig = types.CPointer(ary.dtype)(ary, types.int64)
-
-    def codegen(context, builder, signature, args):
-        return builder.gep(context.make_array(signature.args[0])(context, builder, args[0]).data, [args[1]])
-
-    return sig, codegen
+    return _data_pointer(True)(ary, off)
 
 
 @intrinsic
