@@ -730,25 +730,30 @@ from expertcache.replay import engine
 from expertcache.replay import ReplayConfig
 from expertcache.replay import _simd as S
 assert not KB.HAS_BITALG and KB._unit_bits_ordered is KB._unit_bits_no_order
-assert not S.HAS_VBMI2 and S.band16_2 is S._band16_2_loop
+assert not S.HAS_VBMI2 and S.band16_2 is S._band16_2_loop and S.band16v_2 is S._band16v_2_loop
 for N in (64, 128):
     stream = T._skewed_stream(2, N, 120, 6, 8)
     tie = engine._tie_ranks("random", N, 2 * N)
     _, tie_pos = engine._tie_order(tie, 2, N)
     for frac in (0.1, 0.4):
         caps = np.full(2, max(1, int(frac * N)), dtype=np.int64)
-        want = T._generic(stream, ReplayConfig("lfru"), True, False, caps, tie, T.KEY_LFRU, -1.0, False)
-        got = [np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(stream.union, np.uint8)]
-        KB.replay_lfru_bits(stream.offsets, stream.expert, stream.layer, N, 2, caps, tie_pos, 0, *got)
-        assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, frac)
+        for policy, code, lam in (("lfru", T.KEY_LFRU, -1.0), ("lrfu", T.KEY_LRFU, 0.5)):
+            want = T._generic(stream, ReplayConfig(policy), True, False, caps, tie, code, lam, False)
+            got = [np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(stream.union, np.uint8)]
+            head = (stream.offsets, stream.expert, stream.layer, N, 2, caps, tie_pos)
+            if policy == "lfru":
+                KB.replay_lfru_bits(*head, 0, *got)
+            else:
+                KB.replay_lrfu_bits(*head, lam, 0, *got)
+            assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, frac, policy)
 print("ok")
 """
 
 
 def test_lfru_bitset_loop_without_bitalg(tmp_path):
     """Compiled for Skylake-X (AVX-512 without BITALG and VBMI2; the kernels afresh in a subprocess), the per-layer
-    lfru loop builds its unit's bits by a gather of tie positions and its band by compressed stores, with the
-    generic kernel's counts and flags."""
+    lfru loop builds its unit's bits by a gather of tie positions and its band by compressed stores, and the lrfu
+    loop its band by compressed stores, each with the generic kernel's counts and flags."""
     import os
     import platform
     import subprocess

@@ -30,6 +30,8 @@ from ._simd import (
     array_at,
     band16_1,
     band16_2,
+    band16v_1,
+    band16v_2,
     band_masks,
     band_pick32,
     below_mask,
@@ -1176,7 +1178,8 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     (the inner high one fewer), the outer cut below (above) is ranked the same way, moved out until it holds at
     most (at least) ``m``. The blocks below the highest ranked cut holding at most ``m`` leave, those above the
     lowest ranked cut holding at least ``m`` stay, and the ``need`` lowest of the band between are found by
-    ranking its values in registers (up to 16, :func:`._simd.lrfu_pick32`, ties to the lower tie position) or
+    ranking its values in registers (up to 16, listed by :data:`._simd.band16v_2`, ranked by
+    :func:`._simd.lrfu_pick32`, ties to the lower tie position) or
     sorting them with a bitonic network: exact unless the ``need``-th and the next lie within ``3 delta``
     (or the next is below the lowest cut, where 0 stands for every value too small to hold), in which case the
     band's exact keys are sorted (the keys below the ``need``-th, and of those equal to it the lowest tie
@@ -1433,9 +1436,15 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
             for w in range(n_words):
                 mem[layer, w] = cu[w] & ~msk[b, w]
         elif nb <= 64:
-            q = 0
-            for w in range(n_words):
-                q = values_at32(V, pbase + (w << 6), msk[b, w] & ~msk[a, w], band, q)
+            if nb <= 16 and n_words == 2:  # the band's values built in registers and stored once, so that
+                                       # lrfu_pick32's load is forwarded (with AVX-512 VBMI2, as per-layer lfru's)
+                band16v_2(V, pbase, msk[b, 0] & ~msk[a, 0], msk[b, 1] & ~msk[a, 1], band)
+            elif nb <= 16 and n_words == 1:
+                band16v_1(V, pbase, msk[b, 0] & ~msk[a, 0], zero, band)
+            else:                      # compressed from their words
+                q = 0
+                for w in range(n_words):
+                    q = values_at32(V, pbase + (w << 6), msk[b, w] & ~msk[a, w], band, q)
             if nb <= 16:               # ranked in registers: the need lowest as bits, the need-th and the next
                 lrfu_pick32(band, nb, need, w8)
                 v = np.float64(band[_U(_cttz(w8[1]))])

@@ -1006,14 +1006,15 @@ def _make_tie_bits(n_words: int):
 tie_bits1, tie_bits2 = _make_tie_bits(1), _make_tie_bits(2)
 
 
-def _band16_codegen(n_words: int):
-    """The body of :data:`band16_1` / :data:`band16_2`: the band's lane numbers by a byte compress of each word
-    (the second word's after the first's count by a byte permute), widened to 16 int32 indices; then, for each of
-    the two arrays, the values looked up in the word's float32 lanes held in registers (two-source permutes of 32
-    lanes, selects on the index's bits 5 and 6) and stored whole, once."""
+def _band16_codegen(n_words: int, n_arrays: int = 2):
+    """The body of :data:`band16_1` / :data:`band16_2` (``n_arrays`` 2: arguments ``A, B, off, xa, xb, outA,
+    outB``) and :data:`band16v_1` / :data:`band16v_2` (1: ``A, off, xa, xb, outA``): the band's lane numbers by a
+    byte compress of each word (the second word's after the first's count by a byte permute), widened to 16 int32
+    indices; then, for each array, the values looked up in the word's float32 lanes held in registers (two-source
+    permutes of 32 lanes, selects on the index's bits 5 and 6) and stored whole, once."""
 
     def codegen(context, builder, signature, args):
-        A, B, off, xa, xb, outA, outB = args
+        off, xa, xb = args[n_arrays:n_arrays + 3]
         f32 = ir.FloatType()
         b64 = ir.VectorType(ir.IntType(8), 64)
         v16i = ir.VectorType(_I32, 16)
@@ -1038,15 +1039,16 @@ def _band16_codegen(n_words: int):
                                          ir.Constant(v16i, None))
 
         b5, b6 = bit(32), bit(64)
-        for k in (0, 1):
+        for k in range(n_arrays):
             lanes = [builder.load(_lanes(context, builder, signature.args[k], args[k],
                                          builder.add(off, ir.Constant(_I64, 16 * c)), 16, f32), align=4)
                      for c in range(4 * n_words)]
             r = [builder.call(permps, [lanes[2 * c], i16, lanes[2 * c + 1]]) for c in range(2 * n_words)]
             s = [builder.select(b5, r[2 * c + 1], r[2 * c]) for c in range(n_words)]
             res = builder.select(b6, s[1], s[0]) if n_words == 2 else s[0]
-            builder.store(res, _lanes(context, builder, signature.args[5 + k], args[5 + k], ir.Constant(_I64, 0), 16,
-                                      f32), align=4)
+            o = n_arrays + 3 + k
+            builder.store(res, _lanes(context, builder, signature.args[o], args[o], ir.Constant(_I64, 0), 16, f32),
+                          align=4)
         return context.get_dummy_value()
 
     return codegen
@@ -1061,6 +1063,27 @@ def _make_band16(n_words: int):
                 _band16_codegen(n_words))
 
     return _band16
+
+
+def _make_band16v(n_words: int):
+    @intrinsic
+    def _band16v(typingctx, A, off, xa, xb, outA):
+        if not _f32_arrays(A, outA):
+            return None
+        return types.void(A, types.int64, types.uint64, types.uint64, outA), _band16_codegen(n_words, 1)
+
+    return _band16v
+
+
+@jit_helper
+def _band16v_1_loop(A, off, xa, xb, outA):
+    values_at32(A, off, xa, outA, 0)
+
+
+@jit_helper
+def _band16v_2_loop(A, off, xa, xb, outA):
+    q = values_at32(A, off, xa, outA, 0)
+    values_at32(A, off + 64, xb, outA, q)
 
 
 @jit_helper
@@ -1087,6 +1110,10 @@ HAS_VBMI2 = _has_feature("avx512vbmi") and _has_feature("avx512vbmi2")
 #: waits until they are written); :data:`values_at32` word by word elsewhere.
 band16_1 = _make_band16(1) if HAS_VBMI2 else _band16_1_loop
 band16_2 = _make_band16(2) if HAS_VBMI2 else _band16_2_loop
+#: ``band16v_1(A, off, xa, xb, outA)`` / ``band16v_2``: :data:`band16_1` / :data:`band16_2` for one array (per-layer
+#: lrfu's float32 values).
+band16v_1 = _make_band16v(1) if HAS_VBMI2 else _band16v_1_loop
+band16v_2 = _make_band16v(2) if HAS_VBMI2 else _band16v_2_loop
 
 
 def _data_pointer(offset: bool):
