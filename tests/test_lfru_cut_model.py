@@ -56,8 +56,25 @@ def test_overflows_are_those_of_lfru_per_layer_by_hand():
     # e0 {0, 1, 2}: counts 1, 1, 1, keys 1, 1, 1, m = 1, the lowest by expert id leaves (0); need-th key 1
     # e1 {3}: C ∪ U = {1, 2, 3}, keys 1/2, 1/2, 1, m = 1: the recorded one, after the first, with last key 1
     s = EventStream.from_lists(1, 4, 3, [0, 1], [0, 0], [np.array([0, 1, 2]), np.array([3])], [1, 1])
+    # (e0 has 3 members, more than the quota: regime 1; e1 has 1: regime 0)
     recs = _model().overflows(s, 0.5, skip=0)
     assert len(recs) == 1
-    layer, keys, m, last = recs[0]
-    assert layer == 0 and m == 1 and last == 1.0
+    layer, keys, m, last, regime = recs[0]
+    assert layer == 0 and m == 1 and last == 1.0 and regime == 0
     assert keys.tolist() == [0.5, 0.5, 1.0]
+
+
+def test_cuts_per_regime_follow_the_last_need_th_key_of_their_own_regime():
+    # three overflows of one layer, m = 5 each, recorded last need-th key 5. Regime 1 (keys 1 .. 10): cuts 4.25 /
+    # 6 hold 4 / 6, no move, need 1 of a band of 2; its need-th key 5. Regime 0 between (keys ten times lower):
+    # from 5, the low cut 4.25 holds all 10, and moves to 4.25 / 1.5 = 2.83 (10), / 2.25 = 1.26 (10), / 5.06 =
+    # 0.249 (2): 3 moves; its need-th key 0.5. The third (regime 1 again) with one pair starts from 0.5: cuts
+    # 0.425 / 0.6 hold none, the high cut moves to 0.9 (0), 2.03 (2), 10.25 (10): 3 moves; with a pair per regime
+    # it starts from its own 5: none. Every band holds at most 8
+    low = KEYS / 10.0
+    recs = [(0, KEYS, 5, 5.0, 1), (0, low, 5, 5.0, 0), (0, KEYS, 5, 5.0, 1)]
+    m = _model()
+    moved, shares = m.rule(recs, 0.85, 1.2, 1.5)
+    assert moved * 3 == 6 and shares.tolist() == [0, 1, 0, 0, 0]
+    moved, shares = m.rule(recs, 0.85, 1.2, 1.5, per_regime=True)
+    assert moved * 3 == 3 and shares.tolist() == [0, 1, 0, 0, 0]

@@ -881,7 +881,11 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     float64 key is at most ``theta`` (a key ``f / a`` other than the cut differs from it by more than float64
     rounds); the pass marks the lanes of older blocks, which are tested in float64 (exact; nearly never any).
     Streams of ``2**24`` units (events; accesses where ``sequential``) or more take ``replay_select``. The next
-    cuts of the layer are the ``need``-th key times 0.85 and 1.2 (a cut that holds too many or too few blocks
+    cuts of the layer are the ``need``-th key times 0.85 and 1.2, kept apart for units with more members than the
+    quota and for the others (with more, the ``need``-th key is most often a member's count over an age of 1;
+    with fewer, another block's count over an age of a step or more: at rho 0.3 on the benchmark stream the two
+    alternate, and one pair of cuts took three moves after 31% of the overflows, 0.02% with a pair for each;
+    docs/performance.md, *Session 33*) (a cut that holds too many or too few blocks
     becomes the other cut, and a cut 1.5x further out is ranked alone, the factor squared at each further step:
     a band just past a cut stays narrow). Within 12 such steps a cut reaches 0 or ``inf``, which bound ``m``
     whatever the keys; after :data:`_LFRU_MAX_MOVES` (or ``max_moves``, lower in tests) the overflow ranks every
@@ -895,8 +899,8 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     npad = n_words * 64
     width = max(min(int(capacity.max()) + int(_max_unit(offsets, True)), n_experts) + 1, 64)   # |C ∪ U| at most
     pa = Packed() if pages is None else pages      # no list across a page boundary (_pages)
-    thr = pa((n_layers, 2), np.float64, 0)
-    thr[:, 1] = np.inf                 # the first overflow of a layer ranks every block of C ∪ U
+    thr = pa((n_layers, 4), np.float64, 0)
+    thr[:, 1::2] = np.inf              # the first overflow of a layer (in either regime) ranks every block of C ∪ U
     _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses, hit_flag,
                       pa(n_layers, np.int64, 0), pa((n_layers, n_words), np.uint64, 0), pa(n_words, np.uint64, 0),
                       pa(n_words, np.uint64, 0), pa(n_words, np.uint64, 0), pa(n_words, np.uint64, 0),
@@ -1032,8 +1036,9 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
                     Lst[j] = fi
             continue
         t1 = fi + 1.0                  # age = t1 - last
-        th0 = thr[ul, 0]
-        th1 = thr[ul, 1]
+        rg = 2 if n_mem > cap else 0   # the regime: more members than the quota (the need-th key among
+        th0 = thr[ul, rg]              # theirs, counts over an age of 1) or not (most often among the others',
+        th1 = thr[ul, rg + 1]          # counts over ages of a step or more); cuts kept for each
         c0 = 0
         c1 = 0
         for w in range(n_words):       # the members' accesses and the two cuts over C ∪ U, one pass
@@ -1123,8 +1128,8 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
             v = _kth_lowest(sel, fb, k, m)
             _evict_ranked(mem, layer, sel2, cpos, k, m, v)
         size[ul] = cap
-        thr[ul, 0] = dyadic8_down(_LFRU_CUT_LOW * v)
-        thr[ul, 1] = dyadic8_up(_LFRU_CUT_HIGH * v)
+        thr[ul, rg] = dyadic8_down(_LFRU_CUT_LOW * v)
+        thr[ul, rg + 1] = dyadic8_up(_LFRU_CUT_HIGH * v)
 
 
 #: Largest table of decays :func:`replay_lrfu_bits` builds (a layer with more units computes the longer gaps'
