@@ -1145,12 +1145,18 @@ _LRFU_FLOOR = 2.0 ** -100
 #: Added to a layer's margin for the float32 values: a value's rounding to float32 and a bound's (``2**-24``
 #: relative each), with room to spare.
 _LRFU_MARGIN32 = 2.0 ** -21
-#: Factors of the outer and inner lrfu cuts around a layer's last leaving value: the key-space cuts ``∓0.25`` /
-#: ``∓0.08`` around the last leaving key.
+#: Factors of the outer and inner lrfu cuts around a layer's centre (:data:`_LRFU_CENTRE_RATE`): the key-space
+#: cuts ``∓0.25`` / ``∓0.08`` around it (inner ``∓0.1``: no change; ``∓0.06``: 1.00-1.015x the time).
 _LRFU_CUT_FACTORS = tuple(2.0 ** e for e in (-0.25, -0.08, 0.08, 0.25))
 #: The least factors by which a moved outer cut steps away from its inner one (the key-space step 1e-3).
 _LRFU_MIN_STEP_DOWN = 2.0 ** -0.001
 _LRFU_MIN_STEP_UP = 2.0 ** 0.001
+#: A layer's centre moves this share of the way to each leaving value (relative to its unit's scale): the leaving
+#: values scatter around a level that moves slowly, with little to follow from one overflow of a layer to the next,
+#: so a running mean places the next cuts better than the last value did. Measured with ``kernel_ab --kernel lrfu``
+#: against the last value (1.0): 0.25 took 0.992 / 0.980 / 0.978 / 0.970 of the time at rho 0.1 / 0.2 / 0.3 / 0.5,
+#: 0.125 1.002 / 0.987 / 0.983 / 0.974 (docs/performance.md, *Session 33*).
+_LRFU_CENTRE_RATE = 0.25
 
 
 def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, lam, count_from, hits,
@@ -1176,8 +1182,8 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     closer.
 
     When ``C ∪ U`` overflows the quota, one vector pass (:func:`._simd.lrfu_cut2`) ranks every block of the
-    layer against the two inner of four cuts around the layer's last leaving value (relative to the unit's
-    scale): the blocks surely (value at most ``cut (1 - delta)``) and maybe (``cut (1 + delta)``) below each; a
+    layer against the two inner of four cuts around the layer's centre, a running mean of its leaving values
+    (relative to the unit's scale): the blocks surely (value at most ``cut (1 - delta)``) and maybe (``cut (1 + delta)``) below each; a
     block between the two is placed by its exact key against the cut's key, ``log2(cut) + lam R``, so that each
     cut splits the blocks exactly as the keys do. Where the inner low cut holds more than ``m = |C ∪ U| - c``
     (the inner high one fewer), the outer cut below (above) is ranked the same way, moved out until it holds at
@@ -1315,8 +1321,8 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
     """The loop of :func:`replay_lrfu_bits`; ``S`` / ``PL`` / ``V`` ``[l * 64 W + j]``: CRF / layer unit of the
     last access / value (float32) of layer ``l``'s tie position ``j``; ``ubase[l]``: the layer's base unit;
     ``P[g] = 2**(-lam * g)``, ``Pr`` the same reversed (``Pr[len - 1 - g] = P[g]``); ``lane[b]``: block ``b``'s
-    lane (:func:`lrfu_lanes`); ``scale[g] = 2**(lam * g)``; ``centre[l]``: the layer's last leaving value relative
-    to the scale of its unit (0: none), around which its next four cuts sit (:data:`_LRFU_CUT_FACTORS`: outer
+    lane (:func:`lrfu_lanes`); ``scale[g] = 2**(lam * g)``; ``centre[l]``: the running mean of the layer's leaving
+    values relative to the scale of their units (:data:`_LRFU_CENTRE_RATE`; 0: none), around which its next four cuts sit (:data:`_LRFU_CUT_FACTORS`: outer
     low, inner low, inner high, outer high; one value where four cuts took four stores an overflow: 0.99 of
     the time); ``th`` / ``thv``: the unit's cuts and their
     sure / maybe bounds; ``msk[q]`` / ``cnt[q]``: the blocks of ``C ∪ U`` below cut ``q`` / how many, for the cuts
@@ -1492,4 +1498,6 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
             _evict_ranked(mem, layer, sel2, cpos, k, m, vk)
             v = 2.0 ** (vk - lam_r)
         size[layer] = cap
-        centre[ul] = v / qu if 0.0 < v < np.inf else 0.0     # the next cuts' centre, relative to the scale
+        x = v / qu if 0.0 < v < np.inf else 0.0     # the next cuts' centre, relative to the scale
+        c = centre[ul]
+        centre[ul] = x if x == 0.0 or c == 0.0 else c + _LRFU_CENTRE_RATE * (x - c)
