@@ -881,11 +881,12 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     float64 key is at most ``theta`` (a key ``f / a`` other than the cut differs from it by more than float64
     rounds); the pass marks the lanes of older blocks, which are tested in float64 (exact; nearly never any).
     Streams of ``2**24`` units (events; accesses where ``sequential``) or more take ``replay_select``. The next
-    cuts of the layer are the ``need``-th key times 0.85 and 1.2, kept apart for units with more members than the
-    quota and for the others (with more, the ``need``-th key is most often a member's count over an age of 1;
-    with fewer, another block's count over an age of a step or more: at rho 0.3 on the benchmark stream the two
-    alternate, and one pair of cuts took three moves after 31% of the overflows, 0.02% with a pair for each;
-    docs/performance.md, *Session 33*) (a cut that holds too many or too few blocks
+    cuts of the layer are a running mean of its ``need``-th keys (:data:`_LFRU_CENTRE_RATE`) times 0.85 and 1.2,
+    kept apart for units with more members than the quota and for the others (with more, the ``need``-th key is
+    most often a member's count over an age of 1; with fewer, another block's count over an age of a step or more:
+    at rho 0.3 on the benchmark stream the two alternate, and one pair of cuts moved 1.25 times per overflow, a
+    pair for each 0.39 in ``benchmarks/lfru_cut_model.py``; docs/performance.md, *Session 33*) (a cut that holds
+    too many or too few blocks
     becomes the other cut, and a cut 1.5x further out is ranked alone, the factor squared at each further step:
     a band just past a cut stays narrow). Within 12 such steps a cut reaches 0 or ``inf``, which bound ``m``
     whatever the keys; after :data:`_LFRU_MAX_MOVES` (or ``max_moves``, lower in tests) the overflow ranks every
@@ -899,8 +900,8 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     npad = n_words * 64
     width = max(min(int(capacity.max()) + int(_max_unit(offsets, True)), n_experts) + 1, 64)   # |C ∪ U| at most
     pa = Packed() if pages is None else pages      # no list across a page boundary (_pages)
-    thr = pa((n_layers, 4), np.float64, 0)
-    thr[:, 1::2] = np.inf              # the first overflow of a layer (in either regime) ranks every block of C ∪ U
+    thr = pa((n_layers, 6), np.float64, 0)     # per regime: cuts (0, 1 / 2, 3) and centre (4 / 5; 0: none)
+    thr[:, 1:4:2] = np.inf             # the first overflow of a layer (in either regime) ranks every block of C ∪ U
     _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses, hit_flag,
                       pa(n_layers, np.int64, 0), pa((n_layers, n_words), np.uint64, 0), pa(n_words, np.uint64, 0),
                       pa(n_words, np.uint64, 0), pa(n_words, np.uint64, 0), pa(n_words, np.uint64, 0),
@@ -923,6 +924,13 @@ _LFRU_STEP = 1.5
 #: Moves of a cut after which an overflow ranks every block of ``C ∪ U`` (``_replay_lfru_bits``): from any finite
 #: positive cut, 12 steps of 1.5 squared each reach 0 (``dyadic8_down`` past float64's least normal) or ``inf``.
 _LFRU_MAX_MOVES = 64
+#: A layer's centre (per regime) moves this share of the way to each ``need``-th key it ranks: on the benchmark
+#: stream the keys scatter around a level that moves slowly (rho 0.1-0.4), and a running mean places the next cuts
+#: better than the last key did (moved cuts per overflow 0.088 / 0.308 / 0.330 / 0.501 -> 0.034 / 0.186 / 0.215 /
+#: 0.373 at rho 0.1 / 0.2 / 0.3 / 0.4, 0.119 -> 0.158 at 0.75, where they follow a trend: an instrumented copy).
+#: kernel_ab --kernel lfru against the last key: 0.995 / 0.973 / 0.980 / 0.971 / 1.020 (docs/performance.md,
+#: *Session 33*).
+_LFRU_CENTRE_RATE = 0.25
 
 
 @jit_inline
@@ -1128,8 +1136,14 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
             v = _kth_lowest(sel, fb, k, m)
             _evict_ranked(mem, layer, sel2, cpos, k, m, v)
         size[ul] = cap
-        thr[ul, rg] = dyadic8_down(_LFRU_CUT_LOW * v)
-        thr[ul, rg + 1] = dyadic8_up(_LFRU_CUT_HIGH * v)
+        c = thr[ul, 4 + (rg >> 1)]     # the regime's centre: a running mean of its need-th keys
+        if c == 0.0 or not v < np.inf:
+            c = v
+        elif need > 0:                 # (with none to rank, v is the low cut, not a key: the centre stays)
+            c += _LFRU_CENTRE_RATE * (v - c)
+        thr[ul, 4 + (rg >> 1)] = c
+        thr[ul, rg] = dyadic8_down(_LFRU_CUT_LOW * c)
+        thr[ul, rg + 1] = dyadic8_up(_LFRU_CUT_HIGH * c)
 
 
 #: Largest table of decays :func:`replay_lrfu_bits` builds (a layer with more units computes the longer gaps'
