@@ -929,7 +929,8 @@ _LFRU_MAX_MOVES = 64
 #: better than the last key did (moved cuts per overflow 0.088 / 0.308 / 0.330 / 0.501 -> 0.034 / 0.186 / 0.215 /
 #: 0.373 at rho 0.1 / 0.2 / 0.3 / 0.4, 0.119 -> 0.158 at 0.75, where they follow a trend: an instrumented copy).
 #: kernel_ab --kernel lfru against the last key: 0.995 / 0.973 / 0.980 / 0.971 / 1.020 (docs/performance.md,
-#: *Session 33*).
+#: *Session 33*). With one unit per access (``sequential``) the loop keeps the last key: the running mean took
+#: 1.18-1.30x its time there at rho 0.1-0.3.
 _LFRU_CENTRE_RATE = 0.25
 
 
@@ -1140,7 +1141,7 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         if c == 0.0 or not v < np.inf:
             c = v
         elif need > 0:                 # (with none to rank, v is the low cut, not a key: the centre stays)
-            c += _LFRU_CENTRE_RATE * (v - c)
+            c += (1.0 if sequential else _LFRU_CENTRE_RATE) * (v - c)      # (one unit per access: the last key)
         thr[ul, 4 + (rg >> 1)] = c
         thr[ul, rg] = dyadic8_down(_LFRU_CUT_LOW * c)
         thr[ul, rg + 1] = dyadic8_up(_LFRU_CUT_HIGH * c)
