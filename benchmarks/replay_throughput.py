@@ -11,7 +11,8 @@ flipping every pair), and reported as the min and median of the per-pair time
 ratios (the machine is noisy; a ratio against a peer timed in the same pair is
 what counts):
 
-* per policy: policy / lru, event-atomic, per-layer scope (at rho 0.4, or at each of ``--policy-rhos``);
+* per policy: policy / lru, event-atomic (or each of ``--policy-semantics``), per-layer scope (at rho 0.4, or at
+  each of ``--policy-rhos``);
 * sequential-random / sequential-ascending (same policy, per-layer);
 * lfru global / lfru per-layer (event-atomic and sequential-ascending; at rho 0.4, or at each of
   ``--global-rhos``).
@@ -50,6 +51,7 @@ from bench_vs_libcachesim import drifting_qwen_stream  # noqa: E402
 
 from expertcache.events import EventStream  # noqa: E402
 from expertcache.replay import ReplayConfig, replay  # noqa: E402
+from expertcache.replay.engine import SEMANTICS  # noqa: E402
 
 
 def qwen_shaped_stream(steps: int, seed: int = 0) -> EventStream:
@@ -99,11 +101,13 @@ def alternate(stream, a: ReplayConfig, b: ReplayConfig, pairs: int) -> tuple[lis
 def rows(args: argparse.Namespace) -> list[tuple[str, ReplayConfig, ReplayConfig]]:
     """The comparisons the options ask for: ``(label, a, b)``, timed as ``a / b``."""
     out = []
-    for rho in [float(x) for x in args.policy_rhos.split(",") if x]:
-        at = "" if rho == 0.4 else f", rho {rho:g}"
-        lru = ReplayConfig("lru", rho=rho)
-        for policy in filter(None, args.policies.split(",")):
-            out.append((f"{policy} / lru (event-atomic, per-layer{at})", ReplayConfig(policy, rho=rho), lru))
+    for sem in args.policy_semantics.split(","):
+        for rho in [float(x) for x in args.policy_rhos.split(",") if x]:
+            at = "" if rho == 0.4 else f", rho {rho:g}"
+            lru = ReplayConfig("lru", rho=rho, semantics=sem)
+            for policy in filter(None, args.policies.split(",")):
+                out.append((f"{policy} / lru ({sem}, per-layer{at})", ReplayConfig(policy, rho=rho, semantics=sem),
+                            lru))
     for policy in filter(None, args.random_policies.split(",")):
         out.append((f"{policy}: sequential-random / sequential-ascending",
                     ReplayConfig(policy, rho=0.4, semantics="sequential-random"),
@@ -148,6 +152,9 @@ def main() -> None:
                     help="rho values of the lfru global / per-layer rows, comma-separated (default 0.4)")
     ap.add_argument("--policy-rhos", default="0.4",
                     help="rho values of the policy / lru rows, comma-separated (default 0.4)")
+    ap.add_argument("--policy-semantics", default="event-atomic",
+                    help="semantics of the policy / lru rows, comma-separated (event-atomic, sequential-ascending, "
+                         "sequential-random; default event-atomic)")
     ap.add_argument("--kernel-choice", action="store_true", help="time sorted vs heap kernels (see above)")
     ap.add_argument("--processes", type=int, default=1,
                     help="run every row in this many fresh processes and pool their pairs (see above)")
@@ -158,6 +165,9 @@ def main() -> None:
         return
     if args.processes < 1 or args.pairs < 1:
         ap.error("--processes and --pairs must be at least 1")
+    bad = [x for x in args.policy_semantics.split(",") if x not in SEMANTICS]
+    if bad:
+        ap.error(f"--policy-semantics: {', '.join(map(repr, bad))} is not one of {', '.join(SEMANTICS)}")
     table = rows(args)
     many = args.processes > 1 and not args.worker     # a worker times its rows itself, never fans out
     if many:                           # the stream is built and timed in the worker processes only

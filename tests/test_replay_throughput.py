@@ -46,3 +46,16 @@ def test_several_processes_pool_their_pairs_and_show_the_spread_of_process_media
 def test_bad_process_count_is_a_usage_error():
     r = _run("--processes", "0")
     assert r.returncode == 2 and "--processes" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_policy_rows_under_another_semantics_name_it():
+    r = _run("--policy-semantics", "sequential-ascending")
+    assert r.returncode == 0, r.stderr
+    row = "lrfu / lru (sequential-ascending, per-layer, rho 0.2)"
+    assert sum(ln.startswith(row) for ln in r.stdout.splitlines()) == 1, r.stdout
+    assert ROW not in r.stdout
+
+
+def test_unknown_policy_semantics_is_a_usage_error():
+    r = _run("--policy-semantics", "atomic")
+    assert r.returncode == 2 and "--policy-semantics" in r.stderr and "Traceback" not in r.stderr
