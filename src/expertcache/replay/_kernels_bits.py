@@ -885,11 +885,10 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     kept apart for units with more members than the quota and for the others (with more, the ``need``-th key is
     most often a member's count over an age of 1; with fewer, another block's count over an age of a step or more:
     at rho 0.3 on the benchmark stream the two alternate, and one pair of cuts moved 1.25 times per overflow, a
-    pair for each 0.39 in ``benchmarks/lfru_cut_model.py``; docs/performance.md, *Session 33*) (a cut that holds
-    too many or too few blocks
-    becomes the other cut, and a cut 1.5x further out is ranked alone, the factor squared at each further step:
-    a band just past a cut stays narrow). Within 12 such steps a cut reaches 0 or ``inf``, which bound ``m``
-    whatever the keys; after :data:`_LFRU_MAX_MOVES` (or ``max_moves``, lower in tests) the overflow ranks every
+    pair for each 0.39 in ``benchmarks/lfru_cut_model.py``; docs/performance.md, *Session 33*). A cut that holds too
+    many or too few blocks becomes the other cut, and a cut 1.5x further out is ranked alone, the factor squared at each
+    further step: a band just past a cut stays narrow. Within 12 such steps a cut reaches 0 or ``inf``, which bound
+    ``m`` whatever the keys; after :data:`_LFRU_MAX_MOVES` (or ``max_moves``, lower in tests) the overflow ranks every
     block of ``C ∪ U`` instead, so that counts that disagree with the bitsets (no stream makes them) could give a
     wrong decision, never a loop without end. Parameters are those of :func:`replay_lru_bits`, ``old_age``
     (lower in tests, to reach the float64 test), ``sequential``, ``pages``, the allocator of the state arrays
@@ -1198,16 +1197,15 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
 
     When ``C ∪ U`` overflows the quota, one vector pass (:func:`._simd.lrfu_cut2`) ranks every block of the
     layer against the two inner of four cuts around the layer's centre, a running mean of its leaving values
-    (relative to the unit's scale): the blocks surely (value at most ``cut (1 - delta)``) and maybe (``cut (1 + delta)``) below each; a
-    block between the two is placed by its exact key against the cut's key, ``log2(cut) + lam R``, so that each
-    cut splits the blocks exactly as the keys do. Where the inner low cut holds more than ``m = |C ∪ U| - c``
-    (the inner high one fewer), the outer cut below (above) is ranked the same way, moved out until it holds at
-    most (at least) ``m``. The blocks below the highest ranked cut holding at most ``m`` leave, those above the
-    lowest ranked cut holding at least ``m`` stay, and the ``need`` lowest of the band between are found by
-    ranking its values in registers (up to 16, listed by :data:`._simd.band16v_2`, ranked by
-    :func:`._simd.lrfu_pick32`, ties to the lower tie position) or
-    sorting them with a bitonic network: exact unless the ``need``-th and the next lie within ``3 delta``
-    (or the next is below the lowest cut, where 0 stands for every value too small to hold), in which case the
+    (relative to the unit's scale): the blocks surely (value at most ``cut (1 - delta)``) and maybe (``cut (1 +
+    delta)``) below each; a block between the two is placed by its exact key against the cut's key, ``log2(cut) + lam
+    R``, so that each cut splits the blocks exactly as the keys do. Where the inner low cut holds more than ``m = |C ∪
+    U| - c`` (the inner high one fewer), the outer cut below (above) is ranked the same way, moved out until it holds at
+    most (at least) ``m``. The blocks below the highest ranked cut holding at most ``m`` leave, those above the lowest
+    ranked cut holding at least ``m`` stay, and the ``need`` lowest of the band between are found by ranking its values
+    in registers (up to 16, listed by :data:`._simd.band16v_2`, ranked by :func:`._simd.lrfu_pick32`, ties to the lower
+    tie position) or sorting them with a bitonic network: exact unless the ``need``-th and the next lie within ``3
+    delta`` (or the next is below the lowest cut, where 0 stands for every value too small to hold), in which case the
     band's exact keys are sorted (the keys below the ``need``-th, and of those equal to it the lowest tie
     positions, leave). A band wider than 64 takes every block of ``C ∪ U`` with exact keys. Parameters are those
     of :func:`replay_lru_bits`, ``lam`` (``lrfu_lambda``) and ``pages``, the allocator of the state arrays
@@ -1337,9 +1335,9 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
     last access / value (float32) of layer ``l``'s tie position ``j``; ``ubase[l]``: the layer's base unit;
     ``P[g] = 2**(-lam * g)``, ``Pr`` the same reversed (``Pr[len - 1 - g] = P[g]``); ``lane[b]``: block ``b``'s
     lane (:func:`lrfu_lanes`); ``scale[g] = 2**(lam * g)``; ``centre[l]``: the running mean of the layer's leaving
-    values relative to the scale of their units (:data:`_LRFU_CENTRE_RATE`; 0: none), around which its next four cuts sit (:data:`_LRFU_CUT_FACTORS`: outer
-    low, inner low, inner high, outer high; one value where four cuts took four stores an overflow: 0.99 of
-    the time); ``th`` / ``thv``: the unit's cuts and their
+    values relative to the scale of their units (:data:`_LRFU_CENTRE_RATE`; 0: none), around which its next four
+    cuts sit (:data:`_LRFU_CUT_FACTORS`: outer low, inner low, inner high, outer high; one value where four cuts
+    took four stores an overflow: 0.99 of the time); ``th`` / ``thv``: the unit's cuts and their
     sure / maybe bounds; ``msk[q]`` / ``cnt[q]``: the blocks of ``C ∪ U`` below cut ``q`` / how many, for the cuts
     ranked at this unit; ``whole``: every layer's gaps fit the decay table ``P``; ``band``: the band's float32
     values."""
