@@ -407,17 +407,23 @@ def _bits_and_generic(policy, stream, caps, tie, tie_pos, warm, lam=-1.0, **kw):
     return got, want
 
 
+def _skewed_cases(N, steps, tie_seed):
+    """A two-layer skewed stream of ``N`` experts (``steps`` steps of B = 6, seeded by ``N``), random tie ranks
+    (``tie_seed``) and their tie positions, with the two layers' quotas at 0.1 / 0.4 / 0.75 of ``N`` (the second
+    3 larger): ``(frac, stream, caps, tie, tie_pos)`` per fraction."""
+    stream = _skewed_stream(2, N, steps, 6, N)
+    tie = engine._tie_ranks("random", tie_seed, 2 * N)
+    _, tie_pos = engine._tie_order(tie, 2, N)
+    for frac in (0.1, 0.4, 0.75):
+        yield frac, stream, np.array([max(1, int(frac * N)), max(1, int(frac * N) + 3)], dtype=np.int64), tie, tie_pos
+
+
 @pytest.mark.parametrize("N", (16, 128, 200))
 def test_lfru_and_lrfu_bitset_loops_on_long_skewed_streams(N):
     """replay_lfru_bits / replay_lrfu_bits against replay_select / replay_heap on streams long enough for their
     cuts to adapt (1,600 events per layer, ages in the thousands, bands of near-equal keys), at several
     capacities, with hit flags; lrfu at four lambdas."""
-    L = 2
-    stream = _skewed_stream(L, N, 800, 6, N)
-    tie = engine._tie_ranks("random", 1, L * N)
-    _, tie_pos = engine._tie_order(tie, L, N)
-    for frac in (0.1, 0.4, 0.75):
-        caps = np.array([max(1, int(frac * N)), max(1, int(frac * N) + 3)], dtype=np.int64)
+    for frac, stream, caps, tie, tie_pos in _skewed_cases(N, 800, 1):
         for policy, lams in (("lfru", (-1.0,)), ("lrfu", (0.0, 0.1, 0.5, 1.0))):
             for lam in lams:
                 got, want = _bits_and_generic(policy, stream, caps, tie, tie_pos, 7, lam)
@@ -431,12 +437,7 @@ def test_lfru_bitset_loop_ranks_every_block_after_its_move_bound(max_moves):
     where counts could disagree with the bitsets: the counts and hit flags of the generic kernel, on long skewed
     streams (where cuts move often) at several capacities."""
     for N in (16, 128, 200):
-        L = 2
-        stream = _skewed_stream(L, N, 400, 6, N)
-        tie = engine._tie_ranks("random", 2, L * N)
-        _, tie_pos = engine._tie_order(tie, L, N)
-        for frac in (0.1, 0.4, 0.75):
-            caps = np.array([max(1, int(frac * N)), max(1, int(frac * N) + 3)], dtype=np.int64)
+        for frac, stream, caps, tie, tie_pos in _skewed_cases(N, 400, 2):
             got, want = _bits_and_generic("lfru", stream, caps, tie, tie_pos, 7, max_moves=max_moves)
             assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, frac, max_moves)
 

@@ -1088,16 +1088,14 @@ def _band16v_2_loop(A, off, xa, xb, outA):
 
 @jit_helper
 def _band16_1_loop(A, B, off, xa, xb, outA, outB):
-    values_at32(A, off, xa, outA, 0)
-    values_at32(B, off, xa, outB, 0)
+    _band16v_1_loop(A, off, xa, xb, outA)
+    _band16v_1_loop(B, off, xa, xb, outB)
 
 
 @jit_helper
 def _band16_2_loop(A, B, off, xa, xb, outA, outB):
-    q = values_at32(A, off, xa, outA, 0)
-    values_at32(B, off, xa, outB, 0)
-    values_at32(A, off + 64, xb, outA, q)
-    values_at32(B, off + 64, xb, outB, q)
+    _band16v_2_loop(A, off, xa, xb, outA)
+    _band16v_2_loop(B, off, xa, xb, outB)
 
 
 #: Whether the machine has AVX-512 VBMI and VBMI2 (byte permutes and compresses).
