@@ -22,6 +22,7 @@ from expertcache.replay import _kernels as K
 from expertcache.replay import _kernels_bits as KB
 from expertcache.replay import _kernels_lfru as KL
 from expertcache.replay import _kernels_ranked as KR
+from expertcache.replay import _kernels_seq as KQ
 from expertcache.replay.keys import KEY_LEAST_STALE, KEY_LFRU, KEY_LFU, KEY_LRFU
 
 FAST = ("lfu", "lrfu", "least-stale", "lfru")
@@ -771,3 +772,121 @@ def test_lfru_bitset_loop_without_bitalg(tmp_path):
     proc = subprocess.run([sys.executable, "-c", _NO_BITALG_CHECK], env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+def _seq_generic(stream, expert, caps, tie, code, lam, reset, warm):
+    """Counts and hit flags of replay_heap, sequential per layer, one unit per access in the order ``expert``."""
+    L = stream.n_layers
+    got = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
+    K.replay_heap(stream.offsets, expert, stream.layer, stream.step, stream.n_experts, L, False, False,
+                  np.empty(0, np.int32), caps, tie, code, reset, lam, warm, *got)
+    return got
+
+
+def _seq_packed(stream, expert, caps, tie_pos, code, lam, reset, warm):
+    """The same from the packed-key loops of _kernels_seq."""
+    L = stream.n_layers
+    got = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
+    head = (stream.offsets, expert, stream.layer, stream.n_experts, L, caps, tie_pos)
+    if code == KEY_LFU:
+        KQ.replay_lfu_seq(*head, reset, warm, *got)
+    else:
+        KQ.replay_lrfu_seq(*head, lam, warm, *got)
+    return got
+
+
+def _seq_cases(stream, tie, tie_pos, caps, warm, lams=(0.0, 1e-6, 0.25, 0.5, 1.0), orders=None):
+    """Every (order, policy, lambda, in-cache counters) of a stream: the generic and the packed loops' results."""
+    for expert in orders or (stream.expert, _shuffled(stream, stream.n_experts + warm)):
+        for code, lam_set in ((KEY_LFU, (-1.0,)), (KEY_LRFU, lams)):
+            for lam in lam_set:
+                for reset in (False, True) if code == KEY_LFU else (False,):
+                    want = _seq_generic(stream, expert, caps, tie, code, lam, reset, warm)
+                    got = _seq_packed(stream, expert, caps, tie_pos, code, lam, reset, warm)
+                    yield got, want, (code, lam, reset)
+
+
+@pytest.mark.parametrize("N", (1, 7, 64, 65, 130, 1024))
+def test_sequential_lfu_and_lrfu_loops_equal_the_generic_kernel(N):
+    """replay_lfu_seq / replay_lrfu_seq called directly, ascending and shuffled members: capacities from 0 past N,
+    multi-word layers, warm-up, hit flags, in-cache counters, every lrfu lambda the twin test draws (lambda 0
+    ties every block seen once, so the exact keys decide)."""
+    L = 3
+    stream = random_stream(N + 5, L=L, N=N, k=min(N, 9), steps=40 if N < 1024 else 12)
+    tie = engine._tie_ranks("random", N, L * N)
+    _, tie_pos = engine._tie_order(tie, L, N)
+    for caps in ((0, 1, 2), (N // 3, N // 2, max(N - 1, 0)), (N, N + 1, 5 * N), (3, 9, 17)):
+        caps = np.array(caps, dtype=np.int64)
+        for warm in (0, 5):
+            for got, want, case in _seq_cases(stream, tie, tie_pos, caps, warm):
+                assert all((a == b).all() for a, b in zip(got, want, strict=True)), (caps, warm, case)
+
+
+@pytest.mark.parametrize("N", (16, 128, 200))
+def test_sequential_lfu_and_lrfu_loops_on_long_skewed_streams(N):
+    """The packed-key loops against replay_heap on long skewed streams (1,600 events a layer, counts and CRFs far
+    apart and close together), at three quotas, ascending and shuffled, lrfu at four lambdas."""
+    for _, stream, caps, tie, tie_pos in _skewed_cases(N, 800, 1):
+        for got, want, case in _seq_cases(stream, tie, tie_pos, caps, 7, lams=(0.0, 1e-6, 0.1, 0.5, 1.0)):
+            assert all((a == b).all() for a, b in zip(got, want, strict=True)), (caps, case)
+
+
+def test_sequential_lrfu_loop_across_moves_of_its_base():
+    """Blocks idle for thousands of units (their values scaled down at every move of the base until they are 0,
+    where only exact keys rank them), then evicted: the packed-key loop against replay_heap."""
+    rng = np.random.default_rng(20261205)
+    for _ in range(12):
+        L = int(rng.integers(1, 3))
+        stream = _phased_stream(rng, L)
+        tie = engine._tie_ranks(str(rng.choice(["id", "random"])), int(rng.integers(0, 100)), L * 16)
+        _, tie_pos = engine._tie_order(tie, L, 16)
+        caps = rng.integers(3, 10, L).astype(np.int64)
+        for got, want, case in _seq_cases(stream, tie, tie_pos, caps, 0, lams=(0.08, 0.25, 0.5, 1.0),
+                                          orders=(stream.expert,)):
+            assert all((a == b).all() for a, b in zip(got, want, strict=True)), (caps, case)
+
+
+def test_sequential_lrfu_loop_past_its_decay_table():
+    """One layer of 70,000 accesses (units past the 65,536 of the decay table): blocks idle since the first
+    accesses come back, their gap decayed by the scalar expression."""
+    N = 6
+    rng = np.random.default_rng(6)
+    n = 35_000
+    exps = [sorted(rng.choice(4, 2, replace=False).tolist()) for i in range(n)]
+    exps[0] = [4, 5]
+    exps[n - 1] = [0, 4, 5]
+    stream = EventStream.from_lists(1, N, 5, list(range(n)), [0] * n, exps, [1] * n)
+    tie = engine._tie_ranks("random", 2, N)
+    _, tie_pos = engine._tie_order(tie, 1, N)
+    for got, want, case in _seq_cases(stream, tie, tie_pos, np.array([3], np.int64), 0, lams=(0.0001, 0.5),
+                                      orders=(stream.expert,)):
+        assert all((a == b).all() for a, b in zip(got, want, strict=True)), case
+
+
+def test_sequential_lfu_loop_with_int64_keys(monkeypatch):
+    """Counts whose packed keys would pass int32 take int64 keys (forced here by a 12-bit bound): the same counts."""
+    monkeypatch.setattr(KQ, "LFU_KEY32_BITS", 12)
+    for N in (7, 130):
+        stream = random_stream(N, L=2, N=N, k=min(N, 9), steps=60)
+        tie = engine._tie_ranks("random", N, 2 * N)
+        _, tie_pos = engine._tie_order(tie, 2, N)
+        caps = np.array([max(N // 3, 1), N // 2], dtype=np.int64)
+        for reset in (False, True):
+            want = _seq_generic(stream, stream.expert, caps, tie, KEY_LFU, -1.0, reset, 3)
+            got = _seq_packed(stream, stream.expert, caps, tie_pos, KEY_LFU, -1.0, reset, 3)
+            assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, reset)
+
+
+@pytest.mark.parametrize("semantics", ("sequential-ascending", "sequential-random"))
+def test_sequential_per_layer_lfu_and_lrfu_take_the_packed_key_loops(monkeypatch, semantics):
+    """The engine sends sequential per-layer lfu and lrfu to _kernels_seq (so the twin tests above cover them),
+    and global scope elsewhere."""
+    called = []
+    for name in ("replay_lfu_seq", "replay_lrfu_seq"):
+        real = getattr(KQ, name)
+        monkeypatch.setattr(KQ, name, lambda *a, _r=real, _n=name: called.append(_n) or _r(*a))
+    stream = random_stream(4, L=2, N=20, k=5, steps=10)
+    for policy in ("lfu", "lrfu"):
+        replay(stream, ReplayConfig(policy, rho=0.3, semantics=semantics))
+        replay(stream, ReplayConfig(policy, rho=0.3, semantics=semantics, scope="global"))
+    assert called == ["replay_lfu_seq", "replay_lrfu_seq"]

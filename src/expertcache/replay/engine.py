@@ -22,6 +22,7 @@ from . import _kernels_lfru_groups as KG
 from . import _kernels_lfru_slots as KS
 from . import _kernels_order as KO
 from . import _kernels_ranked as KR
+from . import _kernels_seq as KQ
 from .keys import KEY_BELADY_FORCED, KEY_LEAST_STALE, KEY_LFRU, KEY_LFU, KEY_LRFU, KEY_STABLE
 from .policies import Policy, get_policy
 from .result import LayerCounts, ReplayResult
@@ -429,6 +430,14 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
         _, tie_pos = _tie_order(tie, n_layers, n_experts)      # keys and residents over tie positions
         return KB.replay_lrfu_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, _lam(config, policy),
                                    config.warmup_events, hits, misses, hit_flag)
+    if policy.key_code in (KEY_LFU, KEY_LRFU) and not atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS:
+        # one unit per access: packed keys per tie position, one vector minimum per eviction
+        _, tie_pos = _tie_order(tie, n_layers, n_experts)
+        if policy.key_code == KEY_LFU:
+            return KQ.replay_lfu_seq(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, reset,
+                                     config.warmup_events, hits, misses, hit_flag)
+        return KQ.replay_lrfu_seq(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, _lam(config, policy),
+                                  config.warmup_events, hits, misses, hit_flag)
     bits = _ranked_bits(policy.key_code, offsets, step, n_layers * n_experts, atomic)
     if bits is not None:
         # where event-atomic units per layer are a large share of the quota, keep the residents sorted and

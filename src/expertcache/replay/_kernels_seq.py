@@ -1,0 +1,326 @@
+"""Sequential per-layer ``lfu`` and ``lrfu``: one unit per access, one vector pass per eviction.
+
+Under sequential semantics every access is its own unit, so a replay decides once per miss whether the
+accessed block or one resident leaves: the lowest ``(key, tie)`` of the layer's residents and that block
+(the decision of :func:`._kernels.replay_heap`, which keeps an 8-ary heap per layer). These loops keep a layer's
+residents as one *packed key* per tie position (``64 W`` lanes a layer, ``W`` the words of its bitset, as
+:mod:`._kernels_bits`): the key's bits above the low ``tbits`` and the tie position below them, so that the
+smallest packed key names the block that leaves; a lane that holds no resident holds the largest integer of its
+type. A hit rewrites its lane; a miss past the quota takes the layer's smallest packed key, a reduction over its
+lanes that LLVM vectorizes.
+
+* :func:`replay_lfu_seq`: the count above the tie position, exact (int32 keys while every count fits, else
+  int64). One pass (the smallest) per eviction.
+* :func:`replay_lrfu_seq`: the float32 value of :func:`._kernels_bits.replay_lrfu_bits` (``2**(key - lam R)``,
+  ``R`` a base unit of the layer), its low ``tbits`` bits replaced by the tie position. The smallest packed key
+  leaves where no other block lies within the margins of its value (the next smallest, found by one pass, which
+  is the layer's smallest after the eviction: kept for its next miss); otherwise the exact keys of the blocks
+  within the margins decide.
+
+The engine sends sequential per-layer ``lfu`` and ``lrfu`` here (``N <= 1024``); the tests compare both with
+``replay_heap`` (tests/test_fast_policies.py) and, through the engine, with the naive twin.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import types
+from numba.extending import intrinsic
+
+from .._jit import jit, jit_helper, jit_loop
+from ._kernels import crf_decay, crf_decays, crf_key
+from ._kernels_bits import _LRFU_DECAYS, _LRFU_SPAN, _LRFU_TINY, _lrfu_margin
+
+#: An unsigned index (numba skips the negative-index wraparound); every index here is non-negative.
+_U = np.uint64
+
+#: The largest packed int32 key, a lane with no resident (NaN's bits in ``lrfu``: above every value and ``inf``).
+_EMPTY32 = np.int32(2**31 - 1)
+#: The same for int64 keys (``lfu`` with counts past int32).
+_EMPTY64 = np.int64(2**63 - 1)
+#: ``lfu``'s packed keys are int32 while ``(most accesses of a layer + 1) << tbits`` stays below ``2**31 - 1``.
+LFU_KEY32_BITS = 31
+
+
+def _tie_bits(n_experts: int) -> int:
+    """Bits of a tie position (``0 .. n_experts - 1``), at least 1."""
+    return max(int(n_experts - 1).bit_length(), 1)
+
+
+@jit
+def _most_layer_accesses(offsets, ev_layer, n_layers):
+    """The most accesses any one layer has (its units under sequential semantics)."""
+    n = np.zeros(n_layers, dtype=np.int64)
+    for i in range(offsets.shape[0] - 1):
+        n[ev_layer[i]] += offsets[i + 1] - offsets[i]
+    most = 0
+    for layer in range(n_layers):
+        most = max(most, n[layer])
+    return most
+
+
+@jit_helper
+def _smallest(rk, o, n, m):
+    """The smallest of ``m`` and ``rk[o:o + n]`` (``n`` a multiple of 64): one vectorized reduction."""
+    for q in range(o, o + n):
+        x = rk[_U(q)]
+        if x < m:
+            m = x
+    return m
+
+
+@jit_helper
+def _next_smallest(rk, o, n, m, empty):
+    """The smallest of ``rk[o:o + n]`` above ``m`` (``empty`` where none is): one vectorized pass."""
+    r = empty
+    for q in range(o, o + n):
+        x = rk[_U(q)]
+        x = x if x > m else empty
+        r = x if x < r else r
+    return r
+
+
+def replay_lfu_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, reset_freq_on_evict,
+                   count_from, hits, misses, hit_flag):
+    """Sequential (one unit per access, in the order of ``expert``), per-layer ``lfu``: the decision of
+    :func:`._kernels.replay_heap`.
+
+    A block's count rises at each of its accesses (back to 0 when it leaves, under ``reset_freq_on_evict``); the
+    lowest ``(count, tie)`` of a layer's residents and the accessed block leaves. Parameters are those of
+    :func:`._kernels_bits.replay_lfu_bits`; ``expert`` in access order (ascending per event, or shuffled for
+    sequential-random). Counts and packed keys are allocated here.
+    """
+    tbits = _tie_bits(n_experts)
+    npad = (n_experts + 63) // 64 * 64
+    most = int(_most_layer_accesses(offsets, ev_layer, n_layers))
+    wide = ((most + 1) << tbits) >= (1 << LFU_KEY32_BITS) - 1
+    empty = _EMPTY64 if wide else _EMPTY32
+    rk = np.full(n_layers * npad, empty)
+    _replay_lfu_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos.astype(np.int32), tbits,
+                    bool(reset_freq_on_evict), count_from, hits, misses, hit_flag,
+                    np.zeros(n_layers * npad, dtype=np.int64 if wide else np.int32), rk,
+                    np.zeros(n_layers, dtype=np.int64), empty)
+
+
+@jit_loop
+def _replay_lfu_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, tbits, reset, count_from, hits, misses,
+                    hit_flag, cnt, rk, size, empty):
+    """The loop of :func:`replay_lfu_seq`: ``cnt[l * 64 W + j]`` the count of layer ``l``'s tie position ``j``,
+    ``rk`` its packed key ``count << tbits | j`` while it is resident (else ``empty``), ``size[l]`` the layer's
+    residents."""
+    record = hit_flag.shape[0] > 0
+    npad = (n_experts + 63) // 64 * 64
+    tmask = (1 << tbits) - 1
+    for i in range(offsets.shape[0] - 1):
+        layer = ev_layer[i]
+        cap = capacity[_U(layer)]
+        base = layer * n_experts
+        pbase = layer * npad
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        n_hit = 0
+        for a in range(lo, hi):
+            tp = np.int64(tie_pos[_U(base + expert[_U(a)])])
+            j = pbase + tp
+            c = cnt[_U(j)] + 1
+            cnt[_U(j)] = c
+            key = (np.int64(c) << tbits) | tp
+            if rk[_U(j)] != empty:                  # a hit: its key rises
+                rk[_U(j)] = key
+                n_hit += 1
+                if record:
+                    hit_flag[_U(a)] = 1
+            elif size[_U(layer)] < cap:
+                rk[_U(j)] = key
+                size[_U(layer)] += 1
+            else:                                   # the lowest of the residents and this block leaves
+                m = _smallest(rk, pbase, npad, empty)   # `empty` where the quota is 0
+                if key < m:
+                    if reset:
+                        cnt[_U(j)] = 0
+                else:
+                    v = pbase + (np.int64(m) & tmask)
+                    rk[_U(v)] = empty
+                    if reset:
+                        cnt[_U(v)] = 0
+                    rk[_U(j)] = key
+        if i >= count_from:
+            hits[_U(layer)] += n_hit
+            misses[_U(layer)] += (hi - lo) - n_hit
+
+
+@intrinsic
+def _f32_bits(typingctx, x):
+    """The bits of a float32 as an int32."""
+    sig = types.int32(types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.int32))
+    return sig, codegen
+
+
+@intrinsic
+def _bits_f32(typingctx, x):
+    """The float32 whose bits are the int32 ``x``."""
+    sig = types.float32(types.int32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.float32))
+    return sig, codegen
+
+
+@jit_helper
+def _packed_value(x, tp, hmask):
+    """A value's packed key: float32 ``x`` (0 below the floor of values) with its low bits replaced by ``tp``."""
+    v = np.float32(x) if x >= _LRFU_TINY else np.float32(0.0)
+    return np.int32((_f32_bits(v) & hmask) | tp)
+
+
+def replay_lrfu_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, lam, count_from, hits,
+                    misses, hit_flag):
+    """Sequential (one unit per access), per-layer ``lrfu``: the decision of :func:`._kernels.replay_heap`.
+
+    A block's CRF and last unit follow :func:`._kernels.crf_update` at each of its accesses (a layer's units
+    count its accesses); the lowest ``(key, tie)`` (:func:`._kernels.crf_key`) of a layer's residents and the
+    accessed block leaves. A resident's packed key is its value ``S * 2**(lam (u - R))`` (``R`` the layer's base
+    unit, moved to the unit when ``lam (u - R)`` would pass 90, where every resident's value is computed again from
+    its CRF and last unit; values below ``2**-110`` are 0) as float32, its low ``tbits`` bits replaced by its tie
+    position. A value's error against ``2**(key - lam R)`` stays below the margin ``delta`` of
+    :func:`._kernels_bits._lrfu_margin`, and packing costs at most ``2**(tbits - 23)`` of it; so a block whose
+    value exceeds the smallest by more than those margins ranks above it, and where another block lies within them
+    (a second pass counts them) the exact keys of those blocks decide. Parameters are those of
+    :func:`._kernels_bits.replay_lrfu_bits` without ``pages``.
+    """
+    tbits = _tie_bits(n_experts)
+    npad = (n_experts + 63) // 64 * 64
+    n_units = int(_most_layer_accesses(offsets, ev_layer, n_layers))
+    lam = float(lam)
+    n_scale = min(n_units + 1, _LRFU_DECAYS)
+    if lam > 0.0:
+        n_scale = min(n_scale, int(_LRFU_SPAN / lam) + 1)             # lam * (n_scale - 1) <= _LRFU_SPAN
+    _replay_lrfu_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos.astype(np.int32), tbits, lam,
+                     count_from, hits, misses, hit_flag, np.zeros(n_layers * npad, dtype=np.float64),
+                     np.full(n_layers * npad, -1, dtype=np.int64), np.full(n_layers * npad, _EMPTY32),
+                     np.zeros(n_layers, dtype=np.int64), np.zeros(n_layers, dtype=np.int64),
+                     np.zeros(n_layers, dtype=np.int64), np.full(n_layers, -1, dtype=np.int64),
+                     crf_decays(lam, min(n_units + 1, _LRFU_DECAYS)),
+                     2.0 ** (lam * np.arange(n_scale, dtype=np.float64)))
+
+
+@jit_helper
+def _lrfu_seq_decay(P, lam, gap):
+    """``crf_decay(lam, gap)``, from the table ``P`` where it holds it."""
+    return P[_U(gap)] if gap < P.shape[0] else crf_decay(lam, gap)
+
+
+@jit_helper
+def _lrfu_seq_exact(S, PL, rk, pbase, npad, thr, lam, j, s, u, tp, take_new):
+    """The lane (or ``-1``: the accessed block at lane ``j``, CRF ``s`` at unit ``u``, tie position ``tp``, when
+    ``take_new``) of the lowest exact ``(key, tie position)`` among the residents whose packed key is at most
+    ``thr``."""
+    best = -1
+    bk = np.inf
+    bt = 1 << 30
+    if take_new:
+        bk = crf_key(s, float(u), lam)
+        bt = tp
+    for q in range(pbase, pbase + npad):
+        if q != j and rk[_U(q)] <= thr:
+            k = crf_key(S[_U(q)], float(PL[_U(q)]), lam)
+            if k < bk or (k == bk and q - pbase < bt):
+                bk = k
+                bt = q - pbase
+                best = q
+    return best
+
+
+@jit_loop
+def _replay_lrfu_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, tbits, lam, count_from, hits, misses,
+                     hit_flag, S, PL, rk, size, lunits, ubase, low, P, scale):
+    """The loop of :func:`replay_lrfu_seq`: ``S`` / ``PL`` ``[l * 64 W + j]`` the CRF / last unit (``-1``: none)
+    of layer ``l``'s tie position ``j``, ``rk`` its packed key while it is resident (else ``_EMPTY32``),
+    ``size`` / ``lunits`` / ``ubase`` each layer's residents, units so far and base unit, ``low`` its smallest
+    packed key where known (else -1: after a move of the base, a hit on it, a decision by exact keys); ``P[g] =
+    2**(-lam g)``, ``scale[g] = 2**(lam g)``.
+
+    Margins are counted in float32 units in the last place: values whose bits (tie positions masked) differ by
+    more than ``r 2**24`` differ by more than a factor ``1 + r`` (an ulp is at least ``2**-24`` of a value), and
+    ``r`` covers the margin ``8 delta`` and what packing takes off, ``2**(tbits - 23)`` of a value (``2**(tbits +
+    1)`` ulps); ``2**tbits`` more for the tie positions' bits."""
+    record = hit_flag.shape[0] > 0
+    npad = (n_experts + 63) // 64 * 64
+    n_scale = scale.shape[0]
+    tmask = np.int32((1 << tbits) - 1)
+    hmask = np.int32(-(1 << tbits))
+    d_fixed = 3 * (1 << tbits) + 1                  # packing's ulps, and the tie positions' bits
+    tiny = np.int64(_f32_bits(np.float32(_LRFU_TINY)))   # a value below it is 0
+    empty = _EMPTY32
+    for i in range(offsets.shape[0] - 1):
+        layer = ev_layer[i]
+        ul = _U(layer)
+        cap = capacity[ul]
+        base = layer * n_experts
+        pbase = layer * npad
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        n_hit = 0
+        for a in range(lo, hi):
+            tp = np.int64(tie_pos[_U(base + expert[_U(a)])])
+            j = pbase + tp
+            u = lunits[ul]
+            lunits[ul] = u + 1
+            g = u - ubase[ul]
+            if g >= n_scale:                        # the base moves to this unit: every resident's value again
+                for q in range(pbase, pbase + npad):
+                    if rk[_U(q)] != empty:
+                        rk[_U(q)] = _packed_value(S[_U(q)] * _lrfu_seq_decay(P, lam, u - PL[_U(q)]), q - pbase,
+                                                  hmask)
+                ubase[ul] = u
+                low[ul] = -1
+                g = 0
+            s0 = S[_U(j)]
+            s = 1.0 + s0 * _lrfu_seq_decay(P, lam, u - PL[_U(j)]) if s0 > 0.0 else 1.0
+            S[_U(j)] = s
+            PL[_U(j)] = u
+            key = np.int64(_packed_value(s * scale[_U(g)], tp, hmask))
+            old = rk[_U(j)]
+            if old != empty:                        # a hit: its key rises
+                rk[_U(j)] = key
+                if old == low[ul]:
+                    low[ul] = -1
+                n_hit += 1
+                if record:
+                    hit_flag[_U(a)] = 1
+                continue
+            m = low[ul]
+            if size[ul] < cap:
+                rk[_U(j)] = key
+                size[ul] += 1
+                if m >= 0 and key < m:
+                    low[ul] = key
+                continue
+            if m < 0:
+                m = np.int64(_smallest(rk, pbase, npad, empty))
+            if m == empty:                          # a quota of 0
+                continue
+            d = np.int64(_lrfu_margin(u, lam) * 2.0 ** 27) + d_fixed     # 8 delta in ulps, and packing's
+            mh = m & hmask
+            if (key & hmask) + d < mh:              # below every resident by more than the margins: it leaves
+                low[ul] = m
+                continue
+            thr = (max(mh, tiny) + d) | tmask       # a block whose packed key is above ranks above the smallest
+            if key > thr:
+                m2 = np.int64(_next_smallest(rk, pbase, npad, np.int32(m), empty))
+                if m2 > thr:                        # the smallest alone within the margins: it leaves
+                    rk[_U(pbase + (m & tmask))] = empty
+                    rk[_U(j)] = key
+                    low[ul] = min(m2, key)
+                    continue
+            v = _lrfu_seq_exact(S, PL, rk, pbase, npad, thr, lam, j, s, u, tp, key <= thr)
+            if v >= 0:                              # decided by exact keys
+                rk[_U(v)] = empty
+                rk[_U(j)] = key
+            low[ul] = -1
+        if i >= count_from:
+            hits[ul] += n_hit
+            misses[ul] += (hi - lo) - n_hit
