@@ -798,6 +798,12 @@ def _seq_packed(stream, expert, caps, tie_pos, code, lam, reset, warm):
 def _seq_cases(stream, tie, tie_pos, caps, warm, lams=(0.0, 1e-6, 0.25, 0.5, 1.0), orders=None):
     """Every (order, policy, lambda, in-cache counters) of a stream: the generic and the packed loops' results."""
     for expert in orders or (stream.expert, _shuffled(stream, stream.n_experts + warm)):
+        want = _scan_sequential(stream, expert, caps, tie, warm)
+        got = [np.zeros(stream.n_layers, np.int64), np.zeros(stream.n_layers, np.int64),
+               np.zeros(stream.union, np.uint8)]
+        KQ.replay_lfru_seq(stream.offsets, expert, stream.layer, stream.n_experts, stream.n_layers, caps, tie_pos,
+                           warm, *got)
+        yield got, want, (KEY_LFRU, -1.0, False)
         for code, lam_set in ((KEY_LFU, (-1.0,)), (KEY_LRFU, lams)):
             for lam in lam_set:
                 for reset in (False, True) if code == KEY_LFU else (False,):
@@ -808,9 +814,10 @@ def _seq_cases(stream, tie, tie_pos, caps, warm, lams=(0.0, 1e-6, 0.25, 0.5, 1.0
 
 @pytest.mark.parametrize("N", (1, 7, 64, 65, 130, 1024))
 def test_sequential_lfu_and_lrfu_loops_equal_the_generic_kernel(N):
-    """replay_lfu_seq / replay_lrfu_seq called directly, ascending and shuffled members: capacities from 0 past N,
-    multi-word layers, warm-up, hit flags, in-cache counters, every lrfu lambda the twin test draws (lambda 0
-    ties every block seen once, so the exact keys decide)."""
+    """replay_lfu_seq / replay_lrfu_seq / replay_lfru_seq called directly, ascending and shuffled members:
+    capacities from 0 past N, multi-word layers, warm-up, hit flags, in-cache counters, every lrfu lambda the twin
+    test draws (lambda 0 ties every block seen once, so the exact keys decide; lfru's small counts over small ages
+    tie often)."""
     L = 3
     stream = random_stream(N + 5, L=L, N=N, k=min(N, 9), steps=40 if N < 1024 else 12)
     tie = engine._tie_ranks("random", N, L * N)
@@ -878,15 +885,42 @@ def test_sequential_lfu_loop_with_int64_keys(monkeypatch):
 
 
 @pytest.mark.parametrize("semantics", ("sequential-ascending", "sequential-random"))
-def test_sequential_per_layer_lfu_and_lrfu_take_the_packed_key_loops(monkeypatch, semantics):
-    """The engine sends sequential per-layer lfu and lrfu to _kernels_seq (so the twin tests above cover them),
-    and global scope elsewhere."""
+def test_sequential_per_layer_lfu_lrfu_lfru_take_the_packed_key_loops(monkeypatch, semantics):
+    """The engine sends sequential per-layer lfu, lrfu and lfru to _kernels_seq (so the twin tests above cover
+    them), and global scope elsewhere."""
     called = []
-    for name in ("replay_lfu_seq", "replay_lrfu_seq"):
+    for name in ("replay_lfu_seq", "replay_lrfu_seq", "replay_lfru_seq"):
         real = getattr(KQ, name)
         monkeypatch.setattr(KQ, name, lambda *a, _r=real, _n=name: called.append(_n) or _r(*a))
     stream = random_stream(4, L=2, N=20, k=5, steps=10)
-    for policy in ("lfu", "lrfu"):
+    for policy in ("lfu", "lrfu", "lfru"):
         replay(stream, ReplayConfig(policy, rho=0.3, semantics=semantics))
         replay(stream, ReplayConfig(policy, rho=0.3, semantics=semantics, scope="global"))
-    assert called == ["replay_lfu_seq", "replay_lrfu_seq"]
+    assert called == ["replay_lfu_seq", "replay_lrfu_seq", "replay_lfru_seq"]
+
+
+@pytest.mark.parametrize("counts", [(109, 85, 299), (799, 400, 399), (498, 288, 393)])
+def test_sequential_lfru_loop_on_keys_closer_than_its_packing(counts):
+    """Two residents whose lfru keys differ by 3e-6 to 3e-5 of their value (``cA / (cB + k + 2)`` and ``cB / (k +
+    2)``: A accessed cA times, then B cB times, then a third block k times), closer than what packing the tie
+    position takes off a float32 key at N = 1,024 (2**-13): a new block then evicts the lower exact key, whichever
+    tie position it has (the margin check and the float64 keys decide; the packed keys alone order them by tie
+    position)."""
+    cA, cB, k = counts
+    N = 1024
+    for a, b in ((5, 9), (9, 5)):
+        exps = [[a]] * cA + [[b]] * cB + [[700]] * k + [[3]]
+        n = len(exps)
+        stream = EventStream.from_lists(1, N, 1, list(range(n)), [0] * n, exps, [1] * n)
+        tie = engine._tie_ranks("id", 0, N)
+        _, tie_pos = engine._tie_order(tie, 1, N)
+        caps = np.array([3], dtype=np.int64)
+        want = _scan_sequential(stream, stream.expert, caps, tie, 0)
+        got = [np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(n, np.uint8)]
+        KQ.replay_lfru_seq(stream.offsets, stream.expert, stream.layer, N, 1, caps, tie_pos, 0, *got)
+        assert all((x == y).all() for x, y in zip(got, want, strict=True)), (counts, a, b)
+        stream2 = EventStream.from_lists(1, N, 1, list(range(n + 1)), [0] * (n + 1), exps + [[a]], [1] * (n + 1))
+        want = _scan_sequential(stream2, stream2.expert, caps, tie, 0)     # is A still resident: the decision
+        got = [np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(n + 1, np.uint8)]
+        KQ.replay_lfru_seq(stream2.offsets, stream2.expert, stream2.layer, N, 1, caps, tie_pos, 0, *got)
+        assert all((x == y).all() for x, y in zip(got, want, strict=True)), (counts, a, b)

@@ -1,4 +1,4 @@
-"""Sequential per-layer ``lfu`` and ``lrfu``: one unit per access, one vector pass per eviction.
+"""Sequential per-layer ``lfu``, ``lrfu`` and ``lfru``: one unit per access, one vector pass per eviction.
 
 Under sequential semantics every access is its own unit, so a replay decides once per miss whether the
 accessed block or one resident leaves: the lowest ``(key, tie)`` of the layer's residents and that block
@@ -16,20 +16,30 @@ lanes that LLVM vectorizes.
   leaves where no other block lies within the margins of its value (the next smallest, found by one pass, which
   is the layer's smallest after the eviction: kept for its next miss); otherwise the exact keys of the blocks
   within the margins decide.
+* :func:`replay_lfru_seq`: ``lfru``'s key drifts with the clock, so it is computed afresh at each eviction, over
+  the layer's residents in slots (its quota rounded up to 16) rather than its tie positions: the float32 key
+  ``count / age``, packed the same way, and the two smallest in one pass (:func:`lfru_two_lowest`).
 
-The engine sends sequential per-layer ``lfu`` and ``lrfu`` here (``N <= 1024``); the tests compare both with
-``replay_heap`` (tests/test_fast_policies.py) and, through the engine, with the naive twin.
+The engine sends sequential per-layer ``lfu``, ``lrfu`` and ``lfru`` here (``N <= 1024``); the tests compare them
+with ``replay_heap`` / ``replay_scan`` (tests/test_fast_policies.py) and, through the engine, with the naive
+twin.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .._jit import jit, jit_helper, jit_loop
 from ._kernels import crf_decay, crf_decays, crf_key
 from ._kernels_bits import _LRFU_DECAYS, _LRFU_SPAN, _LRFU_TINY, _lrfu_margin
+from ._simd import _splat
+
+_I32 = ir.IntType(32)
+_I64 = ir.IntType(64)
 
 #: An unsigned index (numba skips the negative-index wraparound); every index here is non-negative.
 _U = np.uint64
@@ -321,6 +331,189 @@ def _replay_lrfu_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, tb
                 rk[_U(v)] = empty
                 rk[_U(j)] = key
             low[ul] = -1
+        if i >= count_from:
+            hits[ul] += n_hit
+            misses[ul] += (hi - lo) - n_hit
+
+
+@intrinsic
+def lfru_two_lowest(typingctx, F, L, TP, off, n, t1, hmask, out):
+    """The smallest packed lfru key of slots ``off .. off + n`` (``n`` a positive multiple of 16), and in
+    ``out[0]`` the next smallest: each slot's key ``F / (t1 - L)`` in float32 (counts and last units integers below
+    ``2**24``: the age exact, the quotient correctly rounded), its bits with the low ones (``~hmask``) replaced by
+    the slot's tie position ``TP``. One loop over groups of 16 slots keeps the two smallest per lane."""
+    sig = types.int64(F, L, TP, types.int64, types.int64, types.float32, types.int32, out)
+
+    def codegen(context, builder, signature, args):
+        F, L, TP, off, n, t1, hmask, out = args
+        v16f = ir.VectorType(ir.FloatType(), 16)
+        v16i = ir.VectorType(_I32, 16)
+        dF = context.make_array(signature.args[0])(context, builder, F).data
+        dL = context.make_array(signature.args[1])(context, builder, L).data
+        dT = context.make_array(signature.args[2])(context, builder, TP).data
+        dO = context.make_array(signature.args[7])(context, builder, out).data
+        big = _splat(builder, ir.Constant(_I32, 2**31 - 1), v16i, 16)
+        vt1 = _splat(builder, t1, v16f, 16)
+        vh = _splat(builder, hmask, v16i, 16)
+        nch = builder.lshr(n, ir.Constant(_I64, 4))
+        pre = builder.block
+        loop = builder.append_basic_block("two_lowest_loop")
+        after = builder.append_basic_block("two_lowest_after")
+        builder.branch(loop)
+        builder.position_at_end(loop)
+        c = builder.phi(_I64)
+        m1 = builder.phi(v16i)
+        m2 = builder.phi(v16i)
+        idx = builder.add(off, builder.shl(c, ir.Constant(_I64, 4)))
+        f = builder.load(builder.bitcast(builder.gep(dF, [idx]), v16f.as_pointer()), align=4)
+        lst = builder.load(builder.bitcast(builder.gep(dL, [idx]), v16f.as_pointer()), align=4)
+        tp = builder.load(builder.bitcast(builder.gep(dT, [idx]), v16i.as_pointer()), align=4)
+        k = builder.fdiv(f, builder.fsub(vt1, lst))
+        p = builder.or_(builder.and_(builder.bitcast(k, v16i), vh), tp)
+        hi = builder.select(builder.icmp_signed(">", m1, p), m1, p)
+        m2n = builder.select(builder.icmp_signed("<", hi, m2), hi, m2)
+        m1n = builder.select(builder.icmp_signed("<", p, m1), p, m1)
+        cn = builder.add(c, ir.Constant(_I64, 1))
+        c.add_incoming(ir.Constant(_I64, 0), pre)
+        c.add_incoming(cn, loop)
+        m1.add_incoming(big, pre)
+        m1.add_incoming(m1n, loop)
+        m2.add_incoming(big, pre)
+        m2.add_incoming(m2n, loop)
+        builder.cbranch(builder.icmp_signed("<", cn, nch), loop, after)
+        builder.position_at_end(after)
+        red = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [v16i]),
+                                             "llvm.vector.reduce.smin.v16i32")
+        g = builder.call(red, [m1n])
+        rest = builder.select(builder.icmp_signed("==", m1n, _splat(builder, g, v16i, 16)), big, m1n)
+        a = builder.call(red, [m2n])
+        b = builder.call(red, [rest])
+        s = builder.select(builder.icmp_signed("<", a, b), a, b)
+        builder.store(builder.sext(s, _I64), dO)
+        return builder.sext(g, _I64)
+
+    return sig, codegen
+
+
+def replay_lfru_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
+                    hit_flag):
+    """Sequential (one unit per access, the unit the access's index), per-layer ``lfru``: the decision of
+    :func:`._kernels.replay_scan`.
+
+    A block's key is ``freq / (t - last + 1)`` (float64, as ``replay_scan`` evaluates it), so every key drifts
+    with the clock and the lowest is found again at each eviction. A layer's residents sit in ``s`` slots (its
+    quota rounded up to 16), each holding a count, a last unit (float32: integers below ``2**24``, the stream's
+    bound, so the age is exact) and a tie position; blocks outside keep theirs in arrays over tie positions. An
+    eviction runs :func:`lfru_two_lowest` over the slots: the float32 key ``count / age``, correctly rounded and so
+    in the order of the exact keys (ties apart), its low ``tbits`` bits replaced by the tie position. The
+    smallest leaves where the next (and the accessed block's key, its count) lie more than ``2**tbits + 2``
+    float32 units in the last place above it (then their keys are larger in float64 too); otherwise the float64
+    keys of the slots within that margin decide, ties to the lower tie position. Parameters are those of
+    :func:`replay_lfu_seq` without ``reset_freq_on_evict``; streams of fewer than ``2**24`` accesses.
+    """
+    tbits = _tie_bits(n_experts)
+    npad = (n_experts + 63) // 64 * 64
+    ns = max((min(int(capacity.max()) if capacity.shape[0] else 0, n_experts) + 15) // 16 * 16, 16)
+    n = n_layers * npad
+    _replay_lfru_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos.astype(np.int32), tbits, count_from,
+                     hits, misses, hit_flag, np.zeros(n, np.float32), np.zeros(n, np.float32),
+                     np.full(n, -1, np.int32), np.full(n_layers * ns, np.inf, np.float32),
+                     np.zeros(n_layers * ns, np.float32), np.full(n_layers * ns, (1 << tbits) - 1, np.int32),
+                     np.zeros(n_layers, np.int64), ns, np.zeros(2, np.int64))
+
+
+@jit_helper
+def _lfru_seq_exact(sF, sL, sTP, so, size, t, thr, hmask, f, tp, take_new):
+    """The slot (or -1: the accessed block, count ``f``, tie position ``tp``, when ``take_new``) of the lowest
+    float64 ``(key, tie position)`` among the slots whose packed key is at most ``thr``."""
+    best = -1
+    bk = np.inf
+    bt = 1 << 30
+    if take_new:
+        bk = float(f)                               # its age is 1
+        bt = tp
+    t1 = np.float32(t + 1)
+    for s in range(so, so + size):
+        p = np.int64((_f32_bits(sF[_U(s)] / (t1 - sL[_U(s)])) & hmask) | sTP[_U(s)])
+        if p <= thr:
+            k = float(sF[_U(s)]) / float(t - np.int64(sL[_U(s)]) + 1)
+            q = np.int64(sTP[_U(s)])
+            if k < bk or (k == bk and q < bt):
+                bk = k
+                bt = q
+                best = s
+    return best
+
+
+@jit_loop
+def _replay_lfru_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, tbits, count_from, hits, misses,
+                     hit_flag, freq, last, slot, sF, sL, sTP, size, ns, out):
+    """The loop of :func:`replay_lfru_seq`: ``freq`` / ``last`` ``[l * 64 W + j]`` the count and last unit of
+    layer ``l``'s tie position ``j`` while it is outside the cache, ``slot`` its slot (else -1); ``sF`` / ``sL`` /
+    ``sTP`` ``[l * ns + s]`` the count, last unit and tie position of the block in slot ``s`` (an empty slot: count
+    ``inf``); ``size[l]`` the layer's residents (slots ``0 .. size - 1``); ``out[0]``: the next smallest packed
+    key."""
+    record = hit_flag.shape[0] > 0
+    npad = (n_experts + 63) // 64 * 64
+    tmask = np.int64((1 << tbits) - 1)
+    hmask = np.int32(-(1 << tbits))
+    d = np.int64(2 << tbits) + 2
+    for i in range(offsets.shape[0] - 1):
+        layer = ev_layer[i]
+        ul = _U(layer)
+        cap = capacity[ul]
+        base = layer * n_experts
+        pbase = layer * npad
+        so = layer * ns
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        n_hit = 0
+        for a in range(lo, hi):
+            t = a
+            tp = np.int64(tie_pos[_U(base + expert[_U(a)])])
+            j = pbase + tp
+            s = np.int64(slot[_U(j)])
+            if s >= 0:                              # a hit
+                sF[_U(s)] += np.float32(1.0)
+                sL[_U(s)] = np.float32(t)
+                n_hit += 1
+                if record:
+                    hit_flag[_U(a)] = 1
+                continue
+            f = freq[_U(j)] + np.float32(1.0)
+            n = size[ul]
+            if n < cap:
+                v = so + n
+                size[ul] = n + 1
+            elif cap <= 0:
+                freq[_U(j)] = f
+                last[_U(j)] = np.float32(t)
+                continue
+            else:
+                m = lfru_two_lowest(sF, sL, sTP, so, ns, np.float32(t + 1), hmask, out)
+                kb = np.int64((_f32_bits(f) & hmask) | tp)
+                mh = m & np.int64(hmask)
+                if (kb & np.int64(hmask)) + d < mh:     # below every resident: it leaves
+                    freq[_U(j)] = f
+                    last[_U(j)] = np.float32(t)
+                    continue
+                thr = (mh + d) | tmask
+                if kb > thr and out[0] > thr:
+                    v = np.int64(slot[_U(pbase + (m & tmask))])
+                else:
+                    v = _lfru_seq_exact(sF, sL, sTP, so, n, t, thr, hmask, f, tp, kb <= thr)
+                    if v < 0:
+                        freq[_U(j)] = f
+                        last[_U(j)] = np.float32(t)
+                        continue
+                q = pbase + np.int64(sTP[_U(v)])    # the block that leaves keeps its count and last unit
+                freq[_U(q)] = sF[_U(v)]
+                last[_U(q)] = sL[_U(v)]
+                slot[_U(q)] = -1
+            sF[_U(v)] = f
+            sL[_U(v)] = np.float32(t)
+            sTP[_U(v)] = tp
+            slot[_U(j)] = v
         if i >= count_from:
             hits[ul] += n_hit
             misses[ul] += (hi - lo) - n_hit

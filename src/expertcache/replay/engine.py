@@ -408,6 +408,12 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
         _, tie_pos = _tie_order(tie, n_layers, n_experts)      # counts and residents over tie positions
         return KB.replay_lfu_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, reset,
                                   config.warmup_events, hits, misses, hit_flag)
+    if (policy.key_code == KEY_LFRU and not atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS
+            and expert.shape[0] + 1 <= KB.MAX_LFRU_EVENTS):
+        # one unit per access: residents in slots, the two lowest float32 keys found by one vector pass
+        _, tie_pos = _tie_order(tie, n_layers, n_experts)
+        return KQ.replay_lfru_seq(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, config.warmup_events,
+                                  hits, misses, hit_flag)
     if (policy.key_code == KEY_LFRU and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS
             and (offsets.shape[0] if atomic else expert.shape[0] + 1) <= KB.MAX_LFRU_EVENTS):
         # its float32 counts and units (events, or accesses where sequential): below 2**24
