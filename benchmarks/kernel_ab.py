@@ -6,8 +6,10 @@
 ``OTHER`` is another checkout of expertcache (``git worktree add OTHER COMMIT``). Its package is loaded beside
 this one under another name (its replay modules import each other relatively), so both kernels run in one
 process on one stream, alternated pair by pair. Kernels: the event-atomic per-layer bitset loops ``lru``,
-``lfu``, ``lfru``, ``lrfu`` (lambda 0.5) of ``_kernels_bits``, and ``slots``, the global event-atomic lfru loop
-of ``_kernels_lfru_slots`` (cache ``rho * L * N``). Hits per layer must be equal on both sides (exit 1
+``lfu``, ``lfru``, ``lrfu`` (lambda 0.5) of ``_kernels_bits``, ``slots``, the global event-atomic lfru loop
+of ``_kernels_lfru_slots`` (cache ``rho * L * N``), and the sequential per-layer loops ``lfu-seq``, ``lrfu-seq``,
+``lfru-seq`` of ``_kernels_seq`` (one unit per access, members ascending; a baseline from before session 34 has
+none). Hits per layer must be equal on both sides (exit 1
 otherwise), unless ``--timing-only``: for a prototype that takes a part out of a kernel to time what that part
 costs, so that its decisions, and its counts, change; the rows then say that the counts differ. Prints per rho
 the median over ``--processes`` fresh processes (a kernel's time moves by up to ~15% with where its code lands
@@ -35,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _ab import alternated_ratio, machine, median_and_range, pooled_rows  # noqa: E402
 
-KERNELS = ("lru", "lfu", "lfru", "lrfu", "slots")
+KERNELS = ("lru", "lfu", "lfru", "lrfu", "slots", "lfu-seq", "lrfu-seq", "lfru-seq")
 
 
 def _baseline(src: str):
@@ -48,8 +50,10 @@ def _baseline(src: str):
     pkg = importlib.util.module_from_spec(spec)
     sys.modules[name] = pkg
     spec.loader.exec_module(pkg)
+    seq = (importlib.import_module(f"{name}.replay._kernels_seq") if (root / "replay" / "_kernels_seq.py").is_file()
+           else None)
     return (importlib.import_module(f"{name}.replay._kernels_bits"),
-            importlib.import_module(f"{name}.replay._kernels_lfru_slots"))
+            importlib.import_module(f"{name}.replay._kernels_lfru_slots"), seq)
 
 
 def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, first: int,
@@ -58,9 +62,10 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
 
     from expertcache.replay import _kernels_bits as KB
     from expertcache.replay import _kernels_lfru_slots as KS
+    from expertcache.replay import _kernels_seq as KQ
     from expertcache.replay import engine
 
-    sides = ((KB, KS), _baseline(src))
+    sides = ((KB, KS, KQ), _baseline(src))
     s = drifting_qwen_stream(steps, sample_seed=1)
     L, N = s.n_layers, s.n_experts
     tie = engine._tie_ranks("random", 0, L * N)
@@ -72,7 +77,7 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
         caps = engine.capacities_for_rho(rho, L, N)
 
         def run(side, caps=caps, rho=rho):
-            bits, slots = sides[side]
+            bits, slots, seq = sides[side]
             h = np.zeros(L, np.int64)
             m = np.zeros(L, np.int64)
             head = (s.offsets, s.expert, s.layer, N, L, caps, tie_pos)
@@ -85,6 +90,12 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
                 bits.replay_lfru_bits(*head, 0, h, m, flags)
             elif kernel == "lrfu":
                 bits.replay_lrfu_bits(*head, 0.5, 0, h, m, flags)
+            elif kernel == "lfu-seq":
+                seq.replay_lfu_seq(*head, False, 0, h, m, flags)
+            elif kernel == "lrfu-seq":
+                seq.replay_lrfu_seq(*head, 0.5, 0, h, m, flags)
+            elif kernel == "lfru-seq":
+                seq.replay_lfru_seq(*head, 0, h, m, flags)
             else:
                 cap = np.array([int(round(rho * L * N))])
                 slots.replay_lfru_slots(s.offsets, s.expert, s.layer, N, L, cap, tie, 0, h, m, flags)
@@ -117,7 +128,9 @@ def main() -> None:
     if a.child >= 0:
         child(a.baseline, a.kernel, a.steps, rhos, a.pairs, a.child, a.timing_only)
         return
-    _baseline(a.baseline)              # a wrong folder fails here, once
+    if _baseline(a.baseline)[2] is None and a.kernel.endswith("-seq"):    # a wrong folder fails here, once
+        raise SystemExit(f"{a.baseline}: this checkout has no replay/_kernels_seq.py (sequential loops, session 34); "
+                         f"--kernel {a.kernel} needs one on both sides")
     cache = tempfile.mkdtemp(prefix="kernel_ab_")
     env = dict(os.environ, NUMBA_CACHE_DIR=cache)
     try:

@@ -18,7 +18,7 @@ def _run(baseline: Path, *extra: str) -> subprocess.CompletedProcess:
                            *extra], capture_output=True, text=True, timeout=900)
 
 
-@pytest.mark.parametrize("kernel", ("lfru", "slots"))
+@pytest.mark.parametrize("kernel", ("lfru", "slots", "lfru-seq"))
 def test_a_copy_of_this_checkout_gives_one_row_per_rho_with_its_range(tmp_path, kernel):
     shutil.copytree(ROOT / "src" / "expertcache", tmp_path / "src" / "expertcache",
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -56,3 +56,14 @@ def test_a_prototype_whose_counts_differ_is_refused_unless_timed_only(tmp_path):
     assert timed.returncode == 0, timed.stderr
     rows = [ln for ln in timed.stdout.splitlines() if ln.startswith("  rho ")]
     assert len(rows) == 2 and all(ln.endswith("counts differ (--timing-only)") for ln in rows)
+
+
+def test_sequential_kernels_need_them_on_both_sides(tmp_path):
+    """A baseline from before the sequential loops (no replay/_kernels_seq.py): --kernel lfu-seq is a one-line
+    error naming the file."""
+    shutil.copytree(ROOT / "src" / "expertcache", tmp_path / "src" / "expertcache",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "src" / "expertcache" / "replay" / "_kernels_seq.py").unlink()
+    r = _run(tmp_path / "src", "--kernel", "lfu-seq", "--rhos", "0.2", "--processes", "1")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "_kernels_seq.py" in r.stderr and "--kernel lfu-seq" in r.stderr
