@@ -18,7 +18,7 @@ lanes that LLVM vectorizes.
   within the margins decide.
 * :func:`replay_lfru_seq`: ``lfru``'s key drifts with the clock, so it is computed afresh at each eviction, over
   the layer's residents in slots (its quota rounded up to 16) rather than its tie positions: the float32 key
-  ``count / age``, packed the same way, and the two smallest in one pass (:func:`lfru_two_lowest`).
+  ``count / age``, packed the same way, and the two smallest in one pass (:func:`lfru_lowest`).
 
 The engine sends sequential per-layer ``lfu``, ``lrfu`` and ``lfru`` here (``N <= 1024``); the tests compare them
 with ``replay_heap`` / ``replay_scan`` (tests/test_fast_policies.py) and, through the engine, with the naive
@@ -381,28 +381,29 @@ def _replay_lrfu_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, tb
 
 
 @intrinsic
-def lfru_two_lowest(typingctx, F, L, TP, off, n, t1, hmask, out):
-    """The smallest packed lfru key of slots ``off .. off + n`` (``n`` a positive multiple of 16), and in
-    ``out[0]`` the next smallest: each slot's key ``F / (t1 - L)`` in float32 (counts and last units integers below
-    ``2**24``: the age exact, the quotient correctly rounded), its bits with the low ones (``~hmask``) replaced by
-    the slot's tie position ``TP``. One loop over groups of 16 slots keeps the two smallest per lane."""
-    sig = types.int64(F, L, TP, types.int64, types.int64, types.float32, types.int32, out)
+def lfru_lowest(typingctx, F, L, TP, off, n, t1, hmask, d):
+    """The smallest packed lfru key of slots ``off .. off + n`` (``n`` a positive multiple of 16), and in bit 32
+    whether another lies within ``d`` float32 units in the last place above it: each slot's key ``F / (t1 - L)``
+    in float32 (counts and last units integers below ``2**24``: the age exact, the quotient correctly rounded), its
+    bits with the low ones (``~hmask``) replaced by the slot's tie position ``TP``; another lies within when its
+    packed key is at most ``((smallest & hmask) + d) | ~hmask``. One loop over groups of 16 slots keeps the two
+    smallest per lane; the test is one vector compare of those against that bound."""
+    sig = types.int64(F, L, TP, types.int64, types.int64, types.float32, types.int32, types.int32)
 
     def codegen(context, builder, signature, args):
-        F, L, TP, off, n, t1, hmask, out = args
+        F, L, TP, off, n, t1, hmask, d = args
         v16f = ir.VectorType(ir.FloatType(), 16)
         v16i = ir.VectorType(_I32, 16)
         dF = context.make_array(signature.args[0])(context, builder, F).data
         dL = context.make_array(signature.args[1])(context, builder, L).data
         dT = context.make_array(signature.args[2])(context, builder, TP).data
-        dO = context.make_array(signature.args[7])(context, builder, out).data
         big = _splat(builder, ir.Constant(_I32, 2**31 - 1), v16i, 16)
         vt1 = _splat(builder, t1, v16f, 16)
         vh = _splat(builder, hmask, v16i, 16)
         nch = builder.lshr(n, ir.Constant(_I64, 4))
         pre = builder.block
-        loop = builder.append_basic_block("two_lowest_loop")
-        after = builder.append_basic_block("two_lowest_after")
+        loop = builder.append_basic_block("lowest_loop")
+        after = builder.append_basic_block("lowest_after")
         builder.branch(loop)
         builder.position_at_end(loop)
         c = builder.phi(_I64)
@@ -429,12 +430,14 @@ def lfru_two_lowest(typingctx, F, L, TP, off, n, t1, hmask, out):
         red = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [v16i]),
                                              "llvm.vector.reduce.smin.v16i32")
         g = builder.call(red, [m1n])
-        rest = builder.select(builder.icmp_signed("==", m1n, _splat(builder, g, v16i, 16)), big, m1n)
-        a = builder.call(red, [m2n])
-        b = builder.call(red, [rest])
-        s = builder.select(builder.icmp_signed("<", a, b), a, b)
-        builder.store(builder.sext(s, _I64), dO)
-        return builder.sext(g, _I64)
+        thr = builder.or_(builder.add(builder.and_(g, hmask), d), builder.not_(hmask))
+        vthr = _splat(builder, thr, v16i, 16)
+        vg = _splat(builder, g, v16i, 16)
+        near = builder.or_(builder.icmp_signed("<=", m2n, vthr),
+                           builder.and_(builder.icmp_signed("<=", m1n, vthr), builder.icmp_signed("!=", m1n, vg)))
+        any_near = builder.icmp_unsigned("!=", builder.bitcast(near, ir.IntType(16)), ir.Constant(ir.IntType(16), 0))
+        flag = builder.shl(builder.zext(any_near, _I64), ir.Constant(_I64, 32))
+        return builder.or_(builder.zext(g, _I64), flag)
 
     return sig, codegen
 
@@ -448,7 +451,7 @@ def replay_lfru_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
     with the clock and the lowest is found again at each eviction. A layer's residents sit in ``s`` slots (its
     quota rounded up to 16), each holding a count, a last unit (float32: integers below ``2**24``, the stream's
     bound, so the age is exact) and a tie position; blocks outside keep theirs in arrays over tie positions. An
-    eviction runs :func:`lfru_two_lowest` over the slots: the float32 key ``count / age``, correctly rounded and so
+    eviction runs :func:`lfru_lowest` over the slots: the float32 key ``count / age``, correctly rounded and so
     in the order of the exact keys (ties apart), its low ``tbits`` bits replaced by the tie position. The
     smallest leaves where the next (and the accessed block's key, its count) lie more than ``2**tbits + 2``
     float32 units in the last place above it (then their keys are larger in float64 too); otherwise the float64
@@ -463,7 +466,7 @@ def replay_lfru_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
                      hits, misses, hit_flag, np.zeros(n, np.float32), np.zeros(n, np.float32),
                      np.full(n, -1, np.int32), np.full(n_layers * ns, np.inf, np.float32),
                      np.zeros(n_layers * ns, np.float32), np.full(n_layers * ns, (1 << tbits) - 1, np.int32),
-                     np.zeros(n_layers, np.int64), ns, np.zeros(2, np.int64))
+                     np.zeros(n_layers, np.int64), ns)
 
 
 @jit_helper
@@ -490,10 +493,10 @@ def _lfru_seq_exact(sF, sL, sTP, so, size, t, thr, hmask, f, tp, take_new):
 
 
 @jit_inline
-def _lfru_access(a, layer, cap, base, pbase, so, ns, tie_pos, expert, tbits, freq, last, slot, sF, sL, sTP, size, out,
+def _lfru_access(a, layer, cap, base, pbase, so, ns, tie_pos, expert, tbits, freq, last, slot, sF, sL, sTP, size,
                  record, hit_flag):
-    """Access ``a`` of :func:`_replay_lfru_seq` (layer ``layer``, quota ``cap``, slots from ``so``; ``out`` the
-    pass's scratch): 1 where it hits."""
+    """Access ``a`` of :func:`_replay_lfru_seq` (layer ``layer``, quota ``cap``, slots from ``so``): 1 where it
+    hits."""
     t = a
     tmask = np.int64((1 << tbits) - 1)
     hmask = np.int32(-(1 << tbits))
@@ -517,7 +520,8 @@ def _lfru_access(a, layer, cap, base, pbase, so, ns, tie_pos, expert, tbits, fre
         last[_U(j)] = np.float32(t)
         return 0
     else:
-        m = lfru_two_lowest(sF, sL, sTP, so, ns, np.float32(t + 1), hmask, out)
+        r = lfru_lowest(sF, sL, sTP, so, ns, np.float32(t + 1), hmask, np.int32(d))
+        m = r & 0x7FFFFFFF
         kb = np.int64((_f32_bits(f) & hmask) | tp)  # the accessed block's key: its count (age 1)
         mh = m & np.int64(hmask)
         if (kb & np.int64(hmask)) + d < mh:         # below every resident: it leaves
@@ -525,7 +529,7 @@ def _lfru_access(a, layer, cap, base, pbase, so, ns, tie_pos, expert, tbits, fre
             last[_U(j)] = np.float32(t)
             return 0
         thr = (mh + d) | tmask
-        if kb > thr and out[0] > thr:               # the smallest alone within the margin: it leaves
+        if kb > thr and r < (1 << 32):              # the smallest alone within the margin: it leaves
             v = np.int64(slot[_U(pbase + (m & tmask))])
         else:
             v = _lfru_seq_exact(sF, sL, sTP, so, n, t, thr, hmask, f, tp, kb <= thr)
@@ -546,16 +550,14 @@ def _lfru_access(a, layer, cap, base, pbase, so, ns, tie_pos, expert, tbits, fre
 
 @jit_loop
 def _replay_lfru_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, tbits, count_from, hits, misses,
-                     hit_flag, freq, last, slot, sF, sL, sTP, size, ns, out):
+                     hit_flag, freq, last, slot, sF, sL, sTP, size, ns):
     """The loop of :func:`replay_lfru_seq`: ``freq`` / ``last`` ``[l * 64 W + j]`` the count and last unit of
     layer ``l``'s tie position ``j`` while it is outside the cache, ``slot`` its slot (else -1); ``sF`` / ``sL`` /
     ``sTP`` ``[l * ns + s]`` the count, last unit and tie position of the block in slot ``s`` (an empty slot: count
-    ``inf``); ``size[l]`` the layer's residents (slots ``0 .. size - 1``); ``out[0]``: the next smallest packed
-    key. Two events of different layers run side by
-    side (:func:`_paired`), each with its own scratch (``out[0]``, ``out[1]``)."""
+    ``inf``); ``size[l]`` the layer's residents (slots ``0 .. size - 1``). Two events of different layers run side by
+    side (:func:`_paired`)."""
     record = hit_flag.shape[0] > 0
     npad = (n_experts + 63) // 64 * 64
-    out_b = out[1:]
     n_events = offsets.shape[0] - 1
     i = 0
     while i < n_events:
@@ -574,15 +576,15 @@ def _replay_lfru_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, tb
             for k in range(max(na, nb)):
                 if k < na:
                     ha += _lfru_access(lo + k, la, ca, la * n_experts, la * npad, la * ns, ns, tie_pos, expert, tbits,
-                                       freq, last, slot, sF, sL, sTP, size, out, record, hit_flag)
+                                       freq, last, slot, sF, sL, sTP, size, record, hit_flag)
                 if k < nb:
                     hb += _lfru_access(lob + k, lb, cb, lb * n_experts, lb * npad, lb * ns, ns, tie_pos, expert,
-                                       tbits, freq, last, slot, sF, sL, sTP, size, out_b, record, hit_flag)
+                                       tbits, freq, last, slot, sF, sL, sTP, size, record, hit_flag)
             _count(hits, misses, lb, nb, hb, i + 1 >= count_from)
             step = 2
         else:
             for k in range(na):
                 ha += _lfru_access(lo + k, la, ca, la * n_experts, la * npad, la * ns, ns, tie_pos, expert, tbits, freq,
-                                   last, slot, sF, sL, sTP, size, out, record, hit_flag)
+                                   last, slot, sF, sL, sTP, size, record, hit_flag)
         _count(hits, misses, la, na, ha, i >= count_from)
         i += step
