@@ -339,7 +339,11 @@ def test_the_curve_choice_follows_the_measured_costs():
     assert curve_pays(ReplayConfig("lfu"), lru8[:6], big)     # 4.45 at 0.6 < 4.5
     assert not curve_pays(ReplayConfig("lfu"), lru8[:5], big)  # 4.73 at 0.5 > 3.75
     assert curve_pays(ReplayConfig("lfu"), grid) and curve_pays(ReplayConfig("lfu"), grid, big)
-    assert curve_pays(ReplayConfig("lfu", semantics="sequential-ascending"), [0.1, 0.2])   # cheaper than one
+    seq = "sequential-ascending"        # the sequential loops of session 34: a pass costs many of their replays
+    assert not curve_pays(ReplayConfig("lfu", semantics=seq), [0.1, 0.2])     # 3.6 replays at 0.2 > 1.5
+    assert curve_pays(ReplayConfig("lfu", semantics=seq), lru8)               # 3.6 at 0.8 < 6
+    assert not curve_pays(ReplayConfig("lfru", semantics=seq), grid)          # 67.4 at 0.95 > 14.25
+    assert not curve_pays(ReplayConfig("lrfu", semantics=seq), grid)          # 51.2 > 14.25
     assert not curve_pays(ReplayConfig("lru"), [0.4, 0.4])               # one distinct rho: one replay
     assert not curve_pays(ReplayConfig("belady-forced"), [0.1, 0.2, 0.3])
     assert engine.CURVE_COST.keys() == engine.CURVE_COST_LARGE.keys()
