@@ -20,6 +20,9 @@ lanes that LLVM vectorizes.
   the layer's residents in slots (its quota rounded up to 16) rather than its tie positions: the float32 key
   ``count / age``, packed the same way, and the two smallest in one pass (:func:`lfru_lowest`).
 
+The ``lrfu`` and ``lfru`` loops run two events of different layers side by side (:func:`_paired`): each event's
+accesses form one chain of dependent work, and two chains keep the core busy where one waits.
+
 The engine sends sequential per-layer ``lfu``, ``lrfu`` and ``lfru`` here (``N <= 1024``); the tests compare them
 with ``replay_heap`` / ``replay_scan`` (tests/test_fast_policies.py) and, through the engine, with the naive
 twin.
@@ -166,8 +169,8 @@ def _replay_lfu_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, tbi
                     hit_flag, cnt, rk, size, empty):
     """The loop of :func:`replay_lfu_seq`: ``cnt[l * 64 W + j]`` the count of layer ``l``'s tie position ``j``,
     ``rk`` its packed key ``count << tbits | j`` while it is resident (else ``empty``), ``size[l]`` the layer's
-    residents. One event at a time: its chain per access is short (run side by side as :func:`_paired` does, two
-    events took 0.98-1.10 of the time)."""
+    residents. One event at a time: its chain per access is short, and two events side by side (as
+    :func:`_paired` runs them) were no faster (docs/performance.md, *Session 34*)."""
     record = hit_flag.shape[0] > 0
     npad = (n_experts + 63) // 64 * 64
     for i in range(offsets.shape[0] - 1):
@@ -192,16 +195,6 @@ def _f32_bits(typingctx, x):
     return sig, codegen
 
 
-@intrinsic
-def _bits_f32(typingctx, x):
-    """The float32 whose bits are the int32 ``x``."""
-    sig = types.float32(types.int32)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.float32))
-    return sig, codegen
-
-
 @jit_helper
 def _packed_value(x, tp, hmask):
     """A value's packed key: float32 ``x`` (0 below the floor of values) with its low bits replaced by ``tp``."""
@@ -221,7 +214,7 @@ def replay_lrfu_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
     position. A value's error against ``2**(key - lam R)`` stays below the margin ``delta`` of
     :func:`._kernels_bits._lrfu_margin`, and packing costs at most ``2**(tbits - 23)`` of it; so a block whose
     value exceeds the smallest by more than those margins ranks above it, and where another block lies within them
-    (a second pass counts them) the exact keys of those blocks decide. Parameters are those of
+    (a second pass finds the next smallest) the exact keys of those blocks decide. Parameters are those of
     :func:`._kernels_bits.replay_lrfu_bits` without ``pages``.
     """
     tbits = _tie_bits(n_experts)
