@@ -10,6 +10,10 @@ with the per-event Python loop it replaces.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from naive import naive_replay
@@ -928,3 +932,53 @@ def test_sequential_lfru_loop_on_keys_closer_than_its_packing(counts):
         got = [np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(n + 1, np.uint8)]
         KQ.replay_lfru_seq(stream2.offsets, stream2.expert, stream2.layer, N, 1, caps, tie_pos, 0, *got)
         assert all((x == y).all() for x, y in zip(got, want, strict=True)), (counts, a, b)
+
+
+@pytest.mark.parametrize("max_moves", [0, 1])
+def test_lrfu_bitset_loop_ranks_every_block_after_its_move_bound(max_moves):
+    """replay_lrfu_bits with its bound on an outer cut's moves at 0 (1): every overflow whose inner cuts do not
+    enclose the m-th value (that needs a second move) ranks every block of C ∪ U by exact keys instead, the path
+    that keeps the loop's time bounded whatever its state: the counts and hit flags of the generic kernel, on long
+    skewed streams (where outer cuts move often) at several capacities and lambdas."""
+    for N in (16, 128, 200):
+        for frac, stream, caps, tie, tie_pos in _skewed_cases(N, 400, 3):
+            for lam in (0.1, 0.5):
+                got, want = _bits_and_generic("lrfu", stream, caps, tie, tie_pos, 7, lam, max_moves=max_moves)
+                assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, frac, lam, max_moves)
+
+
+_NAN_VALUES = """
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from test_fast_policies import _skewed_cases
+from expertcache.replay import _kernels_bits as KB
+
+class NanValues:
+    '''The allocator of replay_lrfu_bits' state: every block of every layer resident from the start (its bitsets,
+    uint64, all ones, and the int64 counts of residents 16, where 0 was asked) with a NaN value (float32).'''
+    def __call__(self, shape, dtype, fill=None):
+        a = np.empty(shape, dtype)
+        if fill is not None:
+            kind = np.dtype(dtype)
+            a[...] = {np.dtype(np.float32): np.nan, np.dtype(np.uint64): ~np.uint64(0),
+                      np.dtype(np.int64): 16}.get(kind, fill) if fill == 0 else fill
+        return a
+    def copy(self, x):
+        return np.array(x)
+
+for frac, stream, caps, tie, tie_pos in _skewed_cases(16, 200, 3):
+    got = [np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(stream.union, np.uint8)]
+    KB.replay_lrfu_bits(stream.offsets, stream.expert, stream.layer, 16, 2, caps, tie_pos, 0.5, 0, *got,
+                        pages=NanValues())
+print("done")
+"""
+
+
+def test_lrfu_bitset_loop_ends_on_values_that_disagree_with_their_keys():
+    """State no stream makes (every block resident from the start with a NaN value, which no cut ever holds): the
+    outer cuts' bound ends each overflow (without it the loop runs without end, as a placement test's wrong fill
+    showed), in a subprocess with a time limit."""
+    r = subprocess.run([sys.executable, "-c", _NAN_VALUES, str(Path(__file__).parent)], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "done", r.stderr

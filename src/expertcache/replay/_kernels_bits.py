@@ -1165,6 +1165,10 @@ _LRFU_CUT_FACTORS = tuple(2.0 ** e for e in (-0.25, -0.08, 0.08, 0.25))
 #: The least factors by which a moved outer cut steps away from its inner one (the key-space step 1e-3).
 _LRFU_MIN_STEP_DOWN = 2.0 ** -0.001
 _LRFU_MIN_STEP_UP = 2.0 ** 0.001
+#: Moves of an outer cut after which an overflow of :func:`replay_lrfu_bits` ranks every block of ``C ∪ U``: the log of
+#: a cut's distance from the inner one grows 5x a step from at least 0.004 (the least step, to the fourth), so a
+#: cut reaches 0 (below ``_LRFU_FLOOR``) within 6 steps and ``inf`` within 10, whatever the finite values.
+_LRFU_MAX_MOVES = 64
 #: A layer's centre moves this share of the way to each leaving value (relative to its unit's scale): the leaving
 #: values scatter around a level that moves slowly, with little to follow from one overflow of a layer to the next,
 #: so a running mean places the next cuts better than the last value did. Measured with ``kernel_ab --kernel lrfu``
@@ -1174,7 +1178,7 @@ _LRFU_CENTRE_RATE = 0.25
 
 
 def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, lam, count_from, hits,
-                     misses, hit_flag, pages=None):
+                     misses, hit_flag, pages=None, max_moves=None):
     """Event-atomic, per-layer ``lrfu`` on bitsets in tie-position space (the decision of ``replay_heap``'s lrfu).
 
     A block's CRF is kept at its last access, ``S = 1 + S * 2**(-lam * gap)`` (``gap`` in units of its layer),
@@ -1207,10 +1211,13 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     tie position) or sorting them with a bitonic network: exact unless the ``need``-th and the next lie within ``3
     delta`` (or the next is below the lowest cut, where 0 stands for every value too small to hold), in which case the
     band's exact keys are sorted (the keys below the ``need``-th, and of those equal to it the lowest tie
-    positions, leave). A band wider than 64 takes every block of ``C ∪ U`` with exact keys. Parameters are those
-    of :func:`replay_lru_bits`, ``lam`` (``lrfu_lambda``) and ``pages``, the allocator of the state arrays
-    (:class:`._pages.Packed` by default; ``benchmarks/placement.py`` passes others). The state arrays are
-    allocated here and the loop runs in :func:`_replay_lrfu_bits`.
+    positions, leave). A band wider than 64 takes every block of ``C ∪ U`` with exact keys, as does an overflow whose
+    outer cut has moved :data:`_LRFU_MAX_MOVES` times (or ``max_moves``, lower in tests) without enclosing the
+    ``m``-th value: a finite cut reaches 0 or ``inf`` within a few steps, so only values that disagree with their
+    keys (NaN; no stream makes them) get there, and the loop's time stays bounded whatever its state. Parameters
+    are those of :func:`replay_lru_bits`, ``lam`` (``lrfu_lambda``), ``pages``, the allocator of the state arrays
+    (:class:`._pages.Packed` by default; ``benchmarks/placement.py`` passes others), and ``max_moves``. The state
+    arrays are allocated here and the loop runs in :func:`_replay_lrfu_bits`.
     """
     if offsets.shape[0] > MAX_LRFU_EVENTS:
         raise ValueError(f"{offsets.shape[0] - 1} events: this loop keeps last units as int32, so at most "
@@ -1239,7 +1246,8 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                       pa(8, np.float32), pa(width, np.int64), pa(width + 64, np.float64), pa(width, np.float64),
                       pa(width, np.float64), pa(width, np.float64), pa(4, np.int64, 0), n_units < _LRFU_DECAYS,
                       pa(width + 64, np.float32), pa.copy(lrfu_lanes(tie_pos, n_layers, n_experts)),
-                      pa.copy(np.ascontiguousarray(decays[::-1])))
+                      pa.copy(np.ascontiguousarray(decays[::-1])),
+                      _LRFU_MAX_MOVES if max_moves is None else max(int(max_moves), 0))
 
 
 def lrfu_lanes(tie_pos, n_layers, n_experts):
@@ -1330,7 +1338,7 @@ def _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, q
 @jit_loop
 def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, lam, count_from, hits, misses,
                       hit_flag, size, mem, ev, cu, msk, w8, S, PL, V, lunits, ubase, P, scale, centre, th, thv, cpos,
-                      ckey, sel, sel2, fb, cnt, whole, band, lane, Pr):
+                      ckey, sel, sel2, fb, cnt, whole, band, lane, Pr, max_moves):
     """The loop of :func:`replay_lrfu_bits`; ``S`` / ``PL`` / ``V`` ``[l * 64 W + j]``: CRF / layer unit of the
     last access / value (float32) of layer ``l``'s tie position ``j``; ``ubase[l]``: the layer's base unit;
     ``P[g] = 2**(-lam * g)``, ``Pr`` the same reversed (``Pr[len - 1 - g] = P[g]``); ``lane[b]``: block ``b``'s
@@ -1428,29 +1436,35 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, 1, 2, cnt)
         a = 1                          # the inner cuts, and an outer one only where an inner one does not do
         b = 2
+        moves = 0
         if cnt[1] > m:                 # more than leave sit below the inner low cut: the outer one, moved down
             a = 0                      # until it holds at most m (the log of its distance grows 5x a step);
             b = 1                      # the inner low cut bounds the band from above (narrower than cut 2)
-            while True:
+            while moves < max_moves:
                 _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, 0, 0, cnt)
                 if cnt[0] <= m:
                     break
                 r = min(th[0] / th[1], _LRFU_MIN_STEP_DOWN)
                 t = th[0] * (r * r) * (r * r)
                 _lrfu_set_cut(th, thv, 0, t if t >= _LRFU_FLOOR else -1.0, delta)
+                moves += 1
         elif cnt[2] < m:               # fewer than leave sit below the inner high cut: the outer one, moved up;
             a = 2                      # the inner high cut bounds the band from below
             b = 3
-            while True:
+            while moves < max_moves:
                 _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, 3, 3, cnt)
                 if cnt[3] >= m:
                     break
                 r = max(th[3] / th[2], _LRFU_MIN_STEP_UP)
                 _lrfu_set_cut(th, thv, 3, th[3] * (r * r) * (r * r), delta)
+                moves += 1
         c_lo = cnt[a]
         c_hi = cnt[b]
         need = m - c_lo
         nb = c_hi - c_lo
+        if a != 1 and moves >= max_moves:  # an outer cut that never enclosed the m-th value (values that disagree
+            need = 1                   # with the keys, e.g. NaN: no stream makes them): every block of C ∪ U ranked
+            nb = 65                    # by exact keys (the wide band's path), so that no state loops without end
         v = th[a]
         if need == 0:
             for w in range(n_words):
