@@ -18,7 +18,7 @@ lanes that LLVM vectorizes.
   within the margins decide.
 * :func:`replay_lfru_seq`: ``lfru``'s key drifts with the clock, so it is computed afresh at each eviction, over
   the layer's residents in slots (its quota rounded up to 16) rather than its tie positions: the float32 key
-  ``count / age``, packed the same way, and the two smallest in one pass (:func:`lfru_lowest`).
+  ``count / age`` with the slot's index in its low bits, and the two smallest in one pass (:func:`lfru_lowest`).
 
 The ``lrfu`` and ``lfru`` loops run two events of different layers side by side (:func:`_paired`): each event's
 accesses form one chain of dependent work, and two chains keep the core busy where one waits.
@@ -374,22 +374,22 @@ def _replay_lrfu_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, tb
 
 
 @intrinsic
-def lfru_lowest(typingctx, F, L, TP, off, n, t1, hmask, d):
+def lfru_lowest(typingctx, F, L, off, n, t1, hmask, d):
     """The smallest packed lfru key of slots ``off .. off + n`` (``n`` a positive multiple of 16), and in bit 32
     whether another lies within ``d`` float32 units in the last place above it: each slot's key ``F / (t1 - L)``
     in float32 (counts and last units integers below ``2**24``: the age exact, the quotient correctly rounded), its
-    bits with the low ones (``~hmask``) replaced by the slot's tie position ``TP``; another lies within when its
+    bits with the low ones (``~hmask``) replaced by the slot's index from ``off``; another lies within when its
     packed key is at most ``((smallest & hmask) + d) | ~hmask``. One loop over groups of 16 slots keeps the two
     smallest per lane; the test is one vector compare of those against that bound."""
-    sig = types.int64(F, L, TP, types.int64, types.int64, types.float32, types.int32, types.int32)
+    sig = types.int64(F, L, types.int64, types.int64, types.float32, types.int32, types.int32)
 
     def codegen(context, builder, signature, args):
-        F, L, TP, off, n, t1, hmask, d = args
+        F, L, off, n, t1, hmask, d = args
         v16f = ir.VectorType(ir.FloatType(), 16)
         v16i = ir.VectorType(_I32, 16)
         dF = context.make_array(signature.args[0])(context, builder, F).data
         dL = context.make_array(signature.args[1])(context, builder, L).data
-        dT = context.make_array(signature.args[2])(context, builder, TP).data
+        iota = ir.Constant(v16i, list(range(16)))
         big = _splat(builder, ir.Constant(_I32, 2**31 - 1), v16i, 16)
         vt1 = _splat(builder, t1, v16f, 16)
         vh = _splat(builder, hmask, v16i, 16)
@@ -405,9 +405,9 @@ def lfru_lowest(typingctx, F, L, TP, off, n, t1, hmask, d):
         idx = builder.add(off, builder.shl(c, ir.Constant(_I64, 4)))
         f = builder.load(builder.bitcast(builder.gep(dF, [idx]), v16f.as_pointer()), align=4)
         lst = builder.load(builder.bitcast(builder.gep(dL, [idx]), v16f.as_pointer()), align=4)
-        tp = builder.load(builder.bitcast(builder.gep(dT, [idx]), v16i.as_pointer()), align=4)
+        lane = builder.add(iota, _splat(builder, builder.trunc(builder.shl(c, ir.Constant(_I64, 4)), _I32), v16i, 16))
         k = builder.fdiv(f, builder.fsub(vt1, lst))
-        p = builder.or_(builder.and_(builder.bitcast(k, v16i), vh), tp)
+        p = builder.or_(builder.and_(builder.bitcast(k, v16i), vh), lane)
         hi = builder.select(builder.icmp_signed(">", m1, p), m1, p)
         m2n = builder.select(builder.icmp_signed("<", hi, m2), hi, m2)
         m1n = builder.select(builder.icmp_signed("<", p, m1), p, m1)
@@ -445,20 +445,20 @@ def replay_lfru_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
     quota rounded up to 16), each holding a count, a last unit (float32: integers below ``2**24``, the stream's
     bound, so the age is exact) and a tie position; blocks outside keep theirs in arrays over tie positions. An
     eviction runs :func:`lfru_lowest` over the slots: the float32 key ``count / age``, correctly rounded and so
-    in the order of the exact keys (ties apart), its low ``tbits`` bits replaced by the tie position. The
-    smallest leaves where the next (and the accessed block's key, its count) lie more than ``2**tbits + 2``
-    float32 units in the last place above it (then their keys are larger in float64 too); otherwise the float64
-    keys of the slots within that margin decide, ties to the lower tie position. Parameters are those of
+    in the order of the exact keys (ties apart), its low ``sbits`` bits (those of a slot's index) replaced by the
+    slot's index, so that the smallest names its slot. The smallest leaves where the next (and the accessed
+    block's key, its count) lie more than ``2**sbits + 2`` float32 units in the last place above it (then their
+    keys are larger in float64 too); otherwise the float64 keys of the slots within that margin decide, ties to the
+    lower tie position (packed keys that differ only in the slot's index are within it). Parameters are those of
     :func:`replay_lfu_seq` without ``reset_freq_on_evict``; streams of fewer than ``2**24`` accesses.
     """
-    tbits = _tie_bits(n_experts)
     npad = (n_experts + 63) // 64 * 64
     ns = max((min(int(capacity.max()) if capacity.shape[0] else 0, n_experts) + 15) // 16 * 16, 16)
     n = n_layers * npad
-    _replay_lfru_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos.astype(np.int32), tbits, count_from,
-                     hits, misses, hit_flag, np.zeros(n, np.float32), np.zeros(n, np.float32),
+    _replay_lfru_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos.astype(np.int32), _tie_bits(ns),
+                     count_from, hits, misses, hit_flag, np.zeros(n, np.float32), np.zeros(n, np.float32),
                      np.full(n, -1, np.int32), np.full(n_layers * ns, np.inf, np.float32),
-                     np.zeros(n_layers * ns, np.float32), np.full(n_layers * ns, (1 << tbits) - 1, np.int32),
+                     np.zeros(n_layers * ns, np.float32), np.zeros(n_layers * ns, np.int32),
                      np.zeros(n_layers, np.int64), ns)
 
 
@@ -474,7 +474,7 @@ def _lfru_seq_exact(sF, sL, sTP, so, size, t, thr, hmask, f, tp, take_new):
         bt = tp
     t1 = np.float32(t + 1)
     for s in range(so, so + size):
-        p = np.int64((_f32_bits(sF[_U(s)] / (t1 - sL[_U(s)])) & hmask) | sTP[_U(s)])
+        p = np.int64((_f32_bits(sF[_U(s)] / (t1 - sL[_U(s)])) & hmask) | (s - so))
         if p <= thr:
             k = float(sF[_U(s)]) / float(t - np.int64(sL[_U(s)]) + 1)
             q = np.int64(sTP[_U(s)])
@@ -486,14 +486,14 @@ def _lfru_seq_exact(sF, sL, sTP, so, size, t, thr, hmask, f, tp, take_new):
 
 
 @jit_inline
-def _lfru_access(a, layer, cap, base, pbase, so, ns, tie_pos, expert, tbits, freq, last, slot, sF, sL, sTP, size,
+def _lfru_access(a, layer, cap, base, pbase, so, ns, tie_pos, expert, sbits, freq, last, slot, sF, sL, sTP, size,
                  record, hit_flag):
     """Access ``a`` of :func:`_replay_lfru_seq` (layer ``layer``, quota ``cap``, slots from ``so``): 1 where it
     hits."""
     t = a
-    tmask = np.int64((1 << tbits) - 1)
-    hmask = np.int32(-(1 << tbits))
-    d = np.int64(2 << tbits) + 2                    # ulps beyond packing's: keys further apart order in float64 too
+    smask = np.int64((1 << sbits) - 1)
+    hmask = np.int32(-(1 << sbits))
+    d = np.int64(2 << sbits) + 2                    # ulps beyond packing's: keys further apart order in float64 too
     tp = np.int64(tie_pos[_U(base + expert[_U(a)])])
     j = pbase + tp
     s = np.int64(slot[_U(j)])
@@ -513,17 +513,17 @@ def _lfru_access(a, layer, cap, base, pbase, so, ns, tie_pos, expert, tbits, fre
         last[_U(j)] = np.float32(t)
         return 0
     else:
-        r = lfru_lowest(sF, sL, sTP, so, ns, np.float32(t + 1), hmask, np.int32(d))
+        r = lfru_lowest(sF, sL, so, ns, np.float32(t + 1), hmask, np.int32(d))
         m = r & 0x7FFFFFFF
-        kb = np.int64((_f32_bits(f) & hmask) | tp)  # the accessed block's key: its count (age 1)
+        kb = np.int64(_f32_bits(f) & hmask)         # the accessed block's key: its count (age 1)
         mh = m & np.int64(hmask)
-        if (kb & np.int64(hmask)) + d < mh:         # below every resident: it leaves
+        if kb + d < mh:                             # below every resident: it leaves
             freq[_U(j)] = f
             last[_U(j)] = np.float32(t)
             return 0
-        thr = (mh + d) | tmask
+        thr = (mh + d) | smask
         if kb > thr and r < (1 << 32):              # the smallest alone within the margin: it leaves
-            v = np.int64(slot[_U(pbase + (m & tmask))])
+            v = so + (m & smask)
         else:
             v = _lfru_seq_exact(sF, sL, sTP, so, n, t, thr, hmask, f, tp, kb <= thr)
             if v < 0:
@@ -542,7 +542,7 @@ def _lfru_access(a, layer, cap, base, pbase, so, ns, tie_pos, expert, tbits, fre
 
 
 @jit_loop
-def _replay_lfru_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, tbits, count_from, hits, misses,
+def _replay_lfru_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, sbits, count_from, hits, misses,
                      hit_flag, freq, last, slot, sF, sL, sTP, size, ns):
     """The loop of :func:`replay_lfru_seq`: ``freq`` / ``last`` ``[l * 64 W + j]`` the count and last unit of
     layer ``l``'s tie position ``j`` while it is outside the cache, ``slot`` its slot (else -1); ``sF`` / ``sL`` /
@@ -568,16 +568,16 @@ def _replay_lfru_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, tb
             hb = 0
             for k in range(max(na, nb)):
                 if k < na:
-                    ha += _lfru_access(lo + k, la, ca, la * n_experts, la * npad, la * ns, ns, tie_pos, expert, tbits,
+                    ha += _lfru_access(lo + k, la, ca, la * n_experts, la * npad, la * ns, ns, tie_pos, expert, sbits,
                                        freq, last, slot, sF, sL, sTP, size, record, hit_flag)
                 if k < nb:
                     hb += _lfru_access(lob + k, lb, cb, lb * n_experts, lb * npad, lb * ns, ns, tie_pos, expert,
-                                       tbits, freq, last, slot, sF, sL, sTP, size, record, hit_flag)
+                                       sbits, freq, last, slot, sF, sL, sTP, size, record, hit_flag)
             _count(hits, misses, lb, nb, hb, i + 1 >= count_from)
             step = 2
         else:
             for k in range(na):
-                ha += _lfru_access(lo + k, la, ca, la * n_experts, la * npad, la * ns, ns, tie_pos, expert, tbits, freq,
+                ha += _lfru_access(lo + k, la, ca, la * n_experts, la * npad, la * ns, ns, tie_pos, expert, sbits, freq,
                                    last, slot, sF, sL, sTP, size, record, hit_flag)
         _count(hits, misses, la, na, ha, i >= count_from)
         i += step
