@@ -517,17 +517,23 @@ def _phased_stream(rng, L: int) -> EventStream:
     return EventStream.from_lists(L, N, 3, steps, list(range(L)) * len(units), exps, [1] * len(exps))
 
 
-def test_lrfu_bitset_loop_across_moves_of_its_base():
-    """The values scaled down when a layer's base moves (every 600 / lambda units), blocks idle so long that
-    their values become 0 and only their exact keys rank them, and lambdas whose per-unit scale lands a cut on
-    a value (0.08 and 0.25, the cuts' factors): against the generic kernel."""
-    rng = np.random.default_rng(20261203)
-    for _ in range(30):
+def _phased_cases(seed: int, n: int):
+    """``n`` phased streams of 1-2 layers (:func:`_phased_stream`) with random or id tie ranks and quotas of 3-9,
+    drawn from one generator seeded ``seed``: ``(L, stream, tie, tie_pos, caps)`` each."""
+    rng = np.random.default_rng(seed)
+    for _ in range(n):
         L = int(rng.integers(1, 3))
         stream = _phased_stream(rng, L)
         tie = engine._tie_ranks(str(rng.choice(["id", "random"])), int(rng.integers(0, 100)), L * 16)
         _, tie_pos = engine._tie_order(tie, L, 16)
-        caps = rng.integers(3, 10, L).astype(np.int64)
+        yield L, stream, tie, tie_pos, rng.integers(3, 10, L).astype(np.int64)
+
+
+def test_lrfu_bitset_loop_across_moves_of_its_base():
+    """The values scaled down when a layer's base moves (every 600 / lambda units), blocks idle so long that
+    their values become 0 and only their exact keys rank them, and lambdas whose per-unit scale lands a cut on
+    a value (0.08 and 0.25, the cuts' factors): against the generic kernel."""
+    for L, stream, tie, tie_pos, caps in _phased_cases(20261203, 30):
         for lam in (0.08, 0.25, 0.5, 1.0):
             want = _generic(stream, ReplayConfig("lrfu"), True, False, caps, tie, KEY_LRFU, lam, False)
             got = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
@@ -849,13 +855,7 @@ def test_sequential_lfu_and_lrfu_loops_on_long_skewed_streams(N):
 def test_sequential_lrfu_loop_across_moves_of_its_base():
     """Blocks idle for thousands of units (their values scaled down at every move of the base until they are 0,
     where only exact keys rank them), then evicted: the packed-key loop against replay_heap."""
-    rng = np.random.default_rng(20261205)
-    for _ in range(12):
-        L = int(rng.integers(1, 3))
-        stream = _phased_stream(rng, L)
-        tie = engine._tie_ranks(str(rng.choice(["id", "random"])), int(rng.integers(0, 100)), L * 16)
-        _, tie_pos = engine._tie_order(tie, L, 16)
-        caps = rng.integers(3, 10, L).astype(np.int64)
+    for _, stream, tie, tie_pos, caps in _phased_cases(20261205, 12):
         for got, want, case in _seq_cases(stream, tie, tie_pos, caps, 0, lams=(0.08, 0.25, 0.5, 1.0),
                                           orders=(stream.expert,)):
             assert all((a == b).all() for a, b in zip(got, want, strict=True)), (caps, case)

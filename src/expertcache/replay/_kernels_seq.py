@@ -37,15 +37,12 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .._jit import jit, jit_helper, jit_inline, jit_loop
-from ._kernels import crf_decay, crf_decays, crf_key
-from ._kernels_bits import _LRFU_DECAYS, _LRFU_SPAN, _LRFU_TINY, _lrfu_margin
+from ._kernels import crf_decays, crf_key
+from ._kernels_bits import _LRFU_DECAYS, _LRFU_SPAN, _LRFU_TINY, _U, _lrfu_decay, _lrfu_margin
 from ._simd import _splat
 
 _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
-
-#: An unsigned index (numba skips the negative-index wraparound); every index here is non-negative.
-_U = np.uint64
 
 #: The largest packed int32 key, a lane with no resident (NaN's bits in ``lrfu``: above every value and ``inf``).
 _EMPTY32 = np.int32(2**31 - 1)
@@ -234,12 +231,6 @@ def replay_lrfu_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
 
 
 @jit_helper
-def _lrfu_seq_decay(P, lam, gap):
-    """``crf_decay(lam, gap)``, from the table ``P`` where it holds it."""
-    return P[_U(gap)] if gap < P.shape[0] else crf_decay(lam, gap)
-
-
-@jit_helper
 def _lrfu_seq_exact(S, PL, rk, pbase, npad, thr, lam, j, s, u, tp, take_new):
     """The lane (or ``-1``: the accessed block at lane ``j``, CRF ``s`` at unit ``u``, tie position ``tp``, when
     ``take_new``) of the lowest exact ``(key, tie position)`` among the residents whose packed key is at most
@@ -276,12 +267,12 @@ def _lrfu_access(a, layer, cap, base, pbase, npad, tie_pos, expert, tbits, lam, 
     if g >= scale.shape[0]:                         # the base moves to this unit: every resident's value again
         for q in range(pbase, pbase + npad):
             if rk[_U(q)] != empty:
-                rk[_U(q)] = _packed_value(S[_U(q)] * _lrfu_seq_decay(P, lam, u - PL[_U(q)]), q - pbase, hmask)
+                rk[_U(q)] = _packed_value(S[_U(q)] * _lrfu_decay(P, lam, u - PL[_U(q)]), q - pbase, hmask)
         ubase[ul] = u
         low[ul] = -1
         g = 0
     s0 = S[_U(j)]
-    s = 1.0 + s0 * _lrfu_seq_decay(P, lam, u - PL[_U(j)]) if s0 > 0.0 else 1.0
+    s = 1.0 + s0 * _lrfu_decay(P, lam, u - PL[_U(j)]) if s0 > 0.0 else 1.0
     S[_U(j)] = s
     PL[_U(j)] = u
     key = np.int64(_packed_value(s * scale[_U(g)], tp, hmask))
@@ -348,29 +339,23 @@ def _replay_lrfu_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, tb
         ca = capacity[_U(la)]
         lo = offsets[i]
         na = offsets[i + 1] - lo
+        two = _paired(ev_layer, i, n_events)       # else the second event is empty
+        lb = ev_layer[i + 1] if two else la
+        cb = capacity[_U(lb)]
+        lob = offsets[i + 1]
+        nb = offsets[i + 2] - lob if two else 0
         ha = 0
-        step = 1
-        if _paired(ev_layer, i, n_events):
-            lb = ev_layer[i + 1]
-            cb = capacity[_U(lb)]
-            lob = offsets[i + 1]
-            nb = offsets[i + 2] - lob
-            hb = 0
-            for k in range(max(na, nb)):
-                if k < na:
-                    ha += _lrfu_access(lo + k, la, ca, la * n_experts, la * npad, npad, tie_pos, expert, tbits, lam, S,
-                                       PL, rk, size, lunits, ubase, low, P, scale, record, hit_flag)
-                if k < nb:
-                    hb += _lrfu_access(lob + k, lb, cb, lb * n_experts, lb * npad, npad, tie_pos, expert, tbits, lam,
-                                       S, PL, rk, size, lunits, ubase, low, P, scale, record, hit_flag)
-            _count(hits, misses, lb, nb, hb, i + 1 >= count_from)
-            step = 2
-        else:
-            for k in range(na):
-                ha += _lrfu_access(lo + k, la, ca, la * n_experts, la * npad, npad, tie_pos, expert, tbits, lam, S, PL,
-                                   rk, size, lunits, ubase, low, P, scale, record, hit_flag)
+        hb = 0
+        for k in range(max(na, nb)):
+            if k < na:
+                ha += _lrfu_access(lo + k, la, ca, la * n_experts, la * npad, npad, tie_pos, expert, tbits, lam, S,
+                                   PL, rk, size, lunits, ubase, low, P, scale, record, hit_flag)
+            if k < nb:
+                hb += _lrfu_access(lob + k, lb, cb, lb * n_experts, lb * npad, npad, tie_pos, expert, tbits, lam,
+                                   S, PL, rk, size, lunits, ubase, low, P, scale, record, hit_flag)
         _count(hits, misses, la, na, ha, i >= count_from)
-        i += step
+        _count(hits, misses, lb, nb, hb, two and i + 1 >= count_from)
+        i += 2 if two else 1
 
 
 @intrinsic
@@ -558,26 +543,20 @@ def _replay_lfru_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, sb
         ca = capacity[_U(la)]
         lo = offsets[i]
         na = offsets[i + 1] - lo
+        two = _paired(ev_layer, i, n_events)       # else the second event is empty
+        lb = ev_layer[i + 1] if two else la
+        cb = capacity[_U(lb)]
+        lob = offsets[i + 1]
+        nb = offsets[i + 2] - lob if two else 0
         ha = 0
-        step = 1
-        if _paired(ev_layer, i, n_events):
-            lb = ev_layer[i + 1]
-            cb = capacity[_U(lb)]
-            lob = offsets[i + 1]
-            nb = offsets[i + 2] - lob
-            hb = 0
-            for k in range(max(na, nb)):
-                if k < na:
-                    ha += _lfru_access(lo + k, la, ca, la * n_experts, la * npad, la * ns, ns, tie_pos, expert, sbits,
-                                       freq, last, slot, sF, sL, sTP, size, record, hit_flag)
-                if k < nb:
-                    hb += _lfru_access(lob + k, lb, cb, lb * n_experts, lb * npad, lb * ns, ns, tie_pos, expert,
-                                       sbits, freq, last, slot, sF, sL, sTP, size, record, hit_flag)
-            _count(hits, misses, lb, nb, hb, i + 1 >= count_from)
-            step = 2
-        else:
-            for k in range(na):
-                ha += _lfru_access(lo + k, la, ca, la * n_experts, la * npad, la * ns, ns, tie_pos, expert, sbits, freq,
-                                   last, slot, sF, sL, sTP, size, record, hit_flag)
+        hb = 0
+        for k in range(max(na, nb)):
+            if k < na:
+                ha += _lfru_access(lo + k, la, ca, la * n_experts, la * npad, la * ns, ns, tie_pos, expert, sbits,
+                                   freq, last, slot, sF, sL, sTP, size, record, hit_flag)
+            if k < nb:
+                hb += _lfru_access(lob + k, lb, cb, lb * n_experts, lb * npad, lb * ns, ns, tie_pos, expert,
+                                   sbits, freq, last, slot, sF, sL, sTP, size, record, hit_flag)
         _count(hits, misses, la, na, ha, i >= count_from)
-        i += step
+        _count(hits, misses, lb, nb, hb, two and i + 1 >= count_from)
+        i += 2 if two else 1
