@@ -346,7 +346,7 @@ def test_the_curve_choice_follows_the_measured_costs():
     seq = "sequential-ascending"        # the sequential loops of session 34: a pass costs many of their replays
     assert not curve_pays(ReplayConfig("lfu", semantics=seq), [0.1, 0.2])     # 3.6 replays at 0.2 > 1.5
     assert curve_pays(ReplayConfig("lfu", semantics=seq), lru8)               # 3.6 at 0.8 < 6
-    assert not curve_pays(ReplayConfig("lfru", semantics=seq), grid)          # 67.4 at 0.95 > 14.25
+    assert not curve_pays(ReplayConfig("lfru", semantics=seq), grid)          # 65.5 at 0.95 > 14.25
     assert not curve_pays(ReplayConfig("lrfu", semantics=seq), grid)          # 51.2 > 14.25
     assert not curve_pays(ReplayConfig("lru"), [0.4, 0.4])               # one distinct rho: one replay
     assert not curve_pays(ReplayConfig("belady-forced"), [0.1, 0.2, 0.3])
@@ -932,6 +932,29 @@ def test_sequential_lfru_loop_on_keys_closer_than_its_packing(counts):
         got = [np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(n + 1, np.uint8)]
         KQ.replay_lfru_seq(stream2.offsets, stream2.expert, stream2.layer, N, 1, caps, tie_pos, 0, *got)
         assert all((x == y).all() for x, y in zip(got, want, strict=True)), (counts, a, b)
+
+
+@pytest.mark.parametrize(("quota", "width"), [(5, 16), (16, 16), (17, 32), (40, 64), (64, 64), (65, None)])
+def test_sequential_lfru_loop_in_registers_at_each_width(monkeypatch, quota, width):
+    """Quotas up to 64 run the loop that holds a layer's slots as vectors of 16, 32 or 64 lanes (48 taken as 64),
+    larger ones the loop over slots in memory; each equals replay_scan on long skewed streams (counts far apart and
+    close together, evictions that the margins send to the exact keys), ascending and shuffled, with warm-up."""
+    seen = []
+    for name in ("_replay_lfru_seq_v", "_replay_lfru_seq"):
+        real = getattr(KQ, name)
+        monkeypatch.setattr(KQ, name, lambda *a, _r=real, _n=name: seen.append(a[-1].n if _n.endswith("_v") else None)
+                            or _r(*a))
+    N = 96
+    stream = _skewed_stream(2, N, 600, 6, quota)
+    tie = engine._tie_ranks("random", 11, 2 * N)
+    _, tie_pos = engine._tie_order(tie, 2, N)
+    caps = np.array([max(quota - 3, 0), quota], dtype=np.int64)
+    for expert in (stream.expert, _shuffled(stream, 5)):
+        want = _scan_sequential(stream, expert, caps, tie, 4)
+        got = [np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(stream.union, np.uint8)]
+        KQ.replay_lfru_seq(stream.offsets, expert, stream.layer, N, 2, caps, tie_pos, 4, *got)
+        assert all((a == b).all() for a, b in zip(got, want, strict=True)), (quota, width)
+    assert seen == [width, width]
 
 
 @pytest.mark.parametrize("max_moves", [0, 1])

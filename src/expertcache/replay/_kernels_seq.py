@@ -19,6 +19,9 @@ lanes that LLVM vectorizes.
 * :func:`replay_lfru_seq`: ``lfru``'s key drifts with the clock, so it is computed afresh at each eviction, over
   the layer's residents in slots (its quota rounded up to 16) rather than its tie positions: the float32 key
   ``count / age`` with the slot's index in its low bits, and the two smallest in one pass (:func:`lfru_lowest`).
+  Where the slots are 16, 32 or 64 (48 taken as 64), the event's layer's counts and last units are also held as
+  two vectors in registers through its accesses (:mod:`._vec`), so that a pass does not wait for the stores of
+  the access before it.
 
 The ``lrfu`` and ``lfru`` loops run two events of different layers side by side (:func:`_paired`): each event's
 accesses form one chain of dependent work, and two chains keep the core busy where one waits.
@@ -40,6 +43,7 @@ from .._jit import jit, jit_helper, jit_inline, jit_loop
 from ._kernels import crf_decays, crf_key
 from ._kernels_bits import _LRFU_DECAYS, _LRFU_SPAN, _LRFU_TINY, _U, _lrfu_decay, _lrfu_margin
 from ._simd import _splat
+from ._vec import WIDTHS, Lanes, vadd, vload, vlowest, vset
 
 _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
@@ -439,12 +443,17 @@ def replay_lfru_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
     """
     npad = (n_experts + 63) // 64 * 64
     ns = max((min(int(capacity.max()) if capacity.shape[0] else 0, n_experts) + 15) // 16 * 16, 16)
+    if ns == 48:
+        ns = 64                                     # vectors of 16, 32 or 64 lanes
     n = n_layers * npad
-    _replay_lfru_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos.astype(np.int32), _tie_bits(ns),
-                     count_from, hits, misses, hit_flag, np.zeros(n, np.float32), np.zeros(n, np.float32),
-                     np.full(n, -1, np.int32), np.full(n_layers * ns, np.inf, np.float32),
-                     np.zeros(n_layers * ns, np.float32), np.zeros(n_layers * ns, np.int32),
-                     np.zeros(n_layers, np.int64), ns)
+    args = (offsets, expert, ev_layer, n_experts, capacity, tie_pos.astype(np.int32), _tie_bits(ns), count_from,
+            hits, misses, hit_flag, np.zeros(n, np.float32), np.zeros(n, np.float32), np.full(n, -1, np.int32),
+            np.full(n_layers * ns, np.inf, np.float32), np.zeros(n_layers * ns, np.float32),
+            np.zeros(n_layers * ns, np.int32), np.zeros(n_layers, np.int64), ns)
+    if ns in WIDTHS:
+        _replay_lfru_seq_v(*args, Lanes(ns))
+    else:
+        _replay_lfru_seq(*args)
 
 
 @jit_helper
@@ -557,6 +566,115 @@ def _replay_lfru_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, sb
             if k < nb:
                 hb += _lfru_access(lob + k, lb, cb, lb * n_experts, lb * npad, lb * ns, ns, tie_pos, expert,
                                    sbits, freq, last, slot, sF, sL, sTP, size, record, hit_flag)
+        _count(hits, misses, la, na, ha, i >= count_from)
+        _count(hits, misses, lb, nb, hb, two and i + 1 >= count_from)
+        i += 2 if two else 1
+
+
+@jit_inline
+def _lfru_vaccess(a, layer, cap, base, pbase, so, tie_pos, expert, sbits, freq, last, slot, sF, sL, sTP, n, F, L,
+                  record, hit_flag):
+    """:func:`_lfru_access` with the layer's slots' counts and last units also held as two vectors, ``F`` and
+    ``L`` (its residents ``n``), for the pass: returns ``(1 where it hits, n, F, L)``. The arrays ``sF`` / ``sL``
+    are written as the vectors are (scalar stores), so that the block that leaves and the exact keys read them."""
+    t = a
+    smask = np.int64((1 << sbits) - 1)
+    hmask = np.int32(-(1 << sbits))
+    d = np.int64(2 << sbits) + 2
+    tp = np.int64(tie_pos[_U(base + expert[_U(a)])])
+    j = pbase + tp
+    s = np.int64(slot[_U(j)])
+    if s >= 0:                                      # a hit
+        v = s - so
+        F = vadd(F, v, np.float32(1.0))
+        L = vset(L, v, np.float32(t))
+        sF[_U(s)] += np.float32(1.0)
+        sL[_U(s)] = np.float32(t)
+        if record:
+            hit_flag[_U(a)] = 1
+        return 1, n, F, L
+    f = freq[_U(j)] + np.float32(1.0)
+    if n < cap:
+        v = n
+        n += 1
+    elif cap <= 0:
+        freq[_U(j)] = f
+        last[_U(j)] = np.float32(t)
+        return 0, n, F, L
+    else:
+        r = vlowest(F, L, np.float32(t + 1), hmask, np.int32(d))
+        m = r & 0x7FFFFFFF
+        kb = np.int64(_f32_bits(f) & hmask)         # the accessed block's key: its count (age 1)
+        mh = m & np.int64(hmask)
+        if kb + d < mh:                             # below every resident: it leaves
+            freq[_U(j)] = f
+            last[_U(j)] = np.float32(t)
+            return 0, n, F, L
+        thr = (mh + d) | smask
+        if kb > thr and r < (1 << 32):              # the smallest alone within the margin: it leaves
+            v = m & smask
+        else:
+            w = _lfru_seq_exact(sF, sL, sTP, so, n, t, thr, hmask, f, tp, kb <= thr)
+            if w < 0:
+                freq[_U(j)] = f
+                last[_U(j)] = np.float32(t)
+                return 0, n, F, L
+            v = w - so
+        q = pbase + np.int64(sTP[_U(so + v)])       # the block that leaves keeps its count and last unit
+        freq[_U(q)] = sF[_U(so + v)]
+        last[_U(q)] = sL[_U(so + v)]
+        slot[_U(q)] = -1
+    F = vset(F, v, f)
+    L = vset(L, v, np.float32(t))
+    sF[_U(so + v)] = f
+    sL[_U(so + v)] = np.float32(t)
+    sTP[_U(so + v)] = tp
+    slot[_U(j)] = so + v
+    return 0, n, F, L
+
+
+@jit_loop
+def _replay_lfru_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, sbits, count_from, hits, misses,
+                       hit_flag, freq, last, slot, sF, sL, sTP, size, ns, lanes):
+    """:func:`_replay_lfru_seq` for ``ns`` (= ``lanes``' width) of 16, 32 or 64: an event's layer's slots are
+    loaded as two vectors (counts, last units) when the event begins and held in registers through its accesses
+    (:func:`_lfru_vaccess`), so that no pass waits for the stores of the access before it."""
+    record = hit_flag.shape[0] > 0
+    npad = (n_experts + 63) // 64 * 64
+    n_events = offsets.shape[0] - 1
+    i = 0
+    while i < n_events:
+        la = ev_layer[i]
+        ca = capacity[_U(la)]
+        lo = offsets[i]
+        na = offsets[i + 1] - lo
+        two = _paired(ev_layer, i, n_events)       # else the second event is empty
+        lb = ev_layer[i + 1] if two else la
+        cb = capacity[_U(lb)]
+        lob = offsets[i + 1]
+        nb = offsets[i + 2] - lob if two else 0
+        soa = la * ns
+        sob = lb * ns
+        Fa = vload(sF, soa, lanes)
+        La = vload(sL, soa, lanes)
+        Fb = vload(sF, sob, lanes)
+        Lb = vload(sL, sob, lanes)
+        sa = size[_U(la)]
+        sb = size[_U(lb)]
+        ha = 0
+        hb = 0
+        for k in range(max(na, nb)):
+            if k < na:
+                x, sa, Fa, La = _lfru_vaccess(lo + k, la, ca, la * n_experts, la * npad, soa, tie_pos, expert, sbits,
+                                              freq, last, slot, sF, sL, sTP, sa, Fa, La, record, hit_flag)
+                ha += x
+            if k < nb:
+                x, sb, Fb, Lb = _lfru_vaccess(lob + k, lb, cb, lb * n_experts, lb * npad, sob, tie_pos, expert,
+                                              sbits, freq, last, slot, sF, sL, sTP, sb, Fb, Lb, record, hit_flag)
+                hb += x
+        size[_U(la)] = sa
+        if two:
+            size[_U(lb)] = sb
         _count(hits, misses, la, na, ha, i >= count_from)
         _count(hits, misses, lb, nb, hb, two and i + 1 >= count_from)
         i += 2 if two else 1
