@@ -13,7 +13,7 @@ what counts):
 
 * per policy: policy / lru, event-atomic (or each of ``--policy-semantics``), per-layer scope (at rho 0.4, or at
   each of ``--policy-rhos``);
-* sequential-random / sequential-ascending (same policy, per-layer);
+* sequential-random / sequential-ascending (same policy, per-layer; at rho 0.4, or at each of ``--random-rhos``);
 * lfru global / lfru per-layer (event-atomic and sequential-ascending; at rho 0.4, or at each of
   ``--global-rhos``).
 
@@ -108,10 +108,12 @@ def rows(args: argparse.Namespace) -> list[tuple[str, ReplayConfig, ReplayConfig
             for policy in filter(None, args.policies.split(",")):
                 out.append((f"{policy} / lru ({sem}, per-layer{at})", ReplayConfig(policy, rho=rho, semantics=sem),
                             lru))
-    for policy in filter(None, args.random_policies.split(",")):
-        out.append((f"{policy}: sequential-random / sequential-ascending",
-                    ReplayConfig(policy, rho=0.4, semantics="sequential-random"),
-                    ReplayConfig(policy, rho=0.4, semantics="sequential-ascending")))
+    for rho in [float(x) for x in args.random_rhos.split(",") if x]:
+        at = "" if rho == 0.4 else f" (rho {rho:g})"
+        for policy in filter(None, args.random_policies.split(",")):
+            out.append((f"{policy}: sequential-random / sequential-ascending{at}",
+                        ReplayConfig(policy, rho=rho, semantics="sequential-random"),
+                        ReplayConfig(policy, rho=rho, semantics="sequential-ascending")))
     for rho in () if args.no_global else [float(x) for x in args.global_rhos.split(",") if x]:
         for sem in ("event-atomic", "sequential-ascending"):
             at = "" if rho == 0.4 else f", rho {rho:g}"
@@ -147,6 +149,8 @@ def main() -> None:
     ap.add_argument("--policies", default="lfu,lfru,lrfu,least-stale,belady")
     ap.add_argument("--random-policies", default="lru,lfu",
                     help="policies timed sequential-random vs ascending ('' for none)")
+    ap.add_argument("--random-rhos", default="0.4",
+                    help="rho values of the sequential-random / ascending rows, comma-separated (default 0.4)")
     ap.add_argument("--no-global", action="store_true", help="skip the lfru global / per-layer rows")
     ap.add_argument("--global-rhos", default="0.4",
                     help="rho values of the lfru global / per-layer rows, comma-separated (default 0.4)")

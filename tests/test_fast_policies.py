@@ -25,6 +25,7 @@ from expertcache.replay import ReplayConfig, curve_pays, engine, replay, replay_
 from expertcache.replay import _kernels as K
 from expertcache.replay import _kernels_bits as KB
 from expertcache.replay import _kernels_lfru as KL
+from expertcache.replay import _kernels_order as KO
 from expertcache.replay import _kernels_ranked as KR
 from expertcache.replay import _kernels_seq as KQ
 from expertcache.replay.keys import KEY_LEAST_STALE, KEY_LFRU, KEY_LFU, KEY_LRFU
@@ -284,15 +285,20 @@ def _python_order(stream: EventStream, seed: int) -> np.ndarray:
     return expert
 
 
+def _any_sizes_stream(rng, max_n, max_steps):
+    """A stream of 1-3 layers and 1 to ``max_n - 1`` experts whose events hold from one member to every expert."""
+    L = int(rng.integers(1, 4))
+    N = int(rng.integers(1, max_n))
+    rows = [(s, l) for s in range(int(rng.integers(1, max_steps))) for l in range(L) if rng.random() < 0.8] or [(0, 0)]
+    experts = [sorted(rng.choice(N, int(rng.integers(1, N + 1)), replace=False).tolist()) for _ in rows]
+    return EventStream.from_lists(L, N, N, [r[0] for r in rows], [r[1] for r in rows], experts, [1] * len(rows))
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_sequential_random_order_equals_the_python_loop(seed):
     rng = np.random.default_rng([seed, 7])
     for _ in range(30):
-        L = int(rng.integers(1, 4))
-        N = int(rng.integers(1, 300))
-        rows = [(s, l) for s in range(int(rng.integers(1, 25))) for l in range(L) if rng.random() < 0.8] or [(0, 0)]
-        experts = [sorted(rng.choice(N, int(rng.integers(1, N + 1)), replace=False).tolist()) for _ in rows]
-        stream = EventStream.from_lists(L, N, N, [r[0] for r in rows], [r[1] for r in rows], experts, [1] * len(rows))
+        stream = _any_sizes_stream(rng, 300, 25)
         s = int(rng.integers(0, 10_000))
         assert (engine._member_order(stream, "sequential-random", s) == _python_order(stream, s)).all()
 
@@ -300,6 +306,52 @@ def test_sequential_random_order_equals_the_python_loop(seed):
 def test_sequential_random_order_on_a_large_stream():
     stream = random_stream(9, L=4, N=128, k=8, steps=60)
     assert (engine._member_order(stream, "sequential-random", 3) == _python_order(stream, 3)).all()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lru_with_its_shuffle_inside_equals_the_shuffle_then_the_replay(seed):
+    """replay_lru_random (each event shuffled beside the previous event's accesses) against shuffle_events then
+    replay_lru's sequential units: the same order left in its array, counts and hit flags; quotas 0, 1, small, past
+    N, per layer and global, warm-up, events of one member (no draw) and of every expert."""
+    rng = np.random.default_rng([seed, 35])
+    for _ in range(12):
+        stream = _any_sizes_stream(rng, 200, 30)
+        L, N = stream.n_layers, stream.n_experts
+        tie = engine._tie_ranks("random", seed, L * N)
+        order, tie_pos = engine._tie_order(tie, L, N)
+        warm = int(rng.integers(0, 3))
+        words = engine._order_words(int(rng.integers(0, 1000)))
+        for global_scope in (False, True):
+            for c in (0, 1, max(N // 4, 1), N + 3):
+                caps = np.full(1 if global_scope else L, c * (L if global_scope else 1), dtype=np.int64)
+                want_order = stream.expert.copy()
+                KO.shuffle_events(stream.offsets, want_order, words)
+                want = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
+                K.replay_lru(stream.offsets, want_order, stream.layer, N, L, global_scope, False, caps, order, tie_pos,
+                             warm, *want)
+                got_order = stream.expert.copy()
+                got = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
+                KO.replay_lru_random(stream.offsets, got_order, stream.layer, N, L, global_scope, caps, warm, *got,
+                                     words)
+                assert (got_order == want_order).all()
+                assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, c, global_scope)
+
+
+def test_sequential_random_lru_and_least_stale_shuffle_inside_their_loop(monkeypatch):
+    """The engine sends sequential-random lru and least-stale (lru's loops) to replay_lru_random with the
+    stream's own member order and the seed's generator, and the counts are the twin's."""
+    called = []
+    real = KO.replay_lru_random
+    monkeypatch.setattr(KO, "replay_lru_random", lambda *a: called.append(a[1].copy()) or real(*a))
+    stream = random_stream(5, L=2, N=24, k=6, steps=12)
+    for policy in ("lru", "least-stale"):
+        for scope in ("per-layer", "global"):
+            kw = dict(rho=0.3, semantics="sequential-random", scope=scope, seed=4, warmup_events=2)
+            got = replay(stream, ReplayConfig(policy, **kw))
+            assert counts(got) == naive_counts(naive_replay(stream, policy, **kw)), (policy, scope)
+    assert len(called) == 4 and all((x == stream.expert).all() for x in called)
+    replay(stream, ReplayConfig("lru", rho=0.3, semantics="sequential-ascending"))
+    assert len(called) == 4
 
 
 STACK = ("lru", "least-stale", "lfu", "lfru", "lrfu", "belady")

@@ -59,3 +59,13 @@ def test_policy_rows_under_another_semantics_name_it():
 def test_unknown_policy_semantics_is_a_usage_error():
     r = _run("--policy-semantics", "atomic")
     assert r.returncode == 2 and "--policy-semantics" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_random_rows_at_other_rhos_name_them():
+    r = subprocess.run([sys.executable, SCRIPT, "--steps", "4", "--pairs", "2", "--policies", "", "--random-policies",
+                        "lru", "--random-rhos", "0.1,0.4", "--no-global"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert sum(ln.startswith("lru: sequential-random / sequential-ascending (rho 0.1)") for ln in lines) == 1
+    assert sum(ln.startswith("lru: sequential-random / sequential-ascending ") and "rho" not in ln
+               for ln in lines) == 1, r.stdout

@@ -6,6 +6,10 @@ masked rejection on the bit generator's 32-bit outputs (for PCG64: the low,
 then the high half of each 64-bit output). :func:`shuffle_events` runs the same
 generator and those draws, so the order equals the one the per-event
 ``seg[rng.permutation(len(seg))]`` loop gives for the same generator.
+
+:func:`replay_lru_random` is sequential-random ``lru`` with that shuffle inside its loop: each event's draws run
+beside the previous event's accesses, two independent chains that the core overlaps, where a shuffle before the
+replay adds its whole time to it.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from .._jit import jit
+from .._jit import jit, jit_inline
+from ._kernels import _append
 
 
 @intrinsic
@@ -58,15 +63,44 @@ def pcg64_words(bit_generator) -> np.ndarray:
     return np.array([x >> 64, x & m, inc >> 64, inc & m], dtype=np.uint64)
 
 
+@jit_inline
+def _draw(expert, lo, i, shi, slo, ihi, ilo, out, half):
+    """One pass of the shuffle of the event at ``lo``, at position ``i`` (``> 0``): a 32-bit draw of the PCG64
+    generator (state ``shi``, ``slo``, increment ``ihi``, ``ilo``; ``out`` the 64-bit output whose high half is
+    next where ``half``), masked to the smallest ``2**k - 1 >= i``; an accepted draw ``v <= i`` swaps positions
+    ``i`` and ``v`` and moves to ``i - 1``, a rejected one swaps ``i`` with itself and stays (no branch depends on
+    a draw). Returns ``(i, shi, slo, out, half)`` after it."""
+    if half == 0:                 # a new 64-bit output: its low half now, its high half next
+        nlo = slo * _MULT_LO
+        nhi = _mulhi(slo, _MULT_LO) + slo * _MULT_HI + shi * _MULT_LO
+        slo = nlo + ilo
+        shi = nhi + ihi + np.uint64(slo < nlo)
+        x = shi ^ slo
+        r = shi >> np.uint64(58)
+        out = (x >> r) | (x << ((np.uint64(64) - r) & np.uint64(63)))
+        d = out & np.uint64(0xFFFFFFFF)
+    else:
+        d = out >> np.uint64(32)
+    half ^= 1
+    mask = np.uint64(0xFFFFFFFFFFFFFFFF) >> _ctlz(np.uint64(i))        # the smallest 2**k - 1 >= i
+    v = np.int64(d & mask)
+    acc = v <= i
+    j = lo + (v if acc else i)
+    x0 = expert[lo + i]
+    expert[lo + i] = expert[j]
+    expert[j] = x0
+    return i - np.int64(acc), shi, slo, out, half
+
+
 @jit
 def shuffle_events(offsets, expert, pcg):
     """Shuffle each event's members in place with the draws of the PCG64 generator ``pcg``.
 
     numpy's PCG64 (a 128-bit LCG, ``state = state * M + inc``, output ``rotr64(hi ^ lo, hi >> 58)`` of the
     new state) runs here, so the draws come from registers, not from a buffer numpy fills. The loop takes one
-    32-bit draw per pass (the low half of an output, then its high half): an accepted draw swaps position
-    ``i`` with ``j`` and moves to ``i - 1``, a rejected one swaps ``i`` with itself and stays, so no branch
-    depends on a draw (the rejection loop this replaces mispredicted on about a quarter of the draws;
+    32-bit draw per pass (the low half of an output, then its high half; :func:`_draw`): an accepted draw swaps
+    position ``i`` with ``j`` and moves to ``i - 1``, a rejected one swaps ``i`` with itself and stays, so no
+    branch depends on a draw (the rejection loop this replaces mispredicted on about a quarter of the draws;
     ``benchmarks/replay_throughput.py``'s sequential-random row: 10 -> 5 ns per access for the shuffle).
 
     Parameters
@@ -79,8 +113,6 @@ def shuffle_events(offsets, expert, pcg):
         The generator's state and increment (:func:`pcg64_words`); not updated.
     """
     n_events = offsets.shape[0] - 1
-    all_ones = np.uint64(0xFFFFFFFFFFFFFFFF)
-    low = np.uint64(0xFFFFFFFF)
     shi, slo, ihi, ilo = pcg[0], pcg[1], pcg[2], pcg[3]
     out = np.uint64(0)
     half = 0
@@ -88,23 +120,90 @@ def shuffle_events(offsets, expert, pcg):
         lo = offsets[e]
         i = offsets[e + 1] - lo - 1
         while i > 0:
-            if half == 0:                 # a new 64-bit output: its low half now, its high half next
-                nlo = slo * _MULT_LO
-                nhi = _mulhi(slo, _MULT_LO) + slo * _MULT_HI + shi * _MULT_LO
-                slo = nlo + ilo
-                shi = nhi + ihi + np.uint64(slo < nlo)
-                x = shi ^ slo
-                r = shi >> np.uint64(58)
-                out = (x >> r) | (x << ((np.uint64(64) - r) & np.uint64(63)))
-                d = out & low
-            else:
-                d = out >> np.uint64(32)
-            half ^= 1
-            mask = all_ones >> _ctlz(np.uint64(i))        # the smallest 2**k - 1 >= i
-            v = np.int64(d & mask)
-            acc = v <= i
-            j = lo + (v if acc else i)
-            x0 = expert[lo + i]
-            expert[lo + i] = expert[j]
-            expert[j] = x0
-            i -= np.int64(acc)
+            i, shi, slo, out, half = _draw(expert, lo, i, shi, slo, ihi, ilo, out, half)
+
+
+@jit
+def replay_lru_random(offsets, expert, ev_layer, n_experts, n_layers, global_scope, capacity, count_from, hits,
+                      misses, hit_flag, pcg):
+    """Sequential-random ``lru``: each event's members shuffled as :func:`shuffle_events` shuffles them (in
+    place: ``expert`` ends in that order), then replayed one unit per access as :func:`._kernels.replay_lru`
+    replays them, with the same counts and hit flags (per position of the shuffled order).
+
+    The shuffle of event ``e + 1`` runs in the same loop as the accesses of event ``e`` (one draw and one access
+    a pass, while either has any left): its draws form one chain of dependent work and the accesses another, and
+    the core overlaps the two. Event 0 is shuffled first. Parameters are those of :func:`._kernels.replay_lru`
+    (without ``atomic``, ``tie_order`` and ``tie_pos``: one member a unit needs no tie order) and ``pcg`` of
+    :func:`shuffle_events`.
+
+    The list steps are :func:`._kernels.replay_lru`'s written out again, not shared helpers: helpers with array
+    arguments inlined into a kernel compiled with the numba runtime take a reference count per array per call
+    (``replay_lru`` took 1.25-1.6x its time with its unlink and eviction as such helpers), and ``replay_lru`` with
+    its lists passed in (so that it needs no runtime) lost 3-10% (prototypes, measured by a script not shipped).
+    """
+    n_blocks = n_layers * n_experts
+    record = hit_flag.shape[0] > 0
+    n_events = offsets.shape[0] - 1
+    n_parts = capacity.shape[0]
+    nxt = np.full(n_blocks, -1, dtype=np.int64)      # towards the tail (newer)
+    prv = np.full(n_blocks, -1, dtype=np.int64)      # towards the head (older)
+    head = np.full(n_parts, -1, dtype=np.int64)
+    tail = np.full(n_parts, -1, dtype=np.int64)
+    size = np.zeros(n_parts, dtype=np.int64)
+    in_cache = np.zeros(n_blocks, dtype=np.bool_)
+    shi, slo, ihi, ilo = pcg[0], pcg[1], pcg[2], pcg[3]
+    out = np.uint64(0)
+    half = 0
+    i = offsets[1] - offsets[0] - 1 if n_events > 0 else 0
+    while i > 0:
+        i, shi, slo, out, half = _draw(expert, offsets[0], i, shi, slo, ihi, ilo, out, half)
+    for e in range(n_events):
+        layer = ev_layer[e]
+        p = 0 if global_scope else layer
+        cap = capacity[p]
+        keep_old = max(cap - 1, 0)
+        base = layer * n_experts
+        lo = offsets[e]
+        hi = offsets[e + 1]
+        i = offsets[e + 2] - hi - 1 if e + 1 < n_events else 0    # the next event's shuffle, beside these accesses
+        a = lo
+        n_hit = 0
+        while a < hi or i > 0:
+            if i > 0:
+                i, shi, slo, out, half = _draw(expert, hi, i, shi, slo, ihi, ilo, out, half)
+            if a < hi:
+                b = base + expert[a]
+                if in_cache[b]:                      # a hit: unlinked, it rejoins at the tail below
+                    n_hit += 1
+                    if record:
+                        hit_flag[a] = 1
+                    q = prv[b]
+                    r = nxt[b]
+                    if q >= 0:
+                        nxt[q] = r
+                    else:
+                        head[p] = r
+                    if r >= 0:
+                        prv[r] = q
+                    else:
+                        tail[p] = q
+                    size[p] -= 1
+                while size[p] > keep_old:            # the oldest leave
+                    c = head[p]
+                    head[p] = nxt[c]
+                    if head[p] >= 0:
+                        prv[head[p]] = -1
+                    else:
+                        tail[p] = -1
+                    in_cache[c] = False
+                    size[p] -= 1
+                if cap > 0:
+                    _append(b, p, head, tail, nxt, prv)
+                    in_cache[b] = True
+                    size[p] += 1
+                else:
+                    in_cache[b] = False
+                a += 1
+        if e >= count_from:
+            hits[layer] += n_hit
+            misses[layer] += hi - lo - n_hit

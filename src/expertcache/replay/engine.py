@@ -181,17 +181,29 @@ def _member_order(stream: EventStream, semantics: str, seed: int) -> np.ndarray:
     if semantics != "sequential-random":
         return stream.expert
     expert = stream.expert.copy()
-    KO.shuffle_events(stream.offsets, expert, KO.pcg64_words(np.random.default_rng([seed, 1]).bit_generator))
+    KO.shuffle_events(stream.offsets, expert, _order_words(seed))
     return expert
 
 
-def _kernel_inputs(stream: EventStream, config: ReplayConfig, needs_next_use: bool) -> tuple:
-    """The stream-side arguments shared by every kernel, for ``config``'s semantics and scope."""
+def _order_words(seed: int) -> np.ndarray:
+    """The PCG64 state of the sequential-random order of ``seed`` (:func:`._kernels_order.pcg64_words`)."""
+    return KO.pcg64_words(np.random.default_rng([seed, 1]).bit_generator)
+
+
+def _shuffles_inside(config: ReplayConfig, policy: Policy) -> bool:
+    """Whether the loop shuffles each event itself (sequential-random ``lru`` and ``least-stale``:
+    :func:`._kernels_order.replay_lru_random`), so that its inputs keep the stream's member order."""
+    return config.semantics == "sequential-random" and policy.loop == "list"
+
+
+def _kernel_inputs(stream: EventStream, config: ReplayConfig, needs_next_use: bool, ordered: bool = True) -> tuple:
+    """The stream-side arguments shared by every kernel, for ``config``'s semantics and scope (``ordered``:
+    members in access order, else as stored, for a loop that shuffles them itself)."""
     atomic = config.semantics == "event-atomic"
     n_units = stream.n_events if atomic else stream.union
     if n_units >= int(K.NEVER):
         raise ValidationError(f"streams of more than {int(K.NEVER) - 1} units are not supported; split the stream")
-    expert = _member_order(stream, config.semantics, int(config.seed))
+    expert = _member_order(stream, config.semantics, int(config.seed)) if ordered else stream.expert
     layer = stream.layer
     access_next = (K.next_use(stream.offsets, expert, layer, stream.n_experts, stream.n_layers, atomic)
                    if needs_next_use else np.empty(0, dtype=np.int32))
@@ -315,7 +327,8 @@ def _replay(stream: EventStream, config: ReplayConfig, calibration: EventStream 
             caps = np.zeros(n_parts, dtype=np.int64)
         hits_l = np.zeros(L, dtype=np.int64)
         miss_l = np.zeros(L, dtype=np.int64)
-        args = _kernel_inputs(stream, config, policy.needs_next_use and not _walks_belady(config, policy, N))
+        args = _kernel_inputs(stream, config, policy.needs_next_use and not _walks_belady(config, policy, N),
+                              ordered=not _shuffles_inside(config, policy))
         if policy.needs_advice:
             args = (*args[:-1], _advice_next_use(stream, config, advice))
         _LOOPS[policy.loop](args, config, policy, caps, tie, hits_l, miss_l, _NO_FLAGS if hit_flag is None else hit_flag)
@@ -324,6 +337,9 @@ def _replay(stream: EventStream, config: ReplayConfig, calibration: EventStream 
 
 def _loop_list(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses, hit_flag) -> None:
     offsets, expert, layer, _, n_experts, n_layers, global_scope, atomic, _ = args
+    if _shuffles_inside(config, policy):
+        return KO.replay_lru_random(offsets, expert.copy(), layer, n_experts, n_layers, global_scope, caps,
+                                    config.warmup_events, hits, misses, hit_flag, _order_words(int(config.seed)))
     order, tie_pos = _tie_order(tie, n_layers, n_experts)
     if atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS:
         return KB.replay_lru_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, config.warmup_events,
