@@ -140,6 +140,8 @@ def replay_lru_random(offsets, expert, ev_layer, n_experts, n_layers, global_sco
     arguments inlined into a kernel compiled with the numba runtime take a reference count per array per call
     (``replay_lru`` took 1.25-1.6x its time with its unlink and eviction as such helpers), and ``replay_lru`` with
     its lists passed in (so that it needs no runtime) lost 3-10% (prototypes, measured by a script not shipped).
+    :func:`_draw`, one array, costs nothing measurable so: :func:`shuffle_events` took 3.57 ns per access of the
+    10 M-access benchmark stream with its draw written out and as the helper.
     """
     n_blocks = n_layers * n_experts
     record = hit_flag.shape[0] > 0

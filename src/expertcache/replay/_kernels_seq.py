@@ -438,7 +438,9 @@ def replay_lfru_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
     slot's index, so that the smallest names its slot. The smallest leaves where the next (and the accessed
     block's key, its count) lie more than ``2**sbits + 2`` float32 units in the last place above it (then their
     keys are larger in float64 too); otherwise the float64 keys of the slots within that margin decide, ties to the
-    lower tie position (packed keys that differ only in the slot's index are within it). Parameters are those of
+    lower tie position (packed keys that differ only in the slot's index are within it). Where the slots are 16, 32
+    or 64 (48 taken as 64), :func:`_replay_lfru_seq_v` holds an event's layer's counts and last units in registers
+    through its accesses; larger quotas run :func:`_replay_lfru_seq` on the slots in memory. Parameters are those of
     :func:`replay_lfu_seq` without ``reset_freq_on_evict``; streams of fewer than ``2**24`` accesses.
     """
     npad = (n_experts + 63) // 64 * 64
