@@ -21,6 +21,7 @@ from numba.extending import intrinsic
 
 from .._jit import jit, jit_inline
 from ._kernels import _append
+from ._kernels_bits import _U
 
 
 @intrinsic
@@ -85,9 +86,10 @@ def _draw(expert, lo, i, shi, slo, ihi, ilo, out, half):
     mask = np.uint64(0xFFFFFFFFFFFFFFFF) >> _ctlz(np.uint64(i))        # the smallest 2**k - 1 >= i
     v = np.int64(d & mask)
     acc = v <= i
-    j = lo + (v if acc else i)
-    x0 = expert[lo + i]
-    expert[lo + i] = expert[j]
+    j = _U(lo + (v if acc else i))
+    k = _U(lo + i)
+    x0 = expert[k]
+    expert[k] = expert[j]
     expert[j] = x0
     return i - np.int64(acc), shi, slo, out, half
 
