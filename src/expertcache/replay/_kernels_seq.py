@@ -36,14 +36,23 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 from numba import types
-from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .._jit import jit, jit_helper, jit_inline, jit_loop
 from ._kernels import crf_decays, crf_key
 from ._kernels_bits import _LRFU_DECAYS, _LRFU_SPAN, _LRFU_TINY, _U, _lrfu_decay, _lrfu_margin
 from ._simd import _splat
-from ._vec import WIDTHS, Lanes, vadd, vload, vlowest, vset
+from ._vec import (
+    WIDTHS,
+    Lanes,
+    fold_two_lowest,
+    lowest_and_near,
+    packed_lfru_keys,
+    vadd,
+    vload,
+    vlowest,
+    vset,
+)
 
 _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
@@ -102,6 +111,19 @@ def _paired(ev_layer, i, n_events):
     independent, so the two events' accesses then run side by side (access ``k`` of one, then of the other), two
     chains of dependent work that the core overlaps, where one event's accesses form one chain."""
     return i + 1 < n_events and ev_layer[i + 1] != ev_layer[i]
+
+
+@jit_inline
+def _pair(offsets, ev_layer, capacity, i, n_events):
+    """Events ``i`` and ``i + 1`` side by side where :func:`_paired` (else the second empty): ``(two, layer, quota,
+    first access, accesses)`` of the first, then the same four of the second."""
+    la = ev_layer[i]
+    lo = offsets[i]
+    two = _paired(ev_layer, i, n_events)
+    lb = ev_layer[i + 1] if two else la
+    lob = offsets[i + 1]
+    return (two, la, capacity[_U(la)], lo, offsets[i + 1] - lo, lb, capacity[_U(lb)], lob,
+            offsets[i + 2] - lob if two else 0)
 
 
 @jit_helper
@@ -341,15 +363,7 @@ def _replay_lrfu_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, tb
     n_events = offsets.shape[0] - 1
     i = 0
     while i < n_events:
-        la = ev_layer[i]
-        ca = capacity[_U(la)]
-        lo = offsets[i]
-        na = offsets[i + 1] - lo
-        two = _paired(ev_layer, i, n_events)       # else the second event is empty
-        lb = ev_layer[i + 1] if two else la
-        cb = capacity[_U(lb)]
-        lob = offsets[i + 1]
-        nb = offsets[i + 2] - lob if two else 0
+        two, la, ca, lo, na, lb, cb, lob, nb = _pair(offsets, ev_layer, capacity, i, n_events)
         ha = 0
         hb = 0
         for k in range(max(na, nb)):
@@ -382,8 +396,6 @@ def lfru_lowest(typingctx, F, L, off, n, t1, hmask, d):
         dL = context.make_array(signature.args[1])(context, builder, L).data
         iota = ir.Constant(v16i, list(range(16)))
         big = _splat(builder, ir.Constant(_I32, 2**31 - 1), v16i, 16)
-        vt1 = _splat(builder, t1, v16f, 16)
-        vh = _splat(builder, hmask, v16i, 16)
         nch = builder.lshr(n, ir.Constant(_I64, 4))
         pre = builder.block
         loop = builder.append_basic_block("lowest_loop")
@@ -397,11 +409,7 @@ def lfru_lowest(typingctx, F, L, off, n, t1, hmask, d):
         f = builder.load(builder.bitcast(builder.gep(dF, [idx]), v16f.as_pointer()), align=4)
         lst = builder.load(builder.bitcast(builder.gep(dL, [idx]), v16f.as_pointer()), align=4)
         lane = builder.add(iota, _splat(builder, builder.trunc(builder.shl(c, ir.Constant(_I64, 4)), _I32), v16i, 16))
-        k = builder.fdiv(f, builder.fsub(vt1, lst))
-        p = builder.or_(builder.and_(builder.bitcast(k, v16i), vh), lane)
-        hi = builder.select(builder.icmp_signed(">", m1, p), m1, p)
-        m2n = builder.select(builder.icmp_signed("<", hi, m2), hi, m2)
-        m1n = builder.select(builder.icmp_signed("<", p, m1), p, m1)
+        m1n, m2n = fold_two_lowest(builder, m1, m2, packed_lfru_keys(builder, f, lst, t1, hmask, lane, 16))
         cn = builder.add(c, ir.Constant(_I64, 1))
         c.add_incoming(ir.Constant(_I64, 0), pre)
         c.add_incoming(cn, loop)
@@ -411,17 +419,7 @@ def lfru_lowest(typingctx, F, L, off, n, t1, hmask, d):
         m2.add_incoming(m2n, loop)
         builder.cbranch(builder.icmp_signed("<", cn, nch), loop, after)
         builder.position_at_end(after)
-        red = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [v16i]),
-                                             "llvm.vector.reduce.smin.v16i32")
-        g = builder.call(red, [m1n])
-        thr = builder.or_(builder.add(builder.and_(g, hmask), d), builder.not_(hmask))
-        vthr = _splat(builder, thr, v16i, 16)
-        vg = _splat(builder, g, v16i, 16)
-        near = builder.or_(builder.icmp_signed("<=", m2n, vthr),
-                           builder.and_(builder.icmp_signed("<=", m1n, vthr), builder.icmp_signed("!=", m1n, vg)))
-        any_near = builder.icmp_unsigned("!=", builder.bitcast(near, ir.IntType(16)), ir.Constant(ir.IntType(16), 0))
-        flag = builder.shl(builder.zext(any_near, _I64), ir.Constant(_I64, 32))
-        return builder.or_(builder.zext(g, _I64), flag)
+        return lowest_and_near(builder, m1n, m2n, hmask, d)
 
     return sig, codegen
 
@@ -489,9 +487,6 @@ def _lfru_access(a, layer, cap, base, pbase, so, ns, tie_pos, expert, sbits, fre
     """Access ``a`` of :func:`_replay_lfru_seq` (layer ``layer``, quota ``cap``, slots from ``so``): 1 where it
     hits."""
     t = a
-    smask = np.int64((1 << sbits) - 1)
-    hmask = np.int32(-(1 << sbits))
-    d = np.int64(2 << sbits) + 2                    # ulps beyond packing's: keys further apart order in float64 too
     tp = np.int64(tie_pos[_U(base + expert[_U(a)])])
     j = pbase + tp
     s = np.int64(slot[_U(j)])
@@ -507,36 +502,61 @@ def _lfru_access(a, layer, cap, base, pbase, so, ns, tie_pos, expert, sbits, fre
         v = so + n
         size[_U(layer)] = n + 1
     elif cap <= 0:
+        v = -1
+    else:
+        v = _lfru_evict(lfru_lowest(sF, sL, so, ns, np.float32(t + 1), *_lfru_margins(sbits)), f, tp, t, so, n, sbits,
+                        pbase, freq, last, slot, sF, sL, sTP)
+    _lfru_place(v, j, f, tp, t, freq, last, slot, sF, sL, sTP)
+    return 0
+
+
+@jit_inline
+def _lfru_margins(sbits):
+    """A slot-packed lfru key's high-bits mask and the margin in float32 units in the last place beyond packing's:
+    keys further apart order in float64 too (the two last arguments of :func:`lfru_lowest` / :func:`._vec.vlowest`)."""
+    return np.int32(-(1 << sbits)), np.int32((2 << sbits) + 2)
+
+
+@jit_inline
+def _lfru_evict(r, f, tp, t, so, n, sbits, pbase, freq, last, slot, sF, sL, sTP):
+    """The decision of a sequential ``lfru`` miss past the quota, given the pass over the layer's ``n`` slots from
+    ``so`` (``r``: :func:`lfru_lowest` or :func:`._vec.vlowest`) and the accessed block's count ``f`` and tie position
+    ``tp`` at unit ``t``: the slot it takes, the block there having left (its count and last unit kept in ``freq`` /
+    ``last``, its slot -1), or -1 where the accessed block is the one that leaves."""
+    smask = np.int64((1 << sbits) - 1)
+    hmask, d32 = _lfru_margins(sbits)
+    d = np.int64(d32)
+    m = r & 0x7FFFFFFF
+    kb = np.int64(_f32_bits(f) & hmask)             # the accessed block's key: its count (age 1)
+    mh = m & np.int64(hmask)
+    if kb + d < mh:                                 # below every resident: it leaves
+        return -1
+    thr = (mh + d) | smask
+    if kb > thr and r < (1 << 32):                  # the smallest alone within the margin: it leaves
+        v = so + (m & smask)
+    else:
+        v = _lfru_seq_exact(sF, sL, sTP, so, n, t, thr, hmask, f, tp, kb <= thr)
+        if v < 0:
+            return -1
+    q = pbase + np.int64(sTP[_U(v)])                # the block that leaves keeps its count and last unit
+    freq[_U(q)] = sF[_U(v)]
+    last[_U(q)] = sL[_U(v)]
+    slot[_U(q)] = -1
+    return v
+
+
+@jit_inline
+def _lfru_place(v, j, f, tp, t, freq, last, slot, sF, sL, sTP):
+    """The accessed block (lane ``j``, count ``f``, tie position ``tp``, unit ``t``) into slot ``v``, or, where
+    ``v`` is -1, its count and last unit kept outside the cache."""
+    if v < 0:
         freq[_U(j)] = f
         last[_U(j)] = np.float32(t)
-        return 0
     else:
-        r = lfru_lowest(sF, sL, so, ns, np.float32(t + 1), hmask, np.int32(d))
-        m = r & 0x7FFFFFFF
-        kb = np.int64(_f32_bits(f) & hmask)         # the accessed block's key: its count (age 1)
-        mh = m & np.int64(hmask)
-        if kb + d < mh:                             # below every resident: it leaves
-            freq[_U(j)] = f
-            last[_U(j)] = np.float32(t)
-            return 0
-        thr = (mh + d) | smask
-        if kb > thr and r < (1 << 32):              # the smallest alone within the margin: it leaves
-            v = so + (m & smask)
-        else:
-            v = _lfru_seq_exact(sF, sL, sTP, so, n, t, thr, hmask, f, tp, kb <= thr)
-            if v < 0:
-                freq[_U(j)] = f
-                last[_U(j)] = np.float32(t)
-                return 0
-        q = pbase + np.int64(sTP[_U(v)])            # the block that leaves keeps its count and last unit
-        freq[_U(q)] = sF[_U(v)]
-        last[_U(q)] = sL[_U(v)]
-        slot[_U(q)] = -1
-    sF[_U(v)] = f
-    sL[_U(v)] = np.float32(t)
-    sTP[_U(v)] = tp
-    slot[_U(j)] = v
-    return 0
+        sF[_U(v)] = f
+        sL[_U(v)] = np.float32(t)
+        sTP[_U(v)] = tp
+        slot[_U(j)] = v
 
 
 @jit_loop
@@ -552,15 +572,7 @@ def _replay_lfru_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, sb
     n_events = offsets.shape[0] - 1
     i = 0
     while i < n_events:
-        la = ev_layer[i]
-        ca = capacity[_U(la)]
-        lo = offsets[i]
-        na = offsets[i + 1] - lo
-        two = _paired(ev_layer, i, n_events)       # else the second event is empty
-        lb = ev_layer[i + 1] if two else la
-        cb = capacity[_U(lb)]
-        lob = offsets[i + 1]
-        nb = offsets[i + 2] - lob if two else 0
+        two, la, ca, lo, na, lb, cb, lob, nb = _pair(offsets, ev_layer, capacity, i, n_events)
         ha = 0
         hb = 0
         for k in range(max(na, nb)):
@@ -582,9 +594,6 @@ def _lfru_vaccess(a, layer, cap, base, pbase, so, tie_pos, expert, sbits, freq, 
     ``L`` (its residents ``n``), for the pass: returns ``(1 where it hits, n, F, L)``. The arrays ``sF`` / ``sL``
     are written as the vectors are (scalar stores), so that the block that leaves and the exact keys read them."""
     t = a
-    smask = np.int64((1 << sbits) - 1)
-    hmask = np.int32(-(1 << sbits))
-    d = np.int64(2 << sbits) + 2
     tp = np.int64(tie_pos[_U(base + expert[_U(a)])])
     j = pbase + tp
     s = np.int64(slot[_U(j)])
@@ -599,41 +608,17 @@ def _lfru_vaccess(a, layer, cap, base, pbase, so, tie_pos, expert, sbits, freq, 
         return 1, n, F, L
     f = freq[_U(j)] + np.float32(1.0)
     if n < cap:
-        v = n
+        v = so + n
         n += 1
     elif cap <= 0:
-        freq[_U(j)] = f
-        last[_U(j)] = np.float32(t)
-        return 0, n, F, L
+        v = -1
     else:
-        r = vlowest(F, L, np.float32(t + 1), hmask, np.int32(d))
-        m = r & 0x7FFFFFFF
-        kb = np.int64(_f32_bits(f) & hmask)         # the accessed block's key: its count (age 1)
-        mh = m & np.int64(hmask)
-        if kb + d < mh:                             # below every resident: it leaves
-            freq[_U(j)] = f
-            last[_U(j)] = np.float32(t)
-            return 0, n, F, L
-        thr = (mh + d) | smask
-        if kb > thr and r < (1 << 32):              # the smallest alone within the margin: it leaves
-            v = m & smask
-        else:
-            w = _lfru_seq_exact(sF, sL, sTP, so, n, t, thr, hmask, f, tp, kb <= thr)
-            if w < 0:
-                freq[_U(j)] = f
-                last[_U(j)] = np.float32(t)
-                return 0, n, F, L
-            v = w - so
-        q = pbase + np.int64(sTP[_U(so + v)])       # the block that leaves keeps its count and last unit
-        freq[_U(q)] = sF[_U(so + v)]
-        last[_U(q)] = sL[_U(so + v)]
-        slot[_U(q)] = -1
-    F = vset(F, v, f)
-    L = vset(L, v, np.float32(t))
-    sF[_U(so + v)] = f
-    sL[_U(so + v)] = np.float32(t)
-    sTP[_U(so + v)] = tp
-    slot[_U(j)] = so + v
+        v = _lfru_evict(vlowest(F, L, np.float32(t + 1), *_lfru_margins(sbits)), f, tp, t, so, n, sbits, pbase, freq,
+                        last, slot, sF, sL, sTP)
+    if v >= 0:
+        F = vset(F, v - so, f)
+        L = vset(L, v - so, np.float32(t))
+    _lfru_place(v, j, f, tp, t, freq, last, slot, sF, sL, sTP)
     return 0, n, F, L
 
 
@@ -648,15 +633,7 @@ def _replay_lfru_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
     n_events = offsets.shape[0] - 1
     i = 0
     while i < n_events:
-        la = ev_layer[i]
-        ca = capacity[_U(la)]
-        lo = offsets[i]
-        na = offsets[i + 1] - lo
-        two = _paired(ev_layer, i, n_events)       # else the second event is empty
-        lb = ev_layer[i + 1] if two else la
-        cb = capacity[_U(lb)]
-        lob = offsets[i + 1]
-        nb = offsets[i + 2] - lob if two else 0
+        two, la, ca, lo, na, lb, cb, lob, nb = _pair(offsets, ev_layer, capacity, i, n_events)
         soa = la * ns
         sob = lb * ns
         Fa = vload(sF, soa, lanes)

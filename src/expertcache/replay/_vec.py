@@ -125,6 +125,35 @@ def vadd(typingctx, v, lane, x):
     return sig, codegen
 
 
+def packed_lfru_keys(builder, F, L, t1, hmask, lanes, n):
+    """IR: ``n`` lanes' packed lfru keys: ``F / (t1 - L)`` in float32, its low bits (``~hmask``) replaced by
+    ``lanes`` (``<n x i32>``)."""
+    k = builder.fdiv(F, builder.fsub(_splat(builder, t1, ir.VectorType(_F32, n), n), L))
+    return builder.or_(builder.and_(builder.bitcast(k, ir.VectorType(_I32, n)),
+                                    _splat(builder, hmask, ir.VectorType(_I32, n), n)), lanes)
+
+
+def fold_two_lowest(builder, m1, m2, q):
+    """IR: the two smallest per lane (``m1 <= m2``, ``<16 x i32>``) after group ``q`` joins them."""
+    hi = builder.select(builder.icmp_signed(">", m1, q), m1, q)
+    return builder.select(builder.icmp_signed("<", q, m1), q, m1), builder.select(builder.icmp_signed("<", hi, m2),
+                                                                                   hi, m2)
+
+
+def lowest_and_near(builder, m1, m2, hmask, d):
+    """IR, from the two smallest per lane (``<16 x i32>``): the smallest of all, as i64, with bit 32 set where
+    another is at most ``((smallest & hmask) + d) | ~hmask``."""
+    v16 = ir.VectorType(_I32, 16)
+    red = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [v16]), "llvm.vector.reduce.smin.v16i32")
+    g = builder.call(red, [m1])
+    vthr = _splat(builder, builder.or_(builder.add(builder.and_(g, hmask), d), builder.not_(hmask)), v16, 16)
+    near = builder.or_(builder.icmp_signed("<=", m2, vthr),
+                       builder.and_(builder.icmp_signed("<=", m1, vthr),
+                                    builder.icmp_signed("!=", m1, _splat(builder, g, v16, 16))))
+    any_near = builder.icmp_unsigned("!=", builder.bitcast(near, ir.IntType(16)), ir.Constant(ir.IntType(16), 0))
+    return builder.or_(builder.zext(g, _I64), builder.shl(builder.zext(any_near, _I64), ir.Constant(_I64, 32)))
+
+
 @intrinsic
 def vlowest(typingctx, F, L, t1, hmask, d):
     """The smallest packed key of ``n`` lanes, and in bit 32 whether another lies within ``d`` float32 units in
@@ -137,30 +166,13 @@ def vlowest(typingctx, F, L, t1, hmask, d):
     def codegen(context, builder, signature, args):
         F, L, t1, hmask, d = args
         n = signature.args[0].n
-        vnf = ir.VectorType(_F32, n)
-        vni = ir.VectorType(_I32, n)
         v16 = ir.VectorType(_I32, 16)
-        k = builder.fdiv(F, builder.fsub(_splat(builder, t1, vnf, n), L))
-        p = builder.or_(builder.and_(builder.bitcast(k, vni), _splat(builder, hmask, vni, n)),
-                        ir.Constant(vni, list(range(n))))
-        groups = [builder.shuffle_vector(p, p, ir.Constant(v16, list(range(16 * g, 16 * g + 16))))
-                  for g in range(n // 16)]
-        m1 = groups[0]
+        p = packed_lfru_keys(builder, F, L, t1, hmask, ir.Constant(ir.VectorType(_I32, n), list(range(n))), n)
+        m1 = builder.shuffle_vector(p, p, ir.Constant(v16, list(range(16))))
         m2 = ir.Constant(v16, [2**31 - 1] * 16)
-        for q in groups[1:]:
-            hi = builder.select(builder.icmp_signed(">", m1, q), m1, q)
-            m2 = builder.select(builder.icmp_signed("<", hi, m2), hi, m2)
-            m1 = builder.select(builder.icmp_signed("<", q, m1), q, m1)
-        red = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [v16]),
-                                             "llvm.vector.reduce.smin.v16i32")
-        g = builder.call(red, [m1])
-        thr = builder.or_(builder.add(builder.and_(g, hmask), d), builder.not_(hmask))
-        vthr = _splat(builder, thr, v16, 16)
-        near = builder.icmp_signed("<=", m2, vthr)
-        near = builder.or_(near, builder.and_(builder.icmp_signed("<=", m1, vthr),
-                                              builder.icmp_signed("!=", m1, _splat(builder, g, v16, 16))))
-        any_near = builder.icmp_unsigned("!=", builder.bitcast(near, ir.IntType(16)), ir.Constant(ir.IntType(16), 0))
-        flag = builder.shl(builder.zext(any_near, _I64), ir.Constant(_I64, 32))
-        return builder.or_(builder.zext(g, _I64), flag)
+        for g in range(1, n // 16):
+            m1, m2 = fold_two_lowest(builder, m1, m2,
+                                     builder.shuffle_vector(p, p, ir.Constant(v16, list(range(16 * g, 16 * g + 16)))))
+        return lowest_and_near(builder, m1, m2, hmask, d)
 
     return sig, codegen
