@@ -338,20 +338,121 @@ def test_lru_with_its_shuffle_inside_equals_the_shuffle_then_the_replay(seed):
 
 
 def test_sequential_random_lru_and_least_stale_shuffle_inside_their_loop(monkeypatch):
-    """The engine sends sequential-random lru and least-stale (lru's loops) to replay_lru_random with the
-    stream's own member order and the seed's generator, and the counts are the twin's."""
+    """The engine sends sequential-random lru and least-stale (lru's loops) to replay_lru_seq_random per layer and
+    to replay_lru_random globally, with the stream's own member order and the seed's generator, and sequential-
+    ascending per-layer lru to replay_lru_seq; the counts are the twin's."""
     called = []
-    real = KO.replay_lru_random
-    monkeypatch.setattr(KO, "replay_lru_random", lambda *a: called.append(a[1].copy()) or real(*a))
+    for name in ("replay_lru_random", "replay_lru_seq_random"):
+        real = getattr(KO, name)
+        monkeypatch.setattr(KO, name, lambda *a, real=real, name=name: called.append((name, a[1].copy())) or real(*a))
+    seq = []
+    real_seq = KQ.replay_lru_seq
+    monkeypatch.setattr(KQ, "replay_lru_seq", lambda *a: seq.append(1) or real_seq(*a))
     stream = random_stream(5, L=2, N=24, k=6, steps=12)
     for policy in ("lru", "least-stale"):
         for scope in ("per-layer", "global"):
             kw = dict(rho=0.3, semantics="sequential-random", scope=scope, seed=4, warmup_events=2)
             got = replay(stream, ReplayConfig(policy, **kw))
             assert counts(got) == naive_counts(naive_replay(stream, policy, **kw)), (policy, scope)
-    assert len(called) == 4 and all((x == stream.expert).all() for x in called)
-    replay(stream, ReplayConfig("lru", rho=0.3, semantics="sequential-ascending"))
-    assert len(called) == 4
+    assert [c[0] for c in called] == ["replay_lru_seq_random", "replay_lru_random"] * 2
+    assert all((x == stream.expert).all() for _, x in called) and not seq
+    for scope in ("per-layer", "global"):
+        kw = dict(rho=0.3, semantics="sequential-ascending", scope=scope, warmup_events=2)
+        got = replay(stream, ReplayConfig("lru", **kw))
+        assert counts(got) == naive_counts(naive_replay(stream, "lru", **kw)), scope
+    assert len(called) == 4 and seq == [1]
+
+
+def _lru_cases(rng, stream):
+    """Per-layer quotas for the sequential lru tests: 0, 1, small, past N, and one drawn per layer."""
+    L, N = stream.n_layers, stream.n_experts
+    for c in (0, 1, max(N // 4, 1), N + 3):
+        yield np.full(L, c, dtype=np.int64)
+    yield rng.integers(0, N + 2, L).astype(np.int64)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sequential_lru_loop_equals_the_list_loop(seed):
+    """replay_lru_seq (int32 lists, two layers' events side by side) against replay_lru's sequential per-layer
+    units: counts and hit flags, in the stream's order and in a shuffled one; quotas 0, 1, small, past N and one a
+    layer, warm-up, events of one member and of every expert."""
+    rng = np.random.default_rng([seed, 41])
+    for _ in range(12):
+        stream = _any_sizes_stream(rng, 200, 30)
+        L, N = stream.n_layers, stream.n_experts
+        order, tie_pos = engine._tie_order(engine._tie_ranks("random", seed, L * N), L, N)
+        warm = int(rng.integers(0, 3))
+        shuffled = stream.expert.copy()
+        KO.shuffle_events(stream.offsets, shuffled, engine._order_words(seed))
+        for expert in (stream.expert, shuffled):
+            for caps in _lru_cases(rng, stream):
+                want = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
+                K.replay_lru(stream.offsets, expert, stream.layer, N, L, False, False, caps, order, tie_pos, warm,
+                             *want)
+                got = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
+                KQ.replay_lru_seq(stream.offsets, expert, stream.layer, N, L, caps, warm, *got)
+                assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, caps.tolist())
+
+
+def test_sequential_lru_ranges_carry_on_from_one_another():
+    """replay_lru_seq_range over consecutive ranges of events on one state gives one call's counts and flags,
+    whatever the cuts (a cut between two events the loop would run side by side, a range of one event)."""
+    rng = np.random.default_rng(43)
+    stream = random_stream(8, L=3, N=40, k=8, steps=30)
+    L, N = stream.n_layers, stream.n_experts
+    caps = np.array([5, 11, 0], dtype=np.int64)
+    want = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
+    KQ.replay_lru_seq(stream.offsets, stream.expert, stream.layer, N, L, caps, 4, *want)
+    for _ in range(5):
+        cuts = [0, *sorted(rng.choice(np.arange(1, stream.n_events), 6, replace=False).tolist()), stream.n_events]
+        state = KQ.lru_seq_state(N, L)
+        got = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
+        for e0, e1 in zip(cuts[:-1], cuts[1:], strict=True):
+            KQ.replay_lru_seq_range(stream.offsets, stream.expert, stream.layer, N, caps, 4, *got, state, e0, e1)
+        assert all((a == b).all() for a, b in zip(got, want, strict=True)), cuts
+
+
+@pytest.mark.parametrize("threads", [False, True])
+def test_per_layer_random_lru_with_and_without_a_shuffling_thread(threads, monkeypatch):
+    """replay_lru_seq_random, on one thread or with the next chunk shuffled on a second (chunks of a few accesses
+    here, so that a stream makes many), against shuffle_events then replay_lru's sequential per-layer units: the
+    same order left in its array, counts and hit flags."""
+    monkeypatch.setattr(KO, "CHUNK_ACCESSES", 7)
+    rng = np.random.default_rng([int(threads), 47])
+    for _ in range(10):
+        stream = _any_sizes_stream(rng, 120, 30)
+        L, N = stream.n_layers, stream.n_experts
+        order, tie_pos = engine._tie_order(engine._tie_ranks("random", 1, L * N), L, N)
+        warm = int(rng.integers(0, 3))
+        words = engine._order_words(int(rng.integers(0, 1000)))
+        for caps in _lru_cases(rng, stream):
+            want_order = stream.expert.copy()
+            KO.shuffle_events(stream.offsets, want_order, words)
+            want = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
+            K.replay_lru(stream.offsets, want_order, stream.layer, N, L, False, False, caps, order, tie_pos, warm,
+                         *want)
+            got_order = stream.expert.copy()
+            got = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
+            out = KO.replay_lru_seq_random(stream.offsets, got_order, stream.layer, N, L, caps, warm, *got, words,
+                                           threads=threads)
+            assert out is got_order and (got_order == want_order).all()
+            assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, caps.tolist())
+
+
+def test_shuffle_in_ranges_draws_as_one_call():
+    """shuffle_range over consecutive ranges, its state carried, equals shuffle_events over all the events."""
+    rng = np.random.default_rng(53)
+    stream = _any_sizes_stream(rng, 90, 40)
+    words = engine._order_words(9)
+    want = stream.expert.copy()
+    KO.shuffle_events(stream.offsets, want, words)
+    got = stream.expert.copy()
+    st = np.zeros(6, dtype=np.uint64)
+    st[:4] = words
+    cuts = [0, *sorted(set(rng.integers(0, stream.n_events + 1, 5).tolist())), stream.n_events]
+    for e0, e1 in zip(cuts[:-1], cuts[1:], strict=True):
+        KO.shuffle_range(stream.offsets, got, st, e0, e1)
+    assert (got == want).all()
 
 
 STACK = ("lru", "least-stale", "lfu", "lfru", "lrfu", "belady")

@@ -134,6 +134,107 @@ def _count(hits, misses, layer, n, n_hit, counted):
         misses[_U(layer)] += n - n_hit
 
 
+def replay_lru_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, count_from, hits, misses, hit_flag):
+    """Sequential (one unit per access, in the order of ``expert``), per-layer ``lru``: the decision of
+    :func:`._kernels.replay_lru` with ``atomic`` false and per-layer scope, with the same counts and hit flags.
+
+    Each layer's residents form a recency list (``int32`` links per block, the oldest at the head); a hit moves its
+    block to the tail, a miss past the quota takes the head's place (a quota of 0 admits nothing). Two events of
+    different layers run side by side (:func:`_paired`): each access depends on the one before it in its layer
+    (the list's ends), so two layers' chains keep the core busy where one waits. Parameters are those of
+    :func:`._kernels.replay_lru` without ``global_scope``, ``atomic`` and the tie order (one member a unit needs
+    none). The lists are allocated here.
+    """
+    replay_lru_seq_range(offsets, expert, ev_layer, n_experts, capacity, count_from, hits, misses, hit_flag,
+                         lru_seq_state(n_experts, n_layers), 0, offsets.shape[0] - 1)
+
+
+def lru_seq_state(n_experts, n_layers) -> tuple:
+    """The lists of :func:`replay_lru_seq`, empty: ``(nxt, prv, head, tail, size, resident)``."""
+    n_blocks = n_layers * n_experts
+    return (np.full(n_blocks, -1, dtype=np.int32), np.full(n_blocks, -1, dtype=np.int32),
+            np.full(n_layers, -1, dtype=np.int32), np.full(n_layers, -1, dtype=np.int32),
+            np.zeros(n_layers, dtype=np.int64), np.zeros(n_blocks, dtype=np.bool_))
+
+
+def replay_lru_seq_range(offsets, expert, ev_layer, n_experts, capacity, count_from, hits, misses, hit_flag, state,
+                         e0, e1):
+    """:func:`replay_lru_seq` over events ``e0 .. e1 - 1`` on the lists ``state`` (:func:`lru_seq_state`), which
+    carry on from the events before ``e0``: ranges replayed in order give the counts one call gives."""
+    if e1 > e0:
+        _replay_lru_seq(offsets[e0:e1 + 1], expert, ev_layer[e0:e1], n_experts, capacity, count_from - e0, hits,
+                        misses, hit_flag, *state)
+
+
+@jit_inline
+def _lru_access(a, layer, cap, base, expert, nxt, prv, head, tail, size, inc, record, hit_flag):
+    """Access ``a`` of :func:`_replay_lru_seq` (layer ``layer``, quota ``cap``): 1 where it hits. ``nxt`` /
+    ``prv`` link each block towards the newer / older end of its layer's list (-1 at an end), ``head`` / ``tail``
+    the oldest / newest of each layer, ``inc`` whether a block is resident."""
+    ul = _U(layer)
+    b = np.int32(base + expert[_U(a)])
+    hit = inc[_U(b)]
+    if hit:                                         # unlinked; it rejoins at the tail below
+        q = prv[_U(b)]
+        r = nxt[_U(b)]
+        if q >= 0:
+            nxt[_U(q)] = r
+        else:
+            head[ul] = r
+        if r >= 0:
+            prv[_U(r)] = q
+        else:
+            tail[ul] = q
+        if record:
+            hit_flag[_U(a)] = 1
+    elif size[ul] >= cap:                           # the oldest leaves (where the quota admits any)
+        if cap <= 0:
+            return 0
+        h = head[ul]
+        hn = nxt[_U(h)]
+        head[ul] = hn
+        if hn >= 0:
+            prv[_U(hn)] = -1
+        else:
+            tail[ul] = -1
+        inc[_U(h)] = False
+    else:
+        size[ul] += 1
+    t = tail[ul]
+    nxt[_U(b)] = -1
+    prv[_U(b)] = t
+    if t >= 0:
+        nxt[_U(t)] = b
+    else:
+        head[ul] = b
+    tail[ul] = b
+    inc[_U(b)] = True
+    return np.int64(hit)
+
+
+@jit_loop
+def _replay_lru_seq(offsets, expert, ev_layer, n_experts, capacity, count_from, hits, misses, hit_flag, nxt, prv,
+                    head, tail, size, inc):
+    """The loop of :func:`replay_lru_seq`: two events of different layers side by side (:func:`_pair`)."""
+    record = hit_flag.shape[0] > 0
+    n_events = offsets.shape[0] - 1
+    i = 0
+    while i < n_events:
+        two, la, ca, lo, na, lb, cb, lob, nb = _pair(offsets, ev_layer, capacity, i, n_events)
+        ha = 0
+        hb = 0
+        for k in range(max(na, nb)):
+            if k < na:
+                ha += _lru_access(lo + k, la, ca, la * n_experts, expert, nxt, prv, head, tail, size, inc, record,
+                                  hit_flag)
+            if k < nb:
+                hb += _lru_access(lob + k, lb, cb, lb * n_experts, expert, nxt, prv, head, tail, size, inc, record,
+                                  hit_flag)
+        _count(hits, misses, la, na, ha, i >= count_from)
+        _count(hits, misses, lb, nb, hb, two and i + 1 >= count_from)
+        i += 2 if two else 1
+
+
 def replay_lfu_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, reset_freq_on_evict,
                    count_from, hits, misses, hit_flag):
     """Sequential (one unit per access, in the order of ``expert``), per-layer ``lfu``: the decision of

@@ -192,7 +192,8 @@ def _order_words(seed: int) -> np.ndarray:
 
 def _shuffles_inside(config: ReplayConfig, policy: Policy) -> bool:
     """Whether the loop shuffles each event itself (sequential-random ``lru`` and ``least-stale``:
-    :func:`._kernels_order.replay_lru_random`), so that its inputs keep the stream's member order."""
+    :func:`._kernels_order.replay_lru_seq_random` per layer, :func:`._kernels_order.replay_lru_random` global),
+    so that its inputs keep the stream's member order."""
     return config.semantics == "sequential-random" and policy.loop == "list"
 
 
@@ -338,8 +339,15 @@ def _replay(stream: EventStream, config: ReplayConfig, calibration: EventStream 
 def _loop_list(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses, hit_flag) -> None:
     offsets, expert, layer, _, n_experts, n_layers, global_scope, atomic, _ = args
     if _shuffles_inside(config, policy):
+        if not global_scope:
+            return KO.replay_lru_seq_random(offsets, expert.copy(), layer, n_experts, n_layers, caps,
+                                            config.warmup_events, hits, misses, hit_flag,
+                                            _order_words(int(config.seed)))
         return KO.replay_lru_random(offsets, expert.copy(), layer, n_experts, n_layers, global_scope, caps,
                                     config.warmup_events, hits, misses, hit_flag, _order_words(int(config.seed)))
+    if not atomic and not global_scope:
+        return KQ.replay_lru_seq(offsets, expert, layer, n_experts, n_layers, caps, config.warmup_events, hits,
+                                 misses, hit_flag)
     order, tie_pos = _tie_order(tie, n_layers, n_experts)
     if atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS:
         return KB.replay_lru_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, config.warmup_events,
