@@ -9,7 +9,8 @@ process on one stream, alternated pair by pair. Kernels: the event-atomic per-la
 ``lfu``, ``lfru``, ``lrfu`` (lambda 0.5) of ``_kernels_bits``, ``slots``, the global event-atomic lfru loop
 of ``_kernels_lfru_slots`` (cache ``rho * L * N``), and the sequential per-layer loops ``lfu-seq``, ``lrfu-seq``,
 ``lfru-seq`` of ``_kernels_seq`` (one unit per access, members ascending; a baseline from before session 34 has
-none). Hits per layer must be equal on both sides (exit 1
+none), and ``lru-seq``, sequential per-layer ``lru`` (``_kernels_seq.replay_lru_seq``; in a checkout from before
+session 36, which has none, the generic list loop ``_kernels.replay_lru`` that the engine ran there). Hits per layer must be equal on both sides (exit 1
 otherwise), unless ``--timing-only``: for a prototype that takes a part out of a kernel to time what that part
 costs, so that its decisions, and its counts, change; the rows then say that the counts differ. Prints per rho
 the median over ``--processes`` fresh processes (a kernel's time moves by up to ~15% with where its code lands
@@ -37,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _ab import alternated_ratio, machine, median_and_range, pooled_rows  # noqa: E402
 
-KERNELS = ("lru", "lfu", "lfru", "lrfu", "slots", "lfu-seq", "lrfu-seq", "lfru-seq")
+KERNELS = ("lru", "lfu", "lfru", "lrfu", "slots", "lfu-seq", "lrfu-seq", "lfru-seq", "lru-seq")
 
 
 def _baseline(src: str):
@@ -53,23 +54,25 @@ def _baseline(src: str):
     seq = (importlib.import_module(f"{name}.replay._kernels_seq") if (root / "replay" / "_kernels_seq.py").is_file()
            else None)
     return (importlib.import_module(f"{name}.replay._kernels_bits"),
-            importlib.import_module(f"{name}.replay._kernels_lfru_slots"), seq)
+            importlib.import_module(f"{name}.replay._kernels_lfru_slots"), seq,
+            importlib.import_module(f"{name}.replay._kernels"))
 
 
 def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, first: int,
           timing_only: bool = False) -> None:
     from bench_vs_libcachesim import drifting_qwen_stream
 
+    from expertcache.replay import _kernels as KK
     from expertcache.replay import _kernels_bits as KB
     from expertcache.replay import _kernels_lfru_slots as KS
     from expertcache.replay import _kernels_seq as KQ
     from expertcache.replay import engine
 
-    sides = ((KB, KS, KQ), _baseline(src))
+    sides = ((KB, KS, KQ, KK), _baseline(src))
     s = drifting_qwen_stream(steps, sample_seed=1)
     L, N = s.n_layers, s.n_experts
     tie = engine._tie_ranks("random", 0, L * N)
-    _, tie_pos = engine._tie_order(tie, L, N)
+    order, tie_pos = engine._tie_order(tie, L, N)
     flags = np.zeros(0, np.uint8)
     out = []
     equal = []
@@ -77,7 +80,7 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
         caps = engine.capacities_for_rho(rho, L, N)
 
         def run(side, caps=caps, rho=rho):
-            bits, slots, seq = sides[side]
+            bits, slots, seq, generic = sides[side]
             h = np.zeros(L, np.int64)
             m = np.zeros(L, np.int64)
             head = (s.offsets, s.expert, s.layer, N, L, caps, tie_pos)
@@ -96,6 +99,11 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
                 seq.replay_lrfu_seq(*head, 0.5, 0, h, m, flags)
             elif kernel == "lfru-seq":
                 seq.replay_lfru_seq(*head, 0, h, m, flags)
+            elif kernel == "lru-seq" and hasattr(seq, "replay_lru_seq"):
+                seq.replay_lru_seq(s.offsets, s.expert, s.layer, N, L, caps, 0, h, m, flags)
+            elif kernel == "lru-seq":      # a checkout from before session 36: the generic list loop
+                generic.replay_lru(s.offsets, s.expert, s.layer, N, L, False, False, caps, order, tie_pos, 0, h, m,
+                                   flags)
             else:
                 cap = np.array([int(round(rho * L * N))])
                 slots.replay_lfru_slots(s.offsets, s.expert, s.layer, N, L, cap, tie, 0, h, m, flags)
@@ -128,7 +136,7 @@ def main() -> None:
     if a.child >= 0:
         child(a.baseline, a.kernel, a.steps, rhos, a.pairs, a.child, a.timing_only)
         return
-    if _baseline(a.baseline)[2] is None and a.kernel.endswith("-seq"):    # a wrong folder fails here, once
+    if _baseline(a.baseline)[2] is None and a.kernel.endswith("-seq") and a.kernel != "lru-seq":    # a wrong folder fails here, once
         raise SystemExit(f"{a.baseline}: this checkout has no replay/_kernels_seq.py (sequential loops, session 34); "
                          f"--kernel {a.kernel} needs one on both sides")
     cache = tempfile.mkdtemp(prefix="kernel_ab_")

@@ -226,20 +226,22 @@ def replay_lru_random(offsets, expert, ev_layer, n_experts, n_layers, global_sco
             misses[layer] += hi - lo - n_hit
 
 
-#: Accesses from which :func:`replay_lru_seq_random` shuffles on a second thread, and about how many a chunk holds.
+#: Accesses from which :func:`replay_lru_seq_random` shuffles on a second thread, and about how many a chunk holds
+#: (the first an eighth of that: its shuffle runs before any replay).
 THREAD_MIN_ACCESSES = 1 << 20
 CHUNK_ACCESSES = 1 << 16
 
 
 def replay_lru_seq_random(offsets, expert, ev_layer, n_experts, n_layers, capacity, count_from, hits, misses,
                           hit_flag, pcg, threads: bool | None = None):
-    """Sequential-random, per-layer ``lru``: each event's members shuffled in place as :func:`shuffle_events`
-    shuffles them, then replayed by :func:`._kernels_seq.replay_lru_seq`, with the counts and hit flags of
-    :func:`replay_lru_random` (hit flags per position of the shuffled order). Returns ``expert``.
+    """Sequential-random, per-layer ``lru``: each event's members shuffled as :func:`shuffle_events` shuffles
+    them, then replayed by :func:`._kernels_seq.replay_lru_seq`, with the counts and hit flags of
+    :func:`replay_lru_random` (hit flags per position of the shuffled order). Returns the shuffled order, a new
+    array (``expert`` is left as it is).
 
     The shuffle (about 2.8 ns an access on the benchmark stream: a chain of dependent draws) would add its whole
     time to a replay that takes 3-8 ns an access. On a stream of at least :data:`THREAD_MIN_ACCESSES` accesses
-    (``threads`` None; True / False force it), a second thread shuffles the next chunk of events (about
+    (``threads`` None; True / False force it), a second thread copies and shuffles the next chunk of events (about
     :data:`CHUNK_ACCESSES` accesses) while the replay runs over the chunk before it: both kernels release the GIL,
     and each chunk's replay waits for its shuffle. The chunks are replayed in order with one set of lists, so the
     results do not depend on the chunks or the threads. Parameters are those of :func:`replay_lru_random`
@@ -253,24 +255,31 @@ def replay_lru_seq_random(offsets, expert, ev_layer, n_experts, n_layers, capaci
     st = np.zeros(6, dtype=np.uint64)
     st[:4] = pcg
     state = lru_seq_state(n_experts, n_layers)
+    order = np.empty_like(expert)
     n_acc = int(offsets[-1] - offsets[0]) if n_events > 0 else 0
     if threads is None:
         threads = n_acc >= THREAD_MIN_ACCESSES and (os.cpu_count() or 1) > 1
+
+    def shuffled(e0, e1):
+        a, b = offsets[e0], offsets[e1]
+        order[a:b] = expert[a:b]
+        shuffle_range(offsets, order, st, e0, e1)
+
     if not threads:
-        shuffle_range(offsets, expert, st, 0, n_events)
-        replay_lru_seq_range(offsets, expert, ev_layer, n_experts, capacity, count_from, hits, misses, hit_flag,
+        shuffled(0, n_events)
+        replay_lru_seq_range(offsets, order, ev_layer, n_experts, capacity, count_from, hits, misses, hit_flag,
                              state, 0, n_events)
-        return expert
-    cuts = np.searchsorted(offsets, np.arange(offsets[0], offsets[-1], CHUNK_ACCESSES), side="right") - 1
-    bounds = np.unique(np.concatenate([cuts, [n_events]])).tolist()
-    if bounds[0] != 0:
-        bounds.insert(0, 0)
+        return order
+    first = offsets[0] + max(CHUNK_ACCESSES // 8, 1)
+    cuts = np.searchsorted(offsets, np.concatenate([[offsets[0], first], np.arange(first, offsets[-1],
+                                                                                   CHUNK_ACCESSES)]), side="right")
+    bounds = sorted({0, n_events, *np.minimum(cuts - 1, n_events).tolist()})
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="expertcache-shuffle") as pool:
-        ahead = pool.submit(shuffle_range, offsets, expert, st, bounds[0], bounds[1])
+        ahead = pool.submit(shuffled, bounds[0], bounds[1])
         for k in range(len(bounds) - 1):
             ahead.result()
             if k + 2 < len(bounds):
-                ahead = pool.submit(shuffle_range, offsets, expert, st, bounds[k + 1], bounds[k + 2])
-            replay_lru_seq_range(offsets, expert, ev_layer, n_experts, capacity, count_from, hits, misses, hit_flag,
+                ahead = pool.submit(shuffled, bounds[k + 1], bounds[k + 2])
+            replay_lru_seq_range(offsets, order, ev_layer, n_experts, capacity, count_from, hits, misses, hit_flag,
                                  state, bounds[k], bounds[k + 1])
-    return expert
+    return order

@@ -340,7 +340,7 @@ def _loop_list(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hit
     offsets, expert, layer, _, n_experts, n_layers, global_scope, atomic, _ = args
     if _shuffles_inside(config, policy):
         if not global_scope:
-            return KO.replay_lru_seq_random(offsets, expert.copy(), layer, n_experts, n_layers, caps,
+            return KO.replay_lru_seq_random(offsets, expert, layer, n_experts, n_layers, caps,
                                             config.warmup_events, hits, misses, hit_flag,
                                             _order_words(int(config.seed)))
         return KO.replay_lru_random(offsets, expert.copy(), layer, n_experts, n_layers, global_scope, caps,
