@@ -39,7 +39,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from .._jit import jit, jit_helper, jit_inline, jit_loop
-from ._kernels import crf_decays, crf_key
+from ._kernels import _cttz, crf_decays, crf_key
 from ._kernels_bits import _LRFU_DECAYS, _LRFU_SPAN, _LRFU_TINY, _U, _lrfu_decay, _lrfu_margin
 from ._simd import _splat
 from ._vec import (
@@ -63,6 +63,10 @@ _EMPTY32 = np.int32(2**31 - 1)
 _EMPTY64 = np.int64(2**63 - 1)
 #: The bits of float32 ``_LRFU_TINY``: an ``lrfu`` value below it is kept as 0.
 _TINY_BITS = np.int64(np.float32(_LRFU_TINY).view(np.int32))
+#: Quotas up to this share of a layer's lanes keep the lowest count's residents as bits in sequential ``lfu``
+#: (:func:`_lfu_access`); larger ones take the smallest packed key by a pass at every eviction, where the bits' stale
+#: entries (blocks hit since) cost more than the passes they save (docs/performance.md, *Session 36*).
+_LFU_BITS_NUM, _LFU_BITS_DEN = 1, 2
 #: ``lfu``'s packed keys are int32 while ``(most accesses of a layer + 1) << tbits`` stays below ``2**31 - 1``.
 LFU_KEY32_BITS = 31
 
@@ -254,13 +258,58 @@ def replay_lfu_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie
     _replay_lfu_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos.astype(np.int32), tbits,
                     bool(reset_freq_on_evict), count_from, hits, misses, hit_flag,
                     np.zeros(n_layers * npad, dtype=np.int64 if wide else np.int32), rk,
-                    np.zeros(n_layers, dtype=np.int64), empty)
+                    np.zeros(n_layers, dtype=np.int64), empty, np.full(n_layers, -1, dtype=np.int64),
+                    np.zeros(n_layers * (npad // 64), dtype=np.uint64))
+
+
+@intrinsic
+def lanes_between(typingctx, buf, off, lo, hi):
+    """Bit ``q`` set where ``lo <= buf[off + q] <= hi`` for the 64 integer lanes from ``off`` (int32 or int64; the
+    bounds compared at the lanes' width): one vector compare pair."""
+    sig = types.uint64(buf, types.int64, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        it = ir.IntType(signature.args[0].dtype.bitwidth)
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        vt = ir.VectorType(it, 64)
+        x = builder.load(builder.bitcast(builder.gep(data, [args[1]]), vt.as_pointer()), align=it.width // 8)
+        lo = args[2] if it.width == 64 else builder.trunc(args[2], it)
+        hi = args[3] if it.width == 64 else builder.trunc(args[3], it)
+        c = builder.and_(builder.icmp_signed(">=", x, _splat(builder, lo, vt, 64)),
+                         builder.icmp_signed("<=", x, _splat(builder, hi, vt, 64)))
+        return builder.bitcast(c, _I64)
+
+    return sig, codegen
+
+
+@jit_inline
+def _lfu_lowest(bm, bo, nw, rk, pbase, low):
+    """The lowest tie position among a layer's bits ``bm[bo:bo + nw]`` whose packed key is still ``low | tp`` (a
+    resident of the lowest count), its bits below it cleared where they are not (their blocks were hit since, and
+    their counts rose); -1 where none is left."""
+    for w in range(nw):
+        x = bm[_U(bo + w)]
+        while x:
+            tp = (w << 6) + np.int64(_cttz(x))
+            if rk[_U(pbase + tp)] == (low | tp):
+                bm[_U(bo + w)] = x
+                return tp
+            x &= x - np.uint64(1)
+        bm[_U(bo + w)] = x
+    return -1
 
 
 @jit_inline
 def _lfu_access(a, layer, cap, base, pbase, npad, tie_pos, expert, tbits, reset, cnt, rk, size, empty, record,
-                hit_flag):
-    """Access ``a`` of :func:`_replay_lfu_seq` (layer ``layer``, quota ``cap``): 1 where it hits."""
+                hit_flag, minc, bm):
+    """Access ``a`` of :func:`_replay_lfu_seq` (layer ``layer``, quota ``cap``): 1 where it hits. ``minc[l]`` is
+    the lowest count among layer ``l``'s residents where known (else -1) and ``bm`` bits over tie positions
+    (``npad / 64`` words a layer) that hold every resident of that count, and maybe blocks hit since (their counts
+    rose: a hit changes no bit); the block that leaves is the lowest bit whose key is still of that count, and a
+    pass over the layer's packed keys finds the lowest count again only when no such bit is left."""
+    ul = _U(layer)
+    nw = npad >> 6
+    bo = layer * nw
     tp = np.int64(tie_pos[_U(base + expert[_U(a)])])
     j = pbase + tp
     c = cnt[_U(j)] + 1
@@ -271,30 +320,47 @@ def _lfu_access(a, layer, cap, base, pbase, npad, tie_pos, expert, tbits, reset,
         if record:
             hit_flag[_U(a)] = 1
         return 1
-    if size[_U(layer)] < cap:
+    if size[_U(layer)] < cap:                      # (a layer's lowest count is first sought once it is full)
         rk[_U(j)] = key
         size[_U(layer)] += 1
         return 0
-    m = _smallest(rk, pbase, npad, empty)           # the lowest of the residents and this block leaves
-    if key < m:                                     # (`empty` where the quota is 0)
+    mc = minc[ul]
+    lt = _lfu_lowest(bm, bo, nw, rk, pbase, mc << tbits) if mc >= 0 else -1
+    if lt < 0:                                      # the smallest packed key by one pass
+        m = np.int64(_smallest(rk, pbase, npad, empty))
+        if m == empty:                              # no resident: a quota of 0
+            if reset:
+                cnt[_U(j)] = 0
+            return 0
+        mc = m >> tbits
+        lt = m & ((1 << tbits) - 1)
+        if cap * _LFU_BITS_DEN <= npad * _LFU_BITS_NUM:     # and the residents of its count, as bits
+            for w in range(nw):
+                bm[_U(bo + w)] = lanes_between(rk, pbase + (w << 6), mc << tbits, (mc << tbits) | ((1 << tbits) - 1))
+            minc[ul] = mc
+    if key < ((mc << tbits) | lt):                  # the lowest of the residents and this block leaves
         if reset:
             cnt[_U(j)] = 0
         return 0
-    v = pbase + (np.int64(m) & ((1 << tbits) - 1))
+    v = pbase + lt
     rk[_U(v)] = empty
     if reset:
         cnt[_U(v)] = 0
+    bm[_U(bo + (lt >> 6))] &= ~(np.uint64(1) << np.uint64(lt & 63))
     rk[_U(j)] = key
+    if c == mc:                                     # it joins the lowest count
+        bm[_U(bo + (tp >> 6))] |= np.uint64(1) << np.uint64(tp & 63)
     return 0
 
 
 @jit_loop
 def _replay_lfu_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, tbits, reset, count_from, hits, misses,
-                    hit_flag, cnt, rk, size, empty):
+                    hit_flag, cnt, rk, size, empty, minc, bm):
     """The loop of :func:`replay_lfu_seq`: ``cnt[l * 64 W + j]`` the count of layer ``l``'s tie position ``j``,
     ``rk`` its packed key ``count << tbits | j`` while it is resident (else ``empty``), ``size[l]`` the layer's
-    residents. One event at a time: its chain per access is short, and two events side by side (as
-    :func:`_paired` runs them) were no faster (docs/performance.md, *Session 34*)."""
+    residents, ``minc`` / ``bm`` the lowest count's residents (:func:`_lfu_access`). One event at a time: its
+    chain per access is short, and two events side by side (as :func:`_paired` runs them) were no faster
+    (docs/performance.md, *Session 34*)."""
     record = hit_flag.shape[0] > 0
     npad = (n_experts + 63) // 64 * 64
     for i in range(offsets.shape[0] - 1):
@@ -305,7 +371,7 @@ def _replay_lfu_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, tbi
         n_hit = 0
         for k in range(n):
             n_hit += _lfu_access(lo + k, layer, cap, layer * n_experts, layer * npad, npad, tie_pos, expert, tbits,
-                                 reset, cnt, rk, size, empty, record, hit_flag)
+                                 reset, cnt, rk, size, empty, record, hit_flag, minc, bm)
         _count(hits, misses, layer, n, n_hit, i >= count_from)
 
 
