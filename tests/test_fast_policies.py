@@ -363,6 +363,27 @@ def test_sequential_random_lru_and_least_stale_shuffle_inside_their_loop(monkeyp
     assert len(called) == 4 and seq == [1]
 
 
+@pytest.mark.parametrize("threads", [False, True])
+def test_sequential_random_loops_shuffle_beside_their_replay(threads, monkeypatch):
+    """The engine runs sequential-random per-layer lfu, lrfu, lfru and lru (and least-stale) through
+    shuffled_replay with the stream's own member order, on one thread or with chunks of a few accesses shuffled on a
+    second; the counts are the naive twin's (which shuffles each event itself), warm-up and per-layer quotas
+    included; global scope and sequential-ascending do not go through it."""
+    monkeypatch.setattr(KO, "CHUNK_ACCESSES", 7)
+    monkeypatch.setattr(KO, "THREAD_MIN_ACCESSES", 1 if threads else 1 << 60)
+    called = []
+    real = KO.shuffled_replay
+    monkeypatch.setattr(KO, "shuffled_replay", lambda o, e, *a: called.append(e.copy()) or real(o, e, *a))
+    stream = random_stream(6, L=3, N=30, k=7, steps=14)
+    for policy in ("lfu", "lrfu", "lfru", "lru", "least-stale"):
+        for scope in ("per-layer", "global"):
+            for semantics in ("sequential-random", "sequential-ascending"):
+                kw = dict(rho=0.25, semantics=semantics, scope=scope, seed=5, warmup_events=3)
+                got = replay(stream, ReplayConfig(policy, **kw))
+                assert counts(got) == naive_counts(naive_replay(stream, policy, **kw)), (policy, scope, semantics)
+    assert len(called) == 5 and all((x == stream.expert).all() for x in called)
+
+
 def _lru_cases(rng, stream):
     """Per-layer quotas for the sequential lru tests: 0, 1, small, past N, and one drawn per layer."""
     L, N = stream.n_layers, stream.n_experts
@@ -394,21 +415,35 @@ def test_sequential_lru_loop_equals_the_list_loop(seed):
                 assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, caps.tolist())
 
 
-def test_sequential_lru_ranges_carry_on_from_one_another():
-    """replay_lru_seq_range over consecutive ranges of events on one state gives one call's counts and flags,
-    whatever the cuts (a cut between two events the loop would run side by side, a range of one event)."""
+@pytest.mark.parametrize("policy", ["lru", "lfu", "lrfu", "lfru"])
+def test_sequential_loops_by_ranges_carry_on_from_one_another(policy):
+    """Each sequential per-layer loop run by ranges of events on one state (``*_seq_ranges``) gives one call's
+    counts and flags, whatever the cuts (a cut between two events the loop would run side by side, a range of one
+    event)."""
     rng = np.random.default_rng(43)
     stream = random_stream(8, L=3, N=40, k=8, steps=30)
     L, N = stream.n_layers, stream.n_experts
+    _, tie_pos = engine._tie_order(engine._tie_ranks("random", 2, L * N), L, N)
     caps = np.array([5, 11, 0], dtype=np.int64)
+
+    def ranges(*out):
+        head = (stream.offsets, stream.layer, N, L, caps)
+        if policy == "lru":
+            return KQ.lru_seq_ranges(*head, 4, *out)
+        if policy == "lfu":
+            return KQ.lfu_seq_ranges(*head, tie_pos, False, 4, *out)
+        if policy == "lrfu":
+            return KQ.lrfu_seq_ranges(*head, tie_pos, 0.5, 4, *out)
+        return KQ.lfru_seq_ranges(*head, tie_pos, 4, *out)
+
     want = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
-    KQ.replay_lru_seq(stream.offsets, stream.expert, stream.layer, N, L, caps, 4, *want)
+    ranges(*want)(stream.expert, 0, stream.n_events)
     for _ in range(5):
         cuts = [0, *sorted(rng.choice(np.arange(1, stream.n_events), 6, replace=False).tolist()), stream.n_events]
-        state = KQ.lru_seq_state(N, L)
         got = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
+        run = ranges(*got)
         for e0, e1 in zip(cuts[:-1], cuts[1:], strict=True):
-            KQ.replay_lru_seq_range(stream.offsets, stream.expert, stream.layer, N, caps, 4, *got, state, e0, e1)
+            run(stream.expert, e0, e1)
         assert all((a == b).all() for a, b in zip(got, want, strict=True)), cuts
 
 
@@ -1047,17 +1082,17 @@ def test_sequential_lfu_loop_with_int64_keys(monkeypatch):
 
 @pytest.mark.parametrize("semantics", ("sequential-ascending", "sequential-random"))
 def test_sequential_per_layer_lfu_lrfu_lfru_take_the_packed_key_loops(monkeypatch, semantics):
-    """The engine sends sequential per-layer lfu, lrfu and lfru to _kernels_seq (so the twin tests above cover
-    them), and global scope elsewhere."""
+    """The engine sends sequential per-layer lfu, lrfu and lfru to _kernels_seq's loops by ranges (which the twin
+    tests above cover through replay_*_seq, their one range), and global scope elsewhere."""
     called = []
-    for name in ("replay_lfu_seq", "replay_lrfu_seq", "replay_lfru_seq"):
+    for name in ("lfu_seq_ranges", "lrfu_seq_ranges", "lfru_seq_ranges"):
         real = getattr(KQ, name)
         monkeypatch.setattr(KQ, name, lambda *a, _r=real, _n=name: called.append(_n) or _r(*a))
     stream = random_stream(4, L=2, N=20, k=5, steps=10)
     for policy in ("lfu", "lrfu", "lfru"):
         replay(stream, ReplayConfig(policy, rho=0.3, semantics=semantics))
         replay(stream, ReplayConfig(policy, rho=0.3, semantics=semantics, scope="global"))
-    assert called == ["replay_lfu_seq", "replay_lrfu_seq", "replay_lfru_seq"]
+    assert called == ["lfu_seq_ranges", "lrfu_seq_ranges", "lfru_seq_ranges"]
 
 
 @pytest.mark.parametrize("counts", [(109, 85, 299), (799, 400, 399), (498, 288, 393)])

@@ -226,35 +226,29 @@ def replay_lru_random(offsets, expert, ev_layer, n_experts, n_layers, global_sco
             misses[layer] += hi - lo - n_hit
 
 
-#: Accesses from which :func:`replay_lru_seq_random` shuffles on a second thread, and about how many a chunk holds
-#: (the first an eighth of that: its shuffle runs before any replay).
+#: Accesses from which :func:`shuffled_replay` shuffles on a second thread, and about how many a chunk holds (the
+#: first an eighth of that: its shuffle runs before any replay).
 THREAD_MIN_ACCESSES = 1 << 20
 CHUNK_ACCESSES = 1 << 16
 
 
-def replay_lru_seq_random(offsets, expert, ev_layer, n_experts, n_layers, capacity, count_from, hits, misses,
-                          hit_flag, pcg, threads: bool | None = None):
-    """Sequential-random, per-layer ``lru``: each event's members shuffled as :func:`shuffle_events` shuffles
-    them, then replayed by :func:`._kernels_seq.replay_lru_seq`, with the counts and hit flags of
-    :func:`replay_lru_random` (hit flags per position of the shuffled order). Returns the shuffled order, a new
-    array (``expert`` is left as it is).
+def shuffled_replay(offsets, expert, pcg, run, threads: bool | None = None):
+    """Each event's members shuffled as :func:`shuffle_events` shuffles them (into a new array; ``expert`` is left
+    as it is), and replayed in that order by ``run(order, e0, e1)``, which replays events ``e0 .. e1 - 1`` and
+    carries its state from one range to the next (``_kernels_seq.*_seq_ranges``). Returns the shuffled order.
 
     The shuffle (about 2.8 ns an access on the benchmark stream: a chain of dependent draws) would add its whole
-    time to a replay that takes 3-8 ns an access. On a stream of at least :data:`THREAD_MIN_ACCESSES` accesses
+    time to a replay that takes 3-20 ns an access. On a stream of at least :data:`THREAD_MIN_ACCESSES` accesses
     (``threads`` None; True / False force it), a second thread copies and shuffles the next chunk of events (about
-    :data:`CHUNK_ACCESSES` accesses) while the replay runs over the chunk before it: both kernels release the GIL,
-    and each chunk's replay waits for its shuffle. The chunks are replayed in order with one set of lists, so the
-    results do not depend on the chunks or the threads. Parameters are those of :func:`replay_lru_random`
-    without ``global_scope``.
+    :data:`CHUNK_ACCESSES` accesses) while ``run`` replays the chunk before it: the kernels release the GIL, and
+    each chunk's replay waits for its shuffle. The chunks are replayed in order on one state, so the results do not
+    depend on the chunks or the threads.
     """
     from concurrent.futures import ThreadPoolExecutor
-
-    from ._kernels_seq import lru_seq_state, replay_lru_seq_range
 
     n_events = offsets.shape[0] - 1
     st = np.zeros(6, dtype=np.uint64)
     st[:4] = pcg
-    state = lru_seq_state(n_experts, n_layers)
     order = np.empty_like(expert)
     n_acc = int(offsets[-1] - offsets[0]) if n_events > 0 else 0
     if threads is None:
@@ -267,8 +261,7 @@ def replay_lru_seq_random(offsets, expert, ev_layer, n_experts, n_layers, capaci
 
     if not threads:
         shuffled(0, n_events)
-        replay_lru_seq_range(offsets, order, ev_layer, n_experts, capacity, count_from, hits, misses, hit_flag,
-                             state, 0, n_events)
+        run(order, 0, n_events)
         return order
     first = offsets[0] + max(CHUNK_ACCESSES // 8, 1)
     cuts = np.searchsorted(offsets, np.concatenate([[offsets[0], first], np.arange(first, offsets[-1],
@@ -280,6 +273,18 @@ def replay_lru_seq_random(offsets, expert, ev_layer, n_experts, n_layers, capaci
             ahead.result()
             if k + 2 < len(bounds):
                 ahead = pool.submit(shuffled, bounds[k + 1], bounds[k + 2])
-            replay_lru_seq_range(offsets, order, ev_layer, n_experts, capacity, count_from, hits, misses, hit_flag,
-                                 state, bounds[k], bounds[k + 1])
+            run(order, bounds[k], bounds[k + 1])
     return order
+
+
+def replay_lru_seq_random(offsets, expert, ev_layer, n_experts, n_layers, capacity, count_from, hits, misses,
+                          hit_flag, pcg, threads: bool | None = None):
+    """Sequential-random, per-layer ``lru``: :func:`shuffled_replay` on :func:`._kernels_seq.replay_lru_seq`'s
+    loop, with the counts and hit flags of :func:`replay_lru_random` (hit flags per position of the shuffled
+    order). Returns the shuffled order, a new array. Parameters are those of :func:`replay_lru_random` without
+    ``global_scope``, and ``threads`` of :func:`shuffled_replay`.
+    """
+    from ._kernels_seq import lru_seq_ranges
+
+    return shuffled_replay(offsets, expert, pcg, lru_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity,
+                                                               count_from, hits, misses, hit_flag), threads)

@@ -138,6 +138,19 @@ def _count(hits, misses, layer, n, n_hit, counted):
         misses[_U(layer)] += n - n_hit
 
 
+def _ranges(loop, offsets, ev_layer, head, count_from, tail):
+    """A function ``run(order, e0, e1)`` that replays events ``e0 .. e1 - 1`` of the member order ``order`` by
+    ``loop`` (called as ``loop(offsets, order, ev_layer, *head, count_from, *tail)`` on the range), its state in
+    ``head`` / ``tail`` carried from one range to the next: ranges run in order give one call's counts and flags
+    (two events side by side never span two ranges, which changes no decision)."""
+
+    def run(order, e0, e1):
+        if e1 > e0:
+            loop(offsets[e0:e1 + 1], order, ev_layer[e0:e1], *head, count_from - e0, *tail)
+
+    return run
+
+
 def replay_lru_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, count_from, hits, misses, hit_flag):
     """Sequential (one unit per access, in the order of ``expert``), per-layer ``lru``: the decision of
     :func:`._kernels.replay_lru` with ``atomic`` false and per-layer scope, with the same counts and hit flags.
@@ -149,25 +162,18 @@ def replay_lru_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, cou
     :func:`._kernels.replay_lru` without ``global_scope``, ``atomic`` and the tie order (one member a unit needs
     none). The lists are allocated here.
     """
-    replay_lru_seq_range(offsets, expert, ev_layer, n_experts, capacity, count_from, hits, misses, hit_flag,
-                         lru_seq_state(n_experts, n_layers), 0, offsets.shape[0] - 1)
+    lru_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, count_from, hits, misses, hit_flag)(
+        expert, 0, offsets.shape[0] - 1)
 
 
-def lru_seq_state(n_experts, n_layers) -> tuple:
-    """The lists of :func:`replay_lru_seq`, empty: ``(nxt, prv, head, tail, size, resident)``."""
+def lru_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, count_from, hits, misses, hit_flag):
+    """:func:`replay_lru_seq` by ranges of events (:func:`_ranges`): its lists allocated here, empty."""
     n_blocks = n_layers * n_experts
-    return (np.full(n_blocks, -1, dtype=np.int32), np.full(n_blocks, -1, dtype=np.int32),
-            np.full(n_layers, -1, dtype=np.int32), np.full(n_layers, -1, dtype=np.int32),
-            np.zeros(n_layers, dtype=np.int64), np.zeros(n_blocks, dtype=np.bool_))
-
-
-def replay_lru_seq_range(offsets, expert, ev_layer, n_experts, capacity, count_from, hits, misses, hit_flag, state,
-                         e0, e1):
-    """:func:`replay_lru_seq` over events ``e0 .. e1 - 1`` on the lists ``state`` (:func:`lru_seq_state`), which
-    carry on from the events before ``e0``: ranges replayed in order give the counts one call gives."""
-    if e1 > e0:
-        _replay_lru_seq(offsets[e0:e1 + 1], expert, ev_layer[e0:e1], n_experts, capacity, count_from - e0, hits,
-                        misses, hit_flag, *state)
+    state = (np.full(n_blocks, -1, dtype=np.int32), np.full(n_blocks, -1, dtype=np.int32),
+             np.full(n_layers, -1, dtype=np.int32), np.full(n_layers, -1, dtype=np.int32),
+             np.zeros(n_layers, dtype=np.int64), np.zeros(n_blocks, dtype=np.bool_))
+    return _ranges(_replay_lru_seq, offsets, ev_layer, (n_experts, capacity), count_from,
+                   (hits, misses, hit_flag, *state))
 
 
 @jit_inline
@@ -249,17 +255,23 @@ def replay_lfu_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie
     :func:`._kernels_bits.replay_lfu_bits`; ``expert`` in access order (ascending per event, or shuffled for
     sequential-random). Counts and packed keys are allocated here.
     """
+    lfu_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, reset_freq_on_evict, count_from, hits,
+                   misses, hit_flag)(expert, 0, offsets.shape[0] - 1)
+
+
+def lfu_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, reset_freq_on_evict, count_from, hits,
+                   misses, hit_flag):
+    """:func:`replay_lfu_seq` by ranges of events (:func:`_ranges`): its counts and packed keys allocated here."""
     tbits = _tie_bits(n_experts)
     npad = (n_experts + 63) // 64 * 64
     most = int(_most_layer_accesses(offsets, ev_layer, n_layers))
     wide = ((most + 1) << tbits) >= (1 << LFU_KEY32_BITS) - 1
     empty = _EMPTY64 if wide else _EMPTY32
-    rk = np.full(n_layers * npad, empty)
-    _replay_lfu_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos.astype(np.int32), tbits,
-                    bool(reset_freq_on_evict), count_from, hits, misses, hit_flag,
-                    np.zeros(n_layers * npad, dtype=np.int64 if wide else np.int32), rk,
-                    np.zeros(n_layers, dtype=np.int64), empty, np.full(n_layers, -1, dtype=np.int64),
-                    np.zeros(n_layers * (npad // 64), dtype=np.uint64))
+    return _ranges(_replay_lfu_seq, offsets, ev_layer,
+                   (n_experts, capacity, tie_pos.astype(np.int32), tbits, bool(reset_freq_on_evict)), count_from,
+                   (hits, misses, hit_flag, np.zeros(n_layers * npad, dtype=np.int64 if wide else np.int32),
+                    np.full(n_layers * npad, empty), np.zeros(n_layers, dtype=np.int64), empty,
+                    np.full(n_layers, -1, dtype=np.int64), np.zeros(n_layers * (npad // 64), dtype=np.uint64)))
 
 
 @intrinsic
@@ -407,6 +419,13 @@ def replay_lrfu_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
     (a second pass finds the next smallest) the exact keys of those blocks decide. Parameters are those of
     :func:`._kernels_bits.replay_lrfu_bits` without ``pages``.
     """
+    lrfu_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, lam, count_from, hits, misses,
+                    hit_flag)(expert, 0, offsets.shape[0] - 1)
+
+
+def lrfu_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, lam, count_from, hits, misses,
+                    hit_flag):
+    """:func:`replay_lrfu_seq` by ranges of events (:func:`_ranges`): its state allocated here."""
     tbits = _tie_bits(n_experts)
     npad = (n_experts + 63) // 64 * 64
     n_units = int(_most_layer_accesses(offsets, ev_layer, n_layers))
@@ -414,13 +433,13 @@ def replay_lrfu_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
     n_scale = min(n_units + 1, _LRFU_DECAYS)
     if lam > 0.0:
         n_scale = min(n_scale, int(_LRFU_SPAN / lam) + 1)             # lam * (n_scale - 1) <= _LRFU_SPAN
-    _replay_lrfu_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos.astype(np.int32), tbits, lam,
-                     count_from, hits, misses, hit_flag, np.tile(np.array([0.0, -1.0]), n_layers * npad),
-                     np.full(n_layers * npad, _EMPTY32),
-                     np.zeros(n_layers, dtype=np.int64), np.zeros(n_layers, dtype=np.int64),
-                     np.zeros(n_layers, dtype=np.int64), np.full(n_layers, -1, dtype=np.int64),
-                     crf_decays(lam, min(n_units + 1, _LRFU_DECAYS)),
-                     2.0 ** (lam * np.arange(n_scale, dtype=np.float64)))
+    return _ranges(_replay_lrfu_seq, offsets, ev_layer, (n_experts, capacity, tie_pos.astype(np.int32), tbits, lam),
+                   count_from,
+                   (hits, misses, hit_flag, np.tile(np.array([0.0, -1.0]), n_layers * npad),
+                    np.full(n_layers * npad, _EMPTY32), np.zeros(n_layers, dtype=np.int64),
+                    np.zeros(n_layers, dtype=np.int64), np.zeros(n_layers, dtype=np.int64),
+                    np.full(n_layers, -1, dtype=np.int64), crf_decays(lam, min(n_units + 1, _LRFU_DECAYS)),
+                    2.0 ** (lam * np.arange(n_scale, dtype=np.float64))))
 
 
 @jit_helper
@@ -610,19 +629,25 @@ def replay_lfru_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
     through its accesses; larger quotas run :func:`_replay_lfru_seq` on the slots in memory. Parameters are those of
     :func:`replay_lfu_seq` without ``reset_freq_on_evict``; streams of fewer than ``2**24`` accesses.
     """
+    lfru_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses, hit_flag)(
+        expert, 0, offsets.shape[0] - 1)
+
+
+def lfru_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses, hit_flag):
+    """:func:`replay_lfru_seq` by ranges of events (:func:`_ranges`): its slots allocated here (a block's clock is
+    its access's index in the whole stream, so ranges keep it)."""
     npad = (n_experts + 63) // 64 * 64
     ns = max((min(int(capacity.max()) if capacity.shape[0] else 0, n_experts) + 15) // 16 * 16, 16)
     if ns == 48:
         ns = 64                                     # vectors of 16, 32 or 64 lanes
     n = n_layers * npad
-    args = (offsets, expert, ev_layer, n_experts, capacity, tie_pos.astype(np.int32), _tie_bits(ns), count_from,
-            hits, misses, hit_flag, np.zeros(n, np.float32), np.zeros(n, np.float32), np.full(n, -1, np.int32),
+    tail = (hits, misses, hit_flag, np.zeros(n, np.float32), np.zeros(n, np.float32), np.full(n, -1, np.int32),
             np.full(n_layers * ns, np.inf, np.float32), np.zeros(n_layers * ns, np.float32),
             np.zeros(n_layers * ns, np.int32), np.zeros(n_layers, np.int64), ns)
+    head = (n_experts, capacity, tie_pos.astype(np.int32), _tie_bits(ns))
     if ns in WIDTHS:
-        _replay_lfru_seq_v(*args, Lanes(ns))
-    else:
-        _replay_lfru_seq(*args)
+        return _ranges(_replay_lfru_seq_v, offsets, ev_layer, head, count_from, (*tail, Lanes(ns)))
+    return _ranges(_replay_lfru_seq, offsets, ev_layer, head, count_from, tail)
 
 
 @jit_helper

@@ -190,11 +190,34 @@ def _order_words(seed: int) -> np.ndarray:
     return KO.pcg64_words(np.random.default_rng([seed, 1]).bit_generator)
 
 
-def _shuffles_inside(config: ReplayConfig, policy: Policy) -> bool:
-    """Whether the loop shuffles each event itself (sequential-random ``lru`` and ``least-stale``:
-    :func:`._kernels_order.replay_lru_seq_random` per layer, :func:`._kernels_order.replay_lru_random` global),
-    so that its inputs keep the stream's member order."""
-    return config.semantics == "sequential-random" and policy.loop == "list"
+def _seq_loop(config: ReplayConfig, policy: Policy, n_experts: int, n_access: int) -> bool:
+    """Whether :func:`_loop_generic` runs ``policy`` on a sequential per-layer loop of :mod:`._kernels_seq`
+    (``lfu``, ``lrfu``, ``lfru``; ``lfru``'s float32 clock takes streams of fewer than ``2**24`` accesses)."""
+    if (config.semantics == "event-atomic" or config.scope == "global" or n_experts > KB.MAX_BITS_EXPERTS
+            or policy.loop not in ("heap", "scan")):
+        return False
+    if policy.key_code == KEY_LFRU:
+        return n_access + 1 <= KB.MAX_LFRU_EVENTS
+    return policy.key_code in (KEY_LFU, KEY_LRFU)
+
+
+def _shuffles_inside(config: ReplayConfig, policy: Policy, stream: EventStream) -> bool:
+    """Whether the loop shuffles each event itself, so that its inputs keep the stream's member order:
+    sequential-random ``lru`` and ``least-stale`` (:func:`._kernels_order.replay_lru_seq_random` per layer,
+    :func:`._kernels_order.replay_lru_random` global) and the sequential per-layer loops of ``lfu``, ``lrfu`` and
+    ``lfru`` (:func:`_seq_loop`; :func:`._kernels_order.shuffled_replay`)."""
+    return config.semantics == "sequential-random" and (
+        policy.loop == "list" or _seq_loop(config, policy, stream.n_experts, stream.union))
+
+
+def _sequential(config: ReplayConfig, offsets, expert, run) -> None:
+    """A sequential loop by ranges (``run``, ``_kernels_seq.*_seq_ranges``) over the stream's member order as
+    given: shuffled chunk by chunk on a second thread for sequential-random (:func:`._kernels_order.shuffled_replay`),
+    else in one call."""
+    if config.semantics == "sequential-random":
+        KO.shuffled_replay(offsets, expert, _order_words(int(config.seed)), run)
+    else:
+        run(expert, 0, offsets.shape[0] - 1)
 
 
 def _kernel_inputs(stream: EventStream, config: ReplayConfig, needs_next_use: bool, ordered: bool = True) -> tuple:
@@ -329,7 +352,7 @@ def _replay(stream: EventStream, config: ReplayConfig, calibration: EventStream 
         hits_l = np.zeros(L, dtype=np.int64)
         miss_l = np.zeros(L, dtype=np.int64)
         args = _kernel_inputs(stream, config, policy.needs_next_use and not _walks_belady(config, policy, N),
-                              ordered=not _shuffles_inside(config, policy))
+                              ordered=not _shuffles_inside(config, policy, stream))
         if policy.needs_advice:
             args = (*args[:-1], _advice_next_use(stream, config, advice))
         _LOOPS[policy.loop](args, config, policy, caps, tie, hits_l, miss_l, _NO_FLAGS if hit_flag is None else hit_flag)
@@ -338,7 +361,7 @@ def _replay(stream: EventStream, config: ReplayConfig, calibration: EventStream 
 
 def _loop_list(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses, hit_flag) -> None:
     offsets, expert, layer, _, n_experts, n_layers, global_scope, atomic, _ = args
-    if _shuffles_inside(config, policy):
+    if config.semantics == "sequential-random":
         if not global_scope:
             return KO.replay_lru_seq_random(offsets, expert, layer, n_experts, n_layers, caps,
                                             config.warmup_events, hits, misses, hit_flag,
@@ -428,16 +451,17 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
                   hit_flag=_NO_FLAGS) -> None:
     offsets, expert, layer, step, n_experts, n_layers, global_scope, atomic, _ = args
     reset = bool(config.lfu_in_cache_counters and policy.name == "lfu")
+    seq = _seq_loop(config, policy, n_experts, expert.shape[0])     # (the member order as stored where random)
     if policy.key_code == KEY_LFU and atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS:
         _, tie_pos = _tie_order(tie, n_layers, n_experts)      # counts and residents over tie positions
         return KB.replay_lfu_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, reset,
                                   config.warmup_events, hits, misses, hit_flag)
-    if (policy.key_code == KEY_LFRU and not atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS
-            and expert.shape[0] + 1 <= KB.MAX_LFRU_EVENTS):
+    if seq and policy.key_code == KEY_LFRU:
         # one unit per access: residents in slots, the two lowest float32 keys found by one vector pass
         _, tie_pos = _tie_order(tie, n_layers, n_experts)
-        return KQ.replay_lfru_seq(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, config.warmup_events,
-                                  hits, misses, hit_flag)
+        return _sequential(config, offsets, expert, KQ.lfru_seq_ranges(offsets, layer, n_experts, n_layers, caps,
+                                                                      tie_pos, config.warmup_events, hits, misses,
+                                                                      hit_flag))
     if (policy.key_code == KEY_LFRU and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS
             and (offsets.shape[0] if atomic else expert.shape[0] + 1) <= KB.MAX_LFRU_EVENTS):
         # its float32 counts and units (events, or accesses where sequential): below 2**24
@@ -460,14 +484,16 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
         _, tie_pos = _tie_order(tie, n_layers, n_experts)      # keys and residents over tie positions
         return KB.replay_lrfu_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, _lam(config, policy),
                                    config.warmup_events, hits, misses, hit_flag)
-    if policy.key_code in (KEY_LFU, KEY_LRFU) and not atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS:
+    if seq:
         # one unit per access: packed keys per tie position, one vector minimum per eviction
         _, tie_pos = _tie_order(tie, n_layers, n_experts)
         if policy.key_code == KEY_LFU:
-            return KQ.replay_lfu_seq(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, reset,
+            run = KQ.lfu_seq_ranges(offsets, layer, n_experts, n_layers, caps, tie_pos, reset, config.warmup_events,
+                                    hits, misses, hit_flag)
+        else:
+            run = KQ.lrfu_seq_ranges(offsets, layer, n_experts, n_layers, caps, tie_pos, _lam(config, policy),
                                      config.warmup_events, hits, misses, hit_flag)
-        return KQ.replay_lrfu_seq(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, _lam(config, policy),
-                                  config.warmup_events, hits, misses, hit_flag)
+        return _sequential(config, offsets, expert, run)
     bits = _ranked_bits(policy.key_code, offsets, step, n_layers * n_experts, atomic)
     if bits is not None:
         # where event-atomic units per layer are a large share of the quota, keep the residents sorted and
