@@ -7,9 +7,13 @@ then the high half of each 64-bit output). :func:`shuffle_events` runs the same
 generator and those draws, so the order equals the one the per-event
 ``seg[rng.permutation(len(seg))]`` loop gives for the same generator.
 
-:func:`replay_lru_random` is sequential-random ``lru`` with that shuffle inside its loop: each event's draws run
-beside the previous event's accesses, two independent chains that the core overlaps, where a shuffle before the
-replay adds its whole time to it.
+:func:`shuffle_range` runs it over a range of events from a carried state, so that ranges draw as one call does.
+
+:func:`shuffled_replay` runs a sequential per-layer loop given by ranges (``_kernels_seq.*_seq_ranges``) over
+that order, the next chunk of events shuffled on a second thread while the loop replays the chunk before (a
+shuffle before the replay adds its whole time to it); :func:`replay_lru_seq_random` is it for ``lru``.
+:func:`replay_lru_random` is global sequential-random ``lru`` with the shuffle inside its loop: each event's draws
+run beside the previous event's accesses, two independent chains that the core overlaps.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Sequential per-layer ``lfu``, ``lrfu`` and ``lfru``: one unit per access, one vector pass per eviction.
+"""Sequential per-layer ``lru``, ``lfu``, ``lrfu`` and ``lfru``: one unit per access.
+
+:func:`replay_lru_seq` keeps each layer's residents in a recency list (``int32`` links). The other three keep
+packed keys, below.
 
 Under sequential semantics every access is its own unit, so a replay decides once per miss whether the
 accessed block or one resident leaves: the lowest ``(key, tie)`` of the layer's residents and that block
@@ -10,7 +13,8 @@ type. A hit rewrites its lane; a miss past the quota takes the layer's smallest 
 lanes that LLVM vectorizes.
 
 * :func:`replay_lfu_seq`: the count above the tie position, exact (int32 keys while every count fits, else
-  int64). One pass (the smallest) per eviction.
+  int64). For quotas up to half a layer, the lowest count's residents are also kept as bits over tie positions,
+  so that a pass (the smallest) runs only when they are gone; larger quotas take one pass per eviction.
 * :func:`replay_lrfu_seq`: the float32 value of :func:`._kernels_bits.replay_lrfu_bits` (``2**(key - lam R)``,
   ``R`` a base unit of the layer), its low ``tbits`` bits replaced by the tie position. The smallest packed key
   leaves where no other block lies within the margins of its value (the next smallest, found by one pass, which
@@ -23,12 +27,16 @@ lanes that LLVM vectorizes.
   two vectors in registers through its accesses (:mod:`._vec`), so that a pass does not wait for the stores of
   the access before it.
 
-The ``lrfu`` and ``lfru`` loops run two events of different layers side by side (:func:`_paired`): each event's
-accesses form one chain of dependent work, and two chains keep the core busy where one waits.
+The ``lru``, ``lrfu`` and ``lfru`` loops run two events of different layers side by side (:func:`_paired`): each
+event's accesses form one chain of dependent work, and two chains keep the core busy where one waits.
 
-The engine sends sequential per-layer ``lfu``, ``lrfu`` and ``lfru`` here (``N <= 1024``); the tests compare them
-with ``replay_heap`` / ``replay_scan`` (tests/test_fast_policies.py) and, through the engine, with the naive
-twin.
+Each loop is also given by ranges of events (``lru_seq_ranges``, ``lfu_seq_ranges``, ``lrfu_seq_ranges``,
+``lfru_seq_ranges``; :func:`_ranges`), its state carried from one range to the next, so that
+:func:`._kernels_order.shuffled_replay` can shuffle the next chunk of a sequential-random order on another thread.
+
+The engine sends sequential per-layer ``lru``, ``lfu``, ``lrfu`` and ``lfru`` here (``N <= 1024`` for the last
+three); the tests compare them with ``replay_lru`` / ``replay_heap`` / ``replay_scan``
+(tests/test_fast_policies.py) and, through the engine, with the naive twin.
 """
 
 from __future__ import annotations
