@@ -10,8 +10,8 @@ process on one stream, alternated pair by pair. Kernels: the event-atomic per-la
 of ``_kernels_lfru_slots`` (cache ``rho * L * N``), and the sequential per-layer loops ``lfu-seq``, ``lrfu-seq``,
 ``lfru-seq`` of ``_kernels_seq`` (one unit per access, members ascending; a baseline from before session 34 has
 none), and ``lru-seq``, sequential per-layer ``lru`` (``_kernels_seq.replay_lru_seq``; in a checkout from before
-session 36, which has none, the generic list loop ``_kernels.replay_lru`` that the engine ran there). Hits per layer must be equal on both sides (exit 1
-otherwise), unless ``--timing-only``: for a prototype that takes a part out of a kernel to time what that part
+session 36, which has none, the generic list loop ``_kernels.replay_lru`` that the engine ran there). Hits per
+layer must be equal on both sides (exit 1 otherwise), unless ``--timing-only``: for a prototype that takes a part out of a kernel to time what that part
 costs, so that its decisions, and its counts, change; the rows then say that the counts differ. Prints per rho
 the median over ``--processes`` fresh processes (a kernel's time moves by up to ~15% with where its code lands
 in a process: docs/performance.md, *Placement noise*) of each process's median
@@ -136,7 +136,7 @@ def main() -> None:
     if a.child >= 0:
         child(a.baseline, a.kernel, a.steps, rhos, a.pairs, a.child, a.timing_only)
         return
-    if _baseline(a.baseline)[2] is None and a.kernel.endswith("-seq") and a.kernel != "lru-seq":    # a wrong folder fails here, once
+    if _baseline(a.baseline)[2] is None and a.kernel in ("lfu-seq", "lrfu-seq", "lfru-seq"):   # fails here, once
         raise SystemExit(f"{a.baseline}: this checkout has no replay/_kernels_seq.py (sequential loops, session 34); "
                          f"--kernel {a.kernel} needs one on both sides")
     cache = tempfile.mkdtemp(prefix="kernel_ab_")

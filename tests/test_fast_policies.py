@@ -474,6 +474,15 @@ def test_per_layer_random_lru_with_and_without_a_shuffling_thread(threads, monke
             assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, caps.tolist())
 
 
+@pytest.mark.parametrize("threads", [False, True])
+def test_shuffled_replay_of_no_events(threads):
+    """A stream with no events: an empty order back, and no range replayed but the empty one."""
+    ranges = []
+    order = KO.shuffled_replay(np.zeros(1, np.int64), np.zeros(0, np.int16), engine._order_words(1),
+                               lambda o, e0, e1: ranges.append((e0, e1)), threads=threads)
+    assert order.shape == (0,) and ranges in ([], [(0, 0)])
+
+
 def test_shuffle_in_ranges_draws_as_one_call():
     """shuffle_range over consecutive ranges, its state carried, equals shuffle_events over all the events."""
     rng = np.random.default_rng(53)

@@ -257,6 +257,7 @@ def shuffled_replay(offsets, expert, pcg, run, threads: bool | None = None):
     n_acc = int(offsets[-1] - offsets[0]) if n_events > 0 else 0
     if threads is None:
         threads = n_acc >= THREAD_MIN_ACCESSES and (os.cpu_count() or 1) > 1
+    threads = bool(threads) and n_events > 0
 
     def shuffled(e0, e1):
         a, b = offsets[e0], offsets[e1]

@@ -326,7 +326,9 @@ def _lfu_access(a, layer, cap, base, pbase, npad, tie_pos, expert, tbits, reset,
     the lowest count among layer ``l``'s residents where known (else -1) and ``bm`` bits over tie positions
     (``npad / 64`` words a layer) that hold every resident of that count, and maybe blocks hit since (their counts
     rose: a hit changes no bit); the block that leaves is the lowest bit whose key is still of that count, and a
-    pass over the layer's packed keys finds the lowest count again only when no such bit is left."""
+    pass over the layer's packed keys finds the lowest count again only when no such bit is left. Quotas above
+    :data:`_LFU_BITS_NUM` / :data:`_LFU_BITS_DEN` of the lanes keep no bits (``minc`` stays -1): a pass at every
+    eviction."""
     ul = _U(layer)
     nw = npad >> 6
     bo = layer * nw
@@ -542,8 +544,9 @@ def _replay_lrfu_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, tb
                      hit_flag, S, rk, size, lunits, ubase, low, P, scale):
     """The loop of :func:`replay_lrfu_seq`: ``S[2 q]`` / ``S[2 q + 1]`` (``q = l * 64 W + j``) the CRF / last unit
     (as a float; ``-1``: none) of layer ``l``'s tie position ``j``, side by side so that an access reads one line
-    (separate arrays took 1.10x the time: 96 KiB of them at 48 x 128, past the first-level cache), ``rk`` its packed key while it is resident (else ``_EMPTY32``),
-    ``size`` / ``lunits`` / ``ubase`` each layer's residents, units so far and base unit, ``low`` its smallest
+    (separate arrays took 1.10x the time: 96 KiB of them at 48 x 128, past the first-level cache), ``rk`` its
+    packed key while it is resident (else ``_EMPTY32``), ``size`` / ``lunits`` / ``ubase`` each layer's residents,
+    units so far and base unit, ``low`` its smallest
     packed key where known (else -1: after a move of the base, a hit on it, a decision by exact keys); ``P[g] =
     2**(-lam g)``, ``scale[g] = 2**(lam g)``.
 
