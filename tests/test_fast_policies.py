@@ -483,6 +483,22 @@ def test_shuffled_replay_of_no_events(threads):
     assert order.shape == (0,) and ranges in ([], [(0, 0)])
 
 
+def test_shuffled_replay_takes_a_thread_only_with_a_second_cpu(monkeypatch):
+    """Past THREAD_MIN_ACCESSES, shuffled_replay shuffles on a second thread only where the process may run on
+    more than one CPU (its affinity): with one, no thread pool is made."""
+    import concurrent.futures
+
+    stream = random_stream(3, L=2, N=16, k=4, steps=6)
+    monkeypatch.setattr(KO, "THREAD_MIN_ACCESSES", 1)
+    monkeypatch.setattr(concurrent.futures, "ThreadPoolExecutor", None)     # any pool made fails
+    words = engine._order_words(2)
+    monkeypatch.setattr(KO, "_usable_cpus", lambda: 1)
+    KO.shuffled_replay(stream.offsets, stream.expert, words, lambda o, e0, e1: None)
+    monkeypatch.setattr(KO, "_usable_cpus", lambda: 2)
+    with pytest.raises(TypeError):
+        KO.shuffled_replay(stream.offsets, stream.expert, words, lambda o, e0, e1: None)
+
+
 def test_shuffle_in_ranges_draws_as_one_call():
     """shuffle_range over consecutive ranges, its state carried, equals shuffle_events over all the events."""
     rng = np.random.default_rng(53)

@@ -236,14 +236,22 @@ THREAD_MIN_ACCESSES = 1 << 20
 CHUNK_ACCESSES = 1 << 16
 
 
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the platform reports it, else the machine's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def shuffled_replay(offsets, expert, pcg, run, threads: bool | None = None):
     """Each event's members shuffled as :func:`shuffle_events` shuffles them (into a new array; ``expert`` is left
     as it is), and replayed in that order by ``run(order, e0, e1)``, which replays events ``e0 .. e1 - 1`` and
     carries its state from one range to the next (``_kernels_seq.*_seq_ranges``). Returns the shuffled order.
 
     The shuffle (about 2.8 ns an access on the benchmark stream: a chain of dependent draws) would add its whole
-    time to a replay that takes 3-20 ns an access. On a stream of at least :data:`THREAD_MIN_ACCESSES` accesses
-    (``threads`` None; True / False force it), a second thread copies and shuffles the next chunk of events (about
+    time to a replay that takes 3-20 ns an access. On a stream of at least :data:`THREAD_MIN_ACCESSES` accesses,
+    where the process may run on more than one CPU (``threads`` None; True / False force it), a second thread copies and shuffles the next chunk of events (about
     :data:`CHUNK_ACCESSES` accesses) while ``run`` replays the chunk before it: the kernels release the GIL, and
     each chunk's replay waits for its shuffle. The chunks are replayed in order on one state, so the results do not
     depend on the chunks or the threads.
@@ -256,7 +264,7 @@ def shuffled_replay(offsets, expert, pcg, run, threads: bool | None = None):
     order = np.empty_like(expert)
     n_acc = int(offsets[-1] - offsets[0]) if n_events > 0 else 0
     if threads is None:
-        threads = n_acc >= THREAD_MIN_ACCESSES and (os.cpu_count() or 1) > 1
+        threads = n_acc >= THREAD_MIN_ACCESSES and _usable_cpus() > 1
     threads = bool(threads) and n_events > 0
 
     def shuffled(e0, e1):
