@@ -9,9 +9,9 @@ process on one stream, alternated pair by pair. Kernels: the event-atomic per-la
 ``lfu``, ``lfru``, ``lrfu`` (lambda 0.5) of ``_kernels_bits``, ``slots``, the global event-atomic lfru loop
 of ``_kernels_lfru_slots`` (cache ``rho * L * N``), and the sequential per-layer loops ``lfu-seq``, ``lrfu-seq``,
 ``lfru-seq`` of ``_kernels_seq`` (one unit per access, members ascending; a baseline from before session 34 has
-none), and ``lru-seq``, sequential per-layer ``lru`` (``_kernels_seq.replay_lru_seq``; in a checkout from before
-session 36, which has none, the generic list loop ``_kernels.replay_lru`` that the engine ran there). Hits per
-layer must be equal on both sides (exit 1 otherwise), unless ``--timing-only``: for a prototype that takes a part out of a kernel to time what that part
+none), and ``lru-seq`` / ``lru-seq-global``, sequential ``lru`` per layer / under global scope (cache ``rho * L *
+N``; ``_kernels_seq.replay_lru_seq``; in a checkout without that loop, the generic list loop ``_kernels.replay_lru``
+that the engine ran there). Hits per layer must be equal on both sides (exit 1 otherwise), unless ``--timing-only``: for a prototype that takes a part out of a kernel to time what that part
 costs, so that its decisions, and its counts, change; the rows then say that the counts differ. Prints per rho
 the median over ``--processes`` fresh processes (a kernel's time moves by up to ~15% with where its code lands
 in a process: docs/performance.md, *Placement noise*) of each process's median
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import os
 import shutil
 import sys
@@ -38,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _ab import alternated_ratio, machine, median_and_range, pooled_rows  # noqa: E402
 
-KERNELS = ("lru", "lfu", "lfru", "lrfu", "slots", "lfu-seq", "lrfu-seq", "lfru-seq", "lru-seq")
+KERNELS = ("lru", "lfu", "lfru", "lrfu", "slots", "lfu-seq", "lrfu-seq", "lfru-seq", "lru-seq", "lru-seq-global")
 
 
 def _baseline(src: str):
@@ -99,11 +100,15 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
                 seq.replay_lrfu_seq(*head, 0.5, 0, h, m, flags)
             elif kernel == "lfru-seq":
                 seq.replay_lfru_seq(*head, 0, h, m, flags)
-            elif kernel == "lru-seq" and hasattr(seq, "replay_lru_seq"):
-                seq.replay_lru_seq(s.offsets, s.expert, s.layer, N, L, caps, 0, h, m, flags)
-            elif kernel == "lru-seq":      # a checkout from before session 36: the generic list loop
-                generic.replay_lru(s.offsets, s.expert, s.layer, N, L, False, False, caps, order, tie_pos, 0, h, m,
-                                   flags)
+            elif kernel.startswith("lru-seq"):
+                glob = kernel == "lru-seq-global"
+                c = np.array([int(round(rho * L * N))]) if glob else caps
+                if hasattr(seq, "replay_lru_seq") and (
+                        not glob or "global_scope" in inspect.signature(seq.replay_lru_seq).parameters):
+                    seq.replay_lru_seq(s.offsets, s.expert, s.layer, N, L, c, 0, h, m, flags, *([True] if glob else []))
+                else:              # a checkout without that loop: the generic list loop the engine ran there
+                    generic.replay_lru(s.offsets, s.expert, s.layer, N, L, glob, False, c, order, tie_pos, 0, h, m,
+                                       flags)
             else:
                 cap = np.array([int(round(rho * L * N))])
                 slots.replay_lfru_slots(s.offsets, s.expert, s.layer, N, L, cap, tie, 0, h, m, flags)

@@ -309,10 +309,10 @@ def test_sequential_random_order_on_a_large_stream():
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_lru_with_its_shuffle_inside_equals_the_shuffle_then_the_replay(seed):
-    """replay_lru_random (each event shuffled beside the previous event's accesses) against shuffle_events then
-    replay_lru's sequential units: the same order left in its array, counts and hit flags; quotas 0, 1, small, past
-    N, per layer and global, warm-up, events of one member (no draw) and of every expert."""
+def test_random_lru_equals_the_shuffle_then_the_list_loop(seed):
+    """replay_lru_seq_random (the order shuffled beside the replay) against shuffle_events then replay_lru's
+    sequential units: the same order returned, counts and hit flags; quotas 0, 1, small, past N, per layer and
+    global, warm-up, events of one member (no draw) and of every expert."""
     rng = np.random.default_rng([seed, 35])
     for _ in range(12):
         stream = _any_sizes_stream(rng, 200, 30)
@@ -329,46 +329,19 @@ def test_lru_with_its_shuffle_inside_equals_the_shuffle_then_the_replay(seed):
                 want = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
                 K.replay_lru(stream.offsets, want_order, stream.layer, N, L, global_scope, False, caps, order, tie_pos,
                              warm, *want)
-                got_order = stream.expert.copy()
                 got = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
-                KO.replay_lru_random(stream.offsets, got_order, stream.layer, N, L, global_scope, caps, warm, *got,
-                                     words)
+                got_order = KO.replay_lru_seq_random(stream.offsets, stream.expert, stream.layer, N, L, caps, warm,
+                                                     *got, words, global_scope)
                 assert (got_order == want_order).all()
                 assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, c, global_scope)
 
 
-def test_sequential_random_lru_and_least_stale_shuffle_inside_their_loop(monkeypatch):
-    """The engine sends sequential-random lru and least-stale (lru's loops) to replay_lru_seq_random per layer and
-    to replay_lru_random globally, with the stream's own member order and the seed's generator, and sequential-
-    ascending per-layer lru to replay_lru_seq; the counts are the twin's."""
-    called = []
-    for name in ("replay_lru_random", "replay_lru_seq_random"):
-        real = getattr(KO, name)
-        monkeypatch.setattr(KO, name, lambda *a, real=real, name=name: called.append((name, a[1].copy())) or real(*a))
-    seq = []
-    real_seq = KQ.replay_lru_seq
-    monkeypatch.setattr(KQ, "replay_lru_seq", lambda *a: seq.append(1) or real_seq(*a))
-    stream = random_stream(5, L=2, N=24, k=6, steps=12)
-    for policy in ("lru", "least-stale"):
-        for scope in ("per-layer", "global"):
-            kw = dict(rho=0.3, semantics="sequential-random", scope=scope, seed=4, warmup_events=2)
-            got = replay(stream, ReplayConfig(policy, **kw))
-            assert counts(got) == naive_counts(naive_replay(stream, policy, **kw)), (policy, scope)
-    assert [c[0] for c in called] == ["replay_lru_seq_random", "replay_lru_random"] * 2
-    assert all((x == stream.expert).all() for _, x in called) and not seq
-    for scope in ("per-layer", "global"):
-        kw = dict(rho=0.3, semantics="sequential-ascending", scope=scope, warmup_events=2)
-        got = replay(stream, ReplayConfig("lru", **kw))
-        assert counts(got) == naive_counts(naive_replay(stream, "lru", **kw)), scope
-    assert len(called) == 4 and seq == [1]
-
-
 @pytest.mark.parametrize("threads", [False, True])
 def test_sequential_random_loops_shuffle_beside_their_replay(threads, monkeypatch):
-    """The engine runs sequential-random per-layer lfu, lrfu, lfru and lru (and least-stale) through
-    shuffled_replay with the stream's own member order, on one thread or with chunks of a few accesses shuffled on a
-    second; the counts are the naive twin's (which shuffles each event itself), warm-up and per-layer quotas
-    included; global scope and sequential-ascending do not go through it."""
+    """The engine runs sequential-random per-layer lfu, lrfu and lfru, and lru and least-stale in either scope,
+    through shuffled_replay with the stream's own member order, on one thread or with chunks of a few accesses
+    shuffled on a second; the counts are the naive twin's (which shuffles each event itself), warm-up included;
+    global lfu / lrfu / lfru and sequential-ascending do not go through it."""
     monkeypatch.setattr(KO, "CHUNK_ACCESSES", 7)
     monkeypatch.setattr(KO, "THREAD_MIN_ACCESSES", 1 if threads else 1 << 60)
     called = []
@@ -381,7 +354,7 @@ def test_sequential_random_loops_shuffle_beside_their_replay(threads, monkeypatc
                 kw = dict(rho=0.25, semantics=semantics, scope=scope, seed=5, warmup_events=3)
                 got = replay(stream, ReplayConfig(policy, **kw))
                 assert counts(got) == naive_counts(naive_replay(stream, policy, **kw)), (policy, scope, semantics)
-    assert len(called) == 5 and all((x == stream.expert).all() for x in called)
+    assert len(called) == 7 and all((x == stream.expert).all() for x in called)
 
 
 def _lru_cases(rng, stream):
@@ -394,9 +367,9 @@ def _lru_cases(rng, stream):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_sequential_lru_loop_equals_the_list_loop(seed):
-    """replay_lru_seq (int32 lists, two layers' events side by side) against replay_lru's sequential per-layer
-    units: counts and hit flags, in the stream's order and in a shuffled one; quotas 0, 1, small, past N and one a
-    layer, warm-up, events of one member and of every expert."""
+    """replay_lru_seq (int32 lists; per layer two layers' events side by side) against replay_lru's sequential
+    units: counts and hit flags, in the stream's order and in a shuffled one; per-layer quotas 0, 1, small, past N
+    and one a layer, global quotas 0, 1, a third, past L N; warm-up, events of one member and of every expert."""
     rng = np.random.default_rng([seed, 41])
     for _ in range(12):
         stream = _any_sizes_stream(rng, 200, 30)
@@ -406,13 +379,14 @@ def test_sequential_lru_loop_equals_the_list_loop(seed):
         shuffled = stream.expert.copy()
         KO.shuffle_events(stream.offsets, shuffled, engine._order_words(seed))
         for expert in (stream.expert, shuffled):
-            for caps in _lru_cases(rng, stream):
+            for caps, glob in [(c, False) for c in _lru_cases(rng, stream)] + [
+                    (np.array([c], dtype=np.int64), True) for c in (0, 1, L * N // 3, L * N + 2)]:
                 want = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
-                K.replay_lru(stream.offsets, expert, stream.layer, N, L, False, False, caps, order, tie_pos, warm,
+                K.replay_lru(stream.offsets, expert, stream.layer, N, L, glob, False, caps, order, tie_pos, warm,
                              *want)
                 got = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
-                KQ.replay_lru_seq(stream.offsets, expert, stream.layer, N, L, caps, warm, *got)
-                assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, caps.tolist())
+                KQ.replay_lru_seq(stream.offsets, expert, stream.layer, N, L, caps, warm, *got, glob)
+                assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, caps.tolist(), glob)
 
 
 @pytest.mark.parametrize("policy", ["lru", "lfu", "lrfu", "lfru"])

@@ -9,11 +9,9 @@ generator and those draws, so the order equals the one the per-event
 
 :func:`shuffle_range` runs it over a range of events from a carried state, so that ranges draw as one call does.
 
-:func:`shuffled_replay` runs a sequential per-layer loop given by ranges (``_kernels_seq.*_seq_ranges``) over
-that order, the next chunk of events shuffled on a second thread while the loop replays the chunk before (a
-shuffle before the replay adds its whole time to it); :func:`replay_lru_seq_random` is it for ``lru``.
-:func:`replay_lru_random` is global sequential-random ``lru`` with the shuffle inside its loop: each event's draws
-run beside the previous event's accesses, two independent chains that the core overlaps.
+:func:`shuffled_replay` runs a sequential loop given by ranges (``_kernels_seq.*_seq_ranges``) over that order,
+the next chunk of events shuffled on a second thread while the loop replays the chunk before (a shuffle before
+the replay adds its whole time to it); :func:`replay_lru_seq_random` is it for ``lru``.
 """
 
 from __future__ import annotations
@@ -26,7 +24,6 @@ from numba import types
 from numba.extending import intrinsic
 
 from .._jit import jit, jit_inline
-from ._kernels import _append
 from ._kernels_bits import _U
 
 
@@ -142,94 +139,6 @@ def shuffle_range(offsets, expert, st, e0, e1):
     st[5] = np.uint64(half)
 
 
-@jit
-def replay_lru_random(offsets, expert, ev_layer, n_experts, n_layers, global_scope, capacity, count_from, hits,
-                      misses, hit_flag, pcg):
-    """Sequential-random ``lru``: each event's members shuffled as :func:`shuffle_events` shuffles them (in
-    place: ``expert`` ends in that order), then replayed one unit per access as :func:`._kernels.replay_lru`
-    replays them, with the same counts and hit flags (per position of the shuffled order).
-
-    The shuffle of event ``e + 1`` runs in the same loop as the accesses of event ``e`` (one draw and one access
-    a pass, while either has any left): its draws form one chain of dependent work and the accesses another, and
-    the core overlaps the two. Event 0 is shuffled first. Parameters are those of :func:`._kernels.replay_lru`
-    (without ``atomic``, ``tie_order`` and ``tie_pos``: one member a unit needs no tie order) and ``pcg`` of
-    :func:`shuffle_events`.
-
-    The list steps are :func:`._kernels.replay_lru`'s written out again, not shared helpers: helpers with array
-    arguments inlined into a kernel compiled with the numba runtime take a reference count per array per call
-    (``replay_lru`` took 1.25-1.6x its time with its unlink and eviction as such helpers), and ``replay_lru`` with
-    its lists passed in (so that it needs no runtime) lost 3-10% (prototypes, measured by a script not shipped).
-    :func:`_draw`, one array, costs nothing measurable so: :func:`shuffle_events` took 3.57 ns per access of the
-    10 M-access benchmark stream with its draw written out and as the helper.
-    """
-    n_blocks = n_layers * n_experts
-    record = hit_flag.shape[0] > 0
-    n_events = offsets.shape[0] - 1
-    n_parts = capacity.shape[0]
-    nxt = np.full(n_blocks, -1, dtype=np.int64)      # towards the tail (newer)
-    prv = np.full(n_blocks, -1, dtype=np.int64)      # towards the head (older)
-    head = np.full(n_parts, -1, dtype=np.int64)
-    tail = np.full(n_parts, -1, dtype=np.int64)
-    size = np.zeros(n_parts, dtype=np.int64)
-    in_cache = np.zeros(n_blocks, dtype=np.bool_)
-    shi, slo, ihi, ilo = pcg[0], pcg[1], pcg[2], pcg[3]
-    out = np.uint64(0)
-    half = 0
-    i = offsets[1] - offsets[0] - 1 if n_events > 0 else 0
-    while i > 0:
-        i, shi, slo, out, half = _draw(expert, offsets[0], i, shi, slo, ihi, ilo, out, half)
-    for e in range(n_events):
-        layer = ev_layer[e]
-        p = 0 if global_scope else layer
-        cap = capacity[p]
-        keep_old = max(cap - 1, 0)
-        base = layer * n_experts
-        lo = offsets[e]
-        hi = offsets[e + 1]
-        i = offsets[e + 2] - hi - 1 if e + 1 < n_events else 0    # the next event's shuffle, beside these accesses
-        a = lo
-        n_hit = 0
-        while a < hi or i > 0:
-            if i > 0:
-                i, shi, slo, out, half = _draw(expert, hi, i, shi, slo, ihi, ilo, out, half)
-            if a < hi:
-                b = base + expert[a]
-                if in_cache[b]:                      # a hit: unlinked, it rejoins at the tail below
-                    n_hit += 1
-                    if record:
-                        hit_flag[a] = 1
-                    q = prv[b]
-                    r = nxt[b]
-                    if q >= 0:
-                        nxt[q] = r
-                    else:
-                        head[p] = r
-                    if r >= 0:
-                        prv[r] = q
-                    else:
-                        tail[p] = q
-                    size[p] -= 1
-                while size[p] > keep_old:            # the oldest leave
-                    c = head[p]
-                    head[p] = nxt[c]
-                    if head[p] >= 0:
-                        prv[head[p]] = -1
-                    else:
-                        tail[p] = -1
-                    in_cache[c] = False
-                    size[p] -= 1
-                if cap > 0:
-                    _append(b, p, head, tail, nxt, prv)
-                    in_cache[b] = True
-                    size[p] += 1
-                else:
-                    in_cache[b] = False
-                a += 1
-        if e >= count_from:
-            hits[layer] += n_hit
-            misses[layer] += hi - lo - n_hit
-
-
 #: Accesses from which :func:`shuffled_replay` shuffles on a second thread, and about how many a chunk holds (the
 #: first an eighth of that: its shuffle runs before any replay).
 THREAD_MIN_ACCESSES = 1 << 20
@@ -291,13 +200,15 @@ def shuffled_replay(offsets, expert, pcg, run, threads: bool | None = None):
 
 
 def replay_lru_seq_random(offsets, expert, ev_layer, n_experts, n_layers, capacity, count_from, hits, misses,
-                          hit_flag, pcg, threads: bool | None = None):
-    """Sequential-random, per-layer ``lru``: :func:`shuffled_replay` on :func:`._kernels_seq.replay_lru_seq`'s
-    loop, with the counts and hit flags of :func:`replay_lru_random` (hit flags per position of the shuffled
-    order). Returns the shuffled order, a new array. Parameters are those of :func:`replay_lru_random` without
-    ``global_scope``, and ``threads`` of :func:`shuffled_replay`.
+                          hit_flag, pcg, global_scope=False, threads: bool | None = None):
+    """Sequential-random ``lru``: :func:`shuffled_replay` on :func:`._kernels_seq.replay_lru_seq`'s loop (either
+    scope), with the counts and hit flags of :func:`._kernels.replay_lru` on the shuffled order (hit flags per
+    position of that order). Returns the shuffled order, a new array. Parameters are those of
+    :func:`._kernels.replay_lru` without ``atomic`` and the tie order, ``pcg`` of :func:`shuffle_events`, and
+    ``threads`` of :func:`shuffled_replay`.
     """
     from ._kernels_seq import lru_seq_ranges
 
     return shuffled_replay(offsets, expert, pcg, lru_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity,
-                                                               count_from, hits, misses, hit_flag), threads)
+                                                               count_from, hits, misses, hit_flag, global_scope),
+                           threads)

@@ -1,7 +1,7 @@
-"""Sequential per-layer ``lru``, ``lfu``, ``lrfu`` and ``lfru``: one unit per access.
+"""Sequential ``lru`` and per-layer ``lfu``, ``lrfu`` and ``lfru``: one unit per access.
 
-:func:`replay_lru_seq` keeps each layer's residents in a recency list (``int32`` links). The other three keep
-packed keys, below.
+:func:`replay_lru_seq` keeps each layer's residents (or one global pool) in a recency list (``int32`` links). The
+other three keep packed keys, below.
 
 Under sequential semantics every access is its own unit, so a replay decides once per miss whether the
 accessed block or one resident leaves: the lowest ``(key, tie)`` of the layer's residents and that block
@@ -34,8 +34,8 @@ Each loop is also given by ranges of events (``lru_seq_ranges``, ``lfu_seq_range
 ``lfru_seq_ranges``; :func:`_ranges`), its state carried from one range to the next, so that
 :func:`._kernels_order.shuffled_replay` can shuffle the next chunk of a sequential-random order on another thread.
 
-The engine sends sequential per-layer ``lru``, ``lfu``, ``lrfu`` and ``lfru`` here (``N <= 1024`` for the last
-three); the tests compare them with ``replay_lru`` / ``replay_heap`` / ``replay_scan``
+The engine sends sequential ``lru`` (either scope) and per-layer ``lfu``, ``lrfu`` and ``lfru`` here (``N <= 1024``
+for the last three); the tests compare them with ``replay_lru`` / ``replay_heap`` / ``replay_scan``
 (tests/test_fast_policies.py) and, through the engine, with the naive twin.
 """
 
@@ -159,37 +159,41 @@ def _ranges(loop, offsets, ev_layer, head, count_from, tail):
     return run
 
 
-def replay_lru_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, count_from, hits, misses, hit_flag):
-    """Sequential (one unit per access, in the order of ``expert``), per-layer ``lru``: the decision of
-    :func:`._kernels.replay_lru` with ``atomic`` false and per-layer scope, with the same counts and hit flags.
+def replay_lru_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, count_from, hits, misses, hit_flag,
+                   global_scope=False):
+    """Sequential (one unit per access, in the order of ``expert``) ``lru``: the decision of
+    :func:`._kernels.replay_lru` with ``atomic`` false, with the same counts and hit flags.
 
-    Each layer's residents form a recency list (``int32`` links per block, the oldest at the head); a hit moves its
-    block to the tail, a miss past the quota takes the head's place (a quota of 0 admits nothing). Two events of
-    different layers run side by side (:func:`_paired`): each access depends on the one before it in its layer
-    (the list's ends), so two layers' chains keep the core busy where one waits. Parameters are those of
-    :func:`._kernels.replay_lru` without ``global_scope``, ``atomic`` and the tie order (one member a unit needs
-    none). The lists are allocated here.
+    Each partition's residents (a layer's, or one global pool's) form a recency list (``int32`` links per block,
+    the oldest at the head); a hit moves its block to the tail, a miss past the quota takes the head's place (a
+    quota of 0 admits nothing). Per layer, two events of different layers run side by side (:func:`_paired`):
+    each access depends on the one before it in its layer (the list's ends), so two layers' chains keep the core
+    busy where one waits; one global list is one chain. Parameters are those of :func:`._kernels.replay_lru`
+    without ``atomic`` and the tie order (one member a unit needs none). The lists are allocated here.
     """
-    lru_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, count_from, hits, misses, hit_flag)(
-        expert, 0, offsets.shape[0] - 1)
+    lru_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, count_from, hits, misses, hit_flag,
+                   global_scope)(expert, 0, offsets.shape[0] - 1)
 
 
-def lru_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, count_from, hits, misses, hit_flag):
+def lru_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, count_from, hits, misses, hit_flag,
+                   global_scope=False):
     """:func:`replay_lru_seq` by ranges of events (:func:`_ranges`): its lists allocated here, empty."""
     n_blocks = n_layers * n_experts
+    n_parts = 1 if global_scope else n_layers
     state = (np.full(n_blocks, -1, dtype=np.int32), np.full(n_blocks, -1, dtype=np.int32),
-             np.full(n_layers, -1, dtype=np.int32), np.full(n_layers, -1, dtype=np.int32),
-             np.zeros(n_layers, dtype=np.int64), np.zeros(n_blocks, dtype=np.bool_))
-    return _ranges(_replay_lru_seq, offsets, ev_layer, (n_experts, capacity), count_from,
-                   (hits, misses, hit_flag, *state))
+             np.full(n_parts, -1, dtype=np.int32), np.full(n_parts, -1, dtype=np.int32),
+             np.zeros(n_parts, dtype=np.int64), np.zeros(n_blocks, dtype=np.bool_))
+    return _ranges(_replay_lru_seq_global if global_scope else _replay_lru_seq, offsets, ev_layer,
+                   (n_experts, capacity), count_from, (hits, misses, hit_flag, *state))
 
 
 @jit_inline
-def _lru_access(a, layer, cap, base, expert, nxt, prv, head, tail, size, inc, record, hit_flag):
-    """Access ``a`` of :func:`_replay_lru_seq` (layer ``layer``, quota ``cap``): 1 where it hits. ``nxt`` /
-    ``prv`` link each block towards the newer / older end of its layer's list (-1 at an end), ``head`` / ``tail``
-    the oldest / newest of each layer, ``inc`` whether a block is resident."""
-    ul = _U(layer)
+def _lru_access(a, part, cap, base, expert, nxt, prv, head, tail, size, inc, record, hit_flag):
+    """Access ``a`` of :func:`_replay_lru_seq` (partition ``part``, quota ``cap``, the block ``base`` plus the
+    member's id): 1 where it hits. ``nxt`` / ``prv`` link each block towards the newer / older end of its
+    partition's list (-1 at an end), ``head`` / ``tail`` the oldest / newest of each partition, ``inc`` whether a
+    block is resident."""
+    ul = _U(part)
     b = np.int32(base + expert[_U(a)])
     hit = inc[_U(b)]
     if hit:                                         # unlinked; it rejoins at the tail below
@@ -251,6 +255,23 @@ def _replay_lru_seq(offsets, expert, ev_layer, n_experts, capacity, count_from, 
         _count(hits, misses, la, na, ha, i >= count_from)
         _count(hits, misses, lb, nb, hb, two and i + 1 >= count_from)
         i += 2 if two else 1
+
+
+@jit_loop
+def _replay_lru_seq_global(offsets, expert, ev_layer, n_experts, capacity, count_from, hits, misses, hit_flag, nxt,
+                           prv, head, tail, size, inc):
+    """The loop of :func:`replay_lru_seq` under global scope: one list (partition 0), one event at a time."""
+    record = hit_flag.shape[0] > 0
+    cap = capacity[0]
+    for i in range(offsets.shape[0] - 1):
+        layer = ev_layer[i]
+        lo = offsets[i]
+        n = offsets[i + 1] - lo
+        n_hit = 0
+        for k in range(n):
+            n_hit += _lru_access(lo + k, 0, cap, layer * n_experts, expert, nxt, prv, head, tail, size, inc, record,
+                                 hit_flag)
+        _count(hits, misses, layer, n, n_hit, i >= count_from)
 
 
 def replay_lfu_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, reset_freq_on_evict,

@@ -203,9 +203,9 @@ def _seq_loop(config: ReplayConfig, policy: Policy, n_experts: int, n_access: in
 
 def _shuffles_inside(config: ReplayConfig, policy: Policy, stream: EventStream) -> bool:
     """Whether the loop shuffles each event itself, so that its inputs keep the stream's member order:
-    sequential-random ``lru`` and ``least-stale`` (:func:`._kernels_order.replay_lru_seq_random` per layer,
-    :func:`._kernels_order.replay_lru_random` global) and the sequential per-layer loops of ``lfu``, ``lrfu`` and
-    ``lfru`` (:func:`_seq_loop`; :func:`._kernels_order.shuffled_replay`)."""
+    sequential-random ``lru``, ``least-stale`` and ``demand`` (lru's loops, either scope) and the sequential
+    per-layer loops of ``lfu``, ``lrfu`` and ``lfru`` (:func:`_seq_loop`); :func:`._kernels_order.shuffled_replay`
+    runs each of them."""
     return config.semantics == "sequential-random" and (
         policy.loop == "list" or _seq_loop(config, policy, stream.n_experts, stream.union))
 
@@ -361,16 +361,10 @@ def _replay(stream: EventStream, config: ReplayConfig, calibration: EventStream 
 
 def _loop_list(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses, hit_flag) -> None:
     offsets, expert, layer, _, n_experts, n_layers, global_scope, atomic, _ = args
-    if config.semantics == "sequential-random":
-        if not global_scope:
-            return KO.replay_lru_seq_random(offsets, expert, layer, n_experts, n_layers, caps,
-                                            config.warmup_events, hits, misses, hit_flag,
-                                            _order_words(int(config.seed)))
-        return KO.replay_lru_random(offsets, expert.copy(), layer, n_experts, n_layers, global_scope, caps,
-                                    config.warmup_events, hits, misses, hit_flag, _order_words(int(config.seed)))
-    if not atomic and not global_scope:
-        return KQ.replay_lru_seq(offsets, expert, layer, n_experts, n_layers, caps, config.warmup_events, hits,
-                                 misses, hit_flag)
+    if not atomic:         # one unit per access: int32 lists (_kernels_seq), a random order shuffled beside them
+        run = KQ.lru_seq_ranges(offsets, layer, n_experts, n_layers, caps, config.warmup_events, hits, misses,
+                                hit_flag, global_scope)
+        return _sequential(config, offsets, expert, run)
     order, tie_pos = _tie_order(tie, n_layers, n_experts)
     if atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS:
         return KB.replay_lru_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, config.warmup_events,
