@@ -310,9 +310,9 @@ def test_sequential_random_order_on_a_large_stream():
 
 @pytest.mark.parametrize("seed", range(4))
 def test_random_lru_equals_the_shuffle_then_the_list_loop(seed):
-    """replay_lru_seq_random (the order shuffled beside the replay) against shuffle_events then replay_lru's
-    sequential units: the same order returned, counts and hit flags; quotas 0, 1, small, past N, per layer and
-    global, warm-up, events of one member (no draw) and of every expert."""
+    """shuffled_replay over lru_seq_ranges (the order shuffled beside the replay) against shuffle_events then
+    replay_lru's sequential units: the same order returned, counts and hit flags; quotas 0, 1, small, past N, per
+    layer and global, warm-up, events of one member (no draw) and of every expert."""
     rng = np.random.default_rng([seed, 35])
     for _ in range(12):
         stream = _any_sizes_stream(rng, 200, 30)
@@ -330,8 +330,8 @@ def test_random_lru_equals_the_shuffle_then_the_list_loop(seed):
                 K.replay_lru(stream.offsets, want_order, stream.layer, N, L, global_scope, False, caps, order, tie_pos,
                              warm, *want)
                 got = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
-                got_order = KO.replay_lru_seq_random(stream.offsets, stream.expert, stream.layer, N, L, caps, warm,
-                                                     *got, words, global_scope)
+                run = KQ.lru_seq_ranges(stream.offsets, stream.layer, N, L, caps, warm, *got, global_scope)
+                got_order = KO.shuffled_replay(stream.offsets, stream.expert, words, run)
                 assert (got_order == want_order).all()
                 assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, c, global_scope)
 
@@ -423,9 +423,9 @@ def test_sequential_loops_by_ranges_carry_on_from_one_another(policy):
 
 @pytest.mark.parametrize("threads", [False, True])
 def test_per_layer_random_lru_with_and_without_a_shuffling_thread(threads, monkeypatch):
-    """replay_lru_seq_random, on one thread or with the next chunk shuffled on a second (chunks of a few accesses
-    here, so that a stream makes many), against shuffle_events then replay_lru's sequential per-layer units: the
-    same order returned (the given one untouched), counts and hit flags."""
+    """shuffled_replay over lru_seq_ranges, on one thread or with the next chunk shuffled on a second (chunks of a
+    few accesses here, so that a stream makes many), against shuffle_events then replay_lru's sequential per-layer
+    units: the same order returned (the given one untouched), counts and hit flags."""
     monkeypatch.setattr(KO, "CHUNK_ACCESSES", 7)
     rng = np.random.default_rng([int(threads), 47])
     for _ in range(10):
@@ -442,8 +442,8 @@ def test_per_layer_random_lru_with_and_without_a_shuffling_thread(threads, monke
                          *want)
             given = stream.expert.copy()
             got = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
-            out = KO.replay_lru_seq_random(stream.offsets, given, stream.layer, N, L, caps, warm, *got, words,
-                                           threads=threads)
+            out = KO.shuffled_replay(stream.offsets, given, words,
+                                     KQ.lru_seq_ranges(stream.offsets, stream.layer, N, L, caps, warm, *got), threads)
             assert (out == want_order).all() and (given == stream.expert).all()
             assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, caps.tolist())
 

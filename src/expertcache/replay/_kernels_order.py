@@ -11,7 +11,7 @@ generator and those draws, so the order equals the one the per-event
 
 :func:`shuffled_replay` runs a sequential loop given by ranges (``_kernels_seq.*_seq_ranges``) over that order,
 the next chunk of events shuffled on a second thread while the loop replays the chunk before (a shuffle before
-the replay adds its whole time to it); :func:`replay_lru_seq_random` is it for ``lru``.
+the replay adds its whole time to it).
 """
 
 from __future__ import annotations
@@ -197,18 +197,3 @@ def shuffled_replay(offsets, expert, pcg, run, threads: bool | None = None):
                 ahead = pool.submit(shuffled, bounds[k + 1], bounds[k + 2])
             run(order, bounds[k], bounds[k + 1])
     return order
-
-
-def replay_lru_seq_random(offsets, expert, ev_layer, n_experts, n_layers, capacity, count_from, hits, misses,
-                          hit_flag, pcg, global_scope=False, threads: bool | None = None):
-    """Sequential-random ``lru``: :func:`shuffled_replay` on :func:`._kernels_seq.replay_lru_seq`'s loop (either
-    scope), with the counts and hit flags of :func:`._kernels.replay_lru` on the shuffled order (hit flags per
-    position of that order). Returns the shuffled order, a new array. Parameters are those of
-    :func:`._kernels.replay_lru` without ``atomic`` and the tie order, ``pcg`` of :func:`shuffle_events`, and
-    ``threads`` of :func:`shuffled_replay`.
-    """
-    from ._kernels_seq import lru_seq_ranges
-
-    return shuffled_replay(offsets, expert, pcg, lru_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity,
-                                                               count_from, hits, misses, hit_flag, global_scope),
-                           threads)
