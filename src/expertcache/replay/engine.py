@@ -365,11 +365,11 @@ def _loop_list(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hit
         run = KQ.lru_seq_ranges(offsets, layer, n_experts, n_layers, caps, config.warmup_events, hits, misses,
                                 hit_flag, global_scope)
         return _sequential(config, offsets, expert, run)
-    order, tie_pos = _tie_order(tie, n_layers, n_experts)
-    if atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS:
+    order, tie_pos = _tie_order(tie, n_layers, n_experts)          # event-atomic from here on
+    if not global_scope and n_experts <= KB.MAX_BITS_EXPERTS:
         return KB.replay_lru_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, config.warmup_events,
                                   hits, misses, hit_flag)
-    K.replay_lru(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, caps, order, tie_pos,
+    K.replay_lru(offsets, expert, layer, n_experts, n_layers, global_scope, True, caps, order, tie_pos,
                  config.warmup_events, hits, misses, hit_flag)
 
 
