@@ -13,8 +13,11 @@ type. A hit rewrites its lane; a miss past the quota takes the layer's smallest 
 lanes that LLVM vectorizes.
 
 * :func:`replay_lfu_seq`: the count above the tie position, exact (int32 keys while every count fits, else
-  int64). For quotas up to half a layer, the lowest count's residents are also kept as bits over tie positions,
-  so that a pass (the smallest) runs only when they are gone; larger quotas take one pass per eviction.
+  int64). The lowest resident's packed key is held through an event, so that a hit and a miss below it (the block
+  leaves at once: nearly every miss) take no branch on the access's outcome; it is sought again only at a miss
+  after it was hit or left. For quotas up to half a layer, the lowest count's residents are also kept as bits
+  over tie positions, so that a pass (the smallest) runs only when they are gone; larger quotas take a pass each
+  time the lowest is sought.
 * :func:`replay_lrfu_seq`: the float32 value of :func:`._kernels_bits.replay_lrfu_bits` (``2**(key - lam R)``,
   ``R`` a base unit of the layer), its low ``tbits`` bits replaced by the tie position. The smallest packed key
   leaves where no other block lies within the margins of its value (the next smallest, found by one pass, which
@@ -302,7 +305,8 @@ def lfu_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, re
                    (n_experts, capacity, tie_pos.astype(np.int32), tbits, bool(reset_freq_on_evict)), count_from,
                    (hits, misses, hit_flag, np.zeros(n_layers * npad, dtype=np.int64 if wide else np.int32),
                     np.full(n_layers * npad, empty), np.zeros(n_layers, dtype=np.int64), empty,
-                    np.full(n_layers, -1, dtype=np.int64), np.zeros(n_layers * (npad // 64), dtype=np.uint64)))
+                    np.full(n_layers, -1, dtype=np.int64), np.zeros(n_layers * (npad // 64), dtype=np.uint64),
+                    np.full(n_layers, -1, dtype=np.int64)))
 
 
 @jit_inline
@@ -324,66 +328,87 @@ def _lfu_lowest(bm, bo, nw, rk, pbase, low):
 
 @jit_inline
 def _lfu_access(a, layer, cap, base, pbase, npad, tie_pos, expert, tbits, reset, cnt, rk, size, empty, record,
-                hit_flag, minc, bm):
-    """Access ``a`` of :func:`_replay_lfu_seq` (layer ``layer``, quota ``cap``): 1 where it hits. ``minc[l]`` is
-    the lowest count among layer ``l``'s residents where known (else -1) and ``bm`` bits over tie positions
-    (``npad / 64`` words a layer) that hold every resident of that count, and maybe blocks hit since (their counts
-    rose: a hit changes no bit); the block that leaves is the lowest bit whose key is still of that count, and a
-    pass over the layer's packed keys finds the lowest count again only when no such bit is left. Quotas above
-    :data:`_LFU_BITS_NUM` / :data:`_LFU_BITS_DEN` of the lanes keep no bits (``minc`` stays -1): a pass at every
-    eviction."""
-    ul = _U(layer)
-    nw = npad >> 6
-    bo = layer * nw
+                hit_flag, minc, bm, lk):
+    """Access ``a`` of :func:`_replay_lfu_seq` (layer ``layer``, quota ``cap``): ``(1 where it hits, lk)``. ``lk``
+    is the packed key of the layer's lowest resident where known (-1 where not, the largest integer where the
+    layer holds no resident: a quota of 0). A hit and a miss below ``lk`` (the block leaves at once: most misses)
+    take no branch on the access's outcome, which a predictor guesses wrong at ~40% of accesses: the key, the
+    count and the hit flag are stored by selects. A hit on the lowest resident makes ``lk`` unknown; a miss at or
+    above it (an eviction, 0.2-0.4% of the accesses of the benchmark stream), or with ``lk`` unknown, or while
+    the layer fills, takes :func:`_lfu_miss`."""
     tp = np.int64(tie_pos[_U(base + expert[_U(a)])])
     j = pbase + tp
     c = cnt[_U(j)] + 1
-    cnt[_U(j)] = c
     key = (np.int64(c) << tbits) | tp
-    if rk[_U(j)] != empty:                          # a hit: its key rises
+    old = np.int64(rk[_U(j)])
+    hit = old != empty
+    cnt[_U(j)] = c if hit | (not reset) else 0     # (a block that leaves at once forgets its count under reset)
+    rk[_U(j)] = key if hit else old
+    if record:
+        hit_flag[_U(a)] = hit
+    lk = -1 if hit & (old == lk) else lk           # the lowest resident's key rose: sought again at a miss
+    if key - (np.int64(hit) << 62) < lk:          # a hit, or a miss below lk: one compare (LLVM splits `hit or
+        return np.int64(hit), lk                   # key < lk` into two branches, the first on the outcome)
+    return np.int64(0), _lfu_miss(layer, cap, pbase, npad, tbits, reset, cnt, rk, size, empty, minc, bm, lk, j, c,
+                                  key, tp)
+
+
+@jit_inline
+def _lfu_miss(layer, cap, pbase, npad, tbits, reset, cnt, rk, size, empty, minc, bm, lk, j, c, key, tp):
+    """A miss of :func:`_lfu_access` that may admit its block (packed key ``key``, count ``c``, lane ``j``, tie
+    position ``tp``): the layer fills, or ``lk`` is unknown (then sought, and the block may still leave at once),
+    or the lowest resident leaves. Returns the new ``lk``. ``minc[l]`` is the lowest count among layer ``l``'s
+    residents where known (else -1) and ``bm`` bits over tie positions (``npad / 64`` words a layer) that hold
+    every resident of that count, and maybe blocks hit since (their counts rose: a hit changes no bit); the lowest
+    is the lowest bit whose key is still of that count, and a pass over the layer's packed keys finds the lowest
+    count again only when no such bit is left. Quotas above :data:`_LFU_BITS_NUM` / :data:`_LFU_BITS_DEN` of the
+    lanes keep no bits (``minc`` stays -1): a pass each time the lowest is sought."""
+    ul = _U(layer)
+    nw = npad >> 6
+    bo = layer * nw
+    if size[ul] < cap:                              # (a layer's lowest count is first sought once it is full)
         rk[_U(j)] = key
-        if record:
-            hit_flag[_U(a)] = 1
-        return 1
-    if size[_U(layer)] < cap:                      # (a layer's lowest count is first sought once it is full)
-        rk[_U(j)] = key
-        size[_U(layer)] += 1
-        return 0
-    mc = minc[ul]
-    lt = _lfu_lowest(bm, bo, nw, rk, pbase, mc << tbits) if mc >= 0 else -1
-    if lt < 0:                                      # the smallest packed key by one pass
-        m = np.int64(_smallest(rk, pbase, npad, empty))
-        if m == empty:                              # no resident: a quota of 0
-            if reset:
-                cnt[_U(j)] = 0
-            return 0
-        mc = m >> tbits
-        lt = m & ((1 << tbits) - 1)
-        if cap * _LFU_BITS_DEN <= npad * _LFU_BITS_NUM:     # and the residents of its count, as bits
-            for w in range(nw):
-                bm[_U(bo + w)] = lanes_between(rk, pbase + (w << 6), mc << tbits, (mc << tbits) | ((1 << tbits) - 1))
-            minc[ul] = mc
-    if key < ((mc << tbits) | lt):                  # the lowest of the residents and this block leaves
-        if reset:
-            cnt[_U(j)] = 0
-        return 0
-    v = pbase + lt
+        cnt[_U(j)] = c
+        size[ul] += 1
+        return np.int64(-1)
+    if lk < 0:
+        mc = minc[ul]
+        lt = _lfu_lowest(bm, bo, nw, rk, pbase, mc << tbits) if mc >= 0 else -1
+        if lt < 0:                                  # the smallest packed key by one pass
+            m = np.int64(_smallest(rk, pbase, npad, empty))
+            if m == empty:                          # no resident: a quota of 0; every block leaves at once
+                return m
+            mc = m >> tbits
+            lt = m & ((1 << tbits) - 1)
+            if cap * _LFU_BITS_DEN <= npad * _LFU_BITS_NUM:     # and the residents of its count, as bits
+                for w in range(nw):
+                    bm[_U(bo + w)] = lanes_between(rk, pbase + (w << 6), mc << tbits,
+                                                   (mc << tbits) | ((1 << tbits) - 1))
+                minc[ul] = mc
+        lk = (mc << tbits) | lt
+        if key < lk:                                # the block leaves at once (its count was forgotten above)
+            return lk
+    mc = lk >> tbits
+    lt = lk & ((1 << tbits) - 1)
+    v = pbase + lt                                  # the lowest resident leaves
     rk[_U(v)] = empty
     if reset:
         cnt[_U(v)] = 0
     bm[_U(bo + (lt >> 6))] &= ~(np.uint64(1) << np.uint64(lt & 63))
     rk[_U(j)] = key
+    cnt[_U(j)] = c
     if c == mc:                                     # it joins the lowest count
         bm[_U(bo + (tp >> 6))] |= np.uint64(1) << np.uint64(tp & 63)
-    return 0
+    return np.int64(-1)
 
 
 @jit_loop
 def _replay_lfu_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, tbits, reset, count_from, hits, misses,
-                    hit_flag, cnt, rk, size, empty, minc, bm):
+                    hit_flag, cnt, rk, size, empty, minc, bm, lowk):
     """The loop of :func:`replay_lfu_seq`: ``cnt[l * 64 W + j]`` the count of layer ``l``'s tie position ``j``,
     ``rk`` its packed key ``count << tbits | j`` while it is resident (else ``empty``), ``size[l]`` the layer's
-    residents, ``minc`` / ``bm`` the lowest count's residents (:func:`_lfu_access`). One event at a time: its
+    residents, ``minc`` / ``bm`` the lowest count's residents (:func:`_lfu_miss`), ``lowk[l]`` the packed key of
+    the lowest resident (:func:`_lfu_access`'s ``lk``, held in a register through an event). One event at a time: its
     chain per access is short, and two events side by side (as :func:`_paired` runs them) were no faster
     (docs/performance.md, *Session 34*)."""
     record = hit_flag.shape[0] > 0
@@ -394,9 +419,12 @@ def _replay_lfu_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, tbi
         lo = offsets[i]
         n = offsets[i + 1] - lo
         n_hit = 0
+        lk = lowk[_U(layer)]
         for k in range(n):
-            n_hit += _lfu_access(lo + k, layer, cap, layer * n_experts, layer * npad, npad, tie_pos, expert, tbits,
-                                 reset, cnt, rk, size, empty, record, hit_flag, minc, bm)
+            h, lk = _lfu_access(lo + k, layer, cap, layer * n_experts, layer * npad, npad, tie_pos, expert, tbits,
+                                reset, cnt, rk, size, empty, record, hit_flag, minc, bm, lk)
+            n_hit += h
+        lowk[_U(layer)] = lk
         _count(hits, misses, layer, n, n_hit, i >= count_from)
 
 
