@@ -331,11 +331,11 @@ def _lfu_access(a, layer, cap, base, pbase, npad, tie_pos, expert, tbits, reset,
                 hit_flag, minc, bm, lk):
     """Access ``a`` of :func:`_replay_lfu_seq` (layer ``layer``, quota ``cap``): ``(1 where it hits, lk)``. ``lk``
     is the packed key of the layer's lowest resident where known (-1 where not, the largest integer where the
-    layer holds no resident: a quota of 0). A hit and a miss below ``lk`` (the block leaves at once: most misses)
-    take no branch on the access's outcome, which a predictor guesses wrong at ~40% of accesses: the key, the
-    count and the hit flag are stored by selects. A hit on the lowest resident makes ``lk`` unknown; a miss at or
-    above it (an eviction, 0.2-0.4% of the accesses of the benchmark stream), or with ``lk`` unknown, or while
-    the layer fills, takes :func:`_lfu_miss`."""
+    layer holds no resident: a quota of 0). A hit and a miss below ``lk`` (the block leaves at once: nearly every
+    miss) take no branch on the access's outcome, which changes at 40-50% of the accesses of the benchmark stream
+    at rho 0.1-0.4 (``benchmarks/seq_outcomes.py``): the key, the count and the hit flag are stored by selects. A
+    hit on the lowest resident makes ``lk`` unknown; a miss at or above it (an eviction), or with ``lk`` unknown,
+    or while the layer fills, takes :func:`_lfu_miss`."""
     tp = np.int64(tie_pos[_U(base + expert[_U(a)])])
     j = pbase + tp
     c = cnt[_U(j)] + 1
@@ -386,7 +386,8 @@ def _lfu_miss(layer, cap, pbase, npad, tbits, reset, cnt, rk, size, empty, minc,
                                                    (mc << tbits) | ((1 << tbits) - 1))
                 minc[ul] = mc
         lk = (mc << tbits) | lt
-        if key < lk:                                # the block leaves at once (its count was forgotten above)
+        if key < lk:                                # the block leaves at once (under reset, _lfu_access stored
+                                                    # its count as 0)
             return lk
     mc = lk >> tbits
     lt = lk & ((1 << tbits) - 1)
