@@ -116,10 +116,29 @@ def _shipped_hits(s, caps, tie_pos, policy):
     return h
 
 
+def _rhos(text: str) -> list[float]:
+    """``--rhos``: cache fractions in [0, 1], comma-separated."""
+    try:
+        rhos = [float(x) for x in text.split(",")]
+    except ValueError:
+        rhos = []
+    if not rhos or not all(0.0 <= r <= 1.0 for r in rhos):
+        raise argparse.ArgumentTypeError(f"expected cache fractions in [0, 1], comma-separated (e.g. 0.1,0.2), got "
+                                         f"{text!r}")
+    return rhos
+
+
+def _steps(text: str) -> int:
+    """``--steps``: a positive integer."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of decode steps, got {text!r}")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=2600, help="decode steps of the stream (2,600: 5 M accesses)")
-    ap.add_argument("--rhos", default="0.1,0.2,0.4,0.75", help="cache fractions, comma-separated")
+    ap.add_argument("--steps", type=_steps, default=2600, help="decode steps of the stream (2,600: 5 M accesses)")
+    ap.add_argument("--rhos", type=_rhos, default="0.1,0.2,0.4,0.75", help="cache fractions, comma-separated")
     ap.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     a = ap.parse_args(argv)
     from bench_vs_libcachesim import drifting_qwen_stream
@@ -132,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     n = s.expert.shape[0]
     rows = []
     for policy in POLICIES:
-        for rho in [float(x) for x in a.rhos.split(",")]:
+        for rho in a.rhos:
             caps = engine.capacities_for_rho(rho, L, N)
             out, hits = outcomes(s.offsets, s.expert, s.layer, N, L, caps, tie_pos, _CODES[policy], 0.5)
             rows.append({"policy": policy, "rho": rho, "hit": out[0] / n, "leave_at_once": out[1] / n,

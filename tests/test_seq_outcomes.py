@@ -50,3 +50,10 @@ def test_the_script_prints_shares_that_add_up_and_checks_the_kernels():
         assert 0.0 <= row["outcome_changes"] <= 1.0
     lo, hi = (r for r in got["rows"] if r["policy"] == "lfu")
     assert lo["hit"] < hi["hit"]                     # a larger cache hits more
+
+
+def test_bad_arguments_get_one_line_and_exit_2():
+    for args in (["--rhos", "0.1,x"], ["--rhos", "1.5"], ["--steps", "0"]):
+        r = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, args
+        assert "expected" in r.stderr.strip().splitlines()[-1]
