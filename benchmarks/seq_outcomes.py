@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-POLICIES = ("lfu", "lrfu", "lfru")
+#: The policies of the rows and their codes in :func:`outcomes`.
 _CODES = {"lfu": 0, "lrfu": 1, "lfru": 2}
 
 
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     _, tie_pos = engine._tie_order(engine._tie_ranks("random", 0, L * N), L, N)
     n = s.expert.shape[0]
     rows = []
-    for policy in POLICIES:
+    for policy in _CODES:
         for rho in a.rhos:
             caps = engine.capacities_for_rho(rho, L, N)
             out, hits = outcomes(s.offsets, s.expert, s.layer, N, L, caps, tie_pos, _CODES[policy], 0.5)

@@ -456,12 +456,12 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
         return _sequential(config, offsets, expert, KQ.lfru_seq_ranges(offsets, layer, n_experts, n_layers, caps,
                                                                       tie_pos, config.warmup_events, hits, misses,
                                                                       hit_flag))
-    if (policy.key_code == KEY_LFRU and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS
-            and (offsets.shape[0] if atomic else expert.shape[0] + 1) <= KB.MAX_LFRU_EVENTS):
-        # its float32 counts and units (events, or accesses where sequential): below 2**24
+    if (policy.key_code == KEY_LFRU and atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS
+            and offsets.shape[0] <= KB.MAX_LFRU_EVENTS):
+        # its float32 counts and units (events): below 2**24; sequential per-layer lfru took the branch above
         _, tie_pos = _tie_order(tie, n_layers, n_experts)      # counts, last units and residents over tie positions
         return KB.replay_lfru_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, config.warmup_events,
-                                   hits, misses, hit_flag, sequential=not atomic)
+                                   hits, misses, hit_flag)
     n_events = max(offsets.shape[0] - 1, 1)
     if (policy.key_code == KEY_LFRU and global_scope and atomic and offsets.shape[0] <= KS.MAX_EVENTS
             and caps[0] <= KS.slots_per_member(n_events / max(n_layers, 1)) * expert.shape[0] / n_events
