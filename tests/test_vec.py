@@ -6,30 +6,29 @@ import numpy as np
 import pytest
 from numba import njit
 
-from expertcache.replay._vec import WIDTHS, Lanes, vadd, vload, vlowest, vset
+from expertcache.replay._vec import WIDTHS, Lanes, vload, vlowest, vset
 
 
 @njit
-def _apply(F0, L0, lanes, ops, t1, hmask, d, out):
-    """Load ``F0`` / ``L0`` as vectors, apply ``ops`` (rows of lane, kind, value: kind 0 sets a count, 1 adds to
-    one, 2 sets a last unit) and write ``vlowest`` of the result to ``out[0]``."""
-    F = vload(F0, 0, lanes)
+def _apply(R0, L0, lanes, ops, t1, hmask, d, out):
+    """Load ``R0`` / ``L0`` as vectors, apply ``ops`` (rows of lane, kind, value: kind 0 sets a reciprocal count
+    ``1 / value``, 1 a last unit) and write ``vlowest`` of the result to ``out[0]``."""
+    R = vload(R0, 0, lanes)
     L = vload(L0, 0, lanes)
     for i in range(ops.shape[0]):
         lane = np.int64(ops[i, 0])
         if ops[i, 1] == 0:
-            F = vset(F, lane, np.float32(ops[i, 2]))
-        elif ops[i, 1] == 1:
-            F = vadd(F, lane, np.float32(ops[i, 2]))
+            R = vset(R, lane, np.float32(1.0) / np.float32(ops[i, 2]))
         else:
             L = vset(L, lane, np.float32(ops[i, 2]))
-    out[0] = vlowest(F, L, t1, hmask, d)
+    out[0] = vlowest(R, L, t1, hmask, d)
 
 
-def _lowest(F, L, t1, hmask, d):
-    """The definition: the smallest packed key, and bit 32 set where another lies at most ``d`` units above it."""
-    k = (F.astype(np.float32) / (np.float32(t1) - L.astype(np.float32))).view(np.int32)
-    p = (k & np.int32(hmask)) | np.arange(F.shape[0], dtype=np.int32)
+def _lowest(R, L, t1, hmask, d):
+    """The definition: each lane's float32 product ``R * (t1 - L)``, its bits flipped (``^ 0x7FFFFFFF``), the low
+    bits replaced by the lane; the smallest, and bit 32 set where another lies at most ``d`` units above it."""
+    k = (R.astype(np.float32) * (np.float32(t1) - L.astype(np.float32))).view(np.int32) ^ np.int32(0x7FFFFFFF)
+    p = (k & np.int32(hmask)) | np.arange(R.shape[0], dtype=np.int32)
     g = int(p.min())
     thr = ((g & hmask) + d) | ~hmask
     near = bool(((p <= thr) & (p != g)).any())
@@ -38,36 +37,35 @@ def _lowest(F, L, t1, hmask, d):
 
 @pytest.mark.parametrize("n", WIDTHS)
 def test_lane_writes_and_the_lowest_key_equal_numpy(n):
-    """Random counts and last units, random lane writes (set, add, set last unit), then the lowest packed key
-    and its near flag, against the same steps on numpy arrays; margins from 0 to beyond the keys' spread, so the
-    flag is both set and clear; ties of whole keys (equal counts and ages) resolved by the lane bits."""
+    """Random reciprocal counts and last units, random lane writes (a count's reciprocal, a last unit), then the
+    lowest packed key and its near flag, against the same steps on numpy arrays; margins from 0 to beyond the keys'
+    spread, so the flag is both set and clear; ties of whole keys (equal counts and ages) resolved by the lane
+    bits."""
     rng = np.random.default_rng(n)
     bits = int(np.ceil(np.log2(n)))
     hmask = -(1 << bits)
     seen = set()
     for trial in range(300):
-        F = rng.integers(1, 40, n).astype(np.float32)
+        R = np.float32(1.0) / rng.integers(1, 40, n).astype(np.float32)
         L = rng.integers(0, 500, n).astype(np.float32)
         if trial % 3 == 0:
-            F[:] = 3.0                                         # equal counts: ties of whole keys where ages tie
+            R[:] = np.float32(1.0) / np.float32(3.0)          # equal counts: ties of whole keys where ages tie
             L = rng.integers(0, 4, n).astype(np.float32)
         if trial % 7 == 0:
-            F[rng.random(n) < 0.3] = np.inf                    # empty slots
-        ops = np.array([(rng.integers(n), rng.integers(3), rng.integers(1, 600)) for _ in range(rng.integers(0, 9))],
+            R[rng.random(n) < 0.3] = 0.0                       # empty slots
+        ops = np.array([(rng.integers(n), rng.integers(2), rng.integers(1, 600)) for _ in range(rng.integers(0, 9))],
                        dtype=np.int64).reshape(-1, 3)
-        F2, L2 = F.copy(), L.copy()
+        R2, L2 = R.copy(), L.copy()
         for lane, kind, x in ops:
             if kind == 0:
-                F2[lane] = x
-            elif kind == 1:
-                F2[lane] += np.float32(x)
+                R2[lane] = np.float32(1.0) / np.float32(x)
             else:
                 L2[lane] = x
         t1 = float(max(L2.max(), 0) + rng.integers(1, 50))
         d = int(rng.choice([0, 1, 2 << bits, 1 << 20]))
         out = np.zeros(1, np.int64)
-        _apply(F, L, Lanes(n), ops, np.float32(t1), np.int32(hmask), np.int32(d), out)
-        want = _lowest(F2, L2, t1, hmask, d)
+        _apply(R, L, Lanes(n), ops, np.float32(t1), np.int32(hmask), np.int32(d), out)
+        want = _lowest(R2, L2, t1, hmask, d)
         assert int(out[0]) == want, (trial, n)
         seen.add(want >> 32)
     assert seen == {0, 1}

@@ -57,12 +57,15 @@ from ._vec import (
     WIDTHS,
     Lanes,
     fold_two_lowest,
+    lane_bits,
     lowest_and_near,
     packed_lfru_keys,
-    vadd,
+    spread_min,
     vload,
     vlowest,
     vset,
+    vset_lowest,
+    vstore,
 )
 
 _I32 = ir.IntType(32)
@@ -608,20 +611,21 @@ def _replay_lrfu_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, tb
 
 
 @intrinsic
-def lfru_lowest(typingctx, F, L, off, n, t1, hmask, d):
+def lfru_lowest(typingctx, R, L, off, n, t1, hmask, d):
     """The smallest packed lfru key of slots ``off .. off + n`` (``n`` a positive multiple of 16), and in bit 32
-    whether another lies within ``d`` float32 units in the last place above it: each slot's key ``F / (t1 - L)``
-    in float32 (counts and last units integers below ``2**24``: the age exact, the quotient correctly rounded), its
-    bits with the low ones (``~hmask``) replaced by the slot's index from ``off``; another lies within when its
-    packed key is at most ``((smallest & hmask) + d) | ~hmask``. One loop over groups of 16 slots keeps the two
-    smallest per lane; the test is one vector compare of those against that bound."""
-    sig = types.int64(F, L, types.int64, types.int64, types.float32, types.int32, types.int32)
+    whether another lies within ``d`` float32 units in the last place above it: each slot's key from the float32
+    product ``R * (t1 - L)`` of its reciprocal count and age (:func:`._vec.packed_lfru_keys`: last units integers
+    below ``2**24``, so the age is exact; the largest product, the smallest ``count / age``, has the smallest key),
+    its low bits (``~hmask``) replaced by the slot's index from ``off``; another lies within when its packed key is
+    at most ``((smallest & hmask) + d) | ~hmask``. One loop over groups of 16 slots keeps the two smallest per lane;
+    the test is one vector compare of those against that bound."""
+    sig = types.int64(R, L, types.int64, types.int64, types.float32, types.int32, types.int32)
 
     def codegen(context, builder, signature, args):
-        F, L, off, n, t1, hmask, d = args
+        R, L, off, n, t1, hmask, d = args
         v16f = ir.VectorType(ir.FloatType(), 16)
         v16i = ir.VectorType(_I32, 16)
-        dF = context.make_array(signature.args[0])(context, builder, F).data
+        dR = context.make_array(signature.args[0])(context, builder, R).data
         dL = context.make_array(signature.args[1])(context, builder, L).data
         iota = ir.Constant(v16i, list(range(16)))
         big = _splat(builder, ir.Constant(_I32, 2**31 - 1), v16i, 16)
@@ -635,10 +639,10 @@ def lfru_lowest(typingctx, F, L, off, n, t1, hmask, d):
         m1 = builder.phi(v16i)
         m2 = builder.phi(v16i)
         idx = builder.add(off, builder.shl(c, ir.Constant(_I64, 4)))
-        f = builder.load(builder.bitcast(builder.gep(dF, [idx]), v16f.as_pointer()), align=4)
+        r = builder.load(builder.bitcast(builder.gep(dR, [idx]), v16f.as_pointer()), align=4)
         lst = builder.load(builder.bitcast(builder.gep(dL, [idx]), v16f.as_pointer()), align=4)
         lane = builder.add(iota, _splat(builder, builder.trunc(builder.shl(c, ir.Constant(_I64, 4)), _I32), v16i, 16))
-        m1n, m2n = fold_two_lowest(builder, m1, m2, packed_lfru_keys(builder, f, lst, t1, hmask, lane, 16))
+        m1n, m2n = fold_two_lowest(builder, m1, m2, packed_lfru_keys(builder, r, lst, t1, hmask, lane, 16))
         cn = builder.add(c, ir.Constant(_I64, 1))
         c.add_incoming(ir.Constant(_I64, 0), pre)
         c.add_incoming(cn, loop)
@@ -648,7 +652,7 @@ def lfru_lowest(typingctx, F, L, off, n, t1, hmask, d):
         m2.add_incoming(m2n, loop)
         builder.cbranch(builder.icmp_signed("<", cn, nch), loop, after)
         builder.position_at_end(after)
-        return lowest_and_near(builder, m1n, m2n, hmask, d)
+        return lowest_and_near(builder, m1n, m2n, spread_min(builder, m1n), hmask, d)
 
     return sig, codegen
 
@@ -659,18 +663,21 @@ def replay_lfru_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
     :func:`._kernels.replay_scan`.
 
     A block's key is ``freq / (t - last + 1)`` (float64, as ``replay_scan`` evaluates it), so every key drifts
-    with the clock and the lowest is found again at each eviction. A layer's residents sit in ``s`` slots (its
-    quota rounded up to 16), each holding a count, a last unit (float32: integers below ``2**24``, the stream's
-    bound, so the age is exact) and a tie position; blocks outside keep theirs in arrays over tie positions. An
-    eviction runs :func:`lfru_lowest` over the slots: the float32 key ``count / age``, correctly rounded and so
-    in the order of the exact keys (ties apart), its low ``sbits`` bits (those of a slot's index) replaced by the
-    slot's index, so that the smallest names its slot. The smallest leaves where the next (and the accessed
-    block's key, its count) lie more than ``2**sbits + 2`` float32 units in the last place above it (then their
-    keys are larger in float64 too); otherwise the float64 keys of the slots within that margin decide, ties to the
-    lower tie position (packed keys that differ only in the slot's index are within it). Where the slots are 16, 32
-    or 64 (48 taken as 64), :func:`_replay_lfru_seq_v` holds an event's layer's counts and last units in registers
-    through its accesses; larger quotas run :func:`_replay_lfru_seq` on the slots in memory. Parameters are those of
-    :func:`replay_lfu_seq` without ``reset_freq_on_evict``; streams of fewer than ``2**24`` accesses.
+    with the clock and the lowest is found again at each eviction. Every block's count and last unit (float32:
+    integers below ``2**24``, the stream's bound, so the age is exact) sit in arrays over tie positions; a layer's
+    residents also sit in ``s`` slots (its quota rounded up to 16), each holding the reciprocal of its count, its
+    last unit and its tie position. An eviction runs :func:`lfru_lowest` over the slots: the float32 product
+    ``age * (1 / count)`` (a multiplication where a division takes several times its latency: docs/performance.md,
+    *Session 38*), within a factor ``1 + 2**-22`` of the exact ``age / count``, its bits flipped so that the
+    largest product (the smallest key) is the smallest integer, its low ``sbits`` bits (those of a slot's index)
+    replaced by the slot's index, so that the smallest names its slot. The smallest leaves where the next (and the
+    accessed block's, from ``1 / count``: its age is 1) lie more than ``2**sbits + 2`` float32 units in the last
+    place above it (two products more than 4 units apart order as their exact keys); otherwise the float64
+    keys of the slots within that margin decide, ties to the lower tie position (packed keys that differ only in the
+    slot's index are within it). Where the slots are 16, 32 or 64 (48 taken as 64), :func:`_replay_lfru_seq_v` holds
+    an event's layer's reciprocal counts and last units in registers through its accesses; larger quotas run
+    :func:`_replay_lfru_seq` on the slots in memory. Parameters are those of :func:`replay_lfu_seq` without
+    ``reset_freq_on_evict``; streams of fewer than ``2**24`` accesses.
     """
     lfru_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses, hit_flag)(
         expert, 0, offsets.shape[0] - 1)
@@ -685,7 +692,7 @@ def lfru_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, c
         ns = 64                                     # vectors of 16, 32 or 64 lanes
     n = n_layers * npad
     tail = (hits, misses, hit_flag, np.zeros(n, np.float32), np.zeros(n, np.float32), np.full(n, -1, np.int32),
-            np.full(n_layers * ns, np.inf, np.float32), np.zeros(n_layers * ns, np.float32),
+            np.zeros(n_layers * ns, np.float32), np.zeros(n_layers * ns, np.float32),
             np.zeros(n_layers * ns, np.int32), np.zeros(n_layers, np.int64), ns)
     head = (n_experts, capacity, tie_pos.astype(np.int32), _tie_bits(ns))
     if ns in WIDTHS:
@@ -693,10 +700,42 @@ def lfru_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, c
     return _ranges(_replay_lfru_seq, offsets, ev_layer, head, count_from, tail)
 
 
+@jit_inline
+def _lfru_margins(sbits):
+    """A slot-packed lfru key's high-bits mask and the margin in float32 units in the last place beyond packing's:
+    keys further apart order in float64 too (the two last arguments of :func:`lfru_lowest` / :func:`._vec.vlowest`).
+    Each product ``age * (1 / count)`` is rounded twice, within a factor ``1 + 2**-22`` of ``age / count``, and two
+    floats ``D`` units apart differ by a factor of at least ``1 + D 2**-24``: products more than 4 units apart order
+    as their exact keys. A block past the margin lies at least ``2**sbits + 3`` (16 slots: 19) units from the
+    smallest, past packing's loss."""
+    return np.int32(-(1 << sbits)), np.int32((2 << sbits) + 2)
+
+
+@jit_inline
+def _lfru_fast(r, rf, sbits):
+    """The decision of a sequential ``lfru`` miss past the quota from the pass over the layer's slots (``r``:
+    :func:`lfru_lowest` or :func:`._vec.vlowest`) and the accessed block's reciprocal count ``rf`` (its age is 1):
+    ``(v, thr, take_new)``: ``v`` the slot whose block leaves, -1 where the accessed block leaves, or -2 where the
+    exact keys of the slots whose packed key is at most ``thr`` decide (:func:`_lfru_seq_exact`, the accessed block
+    among them where ``take_new``)."""
+    smask = np.int64((1 << sbits) - 1)
+    hmask, d32 = _lfru_margins(sbits)
+    d = np.int64(d32)
+    m = r & 0x7FFFFFFF
+    kb = np.int64((_f32_bits(rf) ^ np.int32(0x7FFFFFFF)) & hmask)
+    mh = m & np.int64(hmask)
+    if kb + d < mh:                                 # below every resident: it leaves
+        return np.int64(-1), np.int64(0), False
+    thr = (mh + d) | smask
+    if kb > thr and r < (1 << 32):                  # the smallest alone within the margin: it leaves
+        return m & smask, thr, False
+    return np.int64(-2), thr, kb <= thr
+
+
 @jit_helper
-def _lfru_seq_exact(sF, sL, sTP, so, size, t, thr, hmask, f, tp, take_new):
+def _lfru_seq_exact(freq, sR, sL, sTP, so, pbase, size, t, thr, hmask, f, tp, take_new):
     """The slot (or -1: the accessed block, count ``f``, tie position ``tp``, when ``take_new``) of the lowest
-    float64 ``(key, tie position)`` among the slots whose packed key is at most ``thr``."""
+    float64 ``(key, tie position)`` among the ``size`` slots from ``so`` whose packed key is at most ``thr``."""
     best = -1
     bk = np.inf
     bt = 1 << 30
@@ -704,11 +743,11 @@ def _lfru_seq_exact(sF, sL, sTP, so, size, t, thr, hmask, f, tp, take_new):
         bk = float(f)                               # its age is 1
         bt = tp
     t1 = np.float32(t + 1)
-    for s in range(so, so + size):
-        p = np.int64((_f32_bits(sF[_U(s)] / (t1 - sL[_U(s)])) & hmask) | (s - so))
+    for s in range(size):
+        p = np.int64(((_f32_bits(sR[_U(so + s)] * (t1 - sL[_U(so + s)])) ^ np.int32(0x7FFFFFFF)) & hmask) | s)
         if p <= thr:
-            k = float(sF[_U(s)]) / float(t - np.int64(sL[_U(s)]) + 1)
-            q = np.int64(sTP[_U(s)])
+            q = np.int64(sTP[_U(so + s)])
+            k = float(freq[_U(pbase + q)]) / float(t - np.int64(sL[_U(so + s)]) + 1)
             if k < bk or (k == bk and q < bt):
                 bk = k
                 bt = q
@@ -717,91 +756,61 @@ def _lfru_seq_exact(sF, sL, sTP, so, size, t, thr, hmask, f, tp, take_new):
 
 
 @jit_inline
-def _lfru_access(a, layer, cap, base, pbase, so, ns, tie_pos, expert, sbits, freq, last, slot, sF, sL, sTP, size,
+def _lfru_take(v, j, tp, so, pbase, slot, sTP):
+    """The accessed block (lane ``j``, tie position ``tp``) into slot ``v``, whose block leaves (its count and last
+    unit stay in the arrays over tie positions)."""
+    slot[_U(pbase + np.int64(sTP[_U(so + v)]))] = -1
+    sTP[_U(so + v)] = tp
+    slot[_U(j)] = v
+
+
+@jit_inline
+def _lfru_access(a, layer, cap, base, pbase, so, ns, tie_pos, expert, sbits, freq, last, slot, sR, sL, sTP, size,
                  record, hit_flag):
     """Access ``a`` of :func:`_replay_lfru_seq` (layer ``layer``, quota ``cap``, slots from ``so``): 1 where it
     hits."""
-    t = a
+    tf = np.float32(a)
     tp = np.int64(tie_pos[_U(base + expert[_U(a)])])
     j = pbase + tp
-    s = np.int64(slot[_U(j)])
-    if s >= 0:                                      # a hit
-        sF[_U(s)] += np.float32(1.0)
-        sL[_U(s)] = np.float32(t)
+    f = freq[_U(j)] + np.float32(1.0)
+    rf = np.float32(1.0) / f
+    freq[_U(j)] = f
+    last[_U(j)] = tf
+    v = np.int64(slot[_U(j)])
+    hit = v >= 0
+    if hit:
         if record:
             hit_flag[_U(a)] = 1
-        return 1
-    f = freq[_U(j)] + np.float32(1.0)
-    n = size[_U(layer)]
-    if n < cap:
-        v = so + n
-        size[_U(layer)] = n + 1
-    elif cap <= 0:
-        v = -1
     else:
-        v = _lfru_evict(lfru_lowest(sF, sL, so, ns, np.float32(t + 1), *_lfru_margins(sbits)), f, tp, t, so, n, sbits,
-                        pbase, freq, last, slot, sF, sL, sTP)
-    _lfru_place(v, j, f, tp, t, freq, last, slot, sF, sL, sTP)
-    return 0
-
-
-@jit_inline
-def _lfru_margins(sbits):
-    """A slot-packed lfru key's high-bits mask and the margin in float32 units in the last place beyond packing's:
-    keys further apart order in float64 too (the two last arguments of :func:`lfru_lowest` / :func:`._vec.vlowest`)."""
-    return np.int32(-(1 << sbits)), np.int32((2 << sbits) + 2)
-
-
-@jit_inline
-def _lfru_evict(r, f, tp, t, so, n, sbits, pbase, freq, last, slot, sF, sL, sTP):
-    """The decision of a sequential ``lfru`` miss past the quota, given the pass over the layer's ``n`` slots from
-    ``so`` (``r``: :func:`lfru_lowest` or :func:`._vec.vlowest`) and the accessed block's count ``f`` and tie position
-    ``tp`` at unit ``t``: the slot it takes, the block there having left (its count and last unit kept in ``freq`` /
-    ``last``, its slot -1), or -1 where the accessed block is the one that leaves."""
-    smask = np.int64((1 << sbits) - 1)
-    hmask, d32 = _lfru_margins(sbits)
-    d = np.int64(d32)
-    m = r & 0x7FFFFFFF
-    kb = np.int64(_f32_bits(f) & hmask)             # the accessed block's key: its count (age 1)
-    mh = m & np.int64(hmask)
-    if kb + d < mh:                                 # below every resident: it leaves
-        return -1
-    thr = (mh + d) | smask
-    if kb > thr and r < (1 << 32):                  # the smallest alone within the margin: it leaves
-        v = so + (m & smask)
-    else:
-        v = _lfru_seq_exact(sF, sL, sTP, so, n, t, thr, hmask, f, tp, kb <= thr)
-        if v < 0:
-            return -1
-    q = pbase + np.int64(sTP[_U(v)])                # the block that leaves keeps its count and last unit
-    freq[_U(q)] = sF[_U(v)]
-    last[_U(q)] = sL[_U(v)]
-    slot[_U(q)] = -1
-    return v
-
-
-@jit_inline
-def _lfru_place(v, j, f, tp, t, freq, last, slot, sF, sL, sTP):
-    """The accessed block (lane ``j``, count ``f``, tie position ``tp``, unit ``t``) into slot ``v``, or, where
-    ``v`` is -1, its count and last unit kept outside the cache."""
-    if v < 0:
-        freq[_U(j)] = f
-        last[_U(j)] = np.float32(t)
-    else:
-        sF[_U(v)] = f
-        sL[_U(v)] = np.float32(t)
-        sTP[_U(v)] = tp
-        slot[_U(j)] = v
+        n = size[_U(layer)]
+        if n < cap:
+            v = n
+            size[_U(layer)] = n + 1
+            sTP[_U(so + v)] = tp
+            slot[_U(j)] = v
+        elif cap <= 0:
+            return 0
+        else:
+            v, thr, take = _lfru_fast(lfru_lowest(sR, sL, so, ns, tf + np.float32(1.0), *_lfru_margins(sbits)), rf,
+                                      sbits)
+            if v == -2:
+                v = _lfru_seq_exact(freq, sR, sL, sTP, so, pbase, n, a, thr, _lfru_margins(sbits)[0], f, tp, take)
+            if v < 0:
+                return 0
+            _lfru_take(v, j, tp, so, pbase, slot, sTP)
+    sR[_U(so + v)] = rf
+    sL[_U(so + v)] = tf
+    return np.int64(hit)
 
 
 @jit_loop
 def _replay_lfru_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, sbits, count_from, hits, misses,
-                     hit_flag, freq, last, slot, sF, sL, sTP, size, ns):
+                     hit_flag, freq, last, slot, sR, sL, sTP, size, ns):
     """The loop of :func:`replay_lfru_seq`: ``freq`` / ``last`` ``[l * 64 W + j]`` the count and last unit of
-    layer ``l``'s tie position ``j`` while it is outside the cache, ``slot`` its slot (else -1); ``sF`` / ``sL`` /
-    ``sTP`` ``[l * ns + s]`` the count, last unit and tie position of the block in slot ``s`` (an empty slot: count
-    ``inf``); ``size[l]`` the layer's residents (slots ``0 .. size - 1``). Two events of different layers run side by
-    side (:func:`_paired`)."""
+    layer ``l``'s tie position ``j``, ``slot`` its slot while it is resident (``0 .. ns - 1``; else -1); ``sR`` /
+    ``sL`` / ``sTP`` ``[l * ns + s]`` the reciprocal count, the last unit and the tie position of the block in slot
+    ``s`` (an empty slot: reciprocal 0, a product 0 that ranks above every resident); ``size[l]`` the layer's
+    residents (slots ``0 .. size - 1``). Two events of different layers run side by side (:func:`_paired`)."""
     record = hit_flag.shape[0] > 0
     npad = (n_experts + 63) // 64 * 64
     n_events = offsets.shape[0] - 1
@@ -813,56 +822,65 @@ def _replay_lfru_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, sb
         for k in range(max(na, nb)):
             if k < na:
                 ha += _lfru_access(lo + k, la, ca, la * n_experts, la * npad, la * ns, ns, tie_pos, expert, sbits,
-                                   freq, last, slot, sF, sL, sTP, size, record, hit_flag)
+                                   freq, last, slot, sR, sL, sTP, size, record, hit_flag)
             if k < nb:
                 hb += _lfru_access(lob + k, lb, cb, lb * n_experts, lb * npad, lb * ns, ns, tie_pos, expert,
-                                   sbits, freq, last, slot, sF, sL, sTP, size, record, hit_flag)
+                                   sbits, freq, last, slot, sR, sL, sTP, size, record, hit_flag)
         _count(hits, misses, la, na, ha, i >= count_from)
         _count(hits, misses, lb, nb, hb, two and i + 1 >= count_from)
         i += 2 if two else 1
 
 
 @jit_inline
-def _lfru_vaccess(a, layer, cap, base, pbase, so, tie_pos, expert, sbits, freq, last, slot, sF, sL, sTP, n, F, L,
-                  record, hit_flag):
-    """:func:`_lfru_access` with the layer's slots' counts and last units also held as two vectors, ``F`` and
-    ``L`` (its residents ``n``), for the pass: returns ``(1 where it hits, n, F, L)``. The arrays ``sF`` / ``sL``
-    are written as the vectors are (scalar stores), so that the block that leaves and the exact keys read them."""
-    t = a
+def _lfru_vaccess(a, layer, cap, base, pbase, so, tie_pos, expert, freq, last, slot, sR, sL, sTP, n, R, L, record,
+                  hit_flag, lanes):
+    """:func:`_lfru_access` with the layer's slots' reciprocal counts and last units held as two vectors, ``R``
+    and ``L`` (its residents ``n``), through an event: returns ``(1 where it hits, n, R, L)``. ``sR`` / ``sL`` are
+    written from the vectors where the exact keys decide, and when the event ends."""
+    sbits = lane_bits(lanes)
+    tf = np.float32(a)
     tp = np.int64(tie_pos[_U(base + expert[_U(a)])])
     j = pbase + tp
-    s = np.int64(slot[_U(j)])
-    if s >= 0:                                      # a hit
-        v = s - so
-        F = vadd(F, v, np.float32(1.0))
-        L = vset(L, v, np.float32(t))
-        sF[_U(s)] += np.float32(1.0)
-        sL[_U(s)] = np.float32(t)
+    f = freq[_U(j)] + np.float32(1.0)
+    rf = np.float32(1.0) / f
+    freq[_U(j)] = f
+    last[_U(j)] = tf
+    v = np.int64(slot[_U(j)])
+    hit = v >= 0
+    if hit:
         if record:
             hit_flag[_U(a)] = 1
-        return 1, n, F, L
-    f = freq[_U(j)] + np.float32(1.0)
-    if n < cap:
-        v = so + n
+    elif n < cap:
+        v = n
         n += 1
+        sTP[_U(so + v)] = tp
+        slot[_U(j)] = v
     elif cap <= 0:
-        v = -1
+        return 0, n, R, L
     else:
-        v = _lfru_evict(vlowest(F, L, np.float32(t + 1), *_lfru_margins(sbits)), f, tp, t, so, n, sbits, pbase, freq,
-                        last, slot, sF, sL, sTP)
-    if v >= 0:
-        F = vset(F, v - so, f)
-        L = vset(L, v - so, np.float32(t))
-    _lfru_place(v, j, f, tp, t, freq, last, slot, sF, sL, sTP)
-    return 0, n, F, L
+        t1 = tf + np.float32(1.0)
+        hmask, d = _lfru_margins(sbits)
+        v, thr, take = _lfru_fast(vlowest(R, L, t1, hmask, d), rf, sbits)
+        if v >= 0:                                  # the lowest leaves: its lane found by a vector compare
+            _lfru_take(v, j, tp, so, pbase, slot, sTP)
+            return 0, n, vset_lowest(R, R, L, t1, hmask, rf), vset_lowest(L, R, L, t1, hmask, tf)
+        if v == -2:
+            vstore(sR, so, R)
+            vstore(sL, so, L)
+            v = _lfru_seq_exact(freq, sR, sL, sTP, so, pbase, n, a, thr, _lfru_margins(sbits)[0], f, tp, take)
+        if v < 0:
+            return 0, n, R, L
+        _lfru_take(v, j, tp, so, pbase, slot, sTP)
+    return np.int64(hit), n, vset(R, v, rf), vset(L, v, tf)
 
 
 @jit_loop
 def _replay_lfru_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, sbits, count_from, hits, misses,
-                       hit_flag, freq, last, slot, sF, sL, sTP, size, ns, lanes):
+                       hit_flag, freq, last, slot, sR, sL, sTP, size, ns, lanes):
     """:func:`_replay_lfru_seq` for ``ns`` (= ``lanes``' width) of 16, 32 or 64: an event's layer's slots are
-    loaded as two vectors (counts, last units) when the event begins and held in registers through its accesses
-    (:func:`_lfru_vaccess`), so that no pass waits for the stores of the access before it."""
+    loaded as two vectors (reciprocal counts, last units) when the event begins, held in registers through its
+    accesses (:func:`_lfru_vaccess`), so that no pass waits for the stores of the access before it, and stored
+    when it ends. (``sbits`` is ``lane_bits(lanes)``, a constant of the compiled loop.)"""
     record = hit_flag.shape[0] > 0
     npad = (n_experts + 63) // 64 * 64
     n_events = offsets.shape[0] - 1
@@ -871,9 +889,9 @@ def _replay_lfru_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
         two, la, ca, lo, na, lb, cb, lob, nb = _pair(offsets, ev_layer, capacity, i, n_events)
         soa = la * ns
         sob = lb * ns
-        Fa = vload(sF, soa, lanes)
+        Ra = vload(sR, soa, lanes)
         La = vload(sL, soa, lanes)
-        Fb = vload(sF, sob, lanes)
+        Rb = vload(sR, sob, lanes)
         Lb = vload(sL, sob, lanes)
         sa = size[_U(la)]
         sb = size[_U(lb)]
@@ -881,15 +899,19 @@ def _replay_lfru_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
         hb = 0
         for k in range(max(na, nb)):
             if k < na:
-                x, sa, Fa, La = _lfru_vaccess(lo + k, la, ca, la * n_experts, la * npad, soa, tie_pos, expert, sbits,
-                                              freq, last, slot, sF, sL, sTP, sa, Fa, La, record, hit_flag)
+                x, sa, Ra, La = _lfru_vaccess(lo + k, la, ca, la * n_experts, la * npad, soa, tie_pos, expert, freq,
+                                              last, slot, sR, sL, sTP, sa, Ra, La, record, hit_flag, lanes)
                 ha += x
             if k < nb:
-                x, sb, Fb, Lb = _lfru_vaccess(lob + k, lb, cb, lb * n_experts, lb * npad, sob, tie_pos, expert,
-                                              sbits, freq, last, slot, sF, sL, sTP, sb, Fb, Lb, record, hit_flag)
+                x, sb, Rb, Lb = _lfru_vaccess(lob + k, lb, cb, lb * n_experts, lb * npad, sob, tie_pos, expert, freq,
+                                              last, slot, sR, sL, sTP, sb, Rb, Lb, record, hit_flag, lanes)
                 hb += x
+        vstore(sR, soa, Ra)
+        vstore(sL, soa, La)
         size[_U(la)] = sa
         if two:
+            vstore(sR, sob, Rb)
+            vstore(sL, sob, Lb)
             size[_U(lb)] = sb
         _count(hits, misses, la, na, ha, i >= count_from)
         _count(hits, misses, lb, nb, hb, two and i + 1 >= count_from)

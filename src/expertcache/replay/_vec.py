@@ -8,10 +8,12 @@ core). A lane is set by a compare with the lane number and a masked broadcast, n
 
 * :class:`Lanes` — a marker passed into a loop; its type fixes ``n`` (16, 32 or 64), so that
   numba compiles the loop once per width.
-* :func:`vload` — ``n`` float32 values of an array from an element offset.
-* :func:`vset`, :func:`vadd` — a copy with one lane replaced, or added to.
-* :func:`vlowest` — the smallest packed ``count / age`` key of ``n`` lanes of counts and last units, and whether
-  another lies near it (the sequential per-layer ``lfru`` loop of :mod:`._kernels_seq`).
+* :func:`vload`, :func:`vstore` — ``n`` float32 values of an array from an element offset, and back.
+* :func:`lane_bits` — ``log2 n``, a constant where the loop is compiled.
+* :func:`vset` — a copy with one lane replaced.
+* :func:`vlowest` — the smallest packed ``count / age`` key of ``n`` lanes of reciprocal counts and last units, and
+  whether another lies near it (the sequential per-layer ``lfru`` loop of :mod:`._kernels_seq`); :func:`vset_lowest`
+  a vector with the lane of that key replaced.
 """
 
 from __future__ import annotations
@@ -93,6 +95,30 @@ def vload(typingctx, arr, off, lanes):
     return sig, codegen
 
 
+@intrinsic
+def vstore(typingctx, arr, off, v):
+    """``v`` into ``arr[off : off + n]`` (float32)."""
+    sig = types.none(arr, types.int64, v)
+
+    def codegen(context, builder, signature, args):
+        builder.store(args[2], _pointer(context, builder, signature.args[0], args[0], args[1], signature.args[2].n),
+                      align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def lane_bits(typingctx, lanes):
+    """The bits of a lane's index (``log2 n``) as a constant of the compiled loop."""
+    sig = types.int64(lanes)
+
+    def codegen(context, builder, signature, args):
+        return ir.Constant(_I64, (signature.args[0].n - 1).bit_length())
+
+    return sig, codegen
+
+
 def _lane_mask(builder, n, lane):
     vni = ir.VectorType(_I32, n)
     return builder.icmp_signed("==", ir.Constant(vni, list(range(n))), _splat(builder, builder.trunc(lane, _I32),
@@ -112,25 +138,15 @@ def vset(typingctx, v, lane, x):
     return sig, codegen
 
 
-@intrinsic
-def vadd(typingctx, v, lane, x):
-    """``v`` with ``x`` added to lane ``lane``."""
-    sig = v(v, types.int64, types.float32)
-
-    def codegen(context, builder, signature, args):
-        n = signature.args[0].n
-        return builder.select(_lane_mask(builder, n, args[1]),
-                              builder.fadd(args[0], _splat(builder, args[2], ir.VectorType(_F32, n), n)), args[0])
-
-    return sig, codegen
-
-
-def packed_lfru_keys(builder, F, L, t1, hmask, lanes, n):
-    """IR: ``n`` lanes' packed lfru keys: ``F / (t1 - L)`` in float32, its low bits (``~hmask``) replaced by
-    ``lanes`` (``<n x i32>``)."""
-    k = builder.fdiv(F, builder.fsub(_splat(builder, t1, ir.VectorType(_F32, n), n), L))
-    return builder.or_(builder.and_(builder.bitcast(k, ir.VectorType(_I32, n)),
-                                    _splat(builder, hmask, ir.VectorType(_I32, n), n)), lanes)
+def packed_lfru_keys(builder, R, L, t1, hmask, lanes, n):
+    """IR: ``n`` lanes' packed lfru keys from reciprocal counts ``R`` (``1 / count`` in float32, 0 in an empty
+    lane) and last units ``L``: the float32 product ``R * (t1 - L)`` (the age over the count, no division), its
+    bits flipped (``^ 0x7FFFFFFF``: the largest product, the smallest ``count / age``, has the smallest key, all
+    keys non-negative), the low bits (``~hmask``) replaced by ``lanes`` (``<n x i32>``)."""
+    vi = ir.VectorType(_I32, n)
+    k = builder.fmul(R, builder.fsub(_splat(builder, t1, ir.VectorType(_F32, n), n), L))
+    flipped = builder.xor(builder.bitcast(k, vi), _splat(builder, ir.Constant(_I32, 0x7FFFFFFF), vi, n))
+    return builder.or_(builder.and_(flipped, _splat(builder, hmask, vi, n)), lanes)
 
 
 def fold_two_lowest(builder, m1, m2, q):
@@ -140,39 +156,78 @@ def fold_two_lowest(builder, m1, m2, q):
                                                                                    hi, m2)
 
 
-def lowest_and_near(builder, m1, m2, hmask, d):
-    """IR, from the two smallest per lane (``<16 x i32>``): the smallest of all, as i64, with bit 32 set where
-    another is at most ``((smallest & hmask) + d) | ~hmask``."""
+def spread_min(builder, m):
+    """IR: a ``<16 x i32>`` holding the smallest lane of ``m`` in every lane (LLVM's reduction, then a broadcast),
+    so that a compare of every lane with it (:func:`vset_lowest`, the near bound) needs no lane number."""
     v16 = ir.VectorType(_I32, 16)
     red = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [v16]), "llvm.vector.reduce.smin.v16i32")
-    g = builder.call(red, [m1])
-    vthr = _splat(builder, builder.or_(builder.add(builder.and_(g, hmask), d), builder.not_(hmask)), v16, 16)
-    near = builder.or_(builder.icmp_signed("<=", m2, vthr),
-                       builder.and_(builder.icmp_signed("<=", m1, vthr),
-                                    builder.icmp_signed("!=", m1, _splat(builder, g, v16, 16))))
-    any_near = builder.icmp_unsigned("!=", builder.bitcast(near, ir.IntType(16)), ir.Constant(ir.IntType(16), 0))
+    return _splat(builder, builder.call(red, [m]), v16, 16)
+
+
+def lowest_parts(builder, p, n):
+    """IR, from ``n`` packed keys ``p`` (``n`` a multiple of 16): ``(m1, m2, gv)``, the two smallest per lane of the
+    groups of 16 folded together (``m2`` None where ``n`` is 16) and the smallest of all in every lane of ``gv``."""
+    v16 = ir.VectorType(_I32, 16)
+    m1 = builder.shuffle_vector(p, p, ir.Constant(v16, list(range(16))))
+    m2 = ir.Constant(v16, [2**31 - 1] * 16) if n > 16 else None
+    for g in range(1, n // 16):
+        m1, m2 = fold_two_lowest(builder, m1, m2,
+                                 builder.shuffle_vector(p, p, ir.Constant(v16, list(range(16 * g, 16 * g + 16)))))
+    return m1, m2, spread_min(builder, m1)
+
+
+def lowest_and_near(builder, m1, m2, gv, hmask, d):
+    """IR, from :func:`lowest_parts`: the smallest packed key, as i64, with bit 32 set where another is at most
+    ``((smallest & hmask) + d) | ~hmask``: a second lane of ``m1`` (keys differ in the lane bits: one lane holds the
+    smallest) or any lane of ``m2``. The bound is computed on ``gv`` in every lane."""
+    v16 = ir.VectorType(_I32, 16)
+    i16 = ir.IntType(16)
+    vthr = builder.or_(builder.add(builder.and_(gv, _splat(builder, hmask, v16, 16)), _splat(builder, d, v16, 16)),
+                       _splat(builder, builder.not_(hmask), v16, 16))
+    b = builder.bitcast(builder.icmp_signed("<=", m1, vthr), i16)
+    near = builder.and_(b, builder.sub(b, ir.Constant(i16, 1)))
+    if m2 is not None:
+        near = builder.or_(near, builder.bitcast(builder.icmp_signed("<=", m2, vthr), i16))
+    any_near = builder.icmp_unsigned("!=", near, ir.Constant(i16, 0))
+    g = builder.extract_element(gv, ir.Constant(_I32, 0))
     return builder.or_(builder.zext(g, _I64), builder.shl(builder.zext(any_near, _I64), ir.Constant(_I64, 32)))
 
 
+def _lane_keys(builder, R, L, t1, hmask, n):
+    return packed_lfru_keys(builder, R, L, t1, hmask, ir.Constant(ir.VectorType(_I32, n), list(range(n))), n)
+
+
 @intrinsic
-def vlowest(typingctx, F, L, t1, hmask, d):
+def vlowest(typingctx, R, L, t1, hmask, d):
     """The smallest packed key of ``n`` lanes, and in bit 32 whether another lies within ``d`` float32 units in
-    the last place above it: lane ``s``'s key ``F[s] / (t1 - L[s])`` in float32, its bits with the low ones
-    (``~hmask``) replaced by ``s``; another lies within when its packed key is at most ``((smallest & hmask) +
-    d) | ~hmask``. :func:`._kernels_seq.lfru_lowest` on vectors in registers: the lanes folded into groups of 16
-    keeping the two smallest per lane, then one reduction and one compare."""
-    sig = types.int64(F, L, types.float32, types.int32, types.int32)
+    the last place above it: lane ``s``'s key from ``R[s] * (t1 - L[s])`` (:func:`packed_lfru_keys`, ``R`` the
+    reciprocal counts), its low bits (``~hmask``) replaced by ``s``; another lies within when its packed key is at
+    most ``((smallest & hmask) + d) | ~hmask``. :func:`._kernels_seq.lfru_lowest` on vectors in registers: the lanes
+    folded into groups of 16 keeping the two smallest per lane, the smallest of those spread to every lane, one
+    compare."""
+    sig = types.int64(R, L, types.float32, types.int32, types.int32)
 
     def codegen(context, builder, signature, args):
-        F, L, t1, hmask, d = args
+        R, L, t1, hmask, d = args
         n = signature.args[0].n
-        v16 = ir.VectorType(_I32, 16)
-        p = packed_lfru_keys(builder, F, L, t1, hmask, ir.Constant(ir.VectorType(_I32, n), list(range(n))), n)
-        m1 = builder.shuffle_vector(p, p, ir.Constant(v16, list(range(16))))
-        m2 = ir.Constant(v16, [2**31 - 1] * 16)
-        for g in range(1, n // 16):
-            m1, m2 = fold_two_lowest(builder, m1, m2,
-                                     builder.shuffle_vector(p, p, ir.Constant(v16, list(range(16 * g, 16 * g + 16)))))
-        return lowest_and_near(builder, m1, m2, hmask, d)
+        return lowest_and_near(builder, *lowest_parts(builder, _lane_keys(builder, R, L, t1, hmask, n), n), hmask, d)
+
+    return sig, codegen
+
+
+@intrinsic
+def vset_lowest(typingctx, V, R, L, t1, hmask, x):
+    """``V`` with ``x`` in the lane of the smallest packed key of ``R`` / ``L`` (:func:`vlowest`'s, the same
+    arguments): one compare of the keys with the smallest in every lane, no lane number through a scalar. Beside
+    :func:`vlowest` on the same values LLVM computes the keys and the smallest once."""
+    sig = V(V, R, L, types.float32, types.int32, types.float32)
+
+    def codegen(context, builder, signature, args):
+        V, R, L, t1, hmask, x = args
+        n = signature.args[0].n
+        p = _lane_keys(builder, R, L, t1, hmask, n)
+        gv = lowest_parts(builder, p, n)[2]
+        gn = builder.shuffle_vector(gv, gv, ir.Constant(ir.VectorType(_I32, n), [i % 16 for i in range(n)]))
+        return builder.select(builder.icmp_signed("==", p, gn), _splat(builder, x, ir.VectorType(_F32, n), n), V)
 
     return sig, codegen
