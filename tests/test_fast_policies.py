@@ -1065,6 +1065,38 @@ def test_sequential_lrfu_loop_past_its_decay_table():
         assert all((a == b).all() for a, b in zip(got, want, strict=True)), case
 
 
+@pytest.mark.parametrize(("quota", "lam", "bound", "width"),
+                         [(3, 0.5, None, 16), (3, 0.0001, None, 16), (3, 0.0001, 1000, None), (40, 0.0, None, 64),
+                          (64, 1.0, None, 64), (65, 0.5, None, None)])
+def test_sequential_lrfu_slot_loop_where_its_table_holds_every_decay(monkeypatch, quota, lam, bound, width):
+    """Quotas up to 64 take the slot loop (packed keys in registers, 16 / 32 / 64 lanes) where its decay table
+    holds every gap the stream has or every gap before the decay is 0 (here 70,000 units a layer: lambda 0.5 needs
+    2,154 decays, 0.0001 all 70,001; lambda 0 decays nothing); past the table's bound (forced to 1,000 here) and
+    for larger quotas the tie-position loop runs. Either equals replay_heap, blocks idle since the first accesses
+    coming back last."""
+    seen = []
+    for name in ("_replay_lrfu_seq_v", "_replay_lrfu_seq"):
+        real = getattr(KQ, name)
+        monkeypatch.setattr(KQ, name, lambda *a, _r=real, _n=name: seen.append(a[-1].n if _n.endswith("_v") else None)
+                            or _r(*a))
+    if bound is not None:
+        monkeypatch.setattr(KQ, "_LRFU_SLOT_DECAYS", bound)
+    N = 70
+    rng = np.random.default_rng(quota)
+    n = 35_000
+    exps = [sorted(rng.choice(quota + 2, 2, replace=False).tolist()) for _ in range(n)]
+    exps[0] = [68, 69]
+    exps[n - 1] = [0, 68, 69]
+    stream = EventStream.from_lists(1, N, 5, list(range(n)), [0] * n, exps, [1] * n)
+    tie = engine._tie_ranks("random", 2, N)
+    _, tie_pos = engine._tie_order(tie, 1, N)
+    caps = np.array([quota], np.int64)
+    want = _seq_generic(stream, stream.expert, caps, tie, KEY_LRFU, lam, False, 0)
+    got = _seq_packed(stream, stream.expert, caps, tie_pos, KEY_LRFU, lam, False, 0)
+    assert all((a == b).all() for a, b in zip(got, want, strict=True))
+    assert seen == [width]
+
+
 def test_sequential_lfu_loop_with_int64_keys(monkeypatch):
     """Counts whose packed keys would pass int32 take int64 keys (forced here by a 12-bit bound): the same counts."""
     monkeypatch.setattr(KQ, "LFU_KEY32_BITS", 12)

@@ -19,16 +19,19 @@ lanes that LLVM vectorizes.
   over tie positions, so that a pass (the smallest) runs only when they are gone; larger quotas take a pass each
   time the lowest is sought.
 * :func:`replay_lrfu_seq`: the float32 value of :func:`._kernels_bits.replay_lrfu_bits` (``2**(key - lam R)``,
-  ``R`` a base unit of the layer), its low ``tbits`` bits replaced by the tie position. The smallest packed key
-  leaves where no other block lies within the margins of its value (the next smallest, found by one pass, which
-  is the layer's smallest after the eviction: kept for its next miss); otherwise the exact keys of the blocks
-  within the margins decide.
+  ``R`` a base unit of the layer), its low bits replaced by a position. Where the quota fits 16, 32 or 64 slots
+  (and a table holds every decay the stream needs), the layer's residents sit in slots and an event's layer's
+  packed keys (the slot's index in the low bits) are held as one int32 vector in registers (:mod:`._vec`): a miss
+  past the quota takes their smallest by one reduction, and it leaves where no other key lies within the margins
+  (one compare). Larger quotas keep the keys over tie positions (the tie position in the low bits), the smallest
+  and the next by passes in memory (the next smallest is the layer's smallest after the eviction: kept for its next
+  miss). Otherwise the exact keys of the blocks within the margins decide.
 * :func:`replay_lfru_seq`: ``lfru``'s key drifts with the clock, so it is computed afresh at each eviction, over
-  the layer's residents in slots (its quota rounded up to 16) rather than its tie positions: the float32 key
-  ``count / age`` with the slot's index in its low bits, and the two smallest in one pass (:func:`lfru_lowest`).
-  Where the slots are 16, 32 or 64 (48 taken as 64), the event's layer's counts and last units are also held as
-  two vectors in registers through its accesses (:mod:`._vec`), so that a pass does not wait for the stores of
-  the access before it.
+  the layer's residents in slots (its quota rounded up to 16) rather than its tie positions: ``count / age`` as the
+  float32 product of the age and the count's reciprocal (no division), with the slot's index in its low bits, and
+  the two smallest in one pass (:func:`lfru_lowest`). Where the slots are 16, 32 or 64 (48 taken as 64), the
+  event's layer's reciprocal counts and last units are also held as two vectors in registers through its accesses,
+  so that a pass does not wait for the stores of the access before it.
 
 The ``lru``, ``lrfu`` and ``lfru`` loops run two events of different layers side by side (:func:`_paired`): each
 event's accesses form one chain of dependent work, and two chains keep the core busy where one waits.
@@ -52,11 +55,13 @@ from numba.extending import intrinsic
 from .._jit import jit, jit_helper, jit_inline, jit_loop
 from ._kernels import _cttz, crf_decays, crf_key
 from ._kernels_bits import _LRFU_DECAYS, _LRFU_SPAN, _LRFU_TINY, _U, _lrfu_decay, _lrfu_margin
-from ._simd import _splat, lanes_between
+from ._simd import _splat, f2u, lanes_between, u2f
 from ._vec import (
     WIDTHS,
     Lanes,
     fold_two_lowest,
+    icount_le,
+    ilowest,
     lane_bits,
     lowest_and_near,
     packed_lfru_keys,
@@ -81,6 +86,12 @@ _TINY_BITS = np.int64(np.float32(_LRFU_TINY).view(np.int32))
 #: (:func:`_lfu_access`); larger ones take the smallest packed key by a pass at every eviction, where the bits' stale
 #: entries (blocks hit since) cost more than the passes they save (docs/performance.md, *Session 36*).
 _LFU_BITS_NUM, _LFU_BITS_DEN = 1, 2
+#: ``crf_decay(lam, g)`` is 0.0 where ``lam * g`` reaches it (``2**-1076`` rounds to 0).
+_LRFU_DECAY_ZERO = 1076.0
+#: The most decays the slot loop of sequential ``lrfu`` tabulates (8 MiB): it runs where the table holds every gap
+#: of the stream, or every gap before the decay is 0 (:func:`lrfu_seq_ranges`), so that no access calls ``pow``
+#: (a call in the access path made LLVM keep the loop's vectors in memory).
+_LRFU_SLOT_DECAYS = 1 << 20
 #: ``lfu``'s packed keys are int32 while ``(most accesses of a layer + 1) << tbits`` stays below ``2**31 - 1``.
 LFU_KEY32_BITS = 31
 
@@ -88,6 +99,14 @@ LFU_KEY32_BITS = 31
 def _tie_bits(n_experts: int) -> int:
     """Bits of a tie position (``0 .. n_experts - 1``), at least 1."""
     return max(int(n_experts - 1).bit_length(), 1)
+
+
+def _n_slots(capacity, n_experts: int) -> int:
+    """Slots a layer's residents take in the slot loops of ``lrfu`` and ``lfru``: the largest quota (at most
+    ``n_experts``) rounded up to 16, at least 16; 48 taken as 64, so that 16, 32 or 64 slots fit vectors
+    (:data:`._vec.WIDTHS`)."""
+    ns = max((min(int(capacity.max()) if capacity.shape[0] else 0, n_experts) + 15) // 16 * 16, 16)
+    return 64 if ns == 48 else ns
 
 
 @jit
@@ -478,13 +497,22 @@ def lrfu_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, l
     n_scale = min(n_units + 1, _LRFU_DECAYS)
     if lam > 0.0:
         n_scale = min(n_scale, int(_LRFU_SPAN / lam) + 1)             # lam * (n_scale - 1) <= _LRFU_SPAN
+    scale = 2.0 ** (lam * np.arange(n_scale, dtype=np.float64))
+    ns = _n_slots(capacity, n_experts)
+    n_tab = min(n_units + 1, int(_LRFU_DECAY_ZERO / lam) + 2) if lam > 0.0 else 1
+    if ns in WIDTHS and n_tab <= _LRFU_SLOT_DECAYS:
+        P = crf_decays(lam, max(n_tab, 2))
+        return _ranges(_replay_lrfu_seq_v, offsets, ev_layer, (n_experts, capacity, tie_pos.astype(np.int32), lam),
+                       count_from,
+                       (hits, misses, hit_flag, np.zeros(2 * n_layers * npad), np.full(n_layers * npad, -1, np.int32), np.full(n_layers * ns, _EMPTY32),
+                        np.zeros(n_layers * ns, np.int32), np.zeros(n_layers, np.int64), np.zeros(n_layers, np.int64),
+                        np.zeros(n_layers, np.int64), P, 1.0 if lam == 0.0 else 0.0, scale, ns, Lanes(ns)))
     return _ranges(_replay_lrfu_seq, offsets, ev_layer, (n_experts, capacity, tie_pos.astype(np.int32), tbits, lam),
                    count_from,
                    (hits, misses, hit_flag, np.tile(np.array([0.0, -1.0]), n_layers * npad),
                     np.full(n_layers * npad, _EMPTY32), np.zeros(n_layers, dtype=np.int64),
                     np.zeros(n_layers, dtype=np.int64), np.zeros(n_layers, dtype=np.int64),
-                    np.full(n_layers, -1, dtype=np.int64), crf_decays(lam, min(n_units + 1, _LRFU_DECAYS)),
-                    2.0 ** (lam * np.arange(n_scale, dtype=np.float64))))
+                    np.full(n_layers, -1, dtype=np.int64), crf_decays(lam, min(n_units + 1, _LRFU_DECAYS)), scale))
 
 
 @jit_helper
@@ -610,6 +638,149 @@ def _replay_lrfu_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, tb
         i += 2 if two else 1
 
 
+@jit_helper
+def _lrfu_slot_exact(S, sK, sTP, so, pbase, n, thr, lam, s, u, tp, take_new):
+    """The slot (or -1: the accessed block, CRF ``s`` at unit ``u``, tie position ``tp``, when ``take_new``) of the
+    lowest exact ``(key, tie position)`` among the ``n`` slots from ``so`` whose packed key is at most ``thr``."""
+    best = -1
+    bk = np.inf
+    bt = 1 << 30
+    if take_new:
+        bk = crf_key(s, float(u), lam)
+        bt = tp
+    for v in range(n):
+        if sK[_U(so + v)] <= thr:
+            q = np.int64(sTP[_U(so + v)])
+            k = crf_key(S[_U(2 * (pbase + q))], float(_unit_of(S[_U(2 * (pbase + q) + 1)])), lam)
+            if k < bk or (k == bk and q < bt):
+                bk = k
+                bt = q
+                best = v
+    return best
+
+
+@jit_inline
+def _unit_of(x):
+    """A last unit kept as the bits of a float64 beside its CRF (:func:`_replay_lrfu_seq_v`'s ``S``)."""
+    return np.int64(f2u(x))
+
+
+@jit_inline
+def _decay_at(P, beyond, gap):
+    """``crf_decay(lam, gap)`` from its table ``P``, ``beyond`` past it (where every gap past it decays alike)."""
+    return P[_U(gap)] if gap < P.shape[0] else beyond
+
+
+@jit_inline
+def _lrfu_vaccess(a, cap, base, pbase, so, tie_pos, expert, lam, S, slot, sK, sTP, n, u, ub, K, P, beyond, scale,
+                  record, hit_flag, lanes):
+    """Access ``a`` of :func:`_replay_lrfu_seq_v` (quota ``cap``, slots from ``so``, the layer's unit ``u``, base
+    unit ``ub``, residents ``n``, their packed keys ``K`` in registers): ``(1 where it hits, n, ub, K)``. A decay
+    is ``P[gap]``, or ``beyond`` past the table (:func:`lrfu_seq_ranges`)."""
+    sbits = lane_bits(lanes)
+    smask = np.int64((1 << sbits) - 1)
+    hmask = np.int32(-(1 << sbits))
+    g = u - ub
+    if g >= scale.shape[0]:                         # the base moves to this unit: every resident's value again
+        for v in range(n):
+            q = pbase + np.int64(sTP[_U(so + v)])
+            sK[_U(so + v)] = _packed_value(S[_U(2 * q)] * _decay_at(P, beyond, u - _unit_of(S[_U(2 * q + 1)])), v,
+                                           hmask)
+        ub = u
+        g = 0
+        K = vload(sK, so, lanes)
+    tp = np.int64(tie_pos[_U(base + expert[_U(a)])])
+    j = pbase + tp
+    s = 1.0 + S[_U(2 * j)] * _decay_at(P, beyond, u - _unit_of(S[_U(2 * j + 1)]))     # (1.0 at a first access)
+    S[_U(2 * j)] = s
+    S[_U(2 * j + 1)] = u2f(np.uint64(u))
+    kh = np.int64(_f32_bits(np.float32(s * scale[_U(g)])) & hmask)        # (at least 1: no floor of values)
+    v = np.int64(slot[_U(j)])
+    hit = v >= 0
+    if hit:
+        if record:
+            hit_flag[_U(a)] = 1
+    elif n < cap:
+        v = n
+        n += 1
+        sTP[_U(so + v)] = tp
+        slot[_U(j)] = v
+    elif cap <= 0:
+        return 0, n, ub, K
+    else:
+        m = ilowest(K)
+        d = np.int64(_lrfu_margin(u, lam) * 2.0 ** 27) + 3 * (1 << sbits) + 1   # 8 delta in ulps, packing's, ties'
+        mh = m & np.int64(hmask)
+        if kh + d < mh:                             # below every resident by more than the margins: it leaves
+            return 0, n, ub, K
+        thr = (max(mh, _TINY_BITS) + d) | smask     # a block whose packed key is above ranks above the smallest
+        if kh > thr and icount_le(K, thr) == 1:     # the smallest alone within the margins: it leaves
+            v = m & smask
+        else:                                       # decided by exact keys
+            vstore(sK, so, K)
+            v = _lrfu_slot_exact(S, sK, sTP, so, pbase, n, thr, lam, s, u, tp, kh <= thr)
+            if v < 0:
+                return 0, n, ub, K
+        _slot_take(v, j, tp, so, pbase, slot, sTP)
+    return np.int64(hit), n, ub, vset(K, v, np.int32(kh | v))
+
+
+@jit_loop
+def _replay_lrfu_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, lam, count_from, hits, misses,
+                       hit_flag, S, slot, sK, sTP, size, lunits, ubase, P, beyond, scale, ns, lanes):
+    """:func:`replay_lrfu_seq` where a layer's residents fit ``ns`` (= ``lanes``' width: 16, 32 or 64) slots:
+    ``S[2 q]`` the CRF of lane ``q = l * 64 W + j`` (0 before its first access: ``1 + 0 * decay`` is 1, as
+    :func:`._kernels.crf_update` gives) and ``S[2 q + 1]`` its last unit as the bits of a float64 (0 at first, a
+    gap that indexes the table), ``slot[l * 64 W + j]`` the slot of layer ``l``'s tie position ``j``
+    while it is resident (else -1), ``sK`` / ``sTP`` ``[l * ns + v]`` the packed key (the value, its low ``log2
+    ns`` bits replaced by the slot's index; an empty slot ``_EMPTY32``) and the tie position of the block in slot
+    ``v``. An event's layer's packed keys are held as one :class:`._vec.I32Vec` through its accesses: a miss past
+    the quota takes their smallest by one reduction in registers (where the tie-position loop passes over the
+    layer's lanes in memory twice) and a count of those within the margins by one compare. Two events of different
+    layers run side by side (:func:`_paired`)."""
+    record = hit_flag.shape[0] > 0
+    npad = (n_experts + 63) // 64 * 64
+    n_events = offsets.shape[0] - 1
+    i = 0
+    while i < n_events:
+        two, la, ca, lo, na, lb, cb, lob, nb = _pair(offsets, ev_layer, capacity, i, n_events)
+        soa = la * ns
+        sob = lb * ns
+        Ka = vload(sK, soa, lanes)
+        Kb = vload(sK, sob, lanes)
+        sa = size[_U(la)]
+        sb = size[_U(lb)]
+        ua = lunits[_U(la)]
+        ub_ = lunits[_U(lb)]
+        ba = ubase[_U(la)]
+        bb = ubase[_U(lb)]
+        ha = 0
+        hb = 0
+        for k in range(max(na, nb)):
+            if k < na:
+                x, sa, ba, Ka = _lrfu_vaccess(lo + k, ca, la * n_experts, la * npad, soa, tie_pos, expert, lam, S,
+                                              slot, sK, sTP, sa, ua + k, ba, Ka, P, beyond, scale, record, hit_flag,
+                                              lanes)
+                ha += x
+            if k < nb:
+                x, sb, bb, Kb = _lrfu_vaccess(lob + k, cb, lb * n_experts, lb * npad, sob, tie_pos, expert, lam, S,
+                                              slot, sK, sTP, sb, ub_ + k, bb, Kb, P, beyond, scale, record, hit_flag,
+                                              lanes)
+                hb += x
+        vstore(sK, soa, Ka)
+        size[_U(la)] = sa
+        lunits[_U(la)] = ua + na
+        ubase[_U(la)] = ba
+        if two:
+            vstore(sK, sob, Kb)
+            size[_U(lb)] = sb
+            lunits[_U(lb)] = ub_ + nb
+            ubase[_U(lb)] = bb
+        _count(hits, misses, la, na, ha, i >= count_from)
+        _count(hits, misses, lb, nb, hb, two and i + 1 >= count_from)
+        i += 2 if two else 1
+
+
 @intrinsic
 def lfru_lowest(typingctx, R, L, off, n, t1, hmask, d):
     """The smallest packed lfru key of slots ``off .. off + n`` (``n`` a positive multiple of 16), and in bit 32
@@ -687,9 +858,7 @@ def lfru_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, c
     """:func:`replay_lfru_seq` by ranges of events (:func:`_ranges`): its slots allocated here (a block's clock is
     its access's index in the whole stream, so ranges keep it)."""
     npad = (n_experts + 63) // 64 * 64
-    ns = max((min(int(capacity.max()) if capacity.shape[0] else 0, n_experts) + 15) // 16 * 16, 16)
-    if ns == 48:
-        ns = 64                                     # vectors of 16, 32 or 64 lanes
+    ns = _n_slots(capacity, n_experts)
     n = n_layers * npad
     tail = (hits, misses, hit_flag, np.zeros(n, np.float32), np.zeros(n, np.float32), np.full(n, -1, np.int32),
             np.zeros(n_layers * ns, np.float32), np.zeros(n_layers * ns, np.float32),
@@ -756,9 +925,9 @@ def _lfru_seq_exact(freq, sR, sL, sTP, so, pbase, size, t, thr, hmask, f, tp, ta
 
 
 @jit_inline
-def _lfru_take(v, j, tp, so, pbase, slot, sTP):
-    """The accessed block (lane ``j``, tie position ``tp``) into slot ``v``, whose block leaves (its count and last
-    unit stay in the arrays over tie positions)."""
+def _slot_take(v, j, tp, so, pbase, slot, sTP):
+    """The accessed block (lane ``j``, tie position ``tp``) into slot ``v`` of a layer's slots from ``so``, whose
+    block leaves (its state stays in the arrays over tie positions; a hit's block takes its own slot again)."""
     slot[_U(pbase + np.int64(sTP[_U(so + v)]))] = -1
     sTP[_U(so + v)] = tp
     slot[_U(j)] = v
@@ -797,7 +966,7 @@ def _lfru_access(a, layer, cap, base, pbase, so, ns, tie_pos, expert, sbits, fre
                 v = _lfru_seq_exact(freq, sR, sL, sTP, so, pbase, n, a, thr, _lfru_margins(sbits)[0], f, tp, take)
             if v < 0:
                 return 0
-            _lfru_take(v, j, tp, so, pbase, slot, sTP)
+            _slot_take(v, j, tp, so, pbase, slot, sTP)
     sR[_U(so + v)] = rf
     sL[_U(so + v)] = tf
     return np.int64(hit)
@@ -862,7 +1031,7 @@ def _lfru_vaccess(a, layer, cap, base, pbase, so, tie_pos, expert, freq, last, s
         hmask, d = _lfru_margins(sbits)
         v, thr, take = _lfru_fast(vlowest(R, L, t1, hmask, d), rf, sbits)
         if v >= 0:                                  # the lowest leaves: its lane found by a vector compare
-            _lfru_take(v, j, tp, so, pbase, slot, sTP)
+            _slot_take(v, j, tp, so, pbase, slot, sTP)
             return 0, n, vset_lowest(R, R, L, t1, hmask, rf), vset_lowest(L, R, L, t1, hmask, tf)
         if v == -2:
             vstore(sR, so, R)
@@ -870,7 +1039,7 @@ def _lfru_vaccess(a, layer, cap, base, pbase, so, tie_pos, expert, freq, last, s
             v = _lfru_seq_exact(freq, sR, sL, sTP, so, pbase, n, a, thr, _lfru_margins(sbits)[0], f, tp, take)
         if v < 0:
             return 0, n, R, L
-        _lfru_take(v, j, tp, so, pbase, slot, sTP)
+        _slot_take(v, j, tp, so, pbase, slot, sTP)
     return np.int64(hit), n, vset(R, v, rf), vset(L, v, tf)
 
 

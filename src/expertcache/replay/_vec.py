@@ -1,4 +1,4 @@
-"""Float32 vectors that a numba loop holds in registers from one access to the next.
+"""Float32 and int32 vectors that a numba loop holds in registers from one access to the next.
 
 A numba variable of type :class:`F32Vec` is one LLVM ``<n x float>`` value: LLVM keeps it in vector registers
 (``n / 16`` of them on AVX-512) through the loop's branches and calls of inlined helpers, so a chain of
@@ -11,6 +11,8 @@ core). A lane is set by a compare with the lane number and a masked broadcast, n
 * :func:`vload`, :func:`vstore` — ``n`` float32 values of an array from an element offset, and back.
 * :func:`lane_bits` — ``log2 n``, a constant where the loop is compiled.
 * :func:`vset` — a copy with one lane replaced.
+* :class:`I32Vec`, :func:`ilowest`, :func:`icount_le` — ``n`` int32 lanes (:func:`vload` of an int32 array), their
+  smallest, and how many lie at most a bound (the sequential per-layer ``lrfu`` loop's packed keys).
 * :func:`vlowest` — the smallest packed ``count / age`` key of ``n`` lanes of reciprocal counts and last units, and
   whether another lies near it (the sequential per-layer ``lfru`` loop of :mod:`._kernels_seq`); :func:`vset_lowest`
   a vector with the lane of that key replaced.
@@ -41,6 +43,14 @@ class F32Vec(types.Type):
         super().__init__(name=f"F32Vec({n})")
 
 
+class I32Vec(types.Type):
+    """``n`` int32 lanes as one LLVM vector value."""
+
+    def __init__(self, n: int):
+        self.n = n
+        super().__init__(name=f"I32Vec({n})")
+
+
 class LanesType(types.Type):
     """The numba type of a :class:`Lanes` marker: its width, nothing at run time."""
 
@@ -65,6 +75,12 @@ class _F32VecModel(models.PrimitiveModel):
         super().__init__(dmm, fe_type, ir.VectorType(_F32, fe_type.n))
 
 
+@register_model(I32Vec)
+class _I32VecModel(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, ir.VectorType(_I32, fe_type.n))
+
+
 register_model(LanesType)(models.OpaqueModel)
 
 
@@ -80,13 +96,15 @@ def _unbox_lanes(typ, obj, c):
 
 def _pointer(context, builder, aty, ary, off, n):
     data = context.make_array(aty)(context, builder, ary).data
-    return builder.bitcast(builder.gep(data, [off]), ir.VectorType(_F32, n).as_pointer())
+    elt = _I32 if aty.dtype == types.int32 else _F32
+    return builder.bitcast(builder.gep(data, [off]), ir.VectorType(elt, n).as_pointer())
 
 
 @intrinsic
 def vload(typingctx, arr, off, lanes):
-    """``arr[off : off + n]`` (float32) as one vector, ``n`` the width of ``lanes``."""
-    sig = F32Vec(lanes.n)(arr, types.int64, lanes)
+    """``arr[off : off + n]`` (float32, or int32) as one vector (:class:`F32Vec`, :class:`I32Vec`), ``n`` the width
+    of ``lanes``."""
+    sig = (I32Vec if arr.dtype == types.int32 else F32Vec)(lanes.n)(arr, types.int64, lanes)
 
     def codegen(context, builder, signature, args):
         return builder.load(_pointer(context, builder, signature.args[0], args[0], args[1], signature.args[2].n),
@@ -97,7 +115,7 @@ def vload(typingctx, arr, off, lanes):
 
 @intrinsic
 def vstore(typingctx, arr, off, v):
-    """``v`` into ``arr[off : off + n]`` (float32)."""
+    """``v`` into ``arr[off : off + n]`` (of ``v``'s type)."""
     sig = types.none(arr, types.int64, v)
 
     def codegen(context, builder, signature, args):
@@ -127,12 +145,14 @@ def _lane_mask(builder, n, lane):
 
 @intrinsic
 def vset(typingctx, v, lane, x):
-    """``v`` with lane ``lane`` (``0 <= lane < n``) set to ``x`` (a compare with the lane numbers and a select)."""
-    sig = v(v, types.int64, types.float32)
+    """``v`` with lane ``lane`` (``0 <= lane < n``) set to ``x`` (a compare with the lane numbers and a select; ``x``
+    float32 for an :class:`F32Vec`, int32 for an :class:`I32Vec`)."""
+    sig = v(v, types.int64, types.int32 if isinstance(v, I32Vec) else types.float32)
 
     def codegen(context, builder, signature, args):
         n = signature.args[0].n
-        return builder.select(_lane_mask(builder, n, args[1]), _splat(builder, args[2], ir.VectorType(_F32, n), n),
+        elt = _I32 if isinstance(signature.args[0], I32Vec) else _F32
+        return builder.select(_lane_mask(builder, n, args[1]), _splat(builder, args[2], ir.VectorType(elt, n), n),
                               args[0])
 
     return sig, codegen
@@ -229,5 +249,38 @@ def vset_lowest(typingctx, V, R, L, t1, hmask, x):
         gv = lowest_parts(builder, p, n)[2]
         gn = builder.shuffle_vector(gv, gv, ir.Constant(ir.VectorType(_I32, n), [i % 16 for i in range(n)]))
         return builder.select(builder.icmp_signed("==", p, gn), _splat(builder, x, ir.VectorType(_F32, n), n), V)
+
+    return sig, codegen
+
+
+@intrinsic
+def ilowest(typingctx, K):
+    """The smallest lane of an :class:`I32Vec` (signed), as int64."""
+    sig = types.int64(K)
+
+    def codegen(context, builder, signature, args):
+        n = signature.args[0].n
+        vt = ir.VectorType(_I32, n)
+        red = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [vt]),
+                                             f"llvm.vector.reduce.smin.v{n}i32")
+        return builder.sext(builder.call(red, [args[0]]), _I64)
+
+    return sig, codegen
+
+
+@intrinsic
+def icount_le(typingctx, K, x):
+    """How many lanes of an :class:`I32Vec` are at most ``x`` (int64, within int32's range): one compare, a
+    population count."""
+    sig = types.int64(K, types.int64)
+
+    def codegen(context, builder, signature, args):
+        n = signature.args[0].n
+        vt = ir.VectorType(_I32, n)
+        iw = ir.IntType(n)
+        b = builder.bitcast(builder.icmp_signed("<=", args[0], _splat(builder, builder.trunc(args[1], _I32), vt, n)),
+                            iw)
+        pop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(iw, [iw]), f"llvm.ctpop.i{n}")
+        return builder.zext(builder.call(pop, [b]), _I64)
 
     return sig, codegen
