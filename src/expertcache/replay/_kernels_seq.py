@@ -61,6 +61,7 @@ from ._vec import (
     Lanes,
     fold_two_lowest,
     icount_le,
+    ifind,
     ilowest,
     lane_bits,
     lowest_and_near,
@@ -92,6 +93,10 @@ _LRFU_DECAY_ZERO = 1076.0
 #: of the stream, or every gap before the decay is 0 (:func:`lrfu_seq_ranges`), so that no access calls ``pow``
 #: (a call in the access path made LLVM keep the loop's vectors in memory).
 _LRFU_SLOT_DECAYS = 1 << 20
+#: Slot loops of up to ``2**_TP_LANE_BITS`` slots hold their slots' tie positions in registers and find an accessed
+#: block's slot by one compare; 64 slots keep an array of each block's slot (the compare over four vectors, and the
+#: registers they take, cost more than the array there: docs/performance.md, *Session 38*).
+_TP_LANE_BITS = 5
 #: ``lfu``'s packed keys are int32 while ``(most accesses of a layer + 1) << tbits`` stays below ``2**31 - 1``.
 LFU_KEY32_BITS = 31
 
@@ -504,8 +509,10 @@ def lrfu_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, l
         P = crf_decays(lam, max(n_tab, 2))
         return _ranges(_replay_lrfu_seq_v, offsets, ev_layer, (n_experts, capacity, tie_pos.astype(np.int32), lam),
                        count_from,
-                       (hits, misses, hit_flag, np.zeros(2 * n_layers * npad), np.full(n_layers * npad, -1, np.int32), np.full(n_layers * ns, _EMPTY32),
-                        np.zeros(n_layers * ns, np.int32), np.zeros(n_layers, np.int64), np.zeros(n_layers, np.int64),
+                       (hits, misses, hit_flag, np.zeros(2 * n_layers * npad),
+                        np.full(n_layers * npad if ns > 1 << _TP_LANE_BITS else 0, -1, np.int32),
+                        np.full(n_layers * ns, _EMPTY32),
+                        np.full(n_layers * ns, -1, np.int32), np.zeros(n_layers, np.int64), np.zeros(n_layers, np.int64),
                         np.zeros(n_layers, np.int64), P, 1.0 if lam == 0.0 else 0.0, scale, ns, Lanes(ns)))
     return _ranges(_replay_lrfu_seq, offsets, ev_layer, (n_experts, capacity, tie_pos.astype(np.int32), tbits, lam),
                    count_from,
@@ -672,16 +679,20 @@ def _decay_at(P, beyond, gap):
 
 
 @jit_inline
-def _lrfu_vaccess(a, cap, base, pbase, so, tie_pos, expert, lam, S, slot, sK, sTP, n, u, ub, K, P, beyond, scale,
+def _lrfu_vaccess(a, cap, base, pbase, so, tie_pos, expert, lam, S, slot, sK, sTP, n, u, ub, K, T, P, beyond, scale,
                   record, hit_flag, lanes):
     """Access ``a`` of :func:`_replay_lrfu_seq_v` (quota ``cap``, slots from ``so``, the layer's unit ``u``, base
-    unit ``ub``, residents ``n``, their packed keys ``K`` in registers): ``(1 where it hits, n, ub, K)``. A decay
-    is ``P[gap]``, or ``beyond`` past the table (:func:`lrfu_seq_ranges`)."""
+    unit ``ub``, residents ``n``, their packed keys ``K`` in registers, and for 16 or 32 slots their tie positions
+    ``T``): ``(1 where it hits, n, ub, K, T)``. A decay is ``P[gap]``, or ``beyond`` past the table
+    (:func:`lrfu_seq_ranges`)."""
     sbits = lane_bits(lanes)
+    in_regs = sbits <= _TP_LANE_BITS
     smask = np.int64((1 << sbits) - 1)
     hmask = np.int32(-(1 << sbits))
     g = u - ub
     if g >= scale.shape[0]:                         # the base moves to this unit: every resident's value again
+        if in_regs:
+            vstore(sTP, so, T)
         for v in range(n):
             q = pbase + np.int64(sTP[_U(so + v)])
             sK[_U(so + v)] = _packed_value(S[_U(2 * q)] * _decay_at(P, beyond, u - _unit_of(S[_U(2 * q + 1)])), v,
@@ -695,7 +706,7 @@ def _lrfu_vaccess(a, cap, base, pbase, so, tie_pos, expert, lam, S, slot, sK, sT
     S[_U(2 * j)] = s
     S[_U(2 * j + 1)] = u2f(np.uint64(u))
     kh = np.int64(_f32_bits(np.float32(s * scale[_U(g)])) & hmask)        # (at least 1: no floor of values)
-    v = np.int64(slot[_U(j)])
+    v = ifind(T, tp) if in_regs else np.int64(slot[_U(j)])     # its slot, where it is resident
     hit = v >= 0
     if hit:
         if record:
@@ -703,26 +714,30 @@ def _lrfu_vaccess(a, cap, base, pbase, so, tie_pos, expert, lam, S, slot, sK, sT
     elif n < cap:
         v = n
         n += 1
-        sTP[_U(so + v)] = tp
-        slot[_U(j)] = v
+        if not in_regs:
+            sTP[_U(so + v)] = tp
+            slot[_U(j)] = v
     elif cap <= 0:
-        return 0, n, ub, K
+        return 0, n, ub, K, T
     else:
         m = ilowest(K)
         d = np.int64(_lrfu_margin(u, lam) * 2.0 ** 27) + 3 * (1 << sbits) + 1   # 8 delta in ulps, packing's, ties'
         mh = m & np.int64(hmask)
         if kh + d < mh:                             # below every resident by more than the margins: it leaves
-            return 0, n, ub, K
+            return 0, n, ub, K, T
         thr = (max(mh, _TINY_BITS) + d) | smask     # a block whose packed key is above ranks above the smallest
         if kh > thr and icount_le(K, thr) == 1:     # the smallest alone within the margins: it leaves
             v = m & smask
         else:                                       # decided by exact keys
             vstore(sK, so, K)
+            if in_regs:
+                vstore(sTP, so, T)
             v = _lrfu_slot_exact(S, sK, sTP, so, pbase, n, thr, lam, s, u, tp, kh <= thr)
             if v < 0:
-                return 0, n, ub, K
-        _slot_take(v, j, tp, so, pbase, slot, sTP)
-    return np.int64(hit), n, ub, vset(K, v, np.int32(kh | v))
+                return 0, n, ub, K, T
+        if not in_regs:
+            _slot_take(v, j, tp, so, pbase, slot, sTP)
+    return np.int64(hit), n, ub, vset(K, v, np.int32(kh | v)), vset(T, v, np.int32(tp)) if in_regs else T
 
 
 @jit_loop
@@ -731,13 +746,15 @@ def _replay_lrfu_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
     """:func:`replay_lrfu_seq` where a layer's residents fit ``ns`` (= ``lanes``' width: 16, 32 or 64) slots:
     ``S[2 q]`` the CRF of lane ``q = l * 64 W + j`` (0 before its first access: ``1 + 0 * decay`` is 1, as
     :func:`._kernels.crf_update` gives) and ``S[2 q + 1]`` its last unit as the bits of a float64 (0 at first, a
-    gap that indexes the table), ``slot[l * 64 W + j]`` the slot of layer ``l``'s tie position ``j``
-    while it is resident (else -1), ``sK`` / ``sTP`` ``[l * ns + v]`` the packed key (the value, its low ``log2
-    ns`` bits replaced by the slot's index; an empty slot ``_EMPTY32``) and the tie position of the block in slot
-    ``v``. An event's layer's packed keys are held as one :class:`._vec.I32Vec` through its accesses: a miss past
-    the quota takes their smallest by one reduction in registers (where the tie-position loop passes over the
-    layer's lanes in memory twice) and a count of those within the margins by one compare. Two events of different
-    layers run side by side (:func:`_paired`)."""
+    gap that indexes the table), ``sK`` / ``sTP`` ``[l * ns + v]`` the packed key (the value, its low ``log2 ns``
+    bits replaced by the slot's index; an empty slot ``_EMPTY32``) and the tie position (-1: none) of the block in
+    slot ``v``. An event's layer's packed keys are held as one :class:`._vec.I32Vec` through its accesses: a miss
+    past the quota takes the smallest by one reduction in registers (where the tie-position loop passes over the
+    layer's lanes in memory twice) and a count of those within the margins by one compare. For 16 or 32 slots the
+    tie positions are held too, and an access finds its block's slot by one compare (``slot`` unused), where a
+    store into an array over tie positions at an eviction, its address known late, holds up the loads after it
+    (:data:`_TP_LANE_BITS`); 64 slots keep ``slot[l * 64 W + j]``, the slot of layer ``l``'s tie position ``j`` while
+    it is resident (else -1). Two events of different layers run side by side (:func:`_paired`)."""
     record = hit_flag.shape[0] > 0
     npad = (n_experts + 63) // 64 * 64
     n_events = offsets.shape[0] - 1
@@ -748,6 +765,8 @@ def _replay_lrfu_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
         sob = lb * ns
         Ka = vload(sK, soa, lanes)
         Kb = vload(sK, sob, lanes)
+        Ta = vload(sTP, soa, lanes)
+        Tb = vload(sTP, sob, lanes)
         sa = size[_U(la)]
         sb = size[_U(lb)]
         ua = lunits[_U(la)]
@@ -758,21 +777,25 @@ def _replay_lrfu_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
         hb = 0
         for k in range(max(na, nb)):
             if k < na:
-                x, sa, ba, Ka = _lrfu_vaccess(lo + k, ca, la * n_experts, la * npad, soa, tie_pos, expert, lam, S,
-                                              slot, sK, sTP, sa, ua + k, ba, Ka, P, beyond, scale, record, hit_flag,
-                                              lanes)
+                x, sa, ba, Ka, Ta = _lrfu_vaccess(lo + k, ca, la * n_experts, la * npad, soa, tie_pos, expert, lam, S,
+                                                  slot, sK, sTP, sa, ua + k, ba, Ka, Ta, P, beyond, scale, record, hit_flag,
+                                                  lanes)
                 ha += x
             if k < nb:
-                x, sb, bb, Kb = _lrfu_vaccess(lob + k, cb, lb * n_experts, lb * npad, sob, tie_pos, expert, lam, S,
-                                              slot, sK, sTP, sb, ub_ + k, bb, Kb, P, beyond, scale, record, hit_flag,
-                                              lanes)
+                x, sb, bb, Kb, Tb = _lrfu_vaccess(lob + k, cb, lb * n_experts, lb * npad, sob, tie_pos, expert, lam,
+                                                  S, slot, sK, sTP, sb, ub_ + k, bb, Kb, Tb, P, beyond, scale, record,
+                                                  hit_flag, lanes)
                 hb += x
         vstore(sK, soa, Ka)
+        if lane_bits(lanes) <= _TP_LANE_BITS:
+            vstore(sTP, soa, Ta)
         size[_U(la)] = sa
         lunits[_U(la)] = ua + na
         ubase[_U(la)] = ba
         if two:
             vstore(sK, sob, Kb)
+            if lane_bits(lanes) <= _TP_LANE_BITS:
+                vstore(sTP, sob, Tb)
             size[_U(lb)] = sb
             lunits[_U(lb)] = ub_ + nb
             ubase[_U(lb)] = bb

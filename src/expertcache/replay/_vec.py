@@ -11,8 +11,9 @@ core). A lane is set by a compare with the lane number and a masked broadcast, n
 * :func:`vload`, :func:`vstore` — ``n`` float32 values of an array from an element offset, and back.
 * :func:`lane_bits` — ``log2 n``, a constant where the loop is compiled.
 * :func:`vset` — a copy with one lane replaced.
-* :class:`I32Vec`, :func:`ilowest`, :func:`icount_le` — ``n`` int32 lanes (:func:`vload` of an int32 array), their
-  smallest, and how many lie at most a bound (the sequential per-layer ``lrfu`` loop's packed keys).
+* :class:`I32Vec`, :func:`ilowest`, :func:`icount_le`, :func:`ifind` — ``n`` int32 lanes (:func:`vload` of an
+  int32 array), their smallest, how many lie at most a bound (the sequential per-layer ``lrfu`` loop's packed keys)
+  and the lane that holds a value (its slots' tie positions).
 * :func:`vlowest` — the smallest packed ``count / age`` key of ``n`` lanes of reciprocal counts and last units, and
   whether another lies near it (the sequential per-layer ``lfru`` loop of :mod:`._kernels_seq`); :func:`vset_lowest`
   a vector with the lane of that key replaced.
@@ -282,5 +283,25 @@ def icount_le(typingctx, K, x):
                             iw)
         pop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(iw, [iw]), f"llvm.ctpop.i{n}")
         return builder.zext(builder.call(pop, [b]), _I64)
+
+    return sig, codegen
+
+
+@intrinsic
+def ifind(typingctx, T, x):
+    """The first lane of an :class:`I32Vec` that holds ``x`` (int64, within int32's range), or -1: one compare, a
+    count of trailing zeros."""
+    sig = types.int64(T, types.int64)
+
+    def codegen(context, builder, signature, args):
+        n = signature.args[0].n
+        vt = ir.VectorType(_I32, n)
+        iw = ir.IntType(n)
+        b = builder.bitcast(builder.icmp_signed("==", args[0], _splat(builder, builder.trunc(args[1], _I32), vt, n)),
+                            iw)
+        tz = cgutils.get_or_insert_function(builder.module, ir.FunctionType(iw, [iw, ir.IntType(1)]),
+                                            f"llvm.cttz.i{n}")
+        lane = builder.zext(builder.call(tz, [b, ir.Constant(ir.IntType(1), 0)]), _I64)
+        return builder.select(builder.icmp_unsigned("==", b, ir.Constant(iw, 0)), ir.Constant(_I64, -1), lane)
 
     return sig, codegen
