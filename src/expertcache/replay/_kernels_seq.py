@@ -62,7 +62,9 @@ from ._vec import (
     fold_two_lowest,
     icount_le,
     ifind,
+    ikey_lowest,
     ilowest,
+    iset_lowest,
     lane_bits,
     lowest_and_near,
     packed_lfru_keys,
@@ -727,6 +729,8 @@ def _lrfu_vaccess(a, cap, base, pbase, so, tie_pos, expert, lam, S, slot, sK, sT
             return 0, n, ub, K, T
         thr = (max(mh, _TINY_BITS) + d) | smask     # a block whose packed key is above ranks above the smallest
         if kh > thr and icount_le(K, thr) == 1:     # the smallest alone within the margins: it leaves
+            if in_regs:                             # (its lane found by a vector compare)
+                return 0, n, ub, ikey_lowest(K, np.int32(kh)), iset_lowest(T, K, np.int32(tp))
             v = m & smask
         else:                                       # decided by exact keys
             vstore(sK, so, K)

@@ -260,11 +260,46 @@ def ilowest(typingctx, K):
     sig = types.int64(K)
 
     def codegen(context, builder, signature, args):
+        return builder.sext(_ireduce_min(builder, args[0], signature.args[0].n), _I64)
+
+    return sig, codegen
+
+
+def _ireduce_min(builder, K, n):
+    vt = ir.VectorType(_I32, n)
+    red = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [vt]), f"llvm.vector.reduce.smin.v{n}i32")
+    return builder.call(red, [K])
+
+
+def _iset_at_lowest(builder, V, K, xs, n):
+    g = _splat(builder, _ireduce_min(builder, K, n), ir.VectorType(_I32, n), n)
+    return builder.select(builder.icmp_signed("==", K, g), xs, V)
+
+
+@intrinsic
+def iset_lowest(typingctx, V, K, x):
+    """``V`` (an :class:`I32Vec`) with ``x`` (int32) in the lane of ``K``'s smallest (``K``'s lanes differ: each holds
+    its lane's index in its low bits): one compare of ``K`` with its smallest in every lane, no lane number through
+    a scalar. Beside :func:`ilowest` of the same ``K`` LLVM reduces once."""
+    sig = V(V, K, types.int32)
+
+    def codegen(context, builder, signature, args):
+        n = signature.args[0].n
+        return _iset_at_lowest(builder, args[0], args[1], _splat(builder, args[2], ir.VectorType(_I32, n), n), n)
+
+    return sig, codegen
+
+
+@intrinsic
+def ikey_lowest(typingctx, K, x):
+    """:func:`iset_lowest` of ``K`` itself with ``x | lane`` (a packed key, its low bits the lane's index)."""
+    sig = K(K, types.int32)
+
+    def codegen(context, builder, signature, args):
         n = signature.args[0].n
         vt = ir.VectorType(_I32, n)
-        red = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [vt]),
-                                             f"llvm.vector.reduce.smin.v{n}i32")
-        return builder.sext(builder.call(red, [args[0]]), _I64)
+        xs = builder.or_(_splat(builder, args[1], vt, n), ir.Constant(vt, list(range(n))))
+        return _iset_at_lowest(builder, args[0], args[0], xs, n)
 
     return sig, codegen
 
