@@ -513,9 +513,9 @@ def lrfu_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, l
                        count_from,
                        (hits, misses, hit_flag, np.zeros(2 * n_layers * npad),
                         np.full(n_layers * npad if ns > 1 << _TP_LANE_BITS else 0, -1, np.int32),
-                        np.full(n_layers * ns, _EMPTY32),
-                        np.full(n_layers * ns, -1, np.int32), np.zeros(n_layers, np.int64), np.zeros(n_layers, np.int64),
-                        np.zeros(n_layers, np.int64), P, 1.0 if lam == 0.0 else 0.0, scale, ns, Lanes(ns)))
+                        np.full(n_layers * ns, _EMPTY32), np.full(n_layers * ns, -1, np.int32),
+                        np.zeros(n_layers, np.int64), np.zeros(n_layers, np.int64), np.zeros(n_layers, np.int64), P,
+                        1.0 if lam == 0.0 else 0.0, scale, ns, Lanes(ns)))
     return _ranges(_replay_lrfu_seq, offsets, ev_layer, (n_experts, capacity, tie_pos.astype(np.int32), tbits, lam),
                    count_from,
                    (hits, misses, hit_flag, np.tile(np.array([0.0, -1.0]), n_layers * npad),
@@ -782,8 +782,8 @@ def _replay_lrfu_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
         for k in range(max(na, nb)):
             if k < na:
                 x, sa, ba, Ka, Ta = _lrfu_vaccess(lo + k, ca, la * n_experts, la * npad, soa, tie_pos, expert, lam, S,
-                                                  slot, sK, sTP, sa, ua + k, ba, Ka, Ta, P, beyond, scale, record, hit_flag,
-                                                  lanes)
+                                                  slot, sK, sTP, sa, ua + k, ba, Ka, Ta, P, beyond, scale, record,
+                                                  hit_flag, lanes)
                 ha += x
             if k < nb:
                 x, sb, bb, Kb, Tb = _lrfu_vaccess(lob + k, cb, lb * n_experts, lb * npad, sob, tie_pos, expert, lam,

@@ -266,8 +266,10 @@ def ilowest(typingctx, K):
 
 
 def _ireduce_min(builder, K, n):
+    """IR: the smallest of ``n`` int32 lanes (LLVM's reduction)."""
     vt = ir.VectorType(_I32, n)
-    red = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [vt]), f"llvm.vector.reduce.smin.v{n}i32")
+    red = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [vt]),
+                                         f"llvm.vector.reduce.smin.v{n}i32")
     return builder.call(red, [K])
 
 
