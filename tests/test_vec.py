@@ -6,7 +6,19 @@ import numpy as np
 import pytest
 from numba import njit
 
-from expertcache.replay._vec import WIDTHS, Lanes, vload, vlowest, vset
+from expertcache.replay._vec import (
+    WIDTHS,
+    Lanes,
+    icount_le,
+    ifind,
+    ikey_lowest,
+    ilowest,
+    iset_lowest,
+    vload,
+    vlowest,
+    vset,
+    vstore,
+)
 
 
 @njit
@@ -69,6 +81,52 @@ def test_lane_writes_and_the_lowest_key_equal_numpy(n):
         assert int(out[0]) == want, (trial, n)
         seen.add(want >> 32)
     assert seen == {0, 1}
+
+
+@njit
+def _int_ops(K0, T0, lanes, x, key, tp, out, kout, tout):
+    """The int32 intrinsics on ``K0`` / ``T0`` loaded as vectors: ``out`` = (smallest, lanes at most ``x``, the lane of
+    ``T0`` holding ``x`` or -1, after ``vset`` of lane 1 the lane holding ``x``); ``kout`` / ``tout`` the keys with
+    ``key | lane`` and the positions with ``tp`` in the smallest key's lane."""
+    K = vload(K0, 0, lanes)
+    T = vload(T0, 0, lanes)
+    out[0] = ilowest(K)
+    out[1] = icount_le(K, x)
+    out[2] = ifind(T, x)
+    out[3] = ifind(vset(T, 1, np.int32(x)), x)
+    vstore(kout, 0, ikey_lowest(K, np.int32(key)))
+    vstore(tout, 0, iset_lowest(T, K, np.int32(tp)))
+
+
+@pytest.mark.parametrize("n", WIDTHS)
+def test_int32_lanes_equal_numpy(n):
+    """Random packed keys (distinct: the lane in the low bits) and positions: the smallest, the count at most a
+    bound (below, at and past the keys), the lane that holds a value (first of several, absent, set), and the
+    smallest's lane replaced in the keys (``key | lane``) and in the positions, each against numpy."""
+    rng = np.random.default_rng(n + 1)
+    bits = int(np.log2(n))
+    for trial in range(200):
+        K = ((rng.integers(0, 1 << 20, n) << bits) | np.arange(n)).astype(np.int32)
+        if trial % 5 == 0:                                      # empty slots: the largest keys, lanes apart
+            K = np.where(rng.random(n) < 0.4, np.int32((2**31 - 1) & ~(n - 1)) | np.arange(n, dtype=np.int32), K)
+        T = rng.integers(-1, 8, n).astype(np.int32)
+        x = int(rng.choice([int(K.min()) - 1, int(K.min()), int(rng.choice(K)), 2**31 - 1, int(rng.integers(-1, 9))]))
+        key = int(rng.integers(0, 1 << 20)) << bits
+        tp = int(rng.integers(0, 100))
+        out = np.zeros(4, np.int64)
+        kout = np.zeros(n, np.int32)
+        tout = np.zeros(n, np.int32)
+        _int_ops(K, T, Lanes(n), x, key, tp, out, kout, tout)
+        low = int(np.argmin(K))
+        assert out[0] == K.min() and out[1] == int((K.astype(np.int64) <= x).sum()), trial
+        hold = np.flatnonzero(T == x) if -(2**31) <= x < 2**31 else []
+        assert out[2] == (hold[0] if len(hold) else -1), trial
+        assert out[3] == (hold[0] if len(hold) and hold[0] < 1 else 1), trial
+        wantk = K.copy()
+        wantk[low] = key | low
+        wantt = T.copy()
+        wantt[low] = tp
+        assert (kout == wantk).all() and (tout == wantt).all(), trial
 
 
 def test_lanes_of_another_width_are_refused():

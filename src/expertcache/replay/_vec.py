@@ -8,12 +8,13 @@ core). A lane is set by a compare with the lane number and a masked broadcast, n
 
 * :class:`Lanes` — a marker passed into a loop; its type fixes ``n`` (16, 32 or 64), so that
   numba compiles the loop once per width.
-* :func:`vload`, :func:`vstore` — ``n`` float32 values of an array from an element offset, and back.
+* :func:`vload`, :func:`vstore` — ``n`` float32 (or int32) values of an array from an element offset, and back.
 * :func:`lane_bits` — ``log2 n``, a constant where the loop is compiled.
 * :func:`vset` — a copy with one lane replaced.
-* :class:`I32Vec`, :func:`ilowest`, :func:`icount_le`, :func:`ifind` — ``n`` int32 lanes (:func:`vload` of an
-  int32 array), their smallest, how many lie at most a bound (the sequential per-layer ``lrfu`` loop's packed keys)
-  and the lane that holds a value (its slots' tie positions).
+* :class:`I32Vec`, :func:`ilowest`, :func:`icount_le`, :func:`ifind`, :func:`ikey_lowest`, :func:`iset_lowest` —
+  ``n`` int32 lanes (:func:`vload` of an int32 array), their smallest, how many lie at most a bound (the sequential
+  per-layer ``lrfu`` loop's packed keys), the lane that holds a value (its slots' tie positions), and a copy with
+  the smallest's lane replaced.
 * :func:`vlowest` — the smallest packed ``count / age`` key of ``n`` lanes of reciprocal counts and last units, and
   whether another lies near it (the sequential per-layer ``lfru`` loop of :mod:`._kernels_seq`); :func:`vset_lowest`
   a vector with the lane of that key replaced.
