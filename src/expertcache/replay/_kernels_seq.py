@@ -755,10 +755,10 @@ def _replay_lrfu_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
     slot ``v``. An event's layer's packed keys are held as one :class:`._vec.I32Vec` through its accesses: a miss
     past the quota takes the smallest by one reduction in registers (where the tie-position loop passes over the
     layer's lanes in memory twice) and a count of those within the margins by one compare. For 16 or 32 slots the
-    tie positions are held too, and an access finds its block's slot by one compare (``slot`` unused), where a
-    store into an array over tie positions at an eviction, its address known late, holds up the loads after it
-    (:data:`_TP_LANE_BITS`); 64 slots keep ``slot[l * 64 W + j]``, the slot of layer ``l``'s tie position ``j`` while
-    it is resident (else -1). Two events of different layers run side by side (:func:`_paired`)."""
+    tie positions are held too, and an access finds its block's slot by one compare (``slot`` unused; with the
+    array, whose store at an eviction has an address known only after the reduction, the loop took 1.04-1.11x the
+    time: :data:`_TP_LANE_BITS`); 64 slots keep ``slot[l * 64 W + j]``, the slot of layer ``l``'s tie position ``j``
+    while it is resident (else -1). Two events of different layers run side by side (:func:`_paired`)."""
     record = hit_flag.shape[0] > 0
     npad = (n_experts + 63) // 64 * 64
     n_events = offsets.shape[0] - 1
