@@ -546,6 +546,14 @@ def _lrfu_seq_exact(S, rk, pbase, npad, thr, lam, j, s, u, tp, take_new):
 
 
 @jit_inline
+def _lrfu_ulps(u, lam, bits):
+    """The margin of two packed lrfu keys at unit ``u`` (their low ``bits`` bits a tie position or a slot's index)
+    in float32 units in the last place: ``8 delta`` (:func:`._kernels_bits._lrfu_margin`; a relative ``delta`` spans
+    at most ``delta * 2**24`` units), packing's and the low bits' ``3 * 2**bits``, and one."""
+    return np.int64(_lrfu_margin(u, lam) * 2.0 ** 27) + 3 * (1 << bits) + 1
+
+
+@jit_inline
 def _lrfu_access(a, layer, cap, base, pbase, npad, tie_pos, expert, tbits, lam, S, rk, size, lunits, ubase, low, P,
                  scale, record, hit_flag):
     """Access ``a`` of :func:`_replay_lrfu_seq` (layer ``layer``, quota ``cap``): 1 where it hits."""
@@ -590,7 +598,7 @@ def _lrfu_access(a, layer, cap, base, pbase, npad, tie_pos, expert, tbits, lam, 
         m = np.int64(_smallest(rk, pbase, npad, empty))
     if m == empty:                                  # a quota of 0
         return 0
-    d = np.int64(_lrfu_margin(u, lam) * 2.0 ** 27) + 3 * (1 << tbits) + 1   # 8 delta in ulps, packing's, the ties'
+    d = _lrfu_ulps(u, lam, tbits)
     mh = m & hmask
     if (key & hmask) + d < mh:                      # below every resident by more than the margins: it leaves
         low[ul] = m
@@ -723,7 +731,7 @@ def _lrfu_vaccess(a, cap, base, pbase, so, tie_pos, expert, lam, S, slot, sK, sT
         return 0, n, ub, K, T
     else:
         m = ilowest(K)
-        d = np.int64(_lrfu_margin(u, lam) * 2.0 ** 27) + 3 * (1 << sbits) + 1   # 8 delta in ulps, packing's, ties'
+        d = _lrfu_ulps(u, lam, sbits)
         mh = m & np.int64(hmask)
         if kh + d < mh:                             # below every resident by more than the margins: it leaves
             return 0, n, ub, K, T
@@ -760,6 +768,7 @@ def _replay_lrfu_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
     time: :data:`_TP_LANE_BITS`); 64 slots keep ``slot[l * 64 W + j]``, the slot of layer ``l``'s tie position ``j``
     while it is resident (else -1). Two events of different layers run side by side (:func:`_paired`)."""
     record = hit_flag.shape[0] > 0
+    in_regs = lane_bits(lanes) <= _TP_LANE_BITS
     npad = (n_experts + 63) // 64 * 64
     n_events = offsets.shape[0] - 1
     i = 0
@@ -791,14 +800,14 @@ def _replay_lrfu_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
                                                   hit_flag, lanes)
                 hb += x
         vstore(sK, soa, Ka)
-        if lane_bits(lanes) <= _TP_LANE_BITS:
+        if in_regs:
             vstore(sTP, soa, Ta)
         size[_U(la)] = sa
         lunits[_U(la)] = ua + na
         ubase[_U(la)] = ba
         if two:
             vstore(sK, sob, Kb)
-            if lane_bits(lanes) <= _TP_LANE_BITS:
+            if in_regs:
                 vstore(sTP, sob, Tb)
             size[_U(lb)] = sb
             lunits[_U(lb)] = ub_ + nb
@@ -890,10 +899,10 @@ def lfru_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, c
     tail = (hits, misses, hit_flag, np.zeros(n, np.float32), np.zeros(n, np.float32), np.full(n, -1, np.int32),
             np.zeros(n_layers * ns, np.float32), np.zeros(n_layers * ns, np.float32),
             np.zeros(n_layers * ns, np.int32), np.zeros(n_layers, np.int64), ns)
-    head = (n_experts, capacity, tie_pos.astype(np.int32), _tie_bits(ns))
+    head = (n_experts, capacity, tie_pos.astype(np.int32))
     if ns in WIDTHS:
         return _ranges(_replay_lfru_seq_v, offsets, ev_layer, head, count_from, (*tail, Lanes(ns)))
-    return _ranges(_replay_lfru_seq, offsets, ev_layer, head, count_from, tail)
+    return _ranges(_replay_lfru_seq, offsets, ev_layer, (*head, _tie_bits(ns)), count_from, tail)
 
 
 @jit_inline
@@ -961,10 +970,9 @@ def _slot_take(v, j, tp, so, pbase, slot, sTP):
 
 
 @jit_inline
-def _lfru_access(a, layer, cap, base, pbase, so, ns, tie_pos, expert, sbits, freq, last, slot, sR, sL, sTP, size,
-                 record, hit_flag):
-    """Access ``a`` of :func:`_replay_lfru_seq` (layer ``layer``, quota ``cap``, slots from ``so``): 1 where it
-    hits."""
+def _lfru_touch(a, base, pbase, tie_pos, expert, freq, last, slot):
+    """Access ``a``'s block counted at unit ``a``: ``(the unit as float32, its tie position, its lane over tie
+    positions, its count, the count's reciprocal, its slot or -1)``."""
     tf = np.float32(a)
     tp = np.int64(tie_pos[_U(base + expert[_U(a)])])
     j = pbase + tp
@@ -973,6 +981,15 @@ def _lfru_access(a, layer, cap, base, pbase, so, ns, tie_pos, expert, sbits, fre
     freq[_U(j)] = f
     last[_U(j)] = tf
     v = np.int64(slot[_U(j)])
+    return tf, tp, j, f, rf, v
+
+
+@jit_inline
+def _lfru_access(a, layer, cap, base, pbase, so, ns, tie_pos, expert, sbits, freq, last, slot, sR, sL, sTP, size,
+                 record, hit_flag):
+    """Access ``a`` of :func:`_replay_lfru_seq` (layer ``layer``, quota ``cap``, slots from ``so``): 1 where it
+    hits."""
+    tf, tp, j, f, rf, v = _lfru_touch(a, base, pbase, tie_pos, expert, freq, last, slot)
     hit = v >= 0
     if hit:
         if record:
@@ -1034,14 +1051,7 @@ def _lfru_vaccess(a, layer, cap, base, pbase, so, tie_pos, expert, freq, last, s
     and ``L`` (its residents ``n``), through an event: returns ``(1 where it hits, n, R, L)``. ``sR`` / ``sL`` are
     written from the vectors where the exact keys decide, and when the event ends."""
     sbits = lane_bits(lanes)
-    tf = np.float32(a)
-    tp = np.int64(tie_pos[_U(base + expert[_U(a)])])
-    j = pbase + tp
-    f = freq[_U(j)] + np.float32(1.0)
-    rf = np.float32(1.0) / f
-    freq[_U(j)] = f
-    last[_U(j)] = tf
-    v = np.int64(slot[_U(j)])
+    tf, tp, j, f, rf, v = _lfru_touch(a, base, pbase, tie_pos, expert, freq, last, slot)
     hit = v >= 0
     if hit:
         if record:
@@ -1071,12 +1081,12 @@ def _lfru_vaccess(a, layer, cap, base, pbase, so, tie_pos, expert, freq, last, s
 
 
 @jit_loop
-def _replay_lfru_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, sbits, count_from, hits, misses,
-                       hit_flag, freq, last, slot, sR, sL, sTP, size, ns, lanes):
+def _replay_lfru_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses, hit_flag,
+                       freq, last, slot, sR, sL, sTP, size, ns, lanes):
     """:func:`_replay_lfru_seq` for ``ns`` (= ``lanes``' width) of 16, 32 or 64: an event's layer's slots are
     loaded as two vectors (reciprocal counts, last units) when the event begins, held in registers through its
     accesses (:func:`_lfru_vaccess`), so that no pass waits for the stores of the access before it, and stored
-    when it ends. (``sbits`` is ``lane_bits(lanes)``, a constant of the compiled loop.)"""
+    when it ends (its slots' index bits ``lane_bits(lanes)``, a constant of the compiled loop)."""
     record = hit_flag.shape[0] > 0
     npad = (n_experts + 63) // 64 * 64
     n_events = offsets.shape[0] - 1

@@ -307,6 +307,13 @@ def ikey_lowest(typingctx, K, x):
     return sig, codegen
 
 
+def _lanes_where(builder, op, K, x, n):
+    """IR: an ``n``-bit mask of the int32 lanes of ``K`` for which ``lane op x`` holds (``x`` int64, within int32's
+    range), lane 0 its lowest bit."""
+    vt = ir.VectorType(_I32, n)
+    return builder.bitcast(builder.icmp_signed(op, K, _splat(builder, builder.trunc(x, _I32), vt, n)), ir.IntType(n))
+
+
 @intrinsic
 def icount_le(typingctx, K, x):
     """How many lanes of an :class:`I32Vec` are at most ``x`` (int64, within int32's range): one compare, a
@@ -315,10 +322,8 @@ def icount_le(typingctx, K, x):
 
     def codegen(context, builder, signature, args):
         n = signature.args[0].n
-        vt = ir.VectorType(_I32, n)
         iw = ir.IntType(n)
-        b = builder.bitcast(builder.icmp_signed("<=", args[0], _splat(builder, builder.trunc(args[1], _I32), vt, n)),
-                            iw)
+        b = _lanes_where(builder, "<=", args[0], args[1], n)
         pop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(iw, [iw]), f"llvm.ctpop.i{n}")
         return builder.zext(builder.call(pop, [b]), _I64)
 
@@ -333,10 +338,8 @@ def ifind(typingctx, T, x):
 
     def codegen(context, builder, signature, args):
         n = signature.args[0].n
-        vt = ir.VectorType(_I32, n)
         iw = ir.IntType(n)
-        b = builder.bitcast(builder.icmp_signed("==", args[0], _splat(builder, builder.trunc(args[1], _I32), vt, n)),
-                            iw)
+        b = _lanes_where(builder, "==", args[0], args[1], n)
         tz = cgutils.get_or_insert_function(builder.module, ir.FunctionType(iw, [iw, ir.IntType(1)]),
                                             f"llvm.cttz.i{n}")
         lane = builder.zext(builder.call(tz, [b, ir.Constant(ir.IntType(1), 0)]), _I64)
