@@ -485,7 +485,8 @@ def replay_lrfu_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
     unit, moved to the unit when ``lam (u - R)`` would pass 90, where every resident's value is computed again from
     its CRF and last unit; values below ``2**-110`` are 0) as float32, its low ``tbits`` bits replaced by its tie
     position. A value's error against ``2**(key - lam R)`` stays below the margin ``delta`` of
-    :func:`._kernels_bits._lrfu_margin`, and packing costs at most ``2**(tbits - 23)`` of it; so a block whose
+    :func:`._kernels_bits._lrfu_margin` (which grows with the unit: taken once, at the largest unit of the replay,
+    :func:`_lrfu_range_ulps`), and packing costs at most ``2**(tbits - 23)`` of it; so a block whose
     value exceeds the smallest by more than those margins ranks above it, and where another block lies within them
     (a second pass finds the next smallest) the exact keys of those blocks decide. Parameters are those of
     :func:`._kernels_bits.replay_lrfu_bits` without ``pages``.
@@ -554,8 +555,20 @@ def _lrfu_ulps(u, lam, bits):
 
 
 @jit_inline
-def _lrfu_access(a, layer, cap, base, pbase, npad, tie_pos, expert, tbits, lam, S, rk, size, lunits, ubase, low, P,
-                 scale, record, hit_flag):
+def _lrfu_range_ulps(offsets, lunits, lam, bits):
+    """:func:`_lrfu_ulps` at the largest unit that a layer reaches in a range of events (``lunits`` its layers'
+    units before it): a bound for every access of the range, since the margin grows with the unit, and a wider
+    margin only sends more decisions to the exact keys. Once a range, not at each eviction: 0.90-0.94 of the slot
+    loop's time (docs/performance.md, *Session 39*)."""
+    umax = 0
+    for la in range(lunits.shape[0]):
+        umax = max(umax, lunits[la])
+    return _lrfu_ulps(umax + offsets[offsets.shape[0] - 1] - offsets[0], lam, bits)
+
+
+@jit_inline
+def _lrfu_access(a, layer, cap, base, pbase, npad, tie_pos, expert, tbits, lam, d, S, rk, size, lunits, ubase, low,
+                 P, scale, record, hit_flag):
     """Access ``a`` of :func:`_replay_lrfu_seq` (layer ``layer``, quota ``cap``): 1 where it hits."""
     ul = _U(layer)
     tmask = np.int32((1 << tbits) - 1)
@@ -598,7 +611,6 @@ def _lrfu_access(a, layer, cap, base, pbase, npad, tie_pos, expert, tbits, lam, 
         m = np.int64(_smallest(rk, pbase, npad, empty))
     if m == empty:                                  # a quota of 0
         return 0
-    d = _lrfu_ulps(u, lam, tbits)
     mh = m & hmask
     if (key & hmask) + d < mh:                      # below every resident by more than the margins: it leaves
         low[ul] = m
@@ -638,6 +650,7 @@ def _replay_lrfu_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, tb
     record = hit_flag.shape[0] > 0
     npad = (n_experts + 63) // 64 * 64
     n_events = offsets.shape[0] - 1
+    d = _lrfu_range_ulps(offsets, lunits, lam, tbits)
     i = 0
     while i < n_events:
         two, la, ca, lo, na, lb, cb, lob, nb = _pair(offsets, ev_layer, capacity, i, n_events)
@@ -645,11 +658,11 @@ def _replay_lrfu_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, tb
         hb = 0
         for k in range(max(na, nb)):
             if k < na:
-                ha += _lrfu_access(lo + k, la, ca, la * n_experts, la * npad, npad, tie_pos, expert, tbits, lam, S,
-                                   rk, size, lunits, ubase, low, P, scale, record, hit_flag)
+                ha += _lrfu_access(lo + k, la, ca, la * n_experts, la * npad, npad, tie_pos, expert, tbits, lam, d,
+                                   S, rk, size, lunits, ubase, low, P, scale, record, hit_flag)
             if k < nb:
                 hb += _lrfu_access(lob + k, lb, cb, lb * n_experts, lb * npad, npad, tie_pos, expert, tbits, lam,
-                                   S, rk, size, lunits, ubase, low, P, scale, record, hit_flag)
+                                   d, S, rk, size, lunits, ubase, low, P, scale, record, hit_flag)
         _count(hits, misses, la, na, ha, i >= count_from)
         _count(hits, misses, lb, nb, hb, two and i + 1 >= count_from)
         i += 2 if two else 1
@@ -689,7 +702,7 @@ def _decay_at(P, beyond, gap):
 
 
 @jit_inline
-def _lrfu_vaccess(a, cap, base, pbase, so, tie_pos, expert, lam, S, slot, sK, sTP, n, u, ub, K, T, P, beyond, scale,
+def _lrfu_vaccess(a, cap, base, pbase, so, tie_pos, expert, lam, d, S, slot, sK, sTP, n, u, ub, K, T, P, beyond, scale,
                   record, hit_flag, lanes):
     """Access ``a`` of :func:`_replay_lrfu_seq_v` (quota ``cap``, slots from ``so``, the layer's unit ``u``, base
     unit ``ub``, residents ``n``, their packed keys ``K`` in registers, and for 16 or 32 slots their tie positions
@@ -731,7 +744,6 @@ def _lrfu_vaccess(a, cap, base, pbase, so, tie_pos, expert, lam, S, slot, sK, sT
         return 0, n, ub, K, T
     else:
         m = ilowest(K)
-        d = _lrfu_ulps(u, lam, sbits)
         mh = m & np.int64(hmask)
         if kh + d < mh:                             # below every resident by more than the margins: it leaves
             return 0, n, ub, K, T
@@ -771,6 +783,7 @@ def _replay_lrfu_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
     in_regs = lane_bits(lanes) <= _TP_LANE_BITS
     npad = (n_experts + 63) // 64 * 64
     n_events = offsets.shape[0] - 1
+    d = _lrfu_range_ulps(offsets, lunits, lam, lane_bits(lanes))
     i = 0
     while i < n_events:
         two, la, ca, lo, na, lb, cb, lob, nb = _pair(offsets, ev_layer, capacity, i, n_events)
@@ -790,13 +803,13 @@ def _replay_lrfu_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
         hb = 0
         for k in range(max(na, nb)):
             if k < na:
-                x, sa, ba, Ka, Ta = _lrfu_vaccess(lo + k, ca, la * n_experts, la * npad, soa, tie_pos, expert, lam, S,
+                x, sa, ba, Ka, Ta = _lrfu_vaccess(lo + k, ca, la * n_experts, la * npad, soa, tie_pos, expert, lam, d, S,
                                                   slot, sK, sTP, sa, ua + k, ba, Ka, Ta, P, beyond, scale, record,
                                                   hit_flag, lanes)
                 ha += x
             if k < nb:
                 x, sb, bb, Kb, Tb = _lrfu_vaccess(lob + k, cb, lb * n_experts, lb * npad, sob, tie_pos, expert, lam,
-                                                  S, slot, sK, sTP, sb, ub_ + k, bb, Kb, Tb, P, beyond, scale, record,
+                                                  d, S, slot, sK, sTP, sb, ub_ + k, bb, Kb, Tb, P, beyond, scale, record,
                                                   hit_flag, lanes)
                 hb += x
         vstore(sK, soa, Ka)
