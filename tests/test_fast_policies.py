@@ -367,7 +367,7 @@ def _lru_cases(rng, stream):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_sequential_lru_loop_equals_the_list_loop(seed):
-    """replay_lru_seq (int32 lists; per layer two layers' events side by side) against replay_lru's sequential
+    """replay_lru_seq (int32 lists, one event at a time) against replay_lru's sequential
     units: counts and hit flags, in the stream's order and in a shuffled one; per-layer quotas 0, 1, small, past N
     and one a layer, global quotas 0, 1, a third, past L N; warm-up, events of one member and of every expert."""
     rng = np.random.default_rng([seed, 41])

@@ -33,8 +33,9 @@ lanes that LLVM vectorizes.
   event's layer's reciprocal counts and last units are also held as two vectors in registers through its accesses,
   so that a pass does not wait for the stores of the access before it.
 
-The ``lru``, ``lrfu`` and ``lfru`` loops run two events of different layers side by side (:func:`_paired`): each
-event's accesses form one chain of dependent work, and two chains keep the core busy where one waits.
+The ``lrfu`` and ``lfru`` loops run two events of different layers side by side (:func:`_paired`; the ``lfru`` slot
+loop up to 32 slots): each event's accesses form one chain of dependent work, and two chains keep the core busy
+where one waits. ``lru`` runs one event at a time, which measured faster (:data:`_LFRU_PAIR_LANE_BITS`).
 
 Each loop is also given by ranges of events (``lru_seq_ranges``, ``lfu_seq_ranges``, ``lrfu_seq_ranges``,
 ``lfru_seq_ranges``; :func:`_ranges`), its state carried from one range to the next, so that
@@ -99,6 +100,14 @@ _LRFU_SLOT_DECAYS = 1 << 20
 #: block's slot by one compare; 64 slots keep an array of each block's slot (the compare over four vectors, and the
 #: registers they take, cost more than the array there: docs/performance.md, *Session 38*).
 _TP_LANE_BITS = 5
+#: Which loops run two events of different layers side by side (:func:`_pair`), as measured (docs/performance.md,
+#: *Session 39*): the ``lrfu`` loops (one event at a time took 1.30x the slot loop's time at 16 or 32 slots, 1.20x
+#: at 64 slots and rho 0.3), the ``lfru`` loop in memory, and the ``lfru`` slot loop up to
+#: ``2**_LFRU_PAIR_LANE_BITS`` slots (one at a time: 1.52x / 1.06x at 16 / 32 slots, 0.85-0.96x at 64, where two
+#: layers' reciprocal counts and last units, 16 vectors, and their keys do not fit the registers). Per-layer ``lru``
+#: runs one event at a time (0.84-0.89x the time of two side by side: the core overlaps consecutive events' list
+#: moves on its own).
+_LFRU_PAIR_LANE_BITS = 5
 #: ``lfu``'s packed keys are int32 while ``(most accesses of a layer + 1) << tbits`` stays below ``2**31 - 1``.
 LFU_KEY32_BITS = 31
 
@@ -158,14 +167,15 @@ def _paired(ev_layer, i, n_events):
 
 
 @jit_inline
-def _pair(offsets, ev_layer, capacity, i, n_events):
-    """Events ``i`` and ``i + 1`` side by side where :func:`_paired` (else the second empty): ``(two, layer, quota,
-    first access, accesses)`` of the first, then the same four of the second. The paired loops (``lru``, ``lrfu``,
-    ``lfru``) each write the pair's access loop out around their own access function: one passed in as an argument
-    would keep numba from caching the loop."""
+def _pair(offsets, ev_layer, capacity, i, n_events, side_by_side):
+    """Events ``i`` and ``i + 1`` side by side where ``side_by_side`` and :func:`_paired` (else the second empty):
+    ``(two, layer, quota, first access, accesses)`` of the first, then the same four of the second. The paired loops
+    (``lru``, ``lrfu``, ``lfru``) each write the pair's access loop out around their own access function: one passed
+    in as an argument would keep numba from caching the loop. A loop compiled with ``side_by_side`` a constant
+    False runs one event at a time (LLVM drops the second event's code)."""
     la = ev_layer[i]
     lo = offsets[i]
-    two = _paired(ev_layer, i, n_events)
+    two = side_by_side and _paired(ev_layer, i, n_events)
     lb = ev_layer[i + 1] if two else la
     lob = offsets[i + 1]
     return (two, la, capacity[_U(la)], lo, offsets[i + 1] - lo, lb, capacity[_U(lb)], lob,
@@ -200,9 +210,9 @@ def replay_lru_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, cou
 
     Each partition's residents (a layer's, or one global pool's) form a recency list (``int32`` links per block,
     the oldest at the head); a hit moves its block to the tail, a miss past the quota takes the head's place (a
-    quota of 0 admits nothing). Per layer, two events of different layers run side by side (:func:`_paired`):
-    each access depends on the one before it in its layer (the list's ends), so two layers' chains keep the core
-    busy where one waits; one global list is one chain. Parameters are those of :func:`._kernels.replay_lru`
+    quota of 0 admits nothing). One event at a time in either scope: per layer, events side by side (two layers'
+    chains of list moves) measured slower (:data:`_LFRU_PAIR_LANE_BITS`). Parameters are those of
+    :func:`._kernels.replay_lru`
     without ``atomic`` and the tie order (one member a unit needs none). The lists are allocated here.
     """
     lru_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, count_from, hits, misses, hit_flag,
@@ -268,44 +278,38 @@ def _lru_access(a, part, cap, base, expert, nxt, prv, head, tail, size, inc, rec
     return np.int64(hit)
 
 
+@jit_inline
+def _lru_event(i, part, cap, offsets, expert, ev_layer, n_experts, count_from, hits, misses, hit_flag, nxt, prv,
+               head, tail, size, inc):
+    """Event ``i`` of :func:`_replay_lru_seq` in partition ``part`` (quota ``cap``), its counts added."""
+    layer = ev_layer[i]
+    lo = offsets[i]
+    n = offsets[i + 1] - lo
+    n_hit = 0
+    for k in range(n):
+        n_hit += _lru_access(lo + k, part, cap, layer * n_experts, expert, nxt, prv, head, tail, size, inc,
+                             hit_flag.shape[0] > 0, hit_flag)
+    _count(hits, misses, layer, n, n_hit, i >= count_from)
+
+
 @jit_loop
 def _replay_lru_seq(offsets, expert, ev_layer, n_experts, capacity, count_from, hits, misses, hit_flag, nxt, prv,
                     head, tail, size, inc):
-    """The loop of :func:`replay_lru_seq`: two events of different layers side by side (:func:`_pair`)."""
-    record = hit_flag.shape[0] > 0
-    n_events = offsets.shape[0] - 1
-    i = 0
-    while i < n_events:
-        two, la, ca, lo, na, lb, cb, lob, nb = _pair(offsets, ev_layer, capacity, i, n_events)
-        ha = 0
-        hb = 0
-        for k in range(max(na, nb)):
-            if k < na:
-                ha += _lru_access(lo + k, la, ca, la * n_experts, expert, nxt, prv, head, tail, size, inc, record,
-                                  hit_flag)
-            if k < nb:
-                hb += _lru_access(lob + k, lb, cb, lb * n_experts, expert, nxt, prv, head, tail, size, inc, record,
-                                  hit_flag)
-        _count(hits, misses, la, na, ha, i >= count_from)
-        _count(hits, misses, lb, nb, hb, two and i + 1 >= count_from)
-        i += 2 if two else 1
+    """The loop of :func:`replay_lru_seq` per layer: one event at a time (:data:`_LFRU_PAIR_LANE_BITS`)."""
+    for i in range(offsets.shape[0] - 1):
+        layer = ev_layer[i]
+        _lru_event(i, layer, capacity[_U(layer)], offsets, expert, ev_layer, n_experts, count_from, hits, misses,
+                   hit_flag, nxt, prv, head, tail, size, inc)
 
 
 @jit_loop
 def _replay_lru_seq_global(offsets, expert, ev_layer, n_experts, capacity, count_from, hits, misses, hit_flag, nxt,
                            prv, head, tail, size, inc):
     """The loop of :func:`replay_lru_seq` under global scope: one list (partition 0), one event at a time."""
-    record = hit_flag.shape[0] > 0
     cap = capacity[0]
     for i in range(offsets.shape[0] - 1):
-        layer = ev_layer[i]
-        lo = offsets[i]
-        n = offsets[i + 1] - lo
-        n_hit = 0
-        for k in range(n):
-            n_hit += _lru_access(lo + k, 0, cap, layer * n_experts, expert, nxt, prv, head, tail, size, inc, record,
-                                 hit_flag)
-        _count(hits, misses, layer, n, n_hit, i >= count_from)
+        _lru_event(i, 0, cap, offsets, expert, ev_layer, n_experts, count_from, hits, misses, hit_flag, nxt, prv,
+                   head, tail, size, inc)
 
 
 def replay_lfu_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, reset_freq_on_evict,
@@ -653,7 +657,7 @@ def _replay_lrfu_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, tb
     d = _lrfu_range_ulps(offsets, lunits, lam, tbits)
     i = 0
     while i < n_events:
-        two, la, ca, lo, na, lb, cb, lob, nb = _pair(offsets, ev_layer, capacity, i, n_events)
+        two, la, ca, lo, na, lb, cb, lob, nb = _pair(offsets, ev_layer, capacity, i, n_events, True)
         ha = 0
         hb = 0
         for k in range(max(na, nb)):
@@ -786,7 +790,7 @@ def _replay_lrfu_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
     d = _lrfu_range_ulps(offsets, lunits, lam, lane_bits(lanes))
     i = 0
     while i < n_events:
-        two, la, ca, lo, na, lb, cb, lob, nb = _pair(offsets, ev_layer, capacity, i, n_events)
+        two, la, ca, lo, na, lb, cb, lob, nb = _pair(offsets, ev_layer, capacity, i, n_events, True)
         soa = la * ns
         sob = lb * ns
         Ka = vload(sK, soa, lanes)
@@ -1042,7 +1046,7 @@ def _replay_lfru_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, sb
     n_events = offsets.shape[0] - 1
     i = 0
     while i < n_events:
-        two, la, ca, lo, na, lb, cb, lob, nb = _pair(offsets, ev_layer, capacity, i, n_events)
+        two, la, ca, lo, na, lb, cb, lob, nb = _pair(offsets, ev_layer, capacity, i, n_events, True)
         ha = 0
         hb = 0
         for k in range(max(na, nb)):
@@ -1105,7 +1109,8 @@ def _replay_lfru_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
     n_events = offsets.shape[0] - 1
     i = 0
     while i < n_events:
-        two, la, ca, lo, na, lb, cb, lob, nb = _pair(offsets, ev_layer, capacity, i, n_events)
+        two, la, ca, lo, na, lb, cb, lob, nb = _pair(offsets, ev_layer, capacity, i, n_events,
+                                                     lane_bits(lanes) <= _LFRU_PAIR_LANE_BITS)
         soa = la * ns
         sob = lb * ns
         Ra = vload(sR, soa, lanes)
