@@ -448,6 +448,28 @@ def test_per_layer_random_lru_with_and_without_a_shuffling_thread(threads, monke
             assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, caps.tolist())
 
 
+def test_a_shuffle_that_fails_midway_raises_in_the_replay_and_replays_no_unshuffled_chunk(monkeypatch):
+    """The shuffling thread runs ahead over the whole stream; where it fails at its third chunk, the replay raises
+    its error once it reaches that chunk (it does not wait for ever, nor replay a chunk left unshuffled)."""
+    monkeypatch.setattr(KO, "CHUNK_ACCESSES", 16)
+    real = KO.shuffle_range
+    calls = []
+
+    def failing(offsets, expert, st, e0, e1):
+        calls.append(e0)
+        if len(calls) == 3:
+            raise MemoryError("no room")
+        real(offsets, expert, st, e0, e1)
+
+    monkeypatch.setattr(KO, "shuffle_range", failing)
+    stream = _skewed_stream(2, 16, 40, 4, 5)
+    ranges = []
+    with pytest.raises(MemoryError, match="no room"):
+        KO.shuffled_replay(stream.offsets, stream.expert, engine._order_words(3),
+                           lambda o, e0, e1: ranges.append((e0, e1)), threads=True)
+    assert len(calls) == 3 and [r[0] for r in ranges] == calls[:2]
+
+
 @pytest.mark.parametrize("threads", [False, True])
 def test_shuffled_replay_of_no_events(threads):
     """A stream with no events: an empty order back, and no range replayed but the empty one."""

@@ -160,11 +160,14 @@ def shuffled_replay(offsets, expert, pcg, run, threads: bool | None = None):
 
     The shuffle (about 2.8 ns an access on the benchmark stream: a chain of dependent draws) would add its whole
     time to a replay that takes 3-20 ns an access. On a stream of at least :data:`THREAD_MIN_ACCESSES` accesses,
-    where the process may run on more than one CPU (``threads`` None; True / False force it), a second thread copies and shuffles the next chunk of events (about
-    :data:`CHUNK_ACCESSES` accesses) while ``run`` replays the chunk before it: the kernels release the GIL, and
-    each chunk's replay waits for its shuffle. The chunks are replayed in order on one state, so the results do not
-    depend on the chunks or the threads.
+    where the process may run on more than one CPU (``threads`` None; True / False force it), a second thread copies
+    and shuffles the stream chunk by chunk (about :data:`CHUNK_ACCESSES` accesses each), running ahead, while
+    ``run`` replays each chunk once it is shuffled: the kernels release the GIL, and a chunk's replay waits only
+    where the shuffle has not reached it (one task for the whole stream, not one a chunk: a task's hand-over,
+    a thread woken for each chunk, cost about 0.3 ns an access; docs/performance.md, *Session 39*). The chunks are
+    replayed in order on one state, so the results do not depend on the chunks or the threads.
     """
+    import threading
     from concurrent.futures import ThreadPoolExecutor
 
     n_events = offsets.shape[0] - 1
@@ -189,11 +192,27 @@ def shuffled_replay(offsets, expert, pcg, run, threads: bool | None = None):
     cuts = np.searchsorted(offsets, np.concatenate([[offsets[0], first], np.arange(first, offsets[-1],
                                                                                    CHUNK_ACCESSES)]), side="right")
     bounds = sorted({0, n_events, *np.minimum(cuts - 1, n_events).tolist()})
+    n_chunks = len(bounds) - 1
+    ready = [threading.Event() for _ in range(n_chunks)]
+    done = [False] * n_chunks
+
+    def shuffle_all():
+        try:
+            for k in range(n_chunks):
+                shuffled(bounds[k], bounds[k + 1])
+                done[k] = True
+                ready[k].set()
+        finally:                  # a failure wakes the replay, which then raises it
+            for event in ready:
+                event.set()
+
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="expertcache-shuffle") as pool:
-        ahead = pool.submit(shuffled, bounds[0], bounds[1])
-        for k in range(len(bounds) - 1):
-            ahead.result()
-            if k + 2 < len(bounds):
-                ahead = pool.submit(shuffled, bounds[k + 1], bounds[k + 2])
+        ahead = pool.submit(shuffle_all)
+        for k in range(n_chunks):
+            ready[k].wait()
+            if not done[k]:
+                ahead.result()
+                raise RuntimeError("the shuffle stopped before the end of the stream")
             run(order, bounds[k], bounds[k + 1])
+        ahead.result()
     return order
