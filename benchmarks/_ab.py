@@ -1,4 +1,5 @@
-"""Alternated A/B timing shared by the kernel benchmarks (``kernel_ab.py``, ``lfru_slots_vs_groups.py``).
+"""Alternated A/B timing shared by the kernel benchmarks (``kernel_ab.py``, ``lfru_slots_vs_groups.py``), and the
+argument types of the counting scripts (``seq_outcomes.py``, ``lfru_global_fronts.py``).
 
 A kernel's time moves by up to ~15% with where its code lands in a process (docs/performance.md, *Placement
 noise*), so each benchmark times both sides in one process, alternated pair by pair, in several fresh
@@ -7,6 +8,7 @@ processes, and reports the median over the processes of each one's median ratio,
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import statistics
@@ -81,3 +83,22 @@ def pooled_rows(argv: list[str], processes: int, env: dict[str, str] | None = No
 def median_and_range(col: list[float]) -> tuple[float, float, float]:
     """The median of the processes' values, their least and their greatest."""
     return statistics.median(col), min(col), max(col)
+
+
+def rho_list(text: str) -> list[float]:
+    """An argument type: cache fractions in [0, 1], comma-separated."""
+    try:
+        rhos = [float(x) for x in text.split(",")]
+    except ValueError:
+        rhos = []
+    if not rhos or not all(0.0 <= r <= 1.0 for r in rhos):
+        raise argparse.ArgumentTypeError(f"expected cache fractions in [0, 1], comma-separated (e.g. 0.1,0.2), got "
+                                         f"{text!r}")
+    return rhos
+
+
+def positive_int(text: str) -> int:
+    """An argument type: a positive integer."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)

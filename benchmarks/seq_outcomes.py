@@ -31,6 +31,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _ab import positive_int, rho_list  # noqa: E402
+
 #: The policies of the rows and their codes in :func:`outcomes`.
 _CODES = {"lfu": 0, "lrfu": 1, "lfru": 2}
 
@@ -116,29 +118,10 @@ def _shipped_hits(s, caps, tie_pos, policy):
     return h
 
 
-def _rhos(text: str) -> list[float]:
-    """``--rhos``: cache fractions in [0, 1], comma-separated."""
-    try:
-        rhos = [float(x) for x in text.split(",")]
-    except ValueError:
-        rhos = []
-    if not rhos or not all(0.0 <= r <= 1.0 for r in rhos):
-        raise argparse.ArgumentTypeError(f"expected cache fractions in [0, 1], comma-separated (e.g. 0.1,0.2), got "
-                                         f"{text!r}")
-    return rhos
-
-
-def _steps(text: str) -> int:
-    """``--steps``: a positive integer."""
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number of decode steps, got {text!r}")
-    return int(text)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=_steps, default=2600, help="decode steps of the stream (2,600: 5 M accesses)")
-    ap.add_argument("--rhos", type=_rhos, default="0.1,0.2,0.4,0.75", help="cache fractions, comma-separated")
+    ap.add_argument("--steps", type=positive_int, default=2600, help="decode steps of the stream (2,600: 5 M accesses)")
+    ap.add_argument("--rhos", type=rho_list, default="0.1,0.2,0.4,0.75", help="cache fractions, comma-separated")
     ap.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     a = ap.parse_args(argv)
     from bench_vs_libcachesim import drifting_qwen_stream
