@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -468,6 +469,29 @@ def test_a_shuffle_that_fails_midway_raises_in_the_replay_and_replays_no_unshuff
         KO.shuffled_replay(stream.offsets, stream.expert, engine._order_words(3),
                            lambda o, e0, e1: ranges.append((e0, e1)), threads=True)
     assert len(calls) == 3 and [r[0] for r in ranges] == calls[:2]
+
+
+def test_a_replay_that_fails_stops_the_shuffle_ahead_of_it(monkeypatch):
+    """Where the replay of a chunk raises, its error comes back and the shuffling thread stops at its next chunk
+    rather than shuffling the rest of the stream."""
+    monkeypatch.setattr(KO, "CHUNK_ACCESSES", 16)
+    real = KO.shuffle_range
+    calls = []
+
+    def slow(offsets, expert, st, e0, e1):
+        calls.append(e0)
+        time.sleep(0.005)
+        real(offsets, expert, st, e0, e1)
+
+    def run(order, e0, e1):
+        raise ValueError("replay failed")
+
+    monkeypatch.setattr(KO, "shuffle_range", slow)
+    stream = _skewed_stream(2, 16, 200, 4, 5)
+    n_chunks = (stream.union + 15) // 16
+    with pytest.raises(ValueError, match="replay failed"):
+        KO.shuffled_replay(stream.offsets, stream.expert, engine._order_words(3), run, threads=True)
+    assert n_chunks > 60 and 1 <= len(calls) < n_chunks // 2     # (without the stop: every chunk, ~0.6 s later)
 
 
 @pytest.mark.parametrize("threads", [False, True])

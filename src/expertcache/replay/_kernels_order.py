@@ -196,10 +196,13 @@ def shuffled_replay(offsets, expert, pcg, run, threads: bool | None = None):
     n_chunks = len(bounds) - 1
     ready = [threading.Event() for _ in range(n_chunks)]
     done = [False] * n_chunks
+    stop = threading.Event()      # the replay failed: the shuffle need not go on
 
     def shuffle_all():
         try:
             for k in range(n_chunks):
+                if stop.is_set():
+                    break
                 shuffled(bounds[k], bounds[k + 1])
                 done[k] = True
                 ready[k].set()
@@ -209,11 +212,14 @@ def shuffled_replay(offsets, expert, pcg, run, threads: bool | None = None):
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="expertcache-shuffle") as pool:
         ahead = pool.submit(shuffle_all)
-        for k in range(n_chunks):
-            ready[k].wait()
-            if not done[k]:
-                ahead.result()
-                raise RuntimeError("the shuffle stopped before the end of the stream")
-            run(order, bounds[k], bounds[k + 1])
+        try:
+            for k in range(n_chunks):
+                ready[k].wait()
+                if not done[k]:
+                    ahead.result()
+                    raise RuntimeError("the shuffle stopped before the end of the stream")
+                run(order, bounds[k], bounds[k + 1])
+        finally:
+            stop.set()
         ahead.result()
     return order

@@ -170,9 +170,9 @@ def _paired(ev_layer, i, n_events):
 def _pair(offsets, ev_layer, capacity, i, n_events, side_by_side):
     """Events ``i`` and ``i + 1`` side by side where ``side_by_side`` and :func:`_paired` (else the second empty):
     ``(two, layer, quota, first access, accesses)`` of the first, then the same four of the second. The paired loops
-    (``lru``, ``lrfu``, ``lfru``) each write the pair's access loop out around their own access function: one passed
-    in as an argument would keep numba from caching the loop. A loop compiled with ``side_by_side`` a constant
-    False runs one event at a time (LLVM drops the second event's code)."""
+    (``lrfu``, ``lfru``) each write the pair's access loop out around their own access function: one passed in as an
+    argument would keep numba from caching the loop. A loop compiled with ``side_by_side`` a constant False runs one
+    event at a time (LLVM drops the second event's code)."""
     la = ev_layer[i]
     lo = offsets[i]
     two = side_by_side and _paired(ev_layer, i, n_events)
@@ -212,8 +212,8 @@ def replay_lru_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, cou
     the oldest at the head); a hit moves its block to the tail, a miss past the quota takes the head's place (a
     quota of 0 admits nothing). One event at a time in either scope: per layer, events side by side (two layers'
     chains of list moves) measured slower (:data:`_LFRU_PAIR_LANE_BITS`). Parameters are those of
-    :func:`._kernels.replay_lru`
-    without ``atomic`` and the tie order (one member a unit needs none). The lists are allocated here.
+    :func:`._kernels.replay_lru` without ``atomic`` and the tie order (one member a unit needs none). The lists are
+    allocated here.
     """
     lru_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, count_from, hits, misses, hit_flag,
                    global_scope)(expert, 0, offsets.shape[0] - 1)
@@ -282,13 +282,14 @@ def _lru_access(a, part, cap, base, expert, nxt, prv, head, tail, size, inc, rec
 def _lru_event(i, part, cap, offsets, expert, ev_layer, n_experts, count_from, hits, misses, hit_flag, nxt, prv,
                head, tail, size, inc):
     """Event ``i`` of :func:`_replay_lru_seq` in partition ``part`` (quota ``cap``), its counts added."""
+    record = hit_flag.shape[0] > 0
     layer = ev_layer[i]
     lo = offsets[i]
     n = offsets[i + 1] - lo
     n_hit = 0
     for k in range(n):
-        n_hit += _lru_access(lo + k, part, cap, layer * n_experts, expert, nxt, prv, head, tail, size, inc,
-                             hit_flag.shape[0] > 0, hit_flag)
+        n_hit += _lru_access(lo + k, part, cap, layer * n_experts, expert, nxt, prv, head, tail, size, inc, record,
+                             hit_flag)
     _count(hits, misses, layer, n, n_hit, i >= count_from)
 
 
@@ -562,8 +563,8 @@ def _lrfu_ulps(u, lam, bits):
 def _lrfu_range_ulps(offsets, lunits, lam, bits):
     """:func:`_lrfu_ulps` at the largest unit that a layer reaches in a range of events (``lunits`` its layers'
     units before it): a bound for every access of the range, since the margin grows with the unit, and a wider
-    margin only sends more decisions to the exact keys. Once a range, not at each eviction: 0.90-0.94 of the slot
-    loop's time (docs/performance.md, *Session 39*)."""
+    margin only sends more decisions to the exact keys. Once a range, not at each eviction: 0.89-0.93 of the
+    loop's time at rho 0.1-0.4 (docs/performance.md, *Session 39*)."""
     umax = 0
     for la in range(lunits.shape[0]):
         umax = max(umax, lunits[la])
