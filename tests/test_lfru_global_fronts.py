@@ -6,21 +6,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
+from conftest import ROOT, load_script
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "lfru_global_fronts.py"
 
 
 def _fronts():
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        from lfru_global_fronts import fronts
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
-    return fronts
+    return load_script("benchmarks/lfru_global_fronts.py", "lfru_global_fronts").fronts
 
 
 def _one_layer(accesses, n_experts, cap):

@@ -5,21 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
+from conftest import ROOT, load_script
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "seq_outcomes.py"
 
 
 def _outcomes():
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        from seq_outcomes import outcomes
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
-    return outcomes
+    return load_script("benchmarks/seq_outcomes.py", "seq_outcomes").outcomes
 
 
 def test_outcomes_of_a_hand_derived_lfu_stream():

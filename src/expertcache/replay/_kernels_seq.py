@@ -56,6 +56,7 @@ from numba.extending import intrinsic
 from .._jit import jit, jit_helper, jit_inline, jit_loop
 from ._kernels import _cttz, crf_decays, crf_key
 from ._kernels_bits import _LRFU_DECAYS, _LRFU_SPAN, _LRFU_TINY, _U, _lrfu_decay, _lrfu_margin
+from ._kernels_ranked import _below
 from ._simd import _splat, f2u, lanes_between, u2f
 from ._vec import (
     WIDTHS,
@@ -544,7 +545,7 @@ def _lrfu_seq_exact(S, rk, pbase, npad, thr, lam, j, s, u, tp, take_new):
     for q in range(pbase, pbase + npad):
         if q != j and rk[_U(q)] <= thr:
             k = crf_key(S[_U(2 * q)], S[_U(2 * q + 1)], lam)
-            if k < bk or (k == bk and q - pbase < bt):
+            if _below(k, q - pbase, bk, bt):
                 bk = k
                 bt = q - pbase
                 best = q
@@ -687,7 +688,7 @@ def _lrfu_slot_exact(S, sK, sTP, so, pbase, n, thr, lam, s, u, tp, take_new):
         if sK[_U(so + v)] <= thr:
             q = np.int64(sTP[_U(so + v)])
             k = crf_key(S[_U(2 * (pbase + q))], float(_unit_of(S[_U(2 * (pbase + q) + 1)])), lam)
-            if k < bk or (k == bk and q < bt):
+            if _below(k, q, bk, bt):
                 bk = k
                 bt = q
                 best = v
@@ -743,8 +744,7 @@ def _lrfu_vaccess(a, cap, base, pbase, so, tie_pos, expert, lam, d, S, slot, sK,
         v = n
         n += 1
         if not in_regs:
-            sTP[_U(so + v)] = tp
-            slot[_U(j)] = v
+            _slot_put(v, j, tp, so, slot, sTP)
     elif cap <= 0:
         return 0, n, ub, K, T
     else:
@@ -971,7 +971,7 @@ def _lfru_seq_exact(freq, sR, sL, sTP, so, pbase, size, t, thr, hmask, f, tp, ta
         if p <= thr:
             q = np.int64(sTP[_U(so + s)])
             k = float(freq[_U(pbase + q)]) / float(t - np.int64(sL[_U(so + s)]) + 1)
-            if k < bk or (k == bk and q < bt):
+            if _below(k, q, bk, bt):
                 bk = k
                 bt = q
                 best = s
@@ -979,12 +979,18 @@ def _lfru_seq_exact(freq, sR, sL, sTP, so, pbase, size, t, thr, hmask, f, tp, ta
 
 
 @jit_inline
-def _slot_take(v, j, tp, so, pbase, slot, sTP):
-    """The accessed block (lane ``j``, tie position ``tp``) into slot ``v`` of a layer's slots from ``so``, whose
-    block leaves (its state stays in the arrays over tie positions; a hit's block takes its own slot again)."""
-    slot[_U(pbase + np.int64(sTP[_U(so + v)]))] = -1
+def _slot_put(v, j, tp, so, slot, sTP):
+    """The accessed block (lane ``j``, tie position ``tp``) into slot ``v`` of a layer's slots from ``so``."""
     sTP[_U(so + v)] = tp
     slot[_U(j)] = v
+
+
+@jit_inline
+def _slot_take(v, j, tp, so, pbase, slot, sTP):
+    """:func:`_slot_put` into a slot whose block leaves (its state stays in the arrays over tie positions; a hit's
+    block takes its own slot again)."""
+    slot[_U(pbase + np.int64(sTP[_U(so + v)]))] = -1
+    _slot_put(v, j, tp, so, slot, sTP)
 
 
 @jit_inline
@@ -1017,15 +1023,14 @@ def _lfru_access(a, layer, cap, base, pbase, so, ns, tie_pos, expert, sbits, fre
         if n < cap:
             v = n
             size[_U(layer)] = n + 1
-            sTP[_U(so + v)] = tp
-            slot[_U(j)] = v
+            _slot_put(v, j, tp, so, slot, sTP)
         elif cap <= 0:
             return 0
         else:
-            v, thr, take = _lfru_fast(lfru_lowest(sR, sL, so, ns, tf + np.float32(1.0), *_lfru_margins(sbits)), rf,
-                                      sbits)
+            hmask, d = _lfru_margins(sbits)
+            v, thr, take = _lfru_fast(lfru_lowest(sR, sL, so, ns, tf + np.float32(1.0), hmask, d), rf, sbits)
             if v == -2:
-                v = _lfru_seq_exact(freq, sR, sL, sTP, so, pbase, n, a, thr, _lfru_margins(sbits)[0], f, tp, take)
+                v = _lfru_seq_exact(freq, sR, sL, sTP, so, pbase, n, a, thr, hmask, f, tp, take)
             if v < 0:
                 return 0
             _slot_take(v, j, tp, so, pbase, slot, sTP)
@@ -1077,8 +1082,7 @@ def _lfru_vaccess(a, layer, cap, base, pbase, so, tie_pos, expert, freq, last, s
     elif n < cap:
         v = n
         n += 1
-        sTP[_U(so + v)] = tp
-        slot[_U(j)] = v
+        _slot_put(v, j, tp, so, slot, sTP)
     elif cap <= 0:
         return 0, n, R, L
     else:
@@ -1091,7 +1095,7 @@ def _lfru_vaccess(a, layer, cap, base, pbase, so, tie_pos, expert, freq, last, s
         if v == -2:
             vstore(sR, so, R)
             vstore(sL, so, L)
-            v = _lfru_seq_exact(freq, sR, sL, sTP, so, pbase, n, a, thr, _lfru_margins(sbits)[0], f, tp, take)
+            v = _lfru_seq_exact(freq, sR, sL, sTP, so, pbase, n, a, thr, hmask, f, tp, take)
         if v < 0:
             return 0, n, R, L
         _slot_take(v, j, tp, so, pbase, slot, sTP)

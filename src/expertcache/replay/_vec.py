@@ -139,10 +139,13 @@ def lane_bits(typingctx, lanes):
     return sig, codegen
 
 
+def _cmp_splat(builder, op, V, x, n):
+    """IR: the ``<n x i1>`` of ``lane op x`` over the int32 lanes of ``V`` (``x`` int64, within int32's range)."""
+    return builder.icmp_signed(op, V, _splat(builder, builder.trunc(x, _I32), ir.VectorType(_I32, n), n))
+
+
 def _lane_mask(builder, n, lane):
-    vni = ir.VectorType(_I32, n)
-    return builder.icmp_signed("==", ir.Constant(vni, list(range(n))), _splat(builder, builder.trunc(lane, _I32),
-                                                                               vni, n))
+    return _cmp_splat(builder, "==", ir.Constant(ir.VectorType(_I32, n), list(range(n))), lane, n)
 
 
 @intrinsic
@@ -181,9 +184,7 @@ def fold_two_lowest(builder, m1, m2, q):
 def spread_min(builder, m):
     """IR: a ``<16 x i32>`` holding the smallest lane of ``m`` in every lane (LLVM's reduction, then a broadcast),
     so that a compare of every lane with it (:func:`vset_lowest`, the near bound) needs no lane number."""
-    v16 = ir.VectorType(_I32, 16)
-    red = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [v16]), "llvm.vector.reduce.smin.v16i32")
-    return _splat(builder, builder.call(red, [m]), v16, 16)
+    return _splat(builder, _ireduce_min(builder, m, 16), ir.VectorType(_I32, 16), 16)
 
 
 def lowest_parts(builder, p, n):
@@ -310,8 +311,7 @@ def ikey_lowest(typingctx, K, x):
 def _lanes_where(builder, op, K, x, n):
     """IR: an ``n``-bit mask of the int32 lanes of ``K`` for which ``lane op x`` holds (``x`` int64, within int32's
     range), lane 0 its lowest bit."""
-    vt = ir.VectorType(_I32, n)
-    return builder.bitcast(builder.icmp_signed(op, K, _splat(builder, builder.trunc(x, _I32), vt, n)), ir.IntType(n))
+    return builder.bitcast(_cmp_splat(builder, op, K, x, n), ir.IntType(n))
 
 
 @intrinsic
