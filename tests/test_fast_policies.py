@@ -366,28 +366,87 @@ def _lru_cases(rng, stream):
     yield rng.integers(0, N + 2, L).astype(np.int64)
 
 
+def _lru_streams(rng, seed, max_n, n):
+    """``n`` streams for the sequential lru tests (``_any_sizes_stream``), each with its tie order, a warm-up and its
+    members ascending and shuffled."""
+    for _ in range(n):
+        stream = _any_sizes_stream(rng, max_n, 30)
+        L, N = stream.n_layers, stream.n_experts
+        order, tie_pos = engine._tie_order(engine._tie_ranks("random", seed, L * N), L, N)
+        shuffled = stream.expert.copy()
+        KO.shuffle_events(stream.offsets, shuffled, engine._order_words(seed))
+        yield stream, order, tie_pos, int(rng.integers(0, 3)), (stream.expert, shuffled)
+
+
+def _lru_seq_equals_the_list_loop(stream, expert, caps, glob, order, tie_pos, warm):
+    """replay_lru_seq against replay_lru's sequential units: counts and hit flags."""
+    L, N = stream.n_layers, stream.n_experts
+    want = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
+    K.replay_lru(stream.offsets, expert, stream.layer, N, L, glob, False, caps, order, tie_pos, warm, *want)
+    got = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
+    KQ.replay_lru_seq(stream.offsets, expert, stream.layer, N, L, caps, warm, *got, glob)
+    assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, caps.tolist(), glob)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_sequential_lru_loop_equals_the_list_loop(seed):
-    """replay_lru_seq (int32 lists, one event at a time) against replay_lru's sequential
+    """replay_lru_seq (its loop chosen by lru_on_ranks) against replay_lru's sequential
     units: counts and hit flags, in the stream's order and in a shuffled one; per-layer quotas 0, 1, small, past N
     and one a layer, global quotas 0, 1, a third, past L N; warm-up, events of one member and of every expert."""
     rng = np.random.default_rng([seed, 41])
-    for _ in range(12):
-        stream = _any_sizes_stream(rng, 200, 30)
+    for stream, order, tie_pos, warm, orders in _lru_streams(rng, seed, 200, 12):
         L, N = stream.n_layers, stream.n_experts
-        order, tie_pos = engine._tie_order(engine._tie_ranks("random", seed, L * N), L, N)
-        warm = int(rng.integers(0, 3))
-        shuffled = stream.expert.copy()
-        KO.shuffle_events(stream.offsets, shuffled, engine._order_words(seed))
-        for expert in (stream.expert, shuffled):
+        for expert in orders:
             for caps, glob in [(c, False) for c in _lru_cases(rng, stream)] + [
                     (np.array([c], dtype=np.int64), True) for c in (0, 1, L * N // 3, L * N + 2)]:
-                want = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
-                K.replay_lru(stream.offsets, expert, stream.layer, N, L, glob, False, caps, order, tie_pos, warm,
-                             *want)
-                got = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
-                KQ.replay_lru_seq(stream.offsets, expert, stream.layer, N, L, caps, warm, *got, glob)
-                assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, caps.tolist(), glob)
+                _lru_seq_equals_the_list_loop(stream, expert, caps, glob, order, tie_pos, warm)
+
+
+@pytest.mark.parametrize("on_ranks", [True, False])
+@pytest.mark.parametrize("seed", range(3))
+def test_sequential_lru_on_ranks_and_on_lists_equal_the_list_loop(seed, on_ranks, monkeypatch):
+    """Per-layer sequential lru on each of its two loops (the choice forced): on ranks (quotas up to 64, whatever
+    the events' sizes) and on int32 lists, against replay_lru's sequential units: counts and hit flags, members
+    ascending and shuffled, quotas 0, 1, 2, a quarter of N, 63, 64 (and past N on lists) and one a layer; warm-up;
+    events of one member to every expert, N from 1 to past 64."""
+    monkeypatch.setattr(KQ, "lru_on_ranks", lambda *a: on_ranks)
+    rng = np.random.default_rng([seed, 53])
+    for stream, order, tie_pos, warm, orders in _lru_streams(rng, seed, 150, 10):
+        L, N = stream.n_layers, stream.n_experts
+        top = 64 if on_ranks else N + 3
+        quotas = [np.full(L, c, dtype=np.int64) for c in (0, 1, 2, max(N // 4, 1), 63, 64, N + 3) if c <= top]
+        quotas.append(rng.integers(0, min(top, N + 2) + 1, L).astype(np.int64))
+        for expert in orders:
+            for caps in quotas:
+                _lru_seq_equals_the_list_loop(stream, expert, caps, False, order, tie_pos, warm)
+
+
+def test_sequential_lru_on_ranks_by_hand():
+    """A quota of 3 over one layer, each access's outcome derived by hand: events [0 1 2 3] (four misses; the list
+    newest first is then 3 2 1), [1 3 4] (1 and 3 hit, 4 takes 2's place: 4 3 1), [3] (hit: 3 4 1), [1 5] (1 hits:
+    1 3 4; 5 takes 4's: 5 1 3), [4] (a miss); then the same stream with the first two events' members in the order
+    [3 2 1 0] and [4 1 3]: 3 2 1 0 leaves 0 1 2; 4 takes 2's place (4 0 1), 1 hits (1 4 0), 3 takes 0's (3 1 4);
+    [3] hits (3 1 4); 1 hits (1 3 4), 5 takes 4's (5 1 3); [4] misses."""
+    assert KQ.lru_on_ranks(np.array([0, 4, 7, 8, 10, 11]), 6, np.array([3]))
+    stream = EventStream.from_lists(1, 6, 6, [0, 1, 2, 3, 4], [0] * 5, [[0, 1, 2, 3], [1, 3, 4], [3], [1, 5], [4]],
+                                    [1] * 5)
+    for expert, flags in ((stream.expert, [0, 0, 0, 0, 1, 1, 0, 1, 1, 0, 0]),
+                          (np.array([3, 2, 1, 0, 4, 1, 3, 3, 1, 5, 4], np.int16), [0, 0, 0, 0, 0, 1, 0, 1, 1, 0, 0])):
+        got = [np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(stream.union, np.uint8)]
+        KQ.replay_lru_seq(stream.offsets, expert, stream.layer, 6, 1, np.array([3]), 0, *got)
+        assert got[2].tolist() == flags and got[0].tolist() == [sum(flags)] and got[1].tolist() == [11 - sum(flags)]
+
+
+def test_sequential_lru_runs_on_ranks_where_quotas_are_small_beside_its_events():
+    """lru_on_ranks: every quota (at most N) up to 64 and up to 4 times the mean event; the other per-layer streams
+    and global scope keep the lists."""
+    offsets = np.array([0, 10, 20, 30])                    # a mean event of 10 members
+    assert KQ.lru_on_ranks(offsets, 128, np.array([40, 12]))
+    assert not KQ.lru_on_ranks(offsets, 128, np.array([41, 12]))
+    assert KQ.lru_on_ranks(offsets, 30, np.array([200]))    # (a quota past N holds N)
+    big = np.array([0, 100, 200])
+    assert KQ.lru_on_ranks(big, 128, np.array([64])) and not KQ.lru_on_ranks(big, 128, np.array([65]))
+    assert not KQ.lru_on_ranks(big, 1024, np.array([65]))
 
 
 @pytest.mark.parametrize("policy", ["lru", "lfu", "lrfu", "lfru"])
@@ -581,6 +640,7 @@ def test_the_curve_choice_follows_the_measured_costs():
     assert curve_pays(ReplayConfig("lfu", semantics=seq), lru8)               # 3.6 at 0.8 < 6
     assert not curve_pays(ReplayConfig("lfru", semantics=seq), grid)          # 65.5 at 0.95 > 14.25
     assert not curve_pays(ReplayConfig("lrfu", semantics=seq), grid)          # 51.2 > 14.25
+    assert not curve_pays(ReplayConfig("lru", semantics=seq), grid)           # on ranks: 21.2 > 14.25
     assert not curve_pays(ReplayConfig("lru"), [0.4, 0.4])               # one distinct rho: one replay
     assert not curve_pays(ReplayConfig("belady-forced"), [0.1, 0.2, 0.3])
     assert engine.CURVE_COST.keys() == engine.CURVE_COST_LARGE.keys()

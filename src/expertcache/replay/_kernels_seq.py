@@ -1,7 +1,9 @@
 """Sequential ``lru`` and per-layer ``lfu``, ``lrfu`` and ``lfru``: one unit per access.
 
-:func:`replay_lru_seq` keeps each layer's residents (or one global pool) in a recency list (``int32`` links). The
-other three keep packed keys, below.
+:func:`replay_lru_seq` keeps each layer's residents as ranks in a recency array where every quota is small beside the
+stream's events (up to 64 and 4 times the mean event: :func:`lru_on_ranks`), an event replayed whole with no branch on
+an access's outcome; otherwise, and for one global pool, in a recency list (``int32`` links). The other three keep
+packed keys, below.
 
 Under sequential semantics every access is its own unit, so a replay decides once per miss whether the
 accessed block or one resident leaves: the lowest ``(key, tie)`` of the layer's residents and that block
@@ -35,7 +37,7 @@ lanes that LLVM vectorizes.
 
 The ``lrfu`` and ``lfru`` loops run two events of different layers side by side (:func:`_paired`; the ``lfru`` slot
 loop up to 32 slots): each event's accesses form one chain of dependent work, and two chains keep the core busy
-where one waits. ``lru`` runs one event at a time, which measured faster (:data:`_LFRU_PAIR_LANE_BITS`).
+where one waits. ``lru`` runs one event at a time, which measured faster on its lists (:data:`_LFRU_PAIR_LANE_BITS`).
 
 Each loop is also given by ranges of events (``lru_seq_ranges``, ``lfu_seq_ranges``, ``lrfu_seq_ranges``,
 ``lfru_seq_ranges``; :func:`_ranges`), its state carried from one range to the next, so that
@@ -55,7 +57,15 @@ from numba.extending import intrinsic
 
 from .._jit import jit, jit_helper, jit_inline, jit_loop
 from ._kernels import _cttz, crf_decays, crf_key
-from ._kernels_bits import _LRFU_DECAYS, _LRFU_SPAN, _LRFU_TINY, _U, _lrfu_decay, _lrfu_margin
+from ._kernels_bits import (
+    _LRFU_DECAYS,
+    _LRFU_SPAN,
+    _LRFU_TINY,
+    _U,
+    _lrfu_decay,
+    _lrfu_margin,
+    _popc,
+)
 from ._kernels_ranked import _below
 from ._simd import _splat, f2u, lanes_between, u2f
 from ._vec import (
@@ -109,6 +119,16 @@ _TP_LANE_BITS = 5
 #: runs one event at a time (0.84-0.89x the time of two side by side: the core overlaps consecutive events' list
 #: moves on its own).
 _LFRU_PAIR_LANE_BITS = 5
+#: Per-layer sequential ``lru`` runs on ranks (:func:`_replay_lru_seq_ranks`) where every layer's quota (at most
+#: ``N``) is at most ``_LRU_RANKS_MAX`` (its resident ranks one 64-bit word of bits) and at most
+#: ``_LRU_RANKS_PER_MEMBER`` times the stream's mean event (an event's list is rebuilt whole: with small events and a
+#: large quota the list loop costs less). Measured with ``benchmarks/lru_ranks_shapes.py`` (docs/performance.md,
+#: *Session 40*).
+_LRU_RANKS_MAX = 64
+_LRU_RANKS_PER_MEMBER = 4
+#: A rank byte: the block is not resident / it is a member of the event being replayed (ranks are below 64).
+_RANK_OUT = np.uint8(255)
+_RANK_MEMBER = np.uint8(254)
 #: ``lfu``'s packed keys are int32 while ``(most accesses of a layer + 1) << tbits`` stays below ``2**31 - 1``.
 LFU_KEY32_BITS = 31
 
@@ -209,21 +229,34 @@ def replay_lru_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, cou
     """Sequential (one unit per access, in the order of ``expert``) ``lru``: the decision of
     :func:`._kernels.replay_lru` with ``atomic`` false, with the same counts and hit flags.
 
-    Each partition's residents (a layer's, or one global pool's) form a recency list (``int32`` links per block,
-    the oldest at the head); a hit moves its block to the tail, a miss past the quota takes the head's place (a
-    quota of 0 admits nothing). One event at a time in either scope: per layer, events side by side (two layers'
-    chains of list moves) measured slower (:data:`_LFRU_PAIR_LANE_BITS`). Parameters are those of
-    :func:`._kernels.replay_lru` without ``atomic`` and the tie order (one member a unit needs none). The lists are
-    allocated here.
+    Per layer, where every quota is small beside the stream's events (:func:`lru_on_ranks`), each layer's residents
+    are ranks in a recency array and an event is replayed whole, with no branch on an access's outcome
+    (:func:`_replay_lru_seq_ranks`; 0.20-0.65x the list loop's time at rho 0.05-0.5 on the benchmark stream, in
+    either member order: docs/performance.md, *Session 40*). Otherwise, and under global scope, each partition's
+    residents (a layer's, or one global pool's) form a recency list (``int32`` links per block, the oldest at the
+    head); a hit moves its block to the tail, a miss past the quota takes the head's place (a quota of 0 admits
+    nothing). One event at a time: per layer, events side by side (two layers' chains of list moves) measured slower
+    (:data:`_LFRU_PAIR_LANE_BITS`). Parameters are those of :func:`._kernels.replay_lru` without ``atomic`` and the
+    tie order (one member a unit needs none). The lists or ranks are allocated here.
     """
     lru_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, count_from, hits, misses, hit_flag,
                    global_scope)(expert, 0, offsets.shape[0] - 1)
 
 
 def lru_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, count_from, hits, misses, hit_flag,
-                   global_scope=False):
-    """:func:`replay_lru_seq` by ranges of events (:func:`_ranges`): its lists allocated here, empty."""
+                   global_scope=False, on_ranks=None):
+    """:func:`replay_lru_seq` by ranges of events (:func:`_ranges`): its lists (or ranks) allocated here, empty.
+    ``on_ranks`` True / False runs per-layer scope on ranks / on lists (ranks take quotas up to
+    :data:`_LRU_RANKS_MAX`); None chooses by :func:`lru_on_ranks`."""
     n_blocks = n_layers * n_experts
+    if on_ranks is None:
+        on_ranks = lru_on_ranks(offsets, n_experts, capacity)
+    elif on_ranks and capacity.shape[0] and min(int(capacity.max()), n_experts) > _LRU_RANKS_MAX:
+        raise ValueError(f"sequential lru on ranks takes quotas up to {_LRU_RANKS_MAX}")
+    if not global_scope and on_ranks:
+        return _ranges(_replay_lru_seq_ranks, offsets, ev_layer, (n_experts, capacity), count_from,
+                       (hits, misses, hit_flag, np.zeros(n_blocks, dtype=np.int16),
+                        np.full(n_blocks, _RANK_OUT, dtype=np.uint8), np.zeros(n_layers, dtype=np.int64)))
     n_parts = 1 if global_scope else n_layers
     state = (np.full(n_blocks, -1, dtype=np.int32), np.full(n_blocks, -1, dtype=np.int32),
              np.full(n_parts, -1, dtype=np.int32), np.full(n_parts, -1, dtype=np.int32),
@@ -312,6 +345,97 @@ def _replay_lru_seq_global(offsets, expert, ev_layer, n_experts, capacity, count
     for i in range(offsets.shape[0] - 1):
         _lru_event(i, 0, cap, offsets, expert, ev_layer, n_experts, count_from, hits, misses, hit_flag, nxt, prv,
                    head, tail, size, inc)
+
+
+def lru_on_ranks(offsets, n_experts: int, capacity) -> bool:
+    """Whether per-layer sequential ``lru`` runs on ranks (:func:`_replay_lru_seq_ranks`): every layer's quota, at most
+    ``n_experts``, is at most :data:`_LRU_RANKS_MAX` and at most :data:`_LRU_RANKS_PER_MEMBER` times the stream's
+    mean event."""
+    n_events = offsets.shape[0] - 1
+    if n_events <= 0 or capacity.shape[0] == 0:
+        return True
+    most = min(int(capacity.max()), n_experts)
+    return most <= _LRU_RANKS_MAX and most * n_events <= _LRU_RANKS_PER_MEMBER * int(offsets[-1] - offsets[0])
+
+
+@jit_inline
+def _bits_below(m, r):
+    """Set bits of ``m`` below bit ``r`` (``0 <= r < 64``)."""
+    return np.int64(_popc(m & ((np.uint64(1) << np.uint64(r)) - np.uint64(1))))
+
+
+@jit_loop
+def _replay_lru_seq_ranks(offsets, expert, ev_layer, n_experts, capacity, count_from, hits, misses, hit_flag, P,
+                          rank, size):
+    """:func:`replay_lru_seq` per layer, an event at a time and no branch on an access's outcome (quotas up to
+    :data:`_LRU_RANKS_MAX`: :func:`lru_on_ranks`). ``P[l N : l N + size[l]]`` is layer ``l``'s recency list, newest
+    first (its members' ids), ``rank[l N + e]`` the position of its expert ``e`` there (``_RANK_OUT``: not resident).
+
+    An event's members are distinct, and each access moves its block to the front: before the event's ``i``-th
+    access (from 0) the list is the ``i`` members before it, newest first, then the list at the event's start less
+    those of them it held, cut at the quota ``c``. So that access hits where its block's rank ``r`` at the start
+    satisfies ``i + r - below < c``, ``below`` the earlier members whose rank at the start was lower than ``r``
+    (a population count of their ranks' bits). After the event the list is its last ``c`` members, newest first,
+    where it has at least ``c``; else all of them, then the list at its start less its members, cut at ``c`` (one
+    pass from the back, each kept entry moved up by the members that joined less those that left from before it).
+    Only the first ``c`` accesses of an event can hit (the ``i`` before them are already ``c``)."""
+    record = hit_flag.shape[0] > 0
+    for e in range(offsets.shape[0] - 1):
+        layer = ev_layer[e]
+        ul = _U(layer)
+        c = min(capacity[ul], n_experts)
+        lo = offsets[e]
+        n = offsets[e + 1] - lo
+        base = layer * n_experts
+        s = size[ul]
+        m = np.uint64(0)
+        n_hit = 0
+        if n >= c:                                  # the list becomes the event's last c members
+            for i in range(c):
+                a = lo + i
+                r = np.int64(rank[_U(base + expert[_U(a)])])
+                held = r < _LRU_RANKS_MAX
+                rr = r & (_LRU_RANKS_MAX - 1)       # (any bit where not held: the access misses either way)
+                hit = held & (i + rr - _bits_below(m, rr) < c)
+                m |= (np.uint64(1) << np.uint64(rr)) & (np.uint64(0) - np.uint64(held))
+                n_hit += hit
+                if record:
+                    hit_flag[_U(a)] = hit
+            for p in range(s):
+                rank[_U(base + P[_U(base + p)])] = _RANK_OUT
+            for k in range(c):
+                x = expert[_U(lo + n - 1 - k)]
+                P[_U(base + k)] = x
+                rank[_U(base + x)] = np.uint8(k)
+            size[ul] = c
+        else:
+            held_n = 0
+            for i in range(n):
+                a = lo + i
+                b = _U(base + expert[_U(a)])
+                r = np.int64(rank[b])
+                rank[b] = _RANK_MEMBER
+                held = r < _LRU_RANKS_MAX
+                rr = r & (_LRU_RANKS_MAX - 1)
+                hit = held & (i + rr - _bits_below(m, rr) < c)
+                m |= (np.uint64(1) << np.uint64(rr)) & (np.uint64(0) - np.uint64(held))
+                held_n += held
+                n_hit += hit
+                if record:
+                    hit_flag[_U(a)] = hit
+            w = n + s - held_n - 1                  # where the oldest entry kept goes
+            for p in range(s - 1, -1, -1):          # (w >= p: each entry is read before its place is written)
+                x = P[_U(base + p)]
+                kept = rank[_U(base + x)] != _RANK_MEMBER
+                P[_U(base + w)] = x
+                rank[_U(base + x)] = (np.uint8(w) if w < c else _RANK_OUT) if kept else _RANK_MEMBER
+                w -= kept
+            for k in range(n):
+                x = expert[_U(lo + n - 1 - k)]
+                P[_U(base + k)] = x
+                rank[_U(base + x)] = np.uint8(k)
+            size[ul] = min(c, n + s - held_n)
+        _count(hits, misses, layer, n, n_hit, e >= count_from)
 
 
 def replay_lfu_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, reset_freq_on_evict,

@@ -617,13 +617,14 @@ def one_pass_supported(config: ReplayConfig) -> bool:
 #: ``lrfu`` again, one run, after session 39 made their replays faster (``lru`` one event at a time, ``lfru`` at 64
 #: slots, ``lrfu``'s margin once a range): ``--quick --cost-table --policy lru --policy lfru --policy lrfu``, where they
 #: read 2.0 / 8.6 / 12.8, 21.3 / 55.8 / 72.3 and 15.9 / 47.0 / 60.7 (the event-atomic ones, kernels unchanged, within
-#: 6%); re-measure when a kernel changes.
+#: 6%); sequential ``lru`` again, one run, after session 40 replayed it on ranks (0.2-0.65 of its replay's time):
+#: ``--quick --cost-table --policy lru``, where it read 2.3 / 10.0 / 14.3; re-measure when a kernel changes.
 #: :data:`CURVE_COST_LARGE` holds the same on the 10 M-access benchmark stream, and :func:`curve_cost` interpolates
 #: between the two by the stream's length:
 #: the ratios move with it (event-atomic ``lfu``, whose rank pass moves a block past every block sharing its
 #: count, costs ~8 replays on the small streams and ~4 on the large one).
 CURVE_COST: dict[tuple[str, bool], tuple[float, float, float]] = {
-    ("lru", True): (3.2, 5.2, 7.2), ("lru", False): (2.3, 10.0, 14.3),
+    ("lru", True): (3.2, 5.2, 7.2), ("lru", False): (3.4, 14.3, 21.2),
     ("lfu", True): (9.9, 9.8, 8.6), ("lfu", False): (5.1, 4.9, 4.6),
     ("lfru", True): (15.3, 30.1, 46.2), ("lfru", False): (24.2, 63.9, 82.4),
     ("lrfu", True): (12.9, 23.1, 32.0), ("lrfu", False): (16.8, 49.1, 64.3),
@@ -640,9 +641,10 @@ CURVE_COST: dict[tuple[str, bool], tuple[float, float, float]] = {
 #: sequential rows read 19.0 / 53.0 / 69.8 and 13.7 / 42.4 / 57.5, the event-atomic ones (kernels unchanged, 16-23%
 #: above) 16.9 / 34.8 / 52.7 and 15.2 / 28.0 / 40.0); the sequential rows of ``lru``, ``lfru`` and ``lrfu`` again in
 #: session 39, ``--cost-table --policy lru --policy lfru --policy lrfu``, where they read 1.9 / 8.5 / 13.6, 20.8 /
-#: 57.9 / 76.9 and 16.4 / 51.8 / 69.1 (the event-atomic ones, kernels unchanged, within 11%).
+#: 57.9 / 76.9 and 16.4 / 51.8 / 69.1 (the event-atomic ones, kernels unchanged, within 11%); sequential ``lru`` again
+#: in session 40 (its replay on ranks), ``--cost-table --policy lru``, where it read 2.2 / 9.8 / 15.7.
 CURVE_COST_LARGE: dict[tuple[str, bool], tuple[float, float, float]] = {
-    ("lru", True): (3.7, 6.0, 8.9), ("lru", False): (2.2, 9.8, 15.7),
+    ("lru", True): (3.7, 6.0, 8.9), ("lru", False): (3.6, 16.4, 26.0),
     ("lfu", True): (4.7, 5.0, 3.5), ("lfu", False): (3.4, 3.6, 2.7),
     ("lfru", True): (20.8, 41.3, 64.4), ("lfru", False): (25.2, 67.8, 96.2),
     ("lrfu", True): (17.7, 32.1, 46.5), ("lrfu", False): (17.4, 53.6, 75.4),

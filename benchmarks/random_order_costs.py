@@ -1,0 +1,137 @@
+"""Where sequential-random's time goes: the shuffle, the shuffled order's own replay, and the two beside each other.
+
+    python benchmarks/random_order_costs.py [--steps 2600] [--rhos 0.1,0.2,0.4] [--policies lru] [--pairs 7] [--json]
+
+``sequential-random`` replays each event's members in a seeded shuffled order; its loop shuffles the stream on a
+second thread, chunk by chunk, ahead of the replay (``replay/_kernels_order.shuffled_replay``). Per policy and rho,
+on ``bench_vs_libcachesim.drifting_qwen_stream(steps)`` (48 x 128, B = 8), this prints the nanoseconds per access
+of:
+
+* ``ascending``: the sequential loop on the members as stored (``sequential-ascending``);
+* ``pre-shuffled``: the same loop on the members already in sequential-random's order (shuffled beforehand, not
+  timed): what replaying that order costs by itself;
+* ``random``: ``shuffled_replay`` over the same loop, the shuffle beside the replay (what ``replay`` runs for
+  ``sequential-random``);
+* ``shuffle``: ``shuffle_events`` alone, on one thread;
+
+the four timed in turn within each pair, their order rotated pair by pair (median over pairs), and the ratios
+``pre-shuffled`` / ``ascending`` and ``random`` / ``ascending``. Where ``random`` exceeds ``pre-shuffled``, the
+difference is what running the shuffle beside the replay costs (a wait for it, or the two cores slowing each
+other). Each row checks that the ``pre-shuffled`` and ``random`` replays' per-layer hits equal those of
+``expertcache.replay(..., semantics="sequential-random")`` (exit 1 otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _ab import machine, positive_int, rho_list  # noqa: E402
+
+#: The policies this script times: those whose sequential per-layer loop ``shuffled_replay`` runs.
+POLICIES = ("lru", "lfu", "lfru", "lrfu")
+SIDES = ("ascending", "pre-shuffled", "random", "shuffle")
+
+
+def _ranges(policy: str, s, caps, tie_pos, hits, misses):
+    """The policy's sequential per-layer loop by ranges (``_kernels_seq.*_seq_ranges``), as the engine calls it
+    with default settings (tie break random, seed 0, lambda 0.5, counts kept on eviction, no warm-up)."""
+    from expertcache.replay import _kernels_seq as KQ
+
+    flags = np.zeros(0, np.uint8)
+    L, N = s.n_layers, s.n_experts
+    if policy == "lru":
+        return KQ.lru_seq_ranges(s.offsets, s.layer, N, L, caps, 0, hits, misses, flags)
+    if policy == "lfu":
+        return KQ.lfu_seq_ranges(s.offsets, s.layer, N, L, caps, tie_pos, False, 0, hits, misses, flags)
+    if policy == "lfru":
+        return KQ.lfru_seq_ranges(s.offsets, s.layer, N, L, caps, tie_pos, 0, hits, misses, flags)
+    return KQ.lrfu_seq_ranges(s.offsets, s.layer, N, L, caps, tie_pos, 0.5, 0, hits, misses, flags)
+
+
+def row(s, policy: str, rho: float, pairs: int) -> dict:
+    """One policy and rho: the four sides' nanoseconds per access (medians), the two ratios, and the check."""
+    from expertcache.replay import ReplayConfig, engine, replay
+    from expertcache.replay import _kernels_order as KO
+
+    L, N = s.n_layers, s.n_experts
+    caps = engine.capacities_for_rho(rho, L, N)
+    _, tie_pos = engine._tie_order(engine._tie_ranks("random", 0, L * N), L, N)
+    words = engine._order_words(0)
+    order = engine._member_order(s, "sequential-random", 0)
+    n_events = s.offsets.shape[0] - 1
+
+    def timed(side: str) -> tuple[float, np.ndarray]:
+        hits = np.zeros(L, np.int64)
+        misses = np.zeros(L, np.int64)
+        if side == "shuffle":
+            work = s.expert.copy()
+            t0 = time.perf_counter()
+            KO.shuffle_events(s.offsets, work, words)
+            return time.perf_counter() - t0, hits
+        run = _ranges(policy, s, caps, tie_pos, hits, misses)
+        t0 = time.perf_counter()
+        if side == "random":
+            KO.shuffled_replay(s.offsets, s.expert, words, run)
+        else:
+            run(s.expert if side == "ascending" else order, 0, n_events)
+        return time.perf_counter() - t0, hits
+
+    want = np.array([x.hits for x in replay(s, ReplayConfig(policy=policy, rho=rho,
+                                                            semantics="sequential-random")).per_layer])
+    same = all(np.array_equal(timed(side)[1], want) for side in ("pre-shuffled", "random"))   # (also a warm-up)
+    timed("ascending")
+    timed("shuffle")
+    secs = {side: [] for side in SIDES}
+    for k in range(pairs):
+        for j in range(len(SIDES)):
+            side = SIDES[(j + k) % len(SIDES)]
+            secs[side].append(timed(side)[0])
+    ns = {side: statistics.median(v) / s.union * 1e9 for side, v in secs.items()}
+    return {"policy": policy, "rho": rho, "ns_per_access": ns,
+            "pre_shuffled_over_ascending": ns["pre-shuffled"] / ns["ascending"],
+            "random_over_ascending": ns["random"] / ns["ascending"], "hits_equal": same}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=positive_int, default=2600, help="scheduling steps (default 2600, ~5 M accesses)")
+    ap.add_argument("--rhos", type=rho_list, default=[0.1, 0.2, 0.4], help="comma list (default 0.1,0.2,0.4)")
+    ap.add_argument("--policies", default="lru", help=f"comma list of {', '.join(POLICIES)} (default lru)")
+    ap.add_argument("--pairs", type=positive_int, default=7, help="rounds of the four sides (default 7)")
+    ap.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    args = ap.parse_args(argv)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    bad = [p for p in policies if p not in POLICIES]
+    if bad or not policies:
+        ap.error(f"--policies: expected a comma list of {', '.join(POLICIES)}; got {args.policies!r}")
+
+    from bench_vs_libcachesim import drifting_qwen_stream
+
+    s = drifting_qwen_stream(args.steps, sample_seed=1)
+    rows = [row(s, p, rho, args.pairs) for p in policies for rho in args.rhos]
+    if args.json:
+        print(json.dumps({"machine": machine(), "steps": args.steps, "union": int(s.union), "pairs": args.pairs,
+                          "rows": rows}))
+    else:
+        print(f"machine: {machine()}")
+        print(f"stream: {s.n_events} events, {s.union} union accesses; ns per access, median of {args.pairs} rounds")
+        print(f"{'policy':<7}{'rho':>6}" + "".join(f"{x:>14}" for x in SIDES)
+              + f"{'pre/asc':>9}{'rand/asc':>10}  hits equal")
+        for r in rows:
+            print(f"{r['policy']:<7}{r['rho']:>6}" + "".join(f"{r['ns_per_access'][x]:>14.2f}" for x in SIDES)
+                  + f"{r['pre_shuffled_over_ascending']:>9.2f}{r['random_over_ascending']:>10.2f}  "
+                  + ("yes" if r["hits_equal"] else "NO"))
+    return 0 if all(r["hits_equal"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
