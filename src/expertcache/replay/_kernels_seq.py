@@ -359,9 +359,25 @@ def lru_on_ranks(offsets, n_experts: int, capacity) -> bool:
 
 
 @jit_inline
-def _bits_below(m, r):
-    """Set bits of ``m`` below bit ``r`` (``0 <= r < 64``)."""
-    return np.int64(_popc(m & ((np.uint64(1) << np.uint64(r)) - np.uint64(1))))
+def _rank_hit(i, r, m, c):
+    """The ``i``-th access of an event (from 0) to a block of rank ``r`` at the event's start (``_RANK_OUT``: not
+    resident), quota ``c``, the ranks of the earlier members that were held as the bits of ``m``: ``(hit, held, m``
+    with ``r``'s bit set where held``)``. It hits where ``i + r - below < c``, ``below`` the bits of ``m`` under ``r``;
+    no branch on the outcome (a rank not held is masked to any bit: the access misses either way)."""
+    held = r < _LRU_RANKS_MAX
+    rr = r & (_LRU_RANKS_MAX - 1)
+    below = np.int64(_popc(m & ((np.uint64(1) << np.uint64(rr)) - np.uint64(1))))
+    hit = held & (i + rr - below < c)
+    return hit, held, m | ((np.uint64(1) << np.uint64(rr)) & (np.uint64(0) - np.uint64(held)))
+
+
+@jit_inline
+def _rank_front(P, rank, base, expert, lo, n, k_end):
+    """The event's last ``k_end`` members (of ``n`` from ``lo``), newest first, into the list's first places."""
+    for k in range(k_end):
+        x = expert[_U(lo + n - 1 - k)]
+        P[_U(base + k)] = x
+        rank[_U(base + x)] = np.uint8(k)
 
 
 @jit_loop
@@ -375,10 +391,11 @@ def _replay_lru_seq_ranks(offsets, expert, ev_layer, n_experts, capacity, count_
     access (from 0) the list is the ``i`` members before it, newest first, then the list at the event's start less
     those of them it held, cut at the quota ``c``. So that access hits where its block's rank ``r`` at the start
     satisfies ``i + r - below < c``, ``below`` the earlier members whose rank at the start was lower than ``r``
-    (a population count of their ranks' bits). After the event the list is its last ``c`` members, newest first,
-    where it has at least ``c``; else all of them, then the list at its start less its members, cut at ``c`` (one
-    pass from the back, each kept entry moved up by the members that joined less those that left from before it).
-    Only the first ``c`` accesses of an event can hit (the ``i`` before them are already ``c``)."""
+    (:func:`_rank_hit`). After the event the list is its last ``c`` members, newest first, where it has at least
+    ``c``; else all of them, then the list at its start less its members, cut at ``c`` (one pass from the back, each
+    kept entry moved up by the members that joined less those that left from before it; a member's rank byte reads
+    ``_RANK_MEMBER`` meanwhile). Only the first ``c`` accesses of an event can hit (the ``i`` before them are already
+    ``c``)."""
     record = hit_flag.shape[0] > 0
     for e in range(offsets.shape[0] - 1):
         layer = ev_layer[e]
@@ -393,32 +410,21 @@ def _replay_lru_seq_ranks(offsets, expert, ev_layer, n_experts, capacity, count_
         if n >= c:                                  # the list becomes the event's last c members
             for i in range(c):
                 a = lo + i
-                r = np.int64(rank[_U(base + expert[_U(a)])])
-                held = r < _LRU_RANKS_MAX
-                rr = r & (_LRU_RANKS_MAX - 1)       # (any bit where not held: the access misses either way)
-                hit = held & (i + rr - _bits_below(m, rr) < c)
-                m |= (np.uint64(1) << np.uint64(rr)) & (np.uint64(0) - np.uint64(held))
+                hit, _, m = _rank_hit(i, np.int64(rank[_U(base + expert[_U(a)])]), m, c)
                 n_hit += hit
                 if record:
                     hit_flag[_U(a)] = hit
             for p in range(s):
                 rank[_U(base + P[_U(base + p)])] = _RANK_OUT
-            for k in range(c):
-                x = expert[_U(lo + n - 1 - k)]
-                P[_U(base + k)] = x
-                rank[_U(base + x)] = np.uint8(k)
+            _rank_front(P, rank, base, expert, lo, n, c)
             size[ul] = c
         else:
             held_n = 0
             for i in range(n):
                 a = lo + i
                 b = _U(base + expert[_U(a)])
-                r = np.int64(rank[b])
+                hit, held, m = _rank_hit(i, np.int64(rank[b]), m, c)
                 rank[b] = _RANK_MEMBER
-                held = r < _LRU_RANKS_MAX
-                rr = r & (_LRU_RANKS_MAX - 1)
-                hit = held & (i + rr - _bits_below(m, rr) < c)
-                m |= (np.uint64(1) << np.uint64(rr)) & (np.uint64(0) - np.uint64(held))
                 held_n += held
                 n_hit += hit
                 if record:
@@ -430,10 +436,7 @@ def _replay_lru_seq_ranks(offsets, expert, ev_layer, n_experts, capacity, count_
                 P[_U(base + w)] = x
                 rank[_U(base + x)] = (np.uint8(w) if w < c else _RANK_OUT) if kept else _RANK_MEMBER
                 w -= kept
-            for k in range(n):
-                x = expert[_U(lo + n - 1 - k)]
-                P[_U(base + k)] = x
-                rank[_U(base + x)] = np.uint8(k)
+            _rank_front(P, rank, base, expert, lo, n, n)
             size[ul] = min(c, n + s - held_n)
         _count(hits, misses, layer, n, n_hit, e >= count_from)
 
