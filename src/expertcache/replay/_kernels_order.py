@@ -118,7 +118,8 @@ def shuffle_events(offsets, expert, pcg):
         The generator's state and increment (:func:`pcg64_words`); not updated.
     """
     st = np.zeros(6, dtype=np.uint64)
-    st[:4] = pcg
+    for q in range(4):    # not ``st[:4] = pcg``: a slice assignment also compiles numba's shape-mismatch message
+        st[q] = pcg[q]    # (first compile 2.7 s with it, 0.8 s without: docs/performance.md, *Session 40*)
     shuffle_range(offsets, expert, st, 0, offsets.shape[0] - 1)
 
 
