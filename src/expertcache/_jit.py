@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+
 import numba
+from numba.core import event as _event
+
+from . import _notes
 
 #: ``@njit`` with on-disk caching (first-call compile is paid once per machine),
 #: the GIL released (kernels may run in threads) and numpy's error model.
@@ -26,3 +31,28 @@ jit_inline = numba.njit(cache=True, nogil=True, error_model="numpy", _nrt=False,
 #: per-layer ``lru`` 0.91-0.97 and ``lfru`` 0.92-0.95 of the time without them on the AMD core (docs/performance.md,
 #: *Session 32*). Such a loop cannot return an array, and numba rejects one that allocates.
 jit_loop = numba.njit(cache=True, nogil=True, error_model="numpy", _nrt=False)
+
+
+#: The note :data:`._notes.compile_note` switches on.
+COMPILE_NOTE = ("expertcache: compiling kernels for this machine at their first use (20-40 s in all on a first run; "
+                "later runs load them from the cache)")
+
+
+class _FirstCompile(_event.Listener):
+    """Prints :data:`COMPILE_NOTE` on stderr once a process, when an expertcache kernel starts to compile (numba
+    broadcasts ``numba:compile`` only where no cached copy was found) and :data:`._notes.compile_note` is on."""
+
+    said = False
+
+    def on_start(self, event) -> None:
+        if _notes.compile_note and not _FirstCompile.said and str(
+                getattr(getattr(event.data.get("dispatcher"), "py_func", None), "__module__", "")).startswith(
+                "expertcache"):
+            _FirstCompile.said = True
+            print(COMPILE_NOTE, file=sys.stderr, flush=True)
+
+    def on_end(self, event) -> None:
+        pass
+
+
+_event.register("numba:compile", _FirstCompile())

@@ -355,6 +355,9 @@ def configure_logging(verbose: int = 0, quiet: bool = False) -> None:
 
     global _QUIET
     _QUIET = bool(quiet)
+    from .. import _notes
+
+    _notes.compile_note = not _QUIET and sys.stderr.isatty()   # kernels compiling at first use: said once
     level = logging.ERROR if quiet else (logging.WARNING, logging.INFO)[min(verbose, 1)] if verbose < 2 \
         else logging.DEBUG
     logger = logging.getLogger("expertcache")

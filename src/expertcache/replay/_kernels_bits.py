@@ -94,7 +94,10 @@ def _most_layer_events(ev_layer, n_layers):
     counts = np.zeros(max(n_layers, 1), dtype=np.int64)
     for i in range(ev_layer.shape[0]):
         counts[_U(ev_layer[i])] += 1
-    return counts.max()
+    most = 0
+    for layer in range(counts.shape[0]):       # a loop, not ``counts.max()`` (its first compile 1.0-1.1 s with it, 0.6 s without)
+        most = max(most, counts[layer])
+    return most
 
 
 @jit_inline
