@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     args = ap.parse_args(argv)
     if max(args.rhos) * 128 > 64.5:
-        ap.error("--rhos: quotas up to 64 (rho up to 0.5 at 128 experts); larger ones run on lists only")
+        ap.error("--rhos: expected rho values up to 0.5 (quotas up to 64 of 128 experts; larger ones run on lists "
+                 "only)")
 
     from bench_scaling import routed_stream
 

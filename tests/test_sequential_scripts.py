@@ -1,0 +1,51 @@
+"""``benchmarks/lru_ranks_shapes.py`` and ``benchmarks/random_order_costs.py``: they run, check the hits they time, and
+refuse bad arguments in one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import ROOT
+
+from expertcache.replay import _kernels_seq as KQ
+
+SHAPES = ROOT / "benchmarks" / "lru_ranks_shapes.py"
+COSTS = ROOT / "benchmarks" / "random_order_costs.py"
+
+
+def _run(script, *args):
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=600)
+
+
+def test_the_shapes_script_times_both_loops_and_names_the_rule():
+    r = _run(SHAPES, "--batches", "1,16", "--rhos", "0.1,0.5", "--accesses", "30000", "--pairs", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["rows"]
+    assert [(x["batch"], x["rho"]) for x in rows] == [(1, 0.1), (1, 0.5), (16, 0.1), (16, 0.5)]
+    for x in rows:
+        assert x["hits_equal"] and x["quota"] <= KQ._LRU_RANKS_MAX
+        assert x["rule_picks"] == ("ranks" if x["quota"] <= KQ._LRU_RANKS_PER_MEMBER * x["mean_event"] else "lists")
+        for order in ("ascending", "shuffled"):
+            assert x[order]["ranks_ns"] > 0 and x[order]["lists_ns"] > 0 and x[order]["ratio"] > 0
+    assert {x["rule_picks"] for x in rows} == {"ranks", "lists"}     # batch 1 at rho 0.5: 64 > 4 x 8
+
+
+def test_the_random_order_script_splits_the_time_and_checks_the_hits():
+    r = _run(COSTS, "--steps", "12", "--rhos", "0.1,0.4", "--policies", "lru,lfu", "--pairs", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["rows"]
+    assert [(x["policy"], x["rho"]) for x in rows] == [("lru", 0.1), ("lru", 0.4), ("lfu", 0.1), ("lfu", 0.4)]
+    for x in rows:
+        assert x["hits_equal"]
+        assert set(x["ns_per_access"]) == {"ascending", "pre-shuffled", "random", "shuffle"}
+        assert x["random_over_ascending"] == x["ns_per_access"]["random"] / x["ns_per_access"]["ascending"]
+
+
+def test_bad_arguments_get_one_line_and_exit_2():
+    for script, args in ((SHAPES, ["--rhos", "0.6"]), (SHAPES, ["--batches", "0"]), (SHAPES, ["--batches", "x"]),
+                         (COSTS, ["--policies", "belady"]), (COSTS, ["--steps", "0"]), (COSTS, ["--rhos", "2"])):
+        r = _run(script, *args)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (script.name, args)
+        assert "expected" in r.stderr.strip().splitlines()[-1], (script.name, args, r.stderr)
