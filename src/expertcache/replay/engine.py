@@ -20,6 +20,7 @@ from . import _kernels_bits as KB
 from . import _kernels_lfru as KL
 from . import _kernels_lfru_groups as KG
 from . import _kernels_lfru_slots as KS
+from . import _kernels_lfu_buckets as KLB
 from . import _kernels_order as KO
 from . import _kernels_ranked as KR
 from . import _kernels_seq as KQ
@@ -488,6 +489,14 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
             run = KQ.lrfu_seq_ranges(offsets, layer, n_experts, n_layers, caps, tie_pos, _lam(config, policy),
                                      config.warmup_events, hits, misses, hit_flag)
         return _sequential(config, offsets, expert, run)
+    if policy.key_code == KEY_LFU and global_scope and KLB.fits(n_layers * n_experts, int(caps[0]),
+                                                                 int(K._max_unit(offsets, atomic))):
+        # one pool, either semantics: residents in count buckets (bitsets over tie positions), the lowest two
+        # tzcnt away, where the heap loop sifted at every access
+        tie_pos = np.empty(tie.shape[0], dtype=np.int64)
+        tie_pos[np.argsort(tie, kind="stable")] = np.arange(tie.shape[0], dtype=np.int64)
+        return KLB.replay_lfu_buckets(offsets, expert, layer, n_experts, n_layers, atomic, caps, tie_pos, reset,
+                                      config.warmup_events, hits, misses, hit_flag)
     bits = _ranked_bits(policy.key_code, offsets, step, n_layers * n_experts, atomic)
     if bits is not None:
         # where event-atomic units per layer are a large share of the quota, keep the residents sorted and
