@@ -45,9 +45,10 @@ class _FirstCompile(_event.Listener):
     said = False
 
     def on_start(self, event) -> None:
-        if _notes.compile_note and not _FirstCompile.said and str(
-                getattr(getattr(event.data.get("dispatcher"), "py_func", None), "__module__", "")).startswith(
-                "expertcache"):
+        if not _notes.compile_note or _FirstCompile.said:
+            return
+        func = getattr(event.data.get("dispatcher"), "py_func", None)
+        if str(getattr(func, "__module__", "")).startswith("expertcache"):
             _FirstCompile.said = True
             print(COMPILE_NOTE, file=sys.stderr, flush=True)
 

@@ -95,8 +95,8 @@ def _most_layer_events(ev_layer, n_layers):
     for i in range(ev_layer.shape[0]):
         counts[_U(ev_layer[i])] += 1
     most = 0
-    for layer in range(counts.shape[0]):       # a loop, not ``counts.max()`` (its first compile 1.0-1.1 s with it, 0.6 s without)
-        most = max(most, counts[layer])
+    for layer in range(counts.shape[0]):    # a loop, not ``counts.max()``: its first compile 0.6 s, 1.0-1.1 s with it
+        most = max(most, counts[layer])     # (docs/performance.md, *Session 40*)
     return most
 
 
