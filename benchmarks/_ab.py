@@ -1,5 +1,6 @@
 """Alternated A/B timing shared by the kernel benchmarks (``kernel_ab.py``, ``lfru_slots_vs_groups.py``), and the
-argument types of the counting scripts (``seq_outcomes.py``, ``lfru_global_fronts.py``).
+argument types and output of the scripts that check what they time or count (``seq_outcomes.py``,
+``lfru_global_fronts.py``, ``random_order_costs.py``, ``lru_ranks_shapes.py``).
 
 A kernel's time moves by up to ~15% with where its code lands in a process (docs/performance.md, *Placement
 noise*), so each benchmark times both sides in one process, alternated pair by pair, in several fresh
@@ -9,6 +10,7 @@ processes, and reports the median over the processes of each one's median ratio,
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -102,3 +104,21 @@ def positive_int(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return int(text)
+
+
+def report(rows: list[dict], as_json: bool, meta: dict, header: list[str], line: Callable[[dict], str]) -> int:
+    """Print the rows as one JSON object (``meta``, then ``rows``) or as the ``header`` lines and one ``line(row)``
+    each; return the exit status of a script whose rows each check the shipped kernel: 0 where every row's
+    ``hits_equal`` holds, else 1."""
+    if as_json:
+        print(json.dumps({**meta, "rows": rows}))
+    else:
+        print("\n".join(header))
+        for r in rows:
+            print(line(r))
+    return 0 if all(r["hits_equal"] for r in rows) else 1
+
+
+def yes_no(ok: bool) -> str:
+    """A table's ``hits equal`` cell."""
+    return "yes" if ok else "NO"

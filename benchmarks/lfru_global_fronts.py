@@ -21,7 +21,6 @@ times ``L``. The shipped group loop's hits (``_kernels_lfru_groups.replay_lfru_g
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -30,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _ab import positive_int, rho_list  # noqa: E402
+from _ab import positive_int, report, rho_list, yes_no  # noqa: E402
 
 
 @numba.njit(cache=False)
@@ -123,15 +122,11 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"rho": rho, "pool": cap, "evictions_per_access": int(out[0]) / n,
                      "groups": int(out[2]) / k, "leaving_rank": int(out[3]) / k,
                      "hits_equal": bool((hits == _shipped_hits(s, cap, tie)).all())})
-    if a.json:
-        print(json.dumps({"accesses": n, "rows": rows}))
-    else:
-        print(f"stream: {s.offsets.shape[0] - 1} events, {n} accesses; means over every {a.every}th eviction")
-        print(f"{'rho':>5} {'pool':>6} {'evict/acc':>9} {'groups':>7} {'leaving rank':>12}  hits equal")
-        for r in rows:
-            print(f"{r['rho']:5.2f} {r['pool']:6d} {r['evictions_per_access']:9.3f} {r['groups']:7.1f} "
-                  f"{r['leaving_rank']:12.1f}  {'yes' if r['hits_equal'] else 'NO'}")
-    return 0 if all(r["hits_equal"] for r in rows) else 1
+    return report(rows, a.json, {"accesses": n},
+                  [f"stream: {s.offsets.shape[0] - 1} events, {n} accesses; means over every {a.every}th eviction",
+                   f"{'rho':>5} {'pool':>6} {'evict/acc':>9} {'groups':>7} {'leaving rank':>12}  hits equal"],
+                  lambda r: f"{r['rho']:5.2f} {r['pool']:6d} {r['evictions_per_access']:9.3f} {r['groups']:7.1f} "
+                            f"{r['leaving_rank']:12.1f}  {yes_no(r['hits_equal'])}")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ otherwise). Quotas past 64 run on lists only (ranks take one word of bits), so r
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -27,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _ab import machine, positive_int, rho_list  # noqa: E402
+from _ab import machine, positive_int, report, rho_list, yes_no  # noqa: E402
 
 
 def _int_list(text: str) -> list[int]:
@@ -95,19 +94,18 @@ def main(argv: list[str] | None = None) -> int:
         s = routed_stream(48, 128, b, args.accesses)
         for rho in args.rhos:
             rows.append({"batch": b, "mean_event": s.union / s.n_events, **row(s, rho, args.pairs)})
-    if args.json:
-        print(json.dumps({"machine": machine(), "accesses": args.accesses, "pairs": args.pairs, "rows": rows}))
-    else:
-        print(f"machine: {machine()}")
-        print(f"ns per access (medians of {args.pairs} alternated pairs); ranks / lists: median of per-pair ratios")
-        print(f"{'B':>3} {'|E|':>6} {'rho':>5} {'c':>3}  {'asc ranks':>9} {'lists':>6} {'ratio':>6}  "
-              f"{'shuf ranks':>10} {'lists':>6} {'ratio':>6}  rule   hits equal")
-        for r in rows:
-            a, z = r["ascending"], r["shuffled"]
-            print(f"{r['batch']:>3} {r['mean_event']:>6.1f} {r['rho']:>5} {r['quota']:>3}  {a['ranks_ns']:>9.2f} "
-                  f"{a['lists_ns']:>6.2f} {a['ratio']:>6.2f}  {z['ranks_ns']:>10.2f} {z['lists_ns']:>6.2f} "
-                  f"{z['ratio']:>6.2f}  {r['rule_picks']:<6} {'yes' if r['hits_equal'] else 'NO'}")
-    return 0 if all(r["hits_equal"] for r in rows) else 1
+    def line(r: dict) -> str:
+        a, z = r["ascending"], r["shuffled"]
+        return (f"{r['batch']:>3} {r['mean_event']:>6.1f} {r['rho']:>5} {r['quota']:>3}  {a['ranks_ns']:>9.2f} "
+                f"{a['lists_ns']:>6.2f} {a['ratio']:>6.2f}  {z['ranks_ns']:>10.2f} {z['lists_ns']:>6.2f} "
+                f"{z['ratio']:>6.2f}  {r['rule_picks']:<6} {yes_no(r['hits_equal'])}")
+
+    return report(rows, args.json, {"machine": machine(), "accesses": args.accesses, "pairs": args.pairs},
+                  [f"machine: {machine()}",
+                   f"ns per access (medians of {args.pairs} alternated pairs); ranks / lists: median of per-pair "
+                   "ratios",
+                   f"{'B':>3} {'|E|':>6} {'rho':>5} {'c':>3}  {'asc ranks':>9} {'lists':>6} {'ratio':>6}  "
+                   f"{'shuf ranks':>10} {'lists':>6} {'ratio':>6}  rule   hits equal"], line)
 
 
 if __name__ == "__main__":

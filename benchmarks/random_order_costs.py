@@ -24,7 +24,6 @@ other). Each row checks that the ``pre-shuffled`` and ``random`` replays' per-la
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -34,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _ab import machine, positive_int, rho_list  # noqa: E402
+from _ab import machine, positive_int, report, rho_list, yes_no  # noqa: E402
 
 #: The policies this script times: those whose sequential per-layer loop ``shuffled_replay`` runs.
 POLICIES = ("lru", "lfu", "lfru", "lrfu")
@@ -118,19 +117,16 @@ def main(argv: list[str] | None = None) -> int:
 
     s = drifting_qwen_stream(args.steps, sample_seed=1)
     rows = [row(s, p, rho, args.pairs) for p in policies for rho in args.rhos]
-    if args.json:
-        print(json.dumps({"machine": machine(), "steps": args.steps, "union": int(s.union), "pairs": args.pairs,
-                          "rows": rows}))
-    else:
-        print(f"machine: {machine()}")
-        print(f"stream: {s.n_events} events, {s.union} union accesses; ns per access, median of {args.pairs} rounds")
-        print(f"{'policy':<7}{'rho':>6}" + "".join(f"{x:>14}" for x in SIDES)
-              + f"{'pre/asc':>9}{'rand/asc':>10}  hits equal")
-        for r in rows:
-            print(f"{r['policy']:<7}{r['rho']:>6}" + "".join(f"{r['ns_per_access'][x]:>14.2f}" for x in SIDES)
+    return report(rows, args.json,
+                  {"machine": machine(), "steps": args.steps, "union": int(s.union), "pairs": args.pairs},
+                  [f"machine: {machine()}",
+                   f"stream: {s.n_events} events, {s.union} union accesses; ns per access, median of {args.pairs} "
+                   "rounds",
+                   f"{'policy':<7}{'rho':>6}" + "".join(f"{x:>14}" for x in SIDES)
+                   + f"{'pre/asc':>9}{'rand/asc':>10}  hits equal"],
+                  lambda r: f"{r['policy']:<7}{r['rho']:>6}" + "".join(f"{r['ns_per_access'][x]:>14.2f}" for x in SIDES)
                   + f"{r['pre_shuffled_over_ascending']:>9.2f}{r['random_over_ascending']:>10.2f}  "
-                  + ("yes" if r["hits_equal"] else "NO"))
-    return 0 if all(r["hits_equal"] for r in rows) else 1
+                  + yes_no(r["hits_equal"]))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ the shipped kernels' hit counts is printed beside (``hits equal``), so a row sta
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -31,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _ab import positive_int, rho_list  # noqa: E402
+from _ab import positive_int, report, rho_list, yes_no  # noqa: E402
 
 #: The policies of the rows and their codes in :func:`outcomes`.
 _CODES = {"lfu": 0, "lrfu": 1, "lfru": 2}
@@ -140,15 +139,11 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"policy": policy, "rho": rho, "hit": out[0] / n, "leave_at_once": out[1] / n,
                          "admit": out[2] / n, "outcome_changes": out[3] / n,
                          "hits_equal": bool((hits == _shipped_hits(s, caps, tie_pos, policy)).all())})
-    if a.json:
-        print(json.dumps({"accesses": int(n), "rows": rows}))
-    else:
-        print(f"stream: {s.offsets.shape[0] - 1} events, {n} accesses; shares of accesses")
-        print(f"{'policy':6} {'rho':>5} {'hit':>7} {'leave':>7} {'admit':>7} {'change':>7}  hits equal")
-        for r in rows:
-            print(f"{r['policy']:6} {r['rho']:5.2f} {r['hit']:7.3f} {r['leave_at_once']:7.3f} {r['admit']:7.3f} "
-                  f"{r['outcome_changes']:7.3f}  {'yes' if r['hits_equal'] else 'NO'}")
-    return 0 if all(r["hits_equal"] for r in rows) else 1
+    return report(rows, a.json, {"accesses": int(n)},
+                  [f"stream: {s.offsets.shape[0] - 1} events, {n} accesses; shares of accesses",
+                   f"{'policy':6} {'rho':>5} {'hit':>7} {'leave':>7} {'admit':>7} {'change':>7}  hits equal"],
+                  lambda r: f"{r['policy']:6} {r['rho']:5.2f} {r['hit']:7.3f} {r['leave_at_once']:7.3f} "
+                            f"{r['admit']:7.3f} {r['outcome_changes']:7.3f}  {yes_no(r['hits_equal'])}")
 
 
 if __name__ == "__main__":

@@ -493,8 +493,7 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
                                                                  int(K._max_unit(offsets, atomic))):
         # one pool, either semantics: residents in count buckets (bitsets over tie positions), the lowest two
         # tzcnt away, where the heap loop sifted at every access
-        tie_pos = np.empty(tie.shape[0], dtype=np.int64)
-        tie_pos[np.argsort(tie, kind="stable")] = np.arange(tie.shape[0], dtype=np.int64)
+        _, tie_pos = _tie_order(tie, 1, tie.shape[0])      # positions among all blocks: one "layer" of L N
         return KLB.replay_lfu_buckets(offsets, expert, layer, n_experts, n_layers, atomic, caps, tie_pos, reset,
                                       config.warmup_events, hits, misses, hit_flag)
     bits = _ranked_bits(policy.key_code, offsets, step, n_layers * n_experts, atomic)
