@@ -21,6 +21,7 @@ from . import _kernels_lfru as KL
 from . import _kernels_lfru_groups as KG
 from . import _kernels_lfru_slots as KS
 from . import _kernels_lfu_buckets as KLB
+from . import _kernels_lrfu_global as KLR
 from . import _kernels_order as KO
 from . import _kernels_ranked as KR
 from . import _kernels_seq as KQ
@@ -496,6 +497,12 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
         _, tie_pos = _tie_order(tie, 1, tie.shape[0])      # positions among all blocks: one "layer" of L N
         return KLB.replay_lfu_buckets(offsets, expert, layer, n_experts, n_layers, atomic, caps, tie_pos, reset,
                                       config.warmup_events, hits, misses, hit_flag)
+    if policy.key_code == KEY_LRFU and global_scope:
+        # one pool, either semantics: only the low keys ordered (a sorted run and a side list), where the heap loop
+        # sifted at every access (benchmarks/lrfu_global.py)
+        _, tie_pos = _tie_order(tie, 1, tie.shape[0])
+        return KLR.replay_lrfu_global(offsets, expert, layer, n_experts, n_layers, atomic, caps, tie_pos,
+                                      _lam(config, policy), config.warmup_events, hits, misses, hit_flag)
     bits = _ranked_bits(policy.key_code, offsets, step, n_layers * n_experts, atomic)
     if bits is not None:
         # where event-atomic units per layer are a large share of the quota, keep the residents sorted and
