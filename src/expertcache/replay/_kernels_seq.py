@@ -608,6 +608,93 @@ def _packed_value(x, tp, hmask):
     return np.int32((_f32_bits(v) & hmask) | tp)
 
 
+def replay_belady_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, access_next, forced,
+                      count_from, hits, misses, hit_flag):
+    """Sequential (one unit per access, in the order of ``expert``), per-layer ``belady`` (``forced`` false: a miss
+    whose next use is the farthest is not admitted) or ``belady-forced``: the decision of
+    :func:`._kernels.replay_belady`, whose 8-ary heap sifted at every access (about 30 ns an access on the benchmark
+    stream).
+
+    A layer's residents sit in slots (its quota rounded up to 8), each holding a packed key ``next_use << tbits |
+    (2**tbits - 1 - tp)`` (the farthest next use leaves first, then the lower tie position; -1 in a free slot). A hit
+    only raises its block's key (its next use moves on), so the layer's largest key is kept through its accesses by
+    a maximum and sought again, by one vectorized pass over the layer's slots, only at the eviction after the one
+    that took it; the block that comes in takes the leaving one's slot. ``access_next`` is
+    :func:`._kernels.next_use`'s for one unit per access; ``tie_pos`` each block's position in its layer by ascending
+    tie rank (``N <= 1024``); the other parameters are those of ``replay_belady``."""
+    tbits = _tie_bits(n_experts)
+    npad = (n_experts + 63) // 64 * 64
+    n_slots = max((min(int(capacity.max()) if capacity.shape[0] else 0, n_experts) + 7) // 8 * 8, 8)
+    _replay_belady_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos.astype(np.int32), access_next, tbits,
+                       bool(forced), count_from, hits, misses, hit_flag, np.full(n_layers * n_slots, -1, np.int64),
+                       np.full(n_layers * npad, -1, np.int32), np.zeros(n_layers, dtype=np.int64),
+                       np.full(n_layers, -1, dtype=np.int64))
+
+
+@jit_helper
+def _largest(rk, o, n):
+    """The largest of -1 and ``rk[o:o + n]``: one vectorized reduction."""
+    m = np.int64(-1)
+    for q in range(o, o + n):
+        m = max(m, rk[_U(q)])
+    return m
+
+
+@jit_loop
+def _replay_belady_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, access_next, tbits, forced,
+                       count_from, hits, misses, hit_flag, rk, slot, size, maxk):
+    """The loop of :func:`replay_belady_seq`: ``rk[l * S + s]`` the packed key in layer ``l``'s slot ``s`` (``S``
+    slots a layer; -1: free), ``slot[l * 64 W + j]`` the slot of layer ``l``'s tie position ``j`` (-1: not
+    resident), ``size[l]`` the layer's residents, ``maxk[l]`` its largest key where known (-1 where not)."""
+    record = hit_flag.shape[0] > 0
+    npad = (n_experts + 63) // 64 * 64
+    n_slots = rk.shape[0] // maxk.shape[0]
+    mask = (np.int64(1) << tbits) - 1
+    for i in range(offsets.shape[0] - 1):
+        layer = ev_layer[i]
+        ul = _U(layer)
+        cap = min(capacity[ul], n_experts)
+        base = layer * n_experts
+        pbase = layer * npad
+        sbase = layer * n_slots
+        lo = offsets[i]
+        n = offsets[i + 1] - lo
+        n_hit = 0
+        mk = maxk[ul]
+        for a in range(lo, lo + n):
+            tp = np.int64(tie_pos[_U(base + expert[_U(a)])])
+            j = _U(pbase + tp)
+            key = (np.int64(access_next[_U(a)]) << tbits) | (mask - tp)
+            s = np.int64(slot[j])
+            if s >= 0:                 # a hit: its key rises (its next use moves on), and so may the largest
+                old = rk[_U(sbase + s)]
+                rk[_U(sbase + s)] = key
+                n_hit += 1
+                if record:
+                    hit_flag[_U(a)] = 1
+                if mk >= 0:            # (a key that fell from the largest: sought again; no next use falls)
+                    mk = key if key > mk else (-1 if old == mk else mk)
+            elif size[ul] < cap:       # the layer fills
+                s = size[ul]
+                slot[j] = s
+                rk[_U(sbase + s)] = key
+                size[ul] = s + 1
+                mk = max(mk, key) if mk >= 0 else mk
+            else:
+                if mk < 0:
+                    mk = _largest(rk, sbase, n_slots)
+                if mk < 0 or (key > mk and not forced):     # no resident (a quota of 0), or the farthest next use:
+                    continue                                # the block leaves at once
+                v = _U(pbase + (mask - (mk & mask)))        # the farthest resident leaves; the block takes its slot
+                s = np.int64(slot[v])
+                slot[v] = -1
+                slot[j] = s
+                rk[_U(sbase + s)] = key
+                mk = -1
+        maxk[ul] = mk
+        _count(hits, misses, layer, n, n_hit, i >= count_from)
+
+
 def replay_lrfu_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, lam, count_from, hits,
                     misses, hit_flag):
     """Sequential (one unit per access), per-layer ``lrfu``: the decision of :func:`._kernels.replay_heap`.

@@ -437,6 +437,13 @@ def _loop_belady(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, h
         hit_flag[:] = 0
         access_next = K.next_use(offsets, expert, layer, n_experts, n_layers, atomic)
         args = (*args[:-1], access_next)
+    if not atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS:
+        # one unit per access, per layer: packed keys in slots, the largest held through an event, where the heap
+        # loop sifted at every access (docs/performance.md, *Session 41*)
+        _, tie_pos = _tie_order(tie, n_layers, n_experts)
+        return KQ.replay_belady_seq(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, access_next,
+                                    policy.key_code == KEY_BELADY_FORCED, config.warmup_events, hits, misses,
+                                    hit_flag)
     if n_layers * n_experts >= (1 << 23):   # the int64 key packs the tie rank into 23 bits
         return _loop_generic(args, config, policy, caps, tie, hits, misses, hit_flag)
     K.replay_belady(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, access_next, caps, tie,
@@ -633,7 +640,10 @@ def one_pass_supported(config: ReplayConfig) -> bool:
 #: slots, ``lrfu``'s margin once a range): ``--quick --cost-table --policy lru --policy lfru --policy lrfu``, where they
 #: read 2.0 / 8.6 / 12.8, 21.3 / 55.8 / 72.3 and 15.9 / 47.0 / 60.7 (the event-atomic ones, kernels unchanged, within
 #: 6%); sequential ``lru`` again, one run, after session 40 replayed it on ranks (0.2-0.65 of its replay's time):
-#: ``--quick --cost-table --policy lru``, where it read 2.3 / 10.0 / 14.3; re-measure when a kernel changes.
+#: ``--quick --cost-table --policy lru``, where it read 2.3 / 10.0 / 14.3; sequential ``belady`` again, one run, after
+#: session 41 replayed it on slots (0.19-0.39 of its replay's time): ``--quick --cost-table --policy belady``, where it
+#: read 10.6 / 21.3 / 25.8 (the event-atomic row, kernel unchanged, 10.7 / 19.1 / 26.0); re-measure when a kernel
+#: changes.
 #: :data:`CURVE_COST_LARGE` holds the same on the 10 M-access benchmark stream, and :func:`curve_cost` interpolates
 #: between the two by the stream's length:
 #: the ratios move with it (event-atomic ``lfu``, whose rank pass moves a block past every block sharing its
@@ -643,7 +653,7 @@ CURVE_COST: dict[tuple[str, bool], tuple[float, float, float]] = {
     ("lfu", True): (9.9, 9.8, 8.6), ("lfu", False): (5.1, 4.9, 4.6),
     ("lfru", True): (15.3, 30.1, 46.2), ("lfru", False): (24.2, 63.9, 82.4),
     ("lrfu", True): (12.9, 23.1, 32.0), ("lrfu", False): (16.8, 49.1, 64.3),
-    ("belady", True): (10.7, 19.1, 26.5), ("belady", False): (10.6, 21.3, 25.8),
+    ("belady", True): (10.7, 19.1, 26.5), ("belady", False): (23.7, 53.2, 63.5),
 }
 #: :data:`CURVE_COST` on the 10 M-access drifting stream (``python benchmarks/curves_and_sweeps.py
 #: --cost-table``, its ``drifting`` rows; 2026-12-03; event-atomic ``lfru`` again after its float32 pass, by
@@ -657,13 +667,15 @@ CURVE_COST: dict[tuple[str, bool], tuple[float, float, float]] = {
 #: above) 16.9 / 34.8 / 52.7 and 15.2 / 28.0 / 40.0); the sequential rows of ``lru``, ``lfru`` and ``lrfu`` again in
 #: session 39, ``--cost-table --policy lru --policy lfru --policy lrfu``, where they read 1.9 / 8.5 / 13.6, 20.8 /
 #: 57.9 / 76.9 and 16.4 / 51.8 / 69.1 (the event-atomic ones, kernels unchanged, within 11%); sequential ``lru`` again
-#: in session 40 (its replay on ranks), ``--cost-table --policy lru``, where it read 2.2 / 9.8 / 15.7.
+#: in session 40 (its replay on ranks), ``--cost-table --policy lru``, where it read 2.2 / 9.8 / 15.7; sequential
+#: ``belady`` again in session 41 (its replay on slots), ``--cost-table --policy belady``, where it read 8.6 / 19.8 /
+#: 24.4 (the event-atomic row, kernel unchanged, 11.8 / 20.9 / 29.0, 12-18% below the table's).
 CURVE_COST_LARGE: dict[tuple[str, bool], tuple[float, float, float]] = {
     ("lru", True): (3.7, 6.0, 8.9), ("lru", False): (3.6, 16.4, 26.0),
     ("lfu", True): (4.7, 5.0, 3.5), ("lfu", False): (3.4, 3.6, 2.7),
     ("lfru", True): (20.8, 41.3, 64.4), ("lfru", False): (25.2, 67.8, 96.2),
     ("lrfu", True): (17.7, 32.1, 46.5), ("lrfu", False): (17.4, 53.6, 75.4),
-    ("belady", True): (13.9, 25.6, 33.6), ("belady", False): (8.6, 19.8, 24.4),
+    ("belady", True): (13.9, 25.6, 33.6), ("belady", False): (20.3, 49.3, 56.7),
 }
 #: Union accesses the two tables stand for: the geometric mean of the small streams' (1,003,220 and 484,407)
 #: and the large stream's.
