@@ -12,7 +12,9 @@ of ``_kernels_lfru_slots`` (cache ``rho * L * N``), and the sequential per-layer
 none), and ``lru-seq`` / ``lru-seq-global``, sequential ``lru`` per layer / under global scope (cache ``rho * L *
 N``; ``_kernels_seq.replay_lru_seq``; in a checkout without that loop, the generic list loop ``_kernels.replay_lru``
 that the engine ran there), and ``belady-seq``, sequential per-layer ``belady`` (``_kernels_seq.replay_belady_seq``;
-in a checkout without it, the heap loop ``_kernels.replay_belady``; the next uses computed once, not timed). Hits per layer must be equal on both sides (exit 1 otherwise), unless ``--timing-only``: for a prototype that takes a part out of a kernel to time what that part
+in a checkout without it, the heap loop ``_kernels.replay_belady``; the next uses computed once, not timed) and
+``belady-global``, event-atomic ``belady`` with one global pool (cache ``rho * L * N``;
+``_kernels_belady_buckets.replay_belady_buckets``, else the heap loop). Hits per layer must be equal on both sides (exit 1 otherwise), unless ``--timing-only``: for a prototype that takes a part out of a kernel to time what that part
 costs, so that its decisions, and its counts, change; the rows then say that the counts differ. Prints per rho
 the median over ``--processes`` fresh processes (a kernel's time moves by up to ~15% with where its code lands
 in a process: docs/performance.md, *Placement noise*) of each process's median
@@ -41,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _ab import alternated_ratio, machine, median_and_range, pooled_rows  # noqa: E402
 
 KERNELS = ("lru", "lfu", "lfru", "lrfu", "slots", "lfu-seq", "lrfu-seq", "lfru-seq", "lru-seq", "lru-seq-global",
-           "belady-seq")
+           "belady-seq", "belady-global")
 
 
 def _baseline(src: str):
@@ -77,7 +79,8 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
     tie = engine._tie_ranks("random", 0, L * N)
     order, tie_pos = engine._tie_order(tie, L, N)
     flags = np.zeros(0, np.uint8)
-    nxt = KK.next_use(s.offsets, s.expert, s.layer, N, L, False) if kernel == "belady-seq" else None
+    nxt = (KK.next_use(s.offsets, s.expert, s.layer, N, L, kernel == "belady-global")
+           if kernel.startswith("belady") else None)
     out = []
     equal = []
     for rho in rhos:
@@ -112,6 +115,15 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
                 else:              # a checkout without that loop: the generic list loop the engine ran there
                     generic.replay_lru(s.offsets, s.expert, s.layer, N, L, glob, False, c, order, tie_pos, 0, h, m,
                                        flags)
+            elif kernel == "belady-global":
+                c = np.array([int(round(rho * L * N))])
+                try:
+                    bb = importlib.import_module(generic.__name__.rsplit(".", 1)[0] + "._kernels_belady_buckets")
+                except ModuleNotFoundError:    # a checkout without that loop: the heap loop the engine ran there
+                    generic.replay_belady(s.offsets, s.expert, s.layer, N, L, True, True, nxt, c, tie, False, 0, h, m,
+                                          flags)
+                else:
+                    bb.replay_belady_buckets(s.offsets, s.expert, s.layer, N, L, nxt, c, tie, False, 0, h, m, flags)
             elif kernel == "belady-seq":
                 if hasattr(seq, "replay_belady_seq"):
                     seq.replay_belady_seq(*head, nxt, False, 0, h, m, flags)

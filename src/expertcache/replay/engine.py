@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import ValidationError
 from ..events import EventStream
 from . import _kernels as K
+from . import _kernels_belady_buckets as KBB
 from . import _kernels_bits as KB
 from . import _kernels_lfru as KL
 from . import _kernels_lfru_groups as KG
@@ -437,6 +438,12 @@ def _loop_belady(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, h
         hit_flag[:] = 0
         access_next = K.next_use(offsets, expert, layer, n_experts, n_layers, atomic)
         args = (*args[:-1], access_next)
+    if atomic and global_scope and not policy.needs_advice and KBB.fits(offsets.shape[0] - 1, n_experts):
+        # one pool, event-atomic: residents in buckets by next use (bitsets over tie positions), the farthest three
+        # leading-zero counts away, where the heap loop sifted at every access (docs/performance.md, *Session 41*)
+        return KBB.replay_belady_buckets(offsets, expert, layer, n_experts, n_layers, access_next, caps, tie,
+                                         policy.key_code == KEY_BELADY_FORCED, config.warmup_events, hits, misses,
+                                         hit_flag)
     if not atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS:
         # one unit per access, per layer: packed keys in slots, the largest held through an event, where the heap
         # loop sifted at every access (docs/performance.md, *Session 41*)
