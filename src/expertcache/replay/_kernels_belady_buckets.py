@@ -1,4 +1,4 @@
-"""numba kernel for event-atomic ``belady`` and ``belady-forced`` under global scope: residents in buckets by next use.
+"""numba kernels for ``belady`` and ``belady-forced`` under global scope: residents in buckets by next use.
 
 Belady's key is a block's next use (the next event holding it; ``NEVER`` where none), the farthest leaving first and,
 among equal next uses, the lower tie rank (:func:`._kernels.replay_belady`'s ``next_use << 23 | (2**23 - 1 - tie)``).
@@ -14,9 +14,13 @@ are event indices, and the blocks whose next use is event ``u`` all belong to ``
   member joins the bucket of its next use; while the pool holds more than its capacity, the farthest resident
   leaves (under ``forced``, the event's misses join only after the others have left, or once none is left).
 
+Under sequential semantics (one unit per access, :func:`replay_belady_units`) a unit's bucket holds at most its own
+block, so the bitmap of units alone names the farthest resident (the unit's layer and expert).
+
 The decision, the hit counts and the hit flags are those of ``replay_belady`` (``tests/test_belady_buckets.py``, and
-the engine against the naive twin). The buckets take ``8 W`` bytes an event: the engine runs this loop where they
-fit :data:`MAX_BYTES` (and no advice replaces the next uses).
+the engine against the naive twin). The buckets take ``8 W`` bytes an event: the engine runs the event-atomic loop
+where they fit :data:`MAX_BYTES`, the sequential one below ``64**4`` accesses (:func:`units_fit`), either where no
+advice replaces the next uses.
 """
 
 from __future__ import annotations
@@ -40,6 +44,40 @@ def fits(n_events: int, n_experts: int) -> bool:
     return int(n_events) < MAX_EVENTS and int(n_events) * words * 8 <= MAX_BYTES
 
 
+def replay_belady_units(offsets, expert, ev_layer, n_experts, n_layers, access_next, capacity, tie, forced,
+                        count_from, hits, misses, hit_flag):
+    """Sequential (one unit per access, in the order of ``expert``) ``belady`` or ``belady-forced`` with one global
+    pool: the decision of :func:`._kernels.replay_belady` with ``global_scope`` and one unit per access. A unit's
+    bucket holds at most its own block, so the bitmap of units alone says which resident's next use is farthest (its
+    block: the unit's layer and expert); the blocks never used again as in :func:`replay_belady_buckets`. Takes the
+    bitmap's 1/8 byte and the layer's 2 bytes an access (:func:`units_fit`)."""
+    n_blocks = n_layers * n_experts
+    acc_layer = np.repeat(np.asarray(ev_layer, dtype=np.int16), np.diff(offsets))
+    _replay_belady_units(offsets, expert, ev_layer, n_experts, access_next, min(int(capacity[0]), n_blocks),
+                         bool(forced), count_from, hits, misses, hit_flag, acc_layer,
+                         *_pool_state(tie, n_blocks, int(offsets[-1])))
+
+
+def _pool_state(tie, n_blocks: int, n_units: int) -> tuple:
+    """The state both loops share: every block's tie position among all blocks and the block at each position (for
+    the blocks never used again), the four levels of a bitmap over ``n_units`` units, the never-used-again bitset and
+    its summary, and each block's residence."""
+    tie = np.asarray(tie, dtype=np.int64)
+    g_order = np.argsort(tie, kind="stable").astype(np.int64)
+    g_pos = np.empty(n_blocks, dtype=np.int64)
+    g_pos[g_order] = np.arange(n_blocks)
+    g_words = (n_blocks + 63) // 64
+    e = max(n_units, 1)
+    return (g_pos, g_order, *(np.zeros((e + (1 << (6 * k)) - 1) >> (6 * k), np.uint64) for k in (1, 2, 3, 4)),
+            np.zeros(g_words, np.uint64), np.zeros((g_words + 63) // 64, np.uint64), np.zeros(n_blocks, np.bool_))
+
+
+def units_fit(n_access: int, n_layers: int) -> bool:
+    """Whether :func:`replay_belady_units` takes a stream of ``n_access`` accesses: below ``64**4`` units, fewer
+    than ``2**15`` layers."""
+    return int(n_access) < MAX_EVENTS and int(n_layers) < (1 << 15)
+
+
 def replay_belady_buckets(offsets, expert, ev_layer, n_experts, n_layers, access_next, capacity, tie, forced,
                           count_from, hits, misses, hit_flag):
     """Event-atomic ``belady`` (``forced`` false) or ``belady-forced`` with one global pool of ``capacity[0]``
@@ -57,19 +95,11 @@ def replay_belady_buckets(offsets, expert, ev_layer, n_experts, n_layers, access
     block_at = np.full(n_layers * npad, -1, dtype=np.int64)       # layer l's tie position j -> its block
     block_at[(np.arange(n_layers)[:, None] * npad + np.arange(n_experts)[None, :]).ravel()] = \
         (local + (np.arange(n_layers) * n_experts)[:, None]).ravel()
-    g_order = np.argsort(tie, kind="stable")                      # all blocks by ascending tie rank
-    g_pos = np.empty(n_blocks, dtype=np.int64)
-    g_pos[g_order] = np.arange(n_blocks)
-    g_words = (n_blocks + 63) // 64
-    e = max(n_events, 1)
-    levels = [np.zeros((e + 63) // 64, np.uint64), np.zeros((e + 4095) // 4096, np.uint64),
-              np.zeros((e + 262143) // 262144, np.uint64), np.zeros((e + 16777215) // 16777216, np.uint64)]
     max_unit = int(np.max(np.diff(offsets))) if n_events else 0
     _replay_belady_buckets(offsets, expert, ev_layer, n_experts, access_next, min(int(capacity[0]), n_blocks),
-                           tie_pos, block_at, g_pos, g_order.astype(np.int64), bool(forced), count_from, hits, misses,
-                           hit_flag, np.zeros(e * n_words, np.uint64), *levels, np.zeros(g_words, np.uint64),
-                           np.zeros((g_words + 63) // 64, np.uint64), np.zeros(n_blocks, np.bool_),
-                           np.zeros(max(max_unit, 1), np.int64))
+                           tie_pos, block_at, bool(forced), count_from, hits, misses, hit_flag,
+                           np.zeros(max(n_events, 1) * n_words, np.uint64), np.zeros(max(max_unit, 1), np.int64),
+                           *_pool_state(tie, n_blocks, n_events))
 
 
 @jit_inline
@@ -121,25 +151,17 @@ def _farthest(p0, p1, p2, p3):
 
 
 @jit_inline
-def _join(b, nu, tie_pos, g_pos, n_words, bw, p0, p1, p2, p3, nv, nvs):
-    """Resident block ``b`` into the bucket of its next use ``nu`` (or among the blocks never used again)."""
+def _never_join(b, g_pos, nv, nvs):
+    """Resident block ``b``, never used again, into their bitset (its tie position among all blocks)."""
     one = np.uint64(1)
-    if nu == NEVER:
-        q = g_pos[_U(b)]
-        w = _U(q >> 6)
-        nv[w] |= one << np.uint64(q & 63)
-        nvs[_U(q >> 12)] |= one << np.uint64((q >> 6) & 63)
-        return
-    tp = tie_pos[_U(b)]
-    bw[_U(nu * n_words + (tp >> 6))] |= one << np.uint64(tp & 63)
-    if not (p0[_U(nu >> 6)] >> np.uint64(nu & 63)) & one:     # the bucket's first block
-        _mark(nu, p0, p1, p2, p3)
+    q = g_pos[_U(b)]
+    nv[_U(q >> 6)] |= one << np.uint64(q & 63)
+    nvs[_U(q >> 12)] |= one << np.uint64((q >> 6) & 63)
 
 
 @jit_inline
-def _leave(ev_layer, n_words, npad, block_at, g_order, bw, p0, p1, p2, p3, nv, nvs):
-    """Take the farthest resident out of the buckets: the never-used-again block of the lowest tie rank, else the
-    lowest tie position of the farthest bucket. Returns its block, or -1 where the buckets hold none."""
+def _never_leave(g_order, nv, nvs):
+    """Take the never-used-again resident of the lowest tie rank out of their bitset; its block, or -1 (none)."""
     one = np.uint64(1)
     for s in range(nvs.shape[0]):
         y = nvs[s]
@@ -152,6 +174,30 @@ def _leave(ev_layer, n_words, npad, block_at, g_order, bw, p0, p1, p2, p3, nv, n
             if not x:
                 nvs[_U(s)] = y & (y - one)
             return g_order[_U(q)]
+    return np.int64(-1)
+
+
+@jit_inline
+def _join(b, nu, tie_pos, g_pos, n_words, bw, p0, p1, p2, p3, nv, nvs):
+    """Resident block ``b`` into the bucket of its next use ``nu`` (or among the blocks never used again)."""
+    one = np.uint64(1)
+    if nu == NEVER:
+        _never_join(b, g_pos, nv, nvs)
+        return
+    tp = tie_pos[_U(b)]
+    bw[_U(nu * n_words + (tp >> 6))] |= one << np.uint64(tp & 63)
+    if not (p0[_U(nu >> 6)] >> np.uint64(nu & 63)) & one:     # the bucket's first block
+        _mark(nu, p0, p1, p2, p3)
+
+
+@jit_inline
+def _leave(ev_layer, n_words, npad, block_at, g_order, bw, p0, p1, p2, p3, nv, nvs):
+    """Take the farthest resident out of the buckets: the never-used-again block of the lowest tie rank, else the
+    lowest tie position of the farthest bucket. Returns its block, or -1 where the buckets hold none."""
+    one = np.uint64(1)
+    v = _never_leave(g_order, nv, nvs)
+    if v >= 0:
+        return v
     u = _farthest(p0, p1, p2, p3)
     if u < 0:
         return np.int64(-1)
@@ -172,8 +218,9 @@ def _leave(ev_layer, n_words, npad, block_at, g_order, bw, p0, p1, p2, p3, nv, n
 
 
 @jit_loop
-def _replay_belady_buckets(offsets, expert, ev_layer, n_experts, access_next, cap, tie_pos, block_at, g_pos, g_order,
-                           forced, count_from, hits, misses, hit_flag, bw, p0, p1, p2, p3, nv, nvs, res, miss_a):
+def _replay_belady_buckets(offsets, expert, ev_layer, n_experts, access_next, cap, tie_pos, block_at, forced,
+                           count_from, hits, misses, hit_flag, bw, miss_a, g_pos, g_order, p0, p1, p2, p3, nv, nvs,
+                           res):
     """The loop of :func:`replay_belady_buckets`: ``bw[u * W:(u + 1) * W]`` bucket ``u`` (``W`` words over its
     layer's tie positions), ``p0`` .. ``p3`` the levels of the events with a bucket, ``nv`` / ``nvs`` the blocks
     never used again (bits over all blocks' tie positions) and a summary bit per word, ``res`` each block's
@@ -234,3 +281,57 @@ def _replay_belady_buckets(offsets, expert, ev_layer, n_experts, access_next, ca
                 a = miss_a[r]
                 _join(base + expert[_U(a)], access_next[_U(a)], tie_pos, g_pos, n_words, bw, p0, p1, p2, p3, nv,
                       nvs)
+
+
+@jit_loop
+def _replay_belady_units(offsets, expert, ev_layer, n_experts, access_next, cap, forced, count_from, hits, misses,
+                         hit_flag, acc_layer, g_pos, g_order, p0, p1, p2, p3, nv, nvs, res):
+    """The loop of :func:`replay_belady_units`: ``p0`` .. ``p3`` the units whose block is resident with that next
+    use, ``acc_layer`` each access's layer, ``nv`` / ``nvs`` and ``res`` as :func:`_replay_belady_buckets`'s."""
+    record = hit_flag.shape[0] > 0
+    size = 0
+    for i in range(offsets.shape[0] - 1):
+        layer = ev_layer[i]
+        base = layer * n_experts
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        n_hit = 0
+        for a in range(lo, hi):
+            b = _U(base + expert[_U(a)])
+            nu = access_next[_U(a)]
+            if res[b]:                 # a hit: its next use was this access
+                n_hit += 1
+                if record:
+                    hit_flag[_U(a)] = 1
+                _unmark(a, p0, p1, p2, p3)
+            else:
+                if forced and size >= cap:     # the farthest other resident leaves first
+                    if _units_leave(n_experts, expert, acc_layer, g_order, p0, p1, p2, p3, nv, nvs, res) < 0:
+                        continue               # none (a quota of 0): the block leaves at once
+                    size -= 1
+                res[b] = True
+                size += 1
+            if nu == NEVER:
+                _never_join(b, g_pos, nv, nvs)
+            else:
+                _mark(nu, p0, p1, p2, p3)
+            if size > cap:             # (not forced) the farthest of the residents and the block leaves
+                _units_leave(n_experts, expert, acc_layer, g_order, p0, p1, p2, p3, nv, nvs, res)
+                size -= 1
+        if i >= count_from:
+            hits[layer] += n_hit
+            misses[layer] += (hi - lo) - n_hit
+
+
+@jit_inline
+def _units_leave(n_experts, expert, acc_layer, g_order, p0, p1, p2, p3, nv, nvs, res):
+    """The farthest resident leaves (:func:`replay_belady_units`): its block, or -1 where none is resident."""
+    v = _never_leave(g_order, nv, nvs)
+    if v < 0:
+        u = _farthest(p0, p1, p2, p3)
+        if u < 0:
+            return np.int64(-1)
+        _unmark(u, p0, p1, p2, p3)
+        v = np.int64(acc_layer[_U(u)]) * n_experts + expert[_U(u)]
+    res[_U(v)] = False
+    return v

@@ -444,6 +444,12 @@ def _loop_belady(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, h
         return KBB.replay_belady_buckets(offsets, expert, layer, n_experts, n_layers, access_next, caps, tie,
                                          policy.key_code == KEY_BELADY_FORCED, config.warmup_events, hits, misses,
                                          hit_flag)
+    if not atomic and global_scope and not policy.needs_advice and KBB.units_fit(int(offsets[-1]), n_layers):
+        # one pool, one unit per access: the units whose block is resident with that next use as a bitmap, the
+        # farthest three leading-zero counts away (docs/performance.md, *Session 41*)
+        return KBB.replay_belady_units(offsets, expert, layer, n_experts, n_layers, access_next, caps, tie,
+                                       policy.key_code == KEY_BELADY_FORCED, config.warmup_events, hits, misses,
+                                       hit_flag)
     if not atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS:
         # one unit per access, per layer: packed keys in slots, the largest held through an event, where the heap
         # loop sifted at every access (docs/performance.md, *Session 41*)
