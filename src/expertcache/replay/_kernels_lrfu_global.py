@@ -6,9 +6,10 @@ heap loop (:func:`._kernels_ranked.replay_ranked`) sifted at every access and at
 access on the benchmark stream. Here only the residents with the lowest keys are ordered:
 
 * every resident whose key is below a threshold ``T`` sits in the *pool*: a *run* sorted by ``(key, tie position)``,
-  read from its front, and a *side* list of accessed blocks whose new key fell below ``T`` (sorted when a unit
-  evicts; merged into the run when it fills). An entry whose block was accessed or left since is stale (its key is
-  no longer the block's, or the block is gone) and is skipped;
+  read from its front, and a *side* list of accessed blocks whose new key fell below ``T``, kept descending (an
+  access's key joins it at once; an event's new keys are sorted and merged in at its end) and spilled into the run
+  when full. An entry whose block was accessed or left since is stale (its key is no longer the block's, or the block
+  is gone) and is skipped;
 * a unit's members get their CRF (decays from a table), key and resident slot; a unit past the quota evicts the
   lowest ``(key, tie)`` of the run's and the side's fronts, one at a time, which are the lowest of ``C ∪ U`` since
   every resident below ``T`` is in the pool and every other is at least ``T``;
@@ -33,7 +34,7 @@ from ._kernels_bits import _LRFU_DECAYS, _U, _kth_lowest, _lrfu_decay, _most_lay
 #: Entries a fill of the pool aims for (the next fill's threshold is set so that the last fill's spread of keys
 #: holds about this many).
 _RUN = 256
-#: Entries the side list holds before it is merged into the run.
+#: Entries the side list holds, besides room for one unit's, before it spills into the run.
 _SIDE = 64
 
 
@@ -112,7 +113,7 @@ def _merge(ak, at, a0, a1, bk, bt, b0, b1, ok, ot, o):
         ya = at[_U(a0)]
         xb = bk[_U(b0)]
         yb = bt[_U(b0)]
-        tb = (xb < xa) | ((xb == xa) & (yb < ya))
+        tb = _below(xb, yb, xa, ya)
         ok[_U(o)] = xb if tb else xa
         ot[_U(o)] = yb if tb else ya
         b0 += np.int64(tb)
