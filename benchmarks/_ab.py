@@ -99,6 +99,17 @@ def rho_list(text: str) -> list[float]:
     return rhos
 
 
+def int_list(text: str) -> list[int]:
+    """An argument type: positive integers, comma-separated."""
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        out = []
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"expected a comma list of positive integers, got {text!r}")
+    return out
+
+
 def positive_int(text: str) -> int:
     """An argument type: a positive integer."""
     if not text.isdigit() or int(text) < 1:

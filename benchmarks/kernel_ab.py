@@ -78,6 +78,7 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
     L, N = s.n_layers, s.n_experts
     tie = engine._tie_ranks("random", 0, L * N)
     order, tie_pos = engine._tie_order(tie, L, N)
+    global_order = engine._tie_order(tie, 1, L * N)
     flags = np.zeros(0, np.uint8)
     nxt = (KK.next_use(s.offsets, s.expert, s.layer, N, L, kernel == "belady-global")
            if kernel.startswith("belady") else None)
@@ -124,8 +125,10 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
                 except (ModuleNotFoundError, AttributeError):  # a checkout without it: the heap loop the engine ran
                     generic.replay_belady(s.offsets, s.expert, s.layer, N, L, True, atomic, nxt, c, tie, False, 0, h,
                                           m, flags)
-                else:
-                    loop(s.offsets, s.expert, s.layer, N, L, nxt, c, tie, False, 0, h, m, flags)
+                else:                      # (ours takes the tie orders; session 41's first form took the ranks)
+                    orders = ((*((order, tie_pos) if atomic else ()), *global_order)
+                              if "g_order" in inspect.signature(loop).parameters else (tie,))
+                    loop(s.offsets, s.expert, s.layer, N, L, nxt, c, *orders, False, 0, h, m, flags)
             elif kernel == "belady-seq":
                 if hasattr(seq, "replay_belady_seq"):
                     seq.replay_belady_seq(*head, nxt, False, 0, h, m, flags)

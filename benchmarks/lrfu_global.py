@@ -23,8 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _ab import machine, positive_int, report, rho_list, yes_no  # noqa: E402
-from lru_ranks_shapes import _int_list  # noqa: E402
+from _ab import int_list, machine, positive_int, report, rho_list, yes_no  # noqa: E402
 
 
 def row(s, rho: float, atomic: bool, pairs: int, lam: float = 0.5) -> dict:
@@ -65,7 +64,7 @@ def row(s, rho: float, atomic: bool, pairs: int, lam: float = 0.5) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--batches", type=_int_list, default=[1, 8, 64], help="comma list (default 1,8,64)")
+    ap.add_argument("--batches", type=int_list, default=[1, 8, 64], help="comma list (default 1,8,64)")
     ap.add_argument("--rhos", type=rho_list, default=[0.05, 0.1, 0.2, 0.4, 0.75],
                     help="comma list (default 0.05,0.1,0.2,0.4,0.75)")
     ap.add_argument("--accesses", type=positive_int, default=2_000_000, help="union accesses a stream (default 2 M)")

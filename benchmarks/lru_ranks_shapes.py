@@ -26,17 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _ab import machine, positive_int, report, rho_list, yes_no  # noqa: E402
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        out = []
-    if not out or min(out) < 1:
-        raise argparse.ArgumentTypeError(f"expected a comma list of positive integers, got {text!r}")
-    return out
+from _ab import int_list, machine, positive_int, report, rho_list, yes_no  # noqa: E402
 
 
 def row(s, rho: float, pairs: int) -> dict:
@@ -76,7 +66,7 @@ def row(s, rho: float, pairs: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--batches", type=_int_list, default=[1, 4, 16, 64], help="comma list (default 1,4,16,64)")
+    ap.add_argument("--batches", type=int_list, default=[1, 4, 16, 64], help="comma list (default 1,4,16,64)")
     ap.add_argument("--rhos", type=rho_list, default=[0.1, 0.2, 0.3, 0.4, 0.5],
                     help="comma list, quotas up to 64 (default 0.1,0.2,0.3,0.4,0.5)")
     ap.add_argument("--accesses", type=positive_int, default=3_000_000, help="union accesses a stream (default 3 M)")

@@ -20,8 +20,12 @@ def _run(kernel, stream, cap, tie, forced, warm=0, atomic=True):
     nxt = K.next_use(stream.offsets, stream.expert, stream.layer, N, L, atomic)
     out = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
     if kernel == "buckets":
-        loop = KBB.replay_belady_buckets if atomic else KBB.replay_belady_units
-        loop(stream.offsets, stream.expert, stream.layer, N, L, nxt, np.array([cap]), tie, forced, warm, *out)
+        g = engine._tie_order(tie, 1, L * N)
+        head = (stream.offsets, stream.expert, stream.layer, N, L, nxt, np.array([cap]))
+        if atomic:
+            KBB.replay_belady_buckets(*head, *engine._tie_order(tie, L, N), *g, forced, warm, *out)
+        else:
+            KBB.replay_belady_units(*head, *g, forced, warm, *out)
     else:
         K.replay_belady(stream.offsets, stream.expert, stream.layer, N, L, True, atomic, nxt, np.array([cap]), tie,
                         forced, warm, *out)

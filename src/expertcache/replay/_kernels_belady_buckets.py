@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import jit_inline, jit_loop
-from ._kernels import NEVER, _cttz
+from ._kernels import NEVER, _cttz, _max_unit
 from ._kernels_bits import _U
 from ._kernels_order import _ctlz
 
@@ -44,31 +44,29 @@ def fits(n_events: int, n_experts: int) -> bool:
     return int(n_events) < MAX_EVENTS and int(n_events) * words * 8 <= MAX_BYTES
 
 
-def replay_belady_units(offsets, expert, ev_layer, n_experts, n_layers, access_next, capacity, tie, forced,
+def replay_belady_units(offsets, expert, ev_layer, n_experts, n_layers, access_next, capacity, g_order, g_pos, forced,
                         count_from, hits, misses, hit_flag):
     """Sequential (one unit per access, in the order of ``expert``) ``belady`` or ``belady-forced`` with one global
     pool: the decision of :func:`._kernels.replay_belady` with ``global_scope`` and one unit per access. A unit's
     bucket holds at most its own block, so the bitmap of units alone says which resident's next use is farthest (its
-    block: the unit's layer and expert); the blocks never used again as in :func:`replay_belady_buckets`. Takes the
-    bitmap's 1/8 byte and the layer's 2 bytes an access (:func:`units_fit`)."""
-    n_blocks = n_layers * n_experts
+    block: the unit's layer and expert); the blocks never used again as in :func:`replay_belady_buckets`, whose
+    ``g_order`` / ``g_pos`` it takes too. Takes the bitmap's 1/8 byte and the layer's 2 bytes an access
+    (:func:`units_fit`)."""
     acc_layer = np.repeat(np.asarray(ev_layer, dtype=np.int16), np.diff(offsets))
-    _replay_belady_units(offsets, expert, ev_layer, n_experts, access_next, min(int(capacity[0]), n_blocks),
+    _replay_belady_units(offsets, expert, ev_layer, n_experts, access_next, min(int(capacity[0]), n_layers * n_experts),
                          bool(forced), count_from, hits, misses, hit_flag, acc_layer,
-                         *_pool_state(tie, n_blocks, int(offsets[-1])))
+                         *_pool_state(g_order, g_pos, int(offsets[-1])))
 
 
-def _pool_state(tie, n_blocks: int, n_units: int) -> tuple:
-    """The state both loops share: every block's tie position among all blocks and the block at each position (for
+def _pool_state(g_order, g_pos, n_units: int) -> tuple:
+    """The state both loops share: the block at each tie position among all blocks and each block's position (for
     the blocks never used again), the four levels of a bitmap over ``n_units`` units, the never-used-again bitset and
     its summary, and each block's residence."""
-    tie = np.asarray(tie, dtype=np.int64)
-    g_order = np.argsort(tie, kind="stable").astype(np.int64)
-    g_pos = np.empty(n_blocks, dtype=np.int64)
-    g_pos[g_order] = np.arange(n_blocks)
+    n_blocks = g_pos.shape[0]
     g_words = (n_blocks + 63) // 64
     e = max(n_units, 1)
-    return (g_pos, g_order, *(np.zeros((e + (1 << (6 * k)) - 1) >> (6 * k), np.uint64) for k in (1, 2, 3, 4)),
+    return (np.ascontiguousarray(g_order, dtype=np.int64).ravel(), np.asarray(g_pos, dtype=np.int64),
+            *(np.zeros((e + (1 << (6 * k)) - 1) >> (6 * k), np.uint64) for k in (1, 2, 3, 4)),
             np.zeros(g_words, np.uint64), np.zeros((g_words + 63) // 64, np.uint64), np.zeros(n_blocks, np.bool_))
 
 
@@ -78,28 +76,21 @@ def units_fit(n_access: int, n_layers: int) -> bool:
     return int(n_access) < MAX_EVENTS and int(n_layers) < (1 << 15)
 
 
-def replay_belady_buckets(offsets, expert, ev_layer, n_experts, n_layers, access_next, capacity, tie, forced,
-                          count_from, hits, misses, hit_flag):
+def replay_belady_buckets(offsets, expert, ev_layer, n_experts, n_layers, access_next, capacity, order, tie_pos,
+                          g_order, g_pos, forced, count_from, hits, misses, hit_flag):
     """Event-atomic ``belady`` (``forced`` false) or ``belady-forced`` with one global pool of ``capacity[0]``
     blocks: the decision of :func:`._kernels.replay_belady` with ``global_scope`` and ``atomic``. ``access_next`` is
-    :func:`._kernels.next_use`'s for event-atomic units; ``tie`` the tie ranks (lower leaves first among equal next
-    uses). The state is allocated here and the loop runs in :func:`_replay_belady_buckets`."""
+    :func:`._kernels.next_use`'s for event-atomic units; ``order`` / ``tie_pos`` the blocks of each layer by ascending
+    tie rank and each block's position there, ``g_order`` / ``g_pos`` the same among all blocks (the engine's
+    ``_tie_order`` per layer and over one "layer" of all blocks). The state is allocated here and the loop runs in
+    :func:`_replay_belady_buckets`."""
     n_events = offsets.shape[0] - 1
-    n_blocks = n_layers * n_experts
-    n_words = (n_experts + 63) // 64
-    npad = n_words * 64
-    tie = np.asarray(tie, dtype=np.int64)
-    local = np.argsort(tie.reshape(n_layers, n_experts), axis=1, kind="stable")
-    tie_pos = np.empty(n_blocks, dtype=np.int64)                  # per layer, by ascending tie rank
-    tie_pos[(local + (np.arange(n_layers) * n_experts)[:, None]).ravel()] = np.tile(np.arange(n_experts), n_layers)
-    block_at = np.full(n_layers * npad, -1, dtype=np.int64)       # layer l's tie position j -> its block
-    block_at[(np.arange(n_layers)[:, None] * npad + np.arange(n_experts)[None, :]).ravel()] = \
-        (local + (np.arange(n_layers) * n_experts)[:, None]).ravel()
-    max_unit = int(np.max(np.diff(offsets))) if n_events else 0
-    _replay_belady_buckets(offsets, expert, ev_layer, n_experts, access_next, min(int(capacity[0]), n_blocks),
-                           tie_pos, block_at, bool(forced), count_from, hits, misses, hit_flag,
-                           np.zeros(max(n_events, 1) * n_words, np.uint64), np.zeros(max(max_unit, 1), np.int64),
-                           *_pool_state(tie, n_blocks, n_events))
+    cap = min(int(capacity[0]), n_layers * n_experts)
+    _replay_belady_buckets(offsets, expert, ev_layer, n_experts, access_next, cap, np.asarray(order, dtype=np.int64),
+                           np.asarray(tie_pos, dtype=np.int64), bool(forced), count_from, hits, misses, hit_flag,
+                           np.zeros(max(n_events, 1) * ((n_experts + 63) // 64), np.uint64),
+                           np.zeros(max(int(_max_unit(offsets, True)), 1), np.int64),
+                           *_pool_state(g_order, g_pos, n_events))
 
 
 @jit_inline
@@ -191,7 +182,7 @@ def _join(b, nu, tie_pos, g_pos, n_words, bw, p0, p1, p2, p3, nv, nvs):
 
 
 @jit_inline
-def _leave(ev_layer, n_words, npad, block_at, g_order, bw, p0, p1, p2, p3, nv, nvs):
+def _leave(ev_layer, n_words, order, g_order, bw, p0, p1, p2, p3, nv, nvs):
     """Take the farthest resident out of the buckets: the never-used-again block of the lowest tie rank, else the
     lowest tie position of the farthest bucket. Returns its block, or -1 where the buckets hold none."""
     one = np.uint64(1)
@@ -213,29 +204,43 @@ def _leave(ev_layer, n_words, npad, block_at, g_order, bw, p0, p1, p2, p3, nv, n
                 rest |= bw[_U(o + r)]
             if not rest:
                 _unmark(u, p0, p1, p2, p3)
-            return block_at[_U(ev_layer[_U(u)] * npad + tp)]
+            return order[_U(ev_layer[_U(u)]), _U(tp)]
     return np.int64(-1)
 
 
+@jit_inline
+def _join_misses(miss_a, n_miss, base, expert, access_next, tie_pos, g_pos, n_words, bw, p0, p1, p2, p3, nv, nvs):
+    """An event's misses (their accesses ``miss_a[:n_miss]``) into the buckets of their next uses (``forced``)."""
+    for r in range(n_miss):
+        a = miss_a[r]
+        _join(base + expert[_U(a)], access_next[_U(a)], tie_pos, g_pos, n_words, bw, p0, p1, p2, p3, nv, nvs)
+
+
 @jit_loop
-def _replay_belady_buckets(offsets, expert, ev_layer, n_experts, access_next, cap, tie_pos, block_at, forced,
-                           count_from, hits, misses, hit_flag, bw, miss_a, g_pos, g_order, p0, p1, p2, p3, nv, nvs,
+def _replay_belady_buckets(offsets, expert, ev_layer, n_experts, access_next, cap, order, tie_pos, forced,
+                           count_from, hits, misses, hit_flag, bw, miss_a, g_order, g_pos, p0, p1, p2, p3, nv, nvs,
                            res):
     """The loop of :func:`replay_belady_buckets`: ``bw[u * W:(u + 1) * W]`` bucket ``u`` (``W`` words over its
     layer's tie positions), ``p0`` .. ``p3`` the levels of the events with a bucket, ``nv`` / ``nvs`` the blocks
     never used again (bits over all blocks' tie positions) and a summary bit per word, ``res`` each block's
     residence, ``miss_a`` the event's misses (their accesses)."""
     record = hit_flag.shape[0] > 0
-    n_words = bw.shape[0] // max(offsets.shape[0] - 1, 1)
-    npad = n_words * 64
+    n_words = (n_experts + 63) // 64
     size = 0
     for i in range(offsets.shape[0] - 1):
         layer = ev_layer[i]
         base = layer * n_experts
         lo = offsets[i]
         hi = offsets[i + 1]
+        o = _U(i * n_words)                # the resident members' bucket: this event's, emptied (they join again)
+        any_set = False
+        for w in range(n_words):
+            any_set |= bw[o + _U(w)] != np.uint64(0)
+            bw[o + _U(w)] = np.uint64(0)
+        if any_set:
+            _unmark(i, p0, p1, p2, p3)
         n_miss = 0
-        for a in range(lo, hi):
+        for a in range(lo, hi):            # every member to the bucket of its next use (misses later, if forced)
             b = _U(base + expert[_U(a)])
             if res[b]:
                 if record:
@@ -244,48 +249,33 @@ def _replay_belady_buckets(offsets, expert, ev_layer, n_experts, access_next, ca
                 miss_a[n_miss] = a
                 n_miss += 1
                 res[b] = True
+                if forced:
+                    continue
+            _join(b, access_next[_U(a)], tie_pos, g_pos, n_words, bw, p0, p1, p2, p3, nv, nvs)
         if i >= count_from:
             hits[layer] += (hi - lo) - n_miss
             misses[layer] += n_miss
-        o = _U(i * n_words)                # the resident members' bucket: this event's
-        any_set = False
-        for w in range(n_words):
-            any_set |= bw[o + _U(w)] != np.uint64(0)
-            bw[o + _U(w)] = np.uint64(0)
-        if any_set:
-            _unmark(i, p0, p1, p2, p3)
-        q = 0
-        for a in range(lo, hi):            # every member to the bucket of its next use (misses later, if forced)
-            if q < n_miss and miss_a[q] == a:
-                q += 1
-                if forced:
-                    continue
-            _join(base + expert[_U(a)], access_next[_U(a)], tie_pos, g_pos, n_words, bw, p0, p1, p2, p3, nv, nvs)
         size += n_miss
         joined = not forced
         while size > cap:
-            v = _leave(ev_layer, n_words, npad, block_at, g_order, bw, p0, p1, p2, p3, nv, nvs)
-            if v < 0:                      # (forced: only the event's misses are left to leave)
-                if joined:
-                    break
-                for r in range(n_miss):
-                    a = miss_a[r]
-                    _join(base + expert[_U(a)], access_next[_U(a)], tie_pos, g_pos, n_words, bw, p0, p1, p2, p3,
-                          nv, nvs)
+            v = _leave(ev_layer, n_words, order, g_order, bw, p0, p1, p2, p3, nv, nvs)
+            if v >= 0:
+                res[_U(v)] = False
+                size -= 1
+            elif joined:
+                break
+            else:                          # (forced: only the event's misses are left to leave)
+                _join_misses(miss_a, n_miss, base, expert, access_next, tie_pos, g_pos, n_words, bw, p0, p1, p2, p3,
+                             nv, nvs)
                 joined = True
-                continue
-            res[_U(v)] = False
-            size -= 1
         if not joined:
-            for r in range(n_miss):
-                a = miss_a[r]
-                _join(base + expert[_U(a)], access_next[_U(a)], tie_pos, g_pos, n_words, bw, p0, p1, p2, p3, nv,
-                      nvs)
+            _join_misses(miss_a, n_miss, base, expert, access_next, tie_pos, g_pos, n_words, bw, p0, p1, p2, p3, nv,
+                         nvs)
 
 
 @jit_loop
 def _replay_belady_units(offsets, expert, ev_layer, n_experts, access_next, cap, forced, count_from, hits, misses,
-                         hit_flag, acc_layer, g_pos, g_order, p0, p1, p2, p3, nv, nvs, res):
+                         hit_flag, acc_layer, g_order, g_pos, p0, p1, p2, p3, nv, nvs, res):
     """The loop of :func:`replay_belady_units`: ``p0`` .. ``p3`` the units whose block is resident with that next
     use, ``acc_layer`` each access's layer, ``nv`` / ``nvs`` and ``res`` as :func:`_replay_belady_buckets`'s."""
     record = hit_flag.shape[0] > 0

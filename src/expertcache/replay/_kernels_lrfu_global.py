@@ -55,14 +55,13 @@ def replay_lrfu_global(offsets, expert, ev_layer, n_experts, n_layers, atomic, c
     unit = max_unit + 1
     n_units = int(_most_layer_events(ev_layer, n_layers)) if atomic else int(offsets[-1])
     f = np.array([-np.inf, 0.0])                   # the threshold T, the last fill's spread of keys per entry
-    st = np.zeros(4, np.int64)                     # the residents, the run's head and end, the side's length
     z = np.zeros
     _replay_lrfu_global(offsets, expert, ev_layer, n_experts, bool(atomic), cap, tie_pos.astype(np.int64),
                         float(lam), count_from, hits, misses, hit_flag, z(n_blocks), np.full(n_blocks, -1, np.int64),
                         np.full(n_blocks, -1.0), z(n_blocks, np.int64), z(width, np.int64), z(width),
                         z(max(n_layers, 1), np.int64), crf_decays(float(lam), min(n_units + 1, _LRFU_DECAYS)),
                         z(width), z(width, np.int64), z(side), z(side, np.int64), z(width), z(width, np.int64), z(unit),
-                        z(unit, np.int64), z(width), z(width, np.int64), f, st,
+                        z(unit, np.int64), z(width), z(width, np.int64), f,
                         max(int(run), 1))
 
 
@@ -213,17 +212,17 @@ def _add_unit(rk, rt, head, tail, sk, stp, n_side, nk, nt, n_new, xk, xt, yk, yt
 @jit_loop
 def _replay_lrfu_global(offsets, expert, ev_layer, n_experts, atomic, cap, tie_pos, lam, count_from, hits, misses,
                         hit_flag, S, PL, K, slot_of, slot_tp, slot_key, lunits, P, rk, rt, sk, stp, xk, xt, nk, nt, yk, yt,
-                        f, st, run):
+                        f, run):
     """The loop of :func:`replay_lrfu_global`. Per tie position: the CRF ``S``, the layer unit of the last access
     ``PL`` (-1: none), the key ``K`` while resident (-1 otherwise), the resident's slot; per slot its tie position
-    and key; the run ``(rk, rt)`` ascending, the side ``(sk, stp)`` descending, scratch ``xk`` / ``xt``; ``f`` the
-    threshold and the last fill's spread, ``st`` the counts carried between calls."""
+    and key; the run ``(rk, rt)`` ascending, the side ``(sk, stp)`` descending, an event's new entries ``(nk, nt)``,
+    scratch ``xk`` / ``xt`` / ``yk`` / ``yt``; ``f`` the threshold and the last fill's spread."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
-    n_res = st[0]
-    head = st[1]
-    tail = st[2]
-    n_side = st[3]
+    n_res = 0                          # the residents, the run's head and end, the side's length
+    head = 0
+    tail = 0
+    n_side = 0
     for i in range(n_events):
         layer = ev_layer[i]
         base = layer * n_experts
@@ -305,7 +304,3 @@ def _replay_lrfu_global(offsets, expert, ev_layer, n_experts, atomic, cap, tie_p
                 slot_key[_U(q)] = slot_key[_U(n_res)]
                 slot_of[_U(last)] = q
                 m -= 1
-    st[0] = n_res
-    st[1] = head
-    st[2] = tail
-    st[3] = n_side

@@ -615,7 +615,7 @@ def replay_belady_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
     :func:`._kernels.replay_belady`, whose 8-ary heap sifted at every access (about 30 ns an access on the benchmark
     stream).
 
-    A layer's residents sit in slots (its quota rounded up to 8), each holding a packed key ``next_use << tbits |
+    A layer's residents sit in slots (:func:`_n_slots`, as ``lrfu``'s and ``lfru``'s), each holding a packed key ``next_use << tbits |
     (2**tbits - 1 - tp)`` (the farthest next use leaves first, then the lower tie position; -1 in a free slot). A hit
     only raises its block's key (its next use moves on), so the layer's largest key is kept through its accesses by
     a maximum and sought again, by one vectorized pass over the layer's slots, only at the eviction after the one
@@ -624,7 +624,7 @@ def replay_belady_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
     tie rank (``N <= 1024``); the other parameters are those of ``replay_belady``."""
     tbits = _tie_bits(n_experts)
     npad = (n_experts + 63) // 64 * 64
-    n_slots = max((min(int(capacity.max()) if capacity.shape[0] else 0, n_experts) + 7) // 8 * 8, 8)
+    n_slots = _n_slots(capacity, n_experts)
     _replay_belady_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos.astype(np.int32), access_next, tbits,
                        bool(forced), count_from, hits, misses, hit_flag, np.full(n_layers * n_slots, -1, np.int64),
                        np.full(n_layers * npad, -1, np.int32), np.zeros(n_layers, dtype=np.int64),

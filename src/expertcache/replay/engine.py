@@ -438,29 +438,30 @@ def _loop_belady(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, h
         hit_flag[:] = 0
         access_next = K.next_use(offsets, expert, layer, n_experts, n_layers, atomic)
         args = (*args[:-1], access_next)
-    if atomic and global_scope and not policy.needs_advice and KBB.fits(offsets.shape[0] - 1, n_experts):
-        # one pool, event-atomic: residents in buckets by next use (bitsets over tie positions), the farthest three
-        # leading-zero counts away, where the heap loop sifted at every access (docs/performance.md, *Session 41*)
-        return KBB.replay_belady_buckets(offsets, expert, layer, n_experts, n_layers, access_next, caps, tie,
-                                         policy.key_code == KEY_BELADY_FORCED, config.warmup_events, hits, misses,
+    forced = policy.key_code == KEY_BELADY_FORCED
+    if global_scope and not policy.needs_advice and (KBB.fits(offsets.shape[0] - 1, n_experts) if atomic
+                                                     else KBB.units_fit(int(offsets[-1]), n_layers)):
+        # one pool: residents in buckets by next use, the farthest three leading-zero counts away (event-atomic:
+        # bitsets over tie positions a bucket; one unit per access: a unit's bucket is its own block), where the heap
+        # loop sifted at every access (docs/performance.md, *Session 41*)
+        g_order, g_pos = _tie_order(tie, 1, tie.shape[0])
+        if not atomic:
+            return KBB.replay_belady_units(offsets, expert, layer, n_experts, n_layers, access_next, caps, g_order,
+                                           g_pos, forced, config.warmup_events, hits, misses, hit_flag)
+        order, tie_pos = _tie_order(tie, n_layers, n_experts)
+        return KBB.replay_belady_buckets(offsets, expert, layer, n_experts, n_layers, access_next, caps, order,
+                                         tie_pos, g_order, g_pos, forced, config.warmup_events, hits, misses,
                                          hit_flag)
-    if not atomic and global_scope and not policy.needs_advice and KBB.units_fit(int(offsets[-1]), n_layers):
-        # one pool, one unit per access: the units whose block is resident with that next use as a bitmap, the
-        # farthest three leading-zero counts away (docs/performance.md, *Session 41*)
-        return KBB.replay_belady_units(offsets, expert, layer, n_experts, n_layers, access_next, caps, tie,
-                                       policy.key_code == KEY_BELADY_FORCED, config.warmup_events, hits, misses,
-                                       hit_flag)
     if not atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS:
         # one unit per access, per layer: packed keys in slots, the largest held through an event, where the heap
         # loop sifted at every access (docs/performance.md, *Session 41*)
         _, tie_pos = _tie_order(tie, n_layers, n_experts)
-        return KQ.replay_belady_seq(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, access_next,
-                                    policy.key_code == KEY_BELADY_FORCED, config.warmup_events, hits, misses,
-                                    hit_flag)
+        return KQ.replay_belady_seq(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, access_next, forced,
+                                    config.warmup_events, hits, misses, hit_flag)
     if n_layers * n_experts >= (1 << 23):   # the int64 key packs the tie rank into 23 bits
         return _loop_generic(args, config, policy, caps, tie, hits, misses, hit_flag)
-    K.replay_belady(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, access_next, caps, tie,
-                    policy.key_code == KEY_BELADY_FORCED, config.warmup_events, hits, misses, hit_flag)
+    K.replay_belady(offsets, expert, layer, n_experts, n_layers, global_scope, atomic, access_next, caps, tie, forced,
+                    config.warmup_events, hits, misses, hit_flag)
 
 
 def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses,
