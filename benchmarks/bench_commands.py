@@ -26,7 +26,7 @@ BLAS single-threaded on both sides unless ``--blas-threads`` says otherwise):
 ``prefetch compare``  ``expertcache prefetch compare TRACE --batch 8 --json``
 ``spec run``          ``expertcache spec run SPEC --store STORE --json``
 ``audit``             ``expertcache audit TRACE --json``
-``replay``            ``expertcache replay STREAM --policy lru --json``
+``replay``            ``expertcache replay STREAM --policy lru --json`` (``--replay-policy`` names another)
 
 Every command is run once per side untimed first (numba caches warm, files in the page cache; ``--no-warmup``
 skips it when the caches are known warm, and compares the first pair's outputs instead); then the sides alternate pair by pair (baseline, ours; baseline, ours; ...), so load drift on a shared machine
@@ -133,6 +133,10 @@ def build_inputs(d: Path, quick: bool, baseline: Path) -> None:
     (d / "spec.toml").write_text(SPEC)
 
 
+#: The policy of the ``replay`` command (``--replay-policy``).
+REPLAY = {"policy": "lru"}
+
+
 def command_args(name: str) -> list[str]:
     """The command line of ``name``, run in the side's own directory ``out-SIDE/`` (so both sides' command
     lines, which a report quotes, are the same)."""
@@ -144,7 +148,7 @@ def command_args(name: str) -> list[str]:
         return ["spec", "run", "../spec.toml", "--store", "store", "--json"]
     if name == "audit":
         return ["audit", "../trace", "--json"]
-    return ["replay", "../stream", "--policy", "lru", "--json"]
+    return ["replay", "../stream", "--policy", REPLAY["policy"], "--json"]
 
 
 def _scrub(obj: Any) -> Any:
@@ -232,8 +236,10 @@ def bench(name: str, d: Path, sides: dict[str, Path], pairs: int, warmup: bool =
     if name == "replay":
         union = union_of(d, "stream")
         row["union"] = union
+        row["policy"] = REPLAY["policy"]
         for side, src in sides.items():
-            floor = min(run_child(src, ["replay", "tiny", "--policy", "lru", "--json"], d)[1] for _ in range(2))
+            floor = min(run_child(src, ["replay", "tiny", "--policy", REPLAY["policy"], "--json"], d)[1]
+                        for _ in range(2))
             row[f"{side}_floor_mib"] = floor / 2 ** 20
             row[f"{side}_bytes_per_access"] = (min(rss[side]) - floor) / union
     return row
@@ -248,7 +254,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
               f"{r['cpu_ratio_min']:>11.2f} /{r['cpu_ratio_median']:>5.2f}"
               f"{r['baseline_peak_rss_mib']:>11.0f} /{r['ours_peak_rss_mib']:>6.0f}")
         if r["command"] == "replay":
-            print(f"{'':<18}replay bytes per union access (peak RSS - floor on tiny/) / {r['union']:,}: "
+            print(f"{'':<18}replay --policy {r['policy']}: bytes per union access (peak RSS - floor on tiny/) / "
+                  f"{r['union']:,}: "
                   f"baseline {r['baseline_bytes_per_access']:.1f} (floor {r['baseline_floor_mib']:.0f} MiB), "
                   f"ours {r['ours_bytes_per_access']:.1f} (floor {r['ours_floor_mib']:.0f} MiB)")
 
@@ -265,6 +272,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--blas-threads", type=int, default=1,
                     help="OPENBLAS/OMP/MKL threads of both sides (default 1; 0 = leave the environment as is)")
     ap.add_argument("--json", action="store_true", help="print the rows as one JSON object too")
+    ap.add_argument("--replay-policy", default="lru", help="the policy of the replay command (default lru)")
     return ap.parse_args(argv)
 
 
@@ -275,6 +283,7 @@ def main(argv: list[str] | None = None) -> None:
     if bad:
         raise SystemExit(f"unknown command {bad[0]!r}; choose from {', '.join(COMMANDS)}")
     sides = {"baseline": args.baseline.resolve(), "ours": OURS}
+    REPLAY["policy"] = args.replay_policy
     if args.blas_threads > 0:
         BLAS_ENV.update({v: str(args.blas_threads) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
                                                               "MKL_NUM_THREADS")})

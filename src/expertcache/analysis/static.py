@@ -13,13 +13,15 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..events import EventStream
+from ..replay._kernels import block_counts
 
 __all__ = ["access_histogram", "static_misses_from_histogram", "access_share_table"]
 
 
 def access_histogram(stream: EventStream) -> np.ndarray:
     """``int64[L, N]``: union accesses per (layer, expert)."""
-    return np.bincount(stream.block, minlength=stream.n_blocks).reshape(stream.n_layers, stream.n_experts)
+    counts = block_counts(stream.offsets, stream.expert, stream.layer, stream.n_experts, stream.n_layers)
+    return counts.reshape(stream.n_layers, stream.n_experts)
 
 
 def static_misses_from_histogram(hist: np.ndarray, capacity: Sequence[int]) -> np.ndarray:

@@ -161,6 +161,48 @@ def layer_totals(offsets, ev_layer, logical, n_layers, start):
 
 
 @jit
+def block_counts(offsets, expert, ev_layer, n_experts, n_layers):
+    """``int64[n_layers * n_experts]``: the union accesses of every block ``layer * n_experts + expert``, in one
+    pass over the members (``np.bincount`` over the stream's block ids first built those ids, 8 bytes an access).
+
+    >>> block_counts(np.array([0, 2, 3]), np.array([0, 1, 1], np.int16), np.array([0, 1], np.int32), 2, 2).tolist()
+    [1, 1, 0, 1]
+    """
+    counts = np.zeros(n_layers * n_experts, dtype=np.int64)
+    for i in range(ev_layer.shape[0]):
+        base = np.int64(ev_layer[i]) * n_experts
+        for a in range(offsets[i], offsets[i + 1]):
+            counts[np.uint64(base + expert[a])] += 1
+    return counts
+
+
+@jit
+def replay_static(offsets, expert, ev_layer, n_experts, pinned, count_from, hits, hit_flag):
+    """A pinned set's hits: an access hits where its block is pinned (``pinned``: ``uint8[n_blocks]``, 1 pinned),
+    whatever the order of the accesses, so one pass serves every semantics. ``hits[l]`` gains layer ``l``'s hits
+    of the events from ``count_from`` on; ``hit_flag`` (``uint8[n_access]``, or empty) takes every access's
+    outcome, warm-up included.
+
+    >>> h = np.zeros(2, np.int64)
+    >>> replay_static(np.array([0, 2, 3]), np.array([0, 1, 1], np.int16), np.array([0, 1], np.int32), 2,
+    ...               np.array([0, 1, 0, 1], np.uint8), 0, h, np.zeros(0, np.uint8)); h.tolist()
+    [1, 1]
+    """
+    record = hit_flag.shape[0] > 0
+    for i in range(ev_layer.shape[0]):
+        layer = ev_layer[i]
+        base = np.int64(layer) * n_experts
+        n_hit = 0
+        for a in range(offsets[i], offsets[i + 1]):
+            p = pinned[np.uint64(base + expert[a])]
+            n_hit += np.int64(p)
+            if record:
+                hit_flag[a] = p
+        if i >= count_from:
+            hits[np.uint64(layer)] += n_hit
+
+
+@jit
 def _policy_state(n_blocks):
     """Fresh per-block policy state: last clock, frequency, next use, cycle, offset in cycle, and LRFU's
     ``(key, CRF at the last access, layer unit of the last access)`` as the rows of one ``float64[3, n]``."""

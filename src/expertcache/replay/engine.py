@@ -206,7 +206,7 @@ def _seq_loop(config: ReplayConfig, policy: Policy, n_experts: int, n_access: in
 
 def _shuffles_inside(config: ReplayConfig, policy: Policy, stream: EventStream) -> bool:
     """Whether the loop shuffles each event itself, so that its inputs keep the stream's member order:
-    sequential-random ``lru``, ``least-stale`` and ``demand`` (lru's loops, either scope) and the sequential
+    sequential-random ``lru`` and ``least-stale`` (lru's loops, either scope) and the sequential
     per-layer loops of ``lfu``, ``lrfu`` and ``lfru`` (:func:`_seq_loop`); :func:`._kernels_order.shuffled_replay`
     runs each of them."""
     return config.semantics == "sequential-random" and (
@@ -241,18 +241,15 @@ def _kernel_inputs(stream: EventStream, config: ReplayConfig, needs_next_use: bo
 def static_pinned_set(calibration: EventStream, capacity: np.ndarray, scope: str, tie: np.ndarray) -> np.ndarray:
     """Pinned-block mask: per partition, the ``c`` blocks with most union accesses (ties by tie rank)."""
     n_blocks = calibration.n_blocks
-    counts = np.bincount(calibration.block, minlength=n_blocks)
-    pinned = np.zeros(n_blocks, dtype=bool)
+    counts = K.block_counts(calibration.offsets, calibration.expert, calibration.layer, calibration.n_experts,
+                            calibration.n_layers)
     N = calibration.n_experts
-    parts = [np.arange(n_blocks)] if scope == "global" else [np.arange(l * N, (l + 1) * N)
-                                                             for l in range(calibration.n_layers)]
-    for p, blocks in enumerate(parts):
-        c = int(min(capacity[p], blocks.shape[0]))
-        if c == 0:
-            continue
-        order = np.lexsort((-tie[blocks], -counts[blocks]))  # most accessed first, then larger tie rank
-        pinned[blocks[order[:c]]] = True
-    return pinned
+    size = n_blocks if scope == "global" else N                  # blocks of a partition (one, or one a layer)
+    part = np.arange(n_blocks, dtype=np.int64) // size
+    order = np.lexsort((-tie, -counts, part))        # by partition, most accessed first, then larger tie rank
+    rank = np.empty(n_blocks, dtype=np.int64)        # each block's place in its partition's order
+    rank[order] = np.arange(n_blocks, dtype=np.int64) - part[order] * size
+    return rank < np.asarray(capacity, dtype=np.int64)[part]
 
 
 def replay(stream: EventStream, config: ReplayConfig, calibration: EventStream | None = None,
@@ -341,17 +338,18 @@ def _replay(stream: EventStream, config: ReplayConfig, calibration: EventStream 
         else:
             fit = stream
         pinned = static_pinned_set(fit, caps, config.scope, tie)
-        counted = np.repeat(np.arange(stream.n_events) >= config.warmup_events, stream.event_size)
-        hit_mask = pinned[stream.block] & counted
-        if hit_flag is not None:
-            hit_flag[:] = pinned[stream.block]
-        layer_of_access = np.repeat(stream.layer, stream.event_size)
-        hits_l = np.bincount(layer_of_access, weights=hit_mask, minlength=L).astype(np.int64)
+        hits_l = np.zeros(L, dtype=np.int64)
+        K.replay_static(stream.offsets, stream.expert, stream.layer, N, pinned.view(np.uint8), config.warmup_events,
+                        hits_l, _NO_FLAGS if hit_flag is None else hit_flag)
         miss_l = layer_union - hits_l
-        initial = np.bincount(np.arange(n_blocks) // N, weights=pinned, minlength=L).astype(np.int64)
+        initial = pinned.reshape(L, N).sum(axis=1, dtype=np.int64)
+    elif policy.kind == "demand":      # nothing is kept: every union access misses, in any order (the loops with a
+        caps = np.zeros(n_parts, dtype=np.int64)        # capacity of 0 gave the same; sequential-random shuffled
+        hits_l = np.zeros(L, dtype=np.int64)            # for it)
+        miss_l = layer_union.copy()
+        if hit_flag is not None:
+            hit_flag[:] = 0
     else:
-        if policy.kind == "demand":
-            caps = np.zeros(n_parts, dtype=np.int64)
         hits_l = np.zeros(L, dtype=np.int64)
         miss_l = np.zeros(L, dtype=np.int64)
         args = _kernel_inputs(stream, config, policy.needs_next_use and not _walks_belady(config, policy, N),
