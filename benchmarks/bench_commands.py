@@ -26,7 +26,7 @@ BLAS single-threaded on both sides unless ``--blas-threads`` says otherwise):
 ``prefetch compare``  ``expertcache prefetch compare TRACE --batch 8 --json``
 ``spec run``          ``expertcache spec run SPEC --store STORE --json``
 ``audit``             ``expertcache audit TRACE --json``
-``replay``            ``expertcache replay STREAM --policy lru --json`` (``--replay-policy`` names another)
+``replay``            ``expertcache replay STREAM --policy lru --json`` (``--replay-args`` gives other options)
 
 Every command is run once per side untimed first (numba caches warm, files in the page cache; ``--no-warmup``
 skips it when the caches are known warm, and compares the first pair's outputs instead); then the sides alternate pair by pair (baseline, ours; baseline, ours; ...), so load drift on a shared machine
@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -133,8 +134,8 @@ def build_inputs(d: Path, quick: bool, baseline: Path) -> None:
     (d / "spec.toml").write_text(SPEC)
 
 
-#: The policy of the ``replay`` command (``--replay-policy``).
-REPLAY = {"policy": "lru"}
+#: The options of the ``replay`` command (``--replay-args``).
+REPLAY = {"args": ["--policy", "lru"]}
 
 
 def command_args(name: str) -> list[str]:
@@ -148,7 +149,7 @@ def command_args(name: str) -> list[str]:
         return ["spec", "run", "../spec.toml", "--store", "store", "--json"]
     if name == "audit":
         return ["audit", "../trace", "--json"]
-    return ["replay", "../stream", "--policy", REPLAY["policy"], "--json"]
+    return ["replay", "../stream", *REPLAY["args"], "--json"]
 
 
 def _scrub(obj: Any) -> Any:
@@ -236,10 +237,9 @@ def bench(name: str, d: Path, sides: dict[str, Path], pairs: int, warmup: bool =
     if name == "replay":
         union = union_of(d, "stream")
         row["union"] = union
-        row["policy"] = REPLAY["policy"]
+        row["replay_args"] = " ".join(REPLAY["args"])
         for side, src in sides.items():
-            floor = min(run_child(src, ["replay", "tiny", "--policy", REPLAY["policy"], "--json"], d)[1]
-                        for _ in range(2))
+            floor = min(run_child(src, ["replay", "tiny", *REPLAY["args"], "--json"], d)[1] for _ in range(2))
             row[f"{side}_floor_mib"] = floor / 2 ** 20
             row[f"{side}_bytes_per_access"] = (min(rss[side]) - floor) / union
     return row
@@ -254,7 +254,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
               f"{r['cpu_ratio_min']:>11.2f} /{r['cpu_ratio_median']:>5.2f}"
               f"{r['baseline_peak_rss_mib']:>11.0f} /{r['ours_peak_rss_mib']:>6.0f}")
         if r["command"] == "replay":
-            print(f"{'':<18}replay --policy {r['policy']}: bytes per union access (peak RSS - floor on tiny/) / "
+            print(f"{'':<18}replay {r['replay_args']}: bytes per union access (peak RSS - floor on tiny/) / "
                   f"{r['union']:,}: "
                   f"baseline {r['baseline_bytes_per_access']:.1f} (floor {r['baseline_floor_mib']:.0f} MiB), "
                   f"ours {r['ours_bytes_per_access']:.1f} (floor {r['ours_floor_mib']:.0f} MiB)")
@@ -272,7 +272,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--blas-threads", type=int, default=1,
                     help="OPENBLAS/OMP/MKL threads of both sides (default 1; 0 = leave the environment as is)")
     ap.add_argument("--json", action="store_true", help="print the rows as one JSON object too")
-    ap.add_argument("--replay-policy", default="lru", help="the policy of the replay command (default lru)")
+    ap.add_argument("--replay-args", default="--policy lru",
+                    help="the replay command's options, one string (default '--policy lru')")
     return ap.parse_args(argv)
 
 
@@ -283,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
     if bad:
         raise SystemExit(f"unknown command {bad[0]!r}; choose from {', '.join(COMMANDS)}")
     sides = {"baseline": args.baseline.resolve(), "ours": OURS}
-    REPLAY["policy"] = args.replay_policy
+    REPLAY["args"] = shlex.split(args.replay_args)
     if args.blas_threads > 0:
         BLAS_ENV.update({v: str(args.blas_threads) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
                                                               "MKL_NUM_THREADS")})

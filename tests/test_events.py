@@ -137,3 +137,29 @@ def test_chunked_event_building_equals_one_pass(monkeypatch):
         for name in ("step", "layer", "active", "logical_per_event", "offsets", "expert", "multiplicity",
                      "gate_mass"):
             assert np.array_equal(getattr(whole, name), getattr(part, name)), (chunk, name)
+
+
+def test_read_events_can_leave_gate_mass_unread(tmp_path, monkeypatch):
+    """``gate_mass=False`` (what ``replay`` reads) gives the same stream less its gate mass, without decoding it;
+    the replay's counts are the same."""
+    from expertcache.events import read_events
+    from expertcache.events import stream as stream_module
+    from expertcache.replay import ReplayConfig, replay
+
+    s = build_events(_trace([3, 2, 4], L=2), batch=2)
+    s.save(tmp_path / "s")
+    full = read_events(tmp_path / "s")
+    assert full.gate_mass is not None and np.allclose(full.gate_mass, s.gate_mass)
+    decode = stream_module._member_column
+
+    def no_gate_mass(pf, name, offsets, src):
+        assert name != "gate_mass", "gate mass decoded"
+        return decode(pf, name, offsets, src)
+
+    monkeypatch.setattr(stream_module, "_member_column", no_gate_mass)
+    lean = read_events(tmp_path / "s", gate_mass=False)
+    assert lean.gate_mass is None
+    for name in ("step", "layer", "active", "logical_per_event", "offsets", "expert", "multiplicity"):
+        assert np.array_equal(getattr(lean, name), getattr(full, name)), name
+    cfg = ReplayConfig("lru", capacity=(2, 2), tie_break="id")
+    assert replay(lean, cfg) == replay(full, cfg)

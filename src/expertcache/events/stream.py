@@ -390,8 +390,12 @@ def _first_chunked(n: int, bad) -> int | None:
     return None
 
 
-def read_events(directory: str | os.PathLike[str]) -> EventStream:
+def read_events(directory: str | os.PathLike[str], *, gate_mass: bool = True) -> EventStream:
     """Load a stream directory written by :meth:`EventStream.save`, verifying hashes and contents.
+
+    ``gate_mass=False`` leaves a stored ``gate_mass`` column unread (the stream's ``gate_mass`` is then ``None``):
+    for a reader that never uses it, such as a replay (4 bytes per union access less resident; the file's hash is
+    still checked, its gate mass values are not).
 
     Every column is checked once, vectorised, before conversion (docs/safety.md): integer types
     without nulls for ``step``, ``layer``, ``active``, ``logical`` and the member lists, values within
@@ -423,8 +427,12 @@ def read_events(directory: str | os.PathLike[str]) -> EventStream:
             raise ValidationError(f"expert id must be in [0, {N}); got {int(flat.max())}", source=src,
                                   field="experts")
         _, mult = _member_column(pf, "multiplicity", offsets, src)
-        gm = (_member_column(pf, "gate_mass", offsets, src)[1].astype(np.float32, copy=False)
-              if "gate_mass" in schema.names else None)
+        gm = None
+        if "gate_mass" in schema.names:
+            if gate_mass:
+                gm = _member_column(pf, "gate_mass", offsets, src)[1].astype(np.float32, copy=False)
+            else:                      # left unread: its type checked as a read would check it
+                _float_lists(schema.field("gate_mass").type, src, "gate_mass")
         if table.num_rows != n_rows:
             raise IntegrityError(f"expected {n_rows} rows; found {table.num_rows}", source=src)
         arrays = {name: _int_array(table[name], src, name, hi)
@@ -524,6 +532,15 @@ def _member_column(pf: Any, name: str, offsets: np.ndarray | None, src: str) -> 
     if offsets is not None and n_values != offsets[-1]:
         raise ValidationError("must have one entry per expert of each event", source=src, field=name)
     return out_offsets, values[:n_values]
+
+
+def _float_lists(col_type: pa.DataType, src: str, name: str) -> None:
+    """Refuse a column type other than a list of floating-point numbers, with :func:`_member_column`'s messages
+    (for a column left unread)."""
+    if not (pa.types.is_list(col_type) or pa.types.is_large_list(col_type)):
+        raise ValidationError("must have one entry per expert of each event", source=src, field=name)
+    if not pa.types.is_floating(col_type.value_type):
+        raise ValidationError(f"expected floating-point numbers; got {col_type.value_type}", source=src, field=name)
 
 
 def _int_array(column: pa.ChunkedArray, src: str, name: str, hi: int) -> np.ndarray:
