@@ -27,6 +27,7 @@ BLAS single-threaded on both sides unless ``--blas-threads`` says otherwise):
 ``spec run``          ``expertcache spec run SPEC --store STORE --json``
 ``audit``             ``expertcache audit TRACE --json``
 ``replay``            ``expertcache replay STREAM --policy lru --json`` (``--replay-args`` gives other options)
+``affinity``          ``expertcache affinity TRACE --json`` (deadline rotation, three schedulers, §8.3-§8.4)
 
 Every command is run once per side untimed first (numba caches warm, files in the page cache; ``--no-warmup``
 skips it when the caches are known warm, and compares the first pair's outputs instead); then the sides alternate pair by pair (baseline, ours; baseline, ours; ...), so load drift on a shared machine
@@ -58,7 +59,7 @@ sys.path.insert(0, str(HERE))
 
 from _ab import machine  # noqa: E402
 
-COMMANDS = ("report", "prefetch-compare", "spec-run", "audit", "replay")
+COMMANDS = ("report", "prefetch-compare", "spec-run", "audit", "replay", "affinity")
 
 SPEC = """\
 [experiment]
@@ -149,6 +150,8 @@ def command_args(name: str) -> list[str]:
         return ["spec", "run", "../spec.toml", "--store", "store", "--json"]
     if name == "audit":
         return ["audit", "../trace", "--json"]
+    if name == "affinity":
+        return ["affinity", "../trace", "--json"]
     return ["replay", "../stream", *REPLAY["args"], "--json"]
 
 

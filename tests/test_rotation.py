@@ -107,3 +107,53 @@ def test_affinity_command_prints_scope_and_table(tmp_path):
     res = CliRunner().invoke(main, ["affinity", str(tmp_path / "t"), "-A", "6", "-B", "2", "-W", "3",
                                     "--best-of", "10"])
     assert res.exit_code == 0 and "UPPER BOUND" in res.output
+
+
+def _greedy_twin(cands, base, sets, k, n_layers, order_key, top_k):
+    """The greedy as it was written before its kernel: Python sets, one layer at a time."""
+    chosen = list(base)
+    union = [set() for _ in range(n_layers)]
+    for r in base:
+        if sets[r] is not None:
+            for layer in range(n_layers):
+                union[layer].update(sets[r][layer].tolist())
+    pool = [r for r in cands if r not in base]
+    for _ in range(k):
+        best, best_cost = None, None
+        for r in sorted(pool, key=lambda x: order_key[x]):
+            s = sets[r]
+            cost = (top_k * n_layers if s is None
+                    else sum(len(set(s[layer].tolist()) - union[layer]) for layer in range(n_layers)))
+            if best_cost is None or cost < best_cost:
+                best, best_cost = r, cost
+        if best is None:
+            break
+        chosen.append(best)
+        pool.remove(best)
+        if sets[best] is not None:
+            for layer in range(n_layers):
+                union[layer].update(sets[best][layer].tolist())
+    return chosen
+
+
+def test_greedy_and_union_cost_equal_their_python_twins():
+    """The greedy pick and the union size in kernels against plain Python sets, on random sessions with unknown
+    sets, mandatory ones, ties of cost and of order (small universes make equal costs common)."""
+    from expertcache.events.rotation import _greedy, _union_cost
+
+    rng = np.random.default_rng(7)
+    for trial in range(400):
+        L, N = int(rng.integers(1, 5)), int(rng.integers(2, 12))
+        k = int(rng.integers(1, N + 1))
+        n = int(rng.integers(1, 12))
+        sessions = [int(x) for x in rng.permutation(40)[:n]]
+        sets = {r: (None if rng.random() < 0.25 else np.stack([rng.choice(N, size=k, replace=False)
+                                                               for _ in range(L)])) for r in sessions}
+        keys = {r: (int(rng.integers(0, 3)), int(rng.integers(0, 3))) for r in sessions}   # ties of order too
+        base = [r for r in sessions if rng.random() < 0.3]
+        room = int(rng.integers(0, n + 2))
+        got = _greedy(sessions, base, sets, room, L, keys, k)
+        assert got == _greedy_twin(sessions, base, sets, room, L, keys, k), trial
+        known = [sets[r] for r in got if sets[r] is not None]
+        want = sum(len(set(np.concatenate([s[layer] for s in known]).tolist())) for layer in range(L)) if known else 0
+        assert _union_cost(known, L) == want, trial

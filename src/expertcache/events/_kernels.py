@@ -83,3 +83,71 @@ def step_layer_events(step, rows, experts, gates, has_gates, n_experts, ev_ids, 
             csr[n_ev] = n_u
         g0 = g1
     return n_ev, n_u
+
+
+@jit
+def greedy_union(cand, known, base, base_known, room, top_k, width):
+    """The rotation schedulers' greedy pick (:func:`expertcache.events.rotation._greedy`): starting from the union
+    of the ``base`` sessions' known sets, add ``room`` candidates one at a time, each the one bringing the fewest
+    experts new to the union (summed over layers; a candidate of unknown set costs ``top_k`` per layer), the first
+    in candidate order among equal costs; returns their positions in ``cand``, in the order picked.
+
+    ``cand`` / ``base``: int64 ``[m, L, k]`` / ``[b, L, k]`` expert sets (distinct experts per layer, ids below
+    ``width``), ``known`` / ``base_known``: uint8 per session (0: its set is unknown, its row ignored).
+
+    >>> c = np.array([[[0, 1]], [[2, 3]], [[1, 2]]]); b = np.array([[[0, 1]]])
+    >>> greedy_union(c, np.ones(3, np.uint8), b, np.ones(1, np.uint8), 2, 2, 4).tolist()
+    [0, 2]
+    """
+    m, n_layers, k = cand.shape
+    union = np.zeros((n_layers, width), dtype=np.bool_)
+    for r in range(base.shape[0]):
+        if base_known[r]:
+            for layer in range(n_layers):
+                for j in range(k):
+                    union[layer, base[r, layer, j]] = True
+    n_pick = min(room, m)
+    taken = np.zeros(m, dtype=np.bool_)
+    out = np.empty(n_pick, dtype=np.int64)
+    for q in range(n_pick):
+        best = -1
+        best_cost = 0
+        for r in range(m):
+            if taken[r]:
+                continue
+            cost = top_k * n_layers
+            if known[r]:
+                cost = 0
+                for layer in range(n_layers):
+                    for j in range(k):
+                        cost += not union[layer, cand[r, layer, j]]
+            if best < 0 or cost < best_cost:
+                best = r
+                best_cost = cost
+        taken[best] = True
+        out[q] = best
+        if known[best]:
+            for layer in range(n_layers):
+                for j in range(k):
+                    union[layer, cand[best, layer, j]] = True
+    return out
+
+
+@jit
+def union_size(sets, width):
+    """``sum over layers of |union of sets[:, layer]|`` for int64 ``sets[m, L, k]`` (ids below ``width``).
+
+    >>> union_size(np.array([[[0, 1], [2, 3]], [[1, 2], [2, 3]]]), 4)
+    5
+    """
+    m, n_layers, k = sets.shape
+    seen = np.zeros((n_layers, width), dtype=np.bool_)
+    total = 0
+    for r in range(m):
+        for layer in range(n_layers):
+            for j in range(k):
+                e = sets[r, layer, j]
+                if not seen[layer, e]:
+                    seen[layer, e] = True
+                    total += 1
+    return total
