@@ -28,6 +28,9 @@ BLAS single-threaded on both sides unless ``--blas-threads`` says otherwise):
 ``audit``             ``expertcache audit TRACE --json``
 ``replay``            ``expertcache replay STREAM --policy lru --json`` (``--replay-args`` gives other options)
 ``affinity``          ``expertcache affinity TRACE --json`` (deadline rotation, three schedulers, §8.3-§8.4)
+``events-build``      ``expertcache events build TRACE -B 8 -o events --overwrite --json`` (its manifest's sha256
+                      in the JSON: the stream files must agree)
+``transition``        ``expertcache experiment transition TRACE --json`` (§8.1 warm-cache transitions)
 
 Every command is run once per side untimed first (numba caches warm, files in the page cache; ``--no-warmup``
 skips it when the caches are known warm, and compares the first pair's outputs instead); then the sides alternate pair by pair (baseline, ours; baseline, ours; ...), so load drift on a shared machine
@@ -59,7 +62,7 @@ sys.path.insert(0, str(HERE))
 
 from _ab import machine  # noqa: E402
 
-COMMANDS = ("report", "prefetch-compare", "spec-run", "audit", "replay", "affinity")
+COMMANDS = ("report", "prefetch-compare", "spec-run", "audit", "replay", "affinity", "events-build", "transition")
 
 SPEC = """\
 [experiment]
@@ -152,6 +155,10 @@ def command_args(name: str) -> list[str]:
         return ["audit", "../trace", "--json"]
     if name == "affinity":
         return ["affinity", "../trace", "--json"]
+    if name == "events-build":
+        return ["events", "build", "../trace", "-B", "8", "-o", "events", "--overwrite", "--json"]
+    if name == "transition":
+        return ["experiment", "transition", "../trace", "--json"]
     return ["replay", "../stream", *REPLAY["args"], "--json"]
 
 

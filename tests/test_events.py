@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -163,3 +165,28 @@ def test_read_events_can_leave_gate_mass_unread(tmp_path, monkeypatch):
         assert np.array_equal(getattr(lean, name), getattr(full, name)), name
     cfg = ReplayConfig("lru", capacity=(2, 2), tie_break="id")
     assert replay(lean, cfg) == replay(full, cfg)
+
+
+@pytest.mark.parametrize("n_experts", [8, 64, 200, 4096])
+def test_step_layer_events_equal_the_sorting_build(n_experts):
+    """The per-step kernel (members read from bits where they span few words, else sorted by insertion) against
+    the build that sorts every (token, layer, slot) entry: the same events, members, multiplicities and gate sums,
+    on random schedules (N = 4096 with k = 2 takes the insertion sort, the others the bits)."""
+    from expertcache.events.fcfs import _schedule_events, _sorted_schedule_events
+
+    rng = np.random.default_rng(n_experts)
+    k = 2 if n_experts == 4096 else min(4, n_experts)
+    L = 3
+    lengths = rng.integers(1, 9, size=7).tolist()
+    experts = [[[rng.choice(n_experts, size=k, replace=False).tolist() for _ in range(L)] for _ in range(n)]
+               for n in lengths]
+    tr = _trace(lengths, L=L, N=n_experts, k=k, experts=experts)
+    tr = replace(tr, gates=rng.random(tr.gates.shape).astype(np.float32))     # sums that depend on their order
+    rows = np.arange(tr.n_tokens)
+    for _ in range(5):
+        step = np.sort(rng.integers(0, 6, size=rows.shape[0]))
+        pick = rng.permutation(rows)                         # tokens of a step in any order
+        a = _sorted_schedule_events(tr, step, pick)
+        b = _schedule_events(tr, step, pick)
+        for x, y, name in zip(a, b, ("ev_ids", "csr", "expert", "mult", "gm", "active"), strict=True):
+            assert np.array_equal(np.asarray(x), np.asarray(y)), name

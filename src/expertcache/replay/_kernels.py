@@ -26,10 +26,8 @@ capacity follow (a miss-ratio curve).
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
-from numba import types
-from numba.extending import intrinsic
 
+from .._bits import cttz as _cttz
 from .._jit import jit, jit_helper
 from .keys import (
     KEY_BELADY,
@@ -635,17 +633,6 @@ def stack_depths(offsets, expert, ev_layer, ev_step, n_experts, n_layers, global
                 member[base + expert[a]] = False
             t += 1
             lunits[layer] += 1
-
-
-@intrinsic
-def _cttz(typingctx, x):
-    """Count trailing zeros of a non-zero uint64 (LLVM ``cttz``)."""
-    sig = types.uint64(types.uint64)
-
-    def codegen(context, builder, signature, args):
-        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 1))
-
-    return sig, codegen
 
 
 @jit

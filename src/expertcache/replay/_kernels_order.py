@@ -23,19 +23,9 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
+from .._bits import ctlz as _ctlz
 from .._jit import jit, jit_inline
 from ._kernels_bits import _U
-
-
-@intrinsic
-def _ctlz(typingctx, x):
-    """Count leading zeros of a non-zero uint64 (LLVM ``ctlz``)."""
-    sig = types.uint64(types.uint64)
-
-    def codegen(context, builder, signature, args):
-        return builder.ctlz(args[0], ir.Constant(ir.IntType(1), 1))
-
-    return sig, codegen
 
 
 @intrinsic

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +96,22 @@ class RoutingTrace:
 
     def __post_init__(self) -> None:
         validate_trace(self, source="RoutingTrace")
+
+    @classmethod
+    def _trusted(cls, *args: Any, **kwargs: Any) -> RoutingTrace:
+        """A trace whose routes are rows of a checked trace (:func:`select_requests`): the per-token checks run
+        (request, phase, position, contiguity: O(tokens)), the passes over every route (expert ranges and
+        distinctness, finite gates: O(tokens * L * k), a sort among them) do not."""
+        obj = cls.__new__(cls)
+        names = list(cls.__dataclass_fields__)
+        values = {f.name: f.default for f in fields(cls) if f.default is not MISSING}
+        values["provenance"] = {}
+        values.update(zip(names, args, strict=False))
+        values.update(kwargs)
+        for name in names:
+            object.__setattr__(obj, name, values[name])
+        validate_trace(obj, source="RoutingTrace", routes=False)
+        return obj
 
     @property
     def n_tokens(self) -> int:
@@ -187,8 +203,11 @@ class RoutingTrace:
         return Path(out)
 
 
-def validate_trace(trace: RoutingTrace, source: str) -> None:
-    """Check shapes, dtypes and value ranges of a trace; raise ValidationError with the first fault."""
+def validate_trace(trace: RoutingTrace, source: str, routes: bool = True) -> None:
+    """Check shapes, dtypes and value ranges of a trace; raise ValidationError with the first fault.
+
+    ``routes=False`` skips the passes over every route (expert ids in range and distinct, gates finite), for routes
+    taken from a checked trace."""
     L, N, k = trace.n_layers, trace.n_experts, trace.top_k
     for name, value in (("n_layers", L), ("n_experts", N), ("top_k", k)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -228,6 +247,26 @@ def validate_trace(trace: RoutingTrace, source: str) -> None:
     if row is not None:
         raise ValidationError(f"position must be >= 0; got {trace.position[row]}", source=source,
                               record=row + 1, field="position")
+    if routes:
+        _validate_routes(trace, N, source)
+    # Rows grouped by request, positions strictly increasing inside a request.
+    same = trace.request[1:] == trace.request[:-1]
+    row = _first(same & (trace.position[1:] <= trace.position[:-1]))
+    if row is not None:
+        raise ValidationError(
+            f"positions must strictly increase within a request; got {trace.position[row + 1]} "
+            f"after {trace.position[row]}", source=source, record=row + 2, field="position")
+    starts = trace.request[np.r_[True, ~same]]
+    if np.unique(starts).shape[0] != starts.shape[0]:
+        raise ValidationError("rows of a request must be contiguous", source=source, field="request")
+    row = _first(same & (trace.phase[1:] < trace.phase[:-1]))
+    if row is not None:
+        raise ValidationError("a prefill token cannot follow a decode token of the same request",
+                              source=source, record=row + 2, field="phase")
+
+
+def _validate_routes(trace: RoutingTrace, N: int, source: str) -> None:
+    """Every route's expert ids in ``[0, N)`` and distinct, its gates finite."""
     bad = (trace.experts < 0) | (trace.experts >= N)
     row = _first(bad.any(axis=(1, 2)))
     if row is not None:
@@ -243,20 +282,6 @@ def validate_trace(trace: RoutingTrace, source: str) -> None:
         if row is not None:
             raise ValidationError("gate weights must be finite numbers (NaN or inf found)", source=source,
                                   record=row + 1, field="gates")
-    # Rows grouped by request, positions strictly increasing inside a request.
-    same = trace.request[1:] == trace.request[:-1]
-    row = _first(same & (trace.position[1:] <= trace.position[:-1]))
-    if row is not None:
-        raise ValidationError(
-            f"positions must strictly increase within a request; got {trace.position[row + 1]} "
-            f"after {trace.position[row]}", source=source, record=row + 2, field="position")
-    starts = trace.request[np.r_[True, ~same]]
-    if np.unique(starts).shape[0] != starts.shape[0]:
-        raise ValidationError("rows of a request must be contiguous", source=source, field="request")
-    row = _first(same & (trace.phase[1:] < trace.phase[:-1]))
-    if row is not None:
-        raise ValidationError("a prefill token cannot follow a decode token of the same request",
-                              source=source, record=row + 2, field="phase")
 
 
 def _first(mask: np.ndarray) -> int | None:
@@ -483,8 +508,10 @@ def select_requests(trace: RoutingTrace, indices: np.ndarray | list[int], note: 
     prov = dict(trace.provenance)
     if note:
         prov["selection"] = note
-    return RoutingTrace(trace.n_layers, trace.n_experts, trace.top_k,
-                        tuple(trace.request_ids[i] for i in indices), remap[trace.request[rows]],
-                        trace.phase[rows], trace.position[rows], trace.experts[rows],
-                        None if trace.gates is None else trace.gates[rows], trace.token_id[rows], prov,
-                        *(None if a is None else a[rows] for a in (trace.probs, trace.entropy, trace.margin)))
+    # rows of a checked trace: only the per-token checks run again (a repeated index fails them: its rows are
+    # not contiguous)
+    return RoutingTrace._trusted(trace.n_layers, trace.n_experts, trace.top_k,
+                                 tuple(trace.request_ids[i] for i in indices), remap[trace.request[rows]],
+                                 trace.phase[rows], trace.position[rows], trace.experts[rows],
+                                 None if trace.gates is None else trace.gates[rows], trace.token_id[rows], prov,
+                                 *(None if a is None else a[rows] for a in (trace.probs, trace.entropy, trace.margin)))
