@@ -31,6 +31,8 @@ BLAS single-threaded on both sides unless ``--blas-threads`` says otherwise):
 ``events-build``      ``expertcache events build TRACE -B 8 -o events --overwrite --json`` (its manifest's sha256
                       in the JSON: the stream files must agree)
 ``transition``        ``expertcache experiment transition TRACE --json`` (§8.1 warm-cache transitions)
+``nextuse-fit``       ``expertcache nextuse fit STREAM -o model.json --overwrite --json`` (the fitted model file
+                      must agree too)
 
 Every command is run once per side untimed first (numba caches warm, files in the page cache; ``--no-warmup``
 skips it when the caches are known warm, and compares the first pair's outputs instead); then the sides alternate pair by pair (baseline, ours; baseline, ours; ...), so load drift on a shared machine
@@ -62,7 +64,8 @@ sys.path.insert(0, str(HERE))
 
 from _ab import machine  # noqa: E402
 
-COMMANDS = ("report", "prefetch-compare", "spec-run", "audit", "replay", "affinity", "events-build", "transition")
+COMMANDS = ("report", "prefetch-compare", "spec-run", "audit", "replay", "affinity", "events-build", "transition",
+            "nextuse-fit")
 
 SPEC = """\
 [experiment]
@@ -159,6 +162,8 @@ def command_args(name: str) -> list[str]:
         return ["events", "build", "../trace", "-B", "8", "-o", "events", "--overwrite", "--json"]
     if name == "transition":
         return ["experiment", "transition", "../trace", "--json"]
+    if name == "nextuse-fit":
+        return ["nextuse", "fit", "../stream", "-o", "model.json", "--overwrite", "--json"]
     return ["replay", "../stream", *REPLAY["args"], "--json"]
 
 
@@ -183,6 +188,8 @@ def outputs(name: str, side: str, stdout: str, d: Path) -> Any:
             if p.is_file() and p.suffix in (".json", ".csv", ".md", ".txt"):
                 text = p.read_text()
                 got[str(p.relative_to(rep))] = _scrub(json.loads(text)) if p.suffix == ".json" else text
+    if name == "nextuse-fit":
+        got["model"] = json.loads((d / f"out-{side}" / "model.json").read_text())
     if name == "spec-run":
         import pyarrow.parquet as pq
 

@@ -231,3 +231,23 @@ def test_victims_command(splits, tmp_path):
     assert set(out["in_optimal_set"]) == {"random candidate", "predicted next use", "LRU", "LFRU"}
     for m, lo, hi in out["in_optimal_set"].values():
         assert lo <= m <= hi
+
+
+def test_linear_fit_and_r2_equal_their_plain_formulas(splits):
+    """The fit's sample (rows with a next use, then a seeded sample of them, copied once) and the in-sample R²
+    (rows standardised in place) give exactly the plain expressions' values, and ``predict`` leaves its input
+    as it was."""
+    from expertcache.nextuse.predictors import _fit_rows
+
+    f = access_features(splits[0])
+    ok = ~f.never_again
+    X, y = _fit_rows(f, 50, 3)
+    idx = np.sort(np.random.default_rng(3).choice(int(ok.sum()), size=50, replace=False))
+    assert np.array_equal(X, f.X[ok][idx]) and np.array_equal(y, f.log_next_distance[ok][idx])
+    model = LinearNextUse.fit(f)
+    before = f.X.copy()
+    pred = model.predict(f.X)
+    assert np.array_equal(f.X, before)
+    assert np.array_equal(pred, ((before - model.mean) / model.scale) @ model.coef + model.intercept)
+    yy, pp = f.log_next_distance[ok], pred[ok]
+    assert transfer_r2(model, f) == float(1.0 - ((yy - pp) ** 2).sum() / ((yy - yy.mean()) ** 2).sum())

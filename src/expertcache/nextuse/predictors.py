@@ -25,14 +25,13 @@ def _fit_rows(f: AccessFeatures, max_rows: int | None, seed: int) -> tuple[np.nd
     if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, (int, np.integer))
                                  or max_rows < 1):
         raise ValidationError(f"max_rows must be a positive integer; got {max_rows!r}", field="max_rows")
-    ok = ~f.never_again
-    X, y = f.X[ok], f.log_next_distance[ok]
-    if X.shape[0] == 0:
+    rows = np.flatnonzero(~f.never_again)        # the rows with a next use, then the sample of them: only the
+    if rows.shape[0] == 0:                         # sampled rows are copied (the same rows as ``X[ok][idx]``)
         raise ValidationError("no access with a next use to fit on (every block is used once)")
-    if max_rows is not None and X.shape[0] > max_rows:
-        idx = np.sort(np.random.default_rng(seed).choice(X.shape[0], size=max_rows, replace=False))
-        X, y = X[idx], y[idx]
-    return X, y
+    if max_rows is not None and rows.shape[0] > max_rows:
+        idx = np.sort(np.random.default_rng(seed).choice(rows.shape[0], size=max_rows, replace=False))
+        rows = rows[idx]
+    return f.X[rows], f.log_next_distance[rows]
 
 
 @dataclass(frozen=True)
@@ -56,7 +55,15 @@ class LinearNextUse:
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """Predicted log next-use distance for feature rows ``X``."""
-        return ((X - self.mean) / self.scale) @ self.coef + self.intercept
+        return self._from_centred(X - self.mean)
+
+    def _from_centred(self, Z: np.ndarray) -> np.ndarray:
+        """:meth:`predict` of rows already less ``mean``, standardised in place in ``Z`` (which is overwritten):
+        one temporary the size of ``X`` where ``(X - mean) / scale`` made two."""
+        Z /= self.scale
+        pred = Z @ self.coef
+        pred += self.intercept
+        return pred
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the model as JSON, atomically (a failed write leaves any older file as it was)."""
@@ -254,6 +261,11 @@ def transfer_r2(model: LinearNextUse | GradientBoostedNextUse, f: AccessFeatures
     """R² of predicted log next-use distance on ``f``'s accesses that have a next use."""
     ok = ~f.never_again
     y = f.log_next_distance[ok]
-    pred = model.predict(f.X[ok])
+    if isinstance(model, LinearNextUse):        # the selected rows are a copy already: centred in place
+        Z = f.X[ok]
+        Z -= model.mean
+        pred = model._from_centred(Z)
+    else:
+        pred = model.predict(f.X[ok])
     ss = ((y - y.mean()) ** 2).sum()
     return float(1.0 - ((y - pred) ** 2).sum() / ss) if ss > 0 else 0.0
