@@ -52,3 +52,27 @@ def test_a_trace_from_outside_is_still_checked_route_by_route():
     experts[0, 0, 1] = experts[0, 0, 0]
     with pytest.raises(ValidationError, match="distinct"):
         RoutingTrace(**{**f, "experts": experts})
+
+
+def test_read_trace_reads_a_column_at_a_time_in_small_batches(tmp_path, monkeypatch):
+    """``read_trace`` decodes one column at a time, batch by batch (never the whole table), and gives the trace
+    it saved: with batches of 7 rows a token's rows and a request's id straddle batches (each batch with its own
+    dictionary of request ids)."""
+    import pyarrow.parquet as pq
+
+    from expertcache.trace import read_trace
+
+    tr = _trace()
+    tr.save(tmp_path / "t")
+
+    def refuse(*a, **k):
+        raise AssertionError("the whole table was read")
+
+    monkeypatch.setattr(pq, "read_table", refuse)
+    monkeypatch.setattr(trace_model, "_READ_ROWS", 7)
+    got = read_trace(tmp_path / "t")
+    for name, value in _fields(tr).items():
+        if name == "provenance":
+            continue
+        other = getattr(got, name)
+        assert (np.array_equal(other, value) if isinstance(value, np.ndarray) else other == value), name

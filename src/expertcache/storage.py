@@ -544,26 +544,14 @@ def _checked_file(directory: Path, manifest: dict[str, Any], name: str) -> tuple
 
 
 def open_table(directory: str | os.PathLike[str], manifest: dict[str, Any], name: str) -> pq.ParquetFile:
-    """``name`` opened for reading column by column, after the checks of :func:`read_table` that need no
-    decoding (listed, present, sha256, footer rows and size); a reader of a large file decodes it a row
-    group at a time instead of all at once."""
+    """``name`` opened for reading column by column, after the checks that need no decoding (listed, present,
+    sha256, footer rows and size); a reader decodes it a column and a batch of rows at a time, never the whole
+    table at once (``read_trace``, ``read_events``)."""
     path, _ = _checked_file(Path(directory), manifest, name)
     try:
         return pq.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False)     # streamed: no whole-file buffer
     except (pa.ArrowInvalid, OSError) as exc:
         raise IntegrityError(f"not a readable Parquet file ({exc})", source=str(path)) from None
-
-
-def read_table(directory: str | os.PathLike[str], manifest: dict[str, Any], name: str) -> pa.Table:
-    """Read ``name`` after checking it exists and matches its manifest sha256."""
-    path, entry = _checked_file(Path(directory), manifest, name)
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise IntegrityError(f"not a readable Parquet file ({exc})", source=str(path)) from None
-    if table.num_rows != entry.get("rows"):
-        raise IntegrityError(f"expected {entry.get('rows')} rows; found {table.num_rows}", source=str(path))
-    return table
 
 
 #: A Parquet file may decode to at most this many bytes plus :data:`MAX_PARQUET_EXPANSION` times its size.

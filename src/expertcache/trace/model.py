@@ -19,12 +19,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import ValidationError
+from ..errors import IntegrityError, ValidationError
 from ..storage import (
     atomic_directory,
     check_model_shape,
+    open_table,
     read_manifest,
-    read_table,
     require_columns,
     write_manifest,
     write_table,
@@ -302,10 +302,10 @@ def read_trace(directory: str | os.PathLike[str]) -> RoutingTrace:
     manifest = read_manifest(directory, _KIND)
     L, N, k = manifest["n_layers"], manifest["n_experts"], manifest["top_k"]
     _log.info("reading trace %s (L = %s, N = %s, k = %s)", directory, L, N, k)
-    table = read_table(directory, manifest, _ROUTES)
     src = str(directory / _ROUTES)
-    require_columns(table, {"request_id": "request id", "phase": "prefill|decode", "position": "int",
-                            "layer": "int", "experts": f"list of {k} ints"}, src)
+    table = _Columns(open_table(directory, manifest, _ROUTES), src)
+    require_columns(table.empty_table(), {"request_id": "request id", "phase": "prefill|decode", "position": "int",
+                                          "layer": "int", "experts": f"list of {k} ints"}, src)
     rows = table.num_rows
     if rows % L:
         raise ValidationError(f"expected a multiple of L={L} rows (one per token and layer); got {rows}", source=src)
@@ -366,8 +366,39 @@ def read_trace(directory: str | os.PathLike[str]) -> RoutingTrace:
     if declared is not None and declared != len(request_ids):
         raise ValidationError(f"manifest declares {declared!r}; the data holds {len(request_ids)} requests",
                               source=src, field="n_requests")
+    pa.default_memory_pool().release_unused()
     return RoutingTrace(L, N, k, request_ids, request, phase, position, experts, gates, token_id,
                         provenance=manifest.get("provenance", {}), probs=probs, entropy=entropy, margin=margin)
+
+
+#: Rows of the routes table decoded at a time (:class:`_Columns`).
+_READ_ROWS = 1 << 16
+
+
+class _Columns:
+    """The routes table, read one column at a time when a column is asked for and not kept (the checks and
+    conversions of :func:`read_trace` take each column once): the peak holds one column's decoding beside the
+    arrays already built, where a whole-table read held every column (about 470 MB for a 98 MB file of 2.65 M
+    rows, more than three times the trace's arrays; docs/performance.md, *Session 42*)."""
+
+    def __init__(self, pf: Any, src: str) -> None:
+        self._pf, self._src = pf, src
+        self.column_names = list(pf.schema_arrow.names)
+        self.num_rows = pf.metadata.num_rows
+
+    def empty_table(self) -> pa.Table:
+        """A table of no rows with the file's columns (what :func:`require_columns` reads)."""
+        return self._pf.schema_arrow.empty_table()
+
+    def __getitem__(self, name: str) -> pa.ChunkedArray:
+        try:                                                 # a batch at a time: one batch's decoding buffers
+            chunks = [b.column(0) for b in self._pf.iter_batches(batch_size=_READ_ROWS, columns=[name],
+                                                                  use_threads=False)]
+            col = pa.chunked_array(chunks, type=self._pf.schema_arrow.field(name).type)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise IntegrityError(f"not a readable Parquet file ({exc})", source=self._src) from None
+        pa.default_memory_pool().release_unused()          # the decoding's buffers back to the system
+        return col
 
 
 def _clip(text: Any, n: int = 80) -> str:
@@ -441,11 +472,16 @@ def _request_column(column: pa.ChunkedArray, n: int, L: int, src: str) -> tuple[
     if pa.types.is_dictionary(col.type):
         if not (pa.types.is_string(col.type.value_type) or pa.types.is_large_string(col.type.value_type)):
             raise ValidationError(f"expected strings; got {col.type}", source=src, field="request_id")
-        col = col.cast(col.type.value_type)
-    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
-        raise ValidationError(f"expected strings; got {col.type}", source=src, field="request_id")
-    enc = pc.dictionary_encode(col)
-    codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        # the codes through the stored dictionary (its values encoded once: a dictionary may repeat a value),
+        # where casting every row to a string first made one string a row
+        enc = pc.dictionary_encode(col.dictionary)
+        codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)[
+            col.indices.to_numpy(zero_copy_only=False)]
+    else:
+        if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+            raise ValidationError(f"expected strings; got {col.type}", source=src, field="request_id")
+        enc = pc.dictionary_encode(col)
+        codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     _same_per_token(codes, n, L, src, "request_id")
     codes = codes[::L]
     uniq, first_at, inverse = np.unique(codes, return_index=True, return_inverse=True)
@@ -486,8 +522,10 @@ def _fixed_list(column: pa.ChunkedArray, k: int, src: str, name: str,
         lo, hi = integer
         if pa.types.is_uint64(flat.type) and (pc.max(flat).as_py() or 0) >= 2 ** 63:
             raise ValidationError(f"must be in [{lo}, {hi}); got {pc.max(flat).as_py()}", source=src, field=name)
-        values = flat.to_numpy(zero_copy_only=False).astype(np.int64)
-        pos = _first((values < lo) | (values >= hi))
+        values = flat.to_numpy(zero_copy_only=False)  # in the stored type (the bounds compare exactly in any
+        bad = values < lo                              # integer type): no int64 copy, 4x an int16 column
+        bad |= values >= hi
+        pos = _first(bad)
         if pos is not None:
             raise ValidationError(f"expert id must be in [{lo}, {hi}); got {values[pos]}", source=src,
                                   record=pos // k + 1, field=name)
