@@ -47,3 +47,54 @@ def test_ranking_inverts_between_semantics(report):
     gap_seq = rows["lru"].miss("sequential-ascending") - rows["static-same-trace"].miss("sequential-ascending")
     gap_ea = rows["lru"].miss("event-atomic") - rows["static-same-trace"].miss("event-atomic")
     assert gap_seq > 2 * gap_ea
+
+
+def _seen(count):
+    from contextlib import contextmanager
+
+    @contextmanager
+    def fake():
+        class Seen:
+            pass
+
+        seen = Seen()
+        seen.count = count
+        yield seen
+
+    return fake
+
+
+def test_a_first_run_spreads_the_replays_over_processes_with_the_same_results(monkeypatch):
+    """Where kernels compiled (a first run), the demo's replays run in worker processes (``sweep``); the report is
+    the one the replays give one after another; where nothing compiled, no worker is started."""
+    from expertcache.report import demo as D
+
+    serial = D.run_demo(jobs=1)
+    real, calls = D.sweep, []
+
+    def spy(*a, **k):
+        calls.append(k["jobs"])
+        return real(*a, **k)
+
+    monkeypatch.setattr(D, "sweep", spy)
+    monkeypatch.setattr(D, "counting_compiles", _seen(1))
+    spread = D.run_demo(jobs=2)
+    assert calls == [2]
+    assert [(r.policy, r.results) for r in spread.rows] == [(r.policy, r.results) for r in serial.rows]
+    monkeypatch.setattr(D, "counting_compiles", _seen(0))
+    assert [(r.policy, r.results) for r in D.run_demo(jobs=2).rows] == [(r.policy, r.results) for r in serial.rows]
+    assert calls == [2]                                   # a warm run: no workers
+
+
+def test_the_demo_runs_on_where_no_worker_process_can_start(monkeypatch):
+    from concurrent.futures.process import BrokenProcessPool
+
+    from expertcache.report import demo as D
+
+    def broken(*a, **k):
+        raise BrokenProcessPool("no processes here")
+
+    monkeypatch.setattr(D, "sweep", broken)
+    monkeypatch.setattr(D, "counting_compiles", _seen(1))
+    got = D.run_demo(jobs=2)
+    assert [(r.policy, r.results) for r in got.rows] == [(r.policy, r.results) for r in D.run_demo(jobs=1).rows]

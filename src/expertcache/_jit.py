@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numba
 from numba.core import event as _event
@@ -57,3 +59,28 @@ class _FirstCompile(_event.Listener):
 
 
 _event.register("numba:compile", _FirstCompile())
+
+
+class _Compiles(_event.Listener):
+    """Counts the expertcache kernels that start to compile (numba found no cached copy)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def on_start(self, event) -> None:
+        func = getattr(event.data.get("dispatcher"), "py_func", None)
+        if str(getattr(func, "__module__", "")).startswith("expertcache"):
+            self.count += 1
+
+    def on_end(self, event) -> None:
+        pass
+
+
+@contextmanager
+def counting_compiles() -> Iterator[_Compiles]:
+    """``with counting_compiles() as seen: ...``: ``seen.count`` is how many expertcache kernels compiled inside the
+    block (0 where every one came from the on-disk cache). A caller can tell a first run, whose kernels compile,
+    from a later one, and spread the rest of its work over processes that compile in parallel."""
+    seen = _Compiles()
+    with _event.install_listener("numba:compile", seen):
+        yield seen

@@ -12,13 +12,15 @@ replays every registered policy under each semantics.
 
 from __future__ import annotations
 
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 import numpy as np
 
+from .._jit import counting_compiles
 from ..analysis.regime import regime_stats
 from ..events import EventStream, build_events
-from ..replay import ReplayConfig, ReplayResult, policy_names, replay
+from ..replay import ReplayConfig, ReplayResult, default_jobs, policy_names, replay, sweep
 from ..trace import select_requests
 from ..trace.examples import EXAMPLES, _bundled
 
@@ -78,10 +80,15 @@ class DemoReport:
         }
 
 
-def run_demo(batch: int = 8, rho: float = 0.4, seed: int = 0, progress=None, example: str = "model") -> DemoReport:
+def run_demo(batch: int = 8, rho: float = 0.4, seed: int = 0, progress=None, example: str = "model",
+             jobs: int | None = None) -> DemoReport:
     """Replay the bundled example at concurrency ``batch`` and residency ``rho`` for every policy.
 
-    ``progress``, if given, is called once per finished replay with the total count.
+    ``progress``, if given, is called once per finished replay with the total count. Where kernels had to compile
+    while the events were built or the first replay ran (a first run on this machine: no cached copies), the
+    replays run in ``jobs`` worker processes (default: the usable CPUs), which compile their kernels side by side
+    into the shared cache (``expertcache demo`` in a fresh cache: docs/performance.md, *Session 42*); otherwise
+    here, one after another. The results are the same either way.
     """
     if example not in EXAMPLES:
         from ..errors import ValidationError
@@ -89,18 +96,34 @@ def run_demo(batch: int = 8, rho: float = 0.4, seed: int = 0, progress=None, exa
         raise ValidationError(f"unknown example {example!r}; choose from {', '.join(EXAMPLES)}", field="example")
     trace = _bundled(EXAMPLES[example][0])
     idx = np.arange(trace.n_requests)
-    calib = build_events(select_requests(trace, idx[0::2], "even requests (calibration)"), batch)
-    stream = build_events(select_requests(trace, idx[1::2], "odd requests (evaluation)"), batch)
+    with counting_compiles() as seen:      # a first run compiles the event kernels: the replays' will compile too
+        calib = build_events(select_requests(trace, idx[0::2], "even requests (calibration)"), batch)
+        stream = build_events(select_requests(trace, idx[1::2], "odd requests (evaluation)"), batch)
     regime = regime_stats(stream, rho)
-    rows = []
     names = policy_names(advice=False)
-    total = len(names) * len(DEMO_SEMANTICS)
-    for name in names:
-        results = {}
-        for sem in DEMO_SEMANTICS:
-            cfg = ReplayConfig(policy=name, rho=rho, semantics=sem, seed=seed)
-            results[sem] = replay(stream, cfg, calibration=calib)
-            if progress is not None:
-                progress(total)
-        rows.append(DemoRow(name, results))
+    configs = [ReplayConfig(policy=name, rho=rho, semantics=sem, seed=seed) for name in names for sem in DEMO_SEMANTICS]
+    total = len(configs)
+
+    def tick(*_: int) -> None:
+        if progress is not None:
+            progress(total)
+
+    results: list[ReplayResult] = []
+    if not seen.count:                     # the event kernels were cached: are the replays'?
+        with counting_compiles() as seen:
+            results.append(replay(stream, configs[0], calibration=calib))
+        tick()
+    workers = default_jobs() if jobs is None else int(jobs)
+    if seen.count and workers > 1:         # a first run: the kernels of the rest compile in parallel processes
+        try:
+            results += sweep(stream, configs[len(results):], calib, jobs=workers, progress=tick)
+        except (OSError, BrokenProcessPool):       # no worker processes here: one after another
+            pass
+    if len(results) < total:
+        for cfg in configs[len(results):]:
+            results.append(replay(stream, cfg, calibration=calib))
+            tick()
+    per = len(DEMO_SEMANTICS)
+    rows = [DemoRow(name, dict(zip(DEMO_SEMANTICS, results[i * per:(i + 1) * per], strict=True)))
+            for i, name in enumerate(names)]
     return DemoReport(tuple(rows), stream, calib, batch, rho, seed, regime.r_mean, regime.r_fraction_over_1, example)
