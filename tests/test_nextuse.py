@@ -251,3 +251,26 @@ def test_linear_fit_and_r2_equal_their_plain_formulas(splits):
     assert np.array_equal(pred, ((before - model.mean) / model.scale) @ model.coef + model.intercept)
     yy, pp = f.log_next_distance[ok], pred[ok]
     assert transfer_r2(model, f) == float(1.0 - ((yy - pp) ** 2).sum() / ((yy - yy.mean()) ** 2).sum())
+
+
+def test_features_equal_a_plain_loop_on_random_streams():
+    """Every feature of every access against a Python loop over the definitions (logarithms of gaps, counts and
+    multiplicities from the kernel's tables must be those of the calls)."""
+    stream = random_stream(4, 3, 9, 3, 60)
+    f = access_features(stream)
+    last, gap, count, events = {}, {}, {}, {}
+    for i in range(stream.n_events):
+        layer = int(stream.layer[i])
+        for a in range(int(stream.offsets[i]), int(stream.offsets[i + 1])):
+            b = (layer, int(stream.expert[a]))
+            seen = b in last
+            want = [np.log1p(i - last[b]) if seen else 0.0, 0.0 if seen else 1.0, np.log1p(count.get(b, 0)),
+                    np.log1p(gap.get(b, 0)), 0.0 if stream.gate_mass is None else float(stream.gate_mass[a]),
+                    np.log(max(int(stream.multiplicity[a]), 1)), layer,
+                    count.get(b, 0) / events[layer] if events.get(layer) else 0.0]
+            np.testing.assert_allclose(f.X[a], want, rtol=1e-15, atol=0, err_msg=str((i, a)))
+            if seen:
+                gap[b] = i - last[b]
+            last[b] = i
+            count[b] = count.get(b, 0) + 1
+        events[layer] = events.get(layer, 0) + 1
