@@ -14,7 +14,9 @@ N``; ``_kernels_seq.replay_lru_seq``; in a checkout without that loop, the gener
 that the engine ran there), and ``belady-seq``, sequential per-layer ``belady`` (``_kernels_seq.replay_belady_seq``;
 in a checkout without it, the heap loop ``_kernels.replay_belady``; the next uses computed once, not timed) and
 ``belady-global`` / ``belady-global-seq``, event-atomic / sequential ``belady`` with one global pool (cache ``rho * L
-* N``; ``_kernels_belady_buckets.replay_belady_buckets`` / ``replay_belady_units``, else the heap loop). Hits per layer must be equal on both sides (exit 1 otherwise), unless ``--timing-only``: for a prototype that takes a part out of a kernel to time what that part
+* N``; ``_kernels_belady_buckets.replay_belady_buckets`` / ``replay_belady_units``, else the heap loop), and
+``lru-global``, event-atomic ``lru`` with one global pool (``_kernels_lru_events.replay_lru_events``, else the list
+loop ``_kernels.replay_lru``). Hits per layer must be equal on both sides (exit 1 otherwise), unless ``--timing-only``: for a prototype that takes a part out of a kernel to time what that part
 costs, so that its decisions, and its counts, change; the rows then say that the counts differ. Prints per rho
 the median over ``--processes`` fresh processes (a kernel's time moves by up to ~15% with where its code lands
 in a process: docs/performance.md, *Placement noise*) of each process's median
@@ -43,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _ab import alternated_ratio, machine, median_and_range, pooled_rows  # noqa: E402
 
 KERNELS = ("lru", "lfu", "lfru", "lrfu", "slots", "lfu-seq", "lrfu-seq", "lfru-seq", "lru-seq", "lru-seq-global",
-           "belady-seq", "belady-global", "belady-global-seq")
+           "belady-seq", "belady-global", "belady-global-seq", "lru-global")
 
 
 def _baseline(src: str):
@@ -129,6 +131,15 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
                     orders = ((*((order, tie_pos) if atomic else ()), *global_order)
                               if "g_order" in inspect.signature(loop).parameters else (tie,))
                     loop(s.offsets, s.expert, s.layer, N, L, nxt, c, *orders, False, 0, h, m, flags)
+            elif kernel == "lru-global":
+                c = np.array([int(round(rho * L * N))])
+                try:
+                    ev = importlib.import_module(generic.__name__.rsplit(".", 1)[0] + "._kernels_lru_events")
+                except ModuleNotFoundError:        # a checkout without it: the list loop the engine ran there
+                    generic.replay_lru(s.offsets, s.expert, s.layer, N, L, True, True, c, order, tie_pos, 0, h, m,
+                                       flags)
+                else:
+                    ev.replay_lru_events(s.offsets, s.expert, s.layer, N, L, c, order, tie_pos, 0, h, m, flags)
             elif kernel == "belady-seq":
                 if hasattr(seq, "replay_belady_seq"):
                     seq.replay_belady_seq(*head, nxt, False, 0, h, m, flags)

@@ -23,6 +23,7 @@ from . import _kernels_lfru_groups as KG
 from . import _kernels_lfru_slots as KS
 from . import _kernels_lfu_buckets as KLB
 from . import _kernels_lrfu_global as KLR
+from . import _kernels_lru_events as KLE
 from . import _kernels_order as KO
 from . import _kernels_ranked as KR
 from . import _kernels_seq as KQ
@@ -370,6 +371,9 @@ def _loop_list(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hit
     if not global_scope and n_experts <= KB.MAX_BITS_EXPERTS:
         return KB.replay_lru_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, config.warmup_events,
                                   hits, misses, hit_flag)
+    if global_scope and KLE.fits(offsets.shape[0] - 1, int(offsets[-1] - offsets[0]), n_experts):
+        return KLE.replay_lru_events(offsets, expert, layer, n_experts, n_layers, caps, order, tie_pos,
+                                     config.warmup_events, hits, misses, hit_flag)
     K.replay_lru(offsets, expert, layer, n_experts, n_layers, global_scope, True, caps, order, tie_pos,
                  config.warmup_events, hits, misses, hit_flag)
 
