@@ -12,6 +12,9 @@ import numpy as np
 from .._bits import cttz
 from .._jit import jit
 
+#: Unsigned array indices: numba then tests no index for a negative wraparound.
+_U = np.uint64
+
 
 @jit
 def step_layer_events(step, rows, experts, gates, has_gates, n_experts, ev_ids, csr, expert, mult, gm, active):
@@ -53,17 +56,17 @@ def step_layer_events(step, rows, experts, gates, has_gates, n_experts, ev_ids, 
         for l in range(n_layers):
             n_t = 0
             for i in range(g0, g1):
-                r = rows[i]
+                r = rows[_U(i)]
                 for j in range(k):
-                    e = np.int64(experts[r, l, j])
+                    e = _U(experts[_U(r), _U(l), _U(j)])
                     if count[e] == 0:
-                        touched[n_t] = e
+                        touched[_U(n_t)] = e
                         n_t += 1
                         seen[e >> 6] |= np.uint64(1) << np.uint64(e & 63)
                         if has_gates:
-                            gsum[e] = np.float64(gates[r, l, j])
+                            gsum[e] = np.float64(gates[_U(r), _U(l), _U(j)])
                     elif has_gates:
-                        gsum[e] += np.float64(gates[r, l, j])
+                        gsum[e] += np.float64(gates[_U(r), _U(l), _U(j)])
                     count[e] += 1
             # ascending member ids: the bits of the event's experts where they span few words (a scan of
             # n_words words; an insertion sort of ~40 members took about half the loop's time at N = 128), else
@@ -89,11 +92,11 @@ def step_layer_events(step, rows, experts, gates, has_gates, n_experts, ev_ids, 
                         b -= 1
                     touched[b] = x
             for a in range(n_t):
-                e = touched[a]
-                expert[n_u] = e
-                mult[n_u] = count[e]
+                e = _U(touched[_U(a)])
+                expert[_U(n_u)] = e
+                mult[_U(n_u)] = count[e]
                 if has_gates:
-                    gm[n_u] = np.float32(gsum[e])
+                    gm[_U(n_u)] = np.float32(gsum[e])
                 count[e] = 0
                 n_u += 1
             ev_ids[n_ev] = step[g0] * n_layers + l
