@@ -65,19 +65,20 @@ def _features(offsets, expert, ev_layer, n_experts, n_layers, gate_mass, multipl
     for i in range(n_events):
         layer = ev_layer[i]
         base = layer * n_experts
-        for a in range(offsets[i], offsets[i + 1]):
-            b = base + expert[a]
+        for a_ in range(offsets[i], offsets[i + 1]):
+            a = np.uint64(a_)                          # unsigned indices: no test for a negative wraparound
+            b = np.uint64(base + expert[a])
             unit[a] = i
             if last[b] < 0:
                 X[a, 0] = 0.0
                 X[a, 1] = 1.0
             else:
-                X[a, 0] = log1p[i - last[b]]
+                X[a, 0] = log1p[np.uint64(i - last[b])]
                 X[a, 1] = 0.0
-            X[a, 2] = log1p[count[b]]
-            X[a, 3] = log1p[prev_gap[b]]
+            X[a, 2] = log1p[np.uint64(count[b])]
+            X[a, 3] = log1p[np.uint64(prev_gap[b])]
             X[a, 4] = gate_mass[a] if gate_mass.shape[0] else 0.0
-            X[a, 5] = logm[max(multiplicity[a], 0)]
+            X[a, 5] = logm[np.uint64(max(multiplicity[a], 0))]
             X[a, 6] = layer
             X[a, 7] = count[b] / layer_events[layer] if layer_events[layer] else 0.0
             if last[b] >= 0:

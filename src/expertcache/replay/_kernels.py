@@ -57,8 +57,8 @@ def next_use(offsets, expert, ev_layer, n_experts, n_layers, atomic):
         for a in range(offsets[i + 1] - 1, offsets[i] - 1, -1):
             if not atomic:
                 t -= 1
-            b = base + expert[a]
-            out[a] = seen[b]
+            b = np.uint64(base + expert[np.uint64(a)])    # unsigned: no test for a negative wraparound
+            out[np.uint64(a)] = seen[b]
             seen[b] = t
     return out
 
