@@ -1,8 +1,10 @@
-"""numba kernel of event building: the union, multiplicity and gate mass of each (step, layer). Trusts its inputs.
+"""numba kernels of event building and of the rotation schedulers. They trust their inputs.
 
-:func:`step_layer_events` computes what :func:`expertcache.events.fcfs._schedule_events` computes with a
-stable sort of every (token, layer, slot) entry, for a schedule sorted by step, one step at a time: no
-``O(entries)`` sort keys, and the same gate sums (float64, in the schedule's token order).
+:func:`step_layer_events` (the union, multiplicity and gate mass of each (step, layer)) computes what
+:func:`expertcache.events.fcfs._schedule_events` computes with a stable sort of every (token, layer, slot) entry,
+for a schedule sorted by step, one step at a time: no ``O(entries)`` sort keys, and the same gate sums (float64, in
+the schedule's token order). :func:`greedy_union` and :func:`union_size` are the union counts of
+:mod:`expertcache.events.rotation`'s causal and oracle schedulers.
 """
 
 from __future__ import annotations

@@ -82,8 +82,8 @@ def _stacked(sessions: list[int], sets: dict[int, np.ndarray | None], n_layers: 
              ) -> tuple[np.ndarray, np.ndarray]:
     """The sessions' ``(L, k)`` sets as one int64 ``(m, L, k)`` array (zeros where unknown) and a uint8 mask of
     the known ones."""
-    width = next((sets[r].shape[1] for r in sessions if sets[r] is not None), top_k)
-    out = np.zeros((len(sessions), n_layers, width), dtype=np.int64)
+    k = next((sets[r].shape[1] for r in sessions if sets[r] is not None), top_k)      # experts a set holds a layer
+    out = np.zeros((len(sessions), n_layers, k), dtype=np.int64)
     known = np.zeros(len(sessions), dtype=np.uint8)
     for i, r in enumerate(sessions):
         if sets[r] is not None:

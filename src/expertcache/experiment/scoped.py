@@ -203,8 +203,9 @@ def warm_transition(trace: RoutingTrace, categories: Any, windows: Sequence[int]
     for seed in seeds:
         rng = np.random.default_rng([int(seed), 8, 1])
         order = {n: rng.permutation(members[n]) for n in names}
-        cold_of: dict[tuple[str, int], dict[float, float]] = {}     # B's first w requests from cold, per rho: the
-        for a, b in pairs:                                          # same for every A (built and replayed once)
+        # B's first w requests replayed from cold, per rho: the same for every A, so built and replayed once
+        cold_of: dict[tuple[str, int], dict[float, float]] = {}
+        for a, b in pairs:
             for w in windows:
                 idx = np.concatenate([order[a][:n_warm], order[b][:w]])
                 sub = select_requests(trace, idx, note=f"transition {a}->{b}, window {w}, seed {seed}")
@@ -217,8 +218,9 @@ def warm_transition(trace: RoutingTrace, categories: Any, windows: Sequence[int]
                     cold_stream = build_events(select_requests(trace, order[b][:w]), batch)
                     cold_curves = [replay_curve(cold_stream, ReplayConfig(p), rhos) for p in CAUSAL]
                     cold_of[b, w] = {rho: min(c[i].miss_fraction for c in cold_curves) for i, rho in enumerate(rhos)}
-                curves = {p: replay_curve(stream, ReplayConfig(p, warmup_events=n_warmup), rhos)   # every rho at
-                          for p in (*CAUSAL, "belady")}                # once: one pass where cheaper, bitsets shared
+                # every rho of a policy at once (one pass where it is cheaper; Belady's event bitsets shared)
+                curves = {p: replay_curve(stream, ReplayConfig(p, warmup_events=n_warmup), rhos)
+                          for p in (*CAUSAL, "belady")}
                 for i, rho in enumerate(rhos):
                     m = {p: curves[p][i].miss_fraction for p in curves}
                     best = _best(m)

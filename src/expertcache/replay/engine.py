@@ -344,9 +344,9 @@ def _replay(stream: EventStream, config: ReplayConfig, calibration: EventStream 
                         hits_l, _NO_FLAGS if hit_flag is None else hit_flag)
         miss_l = layer_union - hits_l
         initial = pinned.reshape(L, N).sum(axis=1, dtype=np.int64)
-    elif policy.kind == "demand":      # nothing is kept: every union access misses, in any order (the loops with a
-        caps = np.zeros(n_parts, dtype=np.int64)        # capacity of 0 gave the same; sequential-random shuffled
-        hits_l = np.zeros(L, dtype=np.int64)            # for it)
+    elif policy.kind == "demand":      # nothing is kept: every union access of a counted event misses, in any
+        caps = np.zeros(n_parts, dtype=np.int64)        # order (what lru's loops gave at a capacity of 0, after a
+        hits_l = np.zeros(L, dtype=np.int64)            # shuffle under sequential-random)
         miss_l = layer_union.copy()
         if hit_flag is not None:
             hit_flag[:] = 0
