@@ -129,3 +129,24 @@ def test_replay_allocates_no_per_access_arrays(policy):
     finally:
         tracemalloc.stop()
     assert s.union > 30_000 and peak < s.union, (peak, s.union)
+
+
+def test_selection_counts_equal_bincounts_of_every_route():
+    """``analysis.concentration.selection_counts`` (a layer at a time for a trace, ``block_weights`` for a stream)
+    against ``np.bincount`` over every decode route's global block id, and over the stream's block ids weighted by
+    multiplicity."""
+    from expertcache.analysis.concentration import selection_counts
+    from expertcache.events import build_events
+    from expertcache.trace import DECODE
+    from expertcache.trace.synth import SynthConfig, synthesize_trace
+
+    tr = synthesize_trace(SynthConfig(n_layers=3, n_experts=16, top_k=4, n_requests=5, decode_tokens=7,
+                                      prefill_tokens=3, working_set=5, seed=2))
+    L, N = tr.n_layers, tr.n_experts
+    ex = tr.experts[tr.phase == DECODE].astype(np.int64)
+    want = np.bincount((np.arange(L)[None, :, None] * N + ex).ravel(), minlength=L * N).reshape(L, N)
+    assert np.array_equal(selection_counts(tr), want)
+    s = build_events(tr, 3)
+    want = np.bincount(s.block, weights=s.multiplicity, minlength=L * N).astype(np.int64).reshape(L, N)
+    got = selection_counts(s)
+    assert got.dtype == np.int64 and np.array_equal(got, want)

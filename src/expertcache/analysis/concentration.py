@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..events import EventStream
+from ..replay._kernels import block_weights
 from ..trace import DECODE, RoutingTrace
 
 __all__ = ["ConcentrationStats", "concentration", "selection_counts", "gate_mass_by_rank"]
@@ -15,11 +16,10 @@ __all__ = ["ConcentrationStats", "concentration", "selection_counts", "gate_mass
 def selection_counts(source: RoutingTrace | EventStream) -> np.ndarray:
     """``int64[L, N]`` expert selections before deduplication (decode tokens of a trace, or a stream's multiplicities)."""
     L, N = source.n_layers, source.n_experts
-    if isinstance(source, RoutingTrace):
-        ex = source.experts[source.phase == DECODE].astype(np.int64)        # (T, L, k)
-        flat = (np.arange(L)[None, :, None] * N + ex).ravel()
-        return np.bincount(flat, minlength=L * N).reshape(L, N)
-    return np.bincount(source.block, weights=source.multiplicity, minlength=L * N).astype(np.int64).reshape(L, N)
+    if isinstance(source, RoutingTrace):               # a layer at a time: no int64 copy of every route
+        ex = source.experts[source.phase == DECODE]    # (T, L, k)
+        return np.stack([np.bincount(ex[:, layer, :].ravel(), minlength=N) for layer in range(L)]).astype(np.int64)
+    return block_weights(source.offsets, source.expert, source.layer, N, L, source.multiplicity).reshape(L, N)
 
 
 @dataclass(frozen=True)

@@ -175,6 +175,23 @@ def block_counts(offsets, expert, ev_layer, n_experts, n_layers):
 
 
 @jit
+def block_weights(offsets, expert, ev_layer, n_experts, n_layers, weights):
+    """:func:`block_counts` with each access counted ``weights[a]`` times (an integer array: a stream's
+    multiplicities give every block's selections before deduplication).
+
+    >>> block_weights(np.array([0, 2, 3]), np.array([0, 1, 1], np.int16), np.array([0, 1], np.int32), 2, 2,
+    ...               np.array([3, 1, 2], np.int32)).tolist()
+    [3, 1, 0, 2]
+    """
+    counts = np.zeros(n_layers * n_experts, dtype=np.int64)
+    for i in range(ev_layer.shape[0]):
+        base = np.int64(ev_layer[i]) * n_experts
+        for a in range(offsets[i], offsets[i + 1]):
+            counts[np.uint64(base + expert[np.uint64(a)])] += weights[np.uint64(a)]
+    return counts
+
+
+@jit
 def replay_static(offsets, expert, ev_layer, n_experts, pinned, count_from, hits, hit_flag):
     """A pinned set's hits: an access hits where its block is pinned (``pinned``: ``uint8[n_blocks]``, 1 pinned),
     whatever the order of the accesses, so one pass serves every semantics. ``hits[l]`` gains layer ``l``'s hits
