@@ -51,3 +51,29 @@ def route_records(
 @pytest.fixture
 def routes_file(tmp_path: Path) -> Path:
     return write_jsonl(tmp_path / "routes.jsonl", route_records())
+
+
+def random_events(rng, n_layers: int, n_experts: int, n_events: int, kmax: int):
+    """A stream of ``n_events`` events, each on a random layer with 1..``kmax`` random distinct experts."""
+    from expertcache.events import EventStream
+
+    steps, layers, exps = [], [], []
+    for t in range(n_events):
+        steps.append(t)
+        layers.append(int(rng.integers(0, n_layers)))
+        exps.append(sorted(rng.choice(n_experts, int(rng.integers(1, kmax + 1)), replace=False).tolist()))
+    return EventStream.from_lists(n_layers, n_experts, kmax, steps=steps, layers=layers, experts=exps,
+                                  active=[1] * n_events)
+
+
+def spy_calls(monkeypatch, module, name: str) -> list:
+    """Replace ``module.name`` by a wrapper that appends to the returned list at each call, then calls it."""
+    calls: list = []
+    real = getattr(module, name)
+
+    def spy(*args):
+        calls.append(True)
+        return real(*args)
+
+    monkeypatch.setattr(module, name, spy)
+    return calls

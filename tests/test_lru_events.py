@@ -6,20 +6,12 @@ from __future__ import annotations
 import naive
 import numpy as np
 import pytest
+from conftest import random_events, spy_calls
 
 from expertcache.events import EventStream
 from expertcache.replay import ReplayConfig, engine, replay
 from expertcache.replay import _kernels as K
 from expertcache.replay import _kernels_lru_events as KLE
-
-
-def _stream(rng, L, N, n_events, kmax):
-    steps, layers, exps = [], [], []
-    for t in range(n_events):
-        steps.append(t)
-        layers.append(int(rng.integers(0, L)))
-        exps.append(sorted(rng.choice(N, int(rng.integers(1, kmax + 1)), replace=False).tolist()))
-    return EventStream.from_lists(L, N, kmax, steps=steps, layers=layers, experts=exps, active=[1] * n_events)
 
 
 def _run(loop, s, cap, tie, count_from=0):
@@ -56,7 +48,7 @@ def test_equals_the_list_loop_on_random_streams(seed):
     rng = np.random.default_rng(seed)
     for _ in range(60):
         L, N = int(rng.integers(1, 4)), int(rng.integers(1, 200))          # up to four words of bits
-        s = _stream(rng, L, N, int(rng.integers(1, 50)), int(rng.integers(1, min(N, 40) + 1)))
+        s = random_events(rng, L, N, int(rng.integers(1, 50)), int(rng.integers(1, min(N, 40) + 1)))
         tie = engine._tie_ranks(str(rng.choice(["random", "id"])), int(rng.integers(0, 5)), L * N)
         cap = int(rng.integers(0, L * N + 3))
         count_from = int(rng.integers(0, 3))
@@ -64,18 +56,11 @@ def test_equals_the_list_loop_on_random_streams(seed):
 
 
 def test_the_engine_takes_it_where_its_bitsets_fit_and_equals_the_twin(monkeypatch):
-    used = []
-    real = KLE.replay_lru_events
-
-    def spy(*a):
-        used.append(True)
-        return real(*a)
-
-    monkeypatch.setattr(KLE, "replay_lru_events", spy)
+    used = spy_calls(monkeypatch, KLE, "replay_lru_events")
     rng = np.random.default_rng(7)
     for _ in range(12):
         L, N = int(rng.integers(1, 4)), int(rng.integers(8, 60))
-        s = _stream(rng, L, N, int(rng.integers(5, 40)), min(N, 24))
+        s = random_events(rng, L, N, int(rng.integers(5, 40)), min(N, 24))
         for policy in ("lru", "least-stale"):
             kw = dict(scope="global", semantics="event-atomic", rho=float(rng.choice([0.1, 0.3, 0.6])),
                       tie_break=str(rng.choice(["random", "id"])), seed=int(rng.integers(0, 5)),

@@ -23,6 +23,7 @@ from . import _kernels_lfru_groups as KG
 from . import _kernels_lfru_slots as KS
 from . import _kernels_lfu_buckets as KLB
 from . import _kernels_lrfu_global as KLR
+from . import _kernels_lrfu_window as KLW
 from . import _kernels_lru_events as KLE
 from . import _kernels_order as KO
 from . import _kernels_ranked as KR
@@ -521,9 +522,14 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
         return KLB.replay_lfu_buckets(offsets, expert, layer, n_experts, n_layers, atomic, caps, tie_pos, reset,
                                       config.warmup_events, hits, misses, hit_flag)
     if policy.key_code == KEY_LRFU and global_scope:
+        _, tie_pos = _tie_order(tie, 1, tie.shape[0])
+        lam = _lam(config, policy)
+        if not atomic and KLW.window(lam) <= KLW.MAX_WINDOW:
+            # one access a unit: each layer's lowest key among its oldest residents, the layers in a tournament
+            return KLW.replay_lrfu_window(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, lam,
+                                          config.warmup_events, hits, misses, hit_flag)
         # one pool, either semantics: only the low keys ordered (a sorted run and a side list), where the heap loop
         # sifted at every access (benchmarks/lrfu_global.py)
-        _, tie_pos = _tie_order(tie, 1, tie.shape[0])
         return KLR.replay_lrfu_global(offsets, expert, layer, n_experts, n_layers, atomic, caps, tie_pos,
                                       _lam(config, policy), config.warmup_events, hits, misses, hit_flag)
     bits = _ranked_bits(policy.key_code, offsets, step, n_layers * n_experts, atomic)
