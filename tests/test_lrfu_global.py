@@ -99,13 +99,16 @@ def test_a_larger_stream_equals_the_heap_loop():
 
 
 def test_the_engine_takes_the_pool_and_it_equals_the_twin(monkeypatch):
-    """Through the engine, global lrfu runs the pool loop and equals the naive twin in every semantics, with a
-    warm-up and two decays."""
+    """Through the engine, global lrfu runs the pool loop (event-atomic units; sequential ones where lambda leaves a
+    window past ``_kernels_lrfu_window.MAX_WINDOW``, here 0.05; the window loop takes lambda 0.5) and equals the
+    naive twin in every semantics, with a warm-up and two decays."""
+    from conftest import spy_calls
     from test_twin_large import random_stream
 
-    called = []
-    real = KLR.replay_lrfu_global
-    monkeypatch.setattr(KLR, "replay_lrfu_global", lambda *a: called.append(1) or real(*a))
+    from expertcache.replay import _kernels_lrfu_window as KLW
+
+    called = spy_calls(monkeypatch, KLR, "replay_lrfu_global")
+    windowed = spy_calls(monkeypatch, KLW, "replay_lrfu_window")
     stream = random_stream(12, L=3, N=24, k=6, steps=20)
     for semantics in ("event-atomic", "sequential-ascending", "sequential-random"):
         for lam in (0.5, 0.05):
@@ -113,7 +116,7 @@ def test_the_engine_takes_the_pool_and_it_equals_the_twin(monkeypatch):
             got = replay(stream, ReplayConfig("lrfu", **kw))
             want = naive_replay(stream, "lrfu", **kw)
             assert counts(got) == naive_counts(want), (semantics, lam)
-    assert len(called) == 6
+    assert (len(called), len(windowed)) == (4, 2)
 
 
 def test_the_benchmark_script_times_both_loops_and_checks_them():
