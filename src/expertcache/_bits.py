@@ -1,7 +1,8 @@
-"""Bit intrinsics for the numba kernels of every stage (events, replay): LLVM's own instructions, no numpy."""
+"""Bit intrinsics and index helpers for the numba kernels of every stage (events, replay)."""
 
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
@@ -27,3 +28,7 @@ def _zeros_count(op: str):
 cttz = _zeros_count("cttz")
 #: Leading zero bits of a non-zero uint64 (LLVM ``ctlz``).
 ctlz = _zeros_count("ctlz")
+
+#: An unsigned index: numba then skips its negative-index wraparound (a shift, a mask and an add per access).
+#: Used where an index comes from data (a layer, a tie position, a gathered lane); none is ever negative.
+U = np.uint64

@@ -40,40 +40,45 @@ COMPILE_NOTE = ("expertcache: compiling kernels for this machine at their first 
                 "later runs load them from the cache)")
 
 
-class _FirstCompile(_event.Listener):
-    """Prints :data:`COMPILE_NOTE` on stderr once a process, when an expertcache kernel starts to compile (numba
-    broadcasts ``numba:compile`` only where no cached copy was found) and :data:`._notes.compile_note` is on."""
-
-    said = False
+class _OurCompiles(_event.Listener):
+    """A listener of numba's ``numba:compile`` events (broadcast only where no cached copy was found) that calls
+    :meth:`started` when an expertcache kernel starts to compile."""
 
     def on_start(self, event) -> None:
-        if not _notes.compile_note or _FirstCompile.said:
-            return
         func = getattr(event.data.get("dispatcher"), "py_func", None)
         if str(getattr(func, "__module__", "")).startswith("expertcache"):
-            _FirstCompile.said = True
-            print(COMPILE_NOTE, file=sys.stderr, flush=True)
+            self.started()
 
     def on_end(self, event) -> None:
         pass
+
+    def started(self) -> None:
+        raise NotImplementedError
+
+
+class _FirstCompile(_OurCompiles):
+    """Prints :data:`COMPILE_NOTE` on stderr once a process, when an expertcache kernel starts to compile, where
+    :data:`._notes.compile_note` is on."""
+
+    said = False
+
+    def started(self) -> None:
+        if _notes.compile_note and not _FirstCompile.said:
+            _FirstCompile.said = True
+            print(COMPILE_NOTE, file=sys.stderr, flush=True)
 
 
 _event.register("numba:compile", _FirstCompile())
 
 
-class _Compiles(_event.Listener):
-    """Counts the expertcache kernels that start to compile (numba found no cached copy)."""
+class _Compiles(_OurCompiles):
+    """Counts the expertcache kernels that start to compile."""
 
     def __init__(self) -> None:
         self.count = 0
 
-    def on_start(self, event) -> None:
-        func = getattr(event.data.get("dispatcher"), "py_func", None)
-        if str(getattr(func, "__module__", "")).startswith("expertcache"):
-            self.count += 1
-
-    def on_end(self, event) -> None:
-        pass
+    def started(self) -> None:
+        self.count += 1
 
 
 @contextmanager

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._bits import U as _U
 from .._bits import cttz
 from .._jit import jit
-
-#: Unsigned array indices: numba then tests no index for a negative wraparound.
-_U = np.uint64
 
 
 @jit

@@ -53,14 +53,15 @@ class LinearNextUse:
         sol, *_ = np.linalg.lstsq(Z, y, rcond=None)
         return cls(mean, scale, sol[:-1], float(sol[-1]))
 
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        """Predicted log next-use distance for feature rows ``X``."""
-        return self._from_centred(X - self.mean)
-
-    def _from_centred(self, Z: np.ndarray) -> np.ndarray:
-        """:meth:`predict` of rows already less ``mean``, standardised in place in ``Z`` (which is overwritten):
-        one temporary the size of ``X`` where ``(X - mean) / scale`` made two."""
-        Z /= self.scale
+    def predict(self, X: np.ndarray, overwrite: bool = False) -> np.ndarray:
+        """Predicted log next-use distance for feature rows ``X``; ``overwrite``: ``X`` is a copy the caller no longer
+        needs, standardised in place (no temporary the size of ``X``)."""
+        if overwrite:
+            X -= self.mean
+            Z = X
+        else:
+            Z = X - self.mean
+        Z /= self.scale                            # in place: one temporary at most, where (X - mean) / scale made two
         pred = Z @ self.coef
         pred += self.intercept
         return pred
@@ -111,7 +112,9 @@ class GradientBoostedNextUse:
                    np.concatenate([t.threshold for t in trees]).astype(np.float64),
                    np.concatenate([t.value[:, 0, 0] for t in trees]).astype(np.float64))
 
-    def predict(self, X: np.ndarray) -> np.ndarray:
+    def predict(self, X: np.ndarray, overwrite: bool = False) -> np.ndarray:
+        """Predicted log next-use distance for feature rows ``X`` (``overwrite`` as :meth:`LinearNextUse.predict`'s;
+        the trees only read ``X``)."""
         out = np.full(X.shape[0], self.init)
         rows = np.arange(X.shape[0])
         for j in range(self.tree_offsets.shape[0] - 1):
@@ -261,11 +264,6 @@ def transfer_r2(model: LinearNextUse | GradientBoostedNextUse, f: AccessFeatures
     """R² of predicted log next-use distance on ``f``'s accesses that have a next use."""
     ok = ~f.never_again
     y = f.log_next_distance[ok]
-    if isinstance(model, LinearNextUse):        # the selected rows are a copy already: centred in place
-        Z = f.X[ok]
-        Z -= model.mean
-        pred = model._from_centred(Z)
-    else:
-        pred = model.predict(f.X[ok])
+    pred = model.predict(f.X[ok], overwrite=True)      # the selected rows are a copy already
     ss = ((y - y.mean()) ** 2).sum()
     return float(1.0 - ((y - pred) ** 2).sum() / ss) if ss > 0 else 0.0

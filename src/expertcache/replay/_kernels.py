@@ -158,36 +158,36 @@ def layer_totals(offsets, ev_layer, logical, n_layers, start):
     return union, logi
 
 
-@jit
 def block_counts(offsets, expert, ev_layer, n_experts, n_layers):
     """``int64[n_layers * n_experts]``: the union accesses of every block ``layer * n_experts + expert``, in one
-    pass over the members (``np.bincount`` over the stream's block ids first built those ids, 8 bytes an access).
+    pass over the members (``np.bincount`` over the stream's block ids first built those ids, 8 bytes an access):
+    :func:`block_weights` with every access counted once.
 
     >>> block_counts(np.array([0, 2, 3]), np.array([0, 1, 1], np.int16), np.array([0, 1], np.int32), 2, 2).tolist()
     [1, 1, 0, 1]
     """
-    counts = np.zeros(n_layers * n_experts, dtype=np.int64)
-    for i in range(ev_layer.shape[0]):
-        base = np.int64(ev_layer[i]) * n_experts
-        for a in range(offsets[i], offsets[i + 1]):
-            counts[np.uint64(base + expert[a])] += 1
-    return counts
+    return block_weights(offsets, expert, ev_layer, n_experts, n_layers, _ONCE)
+
+
+#: No weights: :func:`block_weights` counts each access once.
+_ONCE = np.zeros(0, dtype=np.int64)
 
 
 @jit
 def block_weights(offsets, expert, ev_layer, n_experts, n_layers, weights):
-    """:func:`block_counts` with each access counted ``weights[a]`` times (an integer array: a stream's
-    multiplicities give every block's selections before deduplication).
+    """Every block's union accesses, each counted ``weights[a]`` times (an integer array: a stream's multiplicities
+    give every block's selections before deduplication), or once where ``weights`` is empty (:func:`block_counts`).
 
     >>> block_weights(np.array([0, 2, 3]), np.array([0, 1, 1], np.int16), np.array([0, 1], np.int32), 2, 2,
     ...               np.array([3, 1, 2], np.int32)).tolist()
     [3, 1, 0, 2]
     """
     counts = np.zeros(n_layers * n_experts, dtype=np.int64)
+    once = weights.shape[0] == 0
     for i in range(ev_layer.shape[0]):
         base = np.int64(ev_layer[i]) * n_experts
         for a in range(offsets[i], offsets[i + 1]):
-            counts[np.uint64(base + expert[np.uint64(a)])] += weights[np.uint64(a)]
+            counts[np.uint64(base + expert[np.uint64(a)])] += 1 if once else weights[np.uint64(a)]
     return counts
 
 
@@ -694,17 +694,7 @@ def replay_lru(offsets, expert, ev_layer, n_experts, n_layers, global_scope, ato
                     n_hit += 1
                     if record:
                         hit_flag[a] = 1
-                    # unlink: the member rejoins at the tail below
-                    q = prv[b]
-                    r = nxt[b]
-                    if q >= 0:
-                        nxt[q] = r
-                    else:
-                        head[p] = r
-                    if r >= 0:
-                        prv[r] = q
-                    else:
-                        tail[p] = q
+                    _unlink(b, p, head, tail, nxt, prv)       # the member rejoins at the tail below
                     size[p] -= 1
                 if atomic:
                     tp = tie_pos[b]
@@ -749,6 +739,21 @@ def replay_lru(offsets, expert, ev_layer, n_experts, n_layers, global_scope, ato
                         _append(b, p, head, tail, nxt, prv)
                         in_cache[b] = True
                         size[p] += 1
+
+
+@jit_helper
+def _unlink(b, p, head, tail, nxt, prv):
+    """Take block ``b`` out of partition ``p``'s list (:func:`_append`'s inverse)."""
+    q = prv[b]
+    r = nxt[b]
+    if q >= 0:
+        nxt[q] = r
+    else:
+        head[p] = r
+    if r >= 0:
+        prv[r] = q
+    else:
+        tail[p] = q
 
 
 @jit_helper
@@ -813,16 +818,7 @@ def stack_depths_lru(offsets, expert, ev_layer, n_experts, n_layers, global_scop
                 b = base + expert[a]
                 member[b] = False
                 if seen_block[b]:
-                    q = prv[b]
-                    r = nxt[b]
-                    if q >= 0:
-                        nxt[q] = r
-                    else:
-                        head[p] = r
-                    if r >= 0:
-                        prv[r] = q
-                    else:
-                        tail[p] = q
+                    _unlink(b, p, head, tail, nxt, prv)
                 seen_block[b] = True
                 if atomic:
                     tp = tie_pos[b]

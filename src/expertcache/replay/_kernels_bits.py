@@ -21,6 +21,7 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
+from .._bits import U as _U
 from .._jit import jit, jit_helper, jit_inline, jit_loop
 from ._kernels import _cttz, _max_unit, crf_decay, crf_decays, crf_key
 from ._pages import Packed
@@ -54,10 +55,6 @@ from ._simd import (
     touch_lanes32,
     values_at32,
 )
-
-#: An unsigned index: numba then skips its negative-index wraparound (a shift, a mask and an add per access).
-#: Used where an index comes from data (a layer, a tie position, a gathered lane); none is ever negative.
-_U = np.uint64
 
 #: Largest per-layer universe the bitset kernels take (16 words of 64 bits).
 MAX_BITS_EXPERTS = 1024

@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from .._jit import jit_inline, jit_loop
-from ._kernels import crf_decays, crf_key
+from ._kernels import _append, _unlink, crf_decays, crf_key
 from ._kernels_bits import _LRFU_DECAYS, _U, _lrfu_decay
 
 #: The longest window (in layer units) this loop takes; past it the engine runs the pool loop.
@@ -105,8 +105,8 @@ def _replay_lrfu_window(offsets, expert, ev_layer, n_experts, n_layers, cap, tie
                 if record:
                     hit_flag[_U(a)] = 1
                 front = PL[_U(head[layer])] if head[layer] != np.int64(b) else old
-                _unlink(b, layer, nxt, prv, head, tail)
-                _append(b, layer, nxt, prv, head, tail)
+                _unlink(b, layer, head, tail, nxt, prv)
+                _append(b, layer, head, tail, nxt, prv)
                 if old < front + win:
                     _lowest(layer, head, nxt, PL, K, tie_pos, win, low_k, low_t, low_b)
                     _update(tree, size, layer, low_k, low_t)
@@ -120,44 +120,16 @@ def _replay_lrfu_window(offsets, expert, ev_layer, n_experts, n_layers, cap, tie
                     continue               # the miss is the lowest: bypassed
                 out = _U(low_b[_U(m)])
                 res[out] = False
-                _unlink(out, m, nxt, prv, head, tail)
+                _unlink(out, m, head, tail, nxt, prv)
                 _lowest(m, head, nxt, PL, K, tie_pos, win, low_k, low_t, low_b)
                 _update(tree, size, m, low_k, low_t)
                 n_res -= 1
             res[b] = True
             n_res += 1
-            _append(b, layer, nxt, prv, head, tail)
+            _append(b, layer, head, tail, nxt, prv)
             if u < PL[_U(head[layer])] + win:      # the new tail is in its layer's window (a short list)
                 _lowest(layer, head, nxt, PL, K, tie_pos, win, low_k, low_t, low_b)
                 _update(tree, size, layer, low_k, low_t)
-
-
-@jit_inline
-def _unlink(b, layer, nxt, prv, head, tail):
-    """Block ``b`` out of its layer's list."""
-    q = prv[b]
-    r = nxt[b]
-    if q >= 0:
-        nxt[_U(q)] = r
-    else:
-        head[layer] = r
-    if r >= 0:
-        prv[_U(r)] = q
-    else:
-        tail[layer] = q
-
-
-@jit_inline
-def _append(b, layer, nxt, prv, head, tail):
-    """Block ``b`` at the tail (newest end) of its layer's list."""
-    t = tail[layer]
-    prv[b] = t
-    nxt[b] = -1
-    if t >= 0:
-        nxt[_U(t)] = np.int64(b)
-    else:
-        head[layer] = np.int64(b)
-    tail[layer] = np.int64(b)
 
 
 @jit_inline
