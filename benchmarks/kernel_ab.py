@@ -16,7 +16,10 @@ in a checkout without it, the heap loop ``_kernels.replay_belady``; the next use
 ``belady-global`` / ``belady-global-seq``, event-atomic / sequential ``belady`` with one global pool (cache ``rho * L
 * N``; ``_kernels_belady_buckets.replay_belady_buckets`` / ``replay_belady_units``, else the heap loop), and
 ``lru-global``, event-atomic ``lru`` with one global pool (``_kernels_lru_events.replay_lru_events``, else the list
-loop ``_kernels.replay_lru``), and ``lrfu-global-seq``, sequential ``lrfu`` (lambda 0.5) with one global pool
+loop ``_kernels.replay_lru``), ``lrfu-global``, event-atomic ``lrfu`` (lambda 0.5) with one global pool
+(``_kernels_lrfu_global.replay_lrfu_global``; in a checkout from before session 41, the heap loop
+``_kernels_ranked.replay_ranked``), and ``lrfu-global-seq``,
+sequential ``lrfu`` (lambda 0.5) with one global pool
 (``_kernels_lrfu_window.replay_lrfu_window``, else the pool loop ``_kernels_lrfu_global.replay_lrfu_global``). Hits per layer must be equal on both sides (exit 1 otherwise), unless ``--timing-only``: for a prototype that takes a part out of a kernel to time what that part
 costs, so that its decisions, and its counts, change; the rows then say that the counts differ. Prints per rho
 the median over ``--processes`` fresh processes (a kernel's time moves by up to ~15% with where its code lands
@@ -46,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _ab import alternated_ratio, machine, median_and_range, pooled_rows  # noqa: E402
 
 KERNELS = ("lru", "lfu", "lfru", "lrfu", "slots", "lfu-seq", "lrfu-seq", "lfru-seq", "lru-seq", "lru-seq-global",
-           "belady-seq", "belady-global", "belady-global-seq", "lru-global", "lrfu-global-seq")
+           "belady-seq", "belady-global", "belady-global-seq", "lru-global", "lrfu-global", "lrfu-global-seq")
 
 
 def _baseline(src: str):
@@ -141,6 +144,19 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
                                        flags)
                 else:
                     ev.replay_lru_events(s.offsets, s.expert, s.layer, N, L, c, order, tie_pos, 0, h, m, flags)
+            elif kernel == "lrfu-global":
+                c = np.array([int(round(rho * L * N))])
+                root = generic.__name__.rsplit(".", 1)[0]
+                try:
+                    pool = importlib.import_module(root + "._kernels_lrfu_global")
+                except ModuleNotFoundError:        # a checkout without it: the heap loop the engine ran there
+                    ranked = importlib.import_module(root + "._kernels_ranked")
+                    key = importlib.import_module(root + ".keys").KEY_LRFU
+                    ranked.replay_ranked(s.offsets, s.expert, s.layer, s.step, N, L, True, True, c, tie, key,
+                                         int(L * N).bit_length(), 0, False, 0.5, 0, h, m, flags)
+                else:
+                    pool.replay_lrfu_global(s.offsets, s.expert, s.layer, N, L, True, c, global_order[1], 0.5, 0, h,
+                                            m, flags)
             elif kernel == "lrfu-global-seq":
                 c = np.array([int(round(rho * L * N))])
                 root = generic.__name__.rsplit(".", 1)[0]

@@ -142,3 +142,28 @@ def test_the_benchmark_script_times_both_loops_and_checks_them():
         r = run(*args)
         assert r.returncode == 2 and "Traceback" not in r.stderr, args
         assert "expected" in r.stderr.strip().splitlines()[-1], (args, r.stderr)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_run_sort_orders_by_key_then_tie(seed):
+    """``_sort`` (networks on keys with the tie position in their low bits, an exact insertion pass, merges) against
+    ``np.lexsort`` on runs of 1 to 300 entries: keys drawn from a few values (long ties), keys one to a few units in
+    the last place apart (the packed bits cannot tell them apart, the insertion pass must), and, with more than
+    ``2**20`` blocks, the runs of 8 by insertion."""
+    rng = np.random.default_rng([seed, 91])
+    for n_blocks in (64, 6144, 2**20 + 5):
+        for n in (x for x in (1, 2, 7, 63, 64, 65, 130, 300) if x <= n_blocks):
+            t = rng.choice(n_blocks, n, replace=False).astype(np.int64)
+            kind = rng.integers(3)
+            if kind == 0:
+                k = rng.choice([0.0, 0.5, 3.25], n)
+            elif kind == 1:
+                k = np.nextafter(np.full(n, 37.5), np.inf) + rng.integers(0, 4, n) * np.spacing(37.5)
+            else:
+                k = rng.random(n) * 50
+            K = np.full(n_blocks, -1.0)
+            K[t] = k
+            want = np.lexsort((t, k))
+            kk, tt = k.copy(), t.copy()
+            KLR._sort(kk, tt, n, np.zeros(n + 64), np.zeros(n + 64, np.int64), K)
+            assert tt.tolist() == t[want].tolist() and kk.tolist() == k[want].tolist(), (n_blocks, n, kind)

@@ -15,7 +15,8 @@ access on the benchmark stream. Here only the residents with the lowest keys are
   every resident below ``T`` is in the pool and every other is at least ``T``;
 * when both are spent, the pool is filled again from the residents' keys (a dense copy per resident slot): those
   below a new threshold about :data:`_RUN` entries on (guessed from the last fill's spread of keys; an exact
-  selection, :func:`._kernels_bits._kth_lowest`, where the guess holds fewer than the unit still has to evict), sorted.
+  selection, :func:`._kernels_bits._kth_lowest`, where the guess holds fewer than the unit still has to evict), sorted
+  (:func:`_sort`: runs of 64 by sorting networks, then merges).
 
 Ties leave by lower tie position, as in every loop. Event-atomic units evict at the end of the event, sequential ones
 at each access (one unit per access, the layer clock counting accesses). The decision, the hit counts and the hit
@@ -27,15 +28,22 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._bits import ctlz
 from .._jit import jit_helper, jit_inline, jit_loop
 from ._kernels import _max_unit, crf_decays, crf_key
 from ._kernels_bits import _LRFU_DECAYS, _U, _kth_lowest, _lrfu_decay, _most_layer_events
+from ._simd import f2u, sort_small, u2f
 
 #: Entries a fill of the pool aims for (the next fill's threshold is set so that the last fill's spread of keys
 #: holds about this many).
 _RUN = 256
 #: Entries the side list holds, besides room for one unit's, before it spills into the run.
 _SIDE = 64
+#: Entries a sorting network takes (``_simd.sort_small``): the first runs of :func:`_sort`.
+_NETWORK = 64
+#: The most bits a tie position may take in a packed key (``2**-32`` of the key); past it (more than ``2**20``
+#: blocks) :func:`_sort` starts from runs of 8 by insertion.
+_MAX_TIE_BITS = 20
 
 
 def replay_lrfu_global(offsets, expert, ev_layer, n_experts, n_layers, atomic, capacity, tie_pos, lam, count_from,
@@ -51,7 +59,8 @@ def replay_lrfu_global(offsets, expert, ev_layer, n_experts, n_layers, atomic, c
     cap = min(int(capacity[0]), n_blocks)
     max_unit = int(_max_unit(offsets, atomic))
     side = max(int(side), 1) + max_unit           # the side list's room: the short list, and a unit's new entries
-    width = min(cap + max_unit, n_blocks) + max_unit + side + 2    # a run, a unit and the side at most
+    # a run, a unit and the side at most, and room for a network's lanes
+    width = min(cap + max_unit, n_blocks) + max_unit + side + 2 + _NETWORK
     unit = max_unit + 1
     n_units = int(_most_layer_events(ev_layer, n_layers)) if atomic else int(offsets[-1])
     f = np.array([-np.inf, 0.0])                   # the threshold T, the last fill's spread of keys per entry
@@ -72,21 +81,33 @@ def _below(ka, ta, kb, tb):
 
 
 @jit_helper
-def _sort(k, t, n, sk, st):
-    """Sort ``(k, t)[:n]`` by ``(key, tie)`` in place (a bottom-up merge sort through the scratch ``sk`` / ``st``;
-    runs of up to 8 by insertion first)."""
-    for lo in range(0, n, 8):
-        for i in range(lo + 1, min(lo + 8, n)):
-            x = k[i]
-            y = t[i]
-            j = i - 1
-            while j >= lo and _below(x, y, k[j], t[j]):
-                k[j + 1] = k[j]
-                t[j + 1] = t[j]
-                j -= 1
-            k[j + 1] = x
-            t[j + 1] = y
-    width = 8
+def _sort(k, t, n, sk, st, K):
+    """Sort ``(k, t)[:n]`` by ``(key, tie)`` in place, where each ``k[i]`` is ``K[t[i]]`` (the key of tie position
+    ``t[i]``; ``K`` has one entry per block): runs of :data:`_NETWORK` sorted by a network (``_simd.sort_small``, in
+    ``sk``) on the keys with the tie position in their low bits (the exact keys back from ``K``, then an insertion
+    pass, which moves only keys that agree above those bits), or, past :data:`_MAX_TIE_BITS` bits of tie positions,
+    runs of 8 by insertion; then a bottom-up merge through the scratch ``sk`` / ``st`` (at least :data:`_NETWORK`
+    entries). Runs of 8 and their merges took about 38% of the loop's samples at rho 0.2; the networks take 0.63-0.92
+    of the loop's time (docs/performance.md, *Session 43*)."""
+    tie_bits = 64 - np.int64(ctlz(np.uint64(max(K.shape[0] - 1, 1))))
+    if tie_bits <= _MAX_TIE_BITS:
+        width = _NETWORK
+        pk = sk                        # (free until the merges)
+        low = (np.uint64(1) << _U(tie_bits)) - np.uint64(1)
+        for lo in range(0, n, _NETWORK):
+            cn = min(_NETWORK, n - lo)
+            for r in range(cn):
+                pk[r] = u2f((f2u(k[lo + r]) & ~low) | _U(t[lo + r]))
+            sort_small(pk, cn, pk)
+            for r in range(cn):
+                x = np.int64(f2u(pk[r]) & low)
+                t[lo + r] = x
+                k[lo + r] = K[_U(x)]
+            _insertion(k, t, lo, lo + cn)
+    else:
+        width = 8
+        for lo in range(0, n, 8):
+            _insertion(k, t, lo, min(lo + 8, n))
     src_k, src_t, dst_k, dst_t = k, t, sk, st
     flipped = False
     while width < n:
@@ -101,6 +122,21 @@ def _sort(k, t, n, sk, st):
         for i in range(n):
             k[i] = sk[i]
             t[i] = st[i]
+
+
+@jit_inline
+def _insertion(k, t, lo, hi):
+    """Insertion sort of ``(k, t)[lo:hi]`` by ``(key, tie)``."""
+    for i in range(lo + 1, hi):
+        x = k[i]
+        y = t[i]
+        j = i - 1
+        while j >= lo and _below(x, y, k[j], t[j]):
+            k[j + 1] = k[j]
+            t[j + 1] = t[j]
+            j -= 1
+        k[j + 1] = x
+        t[j + 1] = y
 
 
 @jit_inline
@@ -138,7 +174,7 @@ def _live(k, t, K):
 
 
 @jit_helper
-def _fill(slot_key, slot_tp, n_res, rk, rt, xk, xt, f, need, run):
+def _fill(slot_key, slot_tp, n_res, rk, rt, xk, xt, f, need, run, K):
     """Fill the run ``(rk, rt)`` with the residents below a new threshold, sorted; returns its length. Every
     resident is at least the old threshold ``f[0]`` (the pool is spent). The new one lies the last fill's spread
     ``f[1]`` per entry times ``run`` (:data:`_RUN`) above the lowest key; where that holds fewer than ``need`` (or no
@@ -165,7 +201,7 @@ def _fill(slot_key, slot_tp, n_res, rk, rt, xk, xt, f, need, run):
             rk[q] = x
             rt[q] = slot_tp[s]
             q += x < thr
-    _sort(rk, rt, q, xk, xt)
+    _sort(rk, rt, q, xk, xt, K)
     if q > 1 and rk[q - 1] > rk[0]:
         f[1] = (rk[q - 1] - rk[0]) / (q - 1)
     f[0] = thr
@@ -198,7 +234,7 @@ def _add_unit(rk, rt, head, tail, sk, stp, n_side, nk, nt, n_new, xk, xt, yk, yt
     """An event-atomic unit's entries below the threshold ``(nk, nt)[:n_new]`` (in member order) into the pool:
     sorted, merged with the side list; where that overfills the side list's room (:data:`_SIDE` and a unit), all
     of it into the run. Returns the run's head and end and the side's length."""
-    _sort(nk, nt, n_new, yk, yt)
+    _sort(nk, nt, n_new, yk, yt, K)
     _side_up(sk, stp, n_side, yk, yt)
     n = _merge(yk, yt, 0, n_side, nk, nt, 0, n_new, xk, xt, 0)
     if n <= sk.shape[0]:
@@ -286,7 +322,7 @@ def _replay_lrfu_global(offsets, expert, ev_layer, n_experts, atomic, cap, tie_p
                     n_side -= 1
                 if head == tail and n_side == 0:        # the pool is spent: fill it again
                     head = 0
-                    tail = _fill(slot_key, slot_tp, n_res, rk, rt, xk, xt, f, m, run)
+                    tail = _fill(slot_key, slot_tp, n_res, rk, rt, xk, xt, f, m, run, K)
                     continue
                 if n_side == 0 or (head < tail and _below(rk[_U(head)], rt[_U(head)], sk[_U(n_side - 1)],
                                                           stp[_U(n_side - 1)])):
