@@ -20,7 +20,8 @@ loop ``_kernels.replay_lru``), ``lrfu-global``, event-atomic ``lrfu`` (lambda 0.
 (``_kernels_lrfu_global.replay_lrfu_global``; in a checkout from before session 41, the heap loop
 ``_kernels_ranked.replay_ranked``), and ``lrfu-global-seq``,
 sequential ``lrfu`` (lambda 0.5) with one global pool
-(``_kernels_lrfu_window.replay_lrfu_window``, else the pool loop ``_kernels_lrfu_global.replay_lrfu_global``). Hits per layer must be equal on both sides (exit 1 otherwise), unless ``--timing-only``: for a prototype that takes a part out of a kernel to time what that part
+(``_kernels_lrfu_window.replay_lrfu_window``, else the pool loop ``_kernels_lrfu_global.replay_lrfu_global``), and
+``lfru-global-seq``, sequential ``lfru`` with one global pool (``_kernels_lfru_groups.replay_lfru_groups``). Hits per layer must be equal on both sides (exit 1 otherwise), unless ``--timing-only``: for a prototype that takes a part out of a kernel to time what that part
 costs, so that its decisions, and its counts, change; the rows then say that the counts differ. Prints per rho
 the median over ``--processes`` fresh processes (a kernel's time moves by up to ~15% with where its code lands
 in a process: docs/performance.md, *Placement noise*) of each process's median
@@ -49,7 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _ab import alternated_ratio, machine, median_and_range, pooled_rows  # noqa: E402
 
 KERNELS = ("lru", "lfu", "lfru", "lrfu", "slots", "lfu-seq", "lrfu-seq", "lfru-seq", "lru-seq", "lru-seq-global",
-           "belady-seq", "belady-global", "belady-global-seq", "lru-global", "lrfu-global", "lrfu-global-seq")
+           "belady-seq", "belady-global", "belady-global-seq", "lru-global", "lrfu-global", "lrfu-global-seq",
+           "lfru-global-seq")
 
 
 def _baseline(src: str):
@@ -169,6 +171,10 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
                 else:
                     win.replay_lrfu_window(s.offsets, s.expert, s.layer, N, L, c, global_order[1], 0.5, 0, h, m,
                                            flags)
+            elif kernel == "lfru-global-seq":
+                groups = importlib.import_module(generic.__name__.rsplit(".", 1)[0] + "._kernels_lfru_groups")
+                groups.replay_lfru_groups(s.offsets, s.expert, s.layer, N, L, False,
+                                          np.array([int(round(rho * L * N))]), tie, 0, h, m, flags)
             elif kernel == "belady-seq":
                 if hasattr(seq, "replay_belady_seq"):
                     seq.replay_belady_seq(*head, nxt, False, 0, h, m, flags)

@@ -42,7 +42,8 @@ network of :mod:`._simd` that holds them (``_kernels_bits._kth_lowest`` past 64;
 is ``v``, the keys below ``v`` leave, and of those equal to it the lowest tie ranks (equal keys are common:
 blocks of one event with one count), found the same way (the needed-th lowest of their ranks, as floats).
 A unit with one block to leave (every unit of sequential replay) takes the lowest of the pool's keys
-instead (computed the same way, the minimum in four chains). Too few below the cut: the candidates are the
+instead (:func:`_keys_min_n`: computed the same way and halved to their minimum in registers; the lanes holding it
+by one vector compare). Too few below the cut: the candidates are the
 keys below ``theta``. Too few below ``theta``: every resident is ranked in a max-heap of the ``m`` best
 (:func:`_rank_all`: the pool, then each list from its front, stopping at the first key above the heap's top:
 later members of a list rank no lower), and ``theta`` rises to ``up * v``, every list moving its fronts
@@ -76,7 +77,7 @@ from ._kernels_bits import _kth_lowest, _popc
 from ._kernels_lfru import _sel_offer
 from ._kernels_order import _ctlz
 from ._pages import Packed
-from ._simd import _F64, _I64, _lanes, _splat, lanes_below, mask_eq, mask_lt, sort_small
+from ._simd import _F64, _I32, _I64, _lanes, _splat, lanes_below, mask_eq, mask_lt, sort_small
 
 #: An unsigned index: numba skips the negative-index wraparound (no index here is negative).
 _U = np.uint64
@@ -97,6 +98,17 @@ _HORIZON = float(2 ** 30)
 _NARROW_UNITS = 2 ** 30 - 2
 
 
+def _stored_keys(context, builder, signature, args, n):
+    """Codegen of ``PX = PF / (tf - PL)`` on the ``n`` lanes from ``off`` (``args``: ``PF``, ``PL``, ``PX``, ``off``,
+    ``tf``, ...); the keys' vector."""
+    vt = ir.VectorType(_F64, n)
+    f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[3], n), align=8)
+    last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[3], n), align=8)
+    x = builder.fdiv(f, builder.fsub(_splat(builder, args[4], vt, n), last))
+    builder.store(x, _lanes(context, builder, signature.args[2], args[2], args[3], n), align=8)
+    return x
+
+
 def _keys_n(n):
     """An intrinsic for ``n`` lanes ``off .. off+n-1``: ``PX = PF / (tf - PL)``; ``out[0]`` (``out[1]``) the bits
     where ``PX < th0`` (``th1``)."""
@@ -107,10 +119,7 @@ def _keys_n(n):
 
         def codegen(context, builder, signature, args):
             vt = ir.VectorType(_F64, n)
-            f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[3], n), align=8)
-            last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[3], n), align=8)
-            x = builder.fdiv(f, builder.fsub(_splat(builder, args[4], vt, n), last))
-            builder.store(x, _lanes(context, builder, signature.args[2], args[2], args[3], n), align=8)
+            x = _stored_keys(context, builder, signature, args, n)
             c0 = builder.fcmp_ordered("<", x, _splat(builder, args[5], vt, n))
             c1 = builder.fcmp_ordered("<", x, _splat(builder, args[6], vt, n))
             data = context.make_array(signature.args[7])(context, builder, args[7]).data
@@ -129,6 +138,39 @@ def _keys_n(n):
 _pool_keys = _keys_n(64)
 _pool_keys32 = _keys_n(32)
 _pool_keys16 = _keys_n(16)
+
+
+def _keys_min_n(n):
+    """An intrinsic for ``n`` lanes ``off .. off+n-1``: ``PX = PF / (tf - PL)``, and the smallest of the first ``r``
+    of them (``inf`` where ``r <= 0``), halved in registers (a unit of sequential replay needs only the lowest)."""
+
+    @intrinsic
+    def keys(typingctx, PF, PL, PX, off, tf, r):
+        sig = types.float64(PF, PL, PX, types.int64, types.float64, types.int64)
+
+        def codegen(context, builder, signature, args):
+            vt = ir.VectorType(_F64, n)
+            x = _stored_keys(context, builder, signature, args, n)
+            it = ir.VectorType(_I64, n)
+            live = builder.icmp_signed("<", ir.Constant(it, list(range(n))), _splat(builder, args[5], it, n))
+            y = builder.select(live, x, ir.Constant(vt, [float("inf")] * n))
+            h = n
+            while h > 1:               # the lower half against the upper, until one lane is left
+                h //= 2
+                a = builder.shuffle_vector(y, y, ir.Constant(ir.VectorType(_I32, h), list(range(h))))
+                b = builder.shuffle_vector(y, y, ir.Constant(ir.VectorType(_I32, h), list(range(h, 2 * h))))
+                y = builder.select(builder.fcmp_ordered("<", a, b), a, b)
+            return builder.extract_element(y, ir.Constant(_I32, 0))
+
+        return sig, codegen
+
+    return keys
+
+
+#: The pool's exact keys and the lowest of them, 64, 32 or 16 lanes.
+_pool_low = _keys_min_n(64)
+_pool_low32 = _keys_min_n(32)
+_pool_low16 = _keys_min_n(16)
 
 
 @intrinsic
@@ -166,6 +208,16 @@ def _pool_keys_any(pf, pl, px, off, r, tf, th0, th1, kb):
         _pool_keys32(pf, pl, px, off, tf, th0, th1, kb)
     else:
         _pool_keys16(pf, pl, px, off, tf, th0, th1, kb)
+
+
+@jit_helper
+def _pool_low_any(pf, pl, px, off, r, tf):
+    """:func:`_keys_min_n` on the lanes from ``off``: 64 of them, or 32 or 16 when ``r <= 32`` (``<= 16``) remain."""
+    if r > 32:
+        return _pool_low(pf, pl, px, off, tf, r)
+    if r > 16:
+        return _pool_low32(pf, pl, px, off, tf, r)
+    return _pool_low16(pf, pl, px, off, tf, r)
 
 
 @jit_helper
@@ -520,20 +572,9 @@ def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, 
                 trace[0] += 1
             tf = float(t + 1)
             if m == 1:                 # one to leave (sequential units): the lowest key of the pool
+                bk = np.inf
                 for w in range((n_pool + 63) >> 6):
-                    _pool_keys_any(pf, pl, px, w << 6, n_pool - (w << 6), tf, theta, theta, kb)
-                b0 = b1 = b2 = b3 = np.inf     # four chains of minima
-                q = 0
-                while q + 4 <= n_pool:
-                    b0 = min(b0, px[_U(q)])
-                    b1 = min(b1, px[_U(q + 1)])
-                    b2 = min(b2, px[_U(q + 2)])
-                    b3 = min(b3, px[_U(q + 3)])
-                    q += 4
-                while q < n_pool:
-                    b0 = min(b0, px[_U(q)])
-                    q += 1
-                bk = min(min(b0, b1), min(b2, b3))
+                    bk = min(bk, _pool_low_any(pf, pl, px, w << 6, n_pool - (w << 6), tf))
                 fits = bk < theta
             else:
                 n_w = (n_pool + 63) >> 6
@@ -549,9 +590,13 @@ def _replay_lfru_groups(offsets, expert, ev_layer, n_experts, atomic, cap, tie, 
                 fits = n_below >= m
             if fits and m == 1:
                 best = -1
-                for q in range(n_pool):
-                    if px[_U(q)] == bk and (best < 0 or tie[_U(pb[_U(q)])] < tie[_U(pb[_U(best)])]):
-                        best = q
+                for w in range((n_pool + 63) >> 6):    # the lanes holding the lowest key (one compare a vector)
+                    x = mask_eq(px[w << 6:], bk) & lanes_below(n_pool - (w << 6))
+                    while x:
+                        q = (w << 6) + np.int64(_cttz(x))
+                        x &= x - np.uint64(1)
+                        if best < 0 or tie[_U(pb[_U(q)])] < tie[_U(pb[_U(best)])]:
+                            best = q
                 _evict(pb[_U(best)], nb, nd)
                 n_pool = _pool_remove(best, pf, pl, pb, n_pool)
                 v = bk
