@@ -19,7 +19,7 @@ from expertcache.replay import _kernels_lfru_groups as KG
 
 #: The default tuning, a threshold moved at nearly every unit, one kept far above the keys, and one kept below
 #: them (every overflowing unit ranked in full).
-TUNES = (KG.TUNE, (0, 0, 1.0001, 1.0001, 1.0001), (8, 8, 3.0, 3.0, 1.5), (0, 0, 0.5, 0.9, 0.5))
+TUNES = (KG.TUNE, KG.TUNE_SEQ, (0, 0, 1.0001, 1.0001, 1.0001), (8, 8, 3.0, 3.0, 1.5), (0, 0, 0.5, 0.9, 0.5))
 
 
 def _run(kernel, stream: EventStream, atomic: bool, cap: int, tie: np.ndarray, warm: int, expert=None, **kw):
@@ -159,3 +159,21 @@ def test_the_engine_dispatches_global_lfru_here(semantics):
         if semantics != "sequential-random":
             _, hit = replay_hits(stream, cfg)
             assert (hit == flags.astype(bool)).all()
+
+
+def test_the_tuning_benchmark_times_both_tunings_and_checks_them():
+    """``benchmarks/lfru_groups_tune.py`` runs both pool tunings on the same streams, checks that their hits agree,
+    and prints one row per batch, semantics and rho."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "lfru_groups_tune.py"), "--batches", "1,8",
+                        "--rhos", "0.2", "--accesses", "20000", "--pairs", "1", "--semantics", "both", "--json"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["rows"]
+    assert [(x["batch"], x["semantics"][:5]) for x in rows] == [(1, "event"), (1, "seque"), (8, "event"), (8, "seque")]
+    assert all(x["hits_equal"] and x["tune_ns"] > 0 and x["tune_seq_ns"] > 0 for x in rows)

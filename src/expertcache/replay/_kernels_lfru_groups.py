@@ -91,6 +91,9 @@ _UP = 1.0 + 2.0 ** -40
 #: (``v`` the last ``m``-th lowest key). Any positive values give the same decision; these were measured fastest
 #: on ``benchmarks/replay_throughput.py``'s stream (flat within a few percent around them).
 TUNE = (4, 16, 1.03, 1.06, 1.005)
+#: :data:`TUNE` for sequential units (one to leave each): a larger pool before ``theta`` falls, a larger rise.
+#: `python benchmarks/kernel_ab.py --kernel lfru-global-seq` and by batch size in docs/performance.md, *Session 43*.
+TUNE_SEQ = (8, 32, 1.03, 1.12, 1.005)
 #: A group's unit in the wheel is at most this far past its front's last unit with int32 records (early,
 #: never late: :func:`_span`); ``2**60`` with int64 ones.
 _HORIZON = float(2 ** 30)
@@ -392,7 +395,7 @@ def _visit(x, g, t, inv, horizon, nd, wheel, pf, pl, pb, n_pool):
 
 
 def replay_lfru_groups(offsets, expert, ev_layer, n_experts, n_layers, atomic, capacity, tie, count_from, hits,
-                       misses, hit_flag, tune=TUNE, trace=None, wide=False, pages=None):
+                       misses, hit_flag, tune=None, trace=None, wide=False, pages=None):
     """``lfru`` under global scope (one pool of ``capacity[0]`` blocks): the decision of ``replay_select``.
 
     Parameters
@@ -413,8 +416,9 @@ def replay_lfru_groups(offsets, expert, ev_layer, n_experts, n_layers, atomic, c
         Per-layer counts (accumulated).
     hit_flag : uint8[n_access] or uint8[0]
         Set to 1 on the accesses that hit, when not empty.
-    tune : tuple
-        ``(a, b, low, up, cut)`` of the pool (:data:`TUNE`); any positive values give the same decision.
+    tune : tuple or None
+        ``(a, b, low, up, cut)`` of the pool (:data:`TUNE`, :data:`TUNE_SEQ` for sequential units where None); any
+        positive values give the same decision.
     trace : int64[6] or None
         When given, accumulates the units that overflowed, those ranked in full (``theta`` raised), those whose
         cut held too few, the times ``theta`` was lowered, the units whose ``m``-th lowest key was shared past
@@ -435,6 +439,8 @@ def replay_lfru_groups(offsets, expert, ev_layer, n_experts, n_layers, atomic, c
     max_unit = int(_max_unit(offsets, atomic))
     n_units = n_events if atomic else int(offsets[-1]) if n_events else 0
     cap = int(capacity[0])
+    if tune is None:
+        tune = TUNE if atomic else TUNE_SEQ
     width = min(cap, n_blocks) + max_unit + 1          # |C ∪ U| at most
     ix = np.int32 if not wide and n_units < _NARROW_UNITS and n_blocks + n_groups < 2 ** 31 else np.int64
     n_nodes = n_blocks + n_groups
