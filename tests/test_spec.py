@@ -490,6 +490,22 @@ def test_sigterm_inside_a_finalizer_prints_no_traceback(traces, tmp_path, monkey
     assert unraisable == []
 
 
+def test_sigterm_inside_numba_code_raises_nothing_there(traces, tmp_path, monkeypatch):
+    """A SIGTERM that arrives while numba's own Python code runs (compiled code calls it back, e.g. to unpickle a
+    kernel's result) raises nothing there: the exception would leave that call as a SystemError, a traceback and
+    exit 1 (seen once in the test above). The run stops at its next progress report and exits 130."""
+    ns: dict = {}
+    exec(compile("import os, signal\n"
+                 "def unpickle():\n"
+                 "    os.kill(os.getpid(), signal.SIGTERM)\n"
+                 "    for _ in range(100):\n"
+                 "        pass\n", os.path.join(os.sep, "site-packages", "numba", "core", "serialize.py"), "exec"),
+         ns)
+    res, calls = _spec_run_after(traces, tmp_path, monkeypatch, ns["unpickle"])
+    assert res.exit_code == 130, res.output
+    assert calls == [1] and "interrupted" in res.output
+
+
 def test_a_store_holds_one_experiment(traces, tmp_path):
     d = {"experiment": {"name": "one"}, "inputs": {"a": {"trace": "a"}},
          "grid": {"input": "a", "batch": 2, "policy": "lru", "rho": 0.5}}

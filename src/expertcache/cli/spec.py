@@ -11,6 +11,19 @@ import click
 
 from .main import _console, _echo_json, _fail, _guard
 
+#: A path fragment of numba's own modules (not imported here: the command line starts without numba).
+_NUMBA_DIR = os.sep + "numba" + os.sep
+
+
+def _may_raise(frame) -> bool:
+    """Whether a signal handler may raise in ``frame``: not where it or a caller is a finalizer (``__del__``) or
+    numba's own Python code (see ``spec_run``'s SIGTERM handler)."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__" or _NUMBA_DIR in frame.f_code.co_filename:
+            return False
+        frame = frame.f_back
+    return True
+
 
 @click.group("spec")
 def spec() -> None:
@@ -102,13 +115,12 @@ def spec_run(spec_file: str, store: str, executor: str, jobs: int, address: str 
 
     def on_term(signum, frame):  # SIGTERM behaves like Ctrl-C: received results are written first
         # The flag makes the next progress call raise from ordinary code. Inside a finalizer (__del__) nothing is
-        # raised: Python would swallow the exception there and print its traceback to stderr.
+        # raised: Python would swallow the exception there and print its traceback to stderr. Nor inside numba's
+        # own Python code, which compiled code calls back (a kernel's result unpickled): the exception would leave
+        # it as a SystemError, a traceback and exit 1 (seen in tests/test_spec.py's SIGTERM test).
         state["terminated"] = True
-        while frame is not None:
-            if frame.f_code.co_name == "__del__":
-                return
-            frame = frame.f_back
-        raise KeyboardInterrupt
+        if _may_raise(frame):
+            raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, on_term)
     try:

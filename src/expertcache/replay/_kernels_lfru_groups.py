@@ -91,8 +91,8 @@ _UP = 1.0 + 2.0 ** -40
 #: (``v`` the last ``m``-th lowest key). Any positive values give the same decision; these were measured fastest
 #: on ``benchmarks/replay_throughput.py``'s stream (flat within a few percent around them).
 TUNE = (4, 16, 1.03, 1.06, 1.005)
-#: :data:`TUNE` for sequential units (one to leave each): a larger pool before ``theta`` falls, a larger rise.
-#: `python benchmarks/kernel_ab.py --kernel lfru-global-seq` and by batch size in docs/performance.md, *Session 43*.
+#: :data:`TUNE` for sequential units (one to leave each): a larger pool before ``theta`` falls, a larger rise
+#: (``benchmarks/lfru_groups_tune.py``; docs/performance.md, *Session 43*).
 TUNE_SEQ = (8, 32, 1.03, 1.12, 1.005)
 #: A group's unit in the wheel is at most this far past its front's last unit with int32 records (early,
 #: never late: :func:`_span`); ``2**60`` with int64 ones.

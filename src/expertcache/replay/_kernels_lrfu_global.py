@@ -87,8 +87,9 @@ def _sort(k, t, n, sk, st, K):
     ``sk``) on the keys with the tie position in their low bits (the exact keys back from ``K``, then an insertion
     pass, which moves only keys that agree above those bits), or, past :data:`_MAX_TIE_BITS` bits of tie positions,
     runs of 8 by insertion; then a bottom-up merge through the scratch ``sk`` / ``st`` (at least :data:`_NETWORK`
-    entries). Runs of 8 and their merges took about 38% of the loop's samples at rho 0.2; the networks take 0.63-0.92
-    of the loop's time (docs/performance.md, *Session 43*)."""
+    entries). Runs of 8 and their merges took about 38% of the loop's samples at rho 0.2; with the networks the loop
+    takes 0.67-0.82 of its time (``benchmarks/kernel_ab.py --kernel lrfu-global``; docs/performance.md, *Session
+    43*)."""
     tie_bits = 64 - np.int64(ctlz(np.uint64(max(K.shape[0] - 1, 1))))
     if tie_bits <= _MAX_TIE_BITS:
         width = _NETWORK
