@@ -18,11 +18,12 @@ in a checkout without it, the heap loop ``_kernels.replay_belady``; the next use
 ``lru-global``, event-atomic ``lru`` with one global pool (``_kernels_lru_events.replay_lru_events``, else the list
 loop ``_kernels.replay_lru``), ``lrfu-global``, event-atomic ``lrfu`` (lambda 0.5) with one global pool
 (``_kernels_lrfu_global.replay_lrfu_global``; in a checkout from before session 41, the heap loop
-``_kernels_ranked.replay_ranked``), and ``lrfu-global-seq``,
-sequential ``lrfu`` (lambda 0.5) with one global pool
+``_kernels_ranked.replay_ranked``), ``lrfu-global-seq``, sequential ``lrfu`` (lambda 0.5) with one global pool
 (``_kernels_lrfu_window.replay_lrfu_window``, else the pool loop ``_kernels_lrfu_global.replay_lrfu_global``), and
-``lfru-global-seq``, sequential ``lfru`` with one global pool (``_kernels_lfru_groups.replay_lfru_groups``). Hits per layer must be equal on both sides (exit 1 otherwise), unless ``--timing-only``: for a prototype that takes a part out of a kernel to time what that part
-costs, so that its decisions, and its counts, change; the rows then say that the counts differ. Prints per rho
+``lfru-global-seq``, sequential ``lfru`` with one global pool (``_kernels_lfru_groups.replay_lfru_groups``). Hits per
+layer must be equal on both sides (exit 1 otherwise), unless ``--timing-only``: for a prototype that takes a part out
+of a kernel to time what that part costs, so that its decisions, and its counts, change; the rows then say that the
+counts differ. Prints per rho
 the median over ``--processes`` fresh processes (a kernel's time moves by up to ~15% with where its code lands
 in a process: docs/performance.md, *Placement noise*) of each process's median
 per-pair ratio (ours / baseline), and their range. Stream: ``bench_vs_libcachesim.drifting_qwen_stream(steps)``

@@ -17,8 +17,8 @@ from expertcache.replay import ReplayConfig, engine, replay, replay_hits
 from expertcache.replay import _kernels_lfru as KL
 from expertcache.replay import _kernels_lfru_groups as KG
 
-#: The default tuning, a threshold moved at nearly every unit, one kept far above the keys, and one kept below
-#: them (every overflowing unit ranked in full).
+#: The default tunings (event-atomic, sequential), a threshold moved at nearly every unit, one kept far above the
+#: keys, and one kept below them (every overflowing unit ranked in full).
 TUNES = (KG.TUNE, KG.TUNE_SEQ, (0, 0, 1.0001, 1.0001, 1.0001), (8, 8, 3.0, 3.0, 1.5), (0, 0, 0.5, 0.9, 0.5))
 
 
