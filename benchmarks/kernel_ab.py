@@ -72,6 +72,15 @@ def _baseline(src: str):
             importlib.import_module(f"{name}.replay._kernels"))
 
 
+def _sibling(generic, name: str):
+    """The replay module ``name`` of the package whose ``replay._kernels`` is ``generic``, or ``None`` where that
+    checkout has none (an older baseline)."""
+    try:
+        return importlib.import_module(generic.__name__.rsplit(".", 1)[0] + "." + name)
+    except ModuleNotFoundError:
+        return None
+
+
 def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, first: int,
           timing_only: bool = False) -> None:
     from bench_vs_libcachesim import drifting_qwen_stream
@@ -101,6 +110,7 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
             h = np.zeros(L, np.int64)
             m = np.zeros(L, np.int64)
             head = (s.offsets, s.expert, s.layer, N, L, caps, tie_pos)
+            pool = np.array([int(round(rho * L * N))])        # one global pool's capacity
             t0 = time.perf_counter()
             if kernel == "lru":
                 bits.replay_lru_bits(*head, 0, h, m, flags)
@@ -118,7 +128,7 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
                 seq.replay_lfru_seq(*head, 0, h, m, flags)
             elif kernel.startswith("lru-seq"):
                 glob = kernel == "lru-seq-global"
-                c = np.array([int(round(rho * L * N))]) if glob else caps
+                c = pool if glob else caps
                 if hasattr(seq, "replay_lru_seq") and (
                         not glob or "global_scope" in inspect.signature(seq.replay_lru_seq).parameters):
                     seq.replay_lru_seq(s.offsets, s.expert, s.layer, N, L, c, 0, h, m, flags, *([True] if glob else []))
@@ -126,56 +136,43 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
                     generic.replay_lru(s.offsets, s.expert, s.layer, N, L, glob, False, c, order, tie_pos, 0, h, m,
                                        flags)
             elif kernel.startswith("belady-global"):
-                c = np.array([int(round(rho * L * N))])
                 atomic = kernel == "belady-global"
-                try:
-                    bb = importlib.import_module(generic.__name__.rsplit(".", 1)[0] + "._kernels_belady_buckets")
-                    loop = getattr(bb, "replay_belady_buckets" if atomic else "replay_belady_units")
-                except (ModuleNotFoundError, AttributeError):  # a checkout without it: the heap loop the engine ran
-                    generic.replay_belady(s.offsets, s.expert, s.layer, N, L, True, atomic, nxt, c, tie, False, 0, h,
-                                          m, flags)
+                bb = _sibling(generic, "_kernels_belady_buckets")
+                loop = getattr(bb, "replay_belady_buckets" if atomic else "replay_belady_units", None)
+                if loop is None:           # a checkout without it: the heap loop the engine ran there
+                    generic.replay_belady(s.offsets, s.expert, s.layer, N, L, True, atomic, nxt, pool, tie, False, 0,
+                                          h, m, flags)
                 else:                      # (ours takes the tie orders; session 41's first form took the ranks)
                     orders = ((*((order, tie_pos) if atomic else ()), *global_order)
                               if "g_order" in inspect.signature(loop).parameters else (tie,))
-                    loop(s.offsets, s.expert, s.layer, N, L, nxt, c, *orders, False, 0, h, m, flags)
+                    loop(s.offsets, s.expert, s.layer, N, L, nxt, pool, *orders, False, 0, h, m, flags)
             elif kernel == "lru-global":
-                c = np.array([int(round(rho * L * N))])
-                try:
-                    ev = importlib.import_module(generic.__name__.rsplit(".", 1)[0] + "._kernels_lru_events")
-                except ModuleNotFoundError:        # a checkout without it: the list loop the engine ran there
-                    generic.replay_lru(s.offsets, s.expert, s.layer, N, L, True, True, c, order, tie_pos, 0, h, m,
+                ev = _sibling(generic, "_kernels_lru_events")
+                if ev is None:             # a checkout without it: the list loop the engine ran there
+                    generic.replay_lru(s.offsets, s.expert, s.layer, N, L, True, True, pool, order, tie_pos, 0, h, m,
                                        flags)
                 else:
-                    ev.replay_lru_events(s.offsets, s.expert, s.layer, N, L, c, order, tie_pos, 0, h, m, flags)
+                    ev.replay_lru_events(s.offsets, s.expert, s.layer, N, L, pool, order, tie_pos, 0, h, m, flags)
             elif kernel == "lrfu-global":
-                c = np.array([int(round(rho * L * N))])
-                root = generic.__name__.rsplit(".", 1)[0]
-                try:
-                    pool = importlib.import_module(root + "._kernels_lrfu_global")
-                except ModuleNotFoundError:        # a checkout without it: the heap loop the engine ran there
-                    ranked = importlib.import_module(root + "._kernels_ranked")
-                    key = importlib.import_module(root + ".keys").KEY_LRFU
-                    ranked.replay_ranked(s.offsets, s.expert, s.layer, s.step, N, L, True, True, c, tie, key,
-                                         int(L * N).bit_length(), 0, False, 0.5, 0, h, m, flags)
+                pl = _sibling(generic, "_kernels_lrfu_global")
+                if pl is None:             # a checkout without it: the heap loop the engine ran there
+                    _sibling(generic, "_kernels_ranked").replay_ranked(
+                        s.offsets, s.expert, s.layer, s.step, N, L, True, True, pool, tie,
+                        _sibling(generic, "keys").KEY_LRFU, int(L * N).bit_length(), 0, False, 0.5, 0, h, m, flags)
                 else:
-                    pool.replay_lrfu_global(s.offsets, s.expert, s.layer, N, L, True, c, global_order[1], 0.5, 0, h,
-                                            m, flags)
+                    pl.replay_lrfu_global(s.offsets, s.expert, s.layer, N, L, True, pool, global_order[1], 0.5, 0, h,
+                                          m, flags)
             elif kernel == "lrfu-global-seq":
-                c = np.array([int(round(rho * L * N))])
-                root = generic.__name__.rsplit(".", 1)[0]
-                try:
-                    win = importlib.import_module(root + "._kernels_lrfu_window")
-                except ModuleNotFoundError:        # a checkout without it: the pool loop the engine ran there
-                    pool = importlib.import_module(root + "._kernels_lrfu_global")
-                    pool.replay_lrfu_global(s.offsets, s.expert, s.layer, N, L, False, c, global_order[1], 0.5, 0,
-                                            h, m, flags)
+                win = _sibling(generic, "_kernels_lrfu_window")
+                if win is None:            # a checkout without it: the pool loop the engine ran there
+                    _sibling(generic, "_kernels_lrfu_global").replay_lrfu_global(
+                        s.offsets, s.expert, s.layer, N, L, False, pool, global_order[1], 0.5, 0, h, m, flags)
                 else:
-                    win.replay_lrfu_window(s.offsets, s.expert, s.layer, N, L, c, global_order[1], 0.5, 0, h, m,
+                    win.replay_lrfu_window(s.offsets, s.expert, s.layer, N, L, pool, global_order[1], 0.5, 0, h, m,
                                            flags)
             elif kernel == "lfru-global-seq":
-                groups = importlib.import_module(generic.__name__.rsplit(".", 1)[0] + "._kernels_lfru_groups")
-                groups.replay_lfru_groups(s.offsets, s.expert, s.layer, N, L, False,
-                                          np.array([int(round(rho * L * N))]), tie, 0, h, m, flags)
+                _sibling(generic, "_kernels_lfru_groups").replay_lfru_groups(
+                    s.offsets, s.expert, s.layer, N, L, False, pool, tie, 0, h, m, flags)
             elif kernel == "belady-seq":
                 if hasattr(seq, "replay_belady_seq"):
                     seq.replay_belady_seq(*head, nxt, False, 0, h, m, flags)
@@ -183,8 +180,7 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
                     generic.replay_belady(s.offsets, s.expert, s.layer, N, L, False, False, nxt, caps, tie, False, 0, h,
                                           m, flags)
             else:
-                cap = np.array([int(round(rho * L * N))])
-                slots.replay_lfru_slots(s.offsets, s.expert, s.layer, N, L, cap, tie, 0, h, m, flags)
+                slots.replay_lfru_slots(s.offsets, s.expert, s.layer, N, L, pool, tie, 0, h, m, flags)
             return time.perf_counter() - t0, h
 
         same = bool((run(0)[1] == run(1)[1]).all())

@@ -24,6 +24,7 @@ from numba.extending import intrinsic
 from .._bits import U as _U
 from .._jit import jit, jit_helper, jit_inline, jit_loop
 from ._kernels import _cttz, _max_unit, crf_decay, crf_decays, crf_key
+from ._kernels import _unlink as _unlink_list
 from ._pages import Packed
 from ._simd import (
     AGE32,
@@ -211,17 +212,9 @@ _record_hits_call = jit_helper(_record_hits.py_func)
 
 @jit_helper
 def _unlink(k, layer, bhead, btail, bnext, bprev, free, n_free):
-    """Unlink bucket ``k`` from ``layer``'s list and push it on the free stack; returns the new stack size."""
-    q = bprev[k]
-    r = bnext[k]
-    if q >= 0:
-        bnext[q] = r
-    else:
-        bhead[layer] = r
-    if r >= 0:
-        bprev[r] = q
-    else:
-        btail[layer] = q
+    """Unlink bucket ``k`` from ``layer``'s list (:func:`expertcache.replay._kernels._unlink`) and push it on the free
+    stack; returns the new stack size."""
+    _unlink_list(k, layer, bhead, btail, bnext, bprev)
     free[n_free] = k
     return n_free + 1
 
