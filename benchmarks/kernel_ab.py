@@ -19,8 +19,10 @@ in a checkout without it, the heap loop ``_kernels.replay_belady``; the next use
 loop ``_kernels.replay_lru``), ``lrfu-global``, event-atomic ``lrfu`` (lambda 0.5) with one global pool
 (``_kernels_lrfu_global.replay_lrfu_global``; in a checkout from before session 41, the heap loop
 ``_kernels_ranked.replay_ranked``), ``lrfu-global-seq``, sequential ``lrfu`` (lambda 0.5) with one global pool
-(``_kernels_lrfu_window.replay_lrfu_window``, else the pool loop ``_kernels_lrfu_global.replay_lrfu_global``), and
-``lfru-global-seq``, sequential ``lfru`` with one global pool (``_kernels_lfru_groups.replay_lfru_groups``). Hits per
+(``_kernels_lrfu_window.replay_lrfu_window``, else the pool loop ``_kernels_lrfu_global.replay_lrfu_global``),
+``lfru-global-seq``, sequential ``lfru`` with one global pool (``_kernels_lfru_groups.replay_lfru_groups``), and
+``lfu-global`` / ``lfu-global-seq``, event-atomic / sequential ``lfu`` with one global pool
+(``_kernels_lfu_buckets.replay_lfu_buckets``), ``lfu-global-seq-in-cache`` the latter with in-cache counters. Hits per
 layer must be equal on both sides (exit 1 otherwise), unless ``--timing-only``: for a prototype that takes a part out
 of a kernel to time what that part costs, so that its decisions, and its counts, change; the rows then say that the
 counts differ. Prints per rho
@@ -52,7 +54,8 @@ from _ab import alternated_ratio, machine, median_and_range, pooled_rows  # noqa
 
 KERNELS = ("lru", "lfu", "lfru", "lrfu", "slots", "lfu-seq", "lrfu-seq", "lfru-seq", "lru-seq", "lru-seq-global",
            "belady-seq", "belady-global", "belady-global-seq", "lru-global", "lrfu-global", "lrfu-global-seq",
-           "lfru-global-seq")
+           "lfru-global-seq", "lfu-global", "lfu-global-seq",
+           "lfu-global-seq-in-cache")
 
 
 def _baseline(src: str):
@@ -173,6 +176,10 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
             elif kernel == "lfru-global-seq":
                 _sibling(generic, "_kernels_lfru_groups").replay_lfru_groups(
                     s.offsets, s.expert, s.layer, N, L, False, pool, tie, 0, h, m, flags)
+            elif kernel.startswith("lfu-global"):
+                _sibling(generic, "_kernels_lfu_buckets").replay_lfu_buckets(
+                    s.offsets, s.expert, s.layer, N, L, kernel == "lfu-global", pool, global_order[1],
+                    kernel.endswith("in-cache"), 0, h, m, flags)
             elif kernel == "belady-seq":
                 if hasattr(seq, "replay_belady_seq"):
                     seq.replay_belady_seq(*head, nxt, False, 0, h, m, flags)

@@ -42,6 +42,28 @@ def test_by_hand_sequential_and_event_atomic():
     assert _buckets(ea, True, 2, ident, warm=3)[0].tolist() == [0]
 
 
+def test_by_hand_a_hit_block_met_in_the_lowest_bucket_and_misses_below_the_pool():
+    """Lazy buckets: a hit leaves its block in the bucket it joined. Sequential, a pool of 2 over one layer of 4 (tie
+    positions = ids), accesses 0 1 0 0 2 1 2 0: 0 and 1 join with count 1; 0 hits twice (count 3, still in bucket 1);
+    2 (count 1) evicts 1, the lowest of count 1 (0 is met first in bucket 1 and moved up, not evicted); 1 (count 2)
+    evicts 2 (count 1); 2 (count 2) evicts 1 (count 2, tie 1 < 2); 0 hits. Event-atomic, events [1 2] [0] [3] [0 1]
+    [2] [1 2]: 0 (count 1, tie 0 below the pool's lowest, 1) leaves at once; 3 (count 1, tie 3) joins and 1 leaves; 0
+    and 1 (count 2) displace 2 and 3; 2 (count 2) joins and 0 (count 2, tie 0) leaves; 1 and 2 hit. Both equal the
+    heap loop."""
+    seq = EventStream.from_lists(1, 4, 4, list(range(8)), [0] * 8, [[0], [1], [0], [0], [2], [1], [2], [0]], [1] * 8)
+    ident = np.arange(4, dtype=np.int64)
+    h, m, f = _buckets(seq, False, 2, ident)
+    assert f.tolist() == [0, 0, 1, 1, 0, 0, 0, 1] and h.tolist() == [3] and m.tolist() == [5]
+    ea = EventStream.from_lists(1, 4, 4, list(range(6)), [0] * 6, [[1, 2], [0], [3], [0, 1], [2], [1, 2]], [1] * 6)
+    h, m, f = _buckets(ea, True, 2, ident)
+    assert f.tolist() == [0, 0, 0, 0, 0, 0, 0, 1, 1] and h.tolist() == [2]
+    for stream, atomic in ((seq, False), (ea, True)):
+        want = [np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(stream.union, np.uint8)]
+        K.replay_heap(stream.offsets, stream.expert, stream.layer, stream.step, 4, 1, True, atomic,
+                      np.zeros(0, np.int32), np.array([2], np.int64), ident, KEY_LFU, False, -1.0, 0, *want)
+        assert want[2].tolist() == _buckets(stream, atomic, 2, ident)[2].tolist()
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_random_streams_equal_the_heap_loop(seed):
     """Counts and hit flags of replay_heap (KEY_LFU, one global partition) on streams of 1-3 layers and events of

@@ -3,15 +3,22 @@
 ``lfu`` ranks a block by its access count (lower leaves first, equal counts by lower tie rank:
 :func:`._kernels.replay_heap`'s order for ``KEY_LFU``). Under global scope one pool holds ``c`` of all ``L * N``
 blocks, and the heap loop pays a sift of ``log c`` levels at every access (about 50 ns an access on the benchmark
-stream, below libCacheSim's LFU). Here a block's count only rises by one at each of its accesses, so the residents
-sit in one *bucket* per count present among them: a bitset over tie positions (``W`` words, and a summary word per
-64 of them), so that the lowest resident, the one that leaves, is the lowest set bit of the lowest count's bucket (two
-``tzcnt``), and an access moves its block from the bucket of its old count to that of its new one (two bit
-flips). Counts with a bucket are themselves bits (``present``), so that the lowest count is found again, when its
-bucket empties, by a scan of those bits from the old one.
+stream, below libCacheSim's LFU). Here the residents sit in *buckets* by count: each a bitset over tie positions
+(``W`` words, and a summary word per 64 of them), so that the lowest tie position of the lowest bucket is two
+``tzcnt`` away. Counts with a bucket are themselves bits (``present``), so that the lowest bucket is found again, when
+it empties, by a scan of those bits from the old one.
 
-Both semantics run one loop over units (an event, or one access): the unit's members are counted, a hit moves its
-block up a bucket, every miss joins the bucket of its count, and while the pool holds more than ``c`` the lowest
+A block's bucket is the count it had when it joined, or lower: a hit only raises the count, and the block moves up
+when it comes lowest. Every resident's count is at least its bucket's, so the lowest bucket holds every resident of
+the lowest count; the one of those with the lowest tie position leaves, and a block met there whose count rose is
+moved to its count's bucket instead (at most once a hit: a hit costs two loads and a store, where moving the block
+cost two read-modify-writes of bucket words, often outside the cache). A miss whose count is below the lowest
+bucket, or equal to it with a lower tie position than its lowest, while the pool holds at least ``c``, is below every
+resident: it leaves at once, without joining (most misses of the benchmark stream: the pool's residents have
+counts that a block new to it has not reached).
+
+Each semantics has a loop over its units (an event: :func:`_replay_lfu_buckets`; one access:
+:func:`_replay_lfu_units`): the unit's members are counted (no branch on a hit), every miss joins the bucket of its count or leaves at once, and while the pool holds more than ``c`` the lowest
 leaves (a miss may be that block: it is not admitted); under ``reset_freq_on_evict`` a block that leaves forgets its
 count. That is ``replay_heap``'s decision for ``KEY_LFU`` (the ``c`` best of ``C ∪ U`` by ``(count, tie)``), with
 the same counts and hit flags (``tests/test_lfu_buckets.py``).
@@ -99,11 +106,35 @@ def _lowest_tie(s, words, summ):
     return (w << 6) + np.int64(_cttz(words[_U(s), _U(w)]))
 
 
+@jit_inline
+def _evict(size, cap, fmin, reset_freq_on_evict, words, summ, cnt, free, n_free, slot_of, present, block_at, freq,
+           res):
+    """While the pool holds more than ``cap``, its lowest ``(count, tie)`` leaves: the lowest tie position of the
+    lowest bucket, or, where its count rose since it joined that bucket, that block to its count's bucket first.
+    Returns ``(size, fmin, n_free)``."""
+    while size > cap:
+        q = _lowest_tie(slot_of[_U(fmin)], words, summ)
+        v = block_at[_U(q)]
+        n_free = _remove(q, fmin, slot_of, words, summ, cnt, free, n_free, present)
+        f = freq[_U(v)]
+        if f == fmin:                               # its count: it leaves
+            res[_U(v)] = False
+            size -= 1
+            if reset_freq_on_evict:
+                freq[_U(v)] = 0
+        else:                                       # hit since it joined the bucket: to its count's
+            n_free = _add(q, f, slot_of, words, summ, cnt, free, n_free, present)
+        if slot_of[_U(fmin)] < 0:
+            fmin = _lowest_count(present, fmin) if size > 0 else slot_of.shape[0]
+    return size, fmin, n_free
+
+
 def replay_lfu_buckets(offsets, expert, ev_layer, n_experts, n_layers, atomic, capacity, tie_pos, reset_freq_on_evict,
                        count_from, hits, misses, hit_flag):
     """Global-scope ``lfu``: the decision of :func:`._kernels.replay_heap` with ``KEY_LFU``, its counts and hit
-    flags. The state is allocated here and the loop runs in :func:`_replay_lfu_buckets` (compiled without the numba
-    runtime: its helpers' array arguments then take no reference counts, which took four fifths of the time).
+    flags. The state is allocated here and the loop runs in :func:`_replay_lfu_buckets` (event-atomic) or
+    :func:`_replay_lfu_units` (sequential), compiled without the numba runtime (their helpers' array arguments then
+    take no reference counts, which took four fifths of the time).
 
     Parameters are those of :func:`._kernels.replay_heap` for one global partition (``capacity`` of one entry),
     with the tie order as ``tie_pos``: each block's position among all blocks by ascending tie rank (``0`` leaves
@@ -118,73 +149,105 @@ def replay_lfu_buckets(offsets, expert, ev_layer, n_experts, n_layers, atomic, c
     block_at = np.empty(n_blocks, dtype=np.int32)
     block_at[tie_pos] = np.arange(n_blocks, dtype=np.int32)
     i32 = np.int32                      # (blocks, counts and slots below 2**31: half the bytes, more of them cached)
-    _replay_lfu_buckets(offsets, expert, ev_layer, n_experts, bool(atomic), cap, tie_pos.astype(i32),
-                        bool(reset_freq_on_evict), count_from, hits, misses, hit_flag,
-                        np.zeros((n_slots, n_words), dtype=np.uint64),
-                        np.zeros((n_slots, (n_words + 63) // 64), dtype=np.uint64), np.zeros(n_slots, dtype=i32),
-                        np.arange(n_slots - 1, -1, -1, dtype=i32), np.full(n_events + 2, -1, dtype=i32),
-                        np.zeros((n_events + 2 + 63) // 64, dtype=np.uint64), block_at, np.zeros(n_blocks, dtype=i32),
-                        np.zeros(n_blocks, dtype=np.bool_), np.empty(max(max_unit, 1), dtype=np.int64))
+    state = (np.zeros((n_slots, n_words), dtype=np.uint64), np.zeros((n_slots, (n_words + 63) // 64), dtype=np.uint64),
+             np.zeros(n_slots, dtype=i32), np.arange(n_slots - 1, -1, -1, dtype=i32),
+             np.full(n_events + 2, -1, dtype=i32), np.zeros((n_events + 2 + 63) // 64, dtype=np.uint64), block_at,
+             np.zeros(n_blocks, dtype=i32), np.zeros(n_blocks, dtype=np.bool_))
+    head = (offsets, expert, ev_layer, n_experts, cap, tie_pos.astype(i32), bool(reset_freq_on_evict), count_from,
+            hits, misses, hit_flag)
+    if atomic:
+        _replay_lfu_buckets(*head, *state, np.empty(max(max_unit, 1), dtype=np.int64))
+    else:
+        _replay_lfu_units(*head, *state)
 
 
 @jit_loop
-def _replay_lfu_buckets(offsets, expert, ev_layer, n_experts, atomic, cap, tie_pos, reset_freq_on_evict, count_from,
-                        hits, misses, hit_flag, words, summ, cnt, free, slot_of, present, block_at, freq, res,
-                        miss_buf):
-    """The loop of :func:`replay_lfu_buckets`: ``words[s]`` / ``summ[s]`` bucket slot ``s``'s bits over tie
-    positions and its summary (a bit per word), ``cnt[s]`` its residents, ``free`` a stack of free slots (all free
-    at first), ``slot_of[f]`` the slot of count ``f`` (-1: none), ``present`` a bit per count with a slot,
+def _replay_lfu_buckets(offsets, expert, ev_layer, n_experts, cap, tie_pos, reset_freq_on_evict, count_from, hits,
+                        misses, hit_flag, words, summ, cnt, free, slot_of, present, block_at, freq, res, miss_buf):
+    """The event-atomic loop of :func:`replay_lfu_buckets`: ``words[s]`` / ``summ[s]`` bucket slot ``s``'s bits
+    over tie positions and its summary (a bit per word), ``cnt[s]`` its residents, ``free`` a stack of free slots
+    (all free at first), ``slot_of[f]`` the slot of count ``f`` (-1: none), ``present`` a bit per count with a slot,
     ``block_at[q]`` the block at tie position ``q``, ``freq`` / ``res`` each block's count and whether it is
-    resident."""
+    resident (a resident's count is at least its bucket's); ``fmin`` the lowest bucket's count (``slot_of``'s length
+    while the pool is empty)."""
     record = hit_flag.shape[0] > 0
-    n_events = offsets.shape[0] - 1
     n_free = free.shape[0]
     size = 0
-    fmin = 0
-    for i in range(n_events):
+    fmin = slot_of.shape[0]
+    for i in range(offsets.shape[0] - 1):
         layer = ev_layer[i]
         base = layer * n_experts
         lo = offsets[i]
         hi = offsets[i + 1]
-        counted = i >= count_from
-        for u in range(1 if atomic else hi - lo):
-            a_lo, a_hi = (lo, hi) if atomic else (lo + u, lo + u + 1)     # the event, or its u-th access
-            n_miss = 0
-            for a in range(a_lo, a_hi):
-                b = base + expert[_U(a)]
-                f = freq[_U(b)] + 1
-                freq[_U(b)] = f
-                if res[_U(b)]:                      # a hit: one bucket up
-                    q = np.int64(tie_pos[_U(b)])
-                    n_free = _remove(q, f - 1, slot_of, words, summ, cnt, free, n_free, present)
-                    n_free = _add(q, f, slot_of, words, summ, cnt, free, n_free, present)
-                    if f - 1 == fmin and slot_of[_U(fmin)] < 0:
-                        fmin = _lowest_count(present, fmin)
-                    if counted:
-                        hits[_U(layer)] += 1
-                    if record:
-                        hit_flag[_U(a)] = 1
-                else:
-                    miss_buf[_U(n_miss)] = b
-                    n_miss += 1
-                    if counted:
-                        misses[_U(layer)] += 1
-            if size == 0:                           # (an empty pool has no lowest count)
-                fmin = slot_of.shape[0]
-            for k in range(n_miss):                 # every miss joins the pool ...
-                b = miss_buf[_U(k)]
-                f = freq[_U(b)]
-                n_free = _add(np.int64(tie_pos[_U(b)]), f, slot_of, words, summ, cnt, free, n_free, present)
-                res[_U(b)] = True
-                fmin = min(fmin, f)
-            size += n_miss
-            while size > cap:                       # ... and the lowest (count, tie) leave, a miss among them
-                q = _lowest_tie(slot_of[_U(fmin)], words, summ)
-                v = block_at[_U(q)]
-                n_free = _remove(q, fmin, slot_of, words, summ, cnt, free, n_free, present)
-                res[_U(v)] = False
-                size -= 1
-                if reset_freq_on_evict:
-                    freq[_U(v)] = 0
-                if slot_of[_U(fmin)] < 0 and size > 0:
-                    fmin = _lowest_count(present, fmin)
+        n_miss = 0
+        for a in range(lo, hi):                     # no branch on the outcome (a hit's block stays in its bucket,
+            b = base + expert[_U(a)]                # moved up when it comes lowest)
+            f = freq[_U(b)] + 1
+            freq[_U(b)] = f
+            hit = res[_U(b)]
+            miss_buf[_U(n_miss)] = b
+            n_miss += 1 - np.int64(hit)
+            if record:
+                hit_flag[_U(a)] = hit
+        if i >= count_from:
+            hits[_U(layer)] += hi - lo - n_miss
+            misses[_U(layer)] += n_miss
+        for k in range(n_miss):                     # every miss joins the pool ...
+            b = miss_buf[_U(k)]
+            f = freq[_U(b)]
+            q = np.int64(tie_pos[_U(b)])
+            if size >= cap and (f < fmin or (f == fmin and q < _lowest_tie(slot_of[_U(fmin)], words, summ))):
+                if reset_freq_on_evict:             # below every resident (at least c of them): it leaves at once
+                    freq[_U(b)] = 0
+                continue
+            n_free = _add(q, f, slot_of, words, summ, cnt, free, n_free, present)
+            res[_U(b)] = True
+            fmin = min(fmin, f)
+            size += 1
+        size, fmin, n_free = _evict(size, cap, fmin, reset_freq_on_evict, words, summ, cnt, free, n_free, slot_of,
+                                    present, block_at, freq, res)     # ... and the lowest leave, a miss among them
+
+
+@jit_loop
+def _replay_lfu_units(offsets, expert, ev_layer, n_experts, cap, tie_pos, reset_freq_on_evict, count_from, hits,
+                      misses, hit_flag, words, summ, cnt, free, slot_of, present, block_at, freq, res):
+    """The sequential loop of :func:`replay_lfu_buckets` (one unit per access; its state as
+    :func:`_replay_lfu_buckets`'). A hit, and a miss whose count is below ``thr`` (the lowest bucket's count while
+    the pool is full, else 0: it leaves at once), take no branch on their outcome: the count is stored by a select
+    (0 for a miss under ``reset_freq_on_evict``, the count again where it joins)."""
+    record = hit_flag.shape[0] > 0
+    n_free = free.shape[0]
+    size = 0
+    fmin = slot_of.shape[0]
+    thr = 0 if cap > 0 else fmin
+    keep = not reset_freq_on_evict
+    for i in range(offsets.shape[0] - 1):
+        layer = ev_layer[i]
+        base = layer * n_experts
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        n_hit = 0
+        for a in range(lo, hi):
+            b = base + expert[_U(a)]
+            f = freq[_U(b)] + 1
+            hit = res[_U(b)]
+            freq[_U(b)] = f if hit | keep else 0
+            n_hit += np.int64(hit)
+            if record:
+                hit_flag[_U(a)] = hit
+            if f - (np.int64(hit) << 40) < thr:     # a hit, or a miss below every resident: one compare
+                continue
+            q = np.int64(tie_pos[_U(b)])
+            if size >= cap and f == fmin and q < _lowest_tie(slot_of[_U(fmin)], words, summ):
+                continue                            # (below every resident of its count: it leaves at once)
+            freq[_U(b)] = f
+            n_free = _add(q, f, slot_of, words, summ, cnt, free, n_free, present)
+            res[_U(b)] = True
+            fmin = min(fmin, f)
+            size += 1
+            size, fmin, n_free = _evict(size, cap, fmin, reset_freq_on_evict, words, summ, cnt, free, n_free,
+                                        slot_of, present, block_at, freq, res)
+            thr = fmin if size >= cap else 0
+        if i >= count_from:
+            hits[_U(layer)] += n_hit
+            misses[_U(layer)] += hi - lo - n_hit
