@@ -17,11 +17,12 @@ bucket, or equal to it with a lower tie position than its lowest, while the pool
 resident: it leaves at once, without joining (most misses of the benchmark stream: the pool's residents have
 counts that a block new to it has not reached).
 
-Each semantics has a loop over its units (an event: :func:`_replay_lfu_buckets`; one access:
-:func:`_replay_lfu_units`): the unit's members are counted (no branch on a hit), every miss joins the bucket of its count or leaves at once, and while the pool holds more than ``c`` the lowest
-leaves (a miss may be that block: it is not admitted); under ``reset_freq_on_evict`` a block that leaves forgets its
-count. That is ``replay_heap``'s decision for ``KEY_LFU`` (the ``c`` best of ``C ∪ U`` by ``(count, tie)``), with
-the same counts and hit flags (``tests/test_lfu_buckets.py``).
+Each semantics has a loop over its units (an event: :func:`_replay_lfu_buckets`; one access: :func:`_replay_lfu_units`,
+or :func:`_replay_lfu_units_reset` under ``reset_freq_on_evict``): the unit's members are counted (no branch on a hit),
+every miss joins the bucket of its count or leaves at once, and while the pool holds more than ``c`` the lowest leaves
+(a miss may be that block: it is not admitted); under ``reset_freq_on_evict`` a block that leaves forgets its count.
+That is ``replay_heap``'s decision for ``KEY_LFU`` (the ``c`` best of ``C ∪ U`` by ``(count, tie)``), with the same
+counts and hit flags (``tests/test_lfu_buckets.py``).
 
 Buckets are slots of one array, taken from a free list when a count first has a resident and given back when its
 last one leaves: at most ``min(c + largest unit, L N) + 1`` are in use at once. :func:`fits` bounds their memory;
@@ -132,8 +133,8 @@ def _evict(size, cap, fmin, reset_freq_on_evict, words, summ, cnt, free, n_free,
 def replay_lfu_buckets(offsets, expert, ev_layer, n_experts, n_layers, atomic, capacity, tie_pos, reset_freq_on_evict,
                        count_from, hits, misses, hit_flag):
     """Global-scope ``lfu``: the decision of :func:`._kernels.replay_heap` with ``KEY_LFU``, its counts and hit
-    flags. The state is allocated here and the loop runs in :func:`_replay_lfu_buckets` (event-atomic) or
-    :func:`_replay_lfu_units` (sequential), compiled without the numba runtime (their helpers' array arguments then
+    flags. The state is allocated here and the loop runs in :func:`_replay_lfu_buckets` (event-atomic),
+    :func:`_replay_lfu_units` or :func:`_replay_lfu_units_reset` (sequential), compiled without the numba runtime (their helpers' array arguments then
     take no reference counts, which took four fifths of the time).
 
     Parameters are those of :func:`._kernels.replay_heap` for one global partition (``capacity`` of one entry),
@@ -153,12 +154,14 @@ def replay_lfu_buckets(offsets, expert, ev_layer, n_experts, n_layers, atomic, c
              np.zeros(n_slots, dtype=i32), np.arange(n_slots - 1, -1, -1, dtype=i32),
              np.full(n_events + 2, -1, dtype=i32), np.zeros((n_events + 2 + 63) // 64, dtype=np.uint64), block_at,
              np.zeros(n_blocks, dtype=i32), np.zeros(n_blocks, dtype=np.bool_))
-    head = (offsets, expert, ev_layer, n_experts, cap, tie_pos.astype(i32), bool(reset_freq_on_evict), count_from,
-            hits, misses, hit_flag)
+    head = (offsets, expert, ev_layer, n_experts, cap, tie_pos.astype(i32))
+    tail = (count_from, hits, misses, hit_flag, *state)
     if atomic:
-        _replay_lfu_buckets(*head, *state, np.empty(max(max_unit, 1), dtype=np.int64))
+        _replay_lfu_buckets(*head, bool(reset_freq_on_evict), *tail, np.empty(max(max_unit, 1), dtype=np.int64))
+    elif reset_freq_on_evict:           # (counts below 2**31: keys below 2**54)
+        _replay_lfu_units_reset(*head, *tail, max(n_blocks - 1, 1).bit_length())
     else:
-        _replay_lfu_units(*head, *state)
+        _replay_lfu_units(*head, *tail)
 
 
 @jit_loop
@@ -208,19 +211,30 @@ def _replay_lfu_buckets(offsets, expert, ev_layer, n_experts, cap, tie_pos, rese
                                     present, block_at, freq, res)     # ... and the lowest leave, a miss among them
 
 
+@jit_inline
+def _join(b, q, f, size, cap, fmin, reset_freq_on_evict, words, summ, cnt, free, n_free, slot_of, present, block_at,
+          freq, res):
+    """A sequential miss (block ``b``, tie position ``q``, count ``f``) joins the pool, and the lowest leaves where it
+    overflows: ``(size, fmin, n_free)``."""
+    freq[_U(b)] = f
+    n_free = _add(q, f, slot_of, words, summ, cnt, free, n_free, present)
+    res[_U(b)] = True
+    return _evict(size + 1, cap, min(fmin, f), reset_freq_on_evict, words, summ, cnt, free, n_free, slot_of, present,
+                  block_at, freq, res)
+
+
 @jit_loop
-def _replay_lfu_units(offsets, expert, ev_layer, n_experts, cap, tie_pos, reset_freq_on_evict, count_from, hits,
-                      misses, hit_flag, words, summ, cnt, free, slot_of, present, block_at, freq, res):
-    """The sequential loop of :func:`replay_lfu_buckets` (one unit per access; its state as
+def _replay_lfu_units(offsets, expert, ev_layer, n_experts, cap, tie_pos, count_from, hits, misses, hit_flag, words,
+                      summ, cnt, free, slot_of, present, block_at, freq, res):
+    """The sequential loop of :func:`replay_lfu_buckets` with counts kept (one unit per access; its state as
     :func:`_replay_lfu_buckets`'). A hit, and a miss whose count is below ``thr`` (the lowest bucket's count while
-    the pool is full, else 0: it leaves at once), take no branch on their outcome: the count is stored by a select
-    (0 for a miss under ``reset_freq_on_evict``, the count again where it joins)."""
+    the pool is full, else 0: it leaves at once), take no branch on their outcome; a miss of the lowest count (rare)
+    leaves at once where its tie position is below that bucket's lowest."""
     record = hit_flag.shape[0] > 0
     n_free = free.shape[0]
     size = 0
     fmin = slot_of.shape[0]
     thr = 0 if cap > 0 else fmin
-    keep = not reset_freq_on_evict
     for i in range(offsets.shape[0] - 1):
         layer = ev_layer[i]
         base = layer * n_experts
@@ -231,7 +245,7 @@ def _replay_lfu_units(offsets, expert, ev_layer, n_experts, cap, tie_pos, reset_
             b = base + expert[_U(a)]
             f = freq[_U(b)] + 1
             hit = res[_U(b)]
-            freq[_U(b)] = f if hit | keep else 0
+            freq[_U(b)] = f
             n_hit += np.int64(hit)
             if record:
                 hit_flag[_U(a)] = hit
@@ -240,14 +254,49 @@ def _replay_lfu_units(offsets, expert, ev_layer, n_experts, cap, tie_pos, reset_
             q = np.int64(tie_pos[_U(b)])
             if size >= cap and f == fmin and q < _lowest_tie(slot_of[_U(fmin)], words, summ):
                 continue                            # (below every resident of its count: it leaves at once)
-            freq[_U(b)] = f
-            n_free = _add(q, f, slot_of, words, summ, cnt, free, n_free, present)
-            res[_U(b)] = True
-            fmin = min(fmin, f)
-            size += 1
-            size, fmin, n_free = _evict(size, cap, fmin, reset_freq_on_evict, words, summ, cnt, free, n_free,
-                                        slot_of, present, block_at, freq, res)
+            size, fmin, n_free = _join(b, q, f, size, cap, fmin, False, words, summ, cnt, free, n_free, slot_of,
+                                       present, block_at, freq, res)
             thr = fmin if size >= cap else 0
+        if i >= count_from:
+            hits[_U(layer)] += n_hit
+            misses[_U(layer)] += hi - lo - n_hit
+
+
+@jit_loop
+def _replay_lfu_units_reset(offsets, expert, ev_layer, n_experts, cap, tie_pos, count_from, hits, misses, hit_flag,
+                            words, summ, cnt, free, slot_of, present, block_at, freq, res, tbits):
+    """:func:`_replay_lfu_units` under ``reset_freq_on_evict``, where nearly every miss has the lowest count (a
+    block that left forgot its count): the one compare is of the key ``count << tbits | tie position`` against
+    ``thr``, that of the lowest tie position in the lowest bucket while the pool is full (else 0); the count is stored
+    by a select (0 for a miss, which leaves at once; the count again where it joins). One loop for both, comparing the
+    count alone, took 1.5-2.7x this loop's time under reset, and 1.2x :func:`_replay_lfu_units`' with counts kept
+    (``python benchmarks/kernel_ab.py --kernel lfu-global-seq-in-cache``, ``--kernel lfu-global-seq``)."""
+    record = hit_flag.shape[0] > 0
+    n_free = free.shape[0]
+    size = 0
+    fmin = slot_of.shape[0]
+    thr = 0 if cap > 0 else np.int64(1) << 62
+    for i in range(offsets.shape[0] - 1):
+        layer = ev_layer[i]
+        base = layer * n_experts
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        n_hit = 0
+        for a in range(lo, hi):
+            b = base + expert[_U(a)]
+            f = np.int64(freq[_U(b)] + 1)
+            hit = res[_U(b)]
+            q = np.int64(tie_pos[_U(b)])
+            freq[_U(b)] = f if hit else 0
+            n_hit += np.int64(hit)
+            if record:
+                hit_flag[_U(a)] = hit
+            if ((f << tbits) | q) - (np.int64(hit) << 62) < thr:    # a hit, or a miss below every resident
+                continue
+            size, fmin, n_free = _join(b, q, f, size, cap, fmin, True, words, summ, cnt, free, n_free, slot_of,
+                                       present, block_at, freq, res)
+            if size >= cap:
+                thr = (fmin << tbits) | _lowest_tie(slot_of[_U(fmin)], words, summ)
         if i >= count_from:
             hits[_U(layer)] += n_hit
             misses[_U(layer)] += hi - lo - n_hit
