@@ -3,14 +3,14 @@
     python benchmarks/kernel_ab.py --baseline OTHER/src --kernel lfru --rhos 0.1,0.2,0.3,0.4,0.75
     python benchmarks/kernel_ab.py --baseline OTHER/src --kernel slots --steps 2600 --rhos 0.2,0.4 --processes 2
 
-``OTHER`` is another checkout of expertcache (``git worktree add OTHER COMMIT``). Its package is loaded beside
-this one under another name (its replay modules import each other relatively), so both kernels run in one
-process on one stream, alternated pair by pair. Kernels: the event-atomic per-layer bitset loops ``lru``,
-``lfu``, ``lfru``, ``lrfu`` (lambda 0.5) of ``_kernels_bits``, ``slots``, the global event-atomic lfru loop
-of ``_kernels_lfru_slots`` (cache ``rho * L * N``), and the sequential per-layer loops ``lfu-seq``, ``lrfu-seq``,
-``lfru-seq`` of ``_kernels_seq`` (one unit per access, members ascending; a baseline from before session 34 has
-none), and ``lru-seq`` / ``lru-seq-global``, sequential ``lru`` per layer / under global scope (cache ``rho * L *
-N``; ``_kernels_seq.replay_lru_seq``; in a checkout without that loop, the generic list loop ``_kernels.replay_lru``
+``OTHER`` is another checkout of expertcache (``git worktree add OTHER COMMIT``). Its package is loaded beside this
+one under another name (its replay modules import each other relatively), so both kernels run in one process on one
+stream, alternated pair by pair. Kernels: the event-atomic per-layer bitset loops ``lru``, ``lfu``, ``lfru``, ``lrfu``
+(lambda 0.5) of ``_kernels_bits``, ``slots``, the global event-atomic lfru loop of ``_kernels_lfru_slots`` (cache
+``rho * L * N``), and the sequential per-layer loops ``lfu-seq`` (and ``lfu-seq-in-cache``, with in-cache counters),
+``lrfu-seq``, ``lfru-seq`` of ``_kernels_seq`` (one unit per access, members ascending; a baseline from before session
+34 has none), and ``lru-seq`` / ``lru-seq-global``, sequential ``lru`` per layer / under global scope (cache ``rho * L
+* N``; ``_kernels_seq.replay_lru_seq``; in a checkout without that loop, the generic list loop ``_kernels.replay_lru``
 that the engine ran there), and ``belady-seq``, sequential per-layer ``belady`` (``_kernels_seq.replay_belady_seq``;
 in a checkout without it, the heap loop ``_kernels.replay_belady``; the next uses computed once, not timed) and
 ``belady-global`` / ``belady-global-seq``, event-atomic / sequential ``belady`` with one global pool (cache ``rho * L
@@ -25,14 +25,12 @@ loop ``_kernels.replay_lru``), ``lrfu-global``, event-atomic ``lrfu`` (lambda 0.
 (``_kernels_lfu_buckets.replay_lfu_buckets``), ``lfu-global-seq-in-cache`` the latter with in-cache counters. Hits per
 layer must be equal on both sides (exit 1 otherwise), unless ``--timing-only``: for a prototype that takes a part out
 of a kernel to time what that part costs, so that its decisions, and its counts, change; the rows then say that the
-counts differ. Prints per rho
-the median over ``--processes`` fresh processes (a kernel's time moves by up to ~15% with where its code lands
-in a process: docs/performance.md, *Placement noise*) of each process's median
-per-pair ratio (ours / baseline), and their range. Stream: ``bench_vs_libcachesim.drifting_qwen_stream(steps)``
-(48 x 128, B = 8; 5,200 steps is the 10 M-access benchmark stream, 650 the 1.25 M one). The processes compile
-into a numba cache of their own, removed at the end (a kernel cached under the baseline's second name would not
-load in a plain run of that checkout).
-"""
+counts differ. Prints per rho the median over ``--processes`` fresh processes (a kernel's time moves by up to ~15%
+with where its code lands in a process: docs/performance.md, *Placement noise*) of each process's median per-pair
+ratio (ours / baseline), and their range. Stream: ``bench_vs_libcachesim.drifting_qwen_stream(steps)`` (48 x 128, B =
+8; 5,200 steps is the 10 M-access benchmark stream, 650 the 1.25 M one). The processes compile into a numba cache of
+their own, removed at the end (a kernel cached under the baseline's second name would not load in a plain run of that
+checkout). """
 
 from __future__ import annotations
 
@@ -52,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _ab import alternated_ratio, machine, median_and_range, pooled_rows  # noqa: E402
 
-KERNELS = ("lru", "lfu", "lfru", "lrfu", "slots", "lfu-seq", "lrfu-seq", "lfru-seq", "lru-seq", "lru-seq-global",
+KERNELS = ("lru", "lfu", "lfru", "lrfu", "slots", "lfu-seq", "lfu-seq-in-cache", "lrfu-seq", "lfru-seq", "lru-seq", "lru-seq-global",
            "belady-seq", "belady-global", "belady-global-seq", "lru-global", "lrfu-global", "lrfu-global-seq",
            "lfru-global-seq", "lfu-global", "lfu-global-seq",
            "lfu-global-seq-in-cache")
@@ -123,8 +121,8 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
                 bits.replay_lfru_bits(*head, 0, h, m, flags)
             elif kernel == "lrfu":
                 bits.replay_lrfu_bits(*head, 0.5, 0, h, m, flags)
-            elif kernel == "lfu-seq":
-                seq.replay_lfu_seq(*head, False, 0, h, m, flags)
+            elif kernel.startswith("lfu-seq"):
+                seq.replay_lfu_seq(*head, kernel == "lfu-seq-in-cache", 0, h, m, flags)
             elif kernel == "lrfu-seq":
                 seq.replay_lrfu_seq(*head, 0.5, 0, h, m, flags)
             elif kernel == "lfru-seq":

@@ -1136,6 +1136,24 @@ def test_sequential_lfu_and_lrfu_loops_equal_the_generic_kernel(N):
                 assert all((a == b).all() for a, b in zip(got, want, strict=True)), (caps, warm, case)
 
 
+def test_sequential_lfu_by_hand_misses_below_the_bound():
+    """Per-layer sequential lfu, a quota of 2 over one layer of 4 (tie positions = ids), accesses 0 1 0 0 2 1 2 0.
+    Counts kept: 0 and 1 fill the layer (the bound: count 1, tie 0); 0 hits twice (count 3: the bound still holds);
+    2 (count 1, tie 2) is at the bound's count: the pass finds 1 (count 1, tie 1) lowest, and 1 leaves;
+    1 (count 2) evicts 2 (count 1); 2 (count 2) evicts 1 (count 2, tie 1 < 2); 0 hits. In-cache counters: as far as
+    2's arrival, which evicts 1 (its count forgotten); 1 comes back with count 1 and tie 1, below 2 (count 1, tie 2):
+    it leaves at once; 2 and 0 hit. Both equal the heap loop."""
+    stream = EventStream.from_lists(1, 4, 4, list(range(8)), [0] * 8, [[0], [1], [0], [0], [2], [1], [2], [0]],
+                                    [1] * 8)
+    ident = np.arange(4, dtype=np.int64)
+    caps = np.array([2], np.int64)
+    for reset, flags in ((False, [0, 0, 1, 1, 0, 0, 0, 1]), (True, [0, 0, 1, 1, 0, 0, 1, 1])):
+        got = _seq_packed(stream, stream.expert, caps, ident, KEY_LFU, -1.0, reset, 0)
+        assert got[2].tolist() == flags and got[0].tolist() == [sum(flags)], reset
+        want = _seq_generic(stream, stream.expert, caps, ident, KEY_LFU, -1.0, reset, 0)
+        assert all((a == b).all() for a, b in zip(got, want, strict=True)), reset
+
+
 @pytest.mark.parametrize("N", (16, 128, 200))
 def test_sequential_lfu_and_lrfu_loops_on_long_skewed_streams(N):
     """The packed-key loops against replay_heap on long skewed streams (1,600 events a layer, counts and CRFs far

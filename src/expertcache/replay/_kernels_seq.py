@@ -12,14 +12,17 @@ residents as one *packed key* per tie position (``64 W`` lanes a layer, ``W`` th
 :mod:`._kernels_bits`): the key's bits above the low ``tbits`` and the tie position below them, so that the
 smallest packed key names the block that leaves; a lane that holds no resident holds the largest integer of its
 type. A hit rewrites its lane; a miss past the quota takes the layer's smallest packed key, a reduction over its
-lanes that LLVM vectorizes.
+lanes that LLVM vectorizes (``lfu`` computes its packed keys in that reduction instead of keeping them).
 
-* :func:`replay_lfu_seq`: the count above the tie position, exact (int32 keys while every count fits, else
-  int64). The lowest resident's packed key is held through an event, so that a hit and a miss below it (the block
-  leaves at once: nearly every miss) take no branch on the access's outcome; it is sought again only at a miss
-  after it was hit or left. For quotas up to half a layer, the lowest count's residents are also kept as bits
-  over tie positions, so that a pass (the smallest) runs only when they are gone; larger quotas take a pass each
-  time the lowest is sought.
+* :func:`replay_lfu_seq`: the packed key is the count above the tie position, computed where needed: the loop keeps
+  each block's count and whether it is resident, and per layer a bound at or below its residents' smallest packed
+  key (a hit only raises a key). A hit, and a miss below the bound (the block leaves at once: nearly every miss),
+  take no branch on the outcome: one compare, of the count against the bound's with counts kept, of the packed key
+  under in-cache counters (where nearly every miss has the lowest count); any other miss finds the layer's smallest
+  packed key by one vectorized pass over its blocks, which becomes the bound (:func:`_lfu_seq_miss`). 0.39-0.48 of
+  the time of packed keys kept per tie position with the lowest count's residents as bits, its loop before session
+  44 (0.59-0.60 with in-cache counters; ``python benchmarks/kernel_ab.py --kernel lfu-seq``, ``--kernel
+  lfu-seq-in-cache``).
 * :func:`replay_lrfu_seq`: the float32 value of :func:`._kernels_bits.replay_lrfu_bits` (``2**(key - lam R)``,
   ``R`` a base unit of the layer), its low bits replaced by a position. Where the quota fits 16, 32 or 64 slots
   (and a table holds every decay the stream needs), the layer's residents sit in slots and an event's layer's
@@ -56,7 +59,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from .._jit import jit, jit_helper, jit_inline, jit_loop
-from ._kernels import _cttz, crf_decays, crf_key
+from ._kernels import crf_decays, crf_key
 from ._kernels_bits import (
     _LRFU_DECAYS,
     _LRFU_SPAN,
@@ -67,7 +70,7 @@ from ._kernels_bits import (
     _popc,
 )
 from ._kernels_ranked import _below
-from ._simd import _splat, f2u, lanes_between, u2f
+from ._simd import _splat, f2u, u2f
 from ._vec import (
     WIDTHS,
     Lanes,
@@ -97,10 +100,8 @@ _EMPTY32 = np.int32(2**31 - 1)
 _EMPTY64 = np.int64(2**63 - 1)
 #: The bits of float32 ``_LRFU_TINY``: an ``lrfu`` value below it is kept as 0.
 _TINY_BITS = np.int64(np.float32(_LRFU_TINY).view(np.int32))
-#: Quotas up to this share of a layer's lanes keep the lowest count's residents as bits in sequential ``lfu``
-#: (:func:`_lfu_access`); larger ones take the smallest packed key by a pass at every eviction, where the bits' stale
-#: entries (blocks hit since) cost more than the passes they save (docs/performance.md, *Session 36*).
-_LFU_BITS_NUM, _LFU_BITS_DEN = 1, 2
+#: Sequential ``lfu``'s bound of a layer that holds no resident (a quota of 0): above every packed key.
+_LFU_NONE = np.int64(1) << 62
 #: ``crf_decay(lam, g)`` is 0.0 where ``lam * g`` reaches it (``2**-1076`` rounds to 0).
 _LRFU_DECAY_ZERO = 1076.0
 #: The most decays the slot loop of sequential ``lrfu`` tabulates (8 MiB): it runs where the table holds every gap
@@ -449,7 +450,7 @@ def replay_lfu_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie
     A block's count rises at each of its accesses (back to 0 when it leaves, under ``reset_freq_on_evict``); the
     lowest ``(count, tie)`` of a layer's residents and the accessed block leaves. Parameters are those of
     :func:`._kernels_bits.replay_lfu_bits`; ``expert`` in access order (ascending per event, or shuffled for
-    sequential-random). Counts and packed keys are allocated here.
+    sequential-random). Counts and residents are allocated here.
     """
     lfu_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, reset_freq_on_evict, count_from, hits,
                    misses, hit_flag)(expert, 0, offsets.shape[0] - 1)
@@ -457,138 +458,129 @@ def replay_lfu_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie
 
 def lfu_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, reset_freq_on_evict, count_from, hits,
                    misses, hit_flag):
-    """:func:`replay_lfu_seq` by ranges of events (:func:`_ranges`): its counts and packed keys allocated here."""
+    """:func:`replay_lfu_seq` by ranges of events (:func:`_ranges`): its counts, residents and bounds allocated
+    here (:func:`_replay_lfu_seq`, or :func:`_replay_lfu_seq_reset` under ``reset_freq_on_evict``)."""
+    n_blocks = n_layers * n_experts
     tbits = _tie_bits(n_experts)
-    npad = (n_experts + 63) // 64 * 64
     most = int(_most_layer_accesses(offsets, ev_layer, n_layers))
-    wide = ((most + 1) << tbits) >= (1 << LFU_KEY32_BITS) - 1
-    empty = _EMPTY64 if wide else _EMPTY32
-    return _ranges(_replay_lfu_seq, offsets, ev_layer,
-                   (n_experts, capacity, tie_pos.astype(np.int32), tbits, bool(reset_freq_on_evict)), count_from,
-                   (hits, misses, hit_flag, np.zeros(n_layers * npad, dtype=np.int64 if wide else np.int32),
-                    np.full(n_layers * npad, empty), np.zeros(n_layers, dtype=np.int64), empty,
-                    np.full(n_layers, -1, dtype=np.int64), np.zeros(n_layers * (npad // 64), dtype=np.uint64),
-                    np.full(n_layers, -1, dtype=np.int64)))
+    caps = np.minimum(np.asarray(capacity, dtype=np.int64), n_experts)
+    order = np.empty(n_blocks, dtype=np.int32)         # the expert at each (layer, tie position)
+    tp = np.asarray(tie_pos, dtype=np.int64)
+    order[(np.arange(n_blocks) // max(n_experts, 1)) * n_experts + tp] = np.arange(n_blocks) % max(n_experts, 1)
+    low = np.where(caps > 0, 0, _LFU_NONE).astype(np.int64)    # a quota of 0: every miss leaves at once
+    loop = _replay_lfu_seq_reset if reset_freq_on_evict else _replay_lfu_seq
+    return _ranges(loop, offsets, ev_layer, (n_experts, caps, tp.astype(np.int32), order, tbits), count_from,
+                   (hits, misses, hit_flag, np.zeros(n_blocks, dtype=np.int64 if most >= 2**31 - 1 else np.int32),
+                    np.zeros(n_blocks, dtype=np.bool_), np.zeros(n_layers, dtype=np.int64), low))
 
 
-@jit_inline
-def _lfu_lowest(bm, bo, nw, rk, pbase, low):
-    """The lowest tie position among a layer's bits ``bm[bo:bo + nw]`` whose packed key is still ``low | tp`` (a
-    resident of the lowest count), its bits below it cleared where they are not (their blocks were hit since, and
-    their counts rose); -1 where none is left."""
-    for w in range(nw):
-        x = bm[_U(bo + w)]
-        while x:
-            tp = (w << 6) + np.int64(_cttz(x))
-            if rk[_U(pbase + tp)] == (low | tp):
-                bm[_U(bo + w)] = x
-                return tp
-            x &= x - np.uint64(1)
-        bm[_U(bo + w)] = x
-    return -1
+@jit_helper
+def _lfu_lowest_key(cnt, res, tie_pos, base, n, tbits):
+    """The smallest packed key ``count << tbits | tie position`` of the layer's residents (blocks ``base .. base + n
+    - 1``; :data:`_LFU_NONE` where none is): one vectorized pass."""
+    m = _LFU_NONE
+    for e in range(base, base + n):
+        k = (np.int64(cnt[_U(e)]) << tbits) | np.int64(tie_pos[_U(e)])
+        k = k if res[_U(e)] else _LFU_NONE
+        m = k if k < m else m
+    return m
 
 
-@jit_inline
-def _lfu_access(a, layer, cap, base, pbase, npad, tie_pos, expert, tbits, reset, cnt, rk, size, empty, record,
-                hit_flag, minc, bm, lk):
-    """Access ``a`` of :func:`_replay_lfu_seq` (layer ``layer``, quota ``cap``): ``(1 where it hits, lk)``. ``lk``
-    is the packed key of the layer's lowest resident where known (-1 where not, the largest integer where the
-    layer holds no resident: a quota of 0). A hit and a miss below ``lk`` (the block leaves at once: nearly every
-    miss) take no branch on the access's outcome, which changes at 40-50% of the accesses of the benchmark stream
-    at rho 0.1-0.4 (``benchmarks/seq_outcomes.py``): the key, the count and the hit flag are stored by selects. A
-    hit on the lowest resident makes ``lk`` unknown; a miss at or above it (an eviction), or with ``lk`` unknown,
-    or while the layer fills, takes :func:`_lfu_miss`."""
-    tp = np.int64(tie_pos[_U(base + expert[_U(a)])])
-    j = pbase + tp
-    c = cnt[_U(j)] + 1
-    key = (np.int64(c) << tbits) | tp
-    old = np.int64(rk[_U(j)])
-    hit = old != empty
-    cnt[_U(j)] = c if hit | (not reset) else 0     # (a block that leaves at once forgets its count under reset)
-    rk[_U(j)] = key if hit else old
-    if record:
-        hit_flag[_U(a)] = hit
-    lk = -1 if hit & (old == lk) else lk           # the lowest resident's key rose: sought again at a miss
-    if key - (np.int64(hit) << 62) < lk:          # a hit, or a miss below lk: one compare (LLVM splits `hit or
-        return np.int64(hit), lk                   # key < lk` into two branches, the first on the outcome)
-    return np.int64(0), _lfu_miss(layer, cap, pbase, npad, tbits, reset, cnt, rk, size, empty, minc, bm, lk, j, c,
-                                  key, tp)
-
-
-@jit_inline
-def _lfu_miss(layer, cap, pbase, npad, tbits, reset, cnt, rk, size, empty, minc, bm, lk, j, c, key, tp):
-    """A miss of :func:`_lfu_access` that may admit its block (packed key ``key``, count ``c``, lane ``j``, tie
-    position ``tp``): the layer fills, or ``lk`` is unknown (then sought, and the block may still leave at once),
-    or the lowest resident leaves. Returns the new ``lk``. ``minc[l]`` is the lowest count among layer ``l``'s
-    residents where known (else -1) and ``bm`` bits over tie positions (``npad / 64`` words a layer) that hold
-    every resident of that count, and maybe blocks hit since (their counts rose: a hit changes no bit); the lowest
-    is the lowest bit whose key is still of that count, and a pass over the layer's packed keys finds the lowest
-    count again only when no such bit is left. Quotas above :data:`_LFU_BITS_NUM` / :data:`_LFU_BITS_DEN` of the
-    lanes keep no bits (``minc`` stays -1): a pass each time the lowest is sought."""
+@jit_helper
+def _lfu_seq_miss(b, f, layer, base, n, cap, tie_pos, order, tbits, reset, cnt, res, size, low):
+    """A miss of block ``b`` (count ``f``, this access's included) that may join: the layer fills, or its key is at
+    least ``low[layer]``, a bound below every resident's key. Where the layer is full, the smallest key of its
+    residents (one pass) leaves, or the block does where it is lower; ``low[layer]`` becomes that key (the keys of
+    the residents after it are above it, and a hit only raises a key). Under ``reset`` the count is stored again
+    where the block joins (the loop stored 0) and forgotten where a resident leaves."""
     ul = _U(layer)
-    nw = npad >> 6
-    bo = layer * nw
-    if size[ul] < cap:                              # (a layer's lowest count is first sought once it is full)
-        rk[_U(j)] = key
-        cnt[_U(j)] = c
+    if size[ul] < cap:                              # the layer fills
+        res[_U(b)] = True
+        if reset:
+            cnt[_U(b)] = f
         size[ul] += 1
-        return np.int64(-1)
-    if lk < 0:
-        mc = minc[ul]
-        lt = _lfu_lowest(bm, bo, nw, rk, pbase, mc << tbits) if mc >= 0 else -1
-        if lt < 0:                                  # the smallest packed key by one pass
-            m = np.int64(_smallest(rk, pbase, npad, empty))
-            if m == empty:                          # no resident: a quota of 0; every block leaves at once
-                return m
-            mc = m >> tbits
-            lt = m & ((1 << tbits) - 1)
-            if cap * _LFU_BITS_DEN <= npad * _LFU_BITS_NUM:     # and the residents of its count, as bits
-                for w in range(nw):
-                    bm[_U(bo + w)] = lanes_between(rk, pbase + (w << 6), mc << tbits,
-                                                   (mc << tbits) | ((1 << tbits) - 1))
-                minc[ul] = mc
-        lk = (mc << tbits) | lt
-        if key < lk:                                # the block leaves at once (under reset, _lfu_access stored
-                                                    # its count as 0)
-            return lk
-    mc = lk >> tbits
-    lt = lk & ((1 << tbits) - 1)
-    v = pbase + lt                                  # the lowest resident leaves
-    rk[_U(v)] = empty
+        if size[ul] == cap:
+            low[ul] = _lfu_lowest_key(cnt, res, tie_pos, base, n, tbits)
+        return
+    k = (np.int64(f) << tbits) | np.int64(tie_pos[_U(b)])
+    if k < low[ul]:                                 # below the bound: it leaves at once
+        return
+    m = _lfu_lowest_key(cnt, res, tie_pos, base, n, tbits)
+    low[ul] = m
+    if k < m:
+        return
+    v = _U(base + order[_U(base + (m & ((1 << tbits) - 1)))])
+    res[v] = False
     if reset:
-        cnt[_U(v)] = 0
-    bm[_U(bo + (lt >> 6))] &= ~(np.uint64(1) << np.uint64(lt & 63))
-    rk[_U(j)] = key
-    cnt[_U(j)] = c
-    if c == mc:                                     # it joins the lowest count
-        bm[_U(bo + (tp >> 6))] |= np.uint64(1) << np.uint64(tp & 63)
-    return np.int64(-1)
+        cnt[v] = 0
+        cnt[_U(b)] = f
+    res[_U(b)] = True
 
 
 @jit_loop
-def _replay_lfu_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, tbits, reset, count_from, hits, misses,
-                    hit_flag, cnt, rk, size, empty, minc, bm, lowk):
-    """The loop of :func:`replay_lfu_seq`: ``cnt[l * 64 W + j]`` the count of layer ``l``'s tie position ``j``,
-    ``rk`` its packed key ``count << tbits | j`` while it is resident (else ``empty``), ``size[l]`` the layer's
-    residents, ``minc`` / ``bm`` the lowest count's residents (:func:`_lfu_miss`), ``lowk[l]`` the packed key of
-    the lowest resident (:func:`_lfu_access`'s ``lk``, held in a register through an event). One event at a time: its
-    chain per access is short, and two events side by side (as :func:`_paired` runs them) were no faster
-    (docs/performance.md, *Session 34*)."""
+def _replay_lfu_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, order, tbits, count_from, hits, misses,
+                    hit_flag, cnt, res, size, low):
+    """The loop of :func:`replay_lfu_seq` with counts kept: ``cnt`` / ``res`` each block's count and whether it is
+    resident, ``size[l]`` layer ``l``'s residents, ``low[l]`` a bound at or below the smallest packed key
+    ``count << tbits | tie position`` of its residents (0 while it fills; :data:`_LFU_NONE` for a quota of 0). A hit,
+    and a miss whose count is below the bound's (it leaves at once: nearly every miss), take no branch on the
+    outcome: one compare; the rest go to :func:`_lfu_seq_miss`. One event at a time (:func:`_paired` measured no
+    faster, docs/performance.md, *Session 34*)."""
     record = hit_flag.shape[0] > 0
-    npad = (n_experts + 63) // 64 * 64
     for i in range(offsets.shape[0] - 1):
         layer = ev_layer[i]
-        cap = capacity[_U(layer)]
+        ul = _U(layer)
+        base = layer * n_experts
         lo = offsets[i]
-        n = offsets[i + 1] - lo
+        hi = offsets[i + 1]
+        t = low[ul] >> tbits
         n_hit = 0
-        lk = lowk[_U(layer)]
-        for k in range(n):
-            h, lk = _lfu_access(lo + k, layer, cap, layer * n_experts, layer * npad, npad, tie_pos, expert, tbits,
-                                reset, cnt, rk, size, empty, record, hit_flag, minc, bm, lk)
-            n_hit += h
-        lowk[_U(layer)] = lk
-        _count(hits, misses, layer, n, n_hit, i >= count_from)
+        for a in range(lo, hi):
+            b = base + expert[_U(a)]
+            f = cnt[_U(b)] + 1
+            hit = res[_U(b)]
+            cnt[_U(b)] = f
+            n_hit += np.int64(hit)
+            if record:
+                hit_flag[_U(a)] = hit
+            if np.int64(f) - (np.int64(hit) << 40) < t:     # a hit, or a miss below every resident
+                continue
+            _lfu_seq_miss(b, f, layer, base, n_experts, capacity[ul], tie_pos, order, tbits, False, cnt, res, size,
+                          low)
+            t = low[ul] >> tbits
+        _count(hits, misses, layer, hi - lo, n_hit, i >= count_from)
+
+
+@jit_loop
+def _replay_lfu_seq_reset(offsets, expert, ev_layer, n_experts, capacity, tie_pos, order, tbits, count_from, hits,
+                          misses, hit_flag, cnt, res, size, low):
+    """:func:`_replay_lfu_seq` under ``reset_freq_on_evict``, where nearly every miss has the lowest count (a block
+    that left forgot its count): the one compare is of the packed key against the bound, the count stored by a
+    select (0 for a miss; :func:`_lfu_seq_miss` stores it again where the block joins)."""
+    record = hit_flag.shape[0] > 0
+    for i in range(offsets.shape[0] - 1):
+        layer = ev_layer[i]
+        ul = _U(layer)
+        base = layer * n_experts
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        t = low[ul]
+        n_hit = 0
+        for a in range(lo, hi):
+            b = base + expert[_U(a)]
+            f = cnt[_U(b)] + 1
+            hit = res[_U(b)]
+            q = np.int64(tie_pos[_U(b)])
+            cnt[_U(b)] = f if hit else 0
+            n_hit += np.int64(hit)
+            if record:
+                hit_flag[_U(a)] = hit
+            if ((np.int64(f) << tbits) | q) - (np.int64(hit) << 62) < t:    # a hit, or a miss below every resident
+                continue
+            _lfu_seq_miss(b, f, layer, base, n_experts, capacity[ul], tie_pos, order, tbits, True, cnt, res, size,
+                          low)
+            t = low[ul]
+        _count(hits, misses, layer, hi - lo, n_hit, i >= count_from)
 
 
 @intrinsic
