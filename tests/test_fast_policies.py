@@ -636,8 +636,9 @@ def test_the_curve_choice_follows_the_measured_costs():
     assert not curve_pays(ReplayConfig("lfu"), lru8[:5], big)  # 4.73 at 0.5 > 3.75
     assert curve_pays(ReplayConfig("lfu"), grid) and curve_pays(ReplayConfig("lfu"), grid, big)
     seq = "sequential-ascending"        # the sequential loops of session 34: a pass costs many of their replays
-    assert not curve_pays(ReplayConfig("lfu", semantics=seq), [0.1, 0.2])     # 3.6 replays at 0.2 > 1.5
-    assert curve_pays(ReplayConfig("lfu", semantics=seq), lru8)               # 3.6 at 0.8 < 6
+    assert not curve_pays(ReplayConfig("lfu", semantics=seq), [0.1, 0.2])     # 7.73 replays at 0.2 > 1.5
+    assert not curve_pays(ReplayConfig("lfu", semantics=seq), lru8)           # (session 44's loop) 7.31 at 0.8 > 6
+    assert curve_pays(ReplayConfig("lfu", semantics=seq), grid)               # 7.2 at 0.95 < 14.25
     assert not curve_pays(ReplayConfig("lfru", semantics=seq), grid)          # 65.5 at 0.95 > 14.25
     assert not curve_pays(ReplayConfig("lrfu", semantics=seq), grid)          # 51.2 > 14.25
     assert not curve_pays(ReplayConfig("lru", semantics=seq), grid)           # on ranks: 21.2 > 14.25
