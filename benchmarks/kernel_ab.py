@@ -22,7 +22,9 @@ loop ``_kernels.replay_lru``), ``lrfu-global``, event-atomic ``lrfu`` (lambda 0.
 (``_kernels_lrfu_window.replay_lrfu_window``, else the pool loop ``_kernels_lrfu_global.replay_lrfu_global``),
 ``lfru-global-seq``, sequential ``lfru`` with one global pool (``_kernels_lfru_groups.replay_lfru_groups``), and
 ``lfu-global`` / ``lfu-global-seq``, event-atomic / sequential ``lfu`` with one global pool
-(``_kernels_lfu_buckets.replay_lfu_buckets``), ``lfu-global-seq-in-cache`` the latter with in-cache counters. Hits per
+(``_kernels_lfu_buckets.replay_lfu_buckets``), ``lfu-global-seq-in-cache`` the latter with in-cache counters, and
+``shuffle``, sequential-random's shuffle of every event (``_kernels_order.shuffle_events``, seed 0; the orders must
+be equal where the others' hits must). Hits per
 layer must be equal on both sides (exit 1 otherwise), unless ``--timing-only``: for a prototype that takes a part out
 of a kernel to time what that part costs, so that its decisions, and its counts, change; the rows then say that the
 counts differ. Prints per rho the median over ``--processes`` fresh processes (a kernel's time moves by up to ~15%
@@ -53,7 +55,7 @@ from _ab import alternated_ratio, machine, median_and_range, pooled_rows  # noqa
 KERNELS = ("lru", "lfu", "lfru", "lrfu", "slots", "lfu-seq", "lfu-seq-in-cache", "lrfu-seq", "lfru-seq", "lru-seq", "lru-seq-global",
            "belady-seq", "belady-global", "belady-global-seq", "lru-global", "lrfu-global", "lrfu-global-seq",
            "lfru-global-seq", "lfu-global", "lfu-global-seq",
-           "lfu-global-seq-in-cache")
+           "lfu-global-seq-in-cache", "shuffle")
 
 
 def _baseline(src: str):
@@ -98,6 +100,7 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
     tie = engine._tie_ranks("random", 0, L * N)
     order, tie_pos = engine._tie_order(tie, L, N)
     global_order = engine._tie_order(tie, 1, L * N)
+    words = engine._order_words(0)
     flags = np.zeros(0, np.uint8)
     nxt = (KK.next_use(s.offsets, s.expert, s.layer, N, L, kernel == "belady-global")
            if kernel.startswith("belady") else None)
@@ -178,6 +181,10 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
                 _sibling(generic, "_kernels_lfu_buckets").replay_lfu_buckets(
                     s.offsets, s.expert, s.layer, N, L, kernel == "lfu-global", pool, global_order[1],
                     kernel.endswith("in-cache"), 0, h, m, flags)
+            elif kernel == "shuffle":       # (the order compared where the other kernels compare hits)
+                h = s.expert.copy()
+                t0 = time.perf_counter()
+                _sibling(generic, "_kernels_order").shuffle_events(s.offsets, h, words)
             elif kernel == "belady-seq":
                 if hasattr(seq, "replay_belady_seq"):
                     seq.replay_belady_seq(*head, nxt, False, 0, h, m, flags)
