@@ -52,10 +52,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _ab import alternated_ratio, machine, median_and_range, pooled_rows  # noqa: E402
 
-KERNELS = ("lru", "lfu", "lfru", "lrfu", "slots", "lfu-seq", "lfu-seq-in-cache", "lrfu-seq", "lfru-seq", "lru-seq", "lru-seq-global",
-           "belady-seq", "belady-global", "belady-global-seq", "lru-global", "lrfu-global", "lrfu-global-seq",
-           "lfru-global-seq", "lfu-global", "lfu-global-seq",
-           "lfu-global-seq-in-cache", "shuffle")
+KERNELS = ("lru", "lfu", "lfru", "lrfu", "slots", "lfu-seq", "lfu-seq-in-cache", "lrfu-seq", "lfru-seq", "lru-seq",
+           "lru-seq-global", "belady-seq", "belady-global", "belady-global-seq", "lru-global", "lrfu-global",
+           "lrfu-global-seq", "lfru-global-seq", "lfu-global", "lfu-global-seq", "lfu-global-seq-in-cache", "shuffle")
 
 
 def _baseline(src: str):

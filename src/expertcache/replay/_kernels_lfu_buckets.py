@@ -134,8 +134,8 @@ def replay_lfu_buckets(offsets, expert, ev_layer, n_experts, n_layers, atomic, c
                        count_from, hits, misses, hit_flag):
     """Global-scope ``lfu``: the decision of :func:`._kernels.replay_heap` with ``KEY_LFU``, its counts and hit
     flags. The state is allocated here and the loop runs in :func:`_replay_lfu_buckets` (event-atomic),
-    :func:`_replay_lfu_units` or :func:`_replay_lfu_units_reset` (sequential), compiled without the numba runtime (their helpers' array arguments then
-    take no reference counts, which took four fifths of the time).
+    :func:`_replay_lfu_units` or :func:`_replay_lfu_units_reset` (sequential), compiled without the numba runtime
+    (their helpers' array arguments then take no reference counts, which took four fifths of the time).
 
     Parameters are those of :func:`._kernels.replay_heap` for one global partition (``capacity`` of one entry),
     with the tie order as ``tie_pos``: each block's position among all blocks by ascending tie rank (``0`` leaves
@@ -158,7 +158,7 @@ def replay_lfu_buckets(offsets, expert, ev_layer, n_experts, n_layers, atomic, c
     tail = (count_from, hits, misses, hit_flag, *state)
     if atomic:
         _replay_lfu_buckets(*head, bool(reset_freq_on_evict), *tail, np.empty(max(max_unit, 1), dtype=np.int64))
-    elif reset_freq_on_evict:           # (counts below 2**31: keys below 2**54)
+    elif reset_freq_on_evict:           # (counts and tie positions below 2**31: keys below 2**62, a hit's offset)
         _replay_lfu_units_reset(*head, *tail, max(n_blocks - 1, 1).bit_length())
     else:
         _replay_lfu_units(*head, *tail)

@@ -96,8 +96,6 @@ _I64 = ir.IntType(64)
 
 #: The largest packed int32 key, a lane with no resident (NaN's bits in ``lrfu``: above every value and ``inf``).
 _EMPTY32 = np.int32(2**31 - 1)
-#: The same for int64 keys (``lfu`` with counts past int32).
-_EMPTY64 = np.int64(2**63 - 1)
 #: The bits of float32 ``_LRFU_TINY``: an ``lrfu`` value below it is kept as 0.
 _TINY_BITS = np.int64(np.float32(_LRFU_TINY).view(np.int32))
 #: Sequential ``lfu``'s bound of a layer that holds no resident (a quota of 0): above every packed key.

@@ -29,8 +29,7 @@ must hold ``off + 64`` (or ``n``) elements.
   cuts.
 * :func:`lanes_below` — the live lanes of a partial group of 64, as bits.
 * :func:`lanes_eq` — the lanes of 64 int64 or int32 values equal to one value, as bits (the per-layer lrfu loop's
-  members: the lanes whose last unit is the unit's); :func:`lanes_between` those within a range (the sequential
-  lfu loop's residents of one count).
+  members: the lanes whose last unit is the unit's).
 * :func:`cut_masks32`, :func:`cut_mask1_32` — the bits of the 64 lanes where ``F <= theta * (t1 - L)`` for two
   cuts (one) on float32 counts and last units with 8-bit cuts (:func:`dyadic8_down`, :func:`dyadic8_up`), 16
   lanes to a 512-bit vector, exact below an age bound; the lanes at or past it marked (the lfru loops).
@@ -837,25 +836,6 @@ def lanes_eq(typingctx, buf, off, v):
         x = builder.load(_lanes(context, builder, signature.args[0], args[0], args[1], 64, it), align=it.width // 8)
         v = args[2] if it.width == 64 else builder.trunc(args[2], it)
         c = builder.icmp_signed("==", x, _splat(builder, v, ir.VectorType(it, 64), 64))
-        return builder.bitcast(c, _I64)
-
-    return sig, codegen
-
-
-@intrinsic
-def lanes_between(typingctx, buf, off, lo, hi):
-    """Bit ``q`` set where ``lo <= buf[off + q] <= hi`` for the 64 integer lanes from ``off`` (int64 or int32; the
-    bounds compared at the lanes' width): :func:`lanes_eq` for a range (the sequential ``lfu`` loop's residents of
-    one count, their packed keys from ``count << tbits`` to ``count << tbits | tmask``)."""
-    sig = types.uint64(buf, types.int64, types.int64, types.int64)
-
-    def codegen(context, builder, signature, args):
-        it = ir.IntType(signature.args[0].dtype.bitwidth)
-        vt = ir.VectorType(it, 64)
-        x = builder.load(_lanes(context, builder, signature.args[0], args[0], args[1], 64, it), align=it.width // 8)
-        lo, hi = (args[2], args[3]) if it.width == 64 else (builder.trunc(args[2], it), builder.trunc(args[3], it))
-        c = builder.and_(builder.icmp_signed(">=", x, _splat(builder, lo, vt, 64)),
-                         builder.icmp_signed("<=", x, _splat(builder, hi, vt, 64)))
         return builder.bitcast(c, _I64)
 
     return sig, codegen
