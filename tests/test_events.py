@@ -126,19 +126,25 @@ def test_from_lists_sorts_members_and_rejects_duplicates():
         EventStream.from_lists(1, 4, 1, [0, 0], [0, 0], [[1], [2]], [1, 1])
 
 
-def test_chunked_event_building_equals_one_pass(monkeypatch):
-    """A step-sorted schedule is cut into chunks at step boundaries; any chunk size gives the same stream."""
+def test_a_built_stream_holds_its_members_once():
+    """The member arrays of a step-sorted schedule are allocated for every (token, layer, slot) entry and shrunk in
+    place to the union: each owns exactly its data (no larger buffer kept alive behind a view), and the stream equals
+    the one the sorting build gives."""
     import expertcache.events.fcfs as ev
     from expertcache.trace.examples import example_model_trace
 
     tr = example_model_trace()
-    whole = ev.build_events(tr, 3)
-    for chunk in (1, 37, 4096):
-        monkeypatch.setattr(ev, "_CHUNK_ENTRIES", chunk)
-        part = ev.build_events(tr, 3)
-        for name in ("step", "layer", "active", "logical_per_event", "offsets", "expert", "multiplicity",
-                     "gate_mass"):
-            assert np.array_equal(getattr(whole, name), getattr(part, name)), (chunk, name)
+    s = ev.build_events(tr, 3)
+    assert s.expert.shape[0] < tr.n_tokens * tr.n_layers * tr.top_k          # a union smaller than the entries
+    for name in ("expert", "multiplicity", "gate_mass", "offsets"):
+        a = getattr(s, name)
+        assert a.base is None and a.flags.owndata, name
+    step, req, tok, prov = ev.fcfs_decode_schedule(tr, 3)
+    sorted_build = ev.events_from_schedule(tr, step, req, tok, prov)
+    _, first = ev.decode_rows(tr)
+    generic = ev._schedule_events(tr, np.asarray(step, dtype=np.int64), first[req] + tok)
+    assert np.array_equal(sorted_build.expert, generic[2]) and np.array_equal(sorted_build.offsets, generic[1])
+    assert np.array_equal(sorted_build.multiplicity, generic[3]) and np.allclose(sorted_build.gate_mass, generic[4])
 
 
 def test_read_events_can_leave_gate_mass_unread(tmp_path, monkeypatch):

@@ -319,51 +319,32 @@ def events_from_schedule(trace: RoutingTrace, step: np.ndarray, req: np.ndarray,
 
     Any service discipline reduces to such a schedule; the union, multiplicity
     and gate mass of each (step, layer) follow from it. A schedule sorted by step
-    is processed a bounded number of (token, layer, slot) entries at a time, so
-    the temporary sort keys stay small on model-sized traces.
+    is built one step at a time by a kernel, into arrays of its own (their
+    unused ends given back); any other sorts every (token, layer, slot) entry.
     """
     L, N, k = trace.n_layers, trace.n_experts, trace.top_k
     _, first = decode_rows(trace)
     step = np.asarray(step, dtype=np.int64)
     exec_rows = first[req] + tok
-    n_exec = exec_rows.shape[0]
-    bounds = [0, n_exec]
-    build = _schedule_events
-    if n_exec and bool((np.diff(step) >= 0).all()):
-        build = _sorted_schedule_events
-        per_chunk = max(1, _CHUNK_ENTRIES // (L * k))
-        cuts = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])      # the first row of every step
-        picked = [0]
-        for c in cuts[1:]:
-            if c - picked[-1] >= per_chunk:
-                picked.append(int(c))
-        bounds = [*picked, n_exec]
-    parts = [build(trace, step[a:b], exec_rows[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)
-             if b > a] or [_schedule_events(trace, step[:0], exec_rows[:0])]
-    ev_ids = np.concatenate([p[0] for p in parts])
-    sizes = np.concatenate([np.diff(p[1]) for p in parts])
-    csr = np.zeros(sizes.shape[0] + 1, dtype=np.int64)
-    np.cumsum(sizes, out=csr[1:])
-    expert = np.concatenate([p[2] for p in parts])
-    mult = np.concatenate([p[3] for p in parts])
-    gm = np.concatenate([p[4] for p in parts]) if trace.gates is not None else None
-    active = np.concatenate([p[5] for p in parts])
+    in_order = exec_rows.shape[0] > 0 and bool((np.diff(step) >= 0).all())
+    build = _sorted_schedule_events if in_order else _schedule_events
+    ev_ids, csr, expert, mult, gm, active = build(trace, step, exec_rows)
     ev_step = ev_ids // L
-    _log.info("FCFS events: %d events over %d steps at B = %d (%d union accesses)", sizes.shape[0],
-              int(ev_step[-1]) + 1 if ev_step.size else 0, int(provenance.get("batch", 0) or 0), int(sizes.sum()))
+    _log.info("FCFS events: %d events over %d steps at B = %d (%d union accesses)", csr.shape[0] - 1,
+              int(ev_step[-1]) + 1 if ev_step.size else 0, int(provenance.get("batch", 0) or 0), int(csr[-1]))
     # valid by construction from a validated trace: (step, layer) ascending, members distinct and ascending,
     # multiplicities in [1, active] summing to active * k; no second pass over every member
     return EventStream._trusted(L, N, k, ev_step.astype(np.int64), (ev_ids % L).astype(np.int32), active,
                                 active.astype(np.int64) * k, csr, expert, mult, gm, dict(provenance))
 
 
-#: (token, layer, slot) entries :func:`events_from_schedule` sorts at a time.
-_CHUNK_ENTRIES = 1 << 22
-
-
 def _sorted_schedule_events(trace: RoutingTrace, step: np.ndarray, exec_rows: np.ndarray) -> tuple:
     """:func:`_schedule_events` of rows sorted by step, one step at a time by
-    :func:`._kernels.step_layer_events` (the same arrays, without the per-entry sort keys)."""
+    :func:`._kernels.step_layer_events` (the same arrays, without the per-entry sort keys). The members' arrays
+    are allocated for every (token, layer, slot) entry and shrunk in place to the union (:func:`_trimmed`): the
+    pages past it, never written, take no memory, and no second copy is made (where chunks of the schedule were
+    built apart and joined, the chunks and their join were held at once: 1.47 GB at the peak of ``expertcache
+    report`` on the Qwen3-sized trace of ``benchmarks/bench_commands.py``)."""
     from ._kernels import step_layer_events
 
     L, N, k = trace.n_layers, trace.n_experts, trace.top_k
@@ -381,8 +362,15 @@ def _sorted_schedule_events(trace: RoutingTrace, step: np.ndarray, exec_rows: np
     n_ev, n_u = step_layer_events(np.ascontiguousarray(step, dtype=np.int64),
                                   np.ascontiguousarray(exec_rows, dtype=np.int64), trace.experts, gates, has_gates,
                                   N, ev_ids, csr, expert, mult, gm, active)
-    return (ev_ids[:n_ev], csr[:n_ev + 1], expert[:n_u], mult[:n_u], gm[:n_u] if has_gates else None,
-            active[:n_ev])
+    return (_trimmed(ev_ids, n_ev), _trimmed(csr, n_ev + 1), _trimmed(expert, n_u), _trimmed(mult, n_u),
+            _trimmed(gm, n_u) if has_gates else None, _trimmed(active, n_ev))
+
+
+def _trimmed(a: np.ndarray, n: int) -> np.ndarray:
+    """``a[:n]`` as an array of its own: ``a`` (owning its data, referenced nowhere else) shrunk in place, its end
+    given back to the allocator."""
+    a.resize(n, refcheck=False)
+    return a
 
 
 def _schedule_events(trace: RoutingTrace, step: np.ndarray, exec_rows: np.ndarray) -> tuple:
