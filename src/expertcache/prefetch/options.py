@@ -58,7 +58,8 @@ def option_set(stream: EventStream, option_steps: int = 4, source: str = "future
     n_opt = int(option.max()) + 1 if ev.size else 0
     # use counts per (option, layer, expert), a chunk of options at a time: never [n_options, L, N] at once
     prev = np.zeros((1, L * N), dtype=np.float64)                            # counts of the option before
-    span = max(1, (1 << 22) // (L * N))                                      # options per chunk (~32 MB)
+    span = max(1, (1 << 20) // (L * N))      # options per chunk: counts ~8 MB, their rows per event about 4x
+                                             # that (at 4M cells, those rows were the peak of `prefetch compare`)
     for lo in range(0, n_opt, span):
         hi = min(n_opt, lo + span)
         e0, e1 = np.searchsorted(option, [lo, hi])                           # the chunk's counted events
