@@ -343,8 +343,8 @@ def _sorted_schedule_events(trace: RoutingTrace, step: np.ndarray, exec_rows: np
     :func:`._kernels.step_layer_events` (the same arrays, without the per-entry sort keys). The members' arrays
     are allocated for every (token, layer, slot) entry and shrunk in place to the union (:func:`_trimmed`): the
     pages past it, never written, take no memory, and no second copy is made (where chunks of the schedule were
-    built apart and joined, the chunks and their join were held at once: 1.47 GB at the peak of ``expertcache
-    report`` on the Qwen3-sized trace of ``benchmarks/bench_commands.py``)."""
+    built apart and joined, the chunks and their join were held at once: ``expertcache report`` on the Qwen3-sized
+    trace peaked at 1,405 MiB, now 1,181, by ``python benchmarks/bench_commands.py --only report``)."""
     from ._kernels import step_layer_events
 
     L, N, k = trace.n_layers, trace.n_experts, trace.top_k
