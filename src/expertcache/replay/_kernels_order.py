@@ -87,6 +87,39 @@ def _draw(expert, lo, i, shi, slo, ihi, ilo, out, half):
     return i - np.int64(acc), shi, slo, out, half
 
 
+@jit_inline
+def _draw2(expert, lo, i, shi, slo, ihi, ilo):
+    """Two passes of :func:`_draw` from one new 64-bit output (its low half, then its high half) at a position
+    ``i >= 2``: the second draw is masked for both positions it may be at (``i`` after a rejection, ``i - 1`` after an
+    acceptance) and the first draw's outcome selects, so that the chain from ``i`` to the next ``i`` holds two
+    compares and no test of which half is next. Returns ``(i, shi, slo, out)``."""
+    nlo = slo * _MULT_LO
+    nhi = _mulhi(slo, _MULT_LO) + slo * _MULT_HI + shi * _MULT_LO
+    slo = nlo + ilo
+    shi = nhi + ihi + np.uint64(slo < nlo)
+    x = shi ^ slo
+    r = shi >> np.uint64(58)
+    out = (x >> r) | (x << ((np.uint64(64) - r) & np.uint64(63)))
+    m0 = np.uint64(0xFFFFFFFFFFFFFFFF) >> _ctlz(np.uint64(i))
+    m1 = np.uint64(0xFFFFFFFFFFFFFFFF) >> _ctlz(np.uint64(i - 1))
+    v1 = np.int64(out & m0 & np.uint64(0xFFFFFFFF))
+    acc1 = v1 <= i
+    i2 = i - np.int64(acc1)
+    v2 = np.int64((out >> np.uint64(32)) & (m1 if acc1 else m0))
+    acc2 = v2 <= i2
+    j = _U(lo + (v1 if acc1 else i))
+    k = _U(lo + i)
+    x0 = expert[k]
+    expert[k] = expert[j]
+    expert[j] = x0
+    j = _U(lo + (v2 if acc2 else i2))
+    k = _U(lo + i2)
+    x0 = expert[k]
+    expert[k] = expert[j]
+    expert[j] = x0
+    return i2 - np.int64(acc2), shi, slo, out
+
+
 @jit
 def shuffle_events(offsets, expert, pcg):
     """Shuffle each event's members in place with the draws of the PCG64 generator ``pcg``.
@@ -122,6 +155,10 @@ def shuffle_range(offsets, expert, st, e0, e1):
     for e in range(e0, e1):
         lo = offsets[e]
         i = offsets[e + 1] - lo - 1
+        if half == 1 and i > 0:   # the high half of the last output first
+            i, shi, slo, out, half = _draw(expert, lo, i, shi, slo, ihi, ilo, out, half)
+        while i >= 2:             # both halves of a new output, the second draw's position still above 0
+            i, shi, slo, out = _draw2(expert, lo, i, shi, slo, ihi, ilo)
         while i > 0:
             i, shi, slo, out, half = _draw(expert, lo, i, shi, slo, ihi, ilo, out, half)
     st[0] = shi
