@@ -1222,9 +1222,14 @@ def test_sequential_lrfu_slot_loop_where_its_table_holds_every_decay(monkeypatch
     assert seen == [width]
 
 
-def test_sequential_lfu_loop_with_int64_keys(monkeypatch):
-    """Counts whose packed keys would pass int32 take int64 keys (forced here by a 12-bit bound): the same counts."""
-    monkeypatch.setattr(KQ, "LFU_KEY32_BITS", 12)
+def test_sequential_lfu_loop_with_int64_counts(monkeypatch):
+    """Layers whose accesses could pass int32 counts take int64 counts (forced here by a bound of 12 accesses): the
+    same counts and flags, in both loops."""
+    monkeypatch.setattr(KQ, "LFU_COUNT32_MAX", 12)
+    seen = []
+    for name in ("_replay_lfu_seq", "_replay_lfu_seq_reset"):
+        real = getattr(KQ, name)
+        monkeypatch.setattr(KQ, name, lambda *a, _r=real, _n=name: seen.append((_n, a[-4].dtype.name)) or _r(*a))
     for N in (7, 130):
         stream = random_stream(N, L=2, N=N, k=min(N, 9), steps=60)
         tie = engine._tie_ranks("random", N, 2 * N)
@@ -1234,6 +1239,7 @@ def test_sequential_lfu_loop_with_int64_keys(monkeypatch):
             want = _seq_generic(stream, stream.expert, caps, tie, KEY_LFU, -1.0, reset, 3)
             got = _seq_packed(stream, stream.expert, caps, tie_pos, KEY_LFU, -1.0, reset, 3)
             assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, reset)
+    assert sorted(set(seen)) == [("_replay_lfu_seq", "int64"), ("_replay_lfu_seq_reset", "int64")]
 
 
 @pytest.mark.parametrize("semantics", ("sequential-ascending", "sequential-random"))

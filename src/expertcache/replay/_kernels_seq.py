@@ -128,8 +128,9 @@ _LRU_RANKS_PER_MEMBER = 4
 #: A rank byte: the block is not resident / it is a member of the event being replayed (ranks are below 64).
 _RANK_OUT = np.uint8(255)
 _RANK_MEMBER = np.uint8(254)
-#: ``lfu``'s packed keys are int32 while ``(most accesses of a layer + 1) << tbits`` stays below ``2**31 - 1``.
-LFU_KEY32_BITS = 31
+#: Sequential ``lfu`` keeps its counts as int32 while every layer's accesses stay below this, else as int64 (its
+#: packed keys are int64 either way).
+LFU_COUNT32_MAX = 2**31 - 1
 
 
 def _tie_bits(n_experts: int) -> int:
@@ -468,7 +469,7 @@ def lfu_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, re
     low = np.where(caps > 0, 0, _LFU_NONE).astype(np.int64)    # a quota of 0: every miss leaves at once
     loop = _replay_lfu_seq_reset if reset_freq_on_evict else _replay_lfu_seq
     return _ranges(loop, offsets, ev_layer, (n_experts, caps, tp.astype(np.int32), order, tbits), count_from,
-                   (hits, misses, hit_flag, np.zeros(n_blocks, dtype=np.int64 if most >= 2**31 - 1 else np.int32),
+                   (hits, misses, hit_flag, np.zeros(n_blocks, dtype=np.int64 if most >= LFU_COUNT32_MAX else np.int32),
                     np.zeros(n_blocks, dtype=np.bool_), np.zeros(n_layers, dtype=np.int64), low))
 
 
