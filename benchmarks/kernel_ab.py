@@ -5,34 +5,35 @@
 
 ``OTHER`` is another checkout of expertcache (``git worktree add OTHER COMMIT``). Its package is loaded beside this
 one under another name (its replay modules import each other relatively), so both kernels run in one process on one
-stream, alternated pair by pair. Kernels: the event-atomic per-layer bitset loops ``lru``, ``lfu``, ``lfru``, ``lrfu``
-(lambda 0.5) of ``_kernels_bits``, ``slots``, the global event-atomic lfru loop of ``_kernels_lfru_slots`` (cache
-``rho * L * N``), and the sequential per-layer loops ``lfu-seq`` (and ``lfu-seq-in-cache``, with in-cache counters),
-``lrfu-seq``, ``lfru-seq`` of ``_kernels_seq`` (one unit per access, members ascending; a baseline from before session
-34 has none), and ``lru-seq`` / ``lru-seq-global``, sequential ``lru`` per layer / under global scope (cache ``rho * L
-* N``; ``_kernels_seq.replay_lru_seq``; in a checkout without that loop, the generic list loop ``_kernels.replay_lru``
-that the engine ran there), and ``belady-seq``, sequential per-layer ``belady`` (``_kernels_seq.replay_belady_seq``;
-in a checkout without it, the heap loop ``_kernels.replay_belady``; the next uses computed once, not timed) and
-``belady-global`` / ``belady-global-seq``, event-atomic / sequential ``belady`` with one global pool (cache ``rho * L
-* N``; ``_kernels_belady_buckets.replay_belady_buckets`` / ``replay_belady_units``, else the heap loop), and
-``lru-global``, event-atomic ``lru`` with one global pool (``_kernels_lru_events.replay_lru_events``, else the list
-loop ``_kernels.replay_lru``), ``lrfu-global``, event-atomic ``lrfu`` (lambda 0.5) with one global pool
-(``_kernels_lrfu_global.replay_lrfu_global``; in a checkout from before session 41, the heap loop
-``_kernels_ranked.replay_ranked``), ``lrfu-global-seq``, sequential ``lrfu`` (lambda 0.5) with one global pool
-(``_kernels_lrfu_window.replay_lrfu_window``, else the pool loop ``_kernels_lrfu_global.replay_lrfu_global``),
-``lfru-global-seq``, sequential ``lfru`` with one global pool (``_kernels_lfru_groups.replay_lfru_groups``), and
-``lfu-global`` / ``lfu-global-seq``, event-atomic / sequential ``lfu`` with one global pool
-(``_kernels_lfu_buckets.replay_lfu_buckets``), ``lfu-global-seq-in-cache`` the latter with in-cache counters, and
-``shuffle``, sequential-random's shuffle of every event (``_kernels_order.shuffle_events``, seed 0; the orders must
-be equal where the others' hits must). Hits per
-layer must be equal on both sides (exit 1 otherwise), unless ``--timing-only``: for a prototype that takes a part out
-of a kernel to time what that part costs, so that its decisions, and its counts, change; the rows then say that the
-counts differ. Prints per rho the median over ``--processes`` fresh processes (a kernel's time moves by up to ~15%
-with where its code lands in a process: docs/performance.md, *Placement noise*) of each process's median per-pair
-ratio (ours / baseline), and their range. Stream: ``bench_vs_libcachesim.drifting_qwen_stream(steps)`` (48 x 128, B =
-8; 5,200 steps is the 10 M-access benchmark stream, 650 the 1.25 M one). The processes compile into a numba cache of
+stream, alternated pair by pair. Kernels: the event-atomic per-layer bitset loops ``lru``, ``lfu``, ``lfru``,
+``lrfu`` (lambda 0.5) of ``_kernels_bits``, ``slots``, the global event-atomic lfru loop of ``_kernels_lfru_slots``
+(cache ``rho * L * N``), and the sequential per-layer loops ``lfu-seq`` (and ``lfu-seq-in-cache``, with in-cache
+counters), ``lrfu-seq``, ``lfru-seq`` of ``_kernels_seq`` (one unit per access, members ascending; a baseline from
+before session 34 has none), and ``lru-seq`` / ``lru-seq-global``, sequential ``lru`` per layer / under global scope
+(cache ``rho * L * N``; ``_kernels_seq.replay_lru_seq``; in a checkout without that loop, the generic list loop
+``_kernels.replay_lru`` that the engine ran there), and ``belady-seq``, sequential per-layer ``belady``
+(``_kernels_seq.replay_belady_seq``; in a checkout without it, the heap loop ``_kernels.replay_belady``; the next
+uses computed once, not timed) and ``belady-global`` / ``belady-global-seq``, event-atomic / sequential ``belady``
+with one global pool (cache ``rho * L * N``; ``_kernels_belady_buckets.replay_belady_buckets`` /
+``replay_belady_units``, else the heap loop), and ``lru-global``, event-atomic ``lru`` with one global pool
+(``_kernels_lru_events.replay_lru_events``, else the list loop ``_kernels.replay_lru``), ``lrfu-global``,
+event-atomic ``lrfu`` (lambda 0.5) with one global pool (``_kernels_lrfu_global.replay_lrfu_global``; in a checkout
+from before session 41, the heap loop ``_kernels_ranked.replay_ranked``), ``lrfu-global-seq``, sequential ``lrfu``
+(lambda 0.5) with one global pool (``_kernels_lrfu_window.replay_lrfu_window``, else the pool loop
+``_kernels_lrfu_global.replay_lrfu_global``), ``lfru-global-seq``, sequential ``lfru`` with one global pool
+(``_kernels_lfru_groups.replay_lfru_groups``), and ``lfu-global`` / ``lfu-global-seq``, event-atomic / sequential
+``lfu`` with one global pool (``_kernels_lfu_buckets.replay_lfu_buckets``), ``lfu-global-seq-in-cache`` the latter
+with in-cache counters, and ``shuffle``, sequential-random's shuffle of every event
+(``_kernels_order.shuffle_events``, seed 0; the orders must be equal where the others' hits must). Hits per layer
+must be equal on both sides (exit 1 otherwise), unless ``--timing-only``: for a prototype that takes a part out of a
+kernel to time what that part costs, so that its decisions, and its counts, change; the rows then say that the counts
+differ. Prints per rho the median over ``--processes`` fresh processes (a kernel's time moves by up to ~15% with
+where its code lands in a process: docs/performance.md, *Placement noise*) of each process's median per-pair ratio
+(ours / baseline), and their range. Stream: ``bench_vs_libcachesim.drifting_qwen_stream(steps)`` (48 x 128, B = 8;
+5,200 steps is the 10 M-access benchmark stream, 650 the 1.25 M one). The processes compile into a numba cache of
 their own, removed at the end (a kernel cached under the baseline's second name would not load in a plain run of that
-checkout). """
+checkout).
+"""
 
 from __future__ import annotations
 
