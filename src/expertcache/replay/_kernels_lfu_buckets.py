@@ -36,6 +36,7 @@ import numpy as np
 from .._jit import jit_inline, jit_loop
 from ._kernels import _cttz, _max_unit
 from ._kernels_bits import _U
+from ._kernels_seq import _count
 
 #: The most words (8 bytes each) the bucket bitsets may take: 64 MiB.
 MAX_WORDS = 1 << 23
@@ -192,9 +193,7 @@ def _replay_lfu_buckets(offsets, expert, ev_layer, n_experts, cap, tie_pos, rese
             n_miss += 1 - np.int64(hit)
             if record:
                 hit_flag[_U(a)] = hit
-        if i >= count_from:
-            hits[_U(layer)] += hi - lo - n_miss
-            misses[_U(layer)] += n_miss
+        _count(hits, misses, layer, hi - lo, hi - lo - n_miss, i >= count_from)
         for k in range(n_miss):                     # every miss joins the pool ...
             b = miss_buf[_U(k)]
             f = freq[_U(b)]
@@ -257,9 +256,7 @@ def _replay_lfu_units(offsets, expert, ev_layer, n_experts, cap, tie_pos, count_
             size, fmin, n_free = _join(b, q, f, size, cap, fmin, False, words, summ, cnt, free, n_free, slot_of,
                                        present, block_at, freq, res)
             thr = fmin if size >= cap else 0
-        if i >= count_from:
-            hits[_U(layer)] += n_hit
-            misses[_U(layer)] += hi - lo - n_hit
+        _count(hits, misses, layer, hi - lo, n_hit, i >= count_from)
 
 
 @jit_loop
@@ -297,6 +294,4 @@ def _replay_lfu_units_reset(offsets, expert, ev_layer, n_experts, cap, tie_pos, 
                                        present, block_at, freq, res)
             if size >= cap:
                 thr = (fmin << tbits) | _lowest_tie(slot_of[_U(fmin)], words, summ)
-        if i >= count_from:
-            hits[_U(layer)] += n_hit
-            misses[_U(layer)] += hi - lo - n_hit
+        _count(hits, misses, layer, hi - lo, n_hit, i >= count_from)
