@@ -70,3 +70,41 @@ def test_the_engine_takes_it_for_sequential_units_and_equals_the_twin(monkeypatc
                 want = naive.naive_replay(s, "lrfu", **kw)
                 assert (got.hits, got.demand_misses) == (want["hits"], want["demand_misses"]), kw
                 assert (len(used) > before) == (semantics != "event-atomic" and lam > 0)
+
+
+def test_the_log2_memo_gives_libms_results_through_collisions():
+    """Every CRF's log2 from a memo of two entries (colliding and repeated CRFs, a CRF met again after its entry was
+    taken) equals numpy's; a memo entry is filled only where the CRF was computed."""
+    import numba
+
+    @numba.njit
+    def through_memo(xs, tag, val, mask):
+        out = np.empty_like(xs)
+        for q in range(xs.shape[0]):
+            out[q] = KLW._log2_memo(xs[q], tag, val, mask)
+        return out
+
+    rng = np.random.default_rng(7)
+    crfs = np.concatenate([1.0 + rng.random(50) * 2.5, [1.0, 2.0, 1.0 + 2.0 ** -52, 3.4142135623730945]])
+    xs = rng.choice(crfs, 400)                      # each CRF met many times, in a random order
+    tag, val = np.zeros(2, np.uint64), np.zeros(2)
+    got = through_memo(xs, tag, val, np.uint64(1))
+    assert got.tobytes() == np.log2(xs).tobytes()
+    held = tag != 0
+    assert held.all() and val[held].tobytes() == np.log2(tag[held].view(np.float64)).tobytes()
+
+
+def test_equals_the_pool_loop_with_a_memo_of_two_entries(monkeypatch):
+    """The loop's keys through a memo of two entries (nearly every CRF evicts another's entry) decide as the pool
+    loop, whose keys are libm's at every access; the stream's memo, sized by its accesses, likewise."""
+    rng = np.random.default_rng(11)
+    for bits in ((1, 1), KLW.MEMO_BITS):
+        monkeypatch.setattr(KLW, "MEMO_BITS", bits)
+        for _ in range(30):
+            L, N = int(rng.integers(1, 5)), int(rng.integers(2, 30))
+            s = random_events(rng, L, N, int(rng.integers(5, 120)), int(rng.integers(1, N + 1)))
+            tie = engine._tie_ranks("random", int(rng.integers(0, 5)), L * N)
+            _, tpg = engine._tie_order(tie, 1, L * N)
+            cap = int(rng.integers(1, L * N + 1))
+            assert _run(KLW.replay_lrfu_window, s, cap, tpg, 0.5, 0) == _run(KLR.replay_lrfu_global, s, cap, tpg,
+                                                                             0.5, 0), (bits, L, N, cap)

@@ -16,6 +16,11 @@ its window, a walk of at most ``window`` residents, and the tree updated along o
 hit flags are those of the pool loop (:func:`._kernels_lrfu_global.replay_lrfu_global`) and of ``replay_ranked``.
 The engine runs it for sequential global ``lrfu`` where :func:`window` is at most :data:`MAX_WINDOW` (``lam`` about
 0.04 or more; ``lam = 0`` has no window).
+
+A key's ``log2(S)`` comes from a memo of earlier results keyed by the CRF's bits (:func:`_log2_memo`), libm's
+``log2`` only where the memo does not hold that CRF: under sequential units a block's gaps are long, so its CRF is 1
+or a sum of a few decays, and few CRFs recur often (on the benchmark stream 97% of accesses find theirs in
+``2**16`` entries). The memo holds libm's own results, so the keys are those of :func:`._kernels.crf_key` bit for bit.
 """
 
 from __future__ import annotations
@@ -25,11 +30,17 @@ import math
 import numpy as np
 
 from .._jit import jit_inline, jit_loop
-from ._kernels import _append, _unlink, crf_decays, crf_key
+from ._kernels import _append, _unlink, crf_decays
 from ._kernels_bits import _LRFU_DECAYS, _U, _lrfu_decay
+from ._simd import f2u
 
 #: The longest window (in layer units) this loop takes; past it the engine runs the pool loop.
 MAX_WINDOW = 64
+#: The memo of ``log2`` by CRF (:func:`_log2_memo`) holds ``2**k`` entries of 16 bytes, ``k`` the bits of the
+#: stream's accesses within these bounds (1 MiB at most). Against libm's ``log2`` at every access, ``python
+#: benchmarks/kernel_ab.py --kernel lrfu-global-seq`` (docs/performance.md, *Session 45*): ``2**10`` / ``2**12`` /
+#: ``2**14`` / ``2**16`` entries took about 1.07 / 0.95 / 0.85 / 0.80 of the time at rho 0.1 in a first probe.
+MEMO_BITS = (8, 16)
 
 
 def window(lam: float) -> int:
@@ -65,24 +76,42 @@ def replay_lrfu_window(offsets, expert, ev_layer, n_experts, n_layers, capacity,
     tree[size:] = np.arange(size)
     for q in range(size - 1, 0, -1):
         tree[q] = tree[2 * q]
+    bits = min(max(int(n_units).bit_length(), MEMO_BITS[0]), MEMO_BITS[1])
     _replay_lrfu_window(offsets, expert, ev_layer, n_experts, n_layers, min(int(capacity[0]), n_blocks),
                         tie_pos.astype(np.int64), lam, window(lam), count_from, hits, misses, hit_flag,
                         crf_decays(lam, min(n_units + 1, _LRFU_DECAYS)), size, np.zeros(n_blocks),
                         np.full(n_blocks, -1, dtype=np.int64), np.zeros(n_blocks), np.zeros(n_blocks, dtype=np.bool_),
                         np.full(n_blocks, -1, dtype=np.int64), np.full(n_blocks, -1, dtype=np.int64),
                         np.full(max(n_layers, 1), -1, dtype=np.int64), np.full(max(n_layers, 1), -1, dtype=np.int64),
-                        np.full(size, np.inf), np.full(size, 1 << 62, dtype=np.int64), np.full(size, -1, dtype=np.int64),
-                        tree, np.zeros(max(n_layers, 1), dtype=np.int64))
+                        np.full(size, np.inf), np.full(size, 1 << 62, dtype=np.int64),
+                        np.full(size, -1, dtype=np.int64), tree, np.zeros(max(n_layers, 1), dtype=np.int64),
+                        np.zeros(1 << bits, dtype=np.uint64), np.zeros(1 << bits), np.uint64((1 << bits) - 1))
+
+
+@jit_inline
+def _log2_memo(s, tag, val, mask):
+    """``np.log2(s)`` of a CRF ``s`` (at least 1), from a direct-mapped memo of earlier results: the entry at a hash
+    of ``s``'s bits holds ``s``'s bits (``tag``; 0, the bits of 0.0, no CRF's: empty) and its ``log2`` (``val``); a CRF
+    not held is computed by libm and takes the entry. ``mask``: the entries less one (a power of two)."""
+    sb = f2u(s)
+    h = _U((sb ^ (sb >> np.uint64(23)) ^ (sb >> np.uint64(41))) & mask)
+    if tag[h] == sb:
+        return val[h]
+    x = np.log2(s)
+    tag[h] = sb
+    val[h] = x
+    return x
 
 
 @jit_loop
 def _replay_lrfu_window(offsets, expert, ev_layer, n_experts, n_layers, cap, tie_pos, lam, win, count_from, hits,
                         misses, hit_flag, P, size, S, PL, K, res, nxt, prv, head, tail, low_k, low_t, low_b, tree,
-                        lunits):
+                        lunits, mtag, mval, mmask):
     """The loop of :func:`replay_lrfu_window`. Per block: its CRF ``S``, layer unit of the last access ``PL`` (-1:
     none), key ``K``, whether resident, and its links in its layer's list (``nxt`` towards the newest); per layer its
     list's ends, its lowest key, that block's tie position and the block (-1: an empty layer); ``tree[1]`` the layer
-    of the lowest key of all (leaves ``size + l``)."""
+    of the lowest key of all (leaves ``size + l``); ``mtag`` / ``mval`` / ``mmask`` the memo of ``log2`` by CRF
+    (:func:`_log2_memo`)."""
     record = hit_flag.shape[0] > 0
     n_res = 0
     for i in range(ev_layer.shape[0]):
@@ -97,7 +126,7 @@ def _replay_lrfu_window(offsets, expert, ev_layer, n_experts, n_layers, cap, tie
             S[b] = s
             old = PL[b]
             PL[b] = u
-            k = crf_key(s, float(u), lam)
+            k = _log2_memo(s, mtag, mval, mmask) + lam * float(u)     # crf_key(s, float(u), lam), bit for bit
             K[b] = k
             if res[b]:                     # a hit: to the tail; the layer's lowest again if it was in the window
                 if counted:
