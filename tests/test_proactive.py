@@ -159,23 +159,32 @@ def test_engine_matches_naive_twin(data):
 @given(data=st.data())
 @settings(max_examples=150, deadline=None)
 def test_demand_rows_on_the_bitset_loops_match_the_twin_and_the_kernel(data):
-    """lru / lfu without refinement (budget 0) and counted events a suffix take expertcache.replay's bitset
+    """lru / lfu / lrfu without refinement (budget 0) and counted events a suffix take expertcache.replay's bitset
     loops: counts equal the naive twin, hit flags the proactive kernel's, on every event."""
+    from expertcache.replay import _kernels_bits as KB
     from expertcache.replay import _proactive as KP
     from expertcache.replay.engine import _tie_ranks
     from expertcache.replay.proactive import replay_proactive_hits
 
     stream, caps = data.draw(streams())
-    priority = data.draw(st.sampled_from(["lru", "lfu"]))
+    priority = data.draw(st.sampled_from(["lru", "lfu", "lrfu"]))
+    lam = data.draw(st.sampled_from([0.0, 0.3, 0.5, 1.0]))
     tie_break = data.draw(st.sampled_from(["id", "random"]))
     seed = data.draw(st.integers(0, 50))
     warmup = data.draw(st.integers(0, stream.n_events))
     suffix = data.draw(st.integers(0, stream.n_events))
     mask = None if data.draw(st.booleans()) else np.arange(stream.n_events) >= suffix
-    cfg = ProactiveConfig(priority, capacity=caps, tie_break=tie_break, seed=seed, warmup_events=warmup)
-    got, trace = replay_proactive_hits(stream, cfg, count_mask=mask)
+    cfg = ProactiveConfig(priority, capacity=caps, tie_break=tie_break, seed=seed, warmup_events=warmup,
+                          lrfu_lambda=lam)
+    loops = {"lru": "replay_lru_bits", "lfu": "replay_lfu_bits", "lrfu": "replay_lrfu_bits"}
+    calls = []
+    real = getattr(KB, loops[priority])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(KB, loops[priority], lambda *a: calls.append(1) or real(*a))
+        got, trace = replay_proactive_hits(stream, cfg, count_mask=mask)
+    assert calls                       # (the counted events here always form a suffix)
     want = naive_proactive(stream, priority, caps, budget=0, prio=None, pf=None, tie_break=tie_break, seed=seed,
-                           warmup=warmup, lam=0.5, count_mask=mask)
+                           warmup=warmup, lam=lam, count_mask=mask)
     assert (got.hits, got.demand_misses, got.proactive_loads, got.tokens) == (
         want["hits"], want["demand_misses"], 0, want["tokens"])
     assert [x.hits for x in got.per_layer] == want["per_layer_hits"]
@@ -184,7 +193,8 @@ def test_demand_rows_on_the_bitset_loops_match_the_twin_and_the_kernel(data):
     flags = np.zeros(stream.union, dtype=np.uint8)
     z = np.zeros(L, dtype=np.int64)
     KP.replay_proactive(stream.offsets, stream.expert, stream.layer, N, L, np.asarray(caps, dtype=np.int64),
-                        _tie_ranks(tie_break, seed, L * N), {"lru": KP.PKEY_LRU, "lfu": KP.PKEY_LFU}[priority], 0.5,
+                        _tie_ranks(tie_break, seed, L * N),
+                        {"lru": KP.PKEY_LRU, "lfu": KP.PKEY_LFU, "lrfu": KP.PKEY_LRFU}[priority], lam,
                         np.zeros((0, 0), np.float32), np.zeros((0, 0), np.float32), 0, counted, z.copy(), z.copy(),
                         z.copy(), z.copy(), flags, np.zeros((0, 0), np.int32), np.zeros(0, np.int64))
     assert (trace.hit == flags.astype(bool)).all()
@@ -195,7 +205,7 @@ def test_demand_rows_on_the_bitset_loops_match_the_twin_and_the_kernel(data):
 def test_without_prefetch_base_keys_equal_the_main_engine(data):
     """No refinement + a base key = replay(..., policy) exactly (the same keys, ties and bypass rule)."""
     stream, caps = data.draw(streams())
-    policy = data.draw(st.sampled_from(["lru", "lfu", "lfru"]))
+    policy = data.draw(st.sampled_from(["lru", "lfu", "lfru", "lrfu"]))
     tie_break = data.draw(st.sampled_from(["id", "random"]))
     seed = data.draw(st.integers(0, 50))
     base = replay(stream, ReplayConfig(policy, capacity=caps, tie_break=tie_break, seed=seed))

@@ -37,9 +37,9 @@ from ._simd import f2u
 #: The longest window (in layer units) this loop takes; past it the engine runs the pool loop.
 MAX_WINDOW = 64
 #: The memo of ``log2`` by CRF (:func:`_log2_memo`) holds ``2**k`` entries of 16 bytes, ``k`` the bits of the
-#: stream's accesses within these bounds (1 MiB at most). Against libm's ``log2`` at every access, ``python
-#: benchmarks/kernel_ab.py --kernel lrfu-global-seq`` (docs/performance.md, *Session 45*): ``2**10`` / ``2**12`` /
-#: ``2**14`` / ``2**16`` entries took about 1.07 / 0.95 / 0.85 / 0.80 of the time at rho 0.1 in a first probe.
+#: stream's accesses within these bounds (1 MiB at most): with ``2**16`` entries 0.77-0.91 of the time of libm's
+#: ``log2`` at every access on the benchmark stream (``python benchmarks/kernel_ab.py --kernel lrfu-global-seq``);
+#: smaller memos hold fewer of its CRFs (docs/performance.md, *Session 45*).
 MEMO_BITS = (8, 16)
 
 

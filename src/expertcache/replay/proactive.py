@@ -347,17 +347,22 @@ def _replay_proactive(stream: EventStream, config: ProactiveConfig, advice, coun
     else:
         hit_flag, pf_expert, pf_n = np.zeros(0, np.uint8), np.zeros((0, 0), np.int32), np.zeros(0, np.int64)
     count_from = int(np.argmax(counted)) if counted.any() else stream.n_events    # counted a suffix: warm-up
-    if (config.prefetch_budget == 0 and config.priority in ("lru", "lfu") and N <= KB.MAX_BITS_EXPERTS
-            and bool(counted[count_from:].all())):
+    if (config.prefetch_budget == 0 and config.priority in ("lru", "lfu", "lrfu") and N <= KB.MAX_BITS_EXPERTS
+            and bool(counted[count_from:].all())
+            and (config.priority != "lrfu" or stream.offsets.shape[0] <= KB.MAX_LRFU_EVENTS)):
         # no pre-access refinement: the demand replay of expertcache.replay, whose event-atomic per-layer
-        # bitset loops make the same decisions (same keys, lower tie rank leaves first)
+        # bitset loops make the same decisions (same keys, lower tie rank leaves first; LRFU's clock counts a
+        # layer's events in both)
         _, tie_pos = _tie_order(tie, L, N)
         if config.priority == "lru":
             KB.replay_lru_bits(stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos, count_from, hits,
                                misses, hit_flag)
-        else:
+        elif config.priority == "lfu":
             KB.replay_lfu_bits(stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos, False, count_from,
                                hits, misses, hit_flag)
+        else:
+            KB.replay_lrfu_bits(stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos,
+                                float(config.lrfu_lambda), count_from, hits, misses, hit_flag)
     else:
         KP.replay_proactive(stream.offsets, stream.expert, stream.layer, N, L, caps, tie, code,
                             float(config.lrfu_lambda), priority, prefetch, int(config.prefetch_budget), counted,
