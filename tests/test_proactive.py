@@ -383,3 +383,27 @@ def test_useful_prefetches_count_only_counted_loads():
     r = replay_proactive(s, ProactiveConfig("lru", capacity=(2,), prefetch_budget=1, warmup_events=1),
                          Advice(prefetch_score=pf))
     assert (r.hits, r.proactive_loads, r.useful_prefetches, r.wasted_prefetches) == (1, 0, 0, 0)
+
+
+def test_top_scores_are_a_stable_sort_of_the_finite_scores():
+    """The refinement's candidates (``_proactive.top_scores``) against numpy: the ``budget`` highest scores that are
+    neither NaN nor -inf, by a stable sort of the negated scores over ascending experts; rows with many ties, signed
+    zeros, subnormals, infinities and NaN, every budget."""
+    from expertcache.replay import _proactive as KP
+
+    rng = np.random.default_rng(3)
+    pool = np.array([NAN, -np.inf, np.inf, 0.0, -0.0, 1e-45, -1e-45, 0.5, 0.5, 1.0, -2.0, 3.0], dtype=np.float32)
+    for n in (1, 2, 3, 7, 8, 33, 128, 300):
+        rows = [rng.choice(pool, n), rng.standard_normal(n).astype(np.float32),
+                np.round(rng.standard_normal(n), 1).astype(np.float32), np.full(n, NAN, np.float32)]
+        scores = np.stack(rows)
+        ids, vals, fa, fb = np.empty(n, np.int64), np.empty(n), np.empty(n), np.empty(n)
+        for i in range(scores.shape[0]):
+            row = scores[i]
+            valid = np.flatnonzero(~np.isnan(row) & (row != -np.inf))
+            ranked = valid[np.argsort(-row[valid].astype(np.float64), kind="stable")]
+            for budget in sorted({0, 1, 2, 3, n // 2, n - 1, n, n + 5}):
+                order = np.full(n, -1, np.int64)
+                k = KP.top_scores(scores, i, n, budget, order, ids, vals, fa, fb)
+                assert k == min(max(budget, 0), valid.size)
+                assert order[:k].tolist() == ranked[:k].tolist(), (n, i, budget)

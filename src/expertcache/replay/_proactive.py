@@ -118,6 +118,50 @@ def _heap_down(hp, q, n, rs, rk, rt):
     hp[q] = x
 
 
+@jit_helper
+def top_scores(scores, i, n, budget, order, ids, vals, fa, fb):
+    """The experts of row ``i`` of ``scores`` (float32, ``n`` columns) with the ``budget`` highest scores that are
+    neither NaN nor ``-inf``, in ``order[:k]``, descending, the lower expert first among equal scores (what a stable
+    sort of the negated scores over ascending experts puts first); returns ``k``, at most ``budget``.
+
+    No branch on a score: the ``k``-th highest score ``v`` by a branch-free quickselect
+    (:func:`._kernels_bits._kth_lowest` on the negated scores), then one pass in expert order keeps the scores above
+    ``v`` and the first of those equal to it (in ``ids`` / ``vals``), and each kept expert goes to its rank among them.
+    ``ids`` (int64) and ``vals``, ``fa``, ``fb`` (float64) are scratch of at least ``n`` entries. An insertion into a
+    sorted buffer, a branch an expert, took 3 times the time on the prefetch compare's rows (docs/performance.md,
+    *Session 45*).
+    """
+    n_valid = 0
+    for e in range(n):
+        x = scores[i, e]
+        fa[n_valid] = -np.float64(x)               # written always, kept where valid
+        n_valid += not (np.isnan(x) or x == -np.inf)
+    k = min(budget, n_valid)
+    if k <= 0:
+        return 0
+    v = -_kth_lowest(fa, fb, n_valid, k)           # the k-th highest valid score
+    n_above = 0
+    for e in range(n):
+        n_above += np.float64(scores[i, e]) > v    # (NaN above nothing)
+    eq_left = k - n_above                          # of the scores equal to v, the first eq_left experts
+    q = 0
+    for e in range(n):
+        x = np.float64(scores[i, e])
+        eq = np.int64((x == v) & (eq_left > 0))
+        ids[q] = e
+        vals[q] = x
+        q += np.int64(x > v) + eq
+        eq_left -= eq
+    for j in range(k):                             # ranks among the kept: higher first, then lower expert
+        x = vals[j]
+        r = 0
+        for t in range(k):
+            y = vals[t]
+            r += (y > x) | ((y == x) & (t < j))
+        order[r] = ids[j]
+    return k
+
+
 @jit
 def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie, key_code, lam, priority,
                      prefetch, budget, counted, hits, misses, proactive, useful, hit_flag, pf_expert, pf_n):
@@ -183,7 +227,10 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     fc = np.empty(slots + max_unit, dtype=np.float64)
     miss_buf = np.empty(max_unit, dtype=np.int64)
     order = np.empty(n_experts, dtype=np.int64)
+    top_i = np.empty(n_experts, dtype=np.int64)           # scratch of the top-R selection (top_scores)
     top_s = np.empty(n_experts, dtype=np.float64)
+    sel_a = np.empty(n_experts, dtype=np.float64)
+    sel_b = np.empty(n_experts, dtype=np.float64)
     rs = np.empty(slots, dtype=np.float64)                # residents' prefetch scores in a refinement
     rk = np.empty(slots, dtype=np.float64)                # and their retention keys
     rt = np.empty(slots, dtype=np.int64)                  # and tie ranks
@@ -202,25 +249,8 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
         # 1. pre-access refinement
         if budget > 0 and cap > 0:
             # the top-R finite scores, descending, lower id first among equals (what a stable sort of -score
-            # over ascending ids puts first): insertion into a sorted buffer of at most R entries
-            n_top = 0
-            for e in range(n_experts):
-                x = prefetch[i, e]
-                if np.isnan(x) or x == -np.inf:
-                    continue
-                if n_top < budget:
-                    q = n_top
-                    n_top += 1
-                elif x > top_s[n_top - 1]:
-                    q = n_top - 1
-                else:
-                    continue
-                while q > 0 and x > top_s[q - 1]:
-                    top_s[q] = top_s[q - 1]
-                    order[q] = order[q - 1]
-                    q -= 1
-                top_s[q] = x
-                order[q] = e
+            # over ascending ids puts first)
+            n_top = top_scores(prefetch, i, n_experts, budget, order, top_i, top_s, sel_a, sel_b)
             pe = prev_ev[layer]
             keyed = 0           # residents res[layer, :keyed] have their (score, key) in rs, rk for this event
             for j in range(n_top):
