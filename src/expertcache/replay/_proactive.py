@@ -127,9 +127,9 @@ def top_scores(scores, i, n, budget, order, ids, vals, fa, fb):
     No branch on a score: the ``k``-th highest score ``v`` by a branch-free quickselect
     (:func:`._kernels_bits._kth_lowest` on the negated scores), then one pass in expert order keeps the scores above
     ``v`` and the first of those equal to it (in ``ids`` / ``vals``), and each kept expert goes to its rank among them.
-    ``ids`` (int64) and ``vals``, ``fa``, ``fb`` (float64) are scratch of at least ``n`` entries. An insertion into a
-    sorted buffer, a branch an expert, took 3 times the time on the prefetch compare's rows (docs/performance.md,
-    *Session 45*).
+    ``ids`` (int64) and ``vals``, ``fa``, ``fb`` (float64) are scratch of at least ``n`` entries. With an insertion
+    into a sorted buffer instead (a branch an expert), a budgeted replay of ``prefetch compare`` took 1/0.87 of its
+    time (docs/performance.md, *Session 45*).
     """
     n_valid = 0
     for e in range(n):
