@@ -19,8 +19,8 @@ The engine runs it for sequential global ``lrfu`` where :func:`window` is at mos
 
 A key's ``log2(S)`` comes from a memo of earlier results keyed by the CRF's bits (:func:`_log2_memo`), libm's
 ``log2`` only where the memo does not hold that CRF: under sequential units a block's gaps are long, so its CRF is 1
-or a sum of a few decays, and few CRFs recur often (on the benchmark stream 97% of accesses find theirs in
-``2**16`` entries). The memo holds libm's own results, so the keys are those of :func:`._kernels.crf_key` bit for bit.
+or a sum of a few decays, and few CRFs recur often (docs/performance.md, *Session 45*). The memo holds libm's own
+results, so the keys are those of :func:`._kernels.crf_key` bit for bit.
 """
 
 from __future__ import annotations

@@ -226,8 +226,8 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     fb = np.empty(slots + max_unit, dtype=np.float64)
     fc = np.empty(slots + max_unit, dtype=np.float64)
     miss_buf = np.empty(max_unit, dtype=np.int64)
-    order = np.empty(n_experts, dtype=np.int64)
-    top_i = np.empty(n_experts, dtype=np.int64)           # scratch of the top-R selection (top_scores)
+    order = np.empty(n_experts, dtype=np.int64)           # a refinement's candidates (top_scores), and its scratch
+    top_i = np.empty(n_experts, dtype=np.int64)
     top_s = np.empty(n_experts, dtype=np.float64)
     sel_a = np.empty(n_experts, dtype=np.float64)
     sel_b = np.empty(n_experts, dtype=np.float64)
