@@ -207,6 +207,25 @@ def test_lookahead_learns_a_deterministic_map_from_synthetic_hidden_states():
     assert res["hidden"].adj_hit > res["routing"].adj_hit
 
 
+def test_expert_map_search_does_not_depend_on_its_chunk():
+    """The advice of the example trace (prompts, so semantics too; gate weights) is the same bit for bit whatever
+    the executed tokens' chunk: a token's row depends on that token alone."""
+    from pathlib import Path
+
+    import expertcache
+    from expertcache.prefetch.comparison import split_trace
+    from expertcache.trace import read_trace
+
+    tr = read_trace(str(Path(expertcache.__file__).parent / "data" / "example_trace"))
+    ev, cal, _, _ = split_trace(tr)
+    ctx = advice_context(ev, 1, True)
+    base = expert_map_search(ctx, cal).advice.prefetch_score
+    assert ctx.n_exec > 7 and not np.isnan(base).all()
+    for chunk in (1, 7, ctx.n_exec - 1, 1 << 20):
+        got = expert_map_search(ctx, cal, chunk=chunk).advice.prefetch_score
+        assert got.tobytes() == base.tobytes(), chunk
+
+
 def test_expert_map_search_finds_the_stored_trajectory():
     L, N, k = 3, 6, 1
     cal = tiny_trace([(0, DECODE, [[0], [1], [2]]), (0, DECODE, [[3], [4], [5]])], L, N, k)

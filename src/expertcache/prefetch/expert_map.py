@@ -120,7 +120,8 @@ def semantic_embeddings(trace: RoutingTrace, hidden: np.ndarray | None) -> np.nd
 def expert_map_search(ctx: AdviceContext, calibration: RoutingTrace, store_size: int = 1000, top_m: int = 3,
                       alpha: float = 0.5, seed: int = 0, hidden: np.ndarray | None = None,
                       hidden_calibration: np.ndarray | None = None, chunk: int = 4096) -> Produced:
-    """FineMoE-style prefetch advice for ``ctx`` (see the module docstring)."""
+    """FineMoE-style prefetch advice for ``ctx`` (see the module docstring), ``chunk`` executed tokens at a time
+    (the advice does not depend on it: each token's row is its own)."""
     from ._kernels import expert_map_scores
 
     trace = ctx.trace
