@@ -625,9 +625,9 @@ def _kth_lowest(a, b, n, m):
     src = a
     dst = b
     while n > 4:
-        x0 = src[s0]
-        x1 = src[s0 + (n >> 1)]
-        x2 = src[s0 + n - 1]
+        x0 = src[_U(s0)]
+        x1 = src[_U(s0 + (n >> 1))]
+        x2 = src[_U(s0 + n - 1)]
         if x0 > x1:
             x0, x1 = x1, x0
         if x1 > x2:
@@ -637,10 +637,10 @@ def _kth_lowest(a, b, n, m):
         p = x1
         nl = 0
         ng = 0
-        for q in range(s0, s0 + n):
-            x = src[q]
-            dst[nl] = x
-            dst[n - 1 - ng] = x
+        for q in range(s0, s0 + n):    # (unsigned indices: no negative-index wraparound per store)
+            x = src[_U(q)]
+            dst[_U(nl)] = x
+            dst[_U(n - 1 - ng)] = x
             nl += x < p
             ng += x > p
         if m <= nl:
