@@ -124,8 +124,8 @@ def top_scores(scores, i, n, budget, order, ids, vals, fa, fb):
     neither NaN nor ``-inf``, in ``order[:k]``, descending, the lower expert first among equal scores (what a stable
     sort of the negated scores over ascending experts puts first); returns ``k``, at most ``budget``.
 
-    No branch on a score: the ``k``-th highest score ``v`` by a branch-free quickselect
-    (:func:`._kernels_bits._kth_lowest` on the negated scores), then one pass in expert order keeps the scores above
+    No branch on a score: the ``k``-th highest score ``v`` (the ``m - k + 1``-th lowest of the ``m`` valid ones) by a
+    branch-free quickselect (:func:`._kernels_bits._kth_lowest`), then one pass in expert order keeps the scores above
     ``v`` and the first of those equal to it (in ``ids`` / ``vals``), and each kept expert goes to its rank among them.
     ``ids`` (int64) and ``vals``, ``fa``, ``fb`` (float64) are scratch of at least ``n`` entries. With an insertion
     into a sorted buffer instead (a branch an expert), a budgeted replay of ``prefetch compare`` took 1/0.87 of its
@@ -134,12 +134,12 @@ def top_scores(scores, i, n, budget, order, ids, vals, fa, fb):
     n_valid = 0
     for e in range(n):
         x = scores[i, e]
-        fa[n_valid] = -np.float64(x)               # written always, kept where valid
+        fa[n_valid] = np.float64(x)                # written always, kept where valid
         n_valid += not (np.isnan(x) or x == -np.inf)
     k = min(budget, n_valid)
     if k <= 0:
         return 0
-    v = -_kth_lowest(fa, fb, n_valid, k)           # the k-th highest valid score
+    v = _kth_lowest(fa, fb, n_valid, n_valid - k + 1)      # the k-th highest valid score
     n_above = 0
     for e in range(n):
         n_above += np.float64(scores[i, e]) > v    # (NaN above nothing)
@@ -248,8 +248,6 @@ def replay_proactive(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
         decay_clock[layer] += 1
         # 1. pre-access refinement
         if budget > 0 and cap > 0:
-            # the top-R finite scores, descending, lower id first among equals (what a stable sort of -score
-            # over ascending ids puts first)
             n_top = top_scores(prefetch, i, n_experts, budget, order, top_i, top_s, sel_a, sel_b)
             pe = prev_ev[layer]
             keyed = 0           # residents res[layer, :keyed] have their (score, key) in rs, rk for this event
