@@ -1289,6 +1289,46 @@ def _lrfu_set_cut(th, thv, q, t, delta):
     thv[2 * q + 1] = np.float32(t * (1.0 + delta))
 
 
+@jit_inline
+def lrfu_cut_word(V, o, thv, w8, qa, qb, x):
+    """The 64 float32 values ``V[o:o+64]`` of the lanes ``x`` against cuts ``qa`` and ``qb`` (one where they are
+    equal; bounds ``thv``, :func:`_lrfu_set_cut`): ``(sa, sb, ua, ub)``, the lanes surely at most each cut and those
+    within its margin (:func:`._simd.lrfu_cut2`). Shared with the global slots loop (:mod:`._kernels_lrfu_slots`)."""
+    if qa == qb:
+        lrfu_cut1(V, o, thv, w8, qa)
+        w8[2] = w8[0]
+        w8[3] = w8[1]
+    else:
+        lrfu_cut2(V, o, thv, w8, qa, qb)
+    return w8[0] & x, w8[2] & x, w8[1] & ~w8[0] & x, w8[3] & ~w8[2] & x
+
+
+@jit_inline
+def lrfu_place(c, bit, ua, ub, sa, sb, th, qa, qb, lam_r):
+    """A lane ``bit`` within the margin of cut ``qa`` (``ua``) or ``qb`` (``ub``), placed by its exact key ``c``
+    against the cut's key ``log2(th[q]) + lam_r``: ``(sa, sb)`` with its bit where it is at most the key."""
+    if ua & bit and c <= np.log2(th[qa]) + lam_r:
+        sa |= bit
+    if ub & bit and c <= np.log2(th[qb]) + lam_r:
+        sb |= bit
+    return sa, sb
+
+
+@jit_inline
+def lrfu_rank_band(band, nb, need, w8, ckey, sel):
+    """The band's float32 values ``band[:nb]`` (``need < nb <= 64``) ranked: ``(v, nxt, leave)``, the ``need``-th
+    value and the next and, up to 16 values, the ``need`` lowest lanes as bits, ranked in registers
+    (:func:`._simd.lrfu_pick32`, ties to the lower lane); past 16, ``leave`` is 0, ``ckey`` holds the values and
+    ``sel`` them sorted by a network. Shared with the global slots loop (:mod:`._kernels_lrfu_slots`)."""
+    if nb <= 16:
+        lrfu_pick32(band, nb, need, w8)
+        return np.float64(band[_U(_cttz(w8[1]))]), np.float64(band[_U(_cttz(w8[2]))]), w8[0]
+    for r in range(nb):
+        ckey[_U(r)] = np.float64(band[_U(r)])
+    sort_small(ckey, nb, sel)
+    return sel[need - 1], sel[need], np.uint64(0)
+
+
 @jit_helper
 def _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, qa, qb, cnt):
     """Cuts ``qa`` and ``qb`` (one cut where they are equal) over ``C ∪ U`` (``cu``): ``msk[q]`` the blocks whose
@@ -1298,28 +1338,13 @@ def _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, q
     ca = 0
     cb = 0
     for w in range(n_words):
-        x = cu[w]
         o = pbase + (w << 6)
-        if qa == qb:
-            lrfu_cut1(V, o, thv, w8, qa)
-            w8[2] = w8[0]
-            w8[3] = w8[1]
-        else:
-            lrfu_cut2(V, o, thv, w8, qa, qb)
-        sa = w8[0] & x
-        sb = w8[2] & x
-        ua = w8[1] & ~w8[0] & x
-        ub = w8[3] & ~w8[2] & x
+        sa, sb, ua, ub = lrfu_cut_word(V, o, thv, w8, qa, qb, cu[w])
         un = ua | ub
         while un:                      # a value within the margin of a cut (rare): the exact keys decide
             j = np.int64(_cttz(un))
-            bit = one << _U(j)
             un &= un - one
-            c = _lrfu_key(S, PL, o + j, lam)
-            if ua & bit and c <= np.log2(th[qa]) + lam_r:
-                sa |= bit
-            if ub & bit and c <= np.log2(th[qb]) + lam_r:
-                sb |= bit
+            sa, sb = lrfu_place(_lrfu_key(S, PL, o + j, lam), one << _U(j), ua, ub, sa, sb, th, qa, qb, lam_r)
         msk[qa, w] = sa
         msk[qb, w] = sb
         ca += np.int64(_popc(sa))
@@ -1476,18 +1501,7 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
                 q = 0
                 for w in range(n_words):
                     q = values_at32(V, pbase + (w << 6), msk[b, w] & ~msk[a, w], band, q)
-            if nb <= 16:               # ranked in registers: the need lowest as bits, the need-th and the next
-                lrfu_pick32(band, nb, need, w8)
-                v = np.float64(band[_U(_cttz(w8[1]))])
-                nxt = np.float64(band[_U(_cttz(w8[2]))])
-                leave = w8[0]
-            else:
-                for r in range(nb):
-                    ckey[_U(r)] = np.float64(band[_U(r)])
-                sort_small(ckey, nb, sel)
-                v = sel[need - 1]
-                nxt = sel[need]
-                leave = zero
+            v, nxt, leave = lrfu_rank_band(band, nb, need, w8, ckey, sel)
             if nxt <= v * (1.0 + 3.0 * delta) or nxt < _LRFU_FLOOR:
                 q = 0                  # the need-th is not separated from the next: exact keys
                 for w in range(n_words):

@@ -23,6 +23,7 @@ from . import _kernels_lfru_groups as KG
 from . import _kernels_lfru_slots as KS
 from . import _kernels_lfu_buckets as KLB
 from . import _kernels_lrfu_global as KLR
+from . import _kernels_lrfu_slots as KLQ
 from . import _kernels_lrfu_window as KLW
 from . import _kernels_lru_events as KLE
 from . import _kernels_order as KO
@@ -528,6 +529,11 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
             # one access a unit: each layer's lowest key among its oldest residents, the layers in a tournament
             return KLW.replay_lrfu_window(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, lam,
                                           config.warmup_events, hits, misses, hit_flag)
+        if atomic and KLQ.fits(offsets.shape[0] - 1, expert.shape[0], int(caps[0])):
+            # a small cache for its events: dense slots, float32 values and vector cuts, as per-layer lrfu
+            # (benchmarks/lrfu_slots.py)
+            return KLQ.replay_lrfu_slots(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, lam,
+                                         config.warmup_events, hits, misses, hit_flag)
         # one pool, either semantics: only the low keys ordered (a sorted run and a side list), where the heap loop
         # sifted at every access (benchmarks/lrfu_global.py)
         return KLR.replay_lrfu_global(offsets, expert, layer, n_experts, n_layers, atomic, caps, tie_pos,
