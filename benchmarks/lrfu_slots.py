@@ -8,7 +8,8 @@ values and vector cuts; the pool loop (``_kernels_lrfu_global.replay_lrfu_global
 run. Per batch size, on ``bench_scaling.routed_stream(48, 128, B, accesses)`` (Zipf routing, top-8), per rho and
 lambda, this times both loops alternated pair by pair (the first side alternating too) and prints each side's
 nanoseconds per access (medians), slots / pool as the minimum and the median of the per-pair ratios, the cache's
-blocks per member of a mean event (the engine takes the slots loop up to ``_kernels_lrfu_slots.SLOTS_PER_MEMBER``),
+blocks per member of a mean event (the engine takes the slots loop up to ``SLOTS_BASE + SLOTS_SLOPE * E`` of
+them, ``E`` the mean event: ``_kernels_lrfu_slots.fits``),
 and whether both loops' hit counts and hit flags are equal (exit 1 otherwise).
 """
 

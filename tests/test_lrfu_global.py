@@ -101,15 +101,16 @@ def test_a_larger_stream_equals_the_heap_loop():
 def test_the_engine_takes_the_pool_and_it_equals_the_twin(monkeypatch):
     """Through the engine, global lrfu runs the pool loop (sequential units where lambda leaves a window past
     ``_kernels_lrfu_window.MAX_WINDOW``, here 0.05; the window loop takes lambda 0.5; event-atomic units on caches
-    past ``_kernels_lrfu_slots.SLOTS_PER_MEMBER`` blocks per member of a mean event, set to 0 here so that the slots
-    loop takes none) and equals the naive twin in every semantics, with a warm-up and two decays."""
+    past the slots loop's bound, ``_kernels_lrfu_slots.SLOTS_BASE`` and ``SLOTS_SLOPE``, set to 0 here so that the
+    slots loop takes none) and equals the naive twin in every semantics, with a warm-up and two decays."""
     from conftest import spy_calls
     from test_twin_large import random_stream
 
     from expertcache.replay import _kernels_lrfu_slots as KLQ
     from expertcache.replay import _kernels_lrfu_window as KLW
 
-    monkeypatch.setattr(KLQ, "SLOTS_PER_MEMBER", 0)
+    monkeypatch.setattr(KLQ, "SLOTS_BASE", 0.0)
+    monkeypatch.setattr(KLQ, "SLOTS_SLOPE", 0.0)
     called = spy_calls(monkeypatch, KLR, "replay_lrfu_global")
     windowed = spy_calls(monkeypatch, KLW, "replay_lrfu_window")
     stream = random_stream(12, L=3, N=24, k=6, steps=20)

@@ -47,7 +47,8 @@ def test_random_streams_equal_the_heap_loop(seed):
     whose clocks drift apart (a layer skips steps), events of one member to every expert, lam 0 / 0.1 / 0.5 / 1,
     pools 0 / 1 / 2 / a third / all but one / all / past all, warm-up, random and id tie ranks; as shipped, with no
     outer cut move allowed (every overflow that needs one ranks all slots by exact keys), and with a base that moves
-    every one or two units (layers behind the base, values below the float32 floor)."""
+    every one or two units (layers behind the base, values below the float32 floor); and with every overflow decided
+    over candidates first, among them with room for two (listings that do not fit, joins past the room)."""
     rng = np.random.default_rng([seed, 84])
     for trial in range(12):
         s = _any_sizes_stream(rng, 40, 30)
@@ -59,7 +60,8 @@ def test_random_streams_equal_the_heap_loop(seed):
             for c in (0, 1, 2, nb // 3, nb - 1, nb, nb + 5):
                 warm = int(rng.integers(0, 3))
                 want = _heap(s, True, c, tie, lam, warm)
-                for kw in ({}, {"max_moves": 0}, {"span": 2}, {"span": 1, "max_moves": 1}):
+                for kw in ({}, {"max_moves": 0}, {"span": 2}, {"span": 1, "max_moves": 1}, {"cand": 0},
+                           {"cand": 0, "cand_max": 2, "span": 3}):
                     assert _same(_slots(s, c, tie_pos, lam, warm, **kw), want), (trial, lam, c, kw)
 
 
@@ -83,15 +85,18 @@ def _routed(seed, L, N, B, steps, k=8, alpha=0.9):
 @pytest.mark.parametrize("B", [1, 8, 32])
 def test_batch_streams_equal_the_pool_loop(B):
     """24 layers of 64 experts, Zipf routing at batch 1 / 8 / 32 (clusters of equal values, bands past 64, outer
-    cuts, halvings), pools from a twentieth to three quarters of the blocks, lam 0 / 0.5 / 1: the pool loop's counts
-    and hit flags (the pool loop is held to the heap loop by tests/test_lrfu_global.py)."""
+    cuts, halvings), pools from a twentieth to three quarters of the blocks, lam 0 / 0.5 / 1, as shipped and with
+    every overflow decided over candidates first (among them with room for 64): the pool loop's counts and hit flags
+    (the pool loop is held to the heap loop by tests/test_lrfu_global.py)."""
     s = _routed(B, 24, 64, B, 40)
     nb = s.n_layers * s.n_experts
     tie = engine._tie_ranks("random", B, nb)
     tie_pos = np.argsort(np.argsort(tie)).astype(np.int64)
     for lam in (0.0, 0.5, 1.0):
         for c in (nb // 20, nb // 8, nb // 3, 3 * nb // 4):
-            assert _same(_slots(s, c, tie_pos, lam, 3), _pool(s, True, c, tie_pos, lam, 3)), (lam, c)
+            want = _pool(s, True, c, tie_pos, lam, 3)
+            for kw in ({}, {"cand": 0}, {"cand": 0, "cand_max": 64}):
+                assert _same(_slots(s, c, tie_pos, lam, 3, **kw), want), (lam, c, kw)
 
 
 def test_drifting_layer_clocks_equal_the_heap_loop():
@@ -107,8 +112,9 @@ def test_drifting_layer_clocks_equal_the_heap_loop():
     tie_pos = np.argsort(np.argsort(tie)).astype(np.int64)
     for span in (None, 3, 40):
         for c in (3, 8, 15):
-            kw = {} if span is None else {"span": span}
-            assert _same(_slots(s, c, tie_pos, 1.0, **kw), _heap(s, True, c, tie, 1.0)), (span, c)
+            for cand in (None, 0):
+                kw = ({} if span is None else {"span": span}) | ({} if cand is None else {"cand": cand})
+                assert _same(_slots(s, c, tie_pos, 1.0, **kw), _heap(s, True, c, tie, 1.0)), (span, c, cand)
 
 
 def test_a_cut_near_the_last_value_moves_off_it():
@@ -143,16 +149,17 @@ def test_exact_ranking_breaks_ties_by_tie_position():
 
 def test_the_engine_takes_the_slots_for_small_caches_and_equals_the_twin(monkeypatch):
     """Through the engine, event-atomic global lrfu runs the slots loop where the cache holds at most
-    ``SLOTS_PER_MEMBER`` blocks per member of a mean event and the pool loop past it (the slots' bound set to 1 here),
-    each equal to the naive twin with a warm-up and two decays."""
+    ``SLOTS_BASE + SLOTS_SLOPE * E`` blocks per member of a mean event of ``E`` members and the pool loop past it
+    (the bound set to 1 here), each equal to the naive twin with a warm-up and two decays."""
     from conftest import spy_calls
     from test_twin_large import random_stream
 
     slots = spy_calls(monkeypatch, KLQ, "replay_lrfu_slots")
     pool = spy_calls(monkeypatch, KLR, "replay_lrfu_global")
     stream = random_stream(12, L=3, N=24, k=6, steps=20)
-    for bound in (KLQ.SLOTS_PER_MEMBER, 1):
-        monkeypatch.setattr(KLQ, "SLOTS_PER_MEMBER", bound)
+    for bound in (KLQ.SLOTS_BASE, 1.0):
+        monkeypatch.setattr(KLQ, "SLOTS_BASE", bound)
+        monkeypatch.setattr(KLQ, "SLOTS_SLOPE", KLQ.SLOTS_SLOPE if bound > 1 else 0.0)
         for lam in (0.5, 0.05):
             kw = dict(rho=0.3, scope="global", semantics="event-atomic", seed=4, warmup_events=5, lrfu_lambda=lam)
             got = replay(stream, ReplayConfig("lrfu", **kw))
@@ -192,17 +199,18 @@ def test_a_value_within_a_cuts_margin_is_placed_by_its_exact_key():
     V[1] = np.float32(2.0 ** -100)
     V[2] = np.float32(0.5)                          # a free slot's stale value
     occ = np.array([3], np.uint64)
+    ident = np.arange(64, dtype=np.int32)          # lane j stands for slot j
     th, thv = np.zeros(4), np.zeros(8, np.float32)
     KLQ._set_cut(th, thv, 1, 1.0, delta, 0.0)
     KLQ._set_cut(th, thv, 2, 1.0 + 2.0 ** -28, delta, 0.0)
     msk, cnt = np.zeros((4, 1), np.uint64), np.zeros(4, np.int64)
-    KLQ._cut_pass(V, S, PL, sB, np.full(64, np.nan), lam, 0.0, occ, 1, th, thv, np.zeros(4, np.uint64), msk, 1, 2,
-                  cnt)
+    KLQ._cut_pass(V, S, PL, sB, np.full(64, np.nan), ident, lam, 0.0, occ, 1, th, thv, np.zeros(4, np.uint64), msk,
+                  1, 2, cnt)
     assert (int(msk[1, 0]), int(msk[2, 0])) == (0b10, 0b11) and cnt.tolist()[1:3] == [1, 2]
     KLQ._set_cut(th, thv, 1, 1.0 + 2.0 ** -28, delta, 0.0)         # the same cuts the other way round
     KLQ._set_cut(th, thv, 2, 1.0, delta, 0.0)
-    KLQ._cut_pass(V, S, PL, sB, np.full(64, np.nan), lam, 0.0, occ, 1, th, thv, np.zeros(4, np.uint64), msk, 1, 2,
-                  cnt)
+    KLQ._cut_pass(V, S, PL, sB, np.full(64, np.nan), ident, lam, 0.0, occ, 1, th, thv, np.zeros(4, np.uint64), msk,
+                  1, 2, cnt)
     assert (int(msk[1, 0]), int(msk[2, 0])) == (0b11, 0b10) and cnt.tolist()[1:3] == [2, 1]
 
 
