@@ -104,6 +104,7 @@ _CAND_AHEAD_MAX = 65536.0
 SLOTS_BASE = 40.0
 SLOTS_SLOPE = 2.0
 
+
 def fits(n_events: int, n_accesses: int, cap: int) -> bool:
     """Whether the engine replays a global ``lrfu`` cache of ``cap`` blocks here (:data:`SLOTS_BASE`,
     :data:`SLOTS_SLOPE`), on a stream whose last units fit int32 (:data:`._kernels_bits.MAX_LRFU_EVENTS`).
