@@ -84,6 +84,7 @@ _SPREAD_START = 0.08
 _HALVES = 24
 #: The predicted ``need``-th value's step per leaving block moves this share of the way to each overflow's own.
 _RATE = 0.25
+_LN2 = 0.6931471805599453
 #: From this many words of slots on, overflows are decided over *candidates*: copies of the values of the occupied
 #: slots at most a bound some overflows ahead (a value rises when its block is accessed, so a slot above the bound
 #: stays above it), listed afresh where a decision needs a cut past the bound.
@@ -157,7 +158,7 @@ def replay_lrfu_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
                        _LRFU_MAX_MOVES if max_moves is None else max(int(max_moves), 0),
                        np.arange(n_slots, dtype=np.int32), use_c, np.full(n_cand + 128, np.inf, np.float32),
                        z(n_cand + 128, np.int32), np.full(n_slots, n_cand + 127, np.int32),
-                       z((n_cand + 128) // 64, np.uint64), z(2, np.float32))
+                       z((n_cand + 128) // 64, np.uint64), z(2, np.float32), z(4))
 
 
 @jit_helper
@@ -262,17 +263,17 @@ def _band_exact(S, PL, sB, sK, ls, tie_pos, occ, msk, a, b, n_w, lam, lam_r, nee
 
 
 @jit_inline
-def _decide(V, occ, n_w, ls, bound, S, PL, sB, sK, tie_pos, lam, lam_r, delta, m, cv, spread, near, th, thv, w4,
+def _decide(V, occ, n_w, ls, bound, S, PL, sB, sK, tie_pos, lam, lam_r, delta, m, cv, fac, near, th, thv, w4,
             msk, cnt, lv, band, ckey, ctp, pos, sel, sel2, max_moves):
     """The ``m`` lowest ``(key, tie position)`` of the lanes ``occ`` (values ``V``, lane ``j`` standing for slot
-    ``ls[j]``) marked in ``lv``: the cuts around ``cv`` (``cv`` 0: every lane ranked), their passes, the band.
+    ``ls[j]``) marked in ``lv``: the cuts at ``cv * fac[q]`` (``cv`` 0: every lane ranked), their passes, the band.
     Returns ``(ok, v, wide, outer)``: ``ok`` false where a lane past the lanes' float32 ``bound`` could lie below
     the highest cut needed (the candidates do not hold every lane that may leave; ``lv`` is then not the answer),
     ``v`` the ``need``-th value (or the cut's), whether the band was wider than 16, whether an outer cut was
     needed."""
     if cv > 0.0:
         for q in range(4):
-            _set_cut(th, thv, q, cv * 2.0 ** (spread * _CUT_SPREADS[q]), delta, near)
+            _set_cut(th, thv, q, cv * fac[q], delta, near)
     else:                              # no centre: every lane ranked
         _lrfu_set_cut(th, thv, 0, -1.0, delta)
         _lrfu_set_cut(th, thv, 1, -1.0, delta)
@@ -462,7 +463,7 @@ def _rebuild(sV, occ, n_w, c32, cV, cS, cpos, lst, w4, cb, nc_old):
 @jit_loop
 def _replay_lrfu_slots(offsets, expert, ev_layer, n_experts, cap, tie_pos, lam, count_from, hits, misses, hit_flag,
                        S, PL, where, sV, sB, sK, occ, free, lunits, P, scale, th, thv, w4, msk, cnt, lv, band, ckey,
-                       ctp, sel, sel2, pos, lst, max_moves, ident, use_c, cV, cS, cpos, cw, cb):
+                       ctp, sel, sel2, pos, lst, max_moves, ident, use_c, cV, cS, cpos, cw, cb, fac):
     """The loop of :func:`replay_lrfu_slots`. Per block (``layer * n_experts + expert``, so that an event's state is
     one layer's lines): the CRF ``S``, the layer unit of the last access ``PL`` (-1: none), the slot ``where`` it is
     resident in (-1: none); per slot its value ``sV``, block ``sB`` and exact key ``sK`` (NaN until needed), ``occ``
@@ -485,6 +486,8 @@ def _replay_lrfu_slots(offsets, expert, ev_layer, n_experts, cap, tie_pos, lam, 
     base_u = 0                         # the base unit R
     u_max = 0
     spread = _SPREAD_START
+    for q in range(4):                 # the cuts' factors at that spread
+        fac[q] = 2.0 ** (spread * _CUT_SPREADS[q])
     lc = 0.0                           # log2 of the last need-th value (relative to the base)
     per = 0.0                          # its mean step per leaving block
     have = False
@@ -543,7 +546,8 @@ def _replay_lrfu_slots(offsets, expert, ev_layer, n_experts, cap, tie_pos, lam, 
         else:
             lam_r = lam * float(base_u)
             delta = _lrfu_margin(u_max, lam)
-            cv = 2.0 ** (lc + per * float(m)) if have else 0.0
+            d = per * float(m)         # the predicted need-th value (to first order where the step is small:
+            cv = (vprev * (1.0 + _LN2 * d) if abs(d) < 0.125 else vprev * 2.0 ** d) if have else 0.0   # no pow)
             done = False
             if use_c and cv > 0.0:
                 if not c_ok:           # candidates up to a bound some overflows ahead
@@ -562,7 +566,7 @@ def _replay_lrfu_slots(offsets, expert, ev_layer, n_experts, cap, tie_pos, lam, 
                     for w in range(n_cw):
                         lv[w] = zero
                     done, v, wide, outer = _decide(cV, cw, n_cw, cS, c32, S, PL, sB, sK, tie_pos, lam, lam_r, delta,
-                                                   m, cv, spread, vprev, th, thv, w4, msk, cnt, lv, band, ckey, ctp,
+                                                   m, cv, fac, vprev, th, thv, w4, msk, cnt, lv, band, ckey, ctp,
                                                    pos, sel, sel2, max_moves)
                     if done:           # the leaving candidates' slots
                         for w in range(n_cw):
@@ -582,16 +586,16 @@ def _replay_lrfu_slots(offsets, expert, ev_layer, n_experts, cap, tie_pos, lam, 
                 for w in range(n_w):
                     lv[w] = zero
                 _, v, wide, outer = _decide(sV, occ, n_w, ident, inf32, S, PL, sB, sK, tie_pos, lam, lam_r, delta, m,
-                                            cv, spread, vprev, th, thv, w4, msk, cnt, lv, band, ckey, ctp, pos, sel,
+                                            cv, fac, vprev, th, thv, w4, msk, cnt, lv, band, ckey, ctp, pos, sel,
                                             sel2, max_moves)
                 for w in range(n_w):   # the leaving slots, listed with no branch a word
                     x = lv[w]
                     occ[w] &= ~x
                     nl = bit_positions(x, w << 6, lst, nl)
-            if wide:                   # the cuts follow the band: narrower after a band past 16, wider after an
-                spread = max(spread * 0.5, _SPREAD_MIN)             # outer cut was needed
-            elif outer:
-                spread = min(spread * 2.0, _SPREAD_MAX)
+            if wide or outer:          # the cuts follow the band: narrower after a band past 16, wider after an
+                spread = max(spread * 0.5, _SPREAD_MIN) if wide else min(spread * 2.0, _SPREAD_MAX)  # outer cut
+                for q in range(4):     # was needed
+                    fac[q] = 2.0 ** (spread * _CUT_SPREADS[q])
         for r in range(nl):            # the leaving slots freed
             where[_U(sB[_U(lst[_U(r)])])] = -1
         for r in range(nl):
