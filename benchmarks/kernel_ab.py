@@ -18,7 +18,9 @@ with one global pool (cache ``rho * L * N``; ``_kernels_belady_buckets.replay_be
 ``replay_belady_units``, else the heap loop), and ``lru-global``, event-atomic ``lru`` with one global pool
 (``_kernels_lru_events.replay_lru_events``, else the list loop ``_kernels.replay_lru``), ``lrfu-global``,
 event-atomic ``lrfu`` (lambda 0.5) with one global pool (``_kernels_lrfu_global.replay_lrfu_global``; in a checkout
-from before session 41, the heap loop ``_kernels_ranked.replay_ranked``), ``lrfu-global-seq``, sequential ``lrfu``
+from before session 41, the heap loop ``_kernels_ranked.replay_ranked``), ``lrfu-global-slots``, the same on the
+slots loop whatever the cache (``_kernels_lrfu_slots.replay_lrfu_slots``; in a checkout from before session 46, the
+pool loop), ``lrfu-global-seq``, sequential ``lrfu``
 (lambda 0.5) with one global pool (``_kernels_lrfu_window.replay_lrfu_window``, else the pool loop
 ``_kernels_lrfu_global.replay_lrfu_global``), ``lfru-global-seq``, sequential ``lfru`` with one global pool
 (``_kernels_lfru_groups.replay_lfru_groups``), and ``lfu-global`` / ``lfu-global-seq``, event-atomic / sequential
@@ -55,7 +57,8 @@ from _ab import alternated_ratio, machine, median_and_range, pooled_rows  # noqa
 
 KERNELS = ("lru", "lfu", "lfru", "lrfu", "slots", "lfu-seq", "lfu-seq-in-cache", "lrfu-seq", "lfru-seq", "lru-seq",
            "lru-seq-global", "belady-seq", "belady-global", "belady-global-seq", "lru-global", "lrfu-global",
-           "lrfu-global-seq", "lfru-global-seq", "lfu-global", "lfu-global-seq", "lfu-global-seq-in-cache", "shuffle")
+           "lrfu-global-slots", "lrfu-global-seq", "lfru-global-seq", "lfu-global", "lfu-global-seq",
+           "lfu-global-seq-in-cache", "shuffle")
 
 
 def _baseline(src: str):
@@ -166,6 +169,14 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
                 else:
                     pl.replay_lrfu_global(s.offsets, s.expert, s.layer, N, L, True, pool, global_order[1], 0.5, 0, h,
                                           m, flags)
+            elif kernel == "lrfu-global-slots":
+                sl = _sibling(generic, "_kernels_lrfu_slots")
+                if sl is None:             # a checkout without it: the pool loop
+                    _sibling(generic, "_kernels_lrfu_global").replay_lrfu_global(
+                        s.offsets, s.expert, s.layer, N, L, True, pool, global_order[1], 0.5, 0, h, m, flags)
+                else:
+                    sl.replay_lrfu_slots(s.offsets, s.expert, s.layer, N, L, pool, global_order[1], 0.5, 0, h, m,
+                                         flags)
             elif kernel == "lrfu-global-seq":
                 win = _sibling(generic, "_kernels_lrfu_window")
                 if win is None:            # a checkout without it: the pool loop the engine ran there
