@@ -55,16 +55,20 @@ def machine() -> str:
     return f"{model}; {n_cpu} CPUs{llvm_part}"
 
 
-def alternated_ratio(run: Callable[[int], float], pairs: int, first: int) -> float:
-    """The median over ``pairs`` pairs of ``run(0) / run(1)`` (seconds), the side timed first alternating from
-    pair to pair (side 0 first in pair ``k`` when ``k + first`` is even)."""
-    ratios = []
+def alternated_pairs(run: Callable[[int], float], pairs: int, first: int = 0) -> tuple[list[float], list[float]]:
+    """``run(0)`` and ``run(1)`` (seconds) over ``pairs`` pairs, the side timed first alternating from pair to pair
+    (side 0 first in pair ``k`` when ``k + first`` is even): side 0's times and side 1's, pair by pair."""
+    t: tuple[list[float], list[float]] = ([], [])
     for k in range(pairs):
-        t = {}
         for side in ((1, 0) if (k + first) % 2 else (0, 1)):
-            t[side] = run(side)
-        ratios.append(t[0] / t[1])
-    return statistics.median(ratios)
+            t[side].append(run(side))
+    return t
+
+
+def alternated_ratio(run: Callable[[int], float], pairs: int, first: int) -> float:
+    """The median over ``pairs`` pairs of ``run(0) / run(1)`` (:func:`alternated_pairs`)."""
+    a, b = alternated_pairs(run, pairs, first)
+    return statistics.median([x / y for x, y in zip(a, b, strict=True)])
 
 
 def pooled_rows(argv: list[str], processes: int, env: dict[str, str] | None = None) -> list[list[float]]:
@@ -87,16 +91,22 @@ def median_and_range(col: list[float]) -> tuple[float, float, float]:
     return statistics.median(col), min(col), max(col)
 
 
-def rho_list(text: str) -> list[float]:
-    """An argument type: cache fractions in [0, 1], comma-separated."""
-    try:
-        rhos = [float(x) for x in text.split(",")]
-    except ValueError:
-        rhos = []
-    if not rhos or not all(0.0 <= r <= 1.0 for r in rhos):
-        raise argparse.ArgumentTypeError(f"expected cache fractions in [0, 1], comma-separated (e.g. 0.1,0.2), got "
-                                         f"{text!r}")
-    return rhos
+def unit_list(what: str, example: str) -> Callable[[str], list[float]]:
+    """An argument type: ``what`` (numbers in [0, 1]), comma-separated, as in ``example``."""
+    def parse(text: str) -> list[float]:
+        try:
+            out = [float(x) for x in text.split(",")]
+        except ValueError:
+            out = []
+        if not out or not all(0.0 <= r <= 1.0 for r in out):
+            raise argparse.ArgumentTypeError(f"expected {what} in [0, 1], comma-separated (e.g. {example}), got "
+                                             f"{text!r}")
+        return out
+    return parse
+
+
+#: An argument type: cache fractions in [0, 1], comma-separated.
+rho_list = unit_list("cache fractions", "0.1,0.2")
 
 
 def int_list(text: str) -> list[int]:

@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _ab import int_list, machine, positive_int, report, rho_list, yes_no  # noqa: E402
+from _ab import alternated_pairs, int_list, machine, positive_int, report, rho_list, yes_no  # noqa: E402
 
 
 def row(s, rho: float, atomic: bool, pairs: int, lam: float = 0.5) -> dict:
@@ -52,10 +52,7 @@ def row(s, rho: float, atomic: bool, pairs: int, lam: float = 0.5) -> dict:
 
     _, h1, f1 = timed(True)                 # (also the warm-up)
     _, h2, f2 = timed(False)
-    pool, heap = [], []
-    for k in range(pairs):
-        for side in ((True, False) if k % 2 == 0 else (False, True)):
-            (pool if side else heap).append(timed(side)[0])
+    pool, heap = alternated_pairs(lambda side: timed(side == 0)[0], pairs)
     return {"rho": rho, "capacity": int(caps[0]), "semantics": "event-atomic" if atomic else "sequential-ascending",
             "pool_ns": statistics.median(pool) / s.union * 1e9, "heap_ns": statistics.median(heap) / s.union * 1e9,
             "ratio": statistics.median([a / b for a, b in zip(pool, heap, strict=True)]),

@@ -25,18 +25,19 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _ab import int_list, machine, positive_int, report, rho_list, yes_no  # noqa: E402
+from _ab import (  # noqa: E402
+    alternated_pairs,
+    int_list,
+    machine,
+    positive_int,
+    report,
+    rho_list,
+    unit_list,
+    yes_no,
+)
 
-
-def lam_list(text: str) -> list[float]:
-    """A comma list of lambdas in [0, 1] (argparse type)."""
-    try:
-        out = [float(x) for x in text.split(",")]
-    except ValueError:
-        out = []
-    if not out or not all(0.0 <= x <= 1.0 for x in out):
-        raise argparse.ArgumentTypeError(f"expected a comma list of lambdas in [0, 1], e.g. 0.1,0.5; got {text!r}")
-    return out
+#: An argument type: lambdas in [0, 1], comma-separated.
+lam_list = unit_list("lambdas", "0.1,0.5")
 
 
 def row(s, rho: float, lam: float, pairs: int) -> dict:
@@ -64,10 +65,7 @@ def row(s, rho: float, lam: float, pairs: int) -> dict:
 
     _, h1, f1 = timed(True)                 # (also the warm-up)
     _, h2, f2 = timed(False)
-    slots, pool = [], []
-    for k in range(pairs):
-        for side in ((True, False) if k % 2 == 0 else (False, True)):
-            (slots if side else pool).append(timed(side)[0])
+    slots, pool = alternated_pairs(lambda side: timed(side == 0)[0], pairs)
     ratios = [a / b for a, b in zip(slots, pool, strict=True)]
     return {"rho": rho, "lam": lam, "capacity": int(caps[0]), "per_member": int(caps[0]) * s.n_events / s.union,
             "slots_ns": statistics.median(slots) / s.union * 1e9, "pool_ns": statistics.median(pool) / s.union * 1e9,

@@ -141,7 +141,9 @@ def test_exact_ranking_breaks_ties_by_tie_position():
         pos = rng.permutation(192)[:k].astype(np.int64)
         need = int(rng.integers(1, k + 1))
         lv = np.zeros(3, np.uint64)
-        v = KLQ._leave_exact(key, ctp, pos, k, need, np.zeros(k), np.zeros(k), lv)
+        slots = np.arange(k, dtype=np.int64)       # lane r in slot r, holding block r, at tie position ctp[r]
+        v = KLQ._leave_exact(key, ctp.astype(np.int64), slots.astype(np.int32), slots, pos, k, need, np.zeros(k),
+                             np.zeros(k), lv)
         order = np.lexsort((ctp, key))[:need]
         got = {int(j) for j in range(192) if (int(lv[j >> 6]) >> (j & 63)) & 1}
         assert got == set(pos[order].tolist()) and v == key[order[-1]]

@@ -70,6 +70,7 @@ from ._kernels_bits import (
     lrfu_place,
     lrfu_rank_band,
 )
+from ._kernels_lfru_slots import _slot_tie, _tie_cut
 from ._simd import bit_positions, lrfu_cut1, pdep, values_at32
 
 #: The four cuts around a centre ``c``: ``c * 2**(spread * f)`` for these ``f`` (outer low, inner low, inner high,
@@ -154,7 +155,7 @@ def replay_lrfu_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
                        crf_decays(lam, min(n_units + 1, _LRFU_DECAYS)),
                        2.0 ** (lam * np.arange(n_scale, dtype=np.float64)), z(4), z(8, np.float32), z(4, np.uint64),
                        z((4, n_mw), np.uint64), z(4, np.int64), z(n_mw, np.uint64), z(128, np.float32),
-                       z(width), z(width), z(width), z(width), z(width, np.int64), z(n_slots + 64, np.int32),
+                       z(width), z(width, np.int64), z(width), z(width), z(width, np.int64), z(n_slots + 64, np.int32),
                        _LRFU_MAX_MOVES if max_moves is None else max(int(max_moves), 0),
                        np.arange(n_slots, dtype=np.int32), use_c, np.full(n_cand + 128, np.inf, np.float32),
                        z(n_cand + 128, np.int32), np.full(n_slots, n_cand + 127, np.int32),
@@ -210,10 +211,11 @@ def _set_cut(th, thv, q, t, delta, near):
 
 
 @jit_helper
-def _leave_exact(key, ctp, pos, k, need, buf, scratch, lv):
-    """Of the ``k`` lanes ``pos[:k]`` with exact keys ``key[:k]`` and tie positions ``ctp[:k]``, the ``need`` lowest
-    ``(key, tie position)`` marked in the words ``lv``; returns the ``need``-th key. ``buf`` and ``scratch`` hold
-    ``k``."""
+def _leave_exact(key, tie_pos, sB, spos, pos, k, need, buf, scratch, lv):
+    """Of the ``k`` lanes ``pos[:k]`` with exact keys ``key[:k]`` (slots ``spos[:k]``, blocks ``sB``, their tie
+    positions ``tie_pos``), the ``need`` lowest ``(key, tie position)`` marked in the words ``lv``; returns the
+    ``need``-th key. ``buf`` and ``scratch`` hold ``k``. Of the keys equal to it, the lowest tie positions by
+    :func:`._kernels_lfru_slots._tie_cut`."""
     for r in range(k):
         buf[_U(r)] = key[_U(r)]
     v = _kth_lowest(buf, scratch, k, need)
@@ -223,25 +225,17 @@ def _leave_exact(key, ctp, pos, k, need, buf, scratch, lv):
         c = key[_U(r)]
         n_less += c < v
         n_eq += c == v
-    eq = need - n_less
-    tr = np.inf                        # of the keys equal to v, those at tie positions up to tr leave
-    if eq < n_eq:
-        q = 0
-        for r in range(k):
-            if key[_U(r)] == v:
-                buf[_U(q)] = ctp[_U(r)]
-                q += 1
-        tr = _kth_lowest(buf, scratch, n_eq, eq)
+    tr = _tie_cut(key, v, k, tie_pos, sB, spos, buf, scratch, need - n_less, n_eq)
     for r in range(k):
         c = key[_U(r)]
-        if c < v or (c == v and ctp[_U(r)] <= tr):
+        if c < v or (c == v and _slot_tie(tie_pos, sB, spos[_U(r)]) <= tr):
             j = pos[_U(r)]
             lv[_U(j >> 6)] |= np.uint64(1) << _U(j & 63)
     return v
 
 
 @jit_helper
-def _band_exact(S, PL, sB, sK, ls, tie_pos, occ, msk, a, b, n_w, lam, lam_r, need, ckey, ctp, pos, sel, sel2, lv,
+def _band_exact(S, PL, sB, sK, ls, tie_pos, occ, msk, a, b, n_w, lam, lam_r, need, ckey, spos, pos, sel, sel2, lv,
                 every):
     """The band's lanes (below cut ``b``, not below cut ``a``; every lane of ``occ`` where ``every``) ranked by exact
     keys: the ``need`` lowest ``(key, tie position)`` marked in ``lv`` with every lane below cut ``a`` (none where
@@ -256,15 +250,15 @@ def _band_exact(S, PL, sB, sK, ls, tie_pos, occ, msk, a, b, n_w, lam, lam_r, nee
             x &= x - one
             sj = ls[_U(j)]
             ckey[_U(q)] = _slot_key(S, PL, sB, sK, sj, lam)
-            ctp[_U(q)] = float(tie_pos[_U(sB[_U(sj)])])
+            spos[_U(q)] = sj
             pos[_U(q)] = j
             q += 1
-    return 2.0 ** (_leave_exact(ckey, ctp, pos, q, need, sel, sel2, lv) - lam_r)
+    return 2.0 ** (_leave_exact(ckey, tie_pos, sB, spos, pos, q, need, sel, sel2, lv) - lam_r)
 
 
 @jit_inline
 def _decide(V, occ, n_w, ls, bound, S, PL, sB, sK, tie_pos, lam, lam_r, delta, m, cv, fac, near, th, thv, w4,
-            msk, cnt, lv, band, ckey, ctp, pos, sel, sel2, max_moves):
+            msk, cnt, lv, band, ckey, spos, pos, sel, sel2, max_moves):
     """The ``m`` lowest ``(key, tie position)`` of the lanes ``occ`` (values ``V``, lane ``j`` standing for slot
     ``ls[j]``) marked in ``lv``: the cuts at ``cv * fac[q]`` (``cv`` 0: every lane ranked), their passes, the band.
     Returns ``(ok, v, wide, outer)``: ``ok`` false where a lane past the lanes' float32 ``bound`` could lie below
@@ -353,7 +347,7 @@ def _decide(V, occ, n_w, ls, bound, S, PL, sB, sK, tie_pos, lam, lam_r, delta, m
                 q = values_at32(V, w << 6, x, band, q)
         v, nxt, leave = lrfu_rank_band(band, nb, need, w4, ckey, sel)
         if nxt <= v * (1.0 + 3.0 * delta) or nxt < _LRFU_FLOOR:
-            v = _band_exact(S, PL, sB, sK, ls, tie_pos, occ, msk, a, b, n_w, lam, lam_r, need, ckey, ctp, pos, sel,
+            v = _band_exact(S, PL, sB, sK, ls, tie_pos, occ, msk, a, b, n_w, lam, lam_r, need, ckey, spos, pos, sel,
                             sel2, lv, False)
         else:
             if nb > 16:
@@ -364,7 +358,7 @@ def _decide(V, occ, n_w, ls, bound, S, PL, sB, sK, tie_pos, lam, lam_r, delta, m
                 c = _popc(x)
                 leave = (leave >> c) if c < 64 else np.uint64(0)
     else:                              # a wide band (or every lane): exact keys
-        v = _band_exact(S, PL, sB, sK, ls, tie_pos, occ, msk, a, b, n_w, lam, lam_r, need, ckey, ctp, pos, sel, sel2,
+        v = _band_exact(S, PL, sB, sK, ls, tie_pos, occ, msk, a, b, n_w, lam, lam_r, need, ckey, spos, pos, sel, sel2,
                         lv, nb < 0)
     return True, v, wide, outer
 
@@ -463,7 +457,7 @@ def _rebuild(sV, occ, n_w, c32, cV, cS, cpos, lst, w4, cb, nc_old):
 @jit_loop
 def _replay_lrfu_slots(offsets, expert, ev_layer, n_experts, cap, tie_pos, lam, count_from, hits, misses, hit_flag,
                        S, PL, where, sV, sB, sK, occ, free, lunits, P, scale, th, thv, w4, msk, cnt, lv, band, ckey,
-                       ctp, sel, sel2, pos, lst, max_moves, ident, use_c, cV, cS, cpos, cw, cb, fac):
+                       spos, sel, sel2, pos, lst, max_moves, ident, use_c, cV, cS, cpos, cw, cb, fac):
     """The loop of :func:`replay_lrfu_slots`. Per block (``layer * n_experts + expert``, so that an event's state is
     one layer's lines): the CRF ``S``, the layer unit of the last access ``PL`` (-1: none), the slot ``where`` it is
     resident in (-1: none); per slot its value ``sV``, block ``sB`` and exact key ``sK`` (NaN until needed), ``occ``
@@ -566,7 +560,7 @@ def _replay_lrfu_slots(offsets, expert, ev_layer, n_experts, cap, tie_pos, lam, 
                     for w in range(n_cw):
                         lv[w] = zero
                     done, v, wide, outer = _decide(cV, cw, n_cw, cS, c32, S, PL, sB, sK, tie_pos, lam, lam_r, delta,
-                                                   m, cv, fac, vprev, th, thv, w4, msk, cnt, lv, band, ckey, ctp,
+                                                   m, cv, fac, vprev, th, thv, w4, msk, cnt, lv, band, ckey, spos,
                                                    pos, sel, sel2, max_moves)
                     if done:           # the leaving candidates' slots
                         for w in range(n_cw):
@@ -586,7 +580,7 @@ def _replay_lrfu_slots(offsets, expert, ev_layer, n_experts, cap, tie_pos, lam, 
                 for w in range(n_w):
                     lv[w] = zero
                 _, v, wide, outer = _decide(sV, occ, n_w, ident, inf32, S, PL, sB, sK, tie_pos, lam, lam_r, delta, m,
-                                            cv, fac, vprev, th, thv, w4, msk, cnt, lv, band, ckey, ctp, pos, sel,
+                                            cv, fac, vprev, th, thv, w4, msk, cnt, lv, band, ckey, spos, pos, sel,
                                             sel2, max_moves)
                 for w in range(n_w):   # the leaving slots, listed with no branch a word
                     x = lv[w]
