@@ -32,7 +32,9 @@ kernel to time what that part costs, so that its decisions, and its counts, chan
 differ. Prints per rho the median over ``--processes`` fresh processes (a kernel's time moves by up to ~15% with
 where its code lands in a process: docs/performance.md, *Placement noise*) of each process's median per-pair ratio
 (ours / baseline), and their range. Stream: ``bench_vs_libcachesim.drifting_qwen_stream(steps)`` (48 x 128, B = 8;
-5,200 steps is the 10 M-access benchmark stream, 650 the 1.25 M one). The processes compile into a numba cache of
+5,200 steps is the 10 M-access benchmark stream, 650 the 1.25 M one), or with ``--batch B``
+``bench_scaling.routed_stream`` at batch ``B`` (48 x 128, as many union accesses as ``steps`` steps of the drifting
+stream). The processes compile into a numba cache of
 their own, removed at the end (a kernel cached under the baseline's second name would not load in a plain run of that
 checkout).
 """
@@ -88,7 +90,8 @@ def _sibling(generic, name: str):
 
 
 def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, first: int,
-          timing_only: bool = False) -> None:
+          timing_only: bool = False, batch: int = 0) -> None:
+    from bench_scaling import ACCESSES_PER_STEP, routed_stream
     from bench_vs_libcachesim import drifting_qwen_stream
 
     from expertcache.replay import _kernels as KK
@@ -98,7 +101,8 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
     from expertcache.replay import engine
 
     sides = ((KB, KS, KQ, KK), _baseline(src))
-    s = drifting_qwen_stream(steps, sample_seed=1)
+    s = (routed_stream(48, 128, batch, steps * ACCESSES_PER_STEP) if batch
+         else drifting_qwen_stream(steps, sample_seed=1))
     L, N = s.n_layers, s.n_experts
     tie = engine._tie_ranks("random", 0, L * N)
     order, tie_pos = engine._tie_order(tie, L, N)
@@ -224,6 +228,9 @@ def main() -> None:
     ap.add_argument("--rhos", default="0.1,0.2,0.3,0.4,0.75")
     ap.add_argument("--pairs", type=int, default=11, help="alternated pairs per rho in each process")
     ap.add_argument("--processes", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=0,
+                    help="replay bench_scaling.routed_stream at this batch (48 x 128, as many accesses as --steps "
+                         "steps of the drifting stream) instead of the drifting stream")
     ap.add_argument("--timing-only", action="store_true",
                     help="time a prototype whose counts differ from the baseline's (a part taken out of the "
                          "kernel); rows say where they differ")
@@ -231,8 +238,10 @@ def main() -> None:
     a = ap.parse_args()
     rhos = [float(x) for x in a.rhos.split(",")]
     if a.child >= 0:
-        child(a.baseline, a.kernel, a.steps, rhos, a.pairs, a.child, a.timing_only)
+        child(a.baseline, a.kernel, a.steps, rhos, a.pairs, a.child, a.timing_only, a.batch)
         return
+    if a.batch < 0:
+        raise SystemExit(f"--batch {a.batch}: a batch is at least 1 (0: the drifting stream)")
     if _baseline(a.baseline)[2] is None and a.kernel in ("lfu-seq", "lrfu-seq", "lfru-seq"):   # fails here, once
         raise SystemExit(f"{a.baseline}: this checkout has no replay/_kernels_seq.py (sequential loops, session 34); "
                          f"--kernel {a.kernel} needs one on both sides")
@@ -240,12 +249,13 @@ def main() -> None:
     env = dict(os.environ, NUMBA_CACHE_DIR=cache)
     try:
         cols = pooled_rows([sys.executable, __file__, "--baseline", a.baseline, "--kernel", a.kernel, "--steps",
-                            str(a.steps), "--rhos", a.rhos, "--pairs", str(a.pairs)]
+                            str(a.steps), "--rhos", a.rhos, "--pairs", str(a.pairs), "--batch", str(a.batch)]
                            + (["--timing-only"] if a.timing_only else []), a.processes, env)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     print(f"machine: {machine()}")
-    print(f"{a.kernel}, {a.steps} steps, {a.processes} processes x {a.pairs} pairs: ours / baseline (median, "
+    stream = f"routed stream at batch {a.batch}, " if a.batch else ""
+    print(f"{a.kernel}, {stream}{a.steps} steps, {a.processes} processes x {a.pairs} pairs: ours / baseline (median, "
           "process range)")
     for rho, col, eq in zip(rhos, cols[:len(rhos)], cols[len(rhos):], strict=True):
         med, lo, hi = median_and_range(col)

@@ -29,6 +29,7 @@ from expertcache.replay import _kernels_lfru as KL
 from expertcache.replay import _kernels_order as KO
 from expertcache.replay import _kernels_ranked as KR
 from expertcache.replay import _kernels_seq as KQ
+from expertcache.replay import _simd as SIMD
 from expertcache.replay.keys import KEY_LEAST_STALE, KEY_LFRU, KEY_LFU, KEY_LRFU
 
 FAST = ("lfu", "lrfu", "least-stale", "lfru")
@@ -940,6 +941,38 @@ def test_lfru_bitset_loop_with_units_larger_than_the_quota():
         got = [np.zeros(L, dtype=np.int64), np.zeros(L, dtype=np.int64), np.zeros(stream.union, np.uint8)]
         KB.replay_lfru_bits(stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos, 5, *got)
         assert all((a == b).all() for a, b in zip(got, want, strict=True)), frac
+
+
+@pytest.mark.parametrize(("policy", "lams"), [("lfru", (-1.0,)), ("lrfu", (0.1, 0.5, 1.0))])
+def test_lfru_and_lrfu_bitset_loops_narrow_wide_bands_at_large_batches(policy, lams):
+    """Units of 64 requests x top-8 (most of a layer's 128 experts) against quotas of 6-96: many keys lie near the
+    ``need``-th (lfru: members' counts over an age of 1; lrfu: members' CRFs near their common limit), so the cuts
+    hold bands of 65-115 blocks, which the loops narrow with cuts between the two (``_narrow`` with ``dyadic8_mid``,
+    ``_lrfu_narrow``) before ranking the band; the counts and hit flags of replay_select / replay_heap, with warm-up,
+    under both tie breaks."""
+    L, N = 2, 128
+    stream = _skewed_stream(L, N, 300, 64, 17, top_k=8)
+    assert stream.union / stream.n_events > 100
+    for tie_break in ("id", "random"):
+        tie = engine._tie_ranks(tie_break, 4, L * N)
+        _, tie_pos = engine._tie_order(tie, L, N)
+        for frac in (0.05, 0.2, 0.4, 0.75):
+            caps = np.array([int(frac * N), int(frac * N) + 5], dtype=np.int64)
+            for lam in lams:
+                got, want = _bits_and_generic(policy, stream, caps, tie, tie_pos, 9, lam)
+                assert all((a == b).all() for a, b in zip(got, want, strict=True)), (tie_break, frac, lam)
+
+
+def test_dyadic8_mid_lies_strictly_between_or_says_none_does():
+    """dyadic8_mid against a count of the values of 8 significant bits between two such values: one strictly
+    between them where any is, ``a`` where none is."""
+    rng = np.random.default_rng(8)
+    for _ in range(2000):
+        a = SIMD.dyadic8_down(float(rng.uniform(1e-6, 1e6)))
+        b = SIMD.dyadic8_up(a * float(rng.choice([1.0 + 2.0 ** -7, 1.0 + 2.0 ** -6, 1.5, 3.0, 1e3])))
+        x = SIMD.dyadic8_mid(a, b)
+        between = SIMD.dyadic8_up(np.nextafter(a, np.inf)) < b
+        assert (a < x < b and SIMD.dyadic8_down(x) == x) if between else x == a, (a, b, x)
 
 
 def test_lfru_bitset_loop_band_of_64_equal_keys_all_leaving():

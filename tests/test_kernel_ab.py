@@ -68,3 +68,16 @@ def test_sequential_kernels_need_them_on_both_sides(tmp_path):
     r = _run(tmp_path / "src", "--kernel", "lfu-seq", "--rhos", "0.2", "--processes", "1")
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "_kernels_seq.py" in r.stderr and "--kernel lfu-seq" in r.stderr
+
+
+def test_a_batch_replays_the_routed_stream_and_a_negative_one_is_a_one_line_error(tmp_path):
+    """--batch B: the rows name the routed stream at that batch; --batch -1 is refused in one line."""
+    shutil.copytree(ROOT / "src" / "expertcache", tmp_path / "src" / "expertcache",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    r = _run(tmp_path / "src", "--kernel", "lfru", "--rhos", "0.4", "--processes", "1", "--batch", "64")
+    assert r.returncode == 0, r.stderr
+    assert "lfru, routed stream at batch 64, 3 steps" in r.stdout
+    assert len([ln for ln in r.stdout.splitlines() if ln.startswith("  rho 0.4 ")]) == 1
+    bad = _run(tmp_path / "src", "--kernel", "lfru", "--batch", "-1")
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().splitlines()[-1].endswith("--batch -1: a batch is at least 1 (0: the drifting stream)")

@@ -41,6 +41,7 @@ from ._simd import (
     cut_mask1_32_young,
     data_at,
     dyadic8_down,
+    dyadic8_mid,
     dyadic8_up,
     keys8_32,
     lanes_below,
@@ -897,6 +898,7 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses, hit_flag,
                       pa(n_layers, np.int64, 0), pa((n_layers, n_words), np.uint64, 0), pa(n_words, np.uint64, 0),
                       pa(n_words, np.uint64, 0), pa(n_words, np.uint64, 0), pa(n_words, np.uint64, 0),
+                      pa(n_words, np.uint64, 0),
                       pa(4, np.uint64, 0), pa(n_layers * npad, np.float32, 0), pa(n_layers * npad, np.float32, 0),
                       thr, pa(width, np.int64), pa(width + 8, np.float64), pa(width, np.float64),
                       pa(width, np.float64), pa(width, np.float64), np.float32(min(float(old_age), AGE32)),
@@ -913,6 +915,8 @@ _LFRU_CUT_LOW = 0.85
 _LFRU_CUT_HIGH = 1.2
 #: The first step by which a cut on the wrong side moves out (``_replay_lfru_bits``), squared at each further step.
 _LFRU_STEP = 1.5
+#: A band of more blocks than this between the two cuts of ``_replay_lfru_bits`` is narrowed first (:func:`_narrow`).
+_LFRU_NARROW = 16
 #: Moves of a cut after which an overflow ranks every block of ``C ∪ U`` (``_replay_lfru_bits``): from any finite
 #: positive cut, 12 steps of 1.5 squared each reach 0 (``dyadic8_down`` past float64's least normal) or ``inf``.
 _LFRU_MAX_MOVES = 64
@@ -982,10 +986,38 @@ def _recut(moved, kept, F, Lst, pbase, th, t1, cu, n_words, old_age, w4):
     return c
 
 
+@jit_helper
+def _narrow(low, high, mid, F, Lst, pbase, th0, th1, t1, c0, c1, m, n_words, old_age, w4):
+    """Cuts ``th0`` / ``th1`` of :func:`_replay_lfru_bits` holding ``c0 <= m <= c1`` blocks (``low`` / ``high``), moved
+    towards each other while the band between holds more than :data:`_LFRU_NARROW`: a cut of 8 significant bits
+    between them (:func:`dyadic8_mid`) ranks the band's blocks alone (``mid``) and becomes the low cut where it holds at
+    most ``m``, else the high one; it stops where no such cut lies between them. Returns ``(th0, th1, c0, c1)``."""
+    t32 = np.float32(t1)
+    while c1 - c0 > _LFRU_NARROW:
+        tm = dyadic8_mid(th0, th1)
+        if tm == th0:
+            break
+        c = c0
+        for w in range(n_words):
+            mid[w] = _cut1(F, Lst, pbase + (w << 6), high[w] & ~low[w], tm, t1, t32, old_age, False, w4)
+            c += np.int64(_popc(mid[w]))
+        if c <= m:
+            for w in range(n_words):
+                low[w] |= mid[w]
+            th0 = tm
+            c0 = c
+        else:
+            for w in range(n_words):
+                high[w] = low[w] | mid[w]
+            th1 = tm
+            c1 = c
+    return th0, th1, c0, c1
+
+
 @jit_loop
 def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses, hit_flag,
-                      size, mem, ev, cu, low, high, w2, F, Lst, thr, cpos, ckey, sel, sel2, fb, old_age, bF32, bL32,
-                      sequential, order, max_moves):
+                      size, mem, ev, cu, low, high, mid, w2, F, Lst, thr, cpos, ckey, sel, sel2, fb, old_age, bF32,
+                      bL32, sequential, order, max_moves):
     """The loop of :func:`replay_lfru_bits`; ``F`` / ``Lst`` ``[l * 64 W + j]``: count / last unit of layer
     ``l``'s tie position ``j`` (float32); bitsets: ``ev`` the unit, ``cu`` ``C ∪ U``, ``low`` / ``high`` below the
     cuts; ``old_age``: lanes at least that old are decided in float64; ``sequential``: one unit per access;
@@ -1060,10 +1092,12 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
             c1 += np.int64(_popc(high[w]))
         g = _LFRU_STEP                 # a cut on the wrong side: it becomes the other cut, and a cut g times
         moves = 0                      # further out is ranked alone, g squared at each step (a first step of 4:
-        while c0 > m or c1 < m:        # bands of 17-64 after 22% of the overflows at rho 0.2, none at 1.5)
+        bound = False                  # bands of 17-64 after 22% of the overflows at rho 0.2, none at 1.5)
+        while c0 > m or c1 < m:
             if moves >= max_moves:     # past the bound (never reached where the counts agree with the bits):
                 c0 = 0                 # every block of C ∪ U ranked below, as for a wide band
                 c1 = m + 65
+                bound = True
                 break
             moves += 1
             if c0 > m:
@@ -1077,6 +1111,8 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
                 c0 = c1
                 c1 = _recut(high, low, F, Lst, pbase, th1, t1, cu, n_words, old_age, w2)
             g *= g
+        if c1 - c0 > _LFRU_NARROW and c0 < m < c1 and 0.0 < th0 and th1 < np.inf and not bound:
+            th0, th1, c0, c1 = _narrow(low, high, mid, F, Lst, pbase, th0, th1, t1, c0, c1, m, n_words, old_age, w2)
         need = m - c0
         nb = c1 - c0
         v = th0
@@ -1158,6 +1194,9 @@ _LRFU_CUT_FACTORS = tuple(2.0 ** e for e in (-0.25, -0.08, 0.08, 0.25))
 #: The least factors by which a moved outer cut steps away from its inner one (the key-space step 1e-3).
 _LRFU_MIN_STEP_DOWN = 2.0 ** -0.001
 _LRFU_MIN_STEP_UP = 2.0 ** 0.001
+#: A band of more than 64 blocks between the cuts of :func:`replay_lrfu_bits` is narrowed by at most this many cuts
+#: between them (:func:`_lrfu_narrow`) before every block of ``C ∪ U`` is ranked by exact keys.
+_LRFU_NARROW_PASSES = 8
 #: Moves of an outer cut after which an overflow of :func:`replay_lrfu_bits` ranks every block of ``C ∪ U``: the log of
 #: a cut's distance from the inner one grows 5x a step from at least 0.004 (the least step, to the fourth), so a
 #: cut reaches 0 (below ``_LRFU_FLOOR``) within 6 steps and ``inf`` within 10, whatever the finite values.
@@ -1353,6 +1392,62 @@ def _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, q
     cnt[qb] = cb
 
 
+@jit_helper
+def _lrfu_band_exact(S, PL, pbase, lam, msk, a, b, n_words, ckey, sel, need, nb):
+    """The band between cuts ``a`` and ``b`` of :func:`_replay_lrfu_bits` (``nb`` blocks, at most 64) ranked by exact
+    keys (:func:`_lrfu_key`): ``(the need-th key, the band indices that leave as bits)``."""
+    one = np.uint64(1)
+    q = 0
+    for w in range(n_words):
+        x = msk[b, w] & ~msk[a, w]
+        o = pbase + (w << 6)
+        while x:
+            ckey[q] = _lrfu_key(S, PL, o + np.int64(_cttz(x)), lam)
+            x &= x - one
+            q += 1
+    sort_small(ckey, nb, sel)
+    k = sel[need - 1]
+    return k, _band_leave(ckey, k, need, nb)
+
+
+@jit_inline
+def _lrfu_leave_band(mem, layer, cu, msk, a, b, leave, n_words):
+    """A layer's residents after an overflow of :func:`_replay_lrfu_bits`: ``C ∪ U`` less the blocks below cut ``a``
+    and the band's blocks (between cuts ``a`` and ``b``) that ``leave`` names by band index."""
+    for w in range(n_words):
+        x = msk[b, w] & ~msk[a, w]
+        mem[layer, w] = cu[w] & ~(msk[a, w] | pdep(leave, x))
+        c = _popc(x)
+        leave = (leave >> c) if c < 64 else np.uint64(0)
+
+
+@jit_helper
+def _lrfu_narrow(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, cnt, a, b, m, delta):
+    """Cuts ``a`` / ``b`` of :func:`_replay_lrfu_bits` holding ``cnt[a] < m < cnt[b]`` blocks, more than 64 apart,
+    moved towards each other at most :data:`_LRFU_NARROW_PASSES` times: a cut at the geometric mean of theirs, in one
+    of the two cut places they leave free, ranked over ``C ∪ U`` (:func:`_lrfu_cut_pass`), becomes the low cut where
+    it holds at most ``m``, else the high one. True where the band between is then at most 64, the cuts' places in
+    ``w8[0]`` / ``w8[1]``."""
+    for _ in range(_LRFU_NARROW_PASSES):
+        t = np.sqrt(th[a] * th[b])
+        if not th[a] < t < th[b]:
+            break
+        q = 0
+        while q == a or q == b:
+            q += 1
+        _lrfu_set_cut(th, thv, q, t, delta)
+        _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, q, q, cnt)
+        if cnt[q] <= m:
+            a = q
+        else:
+            b = q
+        if cnt[b] - cnt[a] <= 64:
+            w8[0] = np.uint64(a)
+            w8[1] = np.uint64(b)
+            return True
+    return False
+
+
 @jit_loop
 def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, lam, count_from, hits, misses,
                       hit_flag, size, mem, ev, cu, msk, w8, S, PL, V, lunits, ubase, P, scale, centre, th, thv, cpos,
@@ -1480,7 +1575,8 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         c_hi = cnt[b]
         need = m - c_lo
         nb = c_hi - c_lo
-        if a != 1 and moves >= max_moves:  # an outer cut that never enclosed the m-th value (values that disagree
+        bound = a != 1 and moves >= max_moves
+        if bound:                      # an outer cut that never enclosed the m-th value (values that disagree
             need = 1                   # with the keys, e.g. NaN: no stream makes them): every block of C ∪ U ranked
             nb = 65                    # by exact keys (the wide band's path), so that no state loops without end
         v = th[a]
@@ -1502,24 +1598,24 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
                 for w in range(n_words):
                     q = values_at32(V, pbase + (w << 6), msk[b, w] & ~msk[a, w], band, q)
             v, nxt, leave = lrfu_rank_band(band, nb, need, w8, ckey, sel)
-            if nxt <= v * (1.0 + 3.0 * delta) or nxt < _LRFU_FLOOR:
-                q = 0                  # the need-th is not separated from the next: exact keys
-                for w in range(n_words):
-                    x = msk[b, w] & ~msk[a, w]
-                    o = pbase + (w << 6)
-                    while x:
-                        ckey[q] = _lrfu_key(S, PL, o + np.int64(_cttz(x)), lam)
-                        x &= x - one
-                        q += 1
-                sort_small(ckey, nb, sel)
-                leave = _band_leave(ckey, sel[need - 1], need, nb)       # band indices that leave
+            if nxt <= v * (1.0 + 3.0 * delta) or nxt < _LRFU_FLOOR:     # the need-th is not separated from the
+                leave = _lrfu_band_exact(S, PL, pbase, lam, msk, a, b, n_words, ckey, sel, need, nb)[1]   # next
             elif nb > 16:
                 leave = _band_leave(ckey, v, need, nb)
-            for w in range(n_words):
-                x = msk[b, w] & ~msk[a, w]
-                mem[layer, w] = cu[w] & ~(msk[a, w] | pdep(leave, x))
-                c = _popc(x)
-                leave = (leave >> c) if c < 64 else zero
+            _lrfu_leave_band(mem, layer, cu, msk, a, b, leave, n_words)
+        elif not bound and 0.0 < th[a] and th[b] < np.inf and _lrfu_narrow(V, S, PL, pbase, lam, lam_r, cu, n_words,
+                                                                            th, thv, w8, msk, cnt, a, b, m, delta):
+            a = np.int64(w8[0])        # a wide band narrowed to at most 64 (_lrfu_narrow): exact keys of the band
+            b = np.int64(w8[1])
+            need = m - cnt[a]
+            v = th[a]
+            if need == 0:
+                for w in range(n_words):
+                    mem[layer, w] = cu[w] & ~msk[a, w]
+            else:
+                vk, leave = _lrfu_band_exact(S, PL, pbase, lam, msk, a, b, n_words, ckey, sel, need, cnt[b] - cnt[a])
+                _lrfu_leave_band(mem, layer, cu, msk, a, b, leave, n_words)
+                v = 2.0 ** (vk - lam_r)
         else:                          # a wide band: every block of C ∪ U, exact keys
             for w in range(n_words):
                 mem[layer, w] = cu[w]

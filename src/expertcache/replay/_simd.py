@@ -581,6 +581,18 @@ def dyadic8_up(x):
     return u2f((f2u(x) + np.uint64((1 << 45) - 1)) & ~np.uint64((1 << 45) - 1))
 
 
+@jit_helper
+def dyadic8_mid(a, b):
+    """A value of 8 significant bits strictly between ``a`` and ``b`` (``0 < a < b < inf``, both of 8 significant
+    bits), about their geometric mean (the mean of their bit patterns, rounded down), or ``a`` where none lies between.
+
+    >>> dyadic8_mid(1.0, 4.0), dyadic8_mid(1.0, 1.0078125)
+    (2.0, 1.0)
+    """
+    x = u2f(((f2u(a) + f2u(b)) >> np.uint64(1)) & ~np.uint64((1 << 45) - 1))
+    return x if a < x < b else a
+
+
 @intrinsic
 def f2u(typingctx, x):
     """The bits of a float64 as a uint64."""
