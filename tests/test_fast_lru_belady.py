@@ -200,3 +200,26 @@ def test_reused_event_bitsets_never_serve_another_stream_or_tie_order():
             assert replay(st, c) == want[(id(st), c)]
         assert len(engine._BITSETS) == 2
     assert engine._BITSETS == []
+
+
+@pytest.mark.parametrize("direct", [True, False, None])
+@pytest.mark.parametrize("seed", range(6))
+def test_lru_bitset_loop_with_and_without_each_blocks_bucket(direct, seed):
+    """replay_lru_bits keeping each block's bucket (a hit clears its bit in its own bucket) in every layer, in
+    none, and in the layers lru_direct names (quotas above 3.5 mean events: here the second and third): events of
+    1-8 members, quotas from 0 to beyond N per layer, warm-up; counts and hit flags of replay_lru."""
+    from expertcache.replay import _kernels_bits as KB
+
+    rng = np.random.default_rng([seed, 47])
+    N = [20, 64, 70, 130][seed % 4]
+    stream = random_stream(rng, 3, N, n_steps=150, max_size=8, alpha=0.9)
+    for caps in ([2, 40, N + 3], [0, N - 1, N], [5, 17, 1]):
+        caps = np.array(caps, dtype=np.int64)
+        tie = E._tie_ranks("random", seed, 3 * N)
+        _, tie_pos = E._tie_order(tie, 3, N)
+        got = [np.zeros(3, np.int64), np.zeros(3, np.int64), np.zeros(stream.union, np.uint8)]
+        KB.replay_lru_bits(stream.offsets, stream.expert, stream.layer, N, 3, caps, tie_pos, 11, *got, direct=direct)
+        hits, misses, flags = old_kernel(stream, "lru", caps, "random", seed, 11)
+        assert got[0].tolist() == hits.tolist() and got[1].tolist() == misses.tolist(), caps
+        assert np.array_equal(got[2].astype(bool), flags), caps
+    assert KB.lru_direct(stream.offsets, np.array([2, 40, N + 3])).tolist() == [False, True, True]

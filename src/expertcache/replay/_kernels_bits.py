@@ -221,7 +221,7 @@ def _unlink(k, layer, bhead, btail, bnext, bprev, free, n_free):
 
 
 def replay_lru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
-                    hit_flag):
+                    hit_flag, direct=None):
     """Event-atomic, per-layer LRU on bitsets in tie-position space (the decision of ``replay_lru``).
 
     Residents of a layer sit in *recency buckets*: one bitset per unit clock
@@ -248,6 +248,11 @@ def replay_lru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
         ``int64[L]`` counters, incremented.
     hit_flag
         ``uint8[n_access]`` set to 1 on hits, or empty (no flags).
+    direct
+        Each block's bucket kept in an array, so that a hit clears its bit in its own bucket, instead of the
+        sweep from the newest bucket (which visits every bucket back to the oldest hit's, one pointer at a
+        time: with few members a unit, a layer has about as many buckets as residents). True / False: in every
+        layer; None: in the layers :func:`lru_direct` names.
 
     The state arrays are allocated here, in numpy, and the loop runs in
     :func:`_replay_lru_bits` (allocating inside a kernel costs compile time).
@@ -257,18 +262,39 @@ def replay_lru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
     tie_pos = tie_pos.astype(np.int32)     # a compact copy: the unit's gathers read 32-bit lanes and the
                                            # table takes a quarter of the level-1 cache, not all of it (0.95-0.98
                                            # of the time; int16, whose gathers are no narrower: 1.00)
+    direct = lru_direct(offsets, capacity) if direct is None else np.full(n_layers, bool(direct))
     _replay_lru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
                      hit_flag, np.zeros((n_pool, n_words), dtype=np.uint64), np.zeros(n_pool, dtype=np.int64),
                      np.full(n_pool, -1, dtype=np.int64), np.full(n_pool, -1, dtype=np.int64),
                      np.arange(n_pool - 1, -1, -1, dtype=np.int64), np.full(n_layers, -1, dtype=np.int64),
                      np.full(n_layers, -1, dtype=np.int64), np.zeros(n_layers, dtype=np.int64),
-                     np.zeros((n_layers, n_words), dtype=np.uint64), np.zeros(n_words, dtype=np.uint64))
+                     np.zeros((n_layers, n_words), dtype=np.uint64), np.zeros(n_words, dtype=np.uint64),
+                     np.zeros(n_layers * n_words * 64 if direct.any() else 0, dtype=np.int32), direct)
+
+
+#: :func:`replay_lru_bits` keeps each block's bucket (``direct``) in the layers whose quota is more than this many
+#: members of a mean event.
+LRU_DIRECT_QUOTA = 3.5
+
+
+def lru_direct(offsets, capacity) -> np.ndarray:
+    """The layers in which :func:`replay_lru_bits` keeps each block's bucket on a stream of these event offsets
+    and these quotas: those whose quota is more than :data:`LRU_DIRECT_QUOTA` members of a mean event (bool per
+    layer). There a layer holds many buckets of a few residents each, and the sweep for a unit's hits visits most.
+
+    >>> lru_direct(np.array([0, 8, 16]), np.array([13, 51])).tolist(), lru_direct(np.array([0]), np.array([9])).tolist()
+    ([False, True], [False])
+    """
+    n = offsets.shape[0] - 1
+    mean = int(offsets[-1] - offsets[0]) / n if n > 0 else np.inf
+    return np.asarray(capacity) > LRU_DIRECT_QUOTA * mean
 
 
 @jit_loop
 def _replay_lru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
-                     hit_flag, bbits, bcnt, bnext, bprev, free, bhead, btail, size, mem, ev):
-    """The loop of :func:`replay_lru_bits`; ``free`` starts as a full stack of bucket ids, the rest empty."""
+                     hit_flag, bbits, bcnt, bnext, bprev, free, bhead, btail, size, mem, ev, bk, direct):
+    """The loop of :func:`replay_lru_bits`; ``free`` starts as a full stack of bucket ids, the rest empty; in the
+    layers ``l`` where ``direct[l]``, ``bk[l * 64 W + j]`` is the bucket of tie position ``j`` while it is resident."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     n_words = (n_experts + 63) // 64
@@ -313,23 +339,35 @@ def _replay_lru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                 mem[layer, w] = ev[w]
             kept = cap
         else:
-            # hits leave their (older) buckets: sweep newest first until all are found
-            rem = n_hit
-            k = btail[layer]
-            while rem:
-                q = bprev[k]
-                c = 0
+            if direct[layer]:          # hits leave their (older) buckets, each found from its block
                 for w in range(n_words):
-                    x = bbits[k, w] & ev[w]
-                    if x:
-                        bbits[k, w] ^= x
-                        c += np.int64(_popc(x))
-                if c:
-                    rem -= c
-                    bcnt[k] -= c
-                    if bcnt[k] == 0:
-                        n_free = _unlink(k, layer, bhead, btail, bnext, bprev, free, n_free)
-                k = q
+                    x = ev[w] & mem[layer, w]
+                    o = (layer * n_words + w) << 6
+                    while x:
+                        y = x & (x - one)
+                        k = bk[_U(o + np.int64(_cttz(x)))]
+                        bbits[k, w] ^= x ^ y
+                        bcnt[k] -= 1
+                        if bcnt[k] == 0:
+                            n_free = _unlink(k, layer, bhead, btail, bnext, bprev, free, n_free)
+                        x = y
+            else:                      # hits leave their (older) buckets: sweep newest first until all are found
+                rem = n_hit
+                k = btail[layer]
+                while rem:
+                    q = bprev[k]
+                    c = 0
+                    for w in range(n_words):
+                        x = bbits[k, w] & ev[w]
+                        if x:
+                            bbits[k, w] ^= x
+                            c += np.int64(_popc(x))
+                    if c:
+                        rem -= c
+                        bcnt[k] -= c
+                        if bcnt[k] == 0:
+                            n_free = _unlink(k, layer, bhead, btail, bnext, bprev, free, n_free)
+                    k = q
             # residents outside the unit beyond cap - n_mem leave: oldest bucket first, lowest tie positions
             need = size[layer] - n_hit - (cap - n_mem)
             while need > 0:
@@ -357,6 +395,13 @@ def _replay_lru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
         k = free[n_free]
         for w in range(n_words):
             bbits[k, w] = ev[w]
+        if direct[layer]:
+            for w in range(n_words):
+                x = ev[w]
+                o = (layer * n_words + w) << 6
+                while x:
+                    bk[_U(o + np.int64(_cttz(x)))] = k
+                    x &= x - one
         bcnt[k] = kept
         bnext[k] = -1
         bprev[k] = btail[layer]
