@@ -223,3 +223,37 @@ def test_lru_bitset_loop_with_and_without_each_blocks_bucket(direct, seed):
         assert got[0].tolist() == hits.tolist() and got[1].tolist() == misses.tolist(), caps
         assert np.array_equal(got[2].astype(bool), flags), caps
     assert KB.lru_direct(stream.offsets, np.array([2, 40, N + 3])).tolist() == [False, True, True]
+
+
+def test_the_direct_benchmark_times_both_forms_and_checks_them():
+    """``benchmarks/lru_direct.py`` runs, checks the counts it times, names the engine's form per row (as
+    ``lru_direct`` decides it), prints min and median ratios, and refuses bad arguments in one line."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    from expertcache.replay import _kernels_bits as KB
+
+    script = ROOT / "benchmarks" / "lru_direct.py"
+
+    def run(*args):
+        return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=600)
+
+    r = run("--shapes", "4x16x2,2x130x4", "--batches", "1,3", "--rhos", "0.1,0.9", "--accesses", "5000", "--pairs",
+            "2", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["rows"]
+    assert [(x["shape"], x["batch"], x["rho"]) for x in rows] == [
+        (sh, b, rho) for sh in ("4x16x2", "2x130x4") for b in (1, 3) for rho in (0.1, 0.9)]
+    assert all(x["hits_equal"] and x["direct_ns"] > 0 and x["sweep_ns"] > 0 and 0 < x["ratio_min"] <= x["ratio"]
+               for x in rows)
+    for x in rows:
+        words = 1 if x["shape"] == "4x16x2" else 3
+        assert x["engine_direct"] == (x["quota_events"] > KB.LRU_DIRECT_QUOTA + KB.LRU_DIRECT_SLOPE * words), x
+    assert any(x["engine_direct"] for x in rows) and not all(x["engine_direct"] for x in rows)
+    for args in (["--rhos", "2"], ["--shapes", "4x16"], ["--shapes", "4x2000x8"], ["--batches", "0"], ["--pairs", "x"]):
+        r = run(*args)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, args
+        assert "expected" in r.stderr.strip().splitlines()[-1], (args, r.stderr)

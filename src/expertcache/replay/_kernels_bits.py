@@ -273,27 +273,28 @@ def replay_lru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
 
 
 #: :func:`replay_lru_bits` keeps each block's bucket (``direct``) in the layers whose quota is more than
-#: ``LRU_DIRECT_QUOTA + W / 2`` members of a mean event (``W`` the words of a layer's bitset). Measured by
-#: alternating both forms on ``bench_scaling.routed_stream`` shapes from 32 x 8 (top-2) to 96 x 1024 at batch 1-64:
-#: the sweep was the faster below about 2-3 mean events per quota at one or two words, 4-5 at 4, 5-8 at 6-8 and
-#: 8-15 at 16 (docs/performance.md, *Session 47*).
+#: ``LRU_DIRECT_QUOTA + LRU_DIRECT_SLOPE * W`` members of a mean event (``W`` the words of a layer's bitset). Measured
+#: by ``benchmarks/lru_direct.py`` on shapes from 32 x 8 (top-2) to 96 x 1024 at batch 1-8: the sweep was the faster
+#: below about 2-3 mean events per quota at one or two words, 4-5 at 4, 7-8 at 8 and 9-13 at 16 (docs/performance.md,
+#: *Session 47*).
 LRU_DIRECT_QUOTA = 2.0
+LRU_DIRECT_SLOPE = 0.6
 
 
 def lru_direct(offsets, capacity, n_experts: int = 128) -> np.ndarray:
     """The layers in which :func:`replay_lru_bits` keeps each block's bucket on a stream of these event offsets
-    and these quotas (``n_experts`` a layer): those whose quota is more than :data:`LRU_DIRECT_QUOTA` plus half the
-    words of a layer's bitset members of a mean event (bool per layer). There a layer holds many buckets of a few
+    and these quotas (``n_experts`` a layer): those whose quota is more than :data:`LRU_DIRECT_QUOTA` plus
+    :data:`LRU_DIRECT_SLOPE` times the words of a layer's bitset members of a mean event (bool per layer). There a layer holds many buckets of a few
     residents each, and the sweep for a unit's hits visits most.
 
     >>> lru_direct(np.array([0, 8, 16]), np.array([13, 51])).tolist(), lru_direct(np.array([0]), np.array([9])).tolist()
     ([False, True], [False])
-    >>> lru_direct(np.array([0, 8, 16]), np.array([47, 49]), 512).tolist()
+    >>> lru_direct(np.array([0, 8, 16]), np.array([54, 55]), 512).tolist()
     [False, True]
     """
     n = offsets.shape[0] - 1
     mean = int(offsets[-1] - offsets[0]) / n if n > 0 else np.inf
-    return np.asarray(capacity) > (LRU_DIRECT_QUOTA + (n_experts + 63) // 64 / 2) * mean
+    return np.asarray(capacity) > (LRU_DIRECT_QUOTA + LRU_DIRECT_SLOPE * ((n_experts + 63) // 64)) * mean
 
 
 @jit_loop

@@ -1,0 +1,114 @@
+"""Event-atomic per-layer lru: each block's bucket kept (direct) against the sweep, by shape, batch and rho.
+
+    python benchmarks/lru_direct.py [--shapes 48x128x8,16x64x8,32x8x2,58x256x8,48x512x8] [--batches 1,4,8]
+                                    [--rhos 0.1,0.25,0.4,0.75] [--accesses 2000000] [--pairs 3] [--json]
+
+``replay/_kernels_bits.replay_lru_bits`` files a layer's residents in recency buckets. A unit's hits leave their
+older buckets either by a sweep from the newest bucket (every bucket back to the oldest hit's, one pointer at a
+time) or, with ``direct``, from an array of each block's bucket (one store a member, one look-up a hit). Per shape
+``LxNxk`` (layers, experts a layer, top-k) and batch, on ``bench_scaling.routed_stream(L, N, B, accesses, k)``
+(Zipf routing), per rho, this times both forms alternated pair by pair (the first side alternating too) and prints
+each side's nanoseconds per access (medians; without hit flags, as ``replay`` runs, whose flags are compared
+once), direct / sweep as the minimum and the median of the per-pair ratios,
+the quota in mean events (``c / |E|``), the form the engine takes there (``_kernels_bits.lru_direct``: direct above
+``LRU_DIRECT_QUOTA + LRU_DIRECT_SLOPE * W`` mean events, ``W`` the words of a layer's bitset), and whether both forms' hit counts
+and hit flags are equal (exit 1 otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _ab import alternated_pairs, int_list, machine, positive_int, report, rho_list, yes_no  # noqa: E402
+
+
+def shape_list(text: str) -> list[tuple[int, int, int]]:
+    """An argument type: shapes ``LxNxk`` (layers, experts a layer, top-k; ``k <= N <= 1024``), comma-separated."""
+    out = []
+    for part in text.split(","):
+        try:
+            L, N, k = (int(x) for x in part.split("x"))
+        except ValueError:
+            L = N = k = 0
+        if not (L >= 1 and 1 <= k <= N <= 1024):
+            raise argparse.ArgumentTypeError(f"expected shapes LxNxk (layers, experts a layer up to 1024, top-k up "
+                                             f"to N), comma-separated (e.g. 48x128x8), got {text!r}")
+        out.append((L, N, k))
+    return out
+
+
+def row(s, rho: float, pairs: int) -> dict:
+    """One stream and rho: both forms' nanoseconds per access, their ratios, the engine's choice, and whether the
+    two agree."""
+    from expertcache.replay import _kernels_bits as KB
+    from expertcache.replay import engine
+
+    L, N = s.n_layers, s.n_experts
+    caps = engine.capacities_for_rho(rho, L, N)
+    tie = engine._tie_ranks("random", 0, L * N)
+    _, tie_pos = engine._tie_order(tie, L, N)
+
+    def timed(direct: bool, record: bool = False) -> tuple[float, np.ndarray, np.ndarray]:
+        hits = np.zeros(L, np.int64)
+        flags = np.zeros(s.union if record else 0, np.uint8)
+        t0 = time.perf_counter()
+        KB.replay_lru_bits(s.offsets, s.expert, s.layer, N, L, caps, tie_pos, 0, hits, np.zeros(L, np.int64), flags,
+                           direct=direct)
+        return time.perf_counter() - t0, hits, flags
+
+    _, h1, f1 = timed(True, True)           # the hit flags compared once (also the warm-up); timed without them,
+    _, h2, f2 = timed(False, True)          # as replay runs
+    direct, sweep = alternated_pairs(lambda side: timed(side == 0)[0], pairs)
+    ratios = [a / b for a, b in zip(direct, sweep, strict=True)]
+    return {"rho": rho, "capacity": int(caps[0]), "quota_events": float(caps[0]) * s.n_events / s.union,
+            "engine_direct": bool(KB.lru_direct(s.offsets, caps, N)[0]),
+            "direct_ns": statistics.median(direct) / s.union * 1e9, "sweep_ns": statistics.median(sweep) / s.union * 1e9,
+            "ratio_min": min(ratios), "ratio": statistics.median(ratios),
+            "hits_equal": bool(np.array_equal(h1, h2) and np.array_equal(f1, f2))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shapes", type=shape_list, default=shape_list("48x128x8,16x64x8,32x8x2,58x256x8,48x512x8"),
+                    help="comma list of LxNxk (default 48x128x8,16x64x8,32x8x2,58x256x8,48x512x8)")
+    ap.add_argument("--batches", type=int_list, default=[1, 4, 8], help="comma list (default 1,4,8)")
+    ap.add_argument("--rhos", type=rho_list, default=[0.1, 0.25, 0.4, 0.75],
+                    help="comma list (default 0.1,0.25,0.4,0.75)")
+    ap.add_argument("--accesses", type=positive_int, default=2_000_000, help="union accesses a stream (default 2 M)")
+    ap.add_argument("--pairs", type=positive_int, default=3, help="alternated pairs a row (default 3)")
+    ap.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    args = ap.parse_args(argv)
+
+    from bench_scaling import routed_stream
+
+    rows = []
+    for L, N, k in args.shapes:
+        for b in args.batches:
+            s = routed_stream(L, N, b, args.accesses, top_k=k)
+            for rho in args.rhos:
+                rows.append({"shape": f"{L}x{N}x{k}", "batch": b, "mean_event": s.union / s.n_events,
+                             **row(s, rho, args.pairs)})
+
+    def line(r: dict) -> str:
+        return (f"{r['shape']:>10} {r['batch']:>3} {r['mean_event']:>6.1f} {r['rho']:>5} {r['capacity']:>5} "
+                f"{r['quota_events']:>6.1f}  {r['direct_ns']:>7.2f} {r['sweep_ns']:>7.2f} {r['ratio_min']:>6.2f} "
+                f"{r['ratio']:>6.2f}  {'direct' if r['engine_direct'] else 'sweep':>6}  {yes_no(r['hits_equal'])}")
+
+    return report(rows, args.json, {"machine": machine(), "accesses": args.accesses, "pairs": args.pairs},
+                  [f"machine: {machine()}",
+                   f"ns per access (medians of {args.pairs} alternated pairs); direct / sweep: min and median of "
+                   "per-pair ratios; c / |E|: the quota in mean events; engine: the form replay takes",
+                   f"{'LxNxk':>10} {'B':>3} {'|E|':>6} {'rho':>5} {'c':>5} {'c/|E|':>6}  {'direct':>7} {'sweep':>7} "
+                   f"{'min':>6} {'median':>6}  {'engine':>6}  hits equal"], line)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
