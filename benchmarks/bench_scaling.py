@@ -1,6 +1,6 @@
 """Scaling table: replay time per union access vs stream length, universe, batch and rho.
 
-    python benchmarks/bench_scaling.py [--max-m 16] [--policies lru,belady,lfu] [--markdown]
+    python benchmarks/bench_scaling.py [--max-m 16] [--policies lru,belady,lfu,lfru,lrfu] [--markdown]
 
 Event-atomic, per-layer, tie_break random, seed 0; each time is the minimum of
 ``--repeats`` replays after a warm-up replay (JIT compile / cache load), so a
@@ -89,7 +89,8 @@ def ns_per_access(stream: EventStream, policy: str, rho: float, repeats: int) ->
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max-m", type=int, default=16, help="longest prefix, in M union accesses")
-    ap.add_argument("--policies", default="lru,belady,lfu")
+    ap.add_argument("--policies", default="lru,belady,lfu,lfru,lrfu",
+                    help="comma list (default lru,belady,lfu,lfru,lrfu)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--accesses", type=float, default=2.0, help="M accesses of the universe/batch streams")
     ap.add_argument("--markdown", action="store_true")
