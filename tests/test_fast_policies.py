@@ -1388,3 +1388,17 @@ def test_lrfu_bitset_loop_ends_on_values_that_disagree_with_their_keys():
     r = subprocess.run([sys.executable, "-c", _NAN_VALUES, str(Path(__file__).parent)], capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "done", r.stderr
+
+
+def test_lrfu_cut_spread_narrows_one_layer_and_widens_back_to_one():
+    """_lrfu_spread: a layer's cut factors are _LRFU_CUT_FACTORS to the power of its spread; narrowing one layer
+    (by 0.25) leaves the others, and widening caps the spread at 1 (the factors themselves)."""
+    factors = np.array(KB._LRFU_CUT_FACTORS)
+    fac = np.tile(factors, (2, 1))
+    spread = np.ones(2)
+    KB._lrfu_spread(fac, spread, 1, 0.25)
+    assert spread.tolist() == [1.0, 0.25]
+    assert np.array_equal(fac[0], factors) and np.allclose(fac[1], factors ** 0.25, rtol=1e-15)
+    assert fac[1, 0] < fac[1, 1] < 1.0 < fac[1, 2] < fac[1, 3]
+    KB._lrfu_spread(fac, spread, 1, 8.0)
+    assert spread.tolist() == [1.0, 1.0] and np.array_equal(fac[1], factors)

@@ -1331,7 +1331,8 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
                       pa(width, np.float64), pa(width, np.float64), pa(4, np.int64, 0), n_units < _LRFU_DECAYS,
                       pa(width + 64, np.float32), pa.copy(lrfu_lanes(tie_pos, n_layers, n_experts)),
                       pa.copy(np.ascontiguousarray(decays[::-1])),
-                      _LRFU_MAX_MOVES if max_moves is None else max(int(max_moves), 0))
+                      _LRFU_MAX_MOVES if max_moves is None else max(int(max_moves), 0),
+                      pa.copy(np.tile(np.array(_LRFU_CUT_FACTORS), (n_layers, 1))), pa(n_layers, np.float64, 1.0))
 
 
 def lrfu_lanes(tie_pos, n_layers, n_experts):
@@ -1474,6 +1475,16 @@ def _lrfu_leave_band(mem, layer, cu, msk, a, b, leave, n_words):
 
 
 @jit_helper
+def _lrfu_spread(fac, spread, ul, by):
+    """Layer ``ul``'s cut factors (``fac[ul]``: :data:`_LRFU_CUT_FACTORS` to the power ``spread[ul]``) with its spread
+    times ``by``, at most 1."""
+    x = min(spread[ul] * by, 1.0)
+    spread[ul] = x
+    for q in range(4):
+        fac[ul, q] = _LRFU_CUT_FACTORS[q] ** x
+
+
+@jit_helper
 def _lrfu_narrow(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, cnt, a, b, m, delta):
     """Cuts ``a`` / ``b`` of :func:`_replay_lrfu_bits` holding ``cnt[a] < m < cnt[b]`` blocks, more than 64 apart,
     moved towards each other at most :data:`_LRFU_NARROW_PASSES` times: a cut at the geometric mean of theirs, in one
@@ -1503,7 +1514,7 @@ def _lrfu_narrow(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, cnt
 @jit_loop
 def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, lam, count_from, hits, misses,
                       hit_flag, size, mem, ev, cu, msk, w8, S, PL, V, lunits, ubase, P, scale, centre, th, thv, cpos,
-                      ckey, sel, sel2, fb, cnt, whole, band, lane, Pr, max_moves):
+                      ckey, sel, sel2, fb, cnt, whole, band, lane, Pr, max_moves, fac, spread):
     """The loop of :func:`replay_lrfu_bits`; ``S`` / ``PL`` / ``V`` ``[l * 64 W + j]``: CRF / layer unit of the
     last access / value (float32) of layer ``l``'s tie position ``j``; ``ubase[l]``: the layer's base unit;
     ``P[g] = 2**(-lam * g)``, ``Pr`` the same reversed (``Pr[len - 1 - g] = P[g]``); ``lane[b]``: block ``b``'s
@@ -1590,7 +1601,7 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         cv = centre[ul] * qu
         if cv > 0.0:
             for q in range(4):
-                _lrfu_set_cut(th, thv, q, cv * _LRFU_CUT_FACTORS[q], delta)
+                _lrfu_set_cut(th, thv, q, cv * fac[ul, q], delta)
         else:                          # no centre: every block of C ∪ U is ranked
             _lrfu_set_cut(th, thv, 0, -1.0, delta)
             _lrfu_set_cut(th, thv, 1, -1.0, delta)
@@ -1659,6 +1670,7 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
                                                                             th, thv, w8, msk, cnt, a, b, m, delta):
             a = np.int64(w8[0])        # a wide band narrowed to at most 64 (_lrfu_narrow): exact keys of the band
             b = np.int64(w8[1])
+            _lrfu_spread(fac, spread, ul, 0.25)     # (the layer's next cuts closer to its centre)
             need = m - cnt[a]
             v = th[a]
             if need == 0:
@@ -1679,6 +1691,8 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
             vk = _kth_lowest(sel, fb, k, m)
             _evict_ranked(mem, layer, sel2, cpos, k, m, vk)
             v = 2.0 ** (vk - lam_r)
+        if moves and spread[ul] < 1.0:  # an outer cut moved: the layer's next cuts further out again
+            _lrfu_spread(fac, spread, ul, 2.0)
         size[layer] = cap
         x = v / qu if 0.0 < v < np.inf else 0.0     # the next cuts' centre, relative to the scale
         c = centre[ul]
