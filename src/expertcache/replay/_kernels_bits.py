@@ -284,8 +284,8 @@ LRU_DIRECT_SLOPE = 0.6
 def lru_direct(offsets, capacity, n_experts: int = 128) -> np.ndarray:
     """The layers in which :func:`replay_lru_bits` keeps each block's bucket on a stream of these event offsets
     and these quotas (``n_experts`` a layer): those whose quota is more than :data:`LRU_DIRECT_QUOTA` plus
-    :data:`LRU_DIRECT_SLOPE` times the words of a layer's bitset members of a mean event (bool per layer). There a layer holds many buckets of a few
-    residents each, and the sweep for a unit's hits visits most.
+    :data:`LRU_DIRECT_SLOPE` times the words of a layer's bitset members of a mean event (bool per layer). There a layer
+    holds many buckets of a few residents each, and the sweep for a unit's hits visits most.
 
     >>> lru_direct(np.array([0, 8, 16]), np.array([13, 51])).tolist(), lru_direct(np.array([0]), np.array([9])).tolist()
     ([False, True], [False])
@@ -919,7 +919,8 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     words, a loop over the members beyond). The ``need = m - |below theta0|`` lowest keys of the *band* between
     the two cuts (``m = |C ∪ U| - c``) are found exactly: a band of up to 16 (most) by counting each key's rank
     in registers (:func:`._simd.band_pick32`, its counts and last units compressed from their lanes), one of up
-    to 64 by sorting its keys with a bitonic network, a larger band by ranking every block of ``C ∪ U``; the
+    to 64 by sorting its keys with a bitonic network, a larger band by ranking every block of ``C ∪ U``; a band of
+    more than 16 is first narrowed by cuts of 8 significant bits between its two (:func:`_narrow`); the
     keys below the ``need``-th, and of those equal to it the lowest tie positions, leave with the low cut's
     blocks. The cuts have 8 significant bits (:func:`._simd.dyadic8_down`,
     ``dyadic8_up``), so ``freq <= theta * age`` is exact in float32 for every age below ``old_age`` (at most
@@ -1283,25 +1284,27 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     keys do, and the exact key (:func:`expertcache.replay._kernels.crf_key`) is computed only where values are
     closer.
 
-    When ``C ∪ U`` overflows the quota, one vector pass (:func:`._simd.lrfu_cut2`) ranks every block of the
-    layer against the two inner of four cuts around the layer's centre, a running mean of its leaving values
-    (relative to the unit's scale): the blocks surely (value at most ``cut (1 - delta)``) and maybe (``cut (1 +
-    delta)``) below each; a block between the two is placed by its exact key against the cut's key, ``log2(cut) + lam
-    R``, so that each cut splits the blocks exactly as the keys do. Where the inner low cut holds more than ``m = |C ∪
-    U| - c`` (the inner high one fewer), the outer cut below (above) is ranked the same way, moved out until it holds at
-    most (at least) ``m``. The blocks below the highest ranked cut holding at most ``m`` leave, those above the lowest
-    ranked cut holding at least ``m`` stay, and the ``need`` lowest of the band between are found by ranking its values
-    in registers (up to 16, listed by :data:`._simd.band16v_2`, ranked by :func:`._simd.lrfu_pick32`, ties to the lower
-    tie position) or sorting them with a bitonic network: exact unless the ``need``-th and the next lie within ``3
-    delta`` (or the next is below the lowest cut, where 0 stands for every value too small to hold), in which case the
-    band's exact keys are sorted (the keys below the ``need``-th, and of those equal to it the lowest tie
-    positions, leave). A band wider than 64 takes every block of ``C ∪ U`` with exact keys, as does an overflow whose
-    outer cut has moved :data:`_LRFU_MAX_MOVES` times (or ``max_moves``, lower in tests) without enclosing the
-    ``m``-th value: a finite cut reaches 0 or ``inf`` within a few steps, so only values that disagree with their
-    keys (NaN; no stream makes them) get there, and the loop's time stays bounded whatever its state. Parameters
-    are those of :func:`replay_lru_bits`, ``lam`` (``lrfu_lambda``), ``pages``, the allocator of the state arrays
-    (:class:`._pages.Packed` by default; ``benchmarks/placement.py`` passes others), and ``max_moves``. The state
-    arrays are allocated here and the loop runs in :func:`_replay_lrfu_bits`.
+    When ``C ∪ U`` overflows the quota, one vector pass (:func:`._simd.lrfu_cut2`) ranks every block of the layer
+    against the two inner of four cuts around the layer's centre (closer to it after a band wider than 64 was narrowed:
+    :func:`_lrfu_narrow`, :func:`_lrfu_spread`), a running mean of its leaving values (relative to the unit's scale):
+    the blocks surely (value at most ``cut (1 - delta)``) and maybe (``cut (1 + delta)``) below each; a block between
+    the two is placed by its exact key against the cut's key, ``log2(cut) + lam R``, so that each cut splits the blocks
+    exactly as the keys do. Where the inner low cut holds more than ``m = |C ∪ U| - c`` (the inner high one fewer), the
+    outer cut below (above) is ranked the same way, moved out until it holds at most (at least) ``m``. The blocks below
+    the highest ranked cut holding at most ``m`` leave, those above the lowest ranked cut holding at least ``m`` stay,
+    and the ``need`` lowest of the band between are found by ranking its values in registers (up to 16, listed by
+    :data:`._simd.band16v_2`, ranked by :func:`._simd.lrfu_pick32`, ties to the lower tie position) or sorting them with
+    a bitonic network: exact unless the ``need``-th and the next lie within ``3 delta`` (or the next is below the lowest
+    cut, where 0 stands for every value too small to hold), in which case the band's exact keys are sorted (the keys
+    below the ``need``-th, and of those equal to it the lowest tie positions, leave). A band wider than 64 is first
+    narrowed by up to :data:`_LRFU_NARROW_PASSES` cuts between its two (:func:`_lrfu_narrow`), its exact keys sorted
+    where it falls to 64; one that does not takes every block of ``C ∪ U`` with exact keys, as does an overflow whose
+    outer cut has moved :data:`_LRFU_MAX_MOVES` times (or ``max_moves``, lower in tests) without enclosing the ``m``-th
+    value: a finite cut reaches 0 or ``inf`` within a few steps, so only values that disagree with their keys (NaN; no
+    stream makes them) get there, and the loop's time stays bounded whatever its state. Parameters are those of
+    :func:`replay_lru_bits`, ``lam`` (``lrfu_lambda``), ``pages``, the allocator of the state arrays
+    (:class:`._pages.Packed` by default; ``benchmarks/placement.py`` passes others), and ``max_moves``. The state arrays
+    are allocated here and the loop runs in :func:`_replay_lrfu_bits`.
     """
     if offsets.shape[0] > MAX_LRFU_EVENTS:
         raise ValueError(f"{offsets.shape[0] - 1} events: this loop keeps last units as int32, so at most "
@@ -1524,7 +1527,9 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
     took four stores an overflow: 0.99 of the time); ``th`` / ``thv``: the unit's cuts and their
     sure / maybe bounds; ``msk[q]`` / ``cnt[q]``: the blocks of ``C ∪ U`` below cut ``q`` / how many, for the cuts
     ranked at this unit; ``whole``: every layer's gaps fit the decay table ``P``; ``band``: the band's float32
-    values."""
+    values; ``fac[l]`` / ``spread[l]``: layer ``l``'s four cut factors, :data:`_LRFU_CUT_FACTORS` to the power of its
+    spread (1, quartered when a wide band of the layer was narrowed, doubled back at an outer cut's move:
+    :func:`_lrfu_spread`)."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     n_words = (n_experts + 63) // 64
