@@ -1041,7 +1041,7 @@ def _recut(moved, kept, F, Lst, pbase, th, t1, cu, n_words, old_age, w4):
 
 @jit_helper
 def _narrow(low, high, mid, F, Lst, pbase, th0, th1, t1, c0, c1, m, n_words, old_age, w4):
-    """Cuts ``th0`` / ``th1`` of :func:`_replay_lfru_bits` holding ``c0 <= m <= c1`` blocks (``low`` / ``high``), moved
+    """Cuts ``th0`` / ``th1`` of :func:`_replay_lfru_bits` holding ``c0 < m < c1`` blocks (``low`` / ``high``), moved
     towards each other while the band between holds more than :data:`_LFRU_NARROW`: a cut of 8 significant bits
     between them (:func:`dyadic8_mid`) ranks the band's blocks alone (``mid``) and becomes the low cut where it holds at
     most ``m``, else the high one; it stops where no such cut lies between them. Returns ``(th0, th1, c0, c1)``."""
