@@ -1,6 +1,8 @@
 """Alternated A/B timing shared by the kernel benchmarks (``kernel_ab.py``, ``lfru_slots_vs_groups.py``), and the
 argument types and output of the scripts that check what they time or count (``seq_outcomes.py``,
-``lfru_global_fronts.py``, ``random_order_costs.py``, ``lru_ranks_shapes.py``).
+``lfru_global_fronts.py``, ``random_order_costs.py``, ``lru_ranks_shapes.py``), and the checked, alternated rows of
+those that time two loops on ``bench_scaling.routed_stream`` (``lrfu_global.py``, ``lrfu_slots.py``,
+``lru_direct.py``).
 
 A kernel's time moves by up to ~15% with where its code lands in a process (docs/performance.md, *Placement
 noise*), so each benchmark times both sides in one process, alternated pair by pair, in several fresh
@@ -18,6 +20,8 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+
+import numpy as np
 
 #: The vector features that decide which code the kernels take (docs/performance.md).
 _FEATURES = ("avx2", "avx512f", "avx512vbmi2", "bmi2")
@@ -63,6 +67,33 @@ def alternated_pairs(run: Callable[[int], float], pairs: int, first: int = 0) ->
         for side in ((1, 0) if (k + first) % 2 else (0, 1)):
             t[side].append(run(side))
     return t
+
+
+def checked_pairs(timed: Callable[[bool, bool], tuple], pairs: int) -> tuple[list[float], list[float], bool]:
+    """Two sides of a row, ``timed(first_side, check)`` returning ``(seconds, *outputs)``: each run once with
+    ``check`` (also the warm-up), their outputs compared, then timed without it over ``pairs`` alternated pairs
+    (:func:`alternated_pairs`). Returns the first side's times, the second's, and whether the outputs were equal."""
+    a = timed(True, True)[1:]
+    b = timed(False, True)[1:]
+    first, second = alternated_pairs(lambda side: timed(side == 0, False)[0], pairs)
+    return first, second, all(bool(np.array_equal(x, y)) for x, y in zip(a, b, strict=True))
+
+
+def pair_fields(names: tuple[str, str], first: list[float], second: list[float], n: int) -> dict:
+    """A row's timing fields: each side's median nanoseconds per access over ``n`` accesses (``NAME_ns``), and the
+    minimum and median of the per-pair ratios first / second (``ratio_min``, ``ratio``)."""
+    ratios = [a / b for a, b in zip(first, second, strict=True)]
+    return {f"{names[0]}_ns": statistics.median(first) / n * 1e9, f"{names[1]}_ns": statistics.median(second) / n * 1e9,
+            "ratio_min": min(ratios), "ratio": statistics.median(ratios)}
+
+
+def stream_options(ap: argparse.ArgumentParser, accesses: int, pairs: int) -> None:
+    """The options of the scripts that time rows on ``bench_scaling.routed_stream``: ``--accesses`` (union accesses
+    a stream), ``--pairs`` (alternated pairs a row) and ``--json``, with these defaults."""
+    ap.add_argument("--accesses", type=positive_int, default=accesses,
+                    help=f"union accesses a stream (default {accesses // 1_000_000} M)")
+    ap.add_argument("--pairs", type=positive_int, default=pairs, help=f"alternated pairs a row (default {pairs})")
+    ap.add_argument("--json", action="store_true", help="one JSON object instead of the table")
 
 
 def alternated_ratio(run: Callable[[int], float], pairs: int, first: int) -> float:

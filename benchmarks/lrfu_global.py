@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _ab import alternated_pairs, int_list, machine, positive_int, report, rho_list, yes_no  # noqa: E402
+from _ab import checked_pairs, int_list, machine, report, rho_list, stream_options, yes_no  # noqa: E402
 
 
 def row(s, rho: float, atomic: bool, pairs: int, lam: float = 0.5) -> dict:
@@ -38,7 +38,7 @@ def row(s, rho: float, atomic: bool, pairs: int, lam: float = 0.5) -> dict:
     tie = engine._tie_ranks("random", 0, L * N)
     _, tie_pos = engine._tie_order(tie, 1, L * N)
 
-    def timed(pool: bool) -> tuple[float, np.ndarray, np.ndarray]:
+    def timed(pool: bool, check: bool) -> tuple[float, np.ndarray, np.ndarray]:    # (flags also when timed)
         hits = np.zeros(L, np.int64)
         flags = np.zeros(s.union, np.uint8)
         t0 = time.perf_counter()
@@ -50,13 +50,11 @@ def row(s, rho: float, atomic: bool, pairs: int, lam: float = 0.5) -> dict:
                              int(L * N).bit_length(), 0, False, lam, 0, hits, np.zeros(L, np.int64), flags)
         return time.perf_counter() - t0, hits, flags
 
-    _, h1, f1 = timed(True)                 # (also the warm-up)
-    _, h2, f2 = timed(False)
-    pool, heap = alternated_pairs(lambda side: timed(side == 0)[0], pairs)
+    pool, heap, equal = checked_pairs(timed, pairs)
     return {"rho": rho, "capacity": int(caps[0]), "semantics": "event-atomic" if atomic else "sequential-ascending",
             "pool_ns": statistics.median(pool) / s.union * 1e9, "heap_ns": statistics.median(heap) / s.union * 1e9,
             "ratio": statistics.median([a / b for a, b in zip(pool, heap, strict=True)]),
-            "hits_equal": bool(np.array_equal(h1, h2) and np.array_equal(f1, f2))}
+            "hits_equal": equal}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,9 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", type=int_list, default=[1, 8, 64], help="comma list (default 1,8,64)")
     ap.add_argument("--rhos", type=rho_list, default=[0.05, 0.1, 0.2, 0.4, 0.75],
                     help="comma list (default 0.05,0.1,0.2,0.4,0.75)")
-    ap.add_argument("--accesses", type=positive_int, default=2_000_000, help="union accesses a stream (default 2 M)")
-    ap.add_argument("--pairs", type=positive_int, default=5, help="alternated pairs a row (default 5)")
-    ap.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    stream_options(ap, 2_000_000, 5)
     args = ap.parse_args(argv)
 
     from bench_scaling import routed_stream

@@ -16,7 +16,6 @@ and whether both loops' hit counts and hit flags are equal (exit 1 otherwise).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -26,12 +25,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _ab import (  # noqa: E402
-    alternated_pairs,
+    checked_pairs,
     int_list,
     machine,
-    positive_int,
+    pair_fields,
     report,
     rho_list,
+    stream_options,
     unit_list,
     yes_no,
 )
@@ -51,7 +51,7 @@ def row(s, rho: float, lam: float, pairs: int) -> dict:
     tie = engine._tie_ranks("random", 0, L * N)
     _, tie_pos = engine._tie_order(tie, 1, L * N)
 
-    def timed(slots: bool) -> tuple[float, np.ndarray, np.ndarray]:
+    def timed(slots: bool, check: bool) -> tuple[float, np.ndarray, np.ndarray]:   # (flags also when timed)
         hits = np.zeros(L, np.int64)
         flags = np.zeros(s.union, np.uint8)
         t0 = time.perf_counter()
@@ -63,14 +63,9 @@ def row(s, rho: float, lam: float, pairs: int) -> dict:
                                    np.zeros(L, np.int64), flags)
         return time.perf_counter() - t0, hits, flags
 
-    _, h1, f1 = timed(True)                 # (also the warm-up)
-    _, h2, f2 = timed(False)
-    slots, pool = alternated_pairs(lambda side: timed(side == 0)[0], pairs)
-    ratios = [a / b for a, b in zip(slots, pool, strict=True)]
+    slots, pool, equal = checked_pairs(timed, pairs)
     return {"rho": rho, "lam": lam, "capacity": int(caps[0]), "per_member": int(caps[0]) * s.n_events / s.union,
-            "slots_ns": statistics.median(slots) / s.union * 1e9, "pool_ns": statistics.median(pool) / s.union * 1e9,
-            "ratio_min": min(ratios), "ratio": statistics.median(ratios),
-            "hits_equal": bool(np.array_equal(h1, h2) and np.array_equal(f1, f2))}
+            **pair_fields(("slots", "pool"), slots, pool, s.union), "hits_equal": equal}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,9 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rhos", type=rho_list, default=[0.05, 0.1, 0.2, 0.4, 0.6],
                     help="comma list (default 0.05,0.1,0.2,0.4,0.6)")
     ap.add_argument("--lams", type=lam_list, default=[0.5], help="comma list of lambdas (default 0.5)")
-    ap.add_argument("--accesses", type=positive_int, default=2_000_000, help="union accesses a stream (default 2 M)")
-    ap.add_argument("--pairs", type=positive_int, default=5, help="alternated pairs a row (default 5)")
-    ap.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    stream_options(ap, 2_000_000, 5)
     args = ap.parse_args(argv)
 
     from bench_scaling import routed_stream

@@ -3,22 +3,20 @@
     python benchmarks/lru_direct.py [--shapes 48x128x8,16x64x8,32x8x2,58x256x8,48x512x8] [--batches 1,4,8]
                                     [--rhos 0.1,0.25,0.4,0.75] [--accesses 2000000] [--pairs 3] [--json]
 
-``replay/_kernels_bits.replay_lru_bits`` files a layer's residents in recency buckets. A unit's hits leave their
-older buckets either by a sweep from the newest bucket (every bucket back to the oldest hit's, one pointer at a
-time) or, with ``direct``, from an array of each block's bucket (one store a member, one look-up a hit). Per shape
-``LxNxk`` (layers, experts a layer, top-k) and batch, on ``bench_scaling.routed_stream(L, N, B, accesses, k)``
-(Zipf routing), per rho, this times both forms alternated pair by pair (the first side alternating too) and prints
-each side's nanoseconds per access (medians; without hit flags, as ``replay`` runs, whose flags are compared
-once), direct / sweep as the minimum and the median of the per-pair ratios,
-the quota in mean events (``c / |E|``), the form the engine takes there (``_kernels_bits.lru_direct``: direct above
-``LRU_DIRECT_QUOTA + LRU_DIRECT_SLOPE * W`` mean events, ``W`` the words of a layer's bitset), and whether both forms' hit counts
-and hit flags are equal (exit 1 otherwise).
+``replay/_kernels_bits.replay_lru_bits`` files a layer's residents in recency buckets. A unit's hits leave their older
+buckets either by a sweep from the newest bucket (every bucket back to the oldest hit's, one pointer at a time) or, with
+``direct``, from an array of each block's bucket (one store a member, one look-up a hit). Per shape ``LxNxk`` (layers,
+experts a layer, top-k) and batch, on ``bench_scaling.routed_stream(L, N, B, accesses, k)`` (Zipf routing), per rho,
+this times both forms alternated pair by pair (the first side alternating too) and prints each side's nanoseconds per
+access (medians; without hit flags, as ``replay`` runs, whose flags are compared once), direct / sweep as the minimum
+and the median of the per-pair ratios, the quota in mean events (``c / |E|``), the form the engine takes there
+(``_kernels_bits.lru_direct``: direct above ``LRU_DIRECT_QUOTA + LRU_DIRECT_SLOPE * W`` mean events, ``W`` the words of
+a layer's bitset), and whether both forms' hit counts and hit flags are equal (exit 1 otherwise).
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -27,7 +25,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _ab import alternated_pairs, int_list, machine, positive_int, report, rho_list, yes_no  # noqa: E402
+from _ab import (  # noqa: E402
+    checked_pairs,
+    int_list,
+    machine,
+    pair_fields,
+    report,
+    rho_list,
+    stream_options,
+    yes_no,
+)
 
 
 def shape_list(text: str) -> list[tuple[int, int, int]]:
@@ -56,7 +63,7 @@ def row(s, rho: float, pairs: int) -> dict:
     tie = engine._tie_ranks("random", 0, L * N)
     _, tie_pos = engine._tie_order(tie, L, N)
 
-    def timed(direct: bool, record: bool = False) -> tuple[float, np.ndarray, np.ndarray]:
+    def timed(direct: bool, record: bool) -> tuple[float, np.ndarray, np.ndarray]:
         hits = np.zeros(L, np.int64)
         flags = np.zeros(s.union if record else 0, np.uint8)
         t0 = time.perf_counter()
@@ -64,15 +71,10 @@ def row(s, rho: float, pairs: int) -> dict:
                            direct=direct)
         return time.perf_counter() - t0, hits, flags
 
-    _, h1, f1 = timed(True, True)           # the hit flags compared once (also the warm-up); timed without them,
-    _, h2, f2 = timed(False, True)          # as replay runs
-    direct, sweep = alternated_pairs(lambda side: timed(side == 0)[0], pairs)
-    ratios = [a / b for a, b in zip(direct, sweep, strict=True)]
+    direct, sweep, equal = checked_pairs(timed, pairs)     # the hit flags compared once, timed without (as replay)
     return {"rho": rho, "capacity": int(caps[0]), "quota_events": float(caps[0]) * s.n_events / s.union,
             "engine_direct": bool(KB.lru_direct(s.offsets, caps, N)[0]),
-            "direct_ns": statistics.median(direct) / s.union * 1e9, "sweep_ns": statistics.median(sweep) / s.union * 1e9,
-            "ratio_min": min(ratios), "ratio": statistics.median(ratios),
-            "hits_equal": bool(np.array_equal(h1, h2) and np.array_equal(f1, f2))}
+            **pair_fields(("direct", "sweep"), direct, sweep, s.union), "hits_equal": equal}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,9 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", type=int_list, default=[1, 4, 8], help="comma list (default 1,4,8)")
     ap.add_argument("--rhos", type=rho_list, default=[0.1, 0.25, 0.4, 0.75],
                     help="comma list (default 0.1,0.25,0.4,0.75)")
-    ap.add_argument("--accesses", type=positive_int, default=2_000_000, help="union accesses a stream (default 2 M)")
-    ap.add_argument("--pairs", type=positive_int, default=3, help="alternated pairs a row (default 3)")
-    ap.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    stream_options(ap, 2_000_000, 3)
     args = ap.parse_args(argv)
 
     from bench_scaling import routed_stream

@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _ab import int_list, machine, positive_int, report, rho_list, yes_no  # noqa: E402
+from _ab import int_list, machine, report, rho_list, stream_options, yes_no  # noqa: E402
 
 
 def row(s, rho: float, pairs: int) -> dict:
@@ -69,9 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", type=int_list, default=[1, 4, 16, 64], help="comma list (default 1,4,16,64)")
     ap.add_argument("--rhos", type=rho_list, default=[0.1, 0.2, 0.3, 0.4, 0.5],
                     help="comma list, quotas up to 64 (default 0.1,0.2,0.3,0.4,0.5)")
-    ap.add_argument("--accesses", type=positive_int, default=3_000_000, help="union accesses a stream (default 3 M)")
-    ap.add_argument("--pairs", type=positive_int, default=5, help="alternated pairs a row (default 5)")
-    ap.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    stream_options(ap, 3_000_000, 5)
     args = ap.parse_args(argv)
     if max(args.rhos) * 128 > 64.5:
         ap.error("--rhos: expected rho values up to 0.5 (quotas up to 64 of 128 experts; larger ones run on lists "
