@@ -2,7 +2,7 @@
 argument types and output of the scripts that check what they time or count (``seq_outcomes.py``,
 ``lfru_global_fronts.py``, ``random_order_costs.py``, ``lru_ranks_shapes.py``), and the checked, alternated rows of
 those that time two loops on ``bench_scaling.routed_stream`` (``lrfu_global.py``, ``lrfu_slots.py``,
-``lru_direct.py``).
+``lru_direct.py``, ``belady_lanes.py``; the last two by shape, batch and rho through ``routed_rows``).
 
 A kernel's time moves by up to ~15% with where its code lands in a process (docs/performance.md, *Placement
 noise*), so each benchmark times both sides in one process, alternated pair by pair, in several fresh
@@ -156,6 +156,48 @@ def positive_int(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return int(text)
+
+
+def shape_list(text: str) -> list[tuple[int, int, int]]:
+    """An argument type: shapes ``LxNxk`` (layers, experts a layer, top-k; ``k <= N <= 1024``), comma-separated."""
+    out = []
+    for part in text.split(","):
+        try:
+            L, N, k = (int(x) for x in part.split("x"))
+        except ValueError:
+            L = N = k = 0
+        if not (L >= 1 and 1 <= k <= N <= 1024):
+            raise argparse.ArgumentTypeError(f"expected shapes LxNxk (layers, experts a layer up to 1024, top-k up "
+                                             f"to N), comma-separated (e.g. 48x128x8), got {text!r}")
+        out.append((L, N, k))
+    return out
+
+
+def shape_options(ap: argparse.ArgumentParser, batches: str) -> None:
+    """The ``--shapes``, ``--batches`` (default ``batches``) and ``--rhos`` options of the scripts that time rows on
+    ``bench_scaling.routed_stream`` by shape (``lru_direct.py``, ``belady_lanes.py``)."""
+    ap.add_argument("--shapes", type=shape_list, default=shape_list("48x128x8,16x64x8,32x8x2,58x256x8,48x512x8"),
+                    help="comma list of LxNxk (default 48x128x8,16x64x8,32x8x2,58x256x8,48x512x8)")
+    ap.add_argument("--batches", type=int_list, default=int_list(batches), help=f"comma list (default {batches})")
+    ap.add_argument("--rhos", type=rho_list, default=[0.1, 0.25, 0.4, 0.75],
+                    help="comma list (default 0.1,0.25,0.4,0.75)")
+
+
+def routed_rows(args: argparse.Namespace, row: Callable[..., dict]) -> list[dict]:
+    """Per shape and batch of ``args`` (:func:`shape_options`), one ``bench_scaling.routed_stream`` of
+    ``args.accesses`` union accesses, and per rho its row: ``shape``, ``batch``, ``mean_event`` and
+    ``row(stream, rho, args.pairs)``; each shape and batch said done on stderr."""
+    from bench_scaling import routed_stream
+
+    rows = []
+    for L, N, k in args.shapes:
+        for b in args.batches:
+            s = routed_stream(L, N, b, args.accesses, top_k=k)
+            for rho in args.rhos:
+                rows.append({"shape": f"{L}x{N}x{k}", "batch": b, "mean_event": s.union / s.n_events,
+                             **row(s, rho, args.pairs)})
+            print(f"  {L}x{N}x{k} batch {b} done", file=sys.stderr, flush=True)
+    return rows
 
 
 def report(rows: list[dict], as_json: bool, meta: dict, header: list[str], line: Callable[[dict], str]) -> int:

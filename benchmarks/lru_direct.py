@@ -27,29 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _ab import (  # noqa: E402
     checked_pairs,
-    int_list,
     machine,
     pair_fields,
     report,
-    rho_list,
+    routed_rows,
+    shape_options,
     stream_options,
     yes_no,
 )
-
-
-def shape_list(text: str) -> list[tuple[int, int, int]]:
-    """An argument type: shapes ``LxNxk`` (layers, experts a layer, top-k; ``k <= N <= 1024``), comma-separated."""
-    out = []
-    for part in text.split(","):
-        try:
-            L, N, k = (int(x) for x in part.split("x"))
-        except ValueError:
-            L = N = k = 0
-        if not (L >= 1 and 1 <= k <= N <= 1024):
-            raise argparse.ArgumentTypeError(f"expected shapes LxNxk (layers, experts a layer up to 1024, top-k up "
-                                             f"to N), comma-separated (e.g. 48x128x8), got {text!r}")
-        out.append((L, N, k))
-    return out
 
 
 def row(s, rho: float, pairs: int) -> dict:
@@ -79,23 +64,10 @@ def row(s, rho: float, pairs: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shapes", type=shape_list, default=shape_list("48x128x8,16x64x8,32x8x2,58x256x8,48x512x8"),
-                    help="comma list of LxNxk (default 48x128x8,16x64x8,32x8x2,58x256x8,48x512x8)")
-    ap.add_argument("--batches", type=int_list, default=[1, 4, 8], help="comma list (default 1,4,8)")
-    ap.add_argument("--rhos", type=rho_list, default=[0.1, 0.25, 0.4, 0.75],
-                    help="comma list (default 0.1,0.25,0.4,0.75)")
+    shape_options(ap, "1,4,8")
     stream_options(ap, 2_000_000, 3)
     args = ap.parse_args(argv)
-
-    from bench_scaling import routed_stream
-
-    rows = []
-    for L, N, k in args.shapes:
-        for b in args.batches:
-            s = routed_stream(L, N, b, args.accesses, top_k=k)
-            for rho in args.rhos:
-                rows.append({"shape": f"{L}x{N}x{k}", "batch": b, "mean_event": s.union / s.n_events,
-                             **row(s, rho, args.pairs)})
+    rows = routed_rows(args, row)
 
     def line(r: dict) -> str:
         return (f"{r['shape']:>10} {r['batch']:>3} {r['mean_event']:>6.1f} {r['rho']:>5} {r['capacity']:>5} "

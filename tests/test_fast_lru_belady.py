@@ -1,7 +1,9 @@
 """The bitset kernels (``replay/_kernels_bits.py``) make exactly the decision of the list/heap kernels.
 
 Event-atomic, per-layer ``lru`` (and ``belady`` / ``belady-forced``) dispatch to
-the bitset loops when N <= 1024. Here they are compared, counts and per-access
+the bitset loops when N <= 1024 (Belady to the lanes of next uses,
+``replay/_kernels_belady_lanes.py``, or the walk; each is run here, by forcing
+the engine's choice). Here they are compared, counts and per-access
 hit flags, against the kernels they replace (called directly) on many random
 streams, with N below, at and above multiples of 64, capacities 0 to beyond the
 universe, events larger than the cache, and warm-up events; and against the
@@ -9,6 +11,10 @@ naive twin (tests/naive.py) on small streams.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from unittest import mock
 
 import naive
 import numpy as np
@@ -56,8 +62,29 @@ def old_kernel(stream: EventStream, policy: str, caps: np.ndarray, tie_break: st
     return hits, misses, flags.astype(bool)
 
 
+@contextmanager
+def belady_on(loop: str | None) -> Iterator[None]:
+    """The engine's per-layer Belady on the lanes of next uses (``loop="lanes"``) or the walk (``"walk"``), its
+    choice (``lanes_pay``) forced; ``None``: as the engine chooses."""
+    from expertcache.replay import _kernels_belady_lanes as KBL
+
+    if loop is None:
+        yield
+        return
+    with mock.patch.object(KBL, "lanes_pay", lambda *a: loop == "lanes"):
+        yield
+
+
 def check_against_old(stream: EventStream, policy: str, caps, tie_break: str = "random", seed: int = 0,
                       warmup: int = 0) -> None:
+    """The engine's counts and hit flags (``policy`` as ``"belady/walk"`` or ``"belady/lanes"`` forces the
+    loop) equal the old kernel's."""
+    policy, _, loop = policy.partition("/")
+    with belady_on(loop or None):
+        _check_against_old(stream, policy, caps, tie_break, seed, warmup)
+
+
+def _check_against_old(stream: EventStream, policy: str, caps, tie_break: str, seed: int, warmup: int) -> None:
     caps = np.asarray(caps, dtype=np.int64)
     cfg = ReplayConfig(policy, capacity=tuple(int(c) for c in caps), tie_break=tie_break, seed=seed,
                        warmup_events=warmup)
@@ -69,7 +96,7 @@ def check_against_old(stream: EventStream, policy: str, caps, tie_break: str = "
     assert replay(stream, cfg) == result
 
 
-POLICIES = ["lru", "belady", "belady-forced"]
+POLICIES = ["lru", "belady/lanes", "belady/walk", "belady-forced/lanes", "belady-forced/walk"]
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -101,17 +128,19 @@ def test_bitset_kernels_equal_the_old_kernels_at_every_rho(policy, N, rho):
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("seed", range(12))
 def test_bitset_kernels_equal_the_naive_twin(policy, seed):
+    name, _, loop = policy.partition("/")
     rng = np.random.default_rng([seed, 9])
     N = [6, 13, 66, 70][seed % 4]
     L = 1 + seed % 3
     stream = random_stream(rng, L, N, n_steps=25, max_size=min(N, 12), alpha=1.0, min_size=1)
     for caps in ([0] * L, [1] * L, [3] * L, [7] * L, [N] * L, [N + 3] * L, list(range(2, 2 + L))):
         for warmup in (0, 5):
-            cfg = ReplayConfig(policy, capacity=tuple(caps), tie_break="random", seed=seed, warmup_events=warmup)
+            cfg = ReplayConfig(name, capacity=tuple(caps), tie_break="random", seed=seed, warmup_events=warmup)
             want_sets: list[set[int]] = []
-            want = naive.naive_replay(stream, policy, capacity=caps, seed=seed, warmup_events=warmup,
+            want = naive.naive_replay(stream, name, capacity=caps, seed=seed, warmup_events=warmup,
                                       hit_sets=want_sets)
-            result, flags = replay_hits(stream, cfg)
+            with belady_on(loop or None):
+                result, flags = replay_hits(stream, cfg)
             assert result.hits == want["hits"] and result.demand_misses == want["demand_misses"]
             blocks = stream.block
             got_sets = [set(blocks[lo:hi][flags[lo:hi]].tolist())
@@ -140,10 +169,12 @@ def test_phases_that_leave_residents_unused_for_long(policy):
     rows.append([25, 26, 27])                                   # blocks seen once, at the very end
     stream = EventStream.from_lists(1, 70, 70, steps=list(range(len(rows))), layers=[0] * len(rows), experts=rows,
                                     active=[1] * len(rows))
+    name, _, loop = policy.partition("/")
     for cap in (1, 4, 9, 12, 30):
         check_against_old(stream, policy, [cap], seed=cap)
-        want = naive.naive_replay(stream, policy, capacity=[cap], seed=cap)
-        assert replay(stream, ReplayConfig(policy, capacity=(cap,), seed=cap)).hits == want["hits"]
+        want = naive.naive_replay(stream, name, capacity=[cap], seed=cap)
+        with belady_on(loop or None):
+            assert replay(stream, ReplayConfig(name, capacity=(cap,), seed=cap)).hits == want["hits"]
 
 
 def _cyclic_scan(N: int, rounds: int) -> EventStream:
@@ -166,10 +197,12 @@ def test_the_belady_walk_stops_at_its_budget_on_a_cyclic_scan():
                                      np.empty(0, dtype=np.uint8))
     assert KB.replay_belady_walk(s.offsets, s.expert, s.layer, 256, 1, caps, tie_pos, False, 0, z, z.copy(),
                                  np.empty(0, dtype=np.uint8), 10**9)
-    for policy in ("belady", "belady-forced"):
+    for policy in ("belady/walk", "belady-forced/walk", "belady/lanes", "belady-forced/lanes"):
         check_against_old(s, policy, [128])
-        want = naive.naive_replay(s, policy, capacity=[128])
-        assert replay(s, ReplayConfig(policy, capacity=(128,))).demand_misses == want["demand_misses"]
+        name, _, loop = policy.partition("/")
+        want = naive.naive_replay(s, name, capacity=[128])
+        with belady_on(loop):
+            assert replay(s, ReplayConfig(name, capacity=(128,))).demand_misses == want["demand_misses"]
 
 
 @pytest.mark.parametrize("policy", ["belady", "belady-forced"])
@@ -183,23 +216,28 @@ def test_the_heap_fallback_after_an_exhausted_walk_budget_starts_from_scratch(po
     rng = np.random.default_rng(seed)
     s = random_stream(rng, 2, 40, 30, 12)
     for c in (0, 3, 10, 39, 40):
-        check_against_old(s, policy, [c, max(c - 1, 0)], warmup=int(rng.integers(0, 10)))
+        check_against_old(s, f"{policy}/walk", [c, max(c - 1, 0)], warmup=int(rng.integers(0, 10)))
 
 
-def test_reused_event_bitsets_never_serve_another_stream_or_tie_order():
-    """Inside engine.reuse_event_bitsets, Belady replays of interleaved streams and tie seeds equal the replays
-    outside it (entries match by array identity and tie order), and the scope leaves nothing behind."""
+@pytest.mark.parametrize("loop", ["walk", "lanes"])
+def test_reused_belady_inputs_never_serve_another_stream_or_tie_order(loop):
+    """Inside engine.reuse_belady_inputs, Belady replays of interleaved streams and tie seeds equal the replays
+    outside it (entries match by array identity, and the walk's by tie order), and the scope leaves nothing
+    behind: the walk keeps event bitsets, the lanes loop next-use arrays."""
     from expertcache.replay import engine
 
     a = random_stream(np.random.default_rng(31), 3, 20, 30, 9)
     b = random_stream(np.random.default_rng(32), 3, 20, 30, 9)
     cfgs = [ReplayConfig(p, rho=0.3, seed=s) for p in ("belady", "belady-forced") for s in (0, 1)]
-    want = {(id(st), c): replay(st, c) for st in (a, b) for c in cfgs}
-    with engine.reuse_event_bitsets():
-        for st, c in [(a, cfgs[0]), (b, cfgs[0]), (a, cfgs[1]), (a, cfgs[2]), (b, cfgs[3]), (a, cfgs[0])] * 2:
-            assert replay(st, c) == want[(id(st), c)]
-        assert len(engine._BITSETS) == 2
-    assert engine._BITSETS == []
+    with belady_on(loop):
+        want = {(id(st), c): replay(st, c) for st in (a, b) for c in cfgs}
+        with engine.reuse_belady_inputs():
+            for st, c in [(a, cfgs[0]), (b, cfgs[0]), (a, cfgs[1]), (a, cfgs[2]), (b, cfgs[3]), (a, cfgs[0])] * 2:
+                assert replay(st, c) == want[(id(st), c)]
+            kept = engine._REUSED["bitsets" if loop == "walk" else "next"]
+            assert len(kept) == 2 and {id(k[0][0]) for k in kept} == {id(a.offsets), id(b.offsets)}
+            assert engine._REUSED["next" if loop == "walk" else "bitsets"] == []
+    assert engine._REUSED == {"bitsets": [], "next": []}
 
 
 @pytest.mark.parametrize("direct", [True, False, None])

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 from ..events import EventStream
 from ..replay import ReplayConfig, ReplayResult, sweep
-from ..replay.engine import reuse_event_bitsets
+from ..replay.engine import reuse_belady_inputs
 
 __all__ = ["GapResult", "gap_decomposition", "CAUSAL_POLICIES"]
 
@@ -73,7 +73,7 @@ def gap_decomposition(stream: EventStream, rho: float = 0.4, scope: str = "per-l
                for s in seeds for p in names]
     known = known or {}
     todo = [c for c in configs if c not in known]
-    with reuse_event_bitsets():         # belady and belady-forced of a seed share the walk's event bitsets
+    with reuse_belady_inputs():         # belady and belady-forced of a seed share their next uses (or event bitsets)
         lookup = {**known, **dict(zip(todo, sweep(stream, todo, jobs=jobs) if todo else [], strict=True))}
     results = [lookup[c] for c in configs]
     per_seed: dict[int, dict[str, float]] = {}

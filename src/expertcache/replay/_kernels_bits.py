@@ -543,6 +543,9 @@ def replay_belady_walk(offsets, expert, ev_layer, n_experts, n_layers, capacity,
     the unit's misses rank below every resident. Parameters as
     :func:`replay_lru_bits`.
 
+    The engine replays Belady here where :func:`._kernels_belady_lanes.lanes_pay` says so (large layers whose quota
+    is a few mean events); elsewhere on the lanes of next uses of :mod:`._kernels_belady_lanes`.
+
     The walks are short on real routing (a kept expert recurs within a few
     events) but a crafted stream can make each one run to the far end of its
     layer. ``budget`` (default ``32 * n_events + 65,536``) bounds the event

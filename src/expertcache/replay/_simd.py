@@ -30,6 +30,9 @@ must hold ``off + 64`` (or ``n``) elements.
 * :func:`lanes_below` — the live lanes of a partial group of 64, as bits.
 * :func:`lanes_eq` — the lanes of 64 int64 or int32 values equal to one value, as bits (the per-layer lrfu loop's
   members: the lanes whose last unit is the unit's).
+* :data:`lanes_max128`, :data:`lanes_min128` — the largest (smallest) of 128 int32 lanes among those whose bits
+  are set in two words, by one vector reduction (the per-layer Belady loop of :mod:`._kernels_belady_lanes`);
+  ``lanes_max64`` / ``lanes_min64`` and ``lanes_max16`` / ``lanes_min16`` the same over 64 and 16 lanes.
 * :func:`cut_masks32`, :func:`cut_mask1_32` — the bits of the 64 lanes where ``F <= theta * (t1 - L)`` for two
   cuts (one) on float32 counts and last units with 8-bit cuts (:func:`dyadic8_down`, :func:`dyadic8_up`), 16
   lanes to a 512-bit vector, exact below an age bound; the lanes at or past it marked (the lfru loops).
@@ -852,6 +855,52 @@ def lanes_eq(typingctx, buf, off, v):
 
     return sig, codegen
 
+
+
+def _make_lanes_reduce(op: str, n: int):
+    """:data:`lanes_max128` (``op`` ``"smax"``) or :data:`lanes_min128` (``"smin"``), over ``n`` lanes (16, 64 or
+    128; below 128 the lanes of ``x0``'s low ``n`` bits, ``x1`` unread)."""
+    fill = -(2**31) if op == "smax" else 2**31 - 1
+
+    @intrinsic
+    def _reduce(typingctx, buf, off, x0, x1):
+        if getattr(buf, "dtype", None) != types.int32:
+            return None
+        sig = types.int64(buf, types.int64, types.uint64, types.uint64)
+
+        def codegen(context, builder, signature, args):
+            vt = ir.VectorType(_I32, n)
+            v = builder.load(_lanes(context, builder, signature.args[0], args[0], args[1], n, _I32), align=4)
+            if n == 128:
+                i128 = ir.IntType(128)
+                x = builder.or_(builder.zext(args[2], i128),
+                                builder.shl(builder.zext(args[3], i128), ir.Constant(i128, 64)))
+            else:
+                x = builder.trunc(args[2], ir.IntType(n)) if n < 64 else args[2]
+            live = builder.select(builder.bitcast(x, ir.VectorType(ir.IntType(1), n)), v, ir.Constant(vt, [fill] * n))
+            red = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [vt]),
+                                                 f"llvm.vector.reduce.{op}.v{n}i32")
+            return builder.sext(builder.call(red, [live]), _I64)
+
+        return sig, codegen
+
+    return _reduce
+
+
+#: ``lanes_max128(buf, off, x0, x1)``: the largest of the int32 lanes ``buf[off:off+128]`` whose bits are set in the
+#: words ``x0`` (lanes ``off`` to ``off + 63``) and ``x1`` (the next 64), as int64; ``-2**31`` where none is.
+#: One vector reduction of every live lane (the per-layer Belady loop's farthest next use).
+lanes_max128 = _make_lanes_reduce("smax", 128)
+#: ``lanes_min128(buf, off, x0, x1)``: the smallest, as :data:`lanes_max128` the largest; ``2**31 - 1`` where none is.
+lanes_min128 = _make_lanes_reduce("smin", 128)
+#: :data:`lanes_max128` over 64 lanes (``x0``'s; ``x1`` unread).
+lanes_max64 = _make_lanes_reduce("smax", 64)
+#: :data:`lanes_min128` over 64 lanes.
+lanes_min64 = _make_lanes_reduce("smin", 64)
+#: :data:`lanes_max128` over 16 lanes (``x0``'s low 16 bits).
+lanes_max16 = _make_lanes_reduce("smax", 16)
+#: :data:`lanes_min128` over 16 lanes.
+lanes_min16 = _make_lanes_reduce("smin", 16)
 
 def _make_values_at(elt, n: int, name: str):
     """The AVX-512 body of :data:`values_at` (``elt`` float64, ``n`` 8) and :data:`values_at32` (float32, 16):

@@ -17,6 +17,7 @@ from ..errors import ValidationError
 from ..events import EventStream
 from . import _kernels as K
 from . import _kernels_belady_buckets as KBB
+from . import _kernels_belady_lanes as KBL
 from . import _kernels_bits as KB
 from . import _kernels_lfru as KL
 from . import _kernels_lfru_groups as KG
@@ -235,7 +236,7 @@ def _kernel_inputs(stream: EventStream, config: ReplayConfig, needs_next_use: bo
         raise ValidationError(f"streams of more than {int(K.NEVER) - 1} units are not supported; split the stream")
     expert = _member_order(stream, config.semantics, int(config.seed)) if ordered else stream.expert
     layer = stream.layer
-    access_next = (K.next_use(stream.offsets, expert, layer, stream.n_experts, stream.n_layers, atomic)
+    access_next = (_next_use(stream.offsets, expert, layer, stream.n_experts, stream.n_layers, atomic)
                    if needs_next_use else np.empty(0, dtype=np.int32))
     return (stream.offsets, expert, layer, stream.step, stream.n_experts, stream.n_layers,
             config.scope == "global", atomic, access_next)
@@ -355,7 +356,8 @@ def _replay(stream: EventStream, config: ReplayConfig, calibration: EventStream 
     else:
         hits_l = np.zeros(L, dtype=np.int64)
         miss_l = np.zeros(L, dtype=np.int64)
-        args = _kernel_inputs(stream, config, policy.needs_next_use and not _walks_belady(config, policy, N),
+        walk = _belady_loop(config, policy, N, caps, stream.offsets) == "walk"     # needs no next-use array
+        args = _kernel_inputs(stream, config, policy.needs_next_use and not walk,
                               ordered=not _shuffles_inside(config, policy, stream))
         if policy.needs_advice:
             args = (*args[:-1], _advice_next_use(stream, config, advice))
@@ -380,69 +382,103 @@ def _loop_list(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hit
                  config.warmup_events, hits, misses, hit_flag)
 
 
-def _walks_belady(config: ReplayConfig, policy: Policy, n_experts: int) -> bool:
-    """Whether Belady runs on the bitset walk (``_kernels_bits.replay_belady_walk``), which needs no next-use array."""
-    return (policy.loop == "belady" and not policy.needs_advice and config.semantics == "event-atomic"
-            and config.scope == "per-layer" and n_experts <= KB.MAX_BITS_EXPERTS)
+def _belady_loop(config: ReplayConfig, policy: Policy, n_experts: int, caps: np.ndarray, offsets: np.ndarray) -> str:
+    """Which per-layer bitset loop replays Belady (event-atomic, per layer, ``N <= 1,024``): ``"lanes"``
+    (``_kernels_belady_lanes``, next uses in dense lanes; advice too), ``"walk"`` (``_kernels_bits.replay_belady_walk``,
+    which needs no next-use array) where :func:`._kernels_belady_lanes.lanes_pay` says the walk is faster, or ``""``
+    (neither)."""
+    if not (policy.loop == "belady" and config.semantics == "event-atomic" and config.scope == "per-layer"
+            and n_experts <= KB.MAX_BITS_EXPERTS):
+        return ""
+    n_events = max(offsets.shape[0] - 1, 1)
+    if policy.needs_advice or KBL.lanes_pay(n_experts, caps, float(offsets[-1] - offsets[0]) / n_events):
+        return "lanes"
+    return "walk"
 
 
-_BITSETS: list[tuple] = []          # the last event bitsets built: (offsets, expert, layer, tie_pos, result)
-_BITSETS_LOCK = threading.Lock()
-_BITSETS_DEPTH = [0]                # open reuse_event_bitsets() scopes
+_REUSED: dict[str, list[tuple]] = {"bitsets": [], "next": []}   # the last two built of each (keys, result)
+_REUSE_LOCK = threading.Lock()
+_REUSE_DEPTH = [0]                  # open reuse_belady_inputs() scopes
 
 
 @contextmanager
-def reuse_event_bitsets() -> Iterator[None]:
-    """Within this scope, Belady's bitset walk keeps the event bitsets of the last two (stream, tie order) pairs.
+def reuse_belady_inputs() -> Iterator[None]:
+    """Within this scope, Belady's loops keep what they build from a stream for the last two streams: the next-use
+    arrays (per semantics) and the walk's event bitsets (per tie order).
 
     Belady and Belady-forced, a curve's capacities and a report's decompositions replay one stream under one
-    tie order several times, and the rows depend on nothing else. The scope is for code that does not change
+    tie order several times, and these depend on nothing else. The scope is for code that does not change
     a stream's arrays in place between those replays (entries are matched by array identity); the kept
-    bitsets are dropped when the outermost scope closes.
+    arrays are dropped when the outermost scope closes.
     """
-    with _BITSETS_LOCK:
-        _BITSETS_DEPTH[0] += 1
+    with _REUSE_LOCK:
+        _REUSE_DEPTH[0] += 1
     try:
         yield
     finally:
-        with _BITSETS_LOCK:
-            _BITSETS_DEPTH[0] -= 1
-            if _BITSETS_DEPTH[0] == 0:
-                _BITSETS.clear()
+        with _REUSE_LOCK:
+            _REUSE_DEPTH[0] -= 1
+            if _REUSE_DEPTH[0] == 0:
+                for kept in _REUSED.values():
+                    kept.clear()
+
+
+def _reused(kind: str, arrays: tuple, extra, build) -> object:
+    """``build()``, or within :func:`reuse_belady_inputs` the result kept for the same ``arrays`` (by identity)
+    and ``extra`` (an array compared by value, or a scalar)."""
+    def same(a, b) -> bool:
+        if isinstance(a, np.ndarray):
+            return a.shape == b.shape and bool((a == b).all())
+        return a == b
+
+    with _REUSE_LOCK:
+        reuse = _REUSE_DEPTH[0] > 0
+        for keys, x, res in _REUSED[kind] if reuse else ():
+            if all(k is a for k, a in zip(keys, arrays, strict=True)) and same(x, extra):
+                return res
+    res = build()
+    if reuse:
+        with _REUSE_LOCK:
+            if _REUSE_DEPTH[0] > 0:
+                _REUSED[kind].insert(0, (arrays, extra.copy() if isinstance(extra, np.ndarray) else extra, res))
+                del _REUSED[kind][2:]
+    return res
 
 
 def _event_bitsets(offsets, expert, layer, n_experts: int, n_layers: int, tie_pos: np.ndarray) -> tuple:
-    """:func:`._kernels_bits.event_bitsets`, reused inside :func:`reuse_event_bitsets` (read only)."""
-    with _BITSETS_LOCK:
-        reuse = _BITSETS_DEPTH[0] > 0
-        for o, e, ly, tp, res in _BITSETS if reuse else ():
-            if o is offsets and e is expert and ly is layer and tp.shape == tie_pos.shape and (tp == tie_pos).all():
-                return res
-    res = KB.event_bitsets(offsets, expert, layer, n_experts, n_layers, tie_pos)
-    if reuse:
-        with _BITSETS_LOCK:
-            if _BITSETS_DEPTH[0] > 0:
-                _BITSETS.insert(0, (offsets, expert, layer, tie_pos.copy(), res))
-                del _BITSETS[2:]
-    return res
+    """:func:`._kernels_bits.event_bitsets`, reused inside :func:`reuse_belady_inputs` (read only)."""
+    return _reused("bitsets", (offsets, expert, layer), tie_pos,
+                   lambda: KB.event_bitsets(offsets, expert, layer, n_experts, n_layers, tie_pos))
+
+
+def _next_use(offsets, expert, layer, n_experts: int, n_layers: int, atomic: bool) -> np.ndarray:
+    """:func:`._kernels.next_use`, reused inside :func:`reuse_belady_inputs` (read only)."""
+    return _reused("next", (offsets, expert, layer), bool(atomic),
+                   lambda: K.next_use(offsets, expert, layer, n_experts, n_layers, atomic))
 
 
 def _loop_belady(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hits, misses, hit_flag) -> None:
     offsets, expert, layer, _, n_experts, n_layers, global_scope, atomic, access_next = args
-    if _walks_belady(config, policy, n_experts):   # before the key-width check: it builds no next-use array
+    forced = policy.key_code == KEY_BELADY_FORCED
+    loop = _belady_loop(config, policy, n_experts, caps, offsets)
+    if loop == "lanes":
+        # per layer: each block's next use in a dense lane, an overflow decided by vector reductions over the
+        # layer's lanes (docs/performance.md, *Session 48*)
+        _, tie_pos = _tie_order(tie, n_layers, n_experts)
+        return KBL.replay_belady_lanes(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, access_next, forced,
+                                       config.warmup_events, hits, misses, hit_flag)
+    if loop == "walk":                 # it builds no next-use array
         _, tie_pos = _tie_order(tie, n_layers, n_experts)
         bitsets = _event_bitsets(offsets, expert, layer, n_experts, n_layers, tie_pos)
-        if KB.replay_belady_walk(offsets, expert, layer, n_experts, n_layers, caps, tie_pos,
-                                 policy.key_code == KEY_BELADY_FORCED, config.warmup_events, hits, misses, hit_flag,
-                                 bitsets=bitsets):
+        if KB.replay_belady_walk(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, forced,
+                                 config.warmup_events, hits, misses, hit_flag, bitsets=bitsets):
             return None
         # the walk ran over its budget (a stream whose kept experts recur far ahead): the heap loop, from scratch
         hits[:] = 0
         misses[:] = 0
         hit_flag[:] = 0
-        access_next = K.next_use(offsets, expert, layer, n_experts, n_layers, atomic)
+        access_next = _next_use(offsets, expert, layer, n_experts, n_layers, atomic)
         args = (*args[:-1], access_next)
-    forced = policy.key_code == KEY_BELADY_FORCED
     if global_scope and not policy.needs_advice and (KBB.fits(offsets.shape[0] - 1, n_experts) if atomic
                                                      else KBB.units_fit(int(offsets[-1]), n_layers)):
         # one pool: residents in buckets by next use, the farthest three leading-zero counts away (event-atomic:
@@ -795,7 +831,7 @@ def replay_curve(stream: EventStream, config: ReplayConfig, rhos: Sequence[float
     if one_pass is None:
         one_pass = curve_pays(config, [c.rho for c in configs], stream.union)
     if not one_pass_supported(config) or not one_pass or len(configs) == 1:
-        with reuse_event_bitsets():
+        with reuse_belady_inputs():
             return tuple(replay(stream, c, calibration, advice) for c in configs)
     policy = get_policy(config.policy)
     L, N = stream.n_layers, stream.n_experts

@@ -95,9 +95,9 @@ def _static_identity(stream: EventStream, hist: np.ndarray, shares: list[dict], 
 def build_report(source: str | os.PathLike[str], config: ReportConfig = ReportConfig(),
                  command: str | None = None) -> Report:
     """Measure ``source`` (a trace or stream directory) as ``config`` says."""
-    from ..replay.engine import reuse_event_bitsets
+    from ..replay.engine import reuse_belady_inputs
 
-    with reuse_event_bitsets():    # the report replays Belady on its streams under a few tie orders, many times
+    with reuse_belady_inputs():    # the report replays Belady on its streams under a few tie orders, many times
         return _build_report(source, config, command)
 
 

@@ -1,0 +1,342 @@
+"""Event-atomic, per-layer Belady on lanes of next uses (N <= 1,024; the decision of ``replay_belady``).
+
+A layer's residents are a bitset over tie positions, as in :mod:`._kernels_bits`, and beside it a dense int32 array
+holds, for each tie position, the next use (event index, or ``NEVER``) its block was given at its last access (from
+:func:`expertcache.replay._kernels.next_use`, or a predictor's advice). Under Belady a block's key changes only
+when it is accessed, so the array is written by the member loop and read whole at an overflow.
+
+A unit that overflows its quota keeps the ``k`` candidates with the nearest next use and lets the ``e`` farthest go
+(ties by tie position: the lowest leave first). It finds them in rounds from one end: each round is one vector
+reduction over the layer's lanes (:data:`._simd.lanes_max128`: the farthest next use among the candidates left; or
+:data:`._simd.lanes_min128`, the nearest), one compare (:func:`._simd.lanes_eq`: the group that holds it) and a
+population count. A group that does not complete the count leaves (is kept) whole; the one that completes it is
+split by tie position with ``pdep``. No branch per candidate: a unit takes as many rounds as groups it crosses. A
+layer of at most 16 (64) experts reduces 16 (64) lanes; past 128, each pair of words keeps its extreme, found again
+only where a round took blocks.
+
+Which end: the far groups are mostly single blocks (rarely used experts), the near ones the blocks of the next few
+events. The rounds run from the near end, keeping, where ``KEEP_GROUP * k < e * E`` (``E`` the stream's mean event:
+the near groups taken to hold about ``E / KEEP_GROUP`` candidates each) and ``k`` is below ``KEEP_BOUND * e``, else
+from the far end (the constants from timing both ends, ``benchmarks/belady_lanes.py --sides``). Either way a unit
+takes at most ``KEEP_BOUND * e`` rounds, and ``e`` is at most its misses: no stream makes the loop take more than
+``KEEP_BOUND`` reductions an access.
+
+An overflow's decision is made after the next event's member loop unless that event is of the same layer (then
+before it): the member loop's scalar stores into the next-use lanes and the vector loads of the same lines are
+then an event apart, and the two events' work overlaps (0.82-0.96 of the time at batch 1 and 8 in a throwaway
+measurement of the first version; docs/performance.md, *Session 48*).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._bits import U as _U
+from .._jit import jit_helper, jit_inline, jit_loop
+from ._kernels_bits import _popc
+from ._simd import (
+    lanes_eq,
+    lanes_max16,
+    lanes_max64,
+    lanes_max128,
+    lanes_min16,
+    lanes_min64,
+    lanes_min128,
+    pdep,
+)
+
+#: Keep from the near end where ``KEEP_GROUP * k < e * E`` (``E``: the mean event; the near groups hold about
+#: ``E / KEEP_GROUP`` candidates each).
+KEEP_GROUP = 3.0
+#: ... and ``k < KEEP_BOUND * e``: at most ``KEEP_BOUND`` rounds a leaving block.
+KEEP_BOUND = 8
+#: :func:`lanes_pay`: layers of more than this many experts (several reductions a round) ...
+WALK_EXPERTS = 128
+#: ... whose mean quota is within this many mean events ...
+WALK_QUOTA_EVENTS = (0.9, 3.0)
+#: ... and at most this share of a layer's experts replay on the walk of :mod:`._kernels_bits` instead.
+WALK_RHO = 0.5
+
+
+def lanes_pay(n_experts: int, capacity, mean_event: float) -> bool:
+    """Whether the engine replays per-layer Belady here rather than on the walk of
+    :func:`._kernels_bits.replay_belady_walk`: everywhere but in layers of more than :data:`WALK_EXPERTS` experts
+    whose mean quota ``c`` is from ``WALK_QUOTA_EVENTS[0]`` up to ``WALK_QUOTA_EVENTS[1]`` mean events (``E``) and at
+    most :data:`WALK_RHO` of the layer, where a unit's rounds run over several pairs of words on both ends and the
+    walk was up to 2.3x faster (``benchmarks/belady_lanes.py``, docs/performance.md, *Session 48*).
+
+    >>> lanes_pay(128, np.array([13, 13]), 40.0), lanes_pay(256, np.array([64]), 26.0), lanes_pay(256, [64], 8.0)
+    (True, False, True)
+    """
+    c = float(np.mean(capacity)) if len(capacity) else 0.0
+    walk = (n_experts > WALK_EXPERTS and WALK_QUOTA_EVENTS[0] * mean_event <= c < WALK_QUOTA_EVENTS[1] * mean_event
+            and c <= WALK_RHO * n_experts)
+    return not walk
+
+
+@jit_inline
+def _low_bits(k):
+    """The ``k`` lowest bits of a word (``0 <= k <= 64``) set."""
+    one = np.uint64(1)
+    return ((one << np.uint64(k & 63)) - one) | (np.uint64(0) - np.uint64(k >> 6))
+
+
+@jit_inline
+def _extreme(NU, off, c0, c1, width, far):
+    """The farthest (``far``) or the nearest next use of the ``width`` lanes from ``off`` (16, 64 or 128) whose bits
+    ``c0``, ``c1`` hold."""
+    if far:
+        if width == 128:
+            return lanes_max128(NU, off, c0, c1)
+        return lanes_max64(NU, off, c0, c1) if width == 64 else lanes_max16(NU, off, c0, c1)
+    if width == 128:
+        return lanes_min128(NU, off, c0, c1)
+    return lanes_min64(NU, off, c0, c1) if width == 64 else lanes_min16(NU, off, c0, c1)
+
+
+@jit_inline
+def _rounds(mem, NU, layer, pbase, n, far, cw, gw, kw, px, n_words):
+    """Of the blocks of ``mem[layer]`` (next uses ``NU[pbase + j]`` for tie position ``j``), ``n`` leave, those with
+    the farthest next use, ties by lower tie position (``far``); or ``n`` stay, those with the nearest, ties by
+    higher tie position; ``0 < n <`` their count. Each round takes the group of the farthest (nearest) next use among
+    the blocks left (``cw``) whole (into ``kw``), but the one that completes ``n``, whose lowest tie positions leave.
+    The extreme of each pair of words is kept in ``px`` and found again only in the pairs a round took blocks from.
+    ``gw``: scratch words."""
+    n_pairs = n_words >> 1
+    for w in range(n_words):
+        cw[_U(w)] = mem[_U(layer), _U(w)]
+        kw[_U(w)] = np.uint64(0)
+    for p in range(n_pairs):
+        px[_U(p)] = _extreme(NU, pbase + (p << 7), cw[_U(2 * p)], cw[_U(2 * p + 1)], 128, far)
+    for _ in range(n_words * 64):      # a round takes at least one block: at most this many
+        x = px[0]
+        for p in range(1, n_pairs):
+            x = max(x, px[_U(p)]) if far else min(x, px[_U(p)])
+        g = 0
+        for p in range(n_pairs):
+            g0 = np.uint64(0)
+            g1 = np.uint64(0)
+            if px[_U(p)] == x:
+                g0 = lanes_eq(NU, pbase + (p << 7), x) & cw[_U(2 * p)]
+                g1 = lanes_eq(NU, pbase + (p << 7) + 64, x) & cw[_U(2 * p + 1)]
+            gw[_U(2 * p)] = g0
+            gw[_U(2 * p + 1)] = g1
+            g += np.int64(_popc(g0)) + np.int64(_popc(g1))
+        if g >= n:                     # the group completes the count: its d lowest tie positions leave
+            d = n if far else g - n
+            for w in range(n_words):
+                t = min(d, np.int64(_popc(gw[_U(w)])))
+                out = pdep(_low_bits(t), gw[_U(w)])
+                mem[_U(layer), _U(w)] = cw[_U(w)] & ~out if far else kw[_U(w)] | (gw[_U(w)] & ~out)
+                d -= t
+            return
+        for p in range(n_pairs):
+            if px[_U(p)] == x:
+                for w in range(2 * p, 2 * p + 2):
+                    cw[_U(w)] &= ~gw[_U(w)]
+                    kw[_U(w)] |= gw[_U(w)]
+                px[_U(p)] = _extreme(NU, pbase + (p << 7), cw[_U(2 * p)], cw[_U(2 * p + 1)], 128, far)
+        n -= g
+
+
+@jit_inline
+def _rounds2(mem, NU, layer, pbase, n, far, cw, width):
+    """:func:`_rounds` of a layer of at most 128 blocks, two words, its lanes ``width`` (16, 64 or 128) from
+    ``pbase``: one reduction a round (``cw``: four scratch words, the blocks left and those taken)."""
+    cw[0] = mem[_U(layer), 0]
+    cw[1] = mem[_U(layer), 1]
+    cw[2] = np.uint64(0)
+    cw[3] = np.uint64(0)
+    for _ in range(128):
+        c0 = cw[0]
+        c1 = cw[1]
+        x = _extreme(NU, pbase, c0, c1, width, far)
+        g0 = lanes_eq(NU, pbase, x) & c0
+        g1 = lanes_eq(NU, pbase + 64, x) & c1 if width == 128 else np.uint64(0)
+        p0 = np.int64(_popc(g0))
+        g = p0 + np.int64(_popc(g1))
+        if g >= n:                     # the group completes the count: its d lowest tie positions leave
+            d = n if far else g - n
+            t = min(d, p0)
+            o0 = pdep(_low_bits(t), g0)
+            o1 = pdep(_low_bits(d - t), g1)
+            mem[_U(layer), 0] = c0 & ~o0 if far else cw[2] | (g0 & ~o0)
+            mem[_U(layer), 1] = c1 & ~o1 if far else cw[3] | (g1 & ~o1)
+            return
+        cw[0] = c0 & ~g0
+        cw[1] = c1 & ~g1
+        cw[2] |= g0
+        cw[3] |= g1
+        n -= g
+
+
+@jit_helper
+def _leave_far2(mem, NU, layer, pbase, e, cw, width):
+    """:func:`_rounds2` from the far end (the end a constant: each end compiled on its own took 0.90-0.91 of the time
+    of one loop testing which end, 48 x 128 at batch 1, ``benchmarks/belady_lanes.py``)."""
+    _rounds2(mem, NU, layer, pbase, e, True, cw, width)
+
+
+@jit_helper
+def _keep_near2(mem, NU, layer, pbase, k, cw, width):
+    """:func:`_rounds2` from the near end."""
+    _rounds2(mem, NU, layer, pbase, k, False, cw, width)
+
+
+@jit_helper
+def _leave_far(mem, NU, layer, pbase, e, cw, gw, kw, px, n_words):
+    """:func:`_rounds` from the far end."""
+    _rounds(mem, NU, layer, pbase, e, True, cw, gw, kw, px, n_words)
+
+
+@jit_helper
+def _keep_near(mem, NU, layer, pbase, k, cw, gw, kw, px, n_words):
+    """:func:`_rounds` from the near end."""
+    _rounds(mem, NU, layer, pbase, k, False, cw, gw, kw, px, n_words)
+
+
+@jit_inline
+def _decide(mem, NU, layer, pbase, e, k, near, add, cw, gw, kw, px, n_words, width):
+    """A pending overflow of ``layer``: ``e`` of ``mem[layer]`` leave (``k`` stay), in rounds from the near end
+    where ``near``; then the words ``add`` join (Belady-forced's misses)."""
+    if n_words == 2 and near:
+        _keep_near2(mem, NU, layer, pbase, k, cw, width)
+    elif n_words == 2:
+        _leave_far2(mem, NU, layer, pbase, e, cw, width)
+    elif near:
+        _keep_near(mem, NU, layer, pbase, k, cw, gw, kw, px, n_words)
+    else:
+        _leave_far(mem, NU, layer, pbase, e, cw, gw, kw, px, n_words)
+    for w in range(n_words):
+        mem[_U(layer), _U(w)] |= add[w]
+
+
+def replay_belady_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, access_next, forced,
+                        count_from, hits, misses, hit_flag, keep_group=KEEP_GROUP, keep_bound=KEEP_BOUND):
+    """Event-atomic, per-layer Belady (``forced=False``: bypass admission) or Belady-forced-admit.
+
+    ``access_next[a]``: the event of access ``a``'s block's next use (``NEVER`` for none; int32), as
+    :func:`expertcache.replay._kernels.next_use` gives it or advice holds it. Belady's candidates are ``C ∪ U``;
+    under ``forced`` the unit's misses rank below every resident (they stay, and ``e`` residents leave; where
+    ``e`` is at least the residents, all of them leave and the misses farthest in the future beyond the quota).
+    ``keep_group`` / ``keep_bound``: the choice of end (:data:`KEEP_GROUP`, :data:`KEEP_BOUND`; tests pass 0 and
+    a large bound to keep from the near end always, or a bound of 0 to leave from the far end always). Other
+    parameters are those of :func:`._kernels_bits.replay_lru_bits`.
+    """
+    n_events = offsets.shape[0] - 1
+    n_words = (n_experts + 127) // 128 * 2          # pairs of words: 128 lanes a reduction
+    width = 16 if n_experts <= 16 else 64 if n_experts <= 64 else 128
+    npad = width if n_experts <= 128 else n_words * 64
+    mean_event = expert.shape[0] / max(n_events, 1)
+    _replay_belady_lanes(offsets, expert, ev_layer, n_experts, capacity, tie_pos, access_next, bool(forced),
+                         count_from, hits, misses, hit_flag, np.zeros(n_layers, dtype=np.int64),
+                         np.zeros((n_layers, n_words), dtype=np.uint64), np.zeros(n_layers * npad + 128, dtype=np.int32),
+                         np.zeros((5, max(n_words, 4)), dtype=np.uint64),
+                         float(mean_event), float(keep_group), int(keep_bound), width, npad,
+                         np.zeros(n_words // 2, dtype=np.int64))
+
+
+@jit_loop
+def _replay_belady_lanes(offsets, expert, ev_layer, n_experts, capacity, tie_pos, nxt, forced, count_from, hits,
+                         misses, hit_flag, size, mem, NU, scratch, mean_event, keep_group, keep_bound, width, npad,
+                         px):
+    """The loop of :func:`replay_belady_lanes`: ``mem[l]`` layer ``l``'s residents (an even number of words),
+    ``NU[l * 64 W + j]`` the next use of its tie position ``j``; ``scratch``: the unit's misses, the pending
+    overflow's words that join after it, and three scratch bitsets."""
+    record = hit_flag.shape[0] > 0
+    n_events = offsets.shape[0] - 1
+    n_words = mem.shape[1]
+    one = np.uint64(1)
+    zero = np.uint64(0)
+    ev = scratch[0]
+    add = scratch[1]
+    cw = scratch[2]
+    gw = scratch[3]
+    kw = scratch[4]
+    pl = -1                            # the pending overflow: its layer (-1: none), how many leave and stay, its end
+    pe = 0
+    pk = 0
+    pn = False
+    for i in range(n_events):
+        layer = ev_layer[i]
+        if pl == layer:
+            _decide(mem, NU, pl, pl * npad, pe, pk, pn, add, cw, gw, kw, px, n_words, width)
+            pl = -1
+        cap = capacity[_U(layer)]
+        base = layer * n_experts
+        pbase = layer * npad
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        if n_words == 2:               # the unit's bits in registers (a store per member chains through memory)
+            e0 = zero
+            e1 = zero
+            for a in range(lo, hi):
+                tp = tie_pos[_U(base + expert[_U(a)])]
+                bit = one << np.uint64(tp & 63)
+                hm = zero - np.uint64(tp >> 6)
+                e0 |= bit & ~hm
+                e1 |= bit & hm
+                NU[_U(pbase + tp)] = nxt[_U(a)]
+            e0 &= ~mem[_U(layer), 0]
+            e1 &= ~mem[_U(layer), 1]
+            ev[0] = e0
+            ev[1] = e1
+            n_miss = np.int64(_popc(e0)) + np.int64(_popc(e1))
+        else:
+            for w in range(n_words):
+                ev[w] = zero
+            for a in range(lo, hi):
+                tp = tie_pos[_U(base + expert[_U(a)])]
+                ev[_U(tp >> 6)] |= one << np.uint64(tp & 63)
+                NU[_U(pbase + tp)] = nxt[_U(a)]
+            n_miss = 0
+            for w in range(n_words):
+                ev[w] &= ~mem[_U(layer), _U(w)]
+                n_miss += np.int64(_popc(ev[w]))
+        if record and n_miss < hi - lo:
+            for a in range(lo, hi):
+                tp = tie_pos[_U(base + expert[_U(a)])]
+                if (mem[_U(layer), _U(tp >> 6)] >> np.uint64(tp & 63)) & one:
+                    hit_flag[_U(a)] = 1
+        if i >= count_from:
+            hits[_U(layer)] += hi - lo - n_miss
+            misses[_U(layer)] += n_miss
+        if pl >= 0:                    # the previous event's overflow (another layer's)
+            _decide(mem, NU, pl, pl * npad, pe, pk, pn, add, cw, gw, kw, px, n_words, width)
+            pl = -1
+        if n_miss == 0 or cap == 0:
+            continue
+        n_res = size[_U(layer)]
+        total = n_res + n_miss
+        if total <= cap:
+            for w in range(n_words):
+                mem[_U(layer), _U(w)] |= ev[w]
+            size[_U(layer)] = total
+            continue
+        e = total - cap
+        if not forced:                 # C ∪ U: e leave, cap stay
+            for w in range(n_words):
+                mem[_U(layer), _U(w)] |= ev[w]
+                add[w] = zero
+            k = cap
+        elif e < n_res:                # forced: e residents leave (hits included), the misses join after
+            for w in range(n_words):
+                add[w] = ev[w]
+            k = n_res - e
+        else:                          # forced: every resident leaves, and the misses farthest beyond cap
+            e -= n_res
+            for w in range(n_words):
+                mem[_U(layer), _U(w)] = ev[w]
+                add[w] = zero
+            k = cap
+        size[_U(layer)] = cap
+        if e > 0:
+            pl = layer
+            pe = e
+            pk = k
+            pn = keep_group * k < e * mean_event and k < keep_bound * e
+        elif forced:
+            for w in range(n_words):
+                mem[_U(layer), _U(w)] |= add[w]
+    if pl >= 0:
+        _decide(mem, NU, pl, pl * npad, pe, pk, pn, add, cw, gw, kw, px, n_words, width)
