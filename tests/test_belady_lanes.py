@@ -75,7 +75,7 @@ def test_lanes_equal_the_heap_loop_with_large_events_at_every_rho(forced, N):
         heap_and_lanes(stream, E.capacities_for_rho(rho, 2, N), forced, 11, 5)
 
 
-def test_advice_in_place_of_next_uses(tmp_path):
+def test_advice_in_place_of_next_uses():
     """predicted-next-use replays per layer on the lanes loop: its counts equal the heap loop's on the advice."""
     from expertcache.events import build_events
     from expertcache.nextuse import LinearNextUse, access_features, advice_from_predictions

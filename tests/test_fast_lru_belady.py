@@ -240,6 +240,21 @@ def test_reused_belady_inputs_never_serve_another_stream_or_tie_order(loop):
     assert engine._REUSED == {"bitsets": [], "next": []}
 
 
+def test_reused_next_uses_skip_a_shuffled_member_order():
+    """A sequential-random replay's next uses follow a shuffled copy of the members, met once: inside
+    engine.reuse_belady_inputs they are not kept (sequential-ascending's are), and the counts are the replays'
+    outside it."""
+    from expertcache.replay import engine
+
+    s = random_stream(np.random.default_rng(33), 2, 20, 30, 9)
+    cfgs = [ReplayConfig("belady", rho=0.3, semantics=m) for m in ("sequential-random", "sequential-ascending")]
+    want = [replay(s, c) for c in cfgs]
+    with engine.reuse_belady_inputs():
+        assert replay(s, cfgs[0]) == want[0] and engine._REUSED["next"] == []
+        assert replay(s, cfgs[1]) == want[1] and len(engine._REUSED["next"]) == 1
+        assert replay(s, cfgs[1]) == want[1] and len(engine._REUSED["next"]) == 1
+
+
 @pytest.mark.parametrize("direct", [True, False, None])
 @pytest.mark.parametrize("seed", range(6))
 def test_lru_bitset_loop_with_and_without_each_blocks_bucket(direct, seed):

@@ -330,13 +330,10 @@ def _replay_belady_lanes(offsets, expert, ev_layer, n_experts, capacity, tie_pos
                 add[w] = zero
             k = cap
         size[_U(layer)] = cap
-        if e > 0:
+        if e > 0:                      # (none leave where the forced misses are exactly the quota)
             pl = layer
             pe = e
             pk = k
             pn = keep_group * k < e * mean_event and k < keep_bound * e
-        elif forced:
-            for w in range(n_words):
-                mem[_U(layer), _U(w)] |= add[w]
     if pl >= 0:
         _decide(mem, NU, pl, pl * npad, pe, pk, pn, add, cw, gw, kw, px, n_words, width)

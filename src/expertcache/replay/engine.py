@@ -236,7 +236,8 @@ def _kernel_inputs(stream: EventStream, config: ReplayConfig, needs_next_use: bo
         raise ValidationError(f"streams of more than {int(K.NEVER) - 1} units are not supported; split the stream")
     expert = _member_order(stream, config.semantics, int(config.seed)) if ordered else stream.expert
     layer = stream.layer
-    access_next = (_next_use(stream.offsets, expert, layer, stream.n_experts, stream.n_layers, atomic)
+    next_use = _next_use if expert is stream.expert else K.next_use      # (a shuffled copy is never met again)
+    access_next = (next_use(stream.offsets, expert, layer, stream.n_experts, stream.n_layers, atomic)
                    if needs_next_use else np.empty(0, dtype=np.int32))
     return (stream.offsets, expert, layer, stream.step, stream.n_experts, stream.n_layers,
             config.scope == "global", atomic, access_next)
