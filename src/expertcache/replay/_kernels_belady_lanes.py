@@ -19,7 +19,7 @@ events. The rounds run from the near end, keeping, where ``KEEP_GROUP * k < e * 
 the near groups taken to hold about ``E / KEEP_GROUP`` candidates each) and ``k`` is below ``KEEP_BOUND * e``, else
 from the far end (the constants from timing both ends, ``benchmarks/belady_lanes.py --sides``). Either way a unit
 takes at most ``KEEP_BOUND * e`` rounds, and ``e`` is at most its misses: no stream makes the loop take more than
-``KEEP_BOUND`` reductions an access.
+``KEEP_BOUND`` rounds an access.
 
 An overflow's decision is made after the next event's member loop unless that event is of the same layer (then
 before it): the member loop's scalar stores into the next-use lanes and the vector loads of the same lines are
