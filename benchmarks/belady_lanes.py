@@ -17,7 +17,8 @@ next-use array, as the engine ran it; the walk's time includes both.
 
 ``--sides`` times, instead, the lanes loop with its rule for the end a unit's rounds start from (``KEEP_GROUP``,
 ``KEEP_BOUND``) against the far end always and the near end always (three sides in turn, the first rotating):
-``rule / far`` and ``rule / near`` as medians of per-round ratios, and whether the three agree.
+``rule / far`` and ``rule / near`` as medians of per-round ratios, and whether the three agree (counts and hit
+flags).
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ from _ab import (  # noqa: E402
 SIDES = {"rule": None, "far": (0.0, 0), "near": (0.0, 1 << 30)}
 
 
-def _inputs(s, rho: float):
+def _inputs(s, rho: float) -> tuple[np.ndarray, np.ndarray]:
+    """The per-layer quotas at ``rho`` and the tie positions of the random tie order of seed 0 (the engine's
+    default)."""
     from expertcache.replay import engine
 
     L, N = s.n_layers, s.n_experts
@@ -90,6 +93,8 @@ def _walk(s, caps, tie_pos, flags) -> np.ndarray:
 
 def row(s, rho: float, pairs: int) -> dict:
     """One stream and rho: the lanes loop against the walk."""
+    from expertcache.replay import _kernels_belady_lanes as KBL
+
     caps, tie_pos = _inputs(s, rho)
 
     def timed(lanes: bool, record: bool) -> tuple[float, np.ndarray, np.ndarray]:
@@ -101,8 +106,6 @@ def row(s, rho: float, pairs: int) -> dict:
             hits = _walk(s, caps, tie_pos, flags)
         return time.perf_counter() - t0, hits, flags
 
-    from expertcache.replay import _kernels_belady_lanes as KBL
-
     lanes, walk, equal = checked_pairs(timed, pairs)
     return {"rho": rho, "capacity": int(caps[0]), **pair_fields(("lanes", "walk"), lanes, walk, s.union),
             "engine": "lanes" if KBL.lanes_pay(s.n_experts, caps, s.union / s.n_events) else "walk",
@@ -112,8 +115,9 @@ def row(s, rho: float, pairs: int) -> dict:
 def sides_row(s, rho: float, pairs: int) -> dict:
     """One stream and rho: the lanes loop's rule against each end always."""
     caps, tie_pos = _inputs(s, rho)
-    out = {name: _lanes(s, caps, tie_pos, np.zeros(s.union, np.uint8), sides) for name, sides in SIDES.items()}
-    equal = all(np.array_equal(out["rule"], h) for h in out.values())
+    flags = {name: np.zeros(s.union, np.uint8) for name in SIDES}
+    out = {name: _lanes(s, caps, tie_pos, flags[name], sides) for name, sides in SIDES.items()}
+    equal = all(np.array_equal(out["rule"], out[n]) and np.array_equal(flags["rule"], flags[n]) for n in SIDES)
     t: dict[str, list[float]] = {name: [] for name in SIDES}
     names = list(SIDES)
     for k in range(pairs):
