@@ -15,10 +15,10 @@ lanes / walk as the minimum and the median of the per-pair ratios, the loop the 
 otherwise). Where the walk gives up (past its budget of walked rows) the heap loop replays from scratch, with a
 next-use array, as the engine ran it; the walk's time includes both.
 
-``--sides`` times, instead, the lanes loop with its rule for the end a unit's rounds start from (``KEEP_GROUP``,
-``KEEP_BOUND``) against the far end always and the near end always (three sides in turn, the first rotating):
-``rule / far`` and ``rule / near`` as medians of per-round ratios, and whether the three agree (counts and hit
-flags).
+``--sides`` times, instead, the lanes loop with its rules for the end a unit's rounds start from (``KEEP_GROUP``,
+``KEEP_BOUND``) and for the bracket (``BRACKET_ROUNDS``) against the same without the bracket (``plain``), the far end
+always and the near end always (four sides in turn, the first rotating): ``rule / plain``, ``rule / far`` and
+``rule / near`` as medians of per-round ratios, and whether the four agree (counts and hit flags).
 """
 
 from __future__ import annotations
@@ -44,8 +44,9 @@ from _ab import (  # noqa: E402
     yes_no,
 )
 
-#: ``--sides``: the rule's ``(keep_group, keep_bound)``, the far end always, the near end always.
-SIDES = {"rule": None, "far": (0.0, 0), "near": (0.0, 1 << 30)}
+#: ``--sides``: the loop's rules (``None``: its defaults), the same without the bracket, the far end always and the
+#: near end always (``(keep_group, keep_bound, bracket_rounds)``).
+SIDES = {"rule": None, "plain": (3.0, 8, 1 << 30), "far": (0.0, 0, 1 << 30), "near": (0.0, 1 << 30, 1 << 30)}
 
 
 def _inputs(s, rho: float) -> tuple[np.ndarray, np.ndarray]:
@@ -121,14 +122,14 @@ def sides_row(s, rho: float, pairs: int) -> dict:
     t: dict[str, list[float]] = {name: [] for name in SIDES}
     names = list(SIDES)
     for k in range(pairs):
-        for name in names[k % 3:] + names[:k % 3]:
+        for name in names[k % len(names):] + names[:k % len(names)]:
             t0 = time.perf_counter()
             _lanes(s, caps, tie_pos, np.zeros(0, np.uint8), SIDES[name])
             t[name].append(time.perf_counter() - t0)
     ns = {f"{name}_ns": statistics.median(v) / s.union * 1e9 for name, v in t.items()}
     return {"rho": rho, "capacity": int(caps[0]), **ns,
-            "rule_far": statistics.median(a / b for a, b in zip(t["rule"], t["far"], strict=True)),
-            "rule_near": statistics.median(a / b for a, b in zip(t["rule"], t["near"], strict=True)),
+            **{f"rule_{name}": statistics.median(a / b for a, b in zip(t["rule"], t[name], strict=True))
+               for name in names[1:]},
             "hits_equal": equal}
 
 
@@ -146,14 +147,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.sides:
         def line(r: dict) -> str:
             return (f"{r['shape']:>10} {r['batch']:>3} {r['mean_event']:>6.1f} {r['rho']:>5} {r['capacity']:>5}  "
-                    f"{r['rule_ns']:>6.2f} {r['far_ns']:>6.2f} {r['near_ns']:>6.2f}  {r['rule_far']:>8.2f} "
-                    f"{r['rule_near']:>9.2f}  {yes_no(r['hits_equal'])}")
+                    f"{r['rule_ns']:>6.2f} {r['plain_ns']:>6.2f} {r['far_ns']:>6.2f} {r['near_ns']:>6.2f}  "
+                    f"{r['rule_plain']:>10.2f} {r['rule_far']:>8.2f} {r['rule_near']:>9.2f}  {yes_no(r['hits_equal'])}")
 
         return report(rows, args.json, meta,
                       [f"machine: {machine()}",
-                       f"ns per access (medians of {args.pairs} rounds of three); rule / far, rule / near: medians of "
-                       "per-round ratios",
-                       head + f"{'rule':>6} {'far':>6} {'near':>6}  {'rule/far':>8} {'rule/near':>9}  hits equal"],
+                       f"ns per access (medians of {args.pairs} rounds of four); rule / plain (no bracket), rule / "
+                       "far, rule / near: medians of per-round ratios",
+                       head + f"{'rule':>6} {'plain':>6} {'far':>6} {'near':>6}  {'rule/plain':>10} {'rule/far':>8} "
+                       f"{'rule/near':>9}  hits equal"],
                       line)
 
     def line(r: dict) -> str:

@@ -26,8 +26,10 @@ from expertcache.replay import _kernels as K
 from expertcache.replay import _kernels_belady_lanes as KBL
 from expertcache.replay import engine as E
 
-#: The ends a unit's rounds start from: the rule, the far end always, the near end always.
-SIDES = [(KBL.KEEP_GROUP, KBL.KEEP_BOUND), (0.0, 0), (0.0, 1 << 30)]
+#: The ends a unit's rounds start from and the bracket: the rules, the far end always, the near end always (neither
+#: bracketed), every overflow bracketed where the layer has a cut.
+SIDES = [(KBL.KEEP_GROUP, KBL.KEEP_BOUND, KBL.BRACKET_ROUNDS), (0.0, 0, 1 << 30), (0.0, 1 << 30, 1 << 30),
+         (KBL.KEEP_GROUP, KBL.KEEP_BOUND, 0)]
 
 
 def heap_and_lanes(stream: EventStream, caps, forced: bool, warmup: int, tie_seed: int, nxt=None) -> None:
@@ -148,25 +150,30 @@ def test_the_reductions_against_numpy(n):
 
 
 def test_the_engine_chooses_the_walk_only_in_its_band():
-    """lanes_pay: layers past 128 experts whose quota is 0.9-3 mean events and at most half the layer take the
-    walk; the rest, and advice, the lanes; other scopes and semantics neither."""
+    """lanes_pay: layers past 128 experts whose quota is 0.5-1.5 mean events and at most half the layer, with mean
+    events of at most a third of it, take the walk; the rest, and advice, the lanes; other scopes and semantics
+    neither."""
     from expertcache.replay.policies import get_policy
 
     offsets = np.arange(0, 2001, 20)                    # mean event 20
     cfg = ReplayConfig("belady")
     pick = E._belady_loop
-    assert pick(cfg, get_policy("belady"), 128, np.full(4, 30), offsets) == "lanes"
-    assert pick(cfg, get_policy("belady"), 256, np.full(4, 30), offsets) == "walk"
-    assert pick(cfg, get_policy("belady-forced"), 256, np.full(4, 59), offsets) == "walk"
-    assert pick(cfg, get_policy("belady"), 256, np.full(4, 60), offsets) == "lanes"      # 3 mean events
-    assert pick(cfg, get_policy("belady"), 256, np.full(4, 17), offsets) == "lanes"      # below 0.9
-    assert pick(cfg, get_policy("belady"), 100, np.full(4, 30), offsets) == "lanes"
-    assert pick(cfg, get_policy("belady"), 256, np.full(4, 30), np.arange(0, 2001, 10)) == "lanes"   # 3 events
-    assert pick(ReplayConfig("belady", scope="global"), get_policy("belady"), 128, np.full(1, 30), offsets) == ""
-    assert pick(ReplayConfig("belady", semantics="sequential-ascending"), get_policy("belady"), 128, np.full(4, 30),
+    assert pick(cfg, get_policy("belady"), 128, np.full(4, 20), offsets) == "lanes"
+    assert pick(cfg, get_policy("belady"), 256, np.full(4, 20), offsets) == "walk"
+    assert pick(cfg, get_policy("belady-forced"), 256, np.full(4, 10), offsets) == "walk"      # 0.5 mean events
+    assert pick(cfg, get_policy("belady"), 256, np.full(4, 29), offsets) == "walk"
+    assert pick(cfg, get_policy("belady"), 256, np.full(4, 30), offsets) == "lanes"      # 1.5 mean events
+    assert pick(cfg, get_policy("belady"), 256, np.full(4, 9), offsets) == "lanes"       # below 0.5
+    assert pick(cfg, get_policy("belady"), 100, np.full(4, 20), offsets) == "lanes"
+    assert pick(cfg, get_policy("belady"), 48, np.full(4, 20), np.arange(0, 2001, 40)) == "lanes"
+    assert pick(cfg, get_policy("belady"), 140, np.full(4, 60), np.arange(0, 2001, 50)) == "lanes"   # events > N/3
+    assert pick(cfg, get_policy("belady"), 300, np.full(4, 60), np.arange(0, 2001, 50)) == "walk"
+    assert pick(cfg, get_policy("belady"), 200, np.full(4, 101), np.arange(0, 2001, 100)) == "lanes"   # c > N/2
+    assert pick(ReplayConfig("belady", scope="global"), get_policy("belady"), 256, np.full(1, 20), offsets) == ""
+    assert pick(ReplayConfig("belady", semantics="sequential-ascending"), get_policy("belady"), 256, np.full(4, 20),
                 offsets) == ""
-    assert pick(cfg, get_policy("predicted-next-use"), 256, np.full(4, 30), offsets) == "lanes"
-    assert pick(cfg, get_policy("belady"), 2048, np.full(4, 30), offsets) == ""
+    assert pick(cfg, get_policy("predicted-next-use"), 256, np.full(4, 20), offsets) == "lanes"
+    assert pick(cfg, get_policy("belady"), 2048, np.full(4, 20), offsets) == ""
 
 
 def test_the_lanes_benchmark_times_both_loops_and_checks_them():
@@ -186,14 +193,16 @@ def test_the_lanes_benchmark_times_both_loops_and_checks_them():
         (sh, b, rho) for sh in ("4x16x2", "2x130x4") for b in (1, 3) for rho in (0.1, 0.9)]
     assert all(x["hits_equal"] and x["lanes_ns"] > 0 and x["walk_ns"] > 0 and 0 < x["ratio_min"] <= x["ratio"]
                for x in rows)
-    for x in rows:            # 2 x 130: the walk where the quota is 0.9-3 mean events and at most half the layer
-        walk = x["shape"] == "2x130x4" and 0.9 <= x["capacity"] / x["mean_event"] < 3 and x["capacity"] <= 65
+    for x in rows:            # 2 x 130: the walk where the quota is 0.5-1.5 mean events, at most half the layer
+        walk = (x["shape"] == "2x130x4" and 0.5 <= x["capacity"] / x["mean_event"] < 1.5 and x["capacity"] <= 65
+                and x["mean_event"] <= 130 / 3)
         assert x["engine"] == ("walk" if walk else "lanes"), x
     assert {x["engine"] for x in rows} == {"walk", "lanes"}
     r = run(*common, "--sides")
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)["rows"]
-    assert len(rows) == 8 and all(x["hits_equal"] and min(x["rule_ns"], x["far_ns"], x["near_ns"]) > 0 for x in rows)
+    assert len(rows) == 8 and all(x["hits_equal"] and min(x["rule_ns"], x["plain_ns"], x["far_ns"], x["near_ns"]) > 0
+                                  and min(x["rule_plain"], x["rule_far"], x["rule_near"]) > 0 for x in rows)
     for args in (["--rhos", "2"], ["--shapes", "4x16"], ["--shapes", "4x2000x8"], ["--batches", "0"], ["--pairs", "x"]):
         r = run(*args)
         assert r.returncode == 2 and "Traceback" not in r.stderr, args

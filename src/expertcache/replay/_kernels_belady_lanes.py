@@ -12,7 +12,8 @@ reduction over the layer's lanes (:data:`._simd.lanes_max128`: the farthest next
 population count. A group that does not complete the count leaves (is kept) whole; the one that completes it is
 split by tie position with ``pdep``. No branch per candidate: a unit takes as many rounds as groups it crosses. A
 layer of at most 16 (64) experts reduces 16 (64) lanes; past 128, each pair of words keeps its extreme, found again
-only where a round took blocks.
+only where a round took blocks, and an overflow that both ends would take many rounds over is bracketed first by a
+cut at a next use (:func:`_bracket`).
 
 Which end: the far groups are mostly single blocks (rarely used experts), the near ones the blocks of the next few
 events. The rounds run from the near end, keeping, where ``KEEP_GROUP * k < e * E`` (``E`` the stream's mean event:
@@ -33,9 +34,11 @@ import numpy as np
 
 from .._bits import U as _U
 from .._jit import jit_helper, jit_inline, jit_loop
+from ._kernels import NEVER
 from ._kernels_bits import _popc
 from ._simd import (
     lanes_eq,
+    lanes_ge,
     lanes_max16,
     lanes_max64,
     lanes_max128,
@@ -50,27 +53,33 @@ from ._simd import (
 KEEP_GROUP = 3.0
 #: ... and ``k < KEEP_BOUND * e``: at most ``KEEP_BOUND`` rounds a leaving block.
 KEEP_BOUND = 8
-#: :func:`lanes_pay`: layers of more than this many experts (several reductions a round) ...
+#: Past 128 experts, an overflow expected to take more than this many rounds from either end (``e`` from the far
+#: end, ``KEEP_GROUP * k / E`` from the near one) is bracketed first by a cut at a next use (:func:`_bracket`).
+BRACKET_ROUNDS = 2
+#: :func:`lanes_pay`: layers of more than this many experts ...
 WALK_EXPERTS = 128
 #: ... whose mean quota is within this many mean events ...
-WALK_QUOTA_EVENTS = (0.9, 3.0)
-#: ... and at most this share of a layer's experts replay on the walk of :mod:`._kernels_bits` instead.
+WALK_QUOTA_EVENTS = (0.5, 1.5)
+#: ... and at most this share of a layer, ...
 WALK_RHO = 0.5
+#: ... with mean events of at most this share of a layer replay on the walk of :mod:`._kernels_bits` instead.
+WALK_EVENT_SHARE = 1 / 3
 
 
 def lanes_pay(n_experts: int, capacity, mean_event: float) -> bool:
     """Whether the engine replays per-layer Belady here rather than on the walk of
     :func:`._kernels_bits.replay_belady_walk`: everywhere but in layers of more than :data:`WALK_EXPERTS` experts
-    whose mean quota ``c`` is from ``WALK_QUOTA_EVENTS[0]`` up to ``WALK_QUOTA_EVENTS[1]`` mean events (``E``) and at
-    most :data:`WALK_RHO` of the layer, where a unit's rounds run over several pairs of words on both ends and the
-    walk was up to 2.3x faster (``benchmarks/belady_lanes.py``, docs/performance.md, *Session 48*).
+    whose mean quota ``c`` is from ``WALK_QUOTA_EVENTS[0]`` up to ``WALK_QUOTA_EVENTS[1]`` mean events (``E``), at
+    most :data:`WALK_RHO` of the layer, and ``E`` at most :data:`WALK_EVENT_SHARE` of it, where a unit's rounds run
+    over several pairs of words and the walk was up to 1.3x faster (``benchmarks/belady_lanes.py``,
+    docs/performance.md, *Session 48*).
 
-    >>> lanes_pay(128, np.array([13, 13]), 40.0), lanes_pay(256, np.array([64]), 26.0), lanes_pay(256, [64], 8.0)
+    >>> lanes_pay(128, np.array([13, 13]), 40.0), lanes_pay(256, np.array([30]), 26.0), lanes_pay(256, [64], 26.0)
     (True, False, True)
     """
     c = float(np.mean(capacity)) if len(capacity) else 0.0
     walk = (n_experts > WALK_EXPERTS and WALK_QUOTA_EVENTS[0] * mean_event <= c < WALK_QUOTA_EVENTS[1] * mean_event
-            and c <= WALK_RHO * n_experts)
+            and c <= WALK_RHO * n_experts and mean_event <= WALK_EVENT_SHARE * n_experts)
     return not walk
 
 
@@ -95,19 +104,19 @@ def _extreme(NU, off, c0, c1, width, far):
 
 
 @jit_inline
-def _rounds(mem, NU, layer, pbase, n, far, cw, gw, kw, px, n_words):
-    """Of the blocks of ``mem[layer]`` (next uses ``NU[pbase + j]`` for tie position ``j``), ``n`` leave, those with
-    the farthest next use, ties by lower tie position (``far``); or ``n`` stay, those with the nearest, ties by
-    higher tie position; ``0 < n <`` their count. Each round takes the group of the farthest (nearest) next use among
-    the blocks left (``cw``) whole (into ``kw``), but the one that completes ``n``, whose lowest tie positions leave.
-    The extreme of each pair of words is kept in ``px`` and found again only in the pairs a round took blocks from.
-    ``gw``: scratch words."""
+def _take(NU, pbase, n, far, cw, gw, kw, px, out, n_words):
+    """Of the blocks in ``cw`` (next uses ``NU[pbase + j]`` for tie position ``j``; consumed), the ``n`` with the
+    farthest next use, ties by lower tie position (``far``), or the ``n`` with the nearest, ties by higher tie
+    position, into ``out``; ``0 < n <`` their count. Each round takes the group of the farthest (nearest) next use
+    among the blocks left whole (into ``kw``), but the one that completes ``n``, split by tie position. The extreme of
+    each pair of words is kept in ``px`` and found again only in the pairs a round took blocks from. Returns the next
+    use of the last group. ``gw``: scratch words."""
     n_pairs = n_words >> 1
     for w in range(n_words):
-        cw[_U(w)] = mem[_U(layer), _U(w)]
         kw[_U(w)] = np.uint64(0)
     for p in range(n_pairs):
         px[_U(p)] = _extreme(NU, pbase + (p << 7), cw[_U(2 * p)], cw[_U(2 * p + 1)], 128, far)
+    x = np.int64(0)
     for _ in range(n_words * 64):      # a round takes at least one block: at most this many
         x = px[0]
         for p in range(1, n_pairs):
@@ -126,10 +135,10 @@ def _rounds(mem, NU, layer, pbase, n, far, cw, gw, kw, px, n_words):
             d = n if far else g - n
             for w in range(n_words):
                 t = min(d, np.int64(_popc(gw[_U(w)])))
-                out = pdep(_low_bits(t), gw[_U(w)])
-                mem[_U(layer), _U(w)] = cw[_U(w)] & ~out if far else kw[_U(w)] | (gw[_U(w)] & ~out)
+                o = pdep(_low_bits(t), gw[_U(w)])
+                out[_U(w)] = kw[_U(w)] | (o if far else gw[_U(w)] & ~o)
                 d -= t
-            return
+            return x
         for p in range(n_pairs):
             if px[_U(p)] == x:
                 for w in range(2 * p, 2 * p + 2):
@@ -137,6 +146,7 @@ def _rounds(mem, NU, layer, pbase, n, far, cw, gw, kw, px, n_words):
                     kw[_U(w)] |= gw[_U(w)]
                 px[_U(p)] = _extreme(NU, pbase + (p << 7), cw[_U(2 * p)], cw[_U(2 * p + 1)], 128, far)
         n -= g
+    return x
 
 
 @jit_inline
@@ -184,35 +194,91 @@ def _keep_near2(mem, NU, layer, pbase, k, cw, width):
 
 
 @jit_helper
-def _leave_far(mem, NU, layer, pbase, e, cw, gw, kw, px, n_words):
-    """:func:`_rounds` from the far end."""
-    _rounds(mem, NU, layer, pbase, e, True, cw, gw, kw, px, n_words)
+def _take_far(NU, pbase, n, cw, gw, kw, px, out, n_words):
+    """:func:`_take` from the far end (the end a constant in each compiled helper)."""
+    return _take(NU, pbase, n, True, cw, gw, kw, px, out, n_words)
 
 
 @jit_helper
-def _keep_near(mem, NU, layer, pbase, k, cw, gw, kw, px, n_words):
-    """:func:`_rounds` from the near end."""
-    _rounds(mem, NU, layer, pbase, k, False, cw, gw, kw, px, n_words)
+def _take_near(NU, pbase, n, cw, gw, kw, px, out, n_words):
+    """:func:`_take` from the near end."""
+    return _take(NU, pbase, n, False, cw, gw, kw, px, out, n_words)
+
+
+@jit_helper
+def _bracket(mem, NU, layer, pbase, e, now, dist, cw, gw, kw, px, out, ge, n_words):
+    """``e`` of ``mem[layer]`` leave, those with the farthest next use, bracketed by a cut at ``now + dist[layer]``:
+    the ``c`` blocks whose next use is at least the cut (one compare a word) hold the ``e`` farthest where ``c > e``
+    (taken from whichever end of them needs fewer, ``e`` or ``c - e``), else all leave and the ``e - c`` farthest of
+    the rest, so a unit takes at most ``e`` rounds. The layer's next cut: the next use where this one's count ended."""
+    t = min(now + dist[_U(layer)], np.int64(NEVER))
+    c = 0
+    for w in range(n_words):
+        ge[_U(w)] = lanes_ge(NU, pbase + (w << 6), t) & mem[_U(layer), _U(w)]
+        c += np.int64(_popc(ge[_U(w)]))
+    if c == e:
+        for w in range(n_words):
+            mem[_U(layer), _U(w)] &= ~ge[_U(w)]
+        return
+    for w in range(n_words):
+        cw[_U(w)] = ge[_U(w)] if c > e else mem[_U(layer), _U(w)] & ~ge[_U(w)]
+    if c > 2 * e:                      # the e farthest of the cut's blocks leave
+        x = _take_far(NU, pbase, e, cw, gw, kw, px, out, n_words)
+        for w in range(n_words):
+            mem[_U(layer), _U(w)] &= ~out[_U(w)]
+        dist[_U(layer)] = x - now
+    elif c > e:                        # the c - e nearest of them stay
+        x = _take_near(NU, pbase, c - e, cw, gw, kw, px, out, n_words)
+        for w in range(n_words):
+            mem[_U(layer), _U(w)] &= ~(ge[_U(w)] & ~out[_U(w)])
+        dist[_U(layer)] = x + 1 - now
+    else:                              # all of them leave, and the e - c farthest of the rest
+        x = _take_far(NU, pbase, e - c, cw, gw, kw, px, out, n_words)
+        for w in range(n_words):
+            mem[_U(layer), _U(w)] &= ~(ge[_U(w)] | out[_U(w)])
+        dist[_U(layer)] = x - now
+
+
+@jit_helper
+def _decide_words(mem, NU, layer, pbase, e, k, near, bracket, now, dist, cw, gw, kw, px, out, ge, n_words):
+    """A pending overflow of a layer of more than 128 experts: bracketed (:func:`_bracket`) where ``bracket`` and the
+    layer has a cut, else in rounds from the near end (``k`` stay) where ``near``, else from the far end (``e``
+    leave); either way the layer's next cut is set where the count ended."""
+    if bracket and dist[_U(layer)] >= 0:
+        _bracket(mem, NU, layer, pbase, e, now, dist, cw, gw, kw, px, out, ge, n_words)
+        return
+    for w in range(n_words):
+        cw[_U(w)] = mem[_U(layer), _U(w)]
+    if near:
+        x = _take_near(NU, pbase, k, cw, gw, kw, px, out, n_words)
+        for w in range(n_words):
+            mem[_U(layer), _U(w)] = out[_U(w)]
+        dist[_U(layer)] = x + 1 - now
+    else:
+        x = _take_far(NU, pbase, e, cw, gw, kw, px, out, n_words)
+        for w in range(n_words):
+            mem[_U(layer), _U(w)] &= ~out[_U(w)]
+        dist[_U(layer)] = x - now
 
 
 @jit_inline
-def _decide(mem, NU, layer, pbase, e, k, near, add, cw, gw, kw, px, n_words, width):
-    """A pending overflow of ``layer``: ``e`` of ``mem[layer]`` leave (``k`` stay), in rounds from the near end
-    where ``near``; then the words ``add`` join (Belady-forced's misses)."""
+def _decide(mem, NU, layer, pbase, e, k, near, bracket, now, dist, add, cw, gw, kw, px, out, ge, n_words, width):
+    """A pending overflow of ``layer`` (at event ``now``): ``e`` of ``mem[layer]`` leave (``k`` stay), in rounds
+    from the near end where ``near`` (bracketed past 128 experts where ``bracket``: :func:`_decide_words`); then the
+    words ``add`` join (Belady-forced's misses)."""
     if n_words == 2 and near:
         _keep_near2(mem, NU, layer, pbase, k, cw, width)
     elif n_words == 2:
         _leave_far2(mem, NU, layer, pbase, e, cw, width)
-    elif near:
-        _keep_near(mem, NU, layer, pbase, k, cw, gw, kw, px, n_words)
     else:
-        _leave_far(mem, NU, layer, pbase, e, cw, gw, kw, px, n_words)
+        _decide_words(mem, NU, layer, pbase, e, k, near, bracket, now, dist, cw, gw, kw, px, out, ge, n_words)
     for w in range(n_words):
         mem[_U(layer), _U(w)] |= add[w]
 
 
 def replay_belady_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, access_next, forced,
-                        count_from, hits, misses, hit_flag, keep_group=KEEP_GROUP, keep_bound=KEEP_BOUND):
+                        count_from, hits, misses, hit_flag, keep_group=KEEP_GROUP, keep_bound=KEEP_BOUND,
+                        bracket_rounds=BRACKET_ROUNDS):
     """Event-atomic, per-layer Belady (``forced=False``: bypass admission) or Belady-forced-admit.
 
     ``access_next[a]``: the event of access ``a``'s block's next use (``NEVER`` for none; int32), as
@@ -233,13 +299,14 @@ def replay_belady_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity
                          np.zeros((n_layers, n_words), dtype=np.uint64), np.zeros(n_layers * npad + 128, dtype=np.int32),
                          np.zeros((5, max(n_words, 4)), dtype=np.uint64),
                          float(mean_event), float(keep_group), int(keep_bound), width, npad,
-                         np.zeros(n_words // 2, dtype=np.int64))
+                         np.zeros(n_words // 2, dtype=np.int64), float(bracket_rounds),
+                         np.full(n_layers, -1, dtype=np.int64), np.zeros((2, max(n_words, 4)), dtype=np.uint64))
 
 
 @jit_loop
 def _replay_belady_lanes(offsets, expert, ev_layer, n_experts, capacity, tie_pos, nxt, forced, count_from, hits,
                          misses, hit_flag, size, mem, NU, scratch, mean_event, keep_group, keep_bound, width, npad,
-                         px):
+                         px, bracket_rounds, dist, scratch2):
     """The loop of :func:`replay_belady_lanes`: ``mem[l]`` layer ``l``'s residents (an even number of words),
     ``NU[l * 64 W + j]`` the next use of its tie position ``j``; ``scratch``: the unit's misses, the pending
     overflow's words that join after it, and three scratch bitsets."""
@@ -253,14 +320,18 @@ def _replay_belady_lanes(offsets, expert, ev_layer, n_experts, capacity, tie_pos
     cw = scratch[2]
     gw = scratch[3]
     kw = scratch[4]
+    out = scratch2[0]
+    ge = scratch2[1]
     pl = -1                            # the pending overflow: its layer (-1: none), how many leave and stay, its end
     pe = 0
     pk = 0
     pn = False
+    pb = False
+    pnow = 0
     for i in range(n_events):
         layer = ev_layer[i]
         if pl == layer:
-            _decide(mem, NU, pl, pl * npad, pe, pk, pn, add, cw, gw, kw, px, n_words, width)
+            _decide(mem, NU, pl, pl * npad, pe, pk, pn, pb, pnow, dist, add, cw, gw, kw, px, out, ge, n_words, width)
             pl = -1
         cap = capacity[_U(layer)]
         base = layer * n_experts
@@ -302,7 +373,7 @@ def _replay_belady_lanes(offsets, expert, ev_layer, n_experts, capacity, tie_pos
             hits[_U(layer)] += hi - lo - n_miss
             misses[_U(layer)] += n_miss
         if pl >= 0:                    # the previous event's overflow (another layer's)
-            _decide(mem, NU, pl, pl * npad, pe, pk, pn, add, cw, gw, kw, px, n_words, width)
+            _decide(mem, NU, pl, pl * npad, pe, pk, pn, pb, pnow, dist, add, cw, gw, kw, px, out, ge, n_words, width)
             pl = -1
         if n_miss == 0 or cap == 0:
             continue
@@ -335,5 +406,7 @@ def _replay_belady_lanes(offsets, expert, ev_layer, n_experts, capacity, tie_pos
             pe = e
             pk = k
             pn = keep_group * k < e * mean_event and k < keep_bound * e
+            pb = e > bracket_rounds and keep_group * k > bracket_rounds * mean_event
+            pnow = i
     if pl >= 0:
-        _decide(mem, NU, pl, pl * npad, pe, pk, pn, add, cw, gw, kw, px, n_words, width)
+        _decide(mem, NU, pl, pl * npad, pe, pk, pn, pb, pnow, dist, add, cw, gw, kw, px, out, ge, n_words, width)

@@ -32,7 +32,8 @@ must hold ``off + 64`` (or ``n``) elements.
   members: the lanes whose last unit is the unit's).
 * :data:`lanes_max128`, :data:`lanes_min128` — the largest (smallest) of 128 int32 lanes among those whose bits
   are set in two words, by one vector reduction (the per-layer Belady loop of :mod:`._kernels_belady_lanes`);
-  ``lanes_max64`` / ``lanes_min64`` and ``lanes_max16`` / ``lanes_min16`` the same over 64 and 16 lanes.
+  ``lanes_max64`` / ``lanes_min64`` and ``lanes_max16`` / ``lanes_min16`` the same over 64 and 16 lanes;
+  :func:`lanes_ge` the lanes of 64 int32 values at least one value, as bits (that loop's cut).
 * :func:`cut_masks32`, :func:`cut_mask1_32` — the bits of the 64 lanes where ``F <= theta * (t1 - L)`` for two
   cuts (one) on float32 counts and last units with 8-bit cuts (:func:`dyadic8_down`, :func:`dyadic8_up`), 16
   lanes to a 512-bit vector, exact below an age bound; the lanes at or past it marked (the lfru loops).
@@ -901,6 +902,22 @@ lanes_min64 = _make_lanes_reduce("smin", 64)
 lanes_max16 = _make_lanes_reduce("smax", 16)
 #: :data:`lanes_min128` over 16 lanes.
 lanes_min16 = _make_lanes_reduce("smin", 16)
+
+@intrinsic
+def lanes_ge(typingctx, buf, off, v):
+    """Bit ``q`` set where ``buf[off + q] >= v`` for the 64 int32 lanes from ``off`` (``v`` within int32's range):
+    one vector compare (the per-layer Belady loop's cut at a next use)."""
+    if getattr(buf, "dtype", None) != types.int32:
+        return None
+    sig = types.uint64(buf, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        x = builder.load(_lanes(context, builder, signature.args[0], args[0], args[1], 64, _I32), align=4)
+        c = builder.icmp_signed(">=", x, _splat(builder, builder.trunc(args[2], _I32), ir.VectorType(_I32, 64), 64))
+        return builder.bitcast(c, _I64)
+
+    return sig, codegen
+
 
 def _make_values_at(elt, n: int, name: str):
     """The AVX-512 body of :data:`values_at` (``elt`` float64, ``n`` 8) and :data:`values_at32` (float32, 16):
