@@ -1,9 +1,11 @@
-"""Shared fixtures: tiny hand-written inputs on disk; a repository script loaded as a module."""
+"""Shared fixtures: tiny hand-written inputs on disk; a repository script loaded as a module or run."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -18,6 +20,24 @@ def load_script(relpath: str, name: str) -> ModuleType:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def run_benchmark(name: str, *args: str) -> subprocess.CompletedProcess:
+    """``benchmarks/NAME`` with ``args`` in a fresh Python process (text output captured)."""
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), *args], capture_output=True, text=True,
+                          timeout=600)
+
+
+#: Arguments the scripts that time rows by shape (``_ab.shape_options``) refuse.
+BAD_SHAPE_ARGS = (["--rhos", "2"], ["--shapes", "4x16"], ["--shapes", "4x2000x8"], ["--batches", "0"], ["--pairs", "x"])
+
+
+def assert_refused(name: str, argsets=BAD_SHAPE_ARGS) -> None:
+    """``benchmarks/NAME`` refuses each argument list: exit 2, no traceback, a last line saying what was expected."""
+    for args in argsets:
+        r = run_benchmark(name, *args)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, args
+        assert "expected" in r.stderr.strip().splitlines()[-1], (args, r.stderr)
 
 
 def write_jsonl(path: Path, records: list) -> Path:

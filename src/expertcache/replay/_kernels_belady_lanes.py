@@ -8,7 +8,7 @@ when it is accessed, so the array is written by the member loop and read whole a
 A unit that overflows its quota keeps the ``k`` candidates with the nearest next use and lets the ``e`` farthest go
 (ties by tie position: the lowest leave first). It finds them in rounds from one end: each round is one vector
 reduction over the layer's lanes (:data:`._simd.lanes_max128`: the farthest next use among the candidates left; or
-:data:`._simd.lanes_min128`, the nearest), one compare (:func:`._simd.lanes_eq`: the group that holds it) and a
+:data:`._simd.lanes_min128`, the nearest), one compare (:data:`._simd.lanes_eq`: the group that holds it) and a
 population count. A group that does not complete the count leaves (is kept) whole; the one that completes it is
 split by tie position with ``pdep``. No branch per candidate: a unit takes as many rounds as groups it crosses. A
 layer of at most 16 (64) experts reduces 16 (64) lanes; past 128, each pair of words keeps its extreme, found again
@@ -35,7 +35,7 @@ import numpy as np
 from .._bits import U as _U
 from .._jit import jit_helper, jit_inline, jit_loop
 from ._kernels import NEVER
-from ._kernels_bits import _popc
+from ._kernels_bits import _popc, _record_hits
 from ._simd import (
     lanes_eq,
     lanes_ge,
@@ -364,14 +364,8 @@ def _replay_belady_lanes(offsets, expert, ev_layer, n_experts, capacity, tie_pos
             for w in range(n_words):
                 ev[w] &= ~mem[_U(layer), _U(w)]
                 n_miss += np.int64(_popc(ev[w]))
-        if record and n_miss < hi - lo:
-            for a in range(lo, hi):
-                tp = tie_pos[_U(base + expert[_U(a)])]
-                if (mem[_U(layer), _U(tp >> 6)] >> np.uint64(tp & 63)) & one:
-                    hit_flag[_U(a)] = 1
-        if i >= count_from:
-            hits[_U(layer)] += hi - lo - n_miss
-            misses[_U(layer)] += n_miss
+        _record_hits(expert, lo, hi, base, tie_pos, mem, layer, hi - lo - n_miss, record, hit_flag, i >= count_from,
+                     hits, misses)
         if pl >= 0:                    # the previous event's overflow (another layer's)
             _decide(mem, NU, pl, pl * npad, pe, pk, pn, pb, pnow, dist, add, cw, gw, kw, px, out, ge, n_words, width)
             pl = -1

@@ -28,12 +28,12 @@ must hold ``off + 64`` (or ``n``) elements.
 * :func:`lrfu_cut1`, :func:`lrfu_cut2` — 64 float32 lrfu values against the sure and maybe bounds of one or two
   cuts.
 * :func:`lanes_below` — the live lanes of a partial group of 64, as bits.
-* :func:`lanes_eq` — the lanes of 64 int64 or int32 values equal to one value, as bits (the per-layer lrfu loop's
+* :data:`lanes_eq` — the lanes of 64 int64 or int32 values equal to one value, as bits (the per-layer lrfu loop's
   members: the lanes whose last unit is the unit's).
 * :data:`lanes_max128`, :data:`lanes_min128` — the largest (smallest) of 128 int32 lanes among those whose bits
   are set in two words, by one vector reduction (the per-layer Belady loop of :mod:`._kernels_belady_lanes`);
   ``lanes_max64`` / ``lanes_min64`` and ``lanes_max16`` / ``lanes_min16`` the same over 64 and 16 lanes;
-  :func:`lanes_ge` the lanes of 64 int32 values at least one value, as bits (that loop's cut).
+  :data:`lanes_ge` the lanes of 64 integer values at least one value, as bits (that loop's cut).
 * :func:`cut_masks32`, :func:`cut_mask1_32` — the bits of the 64 lanes where ``F <= theta * (t1 - L)`` for two
   cuts (one) on float32 counts and last units with 8-bit cuts (:func:`dyadic8_down`, :func:`dyadic8_up`), 16
   lanes to a 512-bit vector, exact below an age bound; the lanes at or past it marked (the lfru loops).
@@ -840,21 +840,34 @@ def lrfu_cut2(typingctx, V, off, bounds, out, qa, qb):
     return sig, _lrfu_cuts_codegen(2)
 
 
-@intrinsic
-def lanes_eq(typingctx, buf, off, v):
-    """Bit ``q`` set where ``buf[off + q] == v`` for the 64 integer lanes from ``off`` (int64 or int32; ``v``
-    compared at the lanes' width): one vector compare where a loop setting one bit per matching lane would chain
-    read-modify-writes of a word through memory."""
-    sig = types.uint64(buf, types.int64, types.int64)
+def _make_lanes_cmp(op: str):
+    """:data:`lanes_eq` (``op`` ``"=="``) or :data:`lanes_ge` (``">="``): bit ``q`` set where ``buf[off + q] op v``
+    for the 64 integer lanes from ``off`` (int64 or int32; ``v`` compared at the lanes' width)."""
 
-    def codegen(context, builder, signature, args):
-        it = ir.IntType(signature.args[0].dtype.bitwidth)
-        x = builder.load(_lanes(context, builder, signature.args[0], args[0], args[1], 64, it), align=it.width // 8)
-        v = args[2] if it.width == 64 else builder.trunc(args[2], it)
-        c = builder.icmp_signed("==", x, _splat(builder, v, ir.VectorType(it, 64), 64))
-        return builder.bitcast(c, _I64)
+    @intrinsic
+    def _cmp(typingctx, buf, off, v):
+        sig = types.uint64(buf, types.int64, types.int64)
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            it = ir.IntType(signature.args[0].dtype.bitwidth)
+            x = builder.load(_lanes(context, builder, signature.args[0], args[0], args[1], 64, it),
+                             align=it.width // 8)
+            v = args[2] if it.width == 64 else builder.trunc(args[2], it)
+            c = builder.icmp_signed(op, x, _splat(builder, v, ir.VectorType(it, 64), 64))
+            return builder.bitcast(c, _I64)
+
+        return sig, codegen
+
+    return _cmp
+
+
+#: ``lanes_eq(buf, off, v)``: bit ``q`` set where ``buf[off + q] == v`` for the 64 integer lanes from ``off`` (int64
+#: or int32): one vector compare where a loop setting one bit per matching lane would chain read-modify-writes of a
+#: word through memory.
+lanes_eq = _make_lanes_cmp("==")
+#: ``lanes_ge(buf, off, v)``: bit ``q`` set where ``buf[off + q] >= v`` (signed; the per-layer Belady loop's cut at a
+#: next use).
+lanes_ge = _make_lanes_cmp(">=")
 
 
 
@@ -902,22 +915,6 @@ lanes_min64 = _make_lanes_reduce("smin", 64)
 lanes_max16 = _make_lanes_reduce("smax", 16)
 #: :data:`lanes_min128` over 16 lanes.
 lanes_min16 = _make_lanes_reduce("smin", 16)
-
-@intrinsic
-def lanes_ge(typingctx, buf, off, v):
-    """Bit ``q`` set where ``buf[off + q] >= v`` for the 64 int32 lanes from ``off`` (``v`` within int32's range):
-    one vector compare (the per-layer Belady loop's cut at a next use)."""
-    if getattr(buf, "dtype", None) != types.int32:
-        return None
-    sig = types.uint64(buf, types.int64, types.int64)
-
-    def codegen(context, builder, signature, args):
-        x = builder.load(_lanes(context, builder, signature.args[0], args[0], args[1], 64, _I32), align=4)
-        c = builder.icmp_signed(">=", x, _splat(builder, builder.trunc(args[2], _I32), ir.VectorType(_I32, 64), 64))
-        return builder.bitcast(c, _I64)
-
-    return sig, codegen
-
 
 def _make_values_at(elt, n: int, name: str):
     """The AVX-512 body of :data:`values_at` (``elt`` float64, ``n`` 8) and :data:`values_at32` (float32, 16):
