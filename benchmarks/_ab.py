@@ -18,6 +18,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -85,6 +86,31 @@ def pair_fields(names: tuple[str, str], first: list[float], second: list[float],
     ratios = [a / b for a, b in zip(first, second, strict=True)]
     return {f"{names[0]}_ns": statistics.median(first) / n * 1e9, f"{names[1]}_ns": statistics.median(second) / n * 1e9,
             "ratio_min": min(ratios), "ratio": statistics.median(ratios)}
+
+
+def layer_loops_row(s, rho: float, pairs: int, names: tuple[str, str], loops: tuple[Callable, Callable]) -> dict:
+    """Two per-layer loops called as ``loop(offsets, expert, layer, N, L, caps, tie_pos, 0, hits, misses, flags)``
+    (``replay_lru_bits``' parameters) on stream ``s`` at ``rho``, with the tie positions of the engine's default tie
+    order (random, seed 0): :func:`checked_pairs` (hit counts and flags compared once, then timed without flags, as
+    ``replay`` runs) and :func:`pair_fields` under ``names``, the quota (``capacity``, ``quota_events``: in mean
+    events) and ``hits_equal``."""
+    from expertcache.replay import engine
+
+    L, N = s.n_layers, s.n_experts
+    caps = engine.capacities_for_rho(rho, L, N)
+    _, tie_pos = engine._tie_order(engine._tie_ranks("random", 0, L * N), L, N)
+
+    def timed(first: bool, record: bool) -> tuple[float, np.ndarray, np.ndarray]:
+        hits = np.zeros(L, np.int64)
+        flags = np.zeros(s.union if record else 0, np.uint8)
+        t0 = time.perf_counter()
+        loops[0 if first else 1](s.offsets, s.expert, s.layer, N, L, caps, tie_pos, 0, hits, np.zeros(L, np.int64),
+                                 flags)
+        return time.perf_counter() - t0, hits, flags
+
+    first, second, equal = checked_pairs(timed, pairs)
+    return {"rho": rho, "capacity": int(caps[0]), "quota_events": float(caps[0]) * s.n_events / s.union,
+            **pair_fields(names, first, second, s.union), "hits_equal": equal}
 
 
 def stream_options(ap: argparse.ArgumentParser, accesses: int, pairs: int) -> None:
@@ -173,11 +199,13 @@ def shape_list(text: str) -> list[tuple[int, int, int]]:
     return out
 
 
-def shape_options(ap: argparse.ArgumentParser, batches: str) -> None:
-    """The ``--shapes``, ``--batches`` (default ``batches``) and ``--rhos`` options of the scripts that time rows on
-    ``bench_scaling.routed_stream`` by shape (``lru_direct.py``, ``belady_lanes.py``)."""
-    ap.add_argument("--shapes", type=shape_list, default=shape_list("48x128x8,16x64x8,32x8x2,58x256x8,48x512x8"),
-                    help="comma list of LxNxk (default 48x128x8,16x64x8,32x8x2,58x256x8,48x512x8)")
+def shape_options(ap: argparse.ArgumentParser, batches: str,
+                  shapes: str = "48x128x8,16x64x8,32x8x2,58x256x8,48x512x8") -> None:
+    """The ``--shapes`` (default ``shapes``), ``--batches`` (default ``batches``) and ``--rhos`` options of the
+    scripts that time rows on ``bench_scaling.routed_stream`` by shape (``lru_direct.py``, ``belady_lanes.py``,
+    ``lru_lanes.py``)."""
+    ap.add_argument("--shapes", type=shape_list, default=shape_list(shapes),
+                    help=f"comma list of LxNxk (default {shapes})")
     ap.add_argument("--batches", type=int_list, default=int_list(batches), help=f"comma list (default {batches})")
     ap.add_argument("--rhos", type=rho_list, default=[0.1, 0.25, 0.4, 0.75],
                     help="comma list (default 0.1,0.25,0.4,0.75)")

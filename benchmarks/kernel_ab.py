@@ -25,8 +25,12 @@ pool loop), ``lrfu-global-seq``, sequential ``lrfu``
 ``_kernels_lrfu_global.replay_lrfu_global``), ``lfru-global-seq``, sequential ``lfru`` with one global pool
 (``_kernels_lfru_groups.replay_lfru_groups``), and ``lfu-global`` / ``lfu-global-seq``, event-atomic / sequential
 ``lfu`` with one global pool (``_kernels_lfu_buckets.replay_lfu_buckets``), ``lfu-global-seq-in-cache`` the latter
-with in-cache counters, and ``shuffle``, sequential-random's shuffle of every event
-(``_kernels_order.shuffle_events``, seed 0; the orders must be equal where the others' hits must). Hits per layer
+with in-cache counters, ``shuffle``, sequential-random's shuffle of every event
+(``_kernels_order.shuffle_events``, seed 0; the orders must be equal where the others' hits must), ``lru-layers``,
+event-atomic per-layer ``lru`` as the engine replays it (``_kernels_belady_lanes.replay_lru_layers``: the lanes of
+unit keys or the recency buckets; in a checkout from before session 49, the buckets, ``replay_lru_bits``), and
+``belady-lanes``, per-layer ``belady`` on the lanes of next uses (``replay_belady_lanes``; the next uses computed
+once, not timed). Hits per layer
 must be equal on both sides (exit 1 otherwise), unless ``--timing-only``: for a prototype that takes a part out of a
 kernel to time what that part costs, so that its decisions, and its counts, change; the rows then say that the counts
 differ. Prints per rho the median over ``--processes`` fresh processes (a kernel's time moves by up to ~15% with
@@ -60,7 +64,7 @@ from _ab import alternated_ratio, machine, median_and_range, pooled_rows  # noqa
 KERNELS = ("lru", "lfu", "lfru", "lrfu", "slots", "lfu-seq", "lfu-seq-in-cache", "lrfu-seq", "lfru-seq", "lru-seq",
            "lru-seq-global", "belady-seq", "belady-global", "belady-global-seq", "lru-global", "lrfu-global",
            "lrfu-global-slots", "lrfu-global-seq", "lfru-global-seq", "lfu-global", "lfu-global-seq",
-           "lfu-global-seq-in-cache", "shuffle")
+           "lfu-global-seq-in-cache", "shuffle", "lru-layers", "belady-lanes")
 
 
 def _baseline(src: str):
@@ -200,6 +204,14 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
                 h = s.expert.copy()
                 t0 = time.perf_counter()
                 _sibling(generic, "_kernels_order").shuffle_events(s.offsets, h, words)
+            elif kernel == "lru-layers":    # the engine's per-layer lru (before session 49: the buckets)
+                lanes = _sibling(generic, "_kernels_belady_lanes")
+                if hasattr(lanes, "replay_lru_layers"):
+                    lanes.replay_lru_layers(*head, 0, h, m, flags)
+                else:
+                    bits.replay_lru_bits(*head, 0, h, m, flags)
+            elif kernel == "belady-lanes":
+                _sibling(generic, "_kernels_belady_lanes").replay_belady_lanes(*head, nxt, False, 0, h, m, flags)
             elif kernel == "belady-seq":
                 if hasattr(seq, "replay_belady_seq"):
                     seq.replay_belady_seq(*head, nxt, False, 0, h, m, flags)

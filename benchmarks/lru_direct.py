@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,9 +25,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _ab import (  # noqa: E402
-    checked_pairs,
+    layer_loops_row,
     machine,
-    pair_fields,
     report,
     routed_rows,
     shape_options,
@@ -40,26 +38,13 @@ from _ab import (  # noqa: E402
 def row(s, rho: float, pairs: int) -> dict:
     """One stream and rho: both forms' nanoseconds per access, their ratios, the engine's choice, and whether the
     two agree."""
+    from functools import partial
+
     from expertcache.replay import _kernels_bits as KB
-    from expertcache.replay import engine
 
-    L, N = s.n_layers, s.n_experts
-    caps = engine.capacities_for_rho(rho, L, N)
-    tie = engine._tie_ranks("random", 0, L * N)
-    _, tie_pos = engine._tie_order(tie, L, N)
-
-    def timed(direct: bool, record: bool) -> tuple[float, np.ndarray, np.ndarray]:
-        hits = np.zeros(L, np.int64)
-        flags = np.zeros(s.union if record else 0, np.uint8)
-        t0 = time.perf_counter()
-        KB.replay_lru_bits(s.offsets, s.expert, s.layer, N, L, caps, tie_pos, 0, hits, np.zeros(L, np.int64), flags,
-                           direct=direct)
-        return time.perf_counter() - t0, hits, flags
-
-    direct, sweep, equal = checked_pairs(timed, pairs)     # the hit flags compared once, timed without (as replay)
-    return {"rho": rho, "capacity": int(caps[0]), "quota_events": float(caps[0]) * s.n_events / s.union,
-            "engine_direct": bool(KB.lru_direct(s.offsets, caps, N)[0]),
-            **pair_fields(("direct", "sweep"), direct, sweep, s.union), "hits_equal": equal}
+    out = layer_loops_row(s, rho, pairs, ("direct", "sweep"),
+                          (partial(KB.replay_lru_bits, direct=True), partial(KB.replay_lru_bits, direct=False)))
+    return {**out, "engine_direct": bool(KB.lru_direct(s.offsets, np.array([out["capacity"]]), s.n_experts)[0])}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -54,14 +54,20 @@ def heap_and_lanes(stream: EventStream, caps, forced: bool, warmup: int, tie_see
        L=st.integers(1, 3), data=st.data())
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_lanes_equal_the_heap_loop_on_random_streams(forced, seed, N, L, data):
+    stream, caps, warmup, tie_seed = random_case(seed, N, L, data)
+    heap_and_lanes(stream, caps, forced, warmup, tie_seed)
+
+
+def random_case(seed: int, N: int, L: int, data) -> tuple[EventStream, list[int], int, int]:
+    """A random stream of ``L`` layers of ``N`` experts (events of up to 80 members, skewed or flat), a quota per
+    layer from 0 to beyond the layer, the warm-up events and the tie order's seed, drawn from ``data``."""
     rng = np.random.default_rng(seed)
     max_size = data.draw(st.integers(1, min(N, 80)))
     stream = random_stream(rng, L, N, n_steps=data.draw(st.integers(1, 40)), max_size=max_size,
                            alpha=data.draw(st.sampled_from([0.0, 0.8, 1.5])))
     caps = [data.draw(st.sampled_from([0, 1, 2, max(1, max_size // 2), max_size, max_size + 1, N - 1, N, 10**9]))
             for _ in range(L)]
-    heap_and_lanes(stream, [max(c, 0) for c in caps], forced, data.draw(st.integers(0, stream.n_events)),
-                   data.draw(st.integers(0, 50)))
+    return stream, [max(c, 0) for c in caps], data.draw(st.integers(0, stream.n_events)), data.draw(st.integers(0, 50))
 
 
 @pytest.mark.parametrize("forced", [False, True])

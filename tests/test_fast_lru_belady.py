@@ -63,15 +63,16 @@ def old_kernel(stream: EventStream, policy: str, caps: np.ndarray, tie_break: st
 
 
 @contextmanager
-def belady_on(loop: str | None) -> Iterator[None]:
+def belady_on(loop: str | None, rule: str = "lanes_pay") -> Iterator[None]:
     """The engine's per-layer Belady on the lanes of next uses (``loop="lanes"``) or the walk (``"walk"``), its
-    choice (``lanes_pay``) forced; ``None``: as the engine chooses."""
+    choice (``lanes_pay``) forced; ``None``: as the engine chooses. ``rule="lru_lanes_pay"``: per-layer lru on the
+    lanes of unit keys (``"lanes"``) or in the recency buckets (``"buckets"``)."""
     from expertcache.replay import _kernels_belady_lanes as KBL
 
     if loop is None:
         yield
         return
-    with mock.patch.object(KBL, "lanes_pay", lambda *a: loop == "lanes"):
+    with mock.patch.object(KBL, rule, lambda *a: loop == "lanes"):
         yield
 
 
@@ -80,7 +81,7 @@ def check_against_old(stream: EventStream, policy: str, caps, tie_break: str = "
     """The engine's counts and hit flags (``policy`` as ``"belady/walk"`` or ``"belady/lanes"`` forces the
     loop) equal the old kernel's."""
     policy, _, loop = policy.partition("/")
-    with belady_on(loop or None):
+    with belady_on(loop or None, RULES[policy]):
         _check_against_old(stream, policy, caps, tie_break, seed, warmup)
 
 
@@ -96,7 +97,9 @@ def _check_against_old(stream: EventStream, policy: str, caps, tie_break: str, s
     assert replay(stream, cfg) == result
 
 
-POLICIES = ["lru", "belady/lanes", "belady/walk", "belady-forced/lanes", "belady-forced/walk"]
+POLICIES = ["lru/lanes", "lru/buckets", "belady/lanes", "belady/walk", "belady-forced/lanes", "belady-forced/walk"]
+#: The engine's choice of loop each policy's ``/LOOP`` forces (:func:`belady_on`).
+RULES = {"lru": "lru_lanes_pay", "belady": "lanes_pay", "belady-forced": "lanes_pay"}
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -139,7 +142,7 @@ def test_bitset_kernels_equal_the_naive_twin(policy, seed):
             want_sets: list[set[int]] = []
             want = naive.naive_replay(stream, name, capacity=caps, seed=seed, warmup_events=warmup,
                                       hit_sets=want_sets)
-            with belady_on(loop or None):
+            with belady_on(loop or None, RULES[name]):
                 result, flags = replay_hits(stream, cfg)
             assert result.hits == want["hits"] and result.demand_misses == want["demand_misses"]
             blocks = stream.block
@@ -173,7 +176,7 @@ def test_phases_that_leave_residents_unused_for_long(policy):
     for cap in (1, 4, 9, 12, 30):
         check_against_old(stream, policy, [cap], seed=cap)
         want = naive.naive_replay(stream, name, capacity=[cap], seed=cap)
-        with belady_on(loop or None):
+        with belady_on(loop or None, RULES[name]):
             assert replay(stream, ReplayConfig(name, capacity=(cap,), seed=cap)).hits == want["hits"]
 
 

@@ -19,7 +19,7 @@ def _run(baseline: Path, *extra: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("kernel", ("lfru", "slots", "lfru-seq", "lfu-global-seq-in-cache", "lrfu-global-slots",
-                                    "shuffle"))
+                                    "shuffle", "lru-layers"))
 def test_a_copy_of_this_checkout_gives_one_row_per_rho_with_its_range(tmp_path, kernel):
     shutil.copytree(ROOT / "src" / "expertcache", tmp_path / "src" / "expertcache",
                     ignore=shutil.ignore_patterns("__pycache__"))

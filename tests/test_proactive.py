@@ -160,7 +160,9 @@ def test_engine_matches_naive_twin(data):
 @settings(max_examples=150, deadline=None)
 def test_demand_rows_on_the_bitset_loops_match_the_twin_and_the_kernel(data):
     """lru / lfu / lrfu without refinement (budget 0) and counted events a suffix take expertcache.replay's bitset
-    loops: counts equal the naive twin, hit flags the proactive kernel's, on every event."""
+    loops (lru's lanes or buckets as the engine chooses): counts equal the naive twin, hit flags the proactive
+    kernel's, on every event."""
+    from expertcache.replay import _kernels_belady_lanes as KBL
     from expertcache.replay import _kernels_bits as KB
     from expertcache.replay import _proactive as KP
     from expertcache.replay.engine import _tie_ranks
@@ -176,11 +178,12 @@ def test_demand_rows_on_the_bitset_loops_match_the_twin_and_the_kernel(data):
     mask = None if data.draw(st.booleans()) else np.arange(stream.n_events) >= suffix
     cfg = ProactiveConfig(priority, capacity=caps, tie_break=tie_break, seed=seed, warmup_events=warmup,
                           lrfu_lambda=lam)
-    loops = {"lru": "replay_lru_bits", "lfu": "replay_lfu_bits", "lrfu": "replay_lrfu_bits"}
+    loops = {"lru": (KBL, "replay_lru_layers"), "lfu": (KB, "replay_lfu_bits"), "lrfu": (KB, "replay_lrfu_bits")}
     calls = []
-    real = getattr(KB, loops[priority])
+    module, name = loops[priority]
+    real = getattr(module, name)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(KB, loops[priority], lambda *a: calls.append(1) or real(*a))
+        mp.setattr(module, name, lambda *a: calls.append(1) or real(*a))
         got, trace = replay_proactive_hits(stream, cfg, count_mask=mask)
     assert calls                       # (the counted events here always form a suffix)
     want = naive_proactive(stream, priority, caps, budget=0, prio=None, pf=None, tie_break=tie_break, seed=seed,

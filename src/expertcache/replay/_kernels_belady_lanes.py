@@ -35,7 +35,7 @@ import numpy as np
 from .._bits import U as _U
 from .._jit import jit_helper, jit_inline, jit_loop
 from ._kernels import NEVER
-from ._kernels_bits import _popc, _record_hits
+from ._kernels_bits import _popc, _record_hits, replay_lru_bits
 from ._simd import (
     lanes_eq,
     lanes_ge,
@@ -56,6 +56,10 @@ KEEP_BOUND = 8
 #: Past 128 experts, an overflow expected to take more than this many rounds from either end (``e`` from the far
 #: end, ``KEEP_GROUP * k / E`` from the near one) is bracketed first by a cut at a next use (:func:`_bracket`).
 BRACKET_ROUNDS = 2
+#: :func:`replay_lru_lanes`: rounds from the near end where fewer than this many stay per block that leaves.
+LRU_KEEP_RATIO = 1.0
+#: :func:`lru_lanes_pay`: the lanes where the mean quota holds at least this many mean events.
+LRU_LANES_QUOTA = 1.6
 #: :func:`lanes_pay`: layers of more than this many experts ...
 WALK_EXPERTS = 128
 #: ... whose mean quota is within this many mean events ...
@@ -81,6 +85,18 @@ def lanes_pay(n_experts: int, capacity, mean_event: float) -> bool:
     walk = (n_experts > WALK_EXPERTS and WALK_QUOTA_EVENTS[0] * mean_event <= c < WALK_QUOTA_EVENTS[1] * mean_event
             and c <= WALK_RHO * n_experts and mean_event <= WALK_EVENT_SHARE * n_experts)
     return not walk
+
+
+def lru_lanes_pay(n_experts: int, capacity, mean_event: float) -> bool:
+    """Whether the engine replays event-atomic per-layer ``lru`` on the lanes (:func:`replay_lru_lanes`) rather
+    than in the recency buckets of :func:`._kernels_bits.replay_lru_bits`: layers of at most 128 experts whose
+    mean quota is at least :data:`LRU_LANES_QUOTA` mean events.
+
+    >>> lru_lanes_pay(128, np.array([51, 51]), 8.0), lru_lanes_pay(128, [13], 40.0), lru_lanes_pay(256, [192], 8.0)
+    (True, False, False)
+    """
+    c = float(np.mean(capacity)) if len(capacity) else 0.0
+    return n_experts <= 128 and c >= LRU_LANES_QUOTA * mean_event
 
 
 @jit_inline
@@ -278,7 +294,7 @@ def _decide(mem, NU, layer, pbase, e, k, near, bracket, now, dist, add, cw, gw, 
 
 def replay_belady_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, access_next, forced,
                         count_from, hits, misses, hit_flag, keep_group=KEEP_GROUP, keep_bound=KEEP_BOUND,
-                        bracket_rounds=BRACKET_ROUNDS):
+                        bracket_rounds=BRACKET_ROUNDS, recency=False):
     """Event-atomic, per-layer Belady (``forced=False``: bypass admission) or Belady-forced-admit.
 
     ``access_next[a]``: the event of access ``a``'s block's next use (``NEVER`` for none; int32), as
@@ -286,30 +302,87 @@ def replay_belady_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity
     under ``forced`` the unit's misses rank below every resident (they stay, and ``e`` residents leave; where
     ``e`` is at least the residents, all of them leave and the misses farthest in the future beyond the quota).
     ``keep_group`` / ``keep_bound``: the choice of end (:data:`KEEP_GROUP`, :data:`KEEP_BOUND`; tests pass 0 and
-    a large bound to keep from the near end always, or a bound of 0 to leave from the far end always). Other
-    parameters are those of :func:`._kernels_bits.replay_lru_bits`.
+    a large bound to keep from the near end always, or a bound of 0 to leave from the far end always).
+    ``recency``: each member's lane is given its unit's key (:func:`replay_lru_lanes`), ``access_next`` unread.
+    Other parameters are those of :func:`._kernels_bits.replay_lru_bits`.
     """
     n_events = offsets.shape[0] - 1
     n_words = (n_experts + 127) // 128 * 2          # pairs of words: 128 lanes a reduction
     width = 16 if n_experts <= 16 else 64 if n_experts <= 64 else 128
     npad = width if n_experts <= 128 else n_words * 64
     mean_event = expert.shape[0] / max(n_events, 1)
-    _replay_belady_lanes(offsets, expert, ev_layer, n_experts, capacity, tie_pos, access_next, bool(forced),
-                         count_from, hits, misses, hit_flag, np.zeros(n_layers, dtype=np.int64),
-                         np.zeros((n_layers, n_words), dtype=np.uint64), np.zeros(n_layers * npad + 128, dtype=np.int32),
-                         np.zeros((5, max(n_words, 4)), dtype=np.uint64),
-                         float(mean_event), float(keep_group), int(keep_bound), width, npad,
-                         np.zeros(n_words // 2, dtype=np.int64), float(bracket_rounds),
-                         np.full(n_layers, -1, dtype=np.int64), np.zeros((2, max(n_words, 4)), dtype=np.uint64))
+    loop = _replay_lru_lanes if recency else _replay_belady_lanes
+    loop(offsets, expert, ev_layer, n_experts, capacity, tie_pos, access_next, bool(forced), count_from, hits, misses,
+         hit_flag, np.zeros(n_layers, dtype=np.int64), np.zeros((n_layers, n_words), dtype=np.uint64),
+         np.zeros(n_layers * npad + 128, dtype=np.int32), np.zeros((5, max(n_words, 4)), dtype=np.uint64),
+         float(mean_event), float(keep_group), int(keep_bound), width, npad, np.zeros(n_words // 2, dtype=np.int64),
+         float(bracket_rounds), np.full(n_layers, -1, dtype=np.int64), np.zeros((2, max(n_words, 4)), dtype=np.uint64))
+
+
+def replay_lru_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
+                     hit_flag, keep_ratio=LRU_KEEP_RATIO):
+    """Event-atomic, per-layer LRU on the same lanes (at most 128 experts a layer; fewer than ``2**31 - 1``
+    events): each member's lane gets its unit's key ``n_events - i``, so that the nearest key is the most recent
+    unit and the loop's ``C ∪ U`` keeps the ``c`` most recently used blocks, ties leaving by lower tie position
+    (the decision of :func:`expertcache.replay._kernels.replay_lru`). A layer's hits cost one store each and no
+    list is kept; an overflow takes rounds from the far end (the oldest units, few blocks each), or from the near
+    end where fewer stay than ``keep_ratio`` times those that leave (the near groups are whole recent units).
+    Parameters are those of :func:`._kernels_bits.replay_lru_bits`.
+    """
+    if n_experts > 128:
+        raise ValueError(f"{n_experts} experts a layer: the lru lanes take at most 128")
+    n_events = offsets.shape[0] - 1
+    if n_events >= NEVER:
+        raise ValueError(f"{n_events} events: the lru lanes key units as int32, so fewer than {NEVER}")
+    mean_event = float(offsets[-1] - offsets[0]) / max(n_events, 1)
+    replay_belady_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, np.zeros(0, np.int32),
+                        False, count_from, hits, misses, hit_flag, float(keep_ratio) * mean_event, 1 << 30, 1 << 30,
+                        recency=True)
+
+
+def replay_lru_layers(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
+                      hit_flag) -> None:
+    """Event-atomic, per-layer ``lru`` as the engine replays it: on the lanes (:func:`replay_lru_lanes`) where
+    :func:`lru_lanes_pay` says so, else in the recency buckets of :func:`._kernels_bits.replay_lru_bits` (up to
+    :data:`._kernels_bits.MAX_BITS_EXPERTS` experts a layer). Parameters are those of that function."""
+    n_events = offsets.shape[0] - 1
+    if (n_experts <= 128 and n_events < NEVER
+            and lru_lanes_pay(n_experts, capacity, float(offsets[-1] - offsets[0]) / max(n_events, 1))):
+        replay_lru_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
+                         hit_flag)
+    else:
+        replay_lru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
+                        hit_flag)
 
 
 @jit_loop
 def _replay_belady_lanes(offsets, expert, ev_layer, n_experts, capacity, tie_pos, nxt, forced, count_from, hits,
                          misses, hit_flag, size, mem, NU, scratch, mean_event, keep_group, keep_bound, width, npad,
                          px, bracket_rounds, dist, scratch2):
-    """The loop of :func:`replay_belady_lanes`: ``mem[l]`` layer ``l``'s residents (an even number of words),
-    ``NU[l * 64 W + j]`` the next use of its tie position ``j``; ``scratch``: the unit's misses, the pending
-    overflow's words that join after it, and three scratch bitsets."""
+    """The loop of :func:`replay_belady_lanes` (:func:`_lanes_loop`, next uses from ``nxt``)."""
+    _lanes_loop(offsets, expert, ev_layer, n_experts, capacity, tie_pos, nxt, forced, count_from, hits, misses,
+                hit_flag, size, mem, NU, scratch, mean_event, keep_group, keep_bound, width, npad, px, bracket_rounds,
+                dist, scratch2, False)
+
+
+@jit_loop
+def _replay_lru_lanes(offsets, expert, ev_layer, n_experts, capacity, tie_pos, nxt, forced, count_from, hits,
+                      misses, hit_flag, size, mem, NU, scratch, mean_event, keep_group, keep_bound, width, npad,
+                      px, bracket_rounds, dist, scratch2):
+    """The loop of :func:`replay_lru_lanes` (:func:`_lanes_loop`, unit keys; compiled on its own: one loop testing
+    which key a member takes cost Belady 1.02-1.07x its time, ``benchmarks/kernel_ab.py --kernel belady-lanes``)."""
+    _lanes_loop(offsets, expert, ev_layer, n_experts, capacity, tie_pos, nxt, forced, count_from, hits, misses,
+                hit_flag, size, mem, NU, scratch, mean_event, keep_group, keep_bound, width, npad, px, bracket_rounds,
+                dist, scratch2, True)
+
+
+@jit_inline
+def _lanes_loop(offsets, expert, ev_layer, n_experts, capacity, tie_pos, nxt, forced, count_from, hits, misses,
+                hit_flag, size, mem, NU, scratch, mean_event, keep_group, keep_bound, width, npad, px, bracket_rounds,
+                dist, scratch2, recency):
+    """The loop of both: ``mem[l]`` layer ``l``'s residents (an even number of words), ``NU[l * 64 W + j]`` the key
+    of its tie position ``j`` (its next use; where ``recency``, its last unit's key ``n_events - i``); ``scratch``:
+    the unit's misses, the pending overflow's words that join after it, and three scratch bitsets."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     n_words = mem.shape[1]
@@ -338,6 +411,7 @@ def _replay_belady_lanes(offsets, expert, ev_layer, n_experts, capacity, tie_pos
         pbase = layer * npad
         lo = offsets[i]
         hi = offsets[i + 1]
+        key = np.int32(n_events - i)   # recency: the unit's key, nearer than every older unit's
         if n_words == 2:               # the unit's bits in registers (a store per member chains through memory)
             e0 = zero
             e1 = zero
@@ -347,7 +421,7 @@ def _replay_belady_lanes(offsets, expert, ev_layer, n_experts, capacity, tie_pos
                 hm = zero - np.uint64(tp >> 6)
                 e0 |= bit & ~hm
                 e1 |= bit & hm
-                NU[_U(pbase + tp)] = nxt[_U(a)]
+                NU[_U(pbase + tp)] = key if recency else nxt[_U(a)]
             e0 &= ~mem[_U(layer), 0]
             e1 &= ~mem[_U(layer), 1]
             ev[0] = e0
@@ -359,7 +433,7 @@ def _replay_belady_lanes(offsets, expert, ev_layer, n_experts, capacity, tie_pos
             for a in range(lo, hi):
                 tp = tie_pos[_U(base + expert[_U(a)])]
                 ev[_U(tp >> 6)] |= one << np.uint64(tp & 63)
-                NU[_U(pbase + tp)] = nxt[_U(a)]
+                NU[_U(pbase + tp)] = key if recency else nxt[_U(a)]
             n_miss = 0
             for w in range(n_words):
                 ev[w] &= ~mem[_U(layer), _U(w)]

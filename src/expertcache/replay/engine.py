@@ -373,9 +373,9 @@ def _loop_list(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, hit
                                 hit_flag, global_scope)
         return _sequential(config, offsets, expert, run)
     order, tie_pos = _tie_order(tie, n_layers, n_experts)          # event-atomic from here on
-    if not global_scope and n_experts <= KB.MAX_BITS_EXPERTS:
-        return KB.replay_lru_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, config.warmup_events,
-                                  hits, misses, hit_flag)
+    if not global_scope and n_experts <= KB.MAX_BITS_EXPERTS:  # lanes of unit keys or recency buckets
+        return KBL.replay_lru_layers(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, config.warmup_events,
+                                     hits, misses, hit_flag)
     if global_scope and KLE.fits(offsets.shape[0] - 1, int(offsets[-1] - offsets[0]), n_experts):
         return KLE.replay_lru_events(offsets, expert, layer, n_experts, n_layers, caps, order, tie_pos,
                                      config.warmup_events, hits, misses, hit_flag)

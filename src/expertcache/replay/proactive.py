@@ -31,6 +31,7 @@ import numpy as np
 
 from ..errors import ValidationError
 from ..events import EventStream, concat_streams
+from . import _kernels_belady_lanes as KBL
 from . import _kernels_bits as KB
 from .engine import TIE_BREAKS, _tie_order, _tie_ranks, capacities_for_rho
 
@@ -355,8 +356,8 @@ def _replay_proactive(stream: EventStream, config: ProactiveConfig, advice, coun
         # layer's events in both)
         _, tie_pos = _tie_order(tie, L, N)
         if config.priority == "lru":
-            KB.replay_lru_bits(stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos, count_from, hits,
-                               misses, hit_flag)
+            KBL.replay_lru_layers(stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos, count_from, hits,
+                                  misses, hit_flag)
         elif config.priority == "lfu":
             KB.replay_lfu_bits(stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos, False, count_from,
                                hits, misses, hit_flag)
