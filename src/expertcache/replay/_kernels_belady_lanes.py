@@ -35,7 +35,7 @@ import numpy as np
 from .._bits import U as _U
 from .._jit import jit_helper, jit_inline, jit_loop
 from ._kernels import NEVER
-from ._kernels_bits import _popc, _record_hits, replay_lru_bits
+from ._kernels_bits import _popc, _record_hits, replay_lfu_bits, replay_lru_bits
 from ._simd import (
     lanes_eq,
     lanes_ge,
@@ -56,8 +56,16 @@ KEEP_BOUND = 8
 #: Past 128 experts, an overflow expected to take more than this many rounds from either end (``e`` from the far
 #: end, ``KEEP_GROUP * k / E`` from the near one) is bracketed first by a cut at a next use (:func:`_bracket`).
 BRACKET_ROUNDS = 2
+#: What a member's lane is given (:func:`replay_belady_lanes`' ``keys``): its next use (Belady), its unit's key
+#: (lru), its count negated (lfu).
+NEXT_KEYS, UNIT_KEYS, COUNT_KEYS = 0, 1, 2
 #: :func:`replay_lru_lanes`: rounds from the near end where fewer than this many stay per block that leaves.
 LRU_KEEP_RATIO = 1.0
+#: :func:`replay_lfu_lanes`: rounds from the near end where fewer than this many stay per block that leaves.
+LFU_KEEP_RATIO = 1.0
+#: :func:`lfu_lanes_pay`: layers of at most ``N`` experts take the lanes where the mean quota holds at least this many
+#: mean events (``benchmarks/layer_lanes.py --policy lfu``, docs/performance.md, *Session 49*).
+LFU_LANES_QUOTA = ((8, 0.0), (16, 0.9), (32, 2.0), (64, 3.0), (128, 5.0))
 #: :func:`lru_lanes_pay`: the lanes where the mean quota holds at least this many mean events.
 LRU_LANES_QUOTA = 1.6
 #: :func:`lanes_pay`: layers of more than this many experts ...
@@ -97,6 +105,22 @@ def lru_lanes_pay(n_experts: int, capacity, mean_event: float) -> bool:
     """
     c = float(np.mean(capacity)) if len(capacity) else 0.0
     return n_experts <= 128 and c >= LRU_LANES_QUOTA * mean_event
+
+
+def lfu_lanes_pay(n_experts: int, capacity, mean_event: float) -> bool:
+    """Whether the engine replays event-atomic per-layer ``lfu`` (counts that persist) on the lanes
+    (:func:`replay_lfu_lanes`) rather than on the bit-sliced counts of :func:`._kernels_bits.replay_lfu_bits`: layers
+    of at most 128 experts whose mean quota holds at least :data:`LFU_LANES_QUOTA` mean events for their size (an
+    overflow's rounds grow with the lanes it reduces; the bit-sliced selection with the planes of the counts).
+
+    >>> lfu_lanes_pay(8, [1], 7.6), lfu_lanes_pay(128, [32], 8.0), lfu_lanes_pay(128, [96], 8.0)
+    (True, False, True)
+    """
+    c = float(np.mean(capacity)) if len(capacity) else 0.0
+    for most, quota in LFU_LANES_QUOTA:
+        if n_experts <= most:
+            return c >= quota * mean_event
+    return False
 
 
 @jit_inline
@@ -294,7 +318,7 @@ def _decide(mem, NU, layer, pbase, e, k, near, bracket, now, dist, add, cw, gw, 
 
 def replay_belady_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, access_next, forced,
                         count_from, hits, misses, hit_flag, keep_group=KEEP_GROUP, keep_bound=KEEP_BOUND,
-                        bracket_rounds=BRACKET_ROUNDS, recency=False):
+                        bracket_rounds=BRACKET_ROUNDS, keys=NEXT_KEYS):
     """Event-atomic, per-layer Belady (``forced=False``: bypass admission) or Belady-forced-admit.
 
     ``access_next[a]``: the event of access ``a``'s block's next use (``NEVER`` for none; int32), as
@@ -303,7 +327,9 @@ def replay_belady_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity
     ``e`` is at least the residents, all of them leave and the misses farthest in the future beyond the quota).
     ``keep_group`` / ``keep_bound``: the choice of end (:data:`KEEP_GROUP`, :data:`KEEP_BOUND`; tests pass 0 and
     a large bound to keep from the near end always, or a bound of 0 to leave from the far end always).
-    ``recency``: each member's lane is given its unit's key (:func:`replay_lru_lanes`), ``access_next`` unread.
+    ``keys``: what a member's lane is given, its next use (:data:`NEXT_KEYS`), its unit's key (:data:`UNIT_KEYS`,
+    :func:`replay_lru_lanes`) or its count, negated (:data:`COUNT_KEYS`, :func:`replay_lfu_lanes`; ``access_next``
+    unread in both).
     Other parameters are those of :func:`._kernels_bits.replay_lru_bits`.
     """
     n_events = offsets.shape[0] - 1
@@ -311,7 +337,7 @@ def replay_belady_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity
     width = 16 if n_experts <= 16 else 64 if n_experts <= 64 else 128
     npad = width if n_experts <= 128 else n_words * 64
     mean_event = expert.shape[0] / max(n_events, 1)
-    loop = _replay_lru_lanes if recency else _replay_belady_lanes
+    loop = (_replay_belady_lanes, _replay_lru_lanes, _replay_lfu_lanes)[keys]
     loop(offsets, expert, ev_layer, n_experts, capacity, tie_pos, access_next, bool(forced), count_from, hits, misses,
          hit_flag, np.zeros(n_layers, dtype=np.int64), np.zeros((n_layers, n_words), dtype=np.uint64),
          np.zeros(n_layers * npad + 128, dtype=np.int32), np.zeros((5, max(n_words, 4)), dtype=np.uint64),
@@ -329,15 +355,34 @@ def replay_lru_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     end where fewer stay than ``keep_ratio`` times those that leave (the near groups are whole recent units).
     Parameters are those of :func:`._kernels_bits.replay_lru_bits`.
     """
-    if n_experts > 128:
-        raise ValueError(f"{n_experts} experts a layer: the lru lanes take at most 128")
-    n_events = offsets.shape[0] - 1
-    if n_events >= NEVER:
-        raise ValueError(f"{n_events} events: the lru lanes key units as int32, so fewer than {NEVER}")
-    mean_event = float(offsets[-1] - offsets[0]) / max(n_events, 1)
+    _check_lanes(offsets, n_experts, "lru")
     replay_belady_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, np.zeros(0, np.int32),
-                        False, count_from, hits, misses, hit_flag, float(keep_ratio) * mean_event, 1 << 30, 1 << 30,
-                        recency=True)
+                        False, count_from, hits, misses, hit_flag, float(keep_ratio) * _mean_event(offsets), 1 << 30,
+                        1 << 30, keys=UNIT_KEYS)
+
+
+def replay_lfu_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
+                     hit_flag, keep_ratio=LFU_KEEP_RATIO):
+    """Event-atomic, per-layer LFU (counts that persist across evictions) on the same lanes (at most 128 experts a
+    layer; fewer than ``2**31 - 1`` events): each member's lane is one lower at each access (its count, negated,
+    after the unit's own accesses), so that the loop's ``C ∪ U`` keeps the ``c`` highest counts, ties leaving by
+    lower tie position (the decision of :func:`._kernels_bits.replay_lfu_bits`). An overflow takes rounds from the
+    far end (the lowest counts), or from the near end where fewer stay than ``keep_ratio`` times those that leave.
+    Parameters are those of :func:`._kernels_bits.replay_lru_bits`.
+    """
+    _check_lanes(offsets, n_experts, "lfu")
+    replay_belady_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, np.zeros(0, np.int32),
+                        False, count_from, hits, misses, hit_flag, float(keep_ratio) * _mean_event(offsets), 1 << 30,
+                        1 << 30, keys=COUNT_KEYS)
+
+
+def _check_lanes(offsets, n_experts: int, what: str) -> None:
+    """The lanes' bounds for :func:`replay_lru_lanes` and :func:`replay_lfu_lanes`: at most 128 experts a layer,
+    fewer than ``2**31 - 1`` events (int32 keys)."""
+    if n_experts > 128:
+        raise ValueError(f"{n_experts} experts a layer: the {what} lanes take at most 128")
+    if offsets.shape[0] - 1 >= NEVER:
+        raise ValueError(f"{offsets.shape[0] - 1} events: the {what} lanes keep int32 keys, so fewer than {NEVER}")
 
 
 def replay_lru_layers(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
@@ -345,14 +390,36 @@ def replay_lru_layers(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
     """Event-atomic, per-layer ``lru`` as the engine replays it: on the lanes (:func:`replay_lru_lanes`) where
     :func:`lru_lanes_pay` says so, else in the recency buckets of :func:`._kernels_bits.replay_lru_bits` (up to
     :data:`._kernels_bits.MAX_BITS_EXPERTS` experts a layer). Parameters are those of that function."""
-    n_events = offsets.shape[0] - 1
-    if (n_experts <= 128 and n_events < NEVER
-            and lru_lanes_pay(n_experts, capacity, float(offsets[-1] - offsets[0]) / max(n_events, 1))):
+    if _lanes_fit(offsets, n_experts) and lru_lanes_pay(n_experts, capacity, _mean_event(offsets)):
         replay_lru_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
                          hit_flag)
     else:
         replay_lru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
                         hit_flag)
+
+
+def replay_lfu_layers(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, reset_freq_on_evict,
+                      count_from, hits, misses, hit_flag) -> None:
+    """Event-atomic, per-layer ``lfu`` as the engine replays it: on the lanes (:func:`replay_lfu_lanes`) where
+    counts persist and :func:`lfu_lanes_pay` says so, else on the bit-sliced counts of
+    :func:`._kernels_bits.replay_lfu_bits` (whose parameters these are)."""
+    if (not reset_freq_on_evict and _lanes_fit(offsets, n_experts)
+            and lfu_lanes_pay(n_experts, capacity, _mean_event(offsets))):
+        replay_lfu_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
+                         hit_flag)
+    else:
+        replay_lfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, reset_freq_on_evict,
+                        count_from, hits, misses, hit_flag)
+
+
+def _lanes_fit(offsets, n_experts: int) -> bool:
+    """Whether the lanes of unit keys or counts take a stream of these event offsets (:func:`_check_lanes`)."""
+    return n_experts <= 128 and offsets.shape[0] - 1 < NEVER
+
+
+def _mean_event(offsets) -> float:
+    """The mean event (union accesses an event) of a stream of these event offsets."""
+    return float(offsets[-1] - offsets[0]) / max(offsets.shape[0] - 1, 1)
 
 
 @jit_loop
@@ -362,7 +429,7 @@ def _replay_belady_lanes(offsets, expert, ev_layer, n_experts, capacity, tie_pos
     """The loop of :func:`replay_belady_lanes` (:func:`_lanes_loop`, next uses from ``nxt``)."""
     _lanes_loop(offsets, expert, ev_layer, n_experts, capacity, tie_pos, nxt, forced, count_from, hits, misses,
                 hit_flag, size, mem, NU, scratch, mean_event, keep_group, keep_bound, width, npad, px, bracket_rounds,
-                dist, scratch2, False)
+                dist, scratch2, NEXT_KEYS)
 
 
 @jit_loop
@@ -373,15 +440,37 @@ def _replay_lru_lanes(offsets, expert, ev_layer, n_experts, capacity, tie_pos, n
     which key a member takes cost Belady 1.02-1.07x its time, ``benchmarks/kernel_ab.py --kernel belady-lanes``)."""
     _lanes_loop(offsets, expert, ev_layer, n_experts, capacity, tie_pos, nxt, forced, count_from, hits, misses,
                 hit_flag, size, mem, NU, scratch, mean_event, keep_group, keep_bound, width, npad, px, bracket_rounds,
-                dist, scratch2, True)
+                dist, scratch2, UNIT_KEYS)
+
+
+@jit_loop
+def _replay_lfu_lanes(offsets, expert, ev_layer, n_experts, capacity, tie_pos, nxt, forced, count_from, hits,
+                      misses, hit_flag, size, mem, NU, scratch, mean_event, keep_group, keep_bound, width, npad,
+                      px, bracket_rounds, dist, scratch2):
+    """The loop of :func:`replay_lfu_lanes` (:func:`_lanes_loop`, counts)."""
+    _lanes_loop(offsets, expert, ev_layer, n_experts, capacity, tie_pos, nxt, forced, count_from, hits, misses,
+                hit_flag, size, mem, NU, scratch, mean_event, keep_group, keep_bound, width, npad, px, bracket_rounds,
+                dist, scratch2, COUNT_KEYS)
+
+
+@jit_inline
+def _member_key(NU, j, keys, key, nxt, a):
+    """A member's lane ``j``: its next use ``nxt[a]``, the unit's ``key``, or one count more (``keys``)."""
+    if keys == NEXT_KEYS:
+        NU[j] = nxt[_U(a)]
+    elif keys == UNIT_KEYS:
+        NU[j] = key
+    else:
+        NU[j] -= np.int32(1)
 
 
 @jit_inline
 def _lanes_loop(offsets, expert, ev_layer, n_experts, capacity, tie_pos, nxt, forced, count_from, hits, misses,
                 hit_flag, size, mem, NU, scratch, mean_event, keep_group, keep_bound, width, npad, px, bracket_rounds,
-                dist, scratch2, recency):
+                dist, scratch2, keys):
     """The loop of both: ``mem[l]`` layer ``l``'s residents (an even number of words), ``NU[l * 64 W + j]`` the key
-    of its tie position ``j`` (its next use; where ``recency``, its last unit's key ``n_events - i``); ``scratch``:
+    of its tie position ``j`` (``keys``: its next use, its last unit's key ``n_events - i``, or its count negated, one
+    lower at each access); ``scratch``:
     the unit's misses, the pending overflow's words that join after it, and three scratch bitsets."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
@@ -411,7 +500,7 @@ def _lanes_loop(offsets, expert, ev_layer, n_experts, capacity, tie_pos, nxt, fo
         pbase = layer * npad
         lo = offsets[i]
         hi = offsets[i + 1]
-        key = np.int32(n_events - i)   # recency: the unit's key, nearer than every older unit's
+        key = np.int32(n_events - i)   # UNIT_KEYS: the unit's key, nearer than every older unit's
         if n_words == 2:               # the unit's bits in registers (a store per member chains through memory)
             e0 = zero
             e1 = zero
@@ -421,7 +510,7 @@ def _lanes_loop(offsets, expert, ev_layer, n_experts, capacity, tie_pos, nxt, fo
                 hm = zero - np.uint64(tp >> 6)
                 e0 |= bit & ~hm
                 e1 |= bit & hm
-                NU[_U(pbase + tp)] = key if recency else nxt[_U(a)]
+                _member_key(NU, _U(pbase + tp), keys, key, nxt, a)
             e0 &= ~mem[_U(layer), 0]
             e1 &= ~mem[_U(layer), 1]
             ev[0] = e0
@@ -433,7 +522,7 @@ def _lanes_loop(offsets, expert, ev_layer, n_experts, capacity, tie_pos, nxt, fo
             for a in range(lo, hi):
                 tp = tie_pos[_U(base + expert[_U(a)])]
                 ev[_U(tp >> 6)] |= one << np.uint64(tp & 63)
-                NU[_U(pbase + tp)] = key if recency else nxt[_U(a)]
+                _member_key(NU, _U(pbase + tp), keys, key, nxt, a)
             n_miss = 0
             for w in range(n_words):
                 ev[w] &= ~mem[_U(layer), _U(w)]

@@ -512,8 +512,8 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
     seq = _seq_loop(config, policy, n_experts, expert.shape[0])     # (the member order as stored where random)
     if policy.key_code == KEY_LFU and atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS:
         _, tie_pos = _tie_order(tie, n_layers, n_experts)      # counts and residents over tie positions
-        return KB.replay_lfu_bits(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, reset,
-                                  config.warmup_events, hits, misses, hit_flag)
+        return KBL.replay_lfu_layers(offsets, expert, layer, n_experts, n_layers, caps, tie_pos, reset,
+                                     config.warmup_events, hits, misses, hit_flag)      # lanes or bit-sliced counts
     if seq and policy.key_code == KEY_LFRU:
         # one unit per access: residents in slots, the two lowest float32 keys found by one vector pass
         _, tie_pos = _tie_order(tie, n_layers, n_experts)

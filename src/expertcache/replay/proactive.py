@@ -359,8 +359,8 @@ def _replay_proactive(stream: EventStream, config: ProactiveConfig, advice, coun
             KBL.replay_lru_layers(stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos, count_from, hits,
                                   misses, hit_flag)
         elif config.priority == "lfu":
-            KB.replay_lfu_bits(stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos, False, count_from,
-                               hits, misses, hit_flag)
+            KBL.replay_lfu_layers(stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos, False,
+                                  count_from, hits, misses, hit_flag)
         else:
             KB.replay_lrfu_bits(stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos,
                                 float(config.lrfu_lambda), count_from, hits, misses, hit_flag)
