@@ -28,7 +28,9 @@ pool loop), ``lrfu-global-seq``, sequential ``lrfu``
 with in-cache counters, ``shuffle``, sequential-random's shuffle of every event
 (``_kernels_order.shuffle_events``, seed 0; the orders must be equal where the others' hits must), ``lru-layers``,
 event-atomic per-layer ``lru`` as the engine replays it (``_kernels_belady_lanes.replay_lru_layers``: the lanes of
-unit keys or the recency buckets; in a checkout from before session 49, the buckets, ``replay_lru_bits``), and
+unit keys or the recency buckets; in a checkout from before session 49, the buckets, ``replay_lru_bits``),
+``lfu-layers``, the same for ``lfu`` with counts that persist (``replay_lfu_layers``: the lanes of counts or the
+bit-sliced counts, ``replay_lfu_bits``, before session 49), and
 ``belady-lanes``, per-layer ``belady`` on the lanes of next uses (``replay_belady_lanes``; the next uses computed
 once, not timed). Hits per layer
 must be equal on both sides (exit 1 otherwise), unless ``--timing-only``: for a prototype that takes a part out of a
@@ -64,7 +66,7 @@ from _ab import alternated_ratio, machine, median_and_range, pooled_rows  # noqa
 KERNELS = ("lru", "lfu", "lfru", "lrfu", "slots", "lfu-seq", "lfu-seq-in-cache", "lrfu-seq", "lfru-seq", "lru-seq",
            "lru-seq-global", "belady-seq", "belady-global", "belady-global-seq", "lru-global", "lrfu-global",
            "lrfu-global-slots", "lrfu-global-seq", "lfru-global-seq", "lfu-global", "lfu-global-seq",
-           "lfu-global-seq-in-cache", "shuffle", "lru-layers", "belady-lanes")
+           "lfu-global-seq-in-cache", "shuffle", "lru-layers", "lfu-layers", "belady-lanes")
 
 
 def _baseline(src: str):
@@ -210,6 +212,12 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
                     lanes.replay_lru_layers(*head, 0, h, m, flags)
                 else:
                     bits.replay_lru_bits(*head, 0, h, m, flags)
+            elif kernel == "lfu-layers":    # the same for lfu (counts that persist; before: the bit-sliced loop)
+                lanes = _sibling(generic, "_kernels_belady_lanes")
+                if hasattr(lanes, "replay_lfu_layers"):
+                    lanes.replay_lfu_layers(*head, False, 0, h, m, flags)
+                else:
+                    bits.replay_lfu_bits(*head, False, 0, h, m, flags)
             elif kernel == "belady-lanes":
                 _sibling(generic, "_kernels_belady_lanes").replay_belady_lanes(*head, nxt, False, 0, h, m, flags)
             elif kernel == "belady-seq":

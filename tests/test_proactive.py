@@ -160,7 +160,7 @@ def test_engine_matches_naive_twin(data):
 @settings(max_examples=150, deadline=None)
 def test_demand_rows_on_the_bitset_loops_match_the_twin_and_the_kernel(data):
     """lru / lfu / lrfu without refinement (budget 0) and counted events a suffix take expertcache.replay's bitset
-    loops (lru's lanes or buckets as the engine chooses): counts equal the naive twin, hit flags the proactive
+    loops (lru's and lfu's lanes or their other loops, as the engine chooses): counts equal the naive twin, hit flags the proactive
     kernel's, on every event."""
     from expertcache.replay import _kernels_belady_lanes as KBL
     from expertcache.replay import _kernels_bits as KB
@@ -178,7 +178,7 @@ def test_demand_rows_on_the_bitset_loops_match_the_twin_and_the_kernel(data):
     mask = None if data.draw(st.booleans()) else np.arange(stream.n_events) >= suffix
     cfg = ProactiveConfig(priority, capacity=caps, tie_break=tie_break, seed=seed, warmup_events=warmup,
                           lrfu_lambda=lam)
-    loops = {"lru": (KBL, "replay_lru_layers"), "lfu": (KB, "replay_lfu_bits"), "lrfu": (KB, "replay_lrfu_bits")}
+    loops = {"lru": (KBL, "replay_lru_layers"), "lfu": (KBL, "replay_lfu_layers"), "lrfu": (KB, "replay_lrfu_bits")}
     calls = []
     module, name = loops[priority]
     real = getattr(module, name)
