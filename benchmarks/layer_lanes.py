@@ -40,6 +40,7 @@ def row(s, rho: float, pairs: int, policy: str = "lru") -> dict:
     two agree."""
     from expertcache.replay import _kernels_belady_lanes as KBL
     from expertcache.replay import _kernels_bits as KB
+    from expertcache.replay import engine
 
     if policy == "lru":
         loops, pay = (KBL.replay_lru_lanes, KB.replay_lru_bits), KBL.lru_lanes_pay
@@ -48,7 +49,8 @@ def row(s, rho: float, pairs: int, policy: str = "lru") -> dict:
             KB.replay_lfu_bits(*a[:7], False, *a[7:])
         loops, pay = (KBL.replay_lfu_lanes, bits), KBL.lfu_lanes_pay
     out = layer_loops_row(s, rho, pairs, ("lanes", "other"), loops)
-    return {**out, "engine_lanes": pay(s.n_experts, [out["capacity"]], s.union / s.n_events)}
+    caps = engine.capacities_for_rho(rho, s.n_layers, s.n_experts)      # (their mean decides)
+    return {**out, "engine_lanes": pay(s.n_experts, caps, s.union / s.n_events)}
 
 
 def _policy(text: str) -> str:

@@ -171,7 +171,8 @@ def test_the_lanes_benchmark_times_both_loops_and_checks_them(policy):
                for x in rows)
     rule = getattr(KBL, ENGINE[policy][0])
     for x in rows:
-        assert x["engine_lanes"] == rule(int(x["shape"].split("x")[1]), [x["capacity"]], x["mean_event"]), x
+        L, N, _ = (int(v) for v in x["shape"].split("x"))
+        assert x["engine_lanes"] == rule(N, E.capacities_for_rho(x["rho"], L, N), x["mean_event"]), x
     assert any(x["engine_lanes"] for x in rows) and not all(x["engine_lanes"] for x in rows)
     if policy == "lru":
         assert_refused("layer_lanes.py", [*BAD_SHAPE_ARGS, ["--policy", "lrfu"]])
