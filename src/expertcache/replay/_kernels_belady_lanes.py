@@ -66,8 +66,11 @@ LFU_KEEP_RATIO = 1.0
 #: :func:`lfu_lanes_pay`: layers of at most ``N`` experts take the lanes where the mean quota holds at least this many
 #: mean events (``benchmarks/layer_lanes.py --policy lfu``, docs/performance.md, *Session 49*).
 LFU_LANES_QUOTA = ((8, 0.0), (16, 0.9), (32, 2.0), (64, 3.0), (128, 5.0))
-#: :func:`lru_lanes_pay`: the lanes where the mean quota holds at least this many mean events.
-LRU_LANES_QUOTA = 1.6
+#: :func:`lru_lanes_pay`: the lanes where the mean quota holds at least this many mean events (``benchmarks/
+#: layer_lanes.py --shapes 48x128x8 --batches 1,16 --rhos 0.1,0.75 --pairs 5``: the lanes 0.77 of the buckets' time
+#: at 1.60, batch 1 and rho 0.1; 1.03x at 1.56, batch 16 and rho 0.75, 1.36x in a first run; docs/performance.md,
+#: *Session 49*).
+LRU_LANES_QUOTA = 1.58
 #: :func:`lanes_pay`: layers of more than this many experts ...
 WALK_EXPERTS = 128
 #: ... whose mean quota is within this many mean events ...
