@@ -5,6 +5,11 @@ holds, for each tie position, the next use (event index, or ``NEVER``) its block
 :func:`expertcache.replay._kernels.next_use`, or a predictor's advice). Under Belady a block's key changes only
 when it is accessed, so the array is written by the member loop and read whole at an overflow.
 
+So do ``lru``'s and ``lfu``'s keys (the unit of a block's last access; its count, where counts persist): the same
+loop, compiled once per key, replays them with each member's lane given its unit's key (:func:`replay_lru_lanes`) or
+lowered by one (:func:`replay_lfu_lanes`), up to 128 experts a layer, where :func:`lru_lanes_pay` /
+:func:`lfu_lanes_pay` say it beats their other loops (:func:`replay_lru_layers`, :func:`replay_lfu_layers`).
+
 A unit that overflows its quota keeps the ``k`` candidates with the nearest next use and lets the ``e`` farthest go
 (ties by tie position: the lowest leave first). It finds them in rounds from one end: each round is one vector
 reduction over the layer's lanes (:data:`._simd.lanes_max128`: the farthest next use among the candidates left; or
@@ -471,10 +476,10 @@ def _member_key(NU, j, keys, key, nxt, a):
 def _lanes_loop(offsets, expert, ev_layer, n_experts, capacity, tie_pos, nxt, forced, count_from, hits, misses,
                 hit_flag, size, mem, NU, scratch, mean_event, keep_group, keep_bound, width, npad, px, bracket_rounds,
                 dist, scratch2, keys):
-    """The loop of both: ``mem[l]`` layer ``l``'s residents (an even number of words), ``NU[l * 64 W + j]`` the key
-    of its tie position ``j`` (``keys``: its next use, its last unit's key ``n_events - i``, or its count negated, one
-    lower at each access); ``scratch``:
-    the unit's misses, the pending overflow's words that join after it, and three scratch bitsets."""
+    """The loop of all three: ``mem[l]`` layer ``l``'s residents (an even number of words), ``NU[l * 64 W + j]`` the
+    key of its tie position ``j`` (``keys``: its next use, its last unit's key ``n_events - i``, or its count negated,
+    one lower at each access); ``scratch``: the unit's misses, the pending overflow's words that join after it, and
+    three scratch bitsets."""
     record = hit_flag.shape[0] > 0
     n_events = offsets.shape[0] - 1
     n_words = mem.shape[1]
