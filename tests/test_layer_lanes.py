@@ -117,12 +117,13 @@ def test_the_lanes_refuse_layers_past_128(policy):
 
 #: Per policy: the engine's rule, its other loop (the name it is imported under in _kernels_belady_lanes), the rows
 #: of the mocked test below in which the rule takes the lanes (N, rho).
-ENGINE = {"lru": ("lru_lanes_pay", "replay_lru_bits", {(64, 0.5), (128, 0.5)}),
-          "lfu": ("lfu_lanes_pay", "replay_lfu_bits", {(8, 0.05), (8, 0.5), (64, 0.5), (128, 0.5)})}
+ENGINE = {"lru": ("lru_lanes_pay", "replay_lru_bits", {(16, 0.5), (64, 0.5), (128, 0.5)}),
+          "lfu": ("lfu_lanes_pay", "replay_lfu_bits", {(8, 0.05), (8, 0.5), (16, 0.05), (16, 0.5), (64, 0.5),
+                                                       (128, 0.5)})}
 
 
 @pytest.mark.parametrize("policy", ["lru", "lfu"])
-@pytest.mark.parametrize("N", [8, 64, 128, 130])
+@pytest.mark.parametrize("N", [8, 16, 64, 128, 130])
 def test_the_engine_takes_the_lanes_where_they_pay(policy, N):
     """lru / lfu per layer, event-atomic: the lanes where lru_lanes_pay / lfu_lanes_pay holds (at most 128 experts,
     quotas of enough mean events for the layer's size), else the recency buckets / the bit-sliced counts; the same

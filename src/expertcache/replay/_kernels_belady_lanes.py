@@ -71,6 +71,10 @@ LFU_KEEP_RATIO = 1.0
 #: :func:`lfu_lanes_pay`: layers of at most ``N`` experts take the lanes where the mean quota holds at least this many
 #: mean events (``benchmarks/layer_lanes.py --policy lfu``, docs/performance.md, *Session 49*).
 LFU_LANES_QUOTA = ((8, 0.0), (16, 0.9), (32, 2.0), (64, 3.0), (128, 5.0))
+#: :func:`lfu_lanes_pay`: ... and layers of at most 16 experts whose mean quota is at most this many blocks, at any
+#: batch (``benchmarks/layer_lanes.py --policy lfu --shapes 32x16x2,40x16x4 --batches 1,2,4,8,16``: 0.47-0.67 of the
+#: bit-sliced counts' time at rho 0.1, a quota of 1.6).
+LFU_LANES_FEW = 2.0
 #: :func:`lru_lanes_pay`: the lanes where the mean quota holds at least this many mean events (``benchmarks/
 #: layer_lanes.py --shapes 48x128x8 --batches 1,16 --rhos 0.1,0.75 --pairs 5``: the lanes 0.77 of the buckets' time
 #: at 1.60, batch 1 and rho 0.1; 1.03x at 1.56, batch 16 and rho 0.75, 1.36x in a first run; docs/performance.md,
@@ -119,12 +123,17 @@ def lfu_lanes_pay(n_experts: int, capacity, mean_event: float) -> bool:
     """Whether the engine replays event-atomic per-layer ``lfu`` (counts that persist) on the lanes
     (:func:`replay_lfu_lanes`) rather than on the bit-sliced counts of :func:`._kernels_bits.replay_lfu_bits`: layers
     of at most 128 experts whose mean quota holds at least :data:`LFU_LANES_QUOTA` mean events for their size (an
-    overflow's rounds grow with the lanes it reduces; the bit-sliced selection with the planes of the counts).
+    overflow's rounds grow with the lanes it reduces; the bit-sliced selection with the planes of the counts), and
+    layers of at most 16 whose mean quota is at most :data:`LFU_LANES_FEW` blocks (as many rounds from the near end).
 
     >>> lfu_lanes_pay(8, [1], 7.6), lfu_lanes_pay(128, [32], 8.0), lfu_lanes_pay(128, [96], 8.0)
     (True, False, True)
+    >>> lfu_lanes_pay(16, [2, 1], 12.1), lfu_lanes_pay(16, [4], 12.1), lfu_lanes_pay(32, [2], 12.1)
+    (True, False, False)
     """
     c = float(np.mean(capacity)) if len(capacity) else 0.0
+    if n_experts <= 16 and c <= LFU_LANES_FEW:
+        return True
     for most, quota in LFU_LANES_QUOTA:
         if n_experts <= most:
             return c >= quota * mean_event
