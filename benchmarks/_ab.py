@@ -203,7 +203,7 @@ def shape_options(ap: argparse.ArgumentParser, batches: str,
                   shapes: str = "48x128x8,16x64x8,32x8x2,58x256x8,48x512x8") -> None:
     """The ``--shapes`` (default ``shapes``), ``--batches`` (default ``batches``) and ``--rhos`` options of the
     scripts that time rows on ``bench_scaling.routed_stream`` by shape (``lru_direct.py``, ``belady_lanes.py``,
-    ``lru_lanes.py``)."""
+    ``layer_lanes.py``)."""
     ap.add_argument("--shapes", type=shape_list, default=shape_list(shapes),
                     help=f"comma list of LxNxk (default {shapes})")
     ap.add_argument("--batches", type=int_list, default=int_list(batches), help=f"comma list (default {batches})")

@@ -30,13 +30,12 @@ with in-cache counters, ``shuffle``, sequential-random's shuffle of every event
 event-atomic per-layer ``lru`` as the engine replays it (``_kernels_belady_lanes.replay_lru_layers``: the lanes of
 unit keys or the recency buckets; in a checkout from before session 49, the buckets, ``replay_lru_bits``),
 ``lfu-layers``, the same for ``lfu`` with counts that persist (``replay_lfu_layers``: the lanes of counts or the
-bit-sliced counts, ``replay_lfu_bits``, before session 49), and
-``belady-lanes``, per-layer ``belady`` on the lanes of next uses (``replay_belady_lanes``; the next uses computed
-once, not timed). Hits per layer
-must be equal on both sides (exit 1 otherwise), unless ``--timing-only``: for a prototype that takes a part out of a
-kernel to time what that part costs, so that its decisions, and its counts, change; the rows then say that the counts
-differ. Prints per rho the median over ``--processes`` fresh processes (a kernel's time moves by up to ~15% with
-where its code lands in a process: docs/performance.md, *Placement noise*) of each process's median per-pair ratio
+bit-sliced counts; before session 49, ``replay_lfu_bits``), and ``belady-lanes``, per-layer ``belady`` on the lanes of
+next uses (``replay_belady_lanes``; the next uses computed once, not timed). Hits per layer must be equal on both
+sides (exit 1 otherwise), unless ``--timing-only``: for a prototype that takes a part out of a kernel to time what
+that part costs, so that its decisions, and its counts, change; the rows then say that the counts differ. Prints per
+rho the median over ``--processes`` fresh processes (a kernel's time moves by up to ~15% with where its code lands in
+a process: docs/performance.md, *Placement noise*) of each process's median per-pair ratio
 (ours / baseline), and their range. Stream: ``bench_vs_libcachesim.drifting_qwen_stream(steps)`` (48 x 128, B = 8;
 5,200 steps is the 10 M-access benchmark stream, 650 the 1.25 M one), or with ``--batch B``
 ``bench_scaling.routed_stream`` at batch ``B`` (48 x 128, as many union accesses as ``steps`` steps of the drifting

@@ -2,8 +2,9 @@
 
 Event-atomic, per-layer ``lru`` (and ``belady`` / ``belady-forced``) dispatch to
 the bitset loops when N <= 1024 (Belady to the lanes of next uses,
-``replay/_kernels_belady_lanes.py``, or the walk; each is run here, by forcing
-the engine's choice). Here they are compared, counts and per-access
+``replay/_kernels_belady_lanes.py``, or the walk; ``lru`` to the lanes of unit
+keys, up to 128 experts a layer, or the recency buckets; each is run here, by
+forcing the engine's choice). Here they are compared, counts and per-access
 hit flags, against the kernels they replace (called directly) on many random
 streams, with N below, at and above multiples of 64, capacities 0 to beyond the
 universe, events larger than the cache, and warm-up events; and against the
@@ -78,8 +79,8 @@ def belady_on(loop: str | None, rule: str = "lanes_pay") -> Iterator[None]:
 
 def check_against_old(stream: EventStream, policy: str, caps, tie_break: str = "random", seed: int = 0,
                       warmup: int = 0) -> None:
-    """The engine's counts and hit flags (``policy`` as ``"belady/walk"`` or ``"belady/lanes"`` forces the
-    loop) equal the old kernel's."""
+    """The engine's counts and hit flags (``policy`` as ``"belady/walk"`` or ``"belady/lanes"``, ``"lru/lanes"`` or
+    ``"lru/buckets"`` forces the loop; ``lru``'s lanes past 128 experts: the buckets) equal the old kernel's."""
     policy, _, loop = policy.partition("/")
     with belady_on(loop or None, RULES[policy]):
         _check_against_old(stream, policy, caps, tie_break, seed, warmup)

@@ -28,9 +28,9 @@ from expertcache.replay import _kernels_belady_lanes as KBL
 from expertcache.replay import engine as E
 from expertcache.replay.keys import KEY_LFU
 
-#: keep_ratio: the rule, the near end always (0: fewer stay than 0 x those that leave, never: so the near end's test
-#: ``keep_group * k < e * E`` holds at 0), the far end always.
-RATIOS = [KBL.LRU_KEEP_RATIO, 0.0, 1e12]
+#: keep_ratio: the loop's own rule (None: its default, ``LRU_KEEP_RATIO`` / ``LFU_KEEP_RATIO``), the near end always
+#: (0: the loop's test ``keep_group * k < e * E`` then holds whenever a block leaves), the far end always (1e12).
+RATIOS = [None, 0.0, 1e12]
 
 
 def reference(stream: EventStream, policy: str, caps: np.ndarray, tie_seed: int, warmup: int):
@@ -57,7 +57,8 @@ def reference_and_lanes(policy: str, stream: EventStream, caps, warmup: int, tie
     _, tie_pos = E._tie_order(E._tie_ranks("random", tie_seed, L * N), L, N)
     for ratio in RATIOS:
         got = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
-        LANES[policy](stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos, warmup, *got, ratio)
+        LANES[policy](stream.offsets, stream.expert, stream.layer, N, L, caps, tie_pos, warmup, *got,
+                      *(() if ratio is None else (ratio,)))
         assert got[0].tolist() == hits.tolist() and got[1].tolist() == misses.tolist(), (ratio, caps.tolist())
         assert np.array_equal(got[2].astype(bool), flags), (ratio, caps.tolist())
 
@@ -97,7 +98,8 @@ def test_counts_by_hand():
     for policy, want in (("lru", (1, 8, [0, 0, 0, 1, 0, 0, 0, 0, 0])), ("lfu", (2, 7, [0, 0, 0, 1, 0, 0, 1, 0, 0]))):
         for ratio in RATIOS:
             h, m, f = np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(s.union, np.uint8)
-            LANES[policy](s.offsets, s.expert, s.layer, 4, 1, np.array([2]), np.arange(4), 0, h, m, f, ratio)
+            LANES[policy](s.offsets, s.expert, s.layer, 4, 1, np.array([2]), np.arange(4), 0, h, m, f,
+                          *(() if ratio is None else (ratio,)))
             assert (h[0], m[0], f.tolist()) == want, (policy, ratio)
     # the engine (quota 3 = 2 mean events: the lanes), tie_break="id" (lower ids rank higher: the higher id of a unit
     # leaves first): e0 fills the quota; e1: 1 hits; e2: 3 misses, and of e0's {0,2} 2 leaves; e3: 0 hits; e4: 1 hits,

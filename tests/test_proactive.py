@@ -160,8 +160,8 @@ def test_engine_matches_naive_twin(data):
 @settings(max_examples=150, deadline=None)
 def test_demand_rows_on_the_bitset_loops_match_the_twin_and_the_kernel(data):
     """lru / lfu / lrfu without refinement (budget 0) and counted events a suffix take expertcache.replay's bitset
-    loops (lru's and lfu's lanes or their other loops, as the engine chooses): counts equal the naive twin, hit flags the proactive
-    kernel's, on every event."""
+    loops (lru's and lfu's lanes or their other loops, as the engine chooses): counts equal the naive twin, hit flags
+    the proactive kernel's, on every event."""
     from expertcache.replay import _kernels_belady_lanes as KBL
     from expertcache.replay import _kernels_bits as KB
     from expertcache.replay import _proactive as KP
