@@ -88,17 +88,31 @@ def pair_fields(names: tuple[str, str], first: list[float], second: list[float],
             "ratio_min": min(ratios), "ratio": statistics.median(ratios)}
 
 
-def layer_loops_row(s, rho: float, pairs: int, names: tuple[str, str], loops: tuple[Callable, Callable]) -> dict:
-    """Two per-layer loops called as ``loop(offsets, expert, layer, N, L, caps, tie_pos, 0, hits, misses, flags)``
-    (``replay_lru_bits``' parameters) on stream ``s`` at ``rho``, with the tie positions of the engine's default tie
-    order (random, seed 0): :func:`checked_pairs` (hit counts and flags compared once, then timed without flags, as
-    ``replay`` runs) and :func:`pair_fields` under ``names``, the quota (``capacity``, ``quota_events``: in mean
-    events) and ``hits_equal``."""
+def layer_inputs(s, rho: float) -> tuple[np.ndarray, np.ndarray]:
+    """The per-layer quotas of stream ``s`` at ``rho`` and the tie positions of the random tie order of seed 0 (the
+    engine's default)."""
     from expertcache.replay import engine
 
     L, N = s.n_layers, s.n_experts
-    caps = engine.capacities_for_rho(rho, L, N)
-    _, tie_pos = engine._tie_order(engine._tie_ranks("random", 0, L * N), L, N)
+    return engine.capacities_for_rho(rho, L, N), engine._tie_order(engine._tie_ranks("random", 0, L * N), L, N)[1]
+
+
+#: The first cells of the header of a table that :func:`routed_rows` fills (:func:`row_lead` a row's).
+ROW_HEAD = f"{'LxNxk':>10} {'B':>3} {'|E|':>6} {'rho':>5} {'c':>5}"
+
+
+def row_lead(r: dict) -> str:
+    """A :func:`routed_rows` row's first cells: its shape, batch, mean event, rho and first layer's quota."""
+    return f"{r['shape']:>10} {r['batch']:>3} {r['mean_event']:>6.1f} {r['rho']:>5} {r['capacity']:>5}"
+
+
+def layer_loops_row(s, rho: float, pairs: int, names: tuple[str, str], loops: tuple[Callable, Callable]) -> dict:
+    """Two per-layer loops called as ``loop(offsets, expert, layer, N, L, caps, tie_pos, 0, hits, misses, flags)``
+    (``replay_lru_bits``' parameters) on stream ``s`` at ``rho`` (:func:`layer_inputs`): :func:`checked_pairs` (hit
+    counts and flags compared once, then timed without flags, as ``replay`` runs) and :func:`pair_fields` under
+    ``names``, the quota (``capacity``, ``quota_events``: in mean events) and ``hits_equal``."""
+    L, N = s.n_layers, s.n_experts
+    caps, tie_pos = layer_inputs(s, rho)
 
     def timed(first: bool, record: bool) -> tuple[float, np.ndarray, np.ndarray]:
         hits = np.zeros(L, np.int64)

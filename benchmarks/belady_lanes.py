@@ -34,11 +34,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _ab import (  # noqa: E402
+    ROW_HEAD,
     checked_pairs,
+    layer_inputs,
     machine,
     pair_fields,
     report,
     routed_rows,
+    row_lead,
     shape_options,
     stream_options,
     yes_no,
@@ -47,16 +50,6 @@ from _ab import (  # noqa: E402
 #: ``--sides``: the loop's rules (``None``: its defaults), the same without the bracket, the far end always and the
 #: near end always (``(keep_group, keep_bound, bracket_rounds)``).
 SIDES = {"rule": None, "plain": (3.0, 8, 1 << 30), "far": (0.0, 0, 1 << 30), "near": (0.0, 1 << 30, 1 << 30)}
-
-
-def _inputs(s, rho: float) -> tuple[np.ndarray, np.ndarray]:
-    """The per-layer quotas at ``rho`` and the tie positions of the random tie order of seed 0 (the engine's
-    default)."""
-    from expertcache.replay import engine
-
-    L, N = s.n_layers, s.n_experts
-    tie = engine._tie_ranks("random", 0, L * N)
-    return engine.capacities_for_rho(rho, L, N), engine._tie_order(tie, L, N)[1]
 
 
 def _lanes(s, caps, tie_pos, flags, sides=None) -> np.ndarray:
@@ -96,7 +89,7 @@ def row(s, rho: float, pairs: int) -> dict:
     """One stream and rho: the lanes loop against the walk."""
     from expertcache.replay import _kernels_belady_lanes as KBL
 
-    caps, tie_pos = _inputs(s, rho)
+    caps, tie_pos = layer_inputs(s, rho)
 
     def timed(lanes: bool, record: bool) -> tuple[float, np.ndarray, np.ndarray]:
         flags = np.zeros(s.union if record else 0, np.uint8)
@@ -115,7 +108,7 @@ def row(s, rho: float, pairs: int) -> dict:
 
 def sides_row(s, rho: float, pairs: int) -> dict:
     """One stream and rho: the lanes loop's rule against each end always."""
-    caps, tie_pos = _inputs(s, rho)
+    caps, tie_pos = layer_inputs(s, rho)
     flags = {name: np.zeros(s.union, np.uint8) for name in SIDES}
     out = {name: _lanes(s, caps, tie_pos, flags[name], sides) for name, sides in SIDES.items()}
     equal = all(np.array_equal(out["rule"], out[n]) and np.array_equal(flags["rule"], flags[n]) for n in SIDES)
@@ -142,11 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows = routed_rows(args, sides_row if args.sides else row)
 
-    head = f"{'LxNxk':>10} {'B':>3} {'|E|':>6} {'rho':>5} {'c':>5}  "
+    head = ROW_HEAD + "  "
     meta = {"machine": machine(), "accesses": args.accesses, "pairs": args.pairs, "sides": args.sides}
     if args.sides:
         def line(r: dict) -> str:
-            return (f"{r['shape']:>10} {r['batch']:>3} {r['mean_event']:>6.1f} {r['rho']:>5} {r['capacity']:>5}  "
+            return (f"{row_lead(r)}  "
                     f"{r['rule_ns']:>6.2f} {r['plain_ns']:>6.2f} {r['far_ns']:>6.2f} {r['near_ns']:>6.2f}  "
                     f"{r['rule_plain']:>10.2f} {r['rule_far']:>8.2f} {r['rule_near']:>9.2f}  {yes_no(r['hits_equal'])}")
 
@@ -159,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
                       line)
 
     def line(r: dict) -> str:
-        return (f"{r['shape']:>10} {r['batch']:>3} {r['mean_event']:>6.1f} {r['rho']:>5} {r['capacity']:>5}  "
+        return (f"{row_lead(r)}  "
                 f"{r['lanes_ns']:>7.2f} {r['walk_ns']:>7.2f} {r['ratio_min']:>6.2f} {r['ratio']:>6.2f}  "
                 f"{r['engine']:>6}  {yes_no(r['hits_equal'])}")
 

@@ -25,10 +25,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _ab import (  # noqa: E402
+    ROW_HEAD,
     layer_loops_row,
     machine,
     report,
     routed_rows,
+    row_lead,
     shape_options,
     stream_options,
     yes_no,
@@ -73,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     other = "buckets" if args.policy == "lru" else "sliced"
 
     def line(r: dict) -> str:
-        return (f"{r['shape']:>10} {r['batch']:>3} {r['mean_event']:>6.1f} {r['rho']:>5} {r['capacity']:>5} "
+        return (f"{row_lead(r)} "
                 f"{r['quota_events']:>6.1f}  {r['lanes_ns']:>7.2f} {r['other_ns']:>7.2f} {r['ratio_min']:>6.2f} "
                 f"{r['ratio']:>6.2f}  {'lanes' if r['engine_lanes'] else other:>7}  {yes_no(r['hits_equal'])}")
 
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                   [f"machine: {machine()}",
                    f"{args.policy}: ns per access (medians of {args.pairs} alternated pairs); lanes / {other}: min and "
                    "median of per-pair ratios; c / |E|: the quota in mean events; engine: the loop replay takes",
-                   f"{'LxNxk':>10} {'B':>3} {'|E|':>6} {'rho':>5} {'c':>5} {'c/|E|':>6}  {'lanes':>7} {other:>7} "
+                   ROW_HEAD + f" {'c/|E|':>6}  {'lanes':>7} {other:>7} "
                    f"{'min':>6} {'median':>6}  {'engine':>7}  hits equal"], line)
 
 

@@ -25,10 +25,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _ab import (  # noqa: E402
+    ROW_HEAD,
     layer_loops_row,
     machine,
     report,
     routed_rows,
+    row_lead,
     shape_options,
     stream_options,
     yes_no,
@@ -55,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = routed_rows(args, row)
 
     def line(r: dict) -> str:
-        return (f"{r['shape']:>10} {r['batch']:>3} {r['mean_event']:>6.1f} {r['rho']:>5} {r['capacity']:>5} "
+        return (f"{row_lead(r)} "
                 f"{r['quota_events']:>6.1f}  {r['direct_ns']:>7.2f} {r['sweep_ns']:>7.2f} {r['ratio_min']:>6.2f} "
                 f"{r['ratio']:>6.2f}  {'direct' if r['engine_direct'] else 'sweep':>6}  {yes_no(r['hits_equal'])}")
 
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                   [f"machine: {machine()}",
                    f"ns per access (medians of {args.pairs} alternated pairs); direct / sweep: min and median of "
                    "per-pair ratios; c / |E|: the quota in mean events; engine: the form replay takes",
-                   f"{'LxNxk':>10} {'B':>3} {'|E|':>6} {'rho':>5} {'c':>5} {'c/|E|':>6}  {'direct':>7} {'sweep':>7} "
+                   ROW_HEAD + f" {'c/|E|':>6}  {'direct':>7} {'sweep':>7} "
                    f"{'min':>6} {'median':>6}  {'engine':>6}  hits equal"], line)
 
 

@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_belady_lanes import random_case
 from test_fast_lru_belady import old_kernel, random_stream
+from test_fast_policies import _generic
 
 from expertcache.events import EventStream
 from expertcache.replay import ReplayConfig, replay_hits
-from expertcache.replay import _kernels as K
 from expertcache.replay import _kernels_belady_lanes as KBL
 from expertcache.replay import engine as E
 from expertcache.replay.keys import KEY_LFU
@@ -38,12 +38,10 @@ def reference(stream: EventStream, policy: str, caps: np.ndarray, tie_seed: int,
     persist)."""
     if policy == "lru":
         return old_kernel(stream, "lru", caps, "random", tie_seed, warmup)
-    L, N = stream.n_layers, stream.n_experts
-    out = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
-    K.replay_heap(stream.offsets, stream.expert, stream.layer, stream.step, N, L, False, True,
-                  np.empty(0, dtype=np.int32), caps, E._tie_ranks("random", tie_seed, L * N), KEY_LFU, False, -1.0,
-                  warmup, *out)
-    return out[0], out[1], out[2].astype(bool)
+    hits, misses, flags = _generic(stream, ReplayConfig("lfu", warmup_events=warmup), True, False, caps,
+                                   E._tie_ranks("random", tie_seed, stream.n_layers * stream.n_experts), KEY_LFU, -1.0,
+                                   False)
+    return hits, misses, flags.astype(bool)
 
 
 LANES = {"lru": KBL.replay_lru_lanes, "lfu": KBL.replay_lfu_lanes}

@@ -349,11 +349,10 @@ def replay_belady_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity
     unread in both).
     Other parameters are those of :func:`._kernels_bits.replay_lru_bits`.
     """
-    n_events = offsets.shape[0] - 1
     n_words = (n_experts + 127) // 128 * 2          # pairs of words: 128 lanes a reduction
     width = 16 if n_experts <= 16 else 64 if n_experts <= 64 else 128
     npad = width if n_experts <= 128 else n_words * 64
-    mean_event = expert.shape[0] / max(n_events, 1)
+    mean_event = _mean_event(offsets)
     loop = (_replay_belady_lanes, _replay_lru_lanes, _replay_lfu_lanes)[keys]
     loop(offsets, expert, ev_layer, n_experts, capacity, tie_pos, access_next, bool(forced), count_from, hits, misses,
          hit_flag, np.zeros(n_layers, dtype=np.int64), np.zeros((n_layers, n_words), dtype=np.uint64),
@@ -372,10 +371,8 @@ def replay_lru_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     end where fewer stay than ``keep_ratio`` times those that leave (the near groups are whole recent units).
     Parameters are those of :func:`._kernels_bits.replay_lru_bits`.
     """
-    _check_lanes(offsets, n_experts, "lru")
-    replay_belady_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, np.zeros(0, np.int32),
-                        False, count_from, hits, misses, hit_flag, float(keep_ratio) * _mean_event(offsets), 1 << 30,
-                        1 << 30, keys=UNIT_KEYS)
+    _keyed_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
+                 hit_flag, keep_ratio, UNIT_KEYS)
 
 
 def replay_lfu_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
@@ -387,19 +384,23 @@ def replay_lfu_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     far end (the lowest counts), or from the near end where fewer stay than ``keep_ratio`` times those that leave.
     Parameters are those of :func:`._kernels_bits.replay_lru_bits`.
     """
-    _check_lanes(offsets, n_experts, "lfu")
-    replay_belady_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, np.zeros(0, np.int32),
-                        False, count_from, hits, misses, hit_flag, float(keep_ratio) * _mean_event(offsets), 1 << 30,
-                        1 << 30, keys=COUNT_KEYS)
+    _keyed_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
+                 hit_flag, keep_ratio, COUNT_KEYS)
 
 
-def _check_lanes(offsets, n_experts: int, what: str) -> None:
-    """The lanes' bounds for :func:`replay_lru_lanes` and :func:`replay_lfu_lanes`: at most 128 experts a layer,
-    fewer than ``2**31 - 1`` events (int32 keys)."""
+def _keyed_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
+                 hit_flag, keep_ratio, keys) -> None:
+    """:func:`replay_lru_lanes` (``keys`` :data:`UNIT_KEYS`) or :func:`replay_lfu_lanes` (:data:`COUNT_KEYS`): the
+    lanes' bounds checked, then the lanes loop with no next uses, Belady's admission of ``C ∪ U``, rounds from the
+    near end where fewer than ``keep_ratio`` stay per block that leaves, and no bracket."""
+    what = "lru" if keys == UNIT_KEYS else "lfu"
     if n_experts > 128:
         raise ValueError(f"{n_experts} experts a layer: the {what} lanes take at most 128")
     if offsets.shape[0] - 1 >= NEVER:
         raise ValueError(f"{offsets.shape[0] - 1} events: the {what} lanes keep int32 keys, so fewer than {NEVER}")
+    replay_belady_lanes(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, np.zeros(0, np.int32),
+                        False, count_from, hits, misses, hit_flag, float(keep_ratio) * _mean_event(offsets), 1 << 30,
+                        1 << 30, keys=keys)
 
 
 def replay_lru_layers(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits, misses,
@@ -430,7 +431,8 @@ def replay_lfu_layers(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
 
 
 def _lanes_fit(offsets, n_experts: int) -> bool:
-    """Whether the lanes of unit keys or counts take a stream of these event offsets (:func:`_check_lanes`)."""
+    """Whether the lanes of unit keys or counts take a stream of these event offsets (the bounds
+    :func:`_keyed_lanes` checks)."""
     return n_experts <= 128 and offsets.shape[0] - 1 < NEVER
 
 
