@@ -1073,7 +1073,10 @@ from expertcache.replay import engine
 from expertcache.replay import ReplayConfig
 from expertcache.replay import _simd as S
 assert not KB.HAS_BITALG and KB._unit_bits_ordered is KB._unit_bits_no_order
-assert not S.HAS_VBMI2 and S.band16_2 is S._band16_2_loop and S.band16v_2 is S._band16v_2_loop
+import sys
+form = sys.argv[1]             # the band's lists without VBMI2: compressed stores (AVX-512), else sixteen steps
+assert not S.HAS_VBMI2 and S.band16_2 is getattr(S, "_band16_2_" + form) and S.band16v_2 is S._band16v_2_loop
+assert S.band16_1 is getattr(S, "_band16_1_" + form)
 for N in (64, 128):
     stream = T._skewed_stream(2, N, 120, 6, 8)
     tie = engine._tie_ranks("random", N, 2 * N)
@@ -1093,10 +1096,13 @@ print("ok")
 """
 
 
-def test_lfru_bitset_loop_without_bitalg(tmp_path):
+@pytest.mark.parametrize("cpu", ["skylake-avx512", "haswell"])
+def test_lfru_bitset_loop_without_bitalg(tmp_path, cpu):
     """Compiled for Skylake-X (AVX-512 without BITALG and VBMI2; the kernels afresh in a subprocess), the per-layer
     lfru loop builds its unit's bits by a gather of tie positions and its band by compressed stores, and the lrfu
-    loop its band by compressed stores, each with the generic kernel's counts and flags."""
+    loop its band by compressed stores; compiled for Haswell (AVX2, no AVX-512), the lfru loop builds its band in
+    sixteen steps with no branch (``_simd._band16_2_fixed``), the lrfu loop by a loop over the bits; each with the
+    generic kernel's counts and flags."""
     import os
     import platform
     import subprocess
@@ -1105,12 +1111,16 @@ def test_lfru_bitset_loop_without_bitalg(tmp_path):
 
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip("the Skylake-X target named here is x86-64's")
-    from test_lfru_slots import _SKYLAKE_X
+    from test_lfru_slots import _HASWELL, _SKYLAKE_X, skip_unless_host_runs
 
+    features = _SKYLAKE_X if cpu == "skylake-avx512" else _HASWELL
+    skip_unless_host_runs(features)
     env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_CPU")}
-    env.update(NUMBA_CPU_NAME="skylake-avx512", NUMBA_CPU_FEATURES=_SKYLAKE_X, NUMBA_CACHE_DIR=str(tmp_path / "nb"),
+    env.update(NUMBA_CPU_NAME=cpu, NUMBA_CPU_FEATURES=features,
+               NUMBA_CACHE_DIR=str(tmp_path / "nb"),
                PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parent), env.get("PYTHONPATH")])))
-    proc = subprocess.run([sys.executable, "-c", _NO_BITALG_CHECK], env=env, capture_output=True, text=True,
+    form = "loop" if cpu == "skylake-avx512" else "fixed"
+    proc = subprocess.run([sys.executable, "-c", _NO_BITALG_CHECK, form], env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 

@@ -196,6 +196,17 @@ _HASWELL = ("+64bit,+avx,+avx2,+bmi,+bmi2,+cmov,+cx16,+f16c,+fma,+fxsr,+lzcnt,+m
 #: Skylake-X's: AVX-512 without VBMI2, on a core taken to have fast gathers (``_simd.FAST_GATHERS``).
 _SKYLAKE_X = _HASWELL + ",+avx512f,+avx512bw,+avx512cd,+avx512dq,+avx512vl"
 
+
+def skip_unless_host_runs(features: str) -> None:
+    """Skip a check that compiles for a named CPU (its ``features``, as :data:`_HASWELL`) where this machine cannot
+    run that code (a machine without AVX-512 stops the process at the first AVX-512 instruction)."""
+    import llvmlite.binding as llvm
+
+    have = llvm.get_host_cpu_features()
+    missing = [f[1:] for f in features.split(",") if not have.get(f[1:], False)]
+    if missing:
+        pytest.skip(f"this machine cannot run code compiled with {', '.join(missing)}")
+
 _GENERIC_CHECK = """
 import numpy as np
 import test_lfru_slots as T
@@ -236,6 +247,7 @@ def test_the_slots_without_avx512(tmp_path, cpu):
                PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parent), env.get("PYTHONPATH")])))
     if cpu != "generic":
         env["NUMBA_CPU_FEATURES"] = _HASWELL if cpu == "haswell" else _SKYLAKE_X
+        skip_unless_host_runs(env["NUMBA_CPU_FEATURES"])
     proc = subprocess.run([sys.executable, "-c", _GENERIC_CHECK, cpu], env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]

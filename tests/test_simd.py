@@ -487,18 +487,15 @@ def test_lanes_eq_marks_the_lanes_equal_to_a_value(dtype):
         assert int(_lanes_eq(buf, off, v)) == want
 
 
-@njit(cache=False)
-def _values(V, off, x, out, q, avx):
-    if avx:
-        return S._values_at_avx512(V, off, x, out, q)
-    return S._values_at_loop(V, off, x, out, q)
+def _values_runner(fn):
+    """A kernel calling ``fn``, the form under test alone: a kernel that also names an AVX-512 intrinsic does not
+    compile on a machine without AVX-512 (LLVM aborts the process), whichever branch runs."""
 
+    @njit(cache=False)
+    def run(V, off, x, out, q):
+        return fn(V, off, x, out, q)
 
-@njit(cache=False)
-def _values32(V, off, x, out, q, avx):
-    if avx:
-        return S._values_at32_avx512(V, off, x, out, q)
-    return S._values_at_loop(V, off, x, out, q)
+    return run
 
 
 @pytest.mark.parametrize("name", ["avx512", "loop", "avx512-float32", "loop-float32"])
@@ -509,6 +506,10 @@ def test_values_at_lists_the_values_of_the_set_bits_in_order(name):
     if name.startswith("avx512") and not S._has_feature("avx512f"):
         pytest.skip("no AVX-512 on this machine")
     f32 = name.endswith("float32")
+    if name.startswith("avx512"):
+        run = _values_runner(S._values_at32_avx512 if f32 else S._values_at_avx512)
+    else:
+        run = _values_runner(S._values_at_loop)
     rng = np.random.default_rng(4)
     V = rng.random(300).astype(np.float32 if f32 else np.float64)
     for x in [0, 1, 1 << 63, (1 << 64) - 1] + [int(rng.integers(0, 1 << 63, dtype=np.int64)) * 2 + int(rng.integers(0, 2))
@@ -517,7 +518,7 @@ def test_values_at_lists_the_values_of_the_set_bits_in_order(name):
         q = int(rng.integers(0, 5))
         out = np.full(q + 64 + 8, -1.0, dtype=V.dtype)
         want = [V[off + i] for i in range(64) if x >> i & 1]
-        got = (_values32 if f32 else _values)(V, off, np.uint64(x), out, q, name.startswith("avx512"))
+        got = run(V, off, np.uint64(x), out, q)
         assert got == q + len(want) and list(out[q:got]) == want and (out[:q] == -1.0).all()
 
 
@@ -538,23 +539,25 @@ def test_below_mask_is_all_ones_exactly_where_the_first_count_is_lower():
     assert np.array_equal(_below_masks(a, b), want)
 
 
-@njit(cache=False)
-def _split_all(src, n, SF, SL, l32, t32, lv, bpos, avx512):
-    """The global slots loop's split of ``src[:n]`` by 16-lane chunks, as it runs it; returns the two counts."""
-    c0 = 0
-    bb = 0
-    for r in range(0, n, 16):
-        if avx512:
-            x = S._split_low16_avx512(src, r, n, SF, SL, l32, t32, lv, c0, bpos, bb)
-        else:
-            x = S._split_low16_loop(src, r, n, SF, SL, l32, t32, lv, c0, bpos, bb)
-        c = 0
-        while x:
-            c += 1
-            x &= x - np.uint64(1)
-        c0 += c
-        bb += min(16, n - r) - c
-    return c0, bb
+def _split_runner(split):
+    """The global slots loop's split of ``src[:n]`` by 16-lane chunks with ``split`` (one form alone, as
+    :func:`_values_runner`), as it runs it; returns the two counts."""
+
+    @njit(cache=False)
+    def run(src, n, SF, SL, l32, t32, lv, bpos):
+        c0 = 0
+        bb = 0
+        for r in range(0, n, 16):
+            x = split(src, r, n, SF, SL, l32, t32, lv, c0, bpos, bb)
+            c = 0
+            while x:
+                c += 1
+                x &= x - np.uint64(1)
+            c0 += c
+            bb += min(16, n - r) - c
+        return c0, bb
+
+    return run
 
 
 @pytest.mark.parametrize("name", ["avx512", "loop"])
@@ -565,6 +568,7 @@ def test_split_low16_splits_a_list_by_the_float32_low_cut_in_order(name):
     cut moves down)."""
     if name == "avx512" and not S._has_feature("avx512f"):
         pytest.skip("no AVX-512 on this machine")
+    split_all = _split_runner(S._split_low16_avx512 if name == "avx512" else S._split_low16_loop)
     rng = np.random.default_rng(11)
     n_slots = 700
     for trial in range(300):
@@ -586,7 +590,7 @@ def test_split_low16_splits_a_list_by_the_float32_low_cut_in_order(name):
         in_place = trial % 3 == 0
         if in_place:
             lv[:n] = src
-        c0, bb = _split_all(lv if in_place else src, n, SF, SL, l32, t32, lv, bpos, name == "avx512")
+        c0, bb = split_all(lv if in_place else src, n, SF, SL, l32, t32, lv, bpos)
         assert (c0, bb) == (len(want_lv), len(want_b))
         assert lv[:c0].tolist() == want_lv and bpos[:bb].tolist() == want_b
 
@@ -626,27 +630,42 @@ def test_cut_list1_32_fma_lists_the_lanes_below_an_exact_cut(name):
         assert end == q + len(want) and out[:q].tolist() == [-7] * q and out[q:end].tolist() == want
 
 
-@njit(cache=False)
-def _band16(A, B, off, xa, xb, outA, outB, two):
-    if two:
-        S.band16_2(A, B, off, xa, xb, outA, outB)
-    else:
-        S.band16_1(A, B, off, xa, xb, outA, outB)
+def _band16_forms(form):
+    """The band lists of ``form``: as this machine picks them, the loop over the bits, or the sixteen steps."""
+    if form == "host":
+        return S.band16_1, S.band16_2
+    return (S._band16_1_loop, S._band16_2_loop) if form == "loop" else (S._band16_1_fixed, S._band16_2_fixed)
 
 
-@njit(cache=False)
-def _band16v(A, off, xa, xb, outA, two):
-    if two:
-        S.band16v_2(A, off, xa, xb, outA)
-    else:
-        S.band16v_1(A, off, xa, xb, outA)
+def _band16_runners(form):
+    b1, b2 = _band16_forms(form)
+    v1, v2 = (S.band16v_1, S.band16v_2) if form == "host" else (S._band16v_1_loop, S._band16v_2_loop)
+
+    @njit(cache=False)
+    def band16(A, B, off, xa, xb, outA, outB, two):
+        if two:
+            b2(A, B, off, xa, xb, outA, outB)
+        else:
+            b1(A, B, off, xa, xb, outA, outB)
+
+    @njit(cache=False)
+    def band16v(A, off, xa, xb, outA, two):
+        if two:
+            v2(A, off, xa, xb, outA)
+        else:
+            v1(A, off, xa, xb, outA)
+
+    return band16, band16v
 
 
+@pytest.mark.parametrize("form", ("host", "loop", "fixed"))
 @pytest.mark.parametrize("arrays", (1, 2))
-def test_band16_lists_both_arrays_at_the_set_bits_in_order(arrays):
+def test_band16_lists_both_arrays_at_the_set_bits_in_order(arrays, form):
     """``band16_1`` / ``band16_2`` (two arrays) and ``band16v_1`` / ``band16v_2`` (one): the values of float32 arrays
     at the set bits of one word (two words, the second's lanes from ``off + 64``), in lane order, for bands of 0-16
-    lanes anywhere in the words, against numpy."""
+    lanes anywhere in the words, against numpy; as this machine picks them, and the forms of machines without VBMI2
+    on any machine (the loop over the bits; for two arrays also the sixteen steps of machines without AVX-512)."""
+    _band16, _band16v = _band16_runners(form)
     rng = np.random.default_rng(16)
     A = rng.random(64 * 6).astype(np.float32)
     B = rng.random(64 * 6).astype(np.float32)

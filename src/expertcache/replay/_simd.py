@@ -72,6 +72,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from numba.np.arrayobj import populate_array
 
+from .._bits import U as _U
 from .._jit import jit_helper
 from ._kernels import _cttz
 
@@ -1161,6 +1162,39 @@ def _band16v_2_loop(A, off, xa, xb, outA):
     values_at32(A, off + 64, xb, outA, q)
 
 
+#: The top bit of a word: ``cttz(x | _TOP)`` is ``x``'s lowest set bit, 63 where ``x`` is 0 (no poison).
+_TOP = np.uint64(1) << np.uint64(63)
+
+
+@jit_helper
+def _band16_fixed(A, B, off, xa, xb, outA, outB, two):
+    """:data:`band16_2` (``two``; :data:`band16_1` with ``xb`` 0) on machines without AVX-512: sixteen steps,
+    each the lowest set bit of ``xa``, else of ``xb`` (lane ``off + 64 + i``), with no branch. A loop over the
+    bits (:func:`_values_at_loop`) ends at a count that depends on the data, and a branch predictor misses that
+    exit, once a word and array: with AVX2 the two loops took 20% of the per-layer lfru loop's samples
+    (docs/performance.md, *Session 50*). Steps past the band read lanes within the layer's words (a word with no
+    bit left gives 63) and write ``out[:16]``, which holds them."""
+    one = np.uint64(1)
+    for k in range(16):
+        rest = np.uint64(0) - np.uint64(xa == 0)           # all ones once xa has no bit left
+        x = xa | (xb & rest)
+        j = _U(off + np.int64(_cttz(x | _TOP)) + np.int64(rest & np.uint64(64 if two else 0)))
+        outA[k] = A[j]
+        outB[k] = B[j]
+        xa &= xa - one
+        xb &= xb - (rest & one)
+
+
+@jit_helper
+def _band16_1_fixed(A, B, off, xa, xb, outA, outB):
+    _band16_fixed(A, B, off, xa, np.uint64(0), outA, outB, False)
+
+
+@jit_helper
+def _band16_2_fixed(A, B, off, xa, xb, outA, outB):
+    _band16_fixed(A, B, off, xa, xb, outA, outB, True)
+
+
 @jit_helper
 def _band16_1_loop(A, B, off, xa, xb, outA, outB):
     _band16v_1_loop(A, off, xa, xb, outA)
@@ -1180,9 +1214,10 @@ HAS_VBMI2 = _has_feature("avx512vbmi") and _has_feature("avx512vbmi2")
 #: from ``off + 64``), in order, into ``outA[:16]`` / ``outB[:16]`` (lanes past the band undefined). With AVX-512
 #: VBMI and VBMI2 built in registers and stored once each, so that a load of the band is forwarded from that store
 #: (:data:`values_at32`'s compressed stores sit at offsets that depend on the data, and a load over several of them
-#: waits until they are written); :data:`values_at32` word by word elsewhere.
-band16_1 = _make_band16(1) if HAS_VBMI2 else _band16_1_loop
-band16_2 = _make_band16(2) if HAS_VBMI2 else _band16_2_loop
+#: waits until they are written); with AVX-512F alone :data:`values_at32` word by word; without AVX-512 in sixteen
+#: steps with no branch (:func:`_band16_fixed`).
+band16_1 = _make_band16(1) if HAS_VBMI2 else _band16_1_loop if _has_feature("avx512f") else _band16_1_fixed
+band16_2 = _make_band16(2) if HAS_VBMI2 else _band16_2_loop if _has_feature("avx512f") else _band16_2_fixed
 #: ``band16v_1(A, off, xa, xb, outA)`` / ``band16v_2``: :data:`band16_1` / :data:`band16_2` for one array (per-layer
 #: lrfu's float32 values).
 band16v_1 = _make_band16v(1) if HAS_VBMI2 else _band16v_1_loop
