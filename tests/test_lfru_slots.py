@@ -215,7 +215,7 @@ from expertcache.replay import engine
 from test_twin_large import random_stream
 import sys
 avx512 = sys.argv[1] == "skylake-avx512"
-assert S.bit_positions is (S._bit_positions_avx512 if avx512 else S._bit_positions_loop)
+assert S.bit_positions is (S._bit_positions_avx512 if avx512 else S._bit_positions_bytes)
 assert S.HAS_FMA == (sys.argv[1] != "generic")
 assert S.FAST_GATHERS == avx512 and S.cut_list1_32_fma is S._cut_list1_32_fma_any
 for seed in range(3):
@@ -230,7 +230,7 @@ print("ok")
 @pytest.mark.parametrize("cpu", ["generic", "haswell", "skylake-avx512"])
 def test_the_slots_without_avx512(tmp_path, cpu):
     """On a machine without AVX-512 (numba compiling for a generic x86-64, or for Haswell's AVX2 and FMA; the
-    kernels afresh) the band's and the leaving slots' lists come from the portable bit loop, the passes are fused
+    kernels afresh) the band's and the leaving slots' lists come from the byte table (no branch), the passes are fused
     (and the candidates taken) only with FMA, and the counts and flags are still ``replay_select``'s. With
     AVX-512 but not VBMI2 (Skylake-X), the list split by gathers (``split_low16``, where an AMD core splits one slot
     at a time) and the one-cut pass's mask listed apart: the same counts and flags."""

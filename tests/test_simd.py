@@ -358,12 +358,12 @@ def _positions_of(fn):
     return positions
 
 
-@pytest.mark.parametrize("name", ["bit_positions", "_bit_positions_loop", "_bit_positions_avx512",
-                                  "_bit_positions_vbmi2"])
+@pytest.mark.parametrize("name", ["bit_positions", "_bit_positions_loop", "_bit_positions_bytes",
+                                  "_bit_positions_avx512", "_bit_positions_vbmi2"])
 def test_bit_positions_list_the_set_bits_in_order(name):
     """Every set bit of a run of words, ascending, as ``base + 64 w + bit`` after the ``q`` entries already there
     (left as they were); empty words, full words (past 16 bits: the VBMI2 form's rarer path), the top bit. The
-    AVX-512 forms only where the machine has them."""
+    AVX-512 forms only where the machine has them; the loop and the bytes form (machines without AVX-512) on any."""
     need = {"_bit_positions_avx512": "avx512f", "_bit_positions_vbmi2": "avx512vbmi2"}.get(name)
     if need and not S._has_feature(need):
         pytest.skip(f"no {need} here")

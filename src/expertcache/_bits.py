@@ -29,6 +29,17 @@ cttz = _zeros_count("cttz")
 #: Leading zero bits of a non-zero uint64 (LLVM ``ctlz``).
 ctlz = _zeros_count("ctlz")
 
+@intrinsic
+def popc(typingctx, x):
+    """Number of set bits of a uint64 (LLVM ``ctpop``)."""
+    sig = types.uint64(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        return builder.ctpop(args[0])
+
+    return sig, codegen
+
+
 #: An unsigned index: numba then skips its negative-index wraparound (a shift, a mask and an add per access).
 #: Used where an index comes from data (a layer, a tie position, a gathered lane); none is ever negative.
 U = np.uint64

@@ -17,7 +17,8 @@ ranked again (:func:`._simd.cut_mask1_32`), and their spread around the last ``n
 wider than 16 and doubles after a pass repeated. A leaving slot is freed, and its last unit is set to ``inf`` (an
 age of ``-inf``, below no cut) after the next event's members unless one of them took it (most are taken: a miss
 writes its own last unit). The band's and the leaving slots are read from the masks as lists
-(:func:`._simd.bit_positions`: with AVX-512 branch-free, so no word's loop exit is mispredicted).
+(:func:`._simd.bit_positions`: branch-free, by AVX-512 compresses or a table of each byte's positions, so no word's
+loop exit is mispredicted).
 
 The cut pass is float32 (:func:`._simd.cut_masks32`, 16 lanes to a 512-bit vector): counts and last units
 are float32 (integers below ``2**24``: :data:`MAX_EVENTS`) and the cuts have 8 significant bits

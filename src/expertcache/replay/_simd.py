@@ -42,7 +42,7 @@ must hold ``off + 64`` (or ``n``) elements.
 * :data:`cut_list1_32_fma` — :func:`cut_mask1_32_fma`'s lanes listed as :func:`bit_positions` lists them, in
   one step (AVX-512 VBMI2; the mask and the listing otherwise; the global slots loop's one-cut pass).
 * :func:`bit_positions` — the set bits of a word as a list of positions (AVX-512 compress where the machine
-  has it, a loop otherwise).
+  has it, a table of each byte's positions otherwise).
 * :func:`values_at`, :func:`values_at32` — the float64 (float32) values at the set bits of a word, as a list
   (AVX-512 compress where the machine has it, a loop otherwise; ``values_at32`` the per-layer lrfu and lfru
   loops' bands).
@@ -785,12 +785,62 @@ def _bit_positions_loop(x, base, out, q):
     return q
 
 
+def _byte_positions() -> np.ndarray:
+    """``[256 * 8]`` uint8: row ``b`` the positions of the set bits of the byte ``b``, ascending, then zeros."""
+    rows = np.zeros((256, 8), dtype=np.uint8)
+    for b in range(256):
+        pos = [i for i in range(8) if b >> i & 1]
+        rows[b, :len(pos)] = pos
+    return rows.ravel()
+
+
+#: The positions of each byte's set bits (:func:`_byte_positions`), a constant of :func:`_bit_positions_bytes`.
+_BYTE_POSITIONS = _byte_positions()
+
+
+@intrinsic
+def _bit_positions_bytes(typingctx, x, base, out, q):
+    """:func:`_bit_positions_loop` with no branch on the data: each of the word's eight bytes writes the eight
+    positions of its row of :data:`_BYTE_POSITIONS` (plus ``base``; one widening load, an add and a store of eight
+    int32 lanes) from ``out[q]`` and moves ``q`` on by its count (``out`` must hold ``q + 64`` elements). For
+    machines without AVX-512: a loop over the bits ends at a count that depends on the data, and a branch predictor
+    misses that exit about once a word."""
+    sig = types.int64(types.uint64, types.int64, out, types.int64)
+
+    def codegen(context, builder, signature, args):
+        x, base, out, q = args
+        data = context.make_array(signature.args[2])(context, builder, out).data
+        i8 = ir.IntType(8)
+        name = "expertcache_byte_positions"
+        table = builder.module.globals.get(name)
+        if table is None:
+            table = cgutils.global_constant(builder.module, name,
+                                            ir.Constant(ir.ArrayType(i8, 2048), bytearray(_BYTE_POSITIONS.tobytes())))
+        v8 = ir.VectorType(_I32, 8)
+        ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64]), "llvm.ctpop.i64")
+        row = builder.bitcast(table, i8.as_pointer())
+        b = _splat(builder, builder.trunc(base, _I32), v8, 8)
+        for c in range(8):
+            byte = builder.and_(builder.lshr(x, ir.Constant(_I64, 8 * c)), ir.Constant(_I64, 255))
+            ptr = builder.bitcast(builder.gep(row, [builder.shl(byte, ir.Constant(_I64, 3))]),
+                                  ir.VectorType(i8, 8).as_pointer())
+            pos = builder.zext(builder.load(ptr, align=1), v8)
+            lanes = builder.add(pos, builder.add(b, ir.Constant(v8, [8 * c] * 8)))
+            builder.store(lanes, builder.bitcast(builder.gep(data, [q]), v8.as_pointer()), align=4)
+            q = builder.add(q, builder.call(ctpop, [byte]))
+        return q
+
+    return sig, codegen
+
+
 #: ``bit_positions(x, base, out, q)``: ``base + i`` for every set bit ``i`` of the word ``x``, ascending, written
 #: as int32 to ``out[q:]``; returns ``q`` plus their count. With AVX-512 it is branch-free (four 16-lane
 #: compresses, each stored whole: ``out`` must hold ``q + 64`` elements), so a loop over the set bits of many
-#: words costs no mispredicted loop exit per word; elsewhere a loop over the bits.
+#: words costs no mispredicted loop exit per word; elsewhere branch-free too, from a table of each byte's positions
+#: (:func:`_bit_positions_bytes`; the global lfru and lrfu slots loops in 0.73-0.95 of the time of a loop over the
+#: bits on an AVX2 core, docs/performance.md, *Session 50*).
 bit_positions = (_bit_positions_vbmi2 if _has_feature("avx512vbmi2") else
-                 _bit_positions_avx512 if _has_feature("avx512f") else _bit_positions_loop)
+                 _bit_positions_avx512 if _has_feature("avx512f") else _bit_positions_bytes)
 
 
 def _f32_arrays(*tys) -> bool:
