@@ -285,6 +285,15 @@ def _join(BR, BRf, SF, SL, expert, lo, hi, base, lim, CS, CF, CL, SC, nc):
     return nc
 
 
+@jit_inline
+def _keep_masks(masks, w, lw, hw, c0, c1):
+    """Word ``w``'s masks below the low and the high cut kept (``masks[2 w]``, ``masks[2 w + 1]``), and the two
+    counts below the cuts with theirs added."""
+    masks[_U(2 * w)] = lw
+    masks[_U(2 * w + 1)] = hw
+    return c0 + np.int64(_popc(lw)), c1 + np.int64(_popc(hw))
+
+
 @jit_helper
 def _touch_at(pBR, pBRf, pSF, pSL, pSB, pex, pfree, phit, n_blocks, n_slots, n_acc, n_flag, lo, hi, base, nf, fi,
               cap, mixed, record):
@@ -436,25 +445,23 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
         if n_w < one_cut_words:        # few words: both cuts in the vector pass, the two lists read from masks
             c0 = 0
             c1 = 0
-            for w in range(n_w):
-                if fused:
+            if fused:                  # a loop for each form of the pass: one loop choosing the form per word left
+                for w in range(n_w):   # LLVM one value of the three forms' lane masks, which it moves through
+                                       # memory a byte at a time without AVX-512 (0.45-0.53 of the loop's time at
+                                       # rho 0.05-0.1 on an AVX2 core, docs/performance.md, *Session 50*)
                     cut_masks32_fma(SF, SL, w << 6, -np.float32(th0), np.float32(th0) * t32, -np.float32(th1),
                                     np.float32(th1) * t32, w4)
-                    lw = w4[0]
-                    hw = w4[1]
-                elif young:
+                    c0, c1 = _keep_masks(masks, w, w4[0], w4[1], c0, c1)
+            elif young:
+                for w in range(n_w):
                     cut_masks32_young(SF, SL, w << 6, np.float32(th0), np.float32(th1), t32, w4)
-                    lw = w4[0]
-                    hw = w4[1]
-                else:
+                    c0, c1 = _keep_masks(masks, w, w4[0], w4[1], c0, c1)
+            else:
+                for w in range(n_w):
                     cut_masks32(SF, SL, w << 6, np.float32(th0), np.float32(th1), t32, old_age, w4)
                     u = w4[2]
-                    lw = _settle(w4[0] & ~u, u, SF, SL, w << 6, th0, t1)
-                    hw = _settle(w4[1] & ~u, u, SF, SL, w << 6, th1, t1)
-                masks[_U(2 * w)] = lw
-                masks[_U(2 * w + 1)] = hw
-                c0 += np.int64(_popc(lw))
-                c1 += np.int64(_popc(hw))
+                    c0, c1 = _keep_masks(masks, w, _settle(w4[0] & ~u, u, SF, SL, w << 6, th0, t1),
+                                         _settle(w4[1] & ~u, u, SF, SL, w << 6, th1, t1), c0, c1)
             # A cut moved alone is ranked alone. The two loops below are one body written twice: one loop for
             # either cut, or a helper, measured 1.012-1.014x the time.
             f = 1.0                    # the first move by the cuts' gap, each later one by twice the gap
