@@ -207,6 +207,7 @@ def skip_unless_host_runs(features: str) -> None:
     if missing:
         pytest.skip(f"this machine cannot run code compiled with {', '.join(missing)}")
 
+
 _GENERIC_CHECK = """
 import numpy as np
 import test_lfru_slots as T

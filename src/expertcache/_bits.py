@@ -29,6 +29,7 @@ cttz = _zeros_count("cttz")
 #: Leading zero bits of a non-zero uint64 (LLVM ``ctlz``).
 ctlz = _zeros_count("ctlz")
 
+
 @intrinsic
 def popc(typingctx, x):
     """Number of set bits of a uint64 (LLVM ``ctpop``)."""
