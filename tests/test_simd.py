@@ -630,16 +630,15 @@ def test_cut_list1_32_fma_lists_the_lanes_below_an_exact_cut(name):
         assert end == q + len(want) and out[:q].tolist() == [-7] * q and out[q:end].tolist() == want
 
 
-def _band16_forms(form):
-    """The band lists of ``form``: as this machine picks them, the loop over the bits, or the sixteen steps."""
-    if form == "host":
-        return S.band16_1, S.band16_2
-    return (S._band16_1_loop, S._band16_2_loop) if form == "loop" else (S._band16_1_fixed, S._band16_2_fixed)
+#: The band lists of each form (two arrays for one and two words, then one array): as this machine picks them, the
+#: loops over the bits, and the sixteen steps of machines without AVX-512 (whose one-array lists are the loops).
+_BAND16_FORMS = {"host": ("band16_1", "band16_2", "band16v_1", "band16v_2"),
+                 "loop": ("_band16_1_loop", "_band16_2_loop", "_band16v_1_loop", "_band16v_2_loop"),
+                 "fixed": ("_band16_1_fixed", "_band16_2_fixed", "_band16v_1_loop", "_band16v_2_loop")}
 
 
 def _band16_runners(form):
-    b1, b2 = _band16_forms(form)
-    v1, v2 = (S.band16v_1, S.band16v_2) if form == "host" else (S._band16v_1_loop, S._band16v_2_loop)
+    b1, b2, v1, v2 = (getattr(S, name) for name in _BAND16_FORMS[form])
 
     @njit(cache=False)
     def band16(A, B, off, xa, xb, outA, outB, two):
