@@ -254,6 +254,8 @@ def main() -> None:
                     help="time a prototype whose counts differ from the baseline's (a part taken out of the "
                          "kernel); rows say where they differ")
     ap.add_argument("--child", type=int, default=-1, help=argparse.SUPPRESS)
+    # The tests' own: a numba cache kept in DIR across runs of the script on the same checkouts, not removed.
+    ap.add_argument("--cache-dir", default="", help=argparse.SUPPRESS)
     a = ap.parse_args()
     rhos = [float(x) for x in a.rhos.split(",")]
     if a.child >= 0:
@@ -264,14 +266,15 @@ def main() -> None:
     if _baseline(a.baseline)[2] is None and a.kernel in ("lfu-seq", "lrfu-seq", "lfru-seq"):   # fails here, once
         raise SystemExit(f"{a.baseline}: this checkout has no replay/_kernels_seq.py (sequential loops, session 34); "
                          f"--kernel {a.kernel} needs one on both sides")
-    cache = tempfile.mkdtemp(prefix="kernel_ab_")
+    cache = a.cache_dir or tempfile.mkdtemp(prefix="kernel_ab_")
     env = dict(os.environ, NUMBA_CACHE_DIR=cache)
     try:
         cols = pooled_rows([sys.executable, __file__, "--baseline", a.baseline, "--kernel", a.kernel, "--steps",
                             str(a.steps), "--rhos", a.rhos, "--pairs", str(a.pairs), "--batch", str(a.batch)]
                            + (["--timing-only"] if a.timing_only else []), a.processes, env)
     finally:
-        shutil.rmtree(cache, ignore_errors=True)
+        if not a.cache_dir:
+            shutil.rmtree(cache, ignore_errors=True)
     print(f"machine: {machine()}")
     stream = f"routed stream at batch {a.batch}, " if a.batch else ""
     print(f"{a.kernel}, {stream}{a.steps} steps, {a.processes} processes x {a.pairs} pairs: ours / baseline (median, "

@@ -40,8 +40,33 @@ NEVER = math.inf
 # ---------------------------------------------------------------------------
 
 
+#: The last streams' events, units and tie ranks, by the streams' contents (the twin tests replay each stream some
+#: hundred times; read, never changed, by their callers). Cleared past :data:`_MEMO_SIZE` entries.
+_MEMO: dict = {}
+_MEMO_SIZE = 256
+
+
+def _memo(key, make):
+    """``make()``, or what it gave for ``key`` before."""
+    if key not in _MEMO:
+        if len(_MEMO) >= _MEMO_SIZE:
+            _MEMO.clear()
+        _MEMO[key] = make()
+    return _MEMO[key]
+
+
+def _contents(stream) -> tuple:
+    """A key of the stream's contents (two streams with it replay alike)."""
+    return (int(stream.n_layers), int(stream.n_experts), *((a.dtype.str, np.ascontiguousarray(a).tobytes()) for a in (
+        stream.offsets, stream.expert, stream.step, stream.layer)))
+
+
 def events_of(stream):
     """List of ``(step, layer, members)`` with members in stored order."""
+    return _memo(("events", _contents(stream)), lambda: _events_of(stream))
+
+
+def _events_of(stream):
     out = []
     for i in range(int(stream.n_events)):
         lo = int(stream.offsets[i])
@@ -53,6 +78,10 @@ def events_of(stream):
 
 def units_of(stream, semantics, seed):
     """The replay units: list of ``(step, layer, [global block ids])``."""
+    return _memo(("units", semantics, seed, _contents(stream)), lambda: _units_of(stream, semantics, seed))
+
+
+def _units_of(stream, semantics, seed):
     n = int(stream.n_experts)
     units = []
     if semantics == "event-atomic":
@@ -106,6 +135,11 @@ def capacities(n_layers, n_experts, scope, rho=None, capacity=None):
 
 def tie_ranks(n_layers, n_experts, tie_break, seed):
     """Dict block -> distinct tie rank (larger is retained among equal keys)."""
+    key = ("tie", n_layers, n_experts, tie_break, seed)
+    return _memo(key, lambda: _tie_ranks(n_layers, n_experts, tie_break, seed))
+
+
+def _tie_ranks(n_layers, n_experts, tie_break, seed):
     size = n_layers * n_experts
     if tie_break == "id":
         return {b: size - b for b in range(size)}

@@ -13,17 +13,34 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "benchmarks" / "kernel_ab.py")
 
 
-def _run(baseline: Path, *extra: str) -> subprocess.CompletedProcess:
+def _run(baseline: Path, *extra: str, cache: Path | None = None) -> subprocess.CompletedProcess:
+    """The script at 3 steps and 2 pairs; with ``cache``, its processes' numba cache kept there (``--cache-dir``)."""
+    keep = ["--cache-dir", str(cache)] if cache else []
     return subprocess.run([sys.executable, SCRIPT, "--baseline", str(baseline), "--steps", "3", "--pairs", "2",
-                           *extra], capture_output=True, text=True, timeout=900)
+                           *keep, *extra], capture_output=True, text=True, timeout=900)
 
 
-@pytest.mark.parametrize("kernel", ("lfru", "slots", "lfru-seq", "lfu-global-seq-in-cache", "lrfu-global-slots",
-                                    "shuffle", "lru-layers"))
-def test_a_copy_of_this_checkout_gives_one_row_per_rho_with_its_range(tmp_path, kernel):
-    shutil.copytree(ROOT / "src" / "expertcache", tmp_path / "src" / "expertcache",
+def _copy(dest: Path) -> Path:
+    """A copy of this checkout's package under ``dest/src``; returns that src folder."""
+    shutil.copytree(ROOT / "src" / "expertcache", dest / "src" / "expertcache",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    r = _run(tmp_path / "src", "--kernel", kernel, "--rhos", "0.2,0.4", "--processes", "2")
+    return dest / "src"
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> tuple[Path, Path]:
+    """One copy of the checkout and one numba cache for the runs of this file: each side's kernels compile once,
+    not once a run."""
+    root = tmp_path_factory.mktemp("kernel_ab")
+    return _copy(root), root / "numba"
+
+
+@pytest.mark.parametrize("kernel", ("lfru", "lru-layers", *(pytest.param(k, marks=pytest.mark.long) for k in (
+    "slots", "lfru-seq", "lfu-global-seq-in-cache", "lrfu-global-slots", "shuffle"))))   # (long: 5-50 s each)
+def test_a_copy_of_this_checkout_gives_one_row_per_rho_with_its_range(shared, kernel):
+    src, cache = shared
+    processes = 2 if kernel == "lru-layers" else 1   # the pooling checked once (a process: imports, loads)
+    r = _run(src, "--kernel", kernel, "--rhos", "0.2,0.4", "--processes", str(processes), cache=cache)
     assert r.returncode == 0, r.stderr
     rows = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("  rho ")]
     assert [row[1] for row in rows] == ["0.2", "0.4"]
@@ -31,9 +48,9 @@ def test_a_copy_of_this_checkout_gives_one_row_per_rho_with_its_range(tmp_path, 
         med = float(row[2])
         lo, hi = (float(x) for x in row[3].strip("()").split("-"))
         assert 0 < lo <= med <= hi
-    assert r.stderr.count("process ") == 2
+    assert r.stderr.count("process ") == processes
     assert r.stdout.startswith("machine: ") and " CPUs" in r.stdout.splitlines()[0]   # figures name their machine
-    assert not any((tmp_path / "src").rglob("*.nbi"))      # compiled into its own cache, not the checkout's
+    assert not any(src.rglob("*.nbi"))      # compiled into the script's cache, not the checkout's
 
 
 def test_a_folder_without_the_package_is_a_one_line_error(tmp_path):
@@ -42,18 +59,17 @@ def test_a_folder_without_the_package_is_a_one_line_error(tmp_path):
     assert "expected a checkout's src folder" in r.stderr
 
 
-def test_a_prototype_whose_counts_differ_is_refused_unless_timed_only(tmp_path):
-    shutil.copytree(ROOT / "src" / "expertcache", tmp_path / "src" / "expertcache",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    kb = tmp_path / "src" / "expertcache" / "replay" / "_kernels_bits.py"
+def test_a_prototype_whose_counts_differ_is_refused_unless_timed_only(tmp_path, shared):
+    kb = _copy(tmp_path) / "expertcache" / "replay" / "_kernels_bits.py"
     text = kb.read_text()
     call = "    _replay_lru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, count_from, hits,"
     assert text.count(call) == 1
     kb.write_text(text.replace(call, "    hits[0] += 1\n" + call))      # the baseline counts one hit more
-    refused = _run(tmp_path / "src", "--kernel", "lru", "--rhos", "0.2", "--processes", "1")
+    refused = _run(tmp_path / "src", "--kernel", "lru", "--rhos", "0.2", "--processes", "1", cache=shared[1])
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
     assert "hits differ from the baseline's" in refused.stderr and "--timing-only" in refused.stderr
-    timed = _run(tmp_path / "src", "--kernel", "lru", "--rhos", "0.2,0.4", "--processes", "1", "--timing-only")
+    timed = _run(tmp_path / "src", "--kernel", "lru", "--rhos", "0.2,0.4", "--processes", "1", "--timing-only",
+                 cache=shared[1])
     assert timed.returncode == 0, timed.stderr
     rows = [ln for ln in timed.stdout.splitlines() if ln.startswith("  rho ")]
     assert len(rows) == 2 and all(ln.endswith("counts differ (--timing-only)") for ln in rows)
@@ -62,22 +78,19 @@ def test_a_prototype_whose_counts_differ_is_refused_unless_timed_only(tmp_path):
 def test_sequential_kernels_need_them_on_both_sides(tmp_path):
     """A baseline from before the sequential loops (no replay/_kernels_seq.py): --kernel lfu-seq is a one-line
     error naming the file."""
-    shutil.copytree(ROOT / "src" / "expertcache", tmp_path / "src" / "expertcache",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    (tmp_path / "src" / "expertcache" / "replay" / "_kernels_seq.py").unlink()
+    (_copy(tmp_path) / "expertcache" / "replay" / "_kernels_seq.py").unlink()
     r = _run(tmp_path / "src", "--kernel", "lfu-seq", "--rhos", "0.2", "--processes", "1")
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "_kernels_seq.py" in r.stderr and "--kernel lfu-seq" in r.stderr
 
 
-def test_a_batch_replays_the_routed_stream_and_a_negative_one_is_a_one_line_error(tmp_path):
+def test_a_batch_replays_the_routed_stream_and_a_negative_one_is_a_one_line_error(shared):
     """--batch B: the rows name the routed stream at that batch; --batch -1 is refused in one line."""
-    shutil.copytree(ROOT / "src" / "expertcache", tmp_path / "src" / "expertcache",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    r = _run(tmp_path / "src", "--kernel", "lfru", "--rhos", "0.4", "--processes", "1", "--batch", "64")
+    src, cache = shared
+    r = _run(src, "--kernel", "lfru", "--rhos", "0.4", "--processes", "1", "--batch", "64", cache=cache)
     assert r.returncode == 0, r.stderr
     assert "lfru, routed stream at batch 64, 3 steps" in r.stdout
     assert len([ln for ln in r.stdout.splitlines() if ln.startswith("  rho 0.4 ")]) == 1
-    bad = _run(tmp_path / "src", "--kernel", "lfru", "--batch", "-1")
+    bad = _run(src, "--kernel", "lfru", "--batch", "-1")
     assert bad.returncode != 0 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().splitlines()[-1].endswith("--batch -1: a batch is at least 1 (0: the drifting stream)")
