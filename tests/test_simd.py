@@ -467,24 +467,36 @@ def test_float32_cuts_are_exact_below_the_age_bound():
 AGE = S.AGE32
 
 
-@njit(cache=False)
-def _lanes_eq(buf, off, v):
-    return S.lanes_eq(buf, off, v)
+def _cmp_runner(op: str, movmsk: bool):
+    """A kernel calling :func:`S._make_lanes_cmp`'s form alone (the AVX form does not compile without AVX)."""
+    cmp = S._make_lanes_cmp(op, movmsk)
+
+    @njit(cache=False)
+    def run(buf, off, v):
+        return cmp(buf, off, v)
+
+    return run
 
 
+@pytest.mark.parametrize("movmsk", [False, True], ids=["bitcast", "movmsk"])
+@pytest.mark.parametrize("op", ["==", ">="])
 @pytest.mark.parametrize("dtype", [np.int64, np.int32])
-def test_lanes_eq_marks_the_lanes_equal_to_a_value(dtype):
-    """Bit ``q`` of the word where ``buf[off + q] == v`` for the 64 lanes from ``off`` (values around it, -1 and
-    the value itself on the word's first and last lane); the lanes past the 64 are not read into it. Int64 lanes
-    and int32 ones (the per-layer lrfu loop's last units)."""
+def test_lanes_eq_and_ge_mark_their_lanes(dtype, op, movmsk):
+    """Bit ``q`` of the word where ``buf[off + q] == v`` (``lanes_eq``; ``>= v``: ``lanes_ge``) for the 64 lanes from
+    ``off`` (values around it, -1 and the value itself on the word's first and last lane); the lanes past the 64 are
+    not read into it. Int64 lanes and int32 ones (the per-layer lrfu loop's last units); the word from a bitcast of
+    the compare, and from AVX's sign-bit masks of 256-bit chunks (machines without AVX-512)."""
+    if movmsk and not S._has_feature("avx2"):
+        pytest.skip("the sign-bit masks of 256-bit chunks need AVX2")
+    run = _cmp_runner(op, movmsk)
     rng = np.random.default_rng(2)
     for _ in range(200):
         buf = rng.integers(-1, 6, 200).astype(dtype)
         off = int(rng.integers(0, 136))
         v = int(rng.integers(-1, 6))
         buf[off + int(rng.choice([0, 63]))] = v
-        want = sum(1 << q for q in range(64) if buf[off + q] == v)
-        assert int(_lanes_eq(buf, off, v)) == want
+        want = sum(1 << q for q in range(64) if (buf[off + q] == v if op == "==" else buf[off + q] >= v))
+        assert int(run(buf, off, v)) == want
 
 
 def _values_runner(fn):

@@ -891,9 +891,36 @@ def lrfu_cut2(typingctx, V, off, bounds, out, qa, qb):
     return sig, _lrfu_cuts_codegen(2)
 
 
-def _make_lanes_cmp(op: str):
+def _lanes_word_avx2(builder, x, v, op: str, it):
+    """``icmp op`` of the 64 lanes ``x`` (of type ``it``) with the splat ``v``, as a word: per 256-bit chunk one
+    compare and one sign-bit mask (``vmovmskps`` for int32, ``vmovmskpd`` for int64), shifted into place. Without
+    AVX-512, LLVM lowered the bitcast of such a compare (where a vector reduction gave ``v``: the Belady lanes loop)
+    a byte at a time, about a hundred ``vpextrb`` / ``vpinsrb`` a word."""
+    per = 256 // it.width
+    ft = ir.FloatType() if it.width == 32 else _F64
+    name = "llvm.x86.avx.movmsk.ps.256" if it.width == 32 else "llvm.x86.avx.movmsk.pd.256"
+    ct = ir.VectorType(it, per)
+    movmsk = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [ir.VectorType(ft, per)]), name)
+    vs = _splat(builder, v, ct, per)
+    word = ir.Constant(_I64, 0)
+    for q in range(64 // per):
+        xs = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_I32, per), list(range(q * per, (q + 1) * per))))
+        c = builder.sext(builder.icmp_signed(op, xs, vs), ct)
+        bits = builder.zext(builder.call(movmsk, [builder.bitcast(c, ir.VectorType(ft, per))]), _I64)
+        word = builder.or_(word, builder.shl(bits, ir.Constant(_I64, q * per)))
+    return word
+
+
+#: Whether :data:`lanes_eq` and :data:`lanes_ge` build their words by :func:`_lanes_word_avx2` (x86 with AVX2, no
+#: AVX-512: per-layer Belady on the lanes in 0.46-0.50 of its time on a Zen 3 core, docs/performance.md,
+#: *Session 51*).
+_CMP_MOVMSK = _has_feature("avx2") and not _has_feature("avx512f")
+
+
+def _make_lanes_cmp(op: str, movmsk: bool = _CMP_MOVMSK):
     """:data:`lanes_eq` (``op`` ``"=="``) or :data:`lanes_ge` (``">="``): bit ``q`` set where ``buf[off + q] op v``
-    for the 64 integer lanes from ``off`` (int64 or int32; ``v`` compared at the lanes' width)."""
+    for the 64 integer lanes from ``off`` (int64 or int32; ``v`` compared at the lanes' width); the word by
+    :func:`_lanes_word_avx2` where ``movmsk`` (x86 with AVX only), else by a bitcast of the compare."""
 
     @intrinsic
     def _cmp(typingctx, buf, off, v):
@@ -904,6 +931,8 @@ def _make_lanes_cmp(op: str):
             x = builder.load(_lanes(context, builder, signature.args[0], args[0], args[1], 64, it),
                              align=it.width // 8)
             v = args[2] if it.width == 64 else builder.trunc(args[2], it)
+            if movmsk:
+                return _lanes_word_avx2(builder, x, v, op, it)
             c = builder.icmp_signed(op, x, _splat(builder, v, ir.VectorType(it, 64), 64))
             return builder.bitcast(c, _I64)
 
