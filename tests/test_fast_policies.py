@@ -1111,12 +1111,17 @@ def test_lfru_bitset_loop_without_bitalg(tmp_path, cpu):
 
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip("the Skylake-X target named here is x86-64's")
-    from test_lfru_slots import _HASWELL, _SKYLAKE_X, skip_unless_host_runs
+    from test_lfru_slots import (
+        _HASWELL,
+        _SKYLAKE_X,
+        skip_unless_host_runs,
+        skip_where_host_runs_the_haswell_forms,
+    )
 
     features = _SKYLAKE_X if cpu == "skylake-avx512" else _HASWELL
     skip_unless_host_runs(features)
-    if cpu == "haswell" and not SIMD._has_feature("avx512f"):
-        pytest.skip("this machine's own kernels are the forms without AVX-512: the tests in this process run them")
+    if cpu == "haswell":
+        skip_where_host_runs_the_haswell_forms(need_fma=False)
     env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_CPU")}
     env.update(NUMBA_CPU_NAME=cpu, NUMBA_CPU_FEATURES=features,
                NUMBA_CACHE_DIR=str(tmp_path / "nb"),

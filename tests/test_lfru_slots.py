@@ -208,6 +208,15 @@ def skip_unless_host_runs(features: str) -> None:
         pytest.skip(f"this machine cannot run code compiled with {', '.join(missing)}")
 
 
+def skip_where_host_runs_the_haswell_forms(need_fma: bool) -> None:
+    """Skip a check compiled for Haswell where this machine's own kernels are those forms (no AVX-512; with FMA
+    where ``need_fma``, the forms of checks whose passes fuse with it): the tests in its own process run them."""
+    from expertcache.replay import _simd as S
+
+    if not S._has_feature("avx512f") and (S.HAS_FMA or not need_fma):
+        pytest.skip("this machine's own kernels are the Haswell forms: the tests in this process run them")
+
+
 _GENERIC_CHECK = """
 import numpy as np
 import test_lfru_slots as T
@@ -251,10 +260,7 @@ def test_the_slots_without_avx512(tmp_path, cpu):
         env["NUMBA_CPU_FEATURES"] = _HASWELL if cpu == "haswell" else _SKYLAKE_X
         skip_unless_host_runs(env["NUMBA_CPU_FEATURES"])
     if cpu == "haswell":
-        from expertcache.replay import _simd as S
-
-        if S.HAS_FMA and not S._has_feature("avx512f"):
-            pytest.skip("this machine's own kernels are the Haswell forms: the tests in this process run them")
+        skip_where_host_runs_the_haswell_forms(need_fma=True)
     proc = subprocess.run([sys.executable, "-c", _GENERIC_CHECK, cpu], env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
