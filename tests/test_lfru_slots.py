@@ -225,9 +225,11 @@ from expertcache.replay import engine
 from test_twin_large import random_stream
 import sys
 avx512 = sys.argv[1] == "skylake-avx512"
-assert S.bit_positions is (S._bit_positions_avx512 if avx512 else S._bit_positions_bytes)
+assert S.bit_positions is (S._bit_positions_avx512 if avx512 else S._bit_positions_few)
+assert S.bit_positions_dense is (S._bit_positions_avx512 if avx512 else S._bit_positions_bytes)
 assert S.HAS_FMA == (sys.argv[1] != "generic")
 assert S.FAST_GATHERS == avx512 and S.cut_list1_32_fma is S._cut_list1_32_fma_any
+assert S.cut_list1_32_fma_dense is S._cut_list1_32_fma_any_dense
 for seed in range(3):
     stream = random_stream(300 + seed, L=3, N=70, k=6, steps=150)
     tie = engine._tie_ranks("random", seed, stream.n_blocks)
@@ -240,8 +242,9 @@ print("ok")
 @pytest.mark.parametrize("cpu", ["generic", "haswell", "skylake-avx512"])
 def test_the_slots_without_avx512(tmp_path, cpu):
     """On a machine without AVX-512 (numba compiling for a generic x86-64, or for Haswell's AVX2 and FMA; the
-    kernels afresh) the band's and the leaving slots' lists come from the byte table (no branch), the passes are fused
-    (and the candidates taken) only with FMA, and the counts and flags are still ``replay_select``'s. With
+    kernels afresh) the band's and the leaving slots' lists come from the byte table (a word of few slots by
+    unrolled steps; the candidates' listing by the table alone), the passes are fused (and the candidates taken)
+    only with FMA, and the counts and flags are still ``replay_select``'s. With
     AVX-512 but not VBMI2 (Skylake-X), the list split by gathers (``split_low16``, where an AMD core splits one slot
     at a time) and the one-cut pass's mask listed apart: the same counts and flags. Haswell's form is skipped on a
     machine without AVX-512 that has FMA: its own kernels are that form, and the tests in this process run them."""

@@ -569,6 +569,12 @@ def _cut_list1_32_fma_any(F, L, off, nth, c, out, q):
 
 
 @jit_helper
+def _cut_list1_32_fma_any_dense(F, L, off, nth, c, out, q):
+    """The portable form of :data:`cut_list1_32_fma_dense`: the mask as a word, then :data:`bit_positions_dense`."""
+    return bit_positions_dense(_cut_word1_32_fma(F, L, off, nth, c), off, out, q)
+
+
+@jit_helper
 def dyadic8_down(x):
     """``x`` (``>= 0``) rounded down to 8 significant bits; 0 below ``2**-30`` (under every key of the float32
     loops, ``f / age >= 2**-24``)."""
@@ -675,6 +681,12 @@ def _host_cpu_name() -> str:
 #: loop's list split in 0.95 of its time), not on AMD's Zen 4 (0.97 with scalar loads; docs/performance.md,
 #: *Session 30*).
 FAST_GATHERS = _has_feature("avx512f") and not _host_cpu_name().startswith("znver")
+
+
+#: Whether the machine has 512-bit vectors (AVX-512): a pass over 64 lanes of float32 takes four of them, where
+#: AVX2 takes eight and more instructions to pack their masks (loops whose vector passes compete with scalar upkeep
+#: choose by it: :data:`._kernels_lfru_slots.CAND_WORDS`).
+WIDE_VECTORS = _has_feature("avx512f")
 
 
 #: Whether the machine fuses a multiply and an add (with no FMA LLVM's ``fma`` is a slow library call).
@@ -798,6 +810,29 @@ def _byte_positions() -> np.ndarray:
 _BYTE_POSITIONS = _byte_positions()
 
 
+def _positions_bytes(builder, data, x, base, q):
+    """Codegen of :func:`_bit_positions_bytes`'s body (``data`` the int32 pointer of ``out``); returns the new ``q``."""
+    i8 = ir.IntType(8)
+    name = "expertcache_byte_positions"
+    table = builder.module.globals.get(name)
+    if table is None:
+        table = cgutils.global_constant(builder.module, name,
+                                        ir.Constant(ir.ArrayType(i8, 2048), bytearray(_BYTE_POSITIONS.tobytes())))
+    v8 = ir.VectorType(_I32, 8)
+    ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64]), "llvm.ctpop.i64")
+    row = builder.bitcast(table, i8.as_pointer())
+    b = _splat(builder, builder.trunc(base, _I32), v8, 8)
+    for c in range(8):
+        byte = builder.and_(builder.lshr(x, ir.Constant(_I64, 8 * c)), ir.Constant(_I64, 255))
+        ptr = builder.bitcast(builder.gep(row, [builder.shl(byte, ir.Constant(_I64, 3))]),
+                              ir.VectorType(i8, 8).as_pointer())
+        pos = builder.zext(builder.load(ptr, align=1), v8)
+        lanes = builder.add(pos, builder.add(b, ir.Constant(v8, [8 * c] * 8)))
+        builder.store(lanes, builder.bitcast(builder.gep(data, [q]), v8.as_pointer()), align=4)
+        q = builder.add(q, builder.call(ctpop, [byte]))
+    return q
+
+
 @intrinsic
 def _bit_positions_bytes(typingctx, x, base, out, q):
     """:func:`_bit_positions_loop` with no branch on the data: each of the word's eight bytes writes the eight
@@ -810,25 +845,42 @@ def _bit_positions_bytes(typingctx, x, base, out, q):
     def codegen(context, builder, signature, args):
         x, base, out, q = args
         data = context.make_array(signature.args[2])(context, builder, out).data
-        i8 = ir.IntType(8)
-        name = "expertcache_byte_positions"
-        table = builder.module.globals.get(name)
-        if table is None:
-            table = cgutils.global_constant(builder.module, name,
-                                            ir.Constant(ir.ArrayType(i8, 2048), bytearray(_BYTE_POSITIONS.tobytes())))
-        v8 = ir.VectorType(_I32, 8)
+        return _positions_bytes(builder, data, x, base, q)
+
+    return sig, codegen
+
+
+#: A word of at most this many set bits is listed by :func:`_bit_positions_few`'s unrolled lowest-bit steps.
+FEW_BITS = 4
+
+
+@intrinsic
+def _bit_positions_few(typingctx, x, base, out, q):
+    """:func:`_bit_positions_bytes` for words that are mostly sparse: a word of at most :data:`FEW_BITS` set bits
+    writes ``FEW_BITS`` positions, each the lowest set bit of what is left (``cttz``, then the bit cleared; past the
+    last, 63 plus ``base``, beyond the returned count), where the byte table writes eight rows whatever the word;
+    a denser word takes the table. The branch is on the count, taken the same way while the words are sparse."""
+    sig = types.int64(types.uint64, types.int64, out, types.int64)
+
+    def codegen(context, builder, signature, args):
+        x, base, out, q = args
+        data = context.make_array(signature.args[2])(context, builder, out).data
         ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64]), "llvm.ctpop.i64")
-        row = builder.bitcast(table, i8.as_pointer())
-        b = _splat(builder, builder.trunc(base, _I32), v8, 8)
-        for c in range(8):
-            byte = builder.and_(builder.lshr(x, ir.Constant(_I64, 8 * c)), ir.Constant(_I64, 255))
-            ptr = builder.bitcast(builder.gep(row, [builder.shl(byte, ir.Constant(_I64, 3))]),
-                                  ir.VectorType(i8, 8).as_pointer())
-            pos = builder.zext(builder.load(ptr, align=1), v8)
-            lanes = builder.add(pos, builder.add(b, ir.Constant(v8, [8 * c] * 8)))
-            builder.store(lanes, builder.bitcast(builder.gep(data, [q]), v8.as_pointer()), align=4)
-            q = builder.add(q, builder.call(ctpop, [byte]))
-        return q
+        n = builder.call(ctpop, [x])
+        few = builder.icmp_unsigned("<=", n, ir.Constant(_I64, FEW_BITS))
+        with builder.if_else(few, likely=True) as (then, otherwise):
+            with then:
+                y = x
+                b32 = builder.trunc(base, _I32)
+                top = ir.Constant(_I64, 1 << 63)
+                for k in range(FEW_BITS):
+                    t = builder.cttz(builder.or_(y, top), ir.Constant(ir.IntType(1), 0))
+                    builder.store(builder.add(b32, builder.trunc(t, _I32)),
+                                  builder.gep(data, [builder.add(q, ir.Constant(_I64, k))]))
+                    y = builder.and_(y, builder.sub(y, ir.Constant(_I64, 1)))
+            with otherwise:
+                _positions_bytes(builder, data, x, base, q)
+        return builder.add(q, n)
 
     return sig, codegen
 
@@ -836,11 +888,16 @@ def _bit_positions_bytes(typingctx, x, base, out, q):
 #: ``bit_positions(x, base, out, q)``: ``base + i`` for every set bit ``i`` of the word ``x``, ascending, written
 #: as int32 to ``out[q:]``; returns ``q`` plus their count. With AVX-512 it is branch-free (four 16-lane
 #: compresses, each stored whole: ``out`` must hold ``q + 64`` elements), so a loop over the set bits of many
-#: words costs no mispredicted loop exit per word; elsewhere branch-free too, from a table of each byte's positions
-#: (:func:`_bit_positions_bytes`; the global lfru and lrfu slots loops in 0.73-0.95 of the time of a loop over the
-#: bits on an AVX2 core, docs/performance.md, *Session 50*).
+#: words costs no mispredicted loop exit per word; elsewhere from a table of each byte's positions (no branch on
+#: the data; the global lfru and lrfu slots loops in 0.73-0.95 of the time of a loop over the bits on an AVX2 core,
+#: docs/performance.md, *Session 50*), a word of at most :data:`FEW_BITS` set bits by unrolled steps instead
+#: (:func:`_bit_positions_few`: the lists of the slots loops' cuts are sparse; global lfru in 0.85-0.95 of its time
+#: at rho 0.1-0.4, *Session 52*).
 bit_positions = (_bit_positions_vbmi2 if _has_feature("avx512vbmi2") else
-                 _bit_positions_avx512 if _has_feature("avx512f") else _bit_positions_bytes)
+                 _bit_positions_avx512 if _has_feature("avx512f") else _bit_positions_few)
+#: :data:`bit_positions` for lists of many set bits a word (the slots below a bound that makes candidates): the
+#: byte table alone where there is no AVX-512, whose branch on the count such words would take either way.
+bit_positions_dense = bit_positions if _has_feature("avx512f") else _bit_positions_bytes
 
 
 def _f32_arrays(*tys) -> bool:
@@ -1113,6 +1170,8 @@ values_at32 = _values_at32_avx512 if _has_feature("avx512f") else _values_at_loo
 #: ``F <= fma(nth, L, c)``) listed as :data:`bit_positions` lists them, into ``out[q:]``; returns ``q`` plus their
 #: count. With AVX-512 VBMI2 in one pass (the mask never leaves its register); elsewhere the two calls.
 cut_list1_32_fma = _cut_list1_32_fma_vbmi2 if _has_feature("avx512vbmi2") else _cut_list1_32_fma_any
+#: :data:`cut_list1_32_fma` for lists of many lanes a word (listed by :data:`bit_positions_dense`).
+cut_list1_32_fma_dense = _cut_list1_32_fma_vbmi2 if _has_feature("avx512vbmi2") else _cut_list1_32_fma_any_dense
 
 
 #: Whether the machine has AVX-512 BITALG (``vpshufbitqmb``): :data:`tie_bits1` / :data:`tie_bits2` in two
