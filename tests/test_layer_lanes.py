@@ -115,6 +115,21 @@ def test_the_lanes_refuse_layers_past_128(policy):
                       np.zeros(1, np.int64), np.zeros(0, np.uint8))
 
 
+@pytest.mark.parametrize("wide", [True, False])
+def test_the_rules_quotas_follow_the_vector_width(wide):
+    """With 512-bit vectors the lanes take lru from 1.58 mean events and lfu from 3 (64 experts) or 5 (128); without,
+    lru past 16 experts from 2.6, lfu from 4.5 and 8: the reductions over 64 or 128 lanes cost twice the
+    instructions. Layers of 16 experts or fewer the same on both."""
+    with mock.patch.object(KBL, "WIDE_VECTORS", wide):
+        assert KBL.lru_lanes_pay(128, [16], 8.0) is wide and KBL.lru_lanes_pay(32, [16], 8.0) is wide    # 2.0
+        assert KBL.lru_lanes_pay(128, [21], 8.0) and KBL.lru_lanes_pay(16, [13], 8.0)   # 2.6; 16 experts at 1.6
+        assert not KBL.lru_lanes_pay(16, [12], 8.0)                                     # 1.5
+        assert KBL.lfu_lanes_pay(64, [32], 8.0) is wide and KBL.lfu_lanes_pay(128, [56], 8.0) is wide   # 4.0, 7.0
+        assert KBL.lfu_lanes_pay(64, [36], 8.0) and KBL.lfu_lanes_pay(128, [64], 8.0)   # 4.5, 8.0
+        assert not KBL.lfu_lanes_pay(64, [23], 8.0) and not KBL.lfu_lanes_pay(128, [39], 8.0)   # 2.9, 4.9
+        assert KBL.lfu_lanes_pay(32, [16], 8.0) and not KBL.lfu_lanes_pay(32, [15], 8.0)        # 2.0, 1.9
+
+
 #: Per policy: the engine's rule, its other loop (the name it is imported under in _kernels_belady_lanes), the rows
 #: of the mocked test below in which the rule takes the lanes (N, rho).
 ENGINE = {"lru": ("lru_lanes_pay", "replay_lru_bits", {(16, 0.5), (64, 0.5), (128, 0.5)}),

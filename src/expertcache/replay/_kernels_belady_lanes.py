@@ -42,6 +42,7 @@ from .._jit import jit_helper, jit_inline, jit_loop
 from ._kernels import NEVER
 from ._kernels_bits import _popc, _record_hits, replay_lfu_bits, replay_lru_bits
 from ._simd import (
+    WIDE_VECTORS,
     lanes_eq,
     lanes_ge,
     lanes_max16,
@@ -71,6 +72,12 @@ LFU_KEEP_RATIO = 1.0
 #: :func:`lfu_lanes_pay`: layers of at most ``N`` experts take the lanes where the mean quota holds at least this many
 #: mean events (``benchmarks/layer_lanes.py --policy lfu``, docs/performance.md, *Session 49*).
 LFU_LANES_QUOTA = ((8, 0.0), (16, 0.9), (32, 2.0), (64, 3.0), (128, 5.0))
+#: :data:`LFU_LANES_QUOTA` on machines without 512-bit vectors (:data:`._simd.WIDE_VECTORS`), where a reduction over
+#: 64 or 128 lanes takes twice the vector instructions: on a Zen 3 core (AVX2) lanes / bit-sliced counts 1.21 / 1.13 /
+#: 1.00-1.05 / 0.93 at 3.2 / 3.6 / 4.0 / 4.9 mean events for 64 experts, 1.12-1.27 at 5.4-7.2, 0.87-1.07 at 8.0 and
+#: 0.94 at 9.6 for 128 (``benchmarks/layer_lanes.py --policy lfu --shapes 48x128x8,16x64x8 --batches 1,2 --rhos
+#: 0.3,0.35,0.4,0.45,0.5,0.6,0.75 --pairs 7``; docs/performance.md, *Session 52*); fewer experts as there.
+LFU_LANES_QUOTA_AVX2 = ((8, 0.0), (16, 0.9), (32, 2.0), (64, 4.5), (128, 8.0))
 #: :func:`lfu_lanes_pay`: ... and layers of at most 16 experts whose mean quota is at most this many blocks, at any
 #: batch (``benchmarks/layer_lanes.py --policy lfu --shapes 32x16x2,40x16x4 --batches 1,2,4,8,16``: 0.47-0.67 of the
 #: bit-sliced counts' time at rho 0.1, a quota of 1.6).
@@ -80,6 +87,12 @@ LFU_LANES_FEW = 2.0
 #: at 1.60, batch 1 and rho 0.1; 1.03x at 1.56, batch 16 and rho 0.75, 1.36x in a first run; docs/performance.md,
 #: *Session 49*).
 LRU_LANES_QUOTA = 1.58
+#: :data:`LRU_LANES_QUOTA` on machines without 512-bit vectors (:data:`._simd.WIDE_VECTORS`), for layers of more than
+#: 16 experts: on a Zen 3 core (AVX2) lanes / buckets 1.05-1.30 at 1.6-2.2 mean events, 0.95-1.14 at 2.3-2.5 and
+#: 0.83-0.96 at 2.7-3.2 (``benchmarks/layer_lanes.py --shapes 48x128x8,16x64x8,24x32x4 --batches 1,2,4 --rhos
+#: 0.2,0.25,0.3,0.35,0.4,0.5 --pairs 7``; docs/performance.md, *Session 52*). Layers of at most 16 experts, one or
+#: two vectors, keep :data:`LRU_LANES_QUOTA`.
+LRU_LANES_QUOTA_AVX2 = 2.6
 #: :func:`lanes_pay`: layers of more than this many experts ...
 WALK_EXPERTS = 128
 #: ... whose mean quota is within this many mean events ...
@@ -110,21 +123,24 @@ def lanes_pay(n_experts: int, capacity, mean_event: float) -> bool:
 def lru_lanes_pay(n_experts: int, capacity, mean_event: float) -> bool:
     """Whether the engine replays event-atomic per-layer ``lru`` on the lanes (:func:`replay_lru_lanes`) rather
     than in the recency buckets of :func:`._kernels_bits.replay_lru_bits`: layers of at most 128 experts whose
-    mean quota is at least :data:`LRU_LANES_QUOTA` mean events.
+    mean quota is at least :data:`LRU_LANES_QUOTA` mean events (:data:`LRU_LANES_QUOTA_AVX2` past 16 experts on a
+    machine without AVX-512).
 
     >>> lru_lanes_pay(128, np.array([51, 51]), 8.0), lru_lanes_pay(128, [13], 40.0), lru_lanes_pay(256, [192], 8.0)
     (True, False, False)
     """
     c = float(np.mean(capacity)) if len(capacity) else 0.0
-    return n_experts <= 128 and c >= LRU_LANES_QUOTA * mean_event
+    quota = LRU_LANES_QUOTA if WIDE_VECTORS or n_experts <= 16 else LRU_LANES_QUOTA_AVX2
+    return n_experts <= 128 and c >= quota * mean_event
 
 
 def lfu_lanes_pay(n_experts: int, capacity, mean_event: float) -> bool:
     """Whether the engine replays event-atomic per-layer ``lfu`` (counts that persist) on the lanes
     (:func:`replay_lfu_lanes`) rather than on the bit-sliced counts of :func:`._kernels_bits.replay_lfu_bits`: layers
-    of at most 128 experts whose mean quota holds at least :data:`LFU_LANES_QUOTA` mean events for their size (an
-    overflow's rounds grow with the lanes it reduces; the bit-sliced selection with the planes of the counts), and
-    layers of at most 16 whose mean quota is at most :data:`LFU_LANES_FEW` blocks (as many rounds from the near end).
+    of at most 128 experts whose mean quota holds at least :data:`LFU_LANES_QUOTA` (:data:`LFU_LANES_QUOTA_AVX2` on a
+    machine without AVX-512) mean events for their size (an overflow's rounds grow with the lanes it reduces; the
+    bit-sliced selection with the planes of the counts), and layers of at most 16 whose mean quota is at most
+    :data:`LFU_LANES_FEW` blocks (as many rounds from the near end).
 
     >>> lfu_lanes_pay(8, [1], 7.6), lfu_lanes_pay(128, [32], 8.0), lfu_lanes_pay(128, [96], 8.0)
     (True, False, True)
@@ -134,7 +150,7 @@ def lfu_lanes_pay(n_experts: int, capacity, mean_event: float) -> bool:
     c = float(np.mean(capacity)) if len(capacity) else 0.0
     if n_experts <= 16 and c <= LFU_LANES_FEW:
         return True
-    for most, quota in LFU_LANES_QUOTA:
+    for most, quota in LFU_LANES_QUOTA if WIDE_VECTORS else LFU_LANES_QUOTA_AVX2:
         if n_experts <= most:
             return c >= quota * mean_event
     return False
