@@ -321,3 +321,28 @@ def test_strided_experts_and_flags():
     with pytest.raises(ValueError, match="hit_flag must be C-contiguous"):
         KS.replay_lfru_slots(stream.offsets, stream.expert, stream.layer, stream.n_experts, L, caps, tie, 2, hits,
                              misses, np.zeros(2 * stream.union, dtype=np.uint8)[::2])
+
+
+def test_the_candidates_benchmark_prints_each_caches_words_and_the_engines_choice():
+    """``benchmarks/lfru_slots_vs_groups.py --cands`` times the slots loop with candidates at any size against the
+    loop without them (their counts asserted equal in the script), and names each cache's words of slots (the loop's
+    ``ceil((c + widest event) / 64)``) and whether the engine takes the candidates there (``CAND_WORDS``, which
+    depends on the vector width); bad arguments are refused (exit 2, one line saying what was expected)."""
+    import re
+
+    from conftest import assert_refused, run_benchmark
+
+    r = run_benchmark("lfru_slots_vs_groups.py", "--stream", "drifting:30", "--bpm", "20,40", "--pairs", "1",
+                      "--processes", "1", "--cands")
+    assert r.returncode == 0, r.stderr[-2000:]
+    n_events, union, widest = (int(x) for x in re.search(r"(\d+) events \(\d+ per layer\), (\d+) union accesses, "
+                                                         r"mean event [\d.]+, widest (\d+);", r.stdout).groups())
+    mean = union / n_events
+    rows = re.findall(r"(\d+\.\d) blocks per member \((\d+) words of slots; the engine: (candidates|every slot)\): "
+                      r"(\d+\.\d\d) \(", r.stdout)
+    assert [float(b) for b, *_ in rows] == [20.0, 40.0], r.stdout
+    for bpm, words, choice, ratio in rows:
+        want = (int(float(bpm) * mean) + widest + 63) // 64
+        assert int(words) == want and (choice == "candidates") == (want >= KS.CAND_WORDS) and float(ratio) > 0
+    assert_refused("lfru_slots_vs_groups.py", (["--bpm", "0,2"], ["--stream", "drifting:x"], ["--stream", "routed:4x8"],
+                                               ["--pairs", "0"]))

@@ -134,11 +134,12 @@ CAND_MARGIN = 1.03125
 #: them costs what their pass saves: 1.02 of no candidates' time at rho 0.25, 25 words, with 8 events). It was 28
 #: until the one-cut pass listed its slots as it goes; on the AMD core the one-cut pass then took 0.945 / 0.961 of
 #: the candidates' time at 28 / 30 words (rho 0.28 / 0.3, 5,200 steps) and 1.09 at 35 (rho 0.35). That is a
-#: machine with 512-bit vectors (:data:`._simd.WIDE_VECTORS`); with AVX2 (a Zen 3 core) the pass over every slot
-#: costs more against the candidates' scalar upkeep, and candidates pay from 21 words: the loop with them took
-#: 1.00-1.02 of its time without at 17-20 words, 0.95 at 21, 0.83 at 25 and 0.78 at 29 (5,200 steps;
-#: docs/performance.md, *Session 52*). Machines without AVX-512 take the AVX2 value.
-CAND_WORDS = 32 if WIDE_VECTORS else 21
+#: machine with 512-bit vectors (:data:`._simd.WIDE_VECTORS`); with AVX2 (a Zen 3 core) candidates pay from about 26
+#: words: the loop with them took 1.03-1.13 of its time without at 16-23 words, 1.00 at 25 and 0.94-0.97 at 27-31
+#: (``python benchmarks/lfru_slots_vs_groups.py --stream drifting:5200 --bpm 31,34,38,41,45,48 --cands --processes
+#: 4``, and ``--bpm 24,26,28,29.5`` with 2; docs/performance.md, *Session 52*). Machines without AVX-512 take the
+#: AVX2 value.
+CAND_WORDS = 32 if WIDE_VECTORS else 26
 
 #: Longest stream (events) this loop takes: counts and last units are float32, exact below ``2**24``.
 MAX_EVENTS = 1 << 24
@@ -240,18 +241,18 @@ def _tie_cut(ckey, v, nb, tie, SB, bpos, buf, scratch, eq, n_eq):
 
 
 @jit_helper
-def _below_fused(F, L, n_w, th, t, out, dense):
+def _below_fused(F, L, n_w, th, t, out):
     """The lanes of ``n_w`` words of counts ``F`` and units ``L`` whose key is at most ``th`` at unit ``t`` (the
-    fused test: exact where ``t`` and every age are below ``2**16``), listed in ``out``; returns how many. ``dense``:
-    many lanes a word are expected (:data:`._simd.cut_list1_32_fma_dense`)."""
+    fused test: exact where ``t`` and every age are below ``2**16``), listed in ``out``; returns how many. It lists
+    the candidates afresh and, over them, those below the high cut: many lanes a word either way, listed by
+    :data:`._simd.cut_list1_32_fma_dense` (without AVX-512 the few-bits steps of :data:`._simd.bit_positions` took
+    1.00-1.04x the time of the byte table alone at rho 0.3-0.75, ``kernel_ab.py --kernel slots``;
+    docs/performance.md, *Session 52*)."""
     n1 = -np.float32(th)
     p1 = np.float32(th) * np.float32(t)
     k = 0
     for w in range(n_w):
-        if dense:
-            k = cut_list1_32_fma_dense(F, L, w << 6, n1, p1, out, k)
-        else:
-            k = cut_list1_32_fma(F, L, w << 6, n1, p1, out, k)
+        k = cut_list1_32_fma_dense(F, L, w << 6, n1, p1, out, k)
     return k
 
 
@@ -262,7 +263,7 @@ def _candidates(SF, SL, n_w, c_max, c_end, CS, CF, CL, SC, nc):
     counts and units (``CF``, ``CL``) and each slot's index in ``SC``; the lanes past them ``inf``. Returns how
     many (``nc``, the last count, bounds the lanes to reset)."""
     old = ((nc + 63) >> 6) << 6
-    k = _below_fused(SF, SL, n_w, c_max, c_end, CS, True)    # (about one slot in seven: many a word)
+    k = _below_fused(SF, SL, n_w, c_max, c_end, CS)
     for j in range(k):
         s = _U(CS[_U(j)])
         CF[_U(j)] = SF[s]
@@ -523,7 +524,7 @@ def _replay_lfru_slots(offsets, expert, ev_layer, n_experts, cap, tie, count_fro
                     c_max = dyadic8_up(th1 * CAND_MARGIN)
                     c_end = t1 + float(kk - 1)
                     nc = _candidates(SF, SL, n_w, c_max, c_end, CS, CF, CL, SC, nc)
-                q = _below_fused(CF, CL, (nc + 63) >> 6, th1, t1, lst, False)
+                q = _below_fused(CF, CL, (nc + 63) >> 6, th1, t1, lst)
                 c0 = 0                     # their slots split by the slot's own count and unit (a copy older than a
                 bb = 0                     # hit is lower: no slot below the high cut is left out): below the low
                 l32 = np.float32(th0)      # cut (lv), between the cuts (bpos), neither; in float32, exact as the
