@@ -74,9 +74,10 @@ LFU_KEEP_RATIO = 1.0
 LFU_LANES_QUOTA = ((8, 0.0), (16, 0.9), (32, 2.0), (64, 3.0), (128, 5.0))
 #: :data:`LFU_LANES_QUOTA` on machines without 512-bit vectors (:data:`._simd.WIDE_VECTORS`), where a reduction over
 #: 64 or 128 lanes takes twice the vector instructions: on a Zen 3 core (AVX2) lanes / bit-sliced counts 1.21 / 1.13 /
-#: 1.00-1.05 / 0.93 at 3.2 / 3.6 / 4.0 / 4.9 mean events for 64 experts, 1.12-1.27 at 5.4-7.2, 0.87-1.07 at 8.0 and
-#: 0.94 at 9.6 for 128 (``benchmarks/layer_lanes.py --policy lfu --shapes 48x128x8,16x64x8 --batches 1,2 --rhos
-#: 0.3,0.35,0.4,0.45,0.5,0.6,0.75 --pairs 7``; docs/performance.md, *Session 52*); fewer experts as there.
+#: 1.00-1.05 / 0.93 at 3.2 / 3.6 / 4.0 / 4.9 mean events for 64 experts, 1.12-1.27 at 5.4-6.5, 0.97-1.14 at 6.7-7.2,
+#: 0.87-1.07 at 8.0 and 0.94 at 9.6 for 128 (``benchmarks/layer_lanes.py --policy lfu --shapes 48x128x8,16x64x8
+#: --batches 1,2 --rhos 0.3,0.35,0.4,0.45,0.5,0.6,0.75 --pairs 7``; docs/performance.md, *Session 52*); fewer experts
+#: as there.
 LFU_LANES_QUOTA_AVX2 = ((8, 0.0), (16, 0.9), (32, 2.0), (64, 4.5), (128, 8.0))
 #: :func:`lfu_lanes_pay`: ... and layers of at most 16 experts whose mean quota is at most this many blocks, at any
 #: batch (``benchmarks/layer_lanes.py --policy lfu --shapes 32x16x2,40x16x4 --batches 1,2,4,8,16``: 0.47-0.67 of the
@@ -88,10 +89,10 @@ LFU_LANES_FEW = 2.0
 #: *Session 49*).
 LRU_LANES_QUOTA = 1.58
 #: :data:`LRU_LANES_QUOTA` on machines without 512-bit vectors (:data:`._simd.WIDE_VECTORS`), for layers of more than
-#: 16 experts: on a Zen 3 core (AVX2) lanes / buckets 1.05-1.30 at 1.6-2.2 mean events, 0.95-1.14 at 2.3-2.5 and
-#: 0.83-0.96 at 2.7-3.2 (``benchmarks/layer_lanes.py --shapes 48x128x8,16x64x8,24x32x4 --batches 1,2,4 --rhos
-#: 0.2,0.25,0.3,0.35,0.4,0.5 --pairs 7``; docs/performance.md, *Session 52*). Layers of at most 16 experts, one or
-#: two vectors, keep :data:`LRU_LANES_QUOTA`.
+#: 16 experts: on a Zen 3 core (AVX2) lanes / buckets 1.05-1.33 at 1.6-2.2 mean events, 0.95-1.14 at 2.3-2.5 and
+#: 0.83-0.96 at 2.7-3.2 but one cell (``benchmarks/layer_lanes.py --shapes 48x128x8,16x64x8,24x32x4 --batches 1,2,4
+#: --rhos 0.2,0.25,0.3,0.35,0.4,0.5 --pairs 7``; docs/performance.md, *Session 52*). Layers of at most 16 experts, one
+#: or two vectors, keep :data:`LRU_LANES_QUOTA`.
 LRU_LANES_QUOTA_AVX2 = 2.6
 #: :func:`lanes_pay`: layers of more than this many experts ...
 WALK_EXPERTS = 128
