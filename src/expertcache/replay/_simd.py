@@ -684,8 +684,9 @@ FAST_GATHERS = _has_feature("avx512f") and not _host_cpu_name().startswith("znve
 
 
 #: Whether the machine has 512-bit vectors (AVX-512): a pass over 64 lanes of float32 takes four of them, where
-#: AVX2 takes eight and more instructions to pack their masks (loops whose vector passes compete with scalar upkeep
-#: choose by it: :data:`._kernels_lfru_slots.CAND_WORDS`).
+#: AVX2 takes eight and more instructions to pack their masks. Where a vector pass competes with scalar work the
+#: engine's thresholds depend on it (:data:`._kernels_lfru_slots.CAND_WORDS`,
+#: :func:`._kernels_belady_lanes.lru_lanes_pay`, :func:`._kernels_belady_lanes.lfu_lanes_pay`).
 WIDE_VECTORS = _has_feature("avx512f")
 
 
@@ -891,12 +892,12 @@ def _bit_positions_few(typingctx, x, base, out, q):
 #: words costs no mispredicted loop exit per word; elsewhere from a table of each byte's positions (no branch on
 #: the data; the global lfru and lrfu slots loops in 0.73-0.95 of the time of a loop over the bits on an AVX2 core,
 #: docs/performance.md, *Session 50*), a word of at most :data:`FEW_BITS` set bits by unrolled steps instead
-#: (:func:`_bit_positions_few`: the lists of the slots loops' cuts are sparse; global lfru in 0.85-0.95 of its time
-#: at rho 0.1-0.4, *Session 52*).
+#: (:func:`_bit_positions_few`: the lists of the slots loops' cuts are sparse; with the candidates' threshold of that
+#: session, global lfru in 0.78-0.97 of its time at rho 0.15-0.3, unchanged at 0.1 and 0.4-0.5: *Session 52*).
 bit_positions = (_bit_positions_vbmi2 if _has_feature("avx512vbmi2") else
                  _bit_positions_avx512 if _has_feature("avx512f") else _bit_positions_few)
-#: :data:`bit_positions` for lists of many set bits a word (the slots below a bound that makes candidates): the
-#: byte table alone where there is no AVX-512, whose branch on the count such words would take either way.
+#: :data:`bit_positions` for lists of many set bits a word (the global lfru slots loop's candidates): the byte table
+#: alone where there is no AVX-512, so that no branch on the count is taken for such words.
 bit_positions_dense = bit_positions if _has_feature("avx512f") else _bit_positions_bytes
 
 
