@@ -63,12 +63,12 @@ def bpm_list(text: str) -> list[float]:
     return out
 
 
-def child(spec: str, bpms: list[float], pairs: int, first: int, cands: bool) -> None:
+def child(s, bpms: list[float], pairs: int, first: int, cands: bool) -> None:
+    """One process's rows on the stream ``s``: a line of alternated-pair ratios, one per cache."""
     from expertcache.replay import _kernels_lfru_groups as KG
     from expertcache.replay import _kernels_lfru_slots as KS
     from expertcache.replay import engine
 
-    s = build(spec)
     L, N = s.n_layers, s.n_experts
     tie = engine._tie_ranks("random", 0, L * N)
     mean = s.union / s.n_events
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--stream: {e}")
     bpm_text = ",".join(repr(x) for x in args.bpm)
     if args.child is not None:
-        child(args.stream, args.bpm, args.pairs, args.child, args.cands)
+        child(s, args.bpm, args.pairs, args.child, args.cands)
         return 0
     from expertcache.replay import _kernels_lfru_slots as KS
 
@@ -128,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     for bpm, col in zip(args.bpm, cols, strict=True):
         med, lo, hi = median_and_range(col)
         extra = ""
-        if args.cands:                 # the loop's words of slots (replay_lfru_slots' npad / 64)
-            words = max((int(bpm * mean) + widest + 63) // 64, 1)
+        if args.cands:                 # the loop's words of slots for child()'s cache
+            words = KS.slot_words(int(bpm * mean), widest)
             extra = f" ({words} words of slots; the engine: {'candidates' if words >= KS.CAND_WORDS else 'every slot'})"
         print(f"  {bpm:6.1f} blocks per member{extra}: {med:.2f} ({lo:.2f}-{hi:.2f})")
     return 0

@@ -213,7 +213,7 @@ def skip_where_host_runs_the_haswell_forms(need_fma: bool) -> None:
     where ``need_fma``, the forms of checks whose passes fuse with it): the tests in its own process run them."""
     from expertcache.replay import _simd as S
 
-    if not S._has_feature("avx512f") and (S.HAS_FMA or not need_fma):
+    if not S.WIDE_VECTORS and (S.HAS_FMA or not need_fma):
         pytest.skip("this machine's own kernels are the Haswell forms: the tests in this process run them")
 
 

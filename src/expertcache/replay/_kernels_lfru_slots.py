@@ -182,7 +182,7 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
     n_blocks = n_layers * n_experts
     cap = int(min(int(capacity[0]), n_blocks))
     width = cap + int(_max_unit(offsets, True))
-    npad = max((width + 63) // 64, 1) * 64
+    npad = slot_words(cap, width - cap) * 64
     if npad + 64 > MAX_SLOTS:
         raise ValueError(f"{width} slots: this loop lists slots as int32, so at most {MAX_SLOTS - 128}")
     pa = Packed() if pages is None else pages      # no list across a page boundary (_pages)
@@ -199,6 +199,17 @@ def replay_lfru_slots(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
                        pa(npad + 64, np.int32, 0), pa(npad + 64, np.float32, 0), pa(npad + 64, np.float32, np.inf),
                        pa(npad, np.int32, 0), 0 if cand_k is None else max(int(cand_k), 1),
                        CAND_WORDS if cand_words is None else int(cand_words) if cand_words >= 0 else MAX_SLOTS)
+
+
+def slot_words(cap: int, widest: int) -> int:
+    """The words of 64 slots :func:`replay_lfru_slots` keeps for a cache of ``cap`` blocks (at most the universe) on
+    a stream whose widest event has ``widest`` members: ``C ∪ U`` at most, at least one word. The loop compares them
+    with :data:`ONE_CUT_WORDS` and :data:`CAND_WORDS`.
+
+    >>> slot_words(1229, 53), slot_words(0, 1), slot_words(64, 0)
+    (21, 1, 1)
+    """
+    return max((cap + widest + 63) // 64, 1)
 
 
 #: From this many words of slots on, the vector pass ranks the high cut alone: the slots below it are listed

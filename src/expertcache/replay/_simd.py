@@ -898,7 +898,7 @@ bit_positions = (_bit_positions_vbmi2 if _has_feature("avx512vbmi2") else
                  _bit_positions_avx512 if _has_feature("avx512f") else _bit_positions_few)
 #: :data:`bit_positions` for lists of many set bits a word (the global lfru slots loop's candidates): the byte table
 #: alone where there is no AVX-512, so that no branch on the count is taken for such words.
-bit_positions_dense = bit_positions if _has_feature("avx512f") else _bit_positions_bytes
+bit_positions_dense = bit_positions if WIDE_VECTORS else _bit_positions_bytes
 
 
 def _f32_arrays(*tys) -> bool:
@@ -972,7 +972,7 @@ def _lanes_word_avx2(builder, x, v, op: str, it):
 #: Whether :data:`lanes_eq` and :data:`lanes_ge` build their words by :func:`_lanes_word_avx2` (x86 with AVX2, no
 #: AVX-512: per-layer Belady on the lanes in 0.46-0.50 of its time on a Zen 3 core, docs/performance.md,
 #: *Session 51*).
-_CMP_MOVMSK = _has_feature("avx2") and not _has_feature("avx512f")
+_CMP_MOVMSK = _has_feature("avx2") and not WIDE_VECTORS
 
 
 def _make_lanes_cmp(op: str, movmsk: bool = _CMP_MOVMSK):
