@@ -52,6 +52,17 @@ def build(spec: str):
     raise ValueError(f"expected drifting:STEPS or routed:LxNxB:ACCESSES (positive numbers), got {spec!r}")
 
 
+def parse_with_stream(ap: argparse.ArgumentParser, argv: list[str] | None):
+    """``ap``'s arguments (with the hidden ``--child`` of :func:`_ab.pooled_rows`'s processes) and the stream its
+    ``--stream`` names; a bad one is refused (exit 2, one line)."""
+    ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    try:
+        return args, build(args.stream)
+    except ValueError as e:
+        ap.error(f"--stream: {e}")
+
+
 def bpm_list(text: str) -> list[float]:
     """An argument type: blocks per member of a mean event, positive numbers, comma-separated."""
     try:
@@ -104,12 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--processes", type=positive_int, default=2)
     ap.add_argument("--cands", action="store_true",
                     help="the slots loop with candidates at any size over the same loop without them")
-    ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    try:
-        s = build(args.stream)
-    except ValueError as e:
-        ap.error(f"--stream: {e}")
+    args, s = parse_with_stream(ap, argv)
     bpm_text = ",".join(repr(x) for x in args.bpm)
     if args.child is not None:
         child(s, args.bpm, args.pairs, args.child, args.cands)

@@ -50,20 +50,28 @@ def _check(stream: EventStream, atomic: bool, cap: int, tie: np.ndarray, warm: i
     return total
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_random_streams_every_capacity(seed):
-    """Universes of 1 to 260 blocks (not a whole number of 64-bit words), capacities from 0 past the universe,
-    warm-up, both semantics, random and id tie ranks."""
-    rng = np.random.default_rng([seed, 23])
-    trace = np.zeros(6, dtype=np.int64)
+def capacity_grid(seed: int, salt: int):
+    """Random streams over universes of 1 to 260 blocks (not a whole number of 64-bit words), each with its tie
+    ranks (random or id), capacities from 0 past the universe and warm-ups of 0 and 7 events:
+    ``(stream, tie, cap, warm)``."""
+    rng = np.random.default_rng([seed, salt])
     for L, N, steps in ((1, 1, 30), (3, 7, 60), (2, 64, 120), (4, 33, 150), (2, 130, 80)):
         stream = random_stream(seed * 100 + L * N, L=L, N=N, k=min(N, 5), steps=steps)
         tie = engine._tie_ranks("random" if rng.random() < 0.7 else "id", seed, L * N)
         n = L * N
         for cap in sorted({0, 1, 2, 3, n // 4, n // 2, n - 1, n, 3 * n}):
             for warm in (0, 7):
-                for atomic in (True, False):
-                    trace += _check(stream, atomic, cap, tie, warm)
+                yield stream, tie, cap, warm
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_streams_every_capacity(seed):
+    """Universes of 1 to 260 blocks (not a whole number of 64-bit words), capacities from 0 past the universe,
+    warm-up, both semantics, random and id tie ranks."""
+    trace = np.zeros(6, dtype=np.int64)
+    for stream, tie, cap, warm in capacity_grid(seed, 23):
+        for atomic in (True, False):
+            trace += _check(stream, atomic, cap, tie, warm)
     assert (trace[:5] > 0).all(), trace     # every path of the threshold was taken
 
 
@@ -93,25 +101,37 @@ def test_small_random_streams_with_ties():
     assert trace[4] > 0, trace
 
 
+def hot_stream(rng: np.random.Generator) -> EventStream:
+    """72,000 events over 2 x 6 blocks, two members each drawn from skewed weights: a few blocks reach counts in
+    the tens of thousands."""
+    L, N = 2, 6
+    w = np.array([0.5, 0.25, 0.12, 0.07, 0.04, 0.02])
+    rows = [(s, layer) for s in range(36_000) for layer in range(L)]
+    experts = [np.unique(rng.choice(N, size=2, p=w)).tolist() for _ in rows]
+    return EventStream.from_lists(L, N, 2, [r[0] for r in rows], [r[1] for r in rows], experts, [1] * len(rows))
+
+
+def once_hot_stream(rng: np.random.Generator) -> EventStream:
+    """150,000 one-member events of one layer of 3,000 blocks: block 0 the first 5,000 times, then random cold
+    ones."""
+    N, n_ev = 3000, 150_000
+    experts = [[0]] * 5000 + [[int(x)] for x in rng.integers(1, N, n_ev - 5000)]
+    return EventStream.from_lists(1, N, 1, list(range(n_ev)), [0] * n_ev, experts, [1] * n_ev)
+
+
 def test_long_streams_large_counts_and_far_groups():
     """More than 65,536 units: a few hot blocks reaching counts in the tens of thousands; and a block accessed
     5,000 times then never again among 3,000 cold ones, whose group waits in the wheel's far list (due hundreds
     of thousands of units ahead) and is re-filed each time that list is swept."""
     rng = np.random.default_rng(11)
-    L, N = 2, 6
-    w = np.array([0.5, 0.25, 0.12, 0.07, 0.04, 0.02])
-    rows = [(s, layer) for s in range(36_000) for layer in range(L)]
-    experts = [np.unique(rng.choice(N, size=2, p=w)).tolist() for _ in rows]
-    stream = EventStream.from_lists(L, N, 2, [r[0] for r in rows], [r[1] for r in rows], experts, [1] * len(rows))
+    stream = hot_stream(rng)
     assert stream.n_events > 65_536
-    tie = engine._tie_ranks("random", 3, L * N)
+    tie = engine._tie_ranks("random", 3, stream.n_blocks)
     for cap in (1, 3, 7):
         for atomic in (True, False):
             _check(stream, atomic, cap, tie, 100, tunes=(KG.TUNE, (0, 0, 0.5, 0.9, 0.5)))
-    N, n_ev = 3000, 150_000
-    experts = [[0]] * 5000 + [[int(x)] for x in rng.integers(1, N, n_ev - 5000)]
-    stream = EventStream.from_lists(1, N, 1, list(range(n_ev)), [0] * n_ev, experts, [1] * n_ev)
-    tie = engine._tie_ranks("random", 0, N)
+    stream = once_hot_stream(rng)
+    tie = engine._tie_ranks("random", 0, stream.n_blocks)
     for atomic in (True, False):
         trace = _check(stream, atomic, 1500, tie, 0, tunes=(KG.TUNE,))
         assert trace[5] > 0, trace

@@ -20,6 +20,7 @@ from . import _kernels_belady_buckets as KBB
 from . import _kernels_belady_lanes as KBL
 from . import _kernels_bits as KB
 from . import _kernels_lfru as KL
+from . import _kernels_lfru_cands as KC
 from . import _kernels_lfru_groups as KG
 from . import _kernels_lfru_slots as KS
 from . import _kernels_lfu_buckets as KLB
@@ -533,8 +534,12 @@ def _loop_generic(args: tuple, config: ReplayConfig, policy: Policy, caps, tie, 
         # a small global cache, event-atomic: dense slots, two exact cuts from one vector pass
         return KS.replay_lfru_slots(offsets, expert, layer, n_experts, n_layers, caps, tie, config.warmup_events,
                                     hits, misses, hit_flag)
+    if policy.key_code == KEY_LFRU and global_scope and not atomic:
+        # one global pool, one unit per access: dense slots, the lowest among candidates made every few units
+        return KC.replay_lfru_cands(offsets, expert, layer, n_experts, n_layers, caps, tie, config.warmup_events,
+                                    hits, misses, hit_flag)
     if policy.key_code == KEY_LFRU and global_scope:
-        # one global pool, either semantics: residents in frequency groups, only the pool of low keys re-ranked
+        # one global pool, event-atomic: residents in frequency groups, only the pool of low keys re-ranked
         return KG.replay_lfru_groups(offsets, expert, layer, n_experts, n_layers, atomic, caps, tie,
                                      config.warmup_events, hits, misses, hit_flag)
     if (policy.key_code == KEY_LRFU and atomic and not global_scope and n_experts <= KB.MAX_BITS_EXPERTS

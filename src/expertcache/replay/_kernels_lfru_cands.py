@@ -1,0 +1,434 @@
+"""numba kernel for sequential ``lfru`` under global scope: dense slots, and candidates made afresh every few units.
+
+``lfru`` ranks a block by ``freq / (t - last + 1)`` (``t`` the unit, here the access index; lower leaves first,
+equal keys by lower tie rank; the float expression of ``replay_select``). Under sequential replay each unit holds
+one access, and an access that misses a full cache makes one block leave: the lowest of the residents and the
+miss itself (a miss that ranks lowest is bypassed). The frequency groups of :mod:`._kernels_lfru_groups` find it
+exactly, but every access moves its block through linked lists and a timing wheel (86-99 ns an access on the
+benchmark stream on an AVX2 core). Here the residents sit in dense *slots* and the lowest is found among a few
+*candidates*, made afresh every :data:`WINDOW` units by one vector pass over the slots:
+
+* A key only falls while its block is not accessed, so a resident whose key at the window's last unit ``c_end``
+  is above a bound ``c_max`` stays above it at every unit of the window. The pass lists the slots whose count is
+  at most ``c_max * (c_end - last + 1)`` (float32 lanes, :func:`_slot_cands`, with a margin that keeps every
+  slot it leaves out above ``c_max`` in the float64 key); an accessed block whose key may fall to ``c_max`` by
+  ``c_end`` joins them (a hit, or a miss taking a slot), and a candidate that is accessed stays one.
+* At a miss the candidates' keys are computed as float32 vectors (:func:`_low_n`: a copy of their counts and last
+  units, the float32 division) and the lanes within a relative ``2**-19`` of the lowest (they hold every lane that
+  may tie with it in float64) are ranked by their exact float64 keys and tie ranks. Where that lowest key is at
+  most ``c_max`` it is the lowest of every resident; otherwise (too few candidates) they are made again with
+  ``c_max`` at that key times ``up``, which holds it.
+* ``c_max`` is the last leaving key times ``up``; ``up`` shrinks after a pass that lists more than
+  :data:`MANY` times the window's units and grows after a window whose candidates ran out (any positive value
+  gives the same decision).
+
+The slots' float32 last units are kept relative to a base moved up every :data:`REBASE` units; a slot older than
+``2**23`` units then has its float32 count set to 0 (a candidate at every pass) until it is accessed. The
+decision, the hit counts and the hit flags are those of :func:`._kernels_lfru.replay_select`
+(``tests/test_lfru_cands.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+from .._jit import jit_helper, jit_inline, jit_loop
+from ._kernels import _cttz
+from ._pages import Packed
+from ._simd import _I32, _I64, _lanes, _splat, lanes_below
+
+__all__ = ["MANY", "REBASE", "UP", "WINDOW", "replay_lfru_cands"]
+
+#: An unsigned index: numba skips the negative-index wraparound (no index here is negative).
+_U = np.uint64
+_F32 = ir.FloatType()
+
+#: Units a set of candidates serves before it is made again.
+WINDOW = 32
+#: The first ``c_max`` is the last leaving key times this.
+UP = 1.05
+#: The most units a set of candidates serves.
+_MAX_SPAN = 1 << 16
+#: A pass listing more than this many candidates a unit of the window makes ``up`` smaller.
+MANY = 2
+#: The slots' float32 last units are relative to a base moved up every this many units (below ``2**23``).
+REBASE = 1 << 22
+#: A slot last accessed more than this many units before the base is a candidate at every pass (its float32 last
+#: unit would not be exact).
+_OLD = float(1 << 23)
+#: Candidate lanes: float32 keys within this factor of the lowest (every lane that may tie with it in float64).
+_NEAR = np.float32(1.0 + 2.0 ** -19)
+#: The pass's bound: ``c_max`` times this in float32 (slots left out have float64 keys above ``c_max``).
+_PASS_MARGIN = 1.0 + 2.0 ** -18
+#: A joining block's bound: ``c_max`` times this in float64.
+_JOIN_MARGIN = 1.0 + 2.0 ** -40
+
+
+@intrinsic
+def _slot_cands(typingctx, SF, SL, off, thr, ce):
+    """The bits of the 64 float32 lanes from ``off`` with ``SF <= thr * (ce - SL)``."""
+    sig = types.uint64(SF, SL, types.int64, types.float32, types.float32)
+
+    def codegen(context, builder, signature, args):
+        vt = ir.VectorType(_F32, 64)
+        f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[2], 64, _F32), align=4)
+        last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[2], 64, _F32), align=4)
+        p = builder.fmul(_splat(builder, args[3], vt, 64), builder.fsub(_splat(builder, args[4], vt, 64), last))
+        return builder.bitcast(builder.fcmp_ordered("<=", f, p), _I64)
+
+    return sig, codegen
+
+
+def _keys32(context, builder, signature, args, n):
+    """``QF / (a - QL)`` on the ``n`` float32 lanes from ``off`` (``args``: ``QF``, ``QL``, ``off``, ``a``)."""
+    vt = ir.VectorType(_F32, n)
+    f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[2], n, _F32), align=4)
+    last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[2], n, _F32), align=4)
+    return builder.fdiv(f, builder.fsub(_splat(builder, args[3], vt, n), last))
+
+
+def _lowest(builder, x, n):
+    """The lowest of the ``n`` lanes of ``x``, halved in registers."""
+    h = n
+    while h > 1:
+        h //= 2
+        a = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_I32, h), list(range(h))))
+        b = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_I32, h), list(range(h, 2 * h))))
+        x = builder.select(builder.fcmp_ordered("<", a, b), a, b)
+    return builder.extract_element(x, ir.Constant(_I32, 0))
+
+
+def _bits(builder, c, n):
+    """A ``<n x i1>`` compare as the low bits of a uint64."""
+    x = builder.bitcast(c, ir.IntType(n))
+    return builder.zext(x, _I64) if n < 64 else x
+
+
+def _low_n(n):
+    """An intrinsic for the ``n`` lanes from ``off``: ``(bits, v)``, ``v`` the lowest float32 key ``QF / (a - QL)``
+    of them and ``bits`` the lanes whose key is at most ``v`` times :data:`_NEAR` (lanes past the candidates hold
+    ``QF = inf``, ``QL = 0``)."""
+
+    @intrinsic
+    def low(typingctx, QF, QL, off, a):
+        rt = types.Tuple((types.uint64, types.float32))
+        sig = rt(QF, QL, types.int64, types.float32)
+
+        def codegen(context, builder, signature, args):
+            x = _keys32(context, builder, signature, args, n)
+            v = _lowest(builder, x, n)
+            near = builder.fmul(v, ir.Constant(_F32, float(_NEAR)))
+            c = builder.fcmp_ordered("<=", x, _splat(builder, near, ir.VectorType(_F32, n), n))
+            return context.make_tuple(builder, rt, [_bits(builder, c, n), v])
+
+        return sig, codegen
+
+    return low
+
+
+#: :func:`_low_n` for 8, 16, ..., 64 lanes.
+_low8, _low16, _low24, _low32, _low40, _low48, _low56, _low64 = (_low_n(8 * k) for k in range(1, 9))
+
+
+@jit_helper
+def _low_lanes(QF, QL, a, n_cand):
+    """:func:`_low_n` over the first ``n_cand`` (1 to 64) lanes, rounded up to a multiple of 8."""
+    k = (n_cand + 7) >> 3
+    if k <= 4:
+        if k <= 2:
+            return _low8(QF, QL, 0, a) if k == 1 else _low16(QF, QL, 0, a)
+        return _low24(QF, QL, 0, a) if k == 3 else _low32(QF, QL, 0, a)
+    if k <= 6:
+        return _low40(QF, QL, 0, a) if k == 5 else _low48(QF, QL, 0, a)
+    return _low56(QF, QL, 0, a) if k == 7 else _low64(QF, QL, 0, a)
+
+
+@intrinsic
+def _min64(typingctx, QF, QL, off, a):
+    """The lowest float32 key ``QF / (a - QL)`` of the 64 lanes from ``off``."""
+    sig = types.float32(QF, QL, types.int64, types.float32)
+
+    def codegen(context, builder, signature, args):
+        return _lowest(builder, _keys32(context, builder, signature, args, 64), 64)
+
+    return sig, codegen
+
+
+@intrinsic
+def _near64(typingctx, QF, QL, off, a, v):
+    """The bits of the 64 lanes from ``off`` whose float32 key ``QF / (a - QL)`` is at most ``v``."""
+    sig = types.uint64(QF, QL, types.int64, types.float32, types.float32)
+
+    def codegen(context, builder, signature, args):
+        x = _keys32(context, builder, signature, args, 64)
+        return _bits(builder, builder.fcmp_ordered("<=", x, _splat(builder, args[4], ir.VectorType(_F32, 64), 64)),
+                     64)
+
+    return sig, codegen
+
+
+@jit_inline
+def _lowest_entry(QF, QL, PF, PL, PB, n_cand, tf, tb, rec):
+    """The candidate of lowest ``(float64 key at unit tf - 1, tie rank)``: ``(its entry, its key)``; ``(-1, inf)``
+    without candidates. Where one lane alone lies near the lowest float32 key, it is the lowest (no other lane's
+    float64 key can equal its own). ``rec[4 b + 3]``: block ``b``'s tie rank."""
+    a = np.float32(tf - tb)
+    best = -1
+    bk = np.inf
+    if n_cand <= 0:
+        return best, bk
+    if n_cand <= 64:
+        x, v = _low_lanes(QF, QL, a, n_cand)
+        if x and not x & (x - _U(1)):
+            q = np.int64(_cttz(x))
+            return q, PF[_U(q)] / (tf - PL[_U(q)])
+        w_hi = 1
+    else:
+        v = np.float32(np.inf)
+        w_hi = (n_cand + 63) >> 6
+        for w in range(w_hi):
+            v = min(v, _min64(QF, QL, w << 6, a))
+        x = _near64(QF, QL, 0, a, v * _NEAR)
+    for w in range(w_hi):
+        if w > 0:
+            x = _near64(QF, QL, w << 6, a, v * _NEAR)
+        while x:
+            q = (w << 6) + np.int64(_cttz(x))
+            x &= x - _U(1)
+            k = PF[_U(q)] / (tf - PL[_U(q)])
+            if k < bk or (k == bk and rec[_U(4 * PB[_U(q)] + 3)] < rec[_U(4 * PB[_U(best)] + 3)]):
+                bk = k
+                best = q
+    return best, bk
+
+
+@jit_inline
+def _drop(q, n_cand, QF, QL, PF, PL, PB, rec):
+    """Candidate entry ``q`` leaves (the last entry takes its place, its lane then a key of ``inf``); returns how
+    many are left."""
+    n = n_cand - 1
+    if q != n:
+        b = PB[_U(n)]
+        PF[_U(q)] = PF[_U(n)]
+        PL[_U(q)] = PL[_U(n)]
+        QF[_U(q)] = QF[_U(n)]
+        QL[_U(q)] = QL[_U(n)]
+        PB[_U(q)] = b
+        rec[_U(4 * b + 2)] = q
+    QF[_U(n)] = np.float32(np.inf)
+    QL[_U(n)] = np.float32(0.0)
+    return n
+
+
+@jit_helper
+def _make(t, window, c_max, n_res, sbase, SF, SL, SX, SB, QF, QL, PF, PL, PB, rec, n_cand):
+    """The candidates for units ``t .. t + window - 1``: every slot whose count is at most ``c_max`` times its age
+    at the last of them (float32, :data:`_PASS_MARGIN`); returns how many. The old candidates' entries are cleared
+    first, and the lanes past the new ones hold ``QF = inf`` and ``QL = 0`` (a key of ``inf``)."""
+    for q in range(n_cand):
+        rec[_U(4 * PB[_U(q)] + 2)] = -1
+    thr = np.float32(c_max * _PASS_MARGIN)
+    ce = np.float32(t + window - sbase)
+    tb = float(t)
+    n = 0
+    for w in range((n_res + 63) >> 6):
+        x = _slot_cands(SF, SL, w << 6, thr, ce) & lanes_below(n_res - (w << 6))
+        while x:
+            s = (w << 6) + np.int64(_cttz(x))
+            x &= x - _U(1)
+            b = SB[_U(s)]
+            f = float(rec[_U(4 * b)])
+            last = SX[_U(s)]
+            PF[_U(n)] = f
+            PL[_U(n)] = last
+            QF[_U(n)] = np.float32(f)
+            QL[_U(n)] = np.float32(last - tb)
+            PB[_U(n)] = b
+            rec[_U(4 * b + 2)] = n
+            n += 1
+    for q in range(n, n_cand):
+        QF[_U(q)] = np.float32(np.inf)
+        QL[_U(q)] = np.float32(0.0)
+    return n
+
+
+@jit_helper
+def _rebase(t, sbase, n_res, SF, SL, old):
+    """The slots' float32 last units moved to the base ``t`` (from ``sbase``); a slot then older than ``old``
+    units gets count 0 (a candidate at every pass) and last unit ``-old``."""
+    d = np.float32(t - sbase)
+    lim = np.float32(-old)
+    for s in range(n_res):
+        x = SL[_U(s)] - d
+        if x < lim:
+            SF[_U(s)] = np.float32(0.0)
+            x = lim
+        SL[_U(s)] = x
+
+
+def replay_lfru_cands(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie, count_from, hits, misses,
+                      hit_flag, window=None, up=None, many=None, rebase=None, old=None, trace=None, wide=False,
+                      pages=None):
+    """Sequential ``lfru`` under global scope (one pool of ``capacity[0]`` blocks, one unit per access).
+
+    Parameters are those of :func:`._kernels_lfru_groups.replay_lfru_groups` less ``atomic`` (always one unit per
+    access; sequential-random passes the members shuffled) and, for tests (each value gives the same decision):
+    ``window`` (:data:`WINDOW`), ``up`` (:data:`UP`), ``many`` (:data:`MANY`), ``rebase`` (:data:`REBASE`, the
+    most), ``old`` (the age past which a rebased slot is a candidate at every pass, ``2**23`` the most), ``wide``
+    (int64 block records, as streams of ``2**31`` accesses or more take), ``trace`` (an int64[5], when given
+    accumulates the overflowing units, the sets of candidates made, those made again because they ran out, the
+    candidates summed over the overflowing units, and the overflowing units with more than 64 candidates) and
+    ``pages``, the allocator of the state arrays (:class:`._pages.Packed` by default). The state is allocated here
+    and the loop runs in :func:`_replay_lfru_cands`.
+    """
+    n_blocks = n_layers * n_experts
+    cap = int(min(max(int(capacity[0]), 0), n_blocks))
+    n_access = int(offsets[-1]) if offsets.shape[0] > 1 else 0
+    ix = np.int32 if not wide and n_access < 2 ** 31 - 1 and n_blocks < 2 ** 31 - 1 else np.int64
+    pa = Packed() if pages is None else pages      # no list across a page boundary (_pages)
+    rec = pa((n_blocks, 4), ix, -1)                 # count, slot, candidate entry, tie rank
+    rec[:, 0] = 0
+    rec[:, 3] = tie
+    width = cap + 64
+    f32, f64 = np.float32, np.float64
+    _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hits, misses, hit_flag,
+                       max(int(WINDOW if window is None else window), 1), float(UP if up is None else up),
+                       float(MANY if many is None else many),
+                       min(max(int(REBASE if rebase is None else rebase), 1), REBASE),
+                       min(max(float(_OLD if old is None else old), 1.0), _OLD),
+                       np.zeros(0, np.int64) if trace is None else trace, rec.reshape(-1),
+                       pa(width, f32, 0), pa(width, f32, 0), pa(width, f64, 0), pa(width, ix, 0),
+                       pa(width, f32, np.inf), pa(width, f32, 0), pa(width, f64, 0), pa(width, f64, 0),
+                       pa(width, ix, 0))
+
+
+@jit_loop
+def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hits, misses, hit_flag, window, up,
+                       many, rebase, old, trace, rec, SF, SL, SX, SB, QF, QL, PF, PL, PB):
+    """The loop of :func:`replay_lfru_cands`. ``rec[4 b .. 4 b + 3]``: block ``b``'s count, slot (-1: not
+    resident), candidate entry (-1: none) and tie rank; slot ``s``: float32 count ``SF`` and last unit ``SL``
+    (relative to the base ``sbase``), exact last unit ``SX``, block ``SB``; candidate entry ``q``: float32 count
+    ``QF`` and last unit ``QL`` (relative to ``tb``, the unit they were made at), exact count ``PF`` and last unit
+    ``PL``, block ``PB``."""
+    record = hit_flag.shape[0] > 0
+    traced = trace.shape[0] > 0
+    n_events = offsets.shape[0] - 1
+    n_res = 0
+    n_cand = 0
+    c_end = -1                         # the candidates hold up to this unit (none yet)
+    c_max = np.inf
+    join = np.inf                      # c_max * _JOIN_MARGIN
+    tb = 0.0
+    sbase = 0
+    v_last = -1.0                      # the last leaving key (none yet)
+    span = window                      # the units a set of candidates serves
+    t_made = 0                         # the unit the candidates were made at
+    n_go = 0                           # overflowing units since then
+    t = 0
+    for i in range(n_events):
+        layer = ev_layer[_U(i)]
+        base = layer * n_experts
+        counted = i >= count_from
+        for a in range(offsets[_U(i)], offsets[_U(i + 1)]):
+            b = base + expert[_U(a)]
+            r = _U(4 * b)
+            f = rec[r] + 1
+            rec[r] = f
+            s = rec[r + _U(1)]
+            ff = float(f)
+            tt = float(t)
+            if t - sbase >= rebase:
+                _rebase(t, sbase, n_res, SF, SL, old)
+                sbase = t
+            if s >= 0:                 # a hit: the slot's count and unit; a candidate's copy, or it joins
+                if counted:
+                    hits[_U(layer)] += 1
+                if record:
+                    hit_flag[_U(a)] = 1
+                SF[_U(s)] = np.float32(ff)
+                SL[_U(s)] = np.float32(t - sbase)
+                SX[_U(s)] = tt
+                q = rec[r + _U(2)]
+                if ff <= join * float(c_end + 1 - t):   # its key may fall to c_max within the window
+                    if q < 0:
+                        q = n_cand
+                        n_cand += 1
+                        PB[_U(q)] = b
+                        rec[r + _U(2)] = q
+                    PF[_U(q)] = ff
+                    PL[_U(q)] = tt
+                    QF[_U(q)] = np.float32(ff)
+                    QL[_U(q)] = np.float32(tt - tb)
+                elif q >= 0:           # a candidate no more
+                    rec[r + _U(2)] = -1
+                    n_cand = _drop(q, n_cand, QF, QL, PF, PL, PB, rec)
+                t += 1
+                continue
+            if counted:
+                misses[_U(layer)] += 1
+            if cap == 0:
+                t += 1
+                continue
+            if n_res < cap:
+                s = n_res
+                n_res += 1
+            else:                      # one leaves: the lowest candidate, or the miss itself
+                tf = tt + 1.0
+                n_go += 1
+                if t > c_end:          # a window of about `window` overflowing units, as the last one had
+                    span = min(max(window * (t - t_made) // n_go, window), _MAX_SPAN) if c_end >= 0 else window
+                    t_made = t
+                    n_go = 1
+                    c_max = v_last * up if v_last >= 0.0 else np.inf
+                    c_end = t + span - 1
+                    tb = tt
+                    n_cand = _make(t, span, c_max, n_res, sbase, SF, SL, SX, SB, QF, QL, PF, PL, PB, rec, n_cand)
+                    if n_cand > many * window:
+                        up = 1.0 + (up - 1.0) * 0.8
+                    if traced:
+                        trace[1] += 1
+                if traced:
+                    trace[0] += 1
+                    trace[3] += n_cand
+                    trace[4] += n_cand > 64
+                best, bk = _lowest_entry(QF, QL, PF, PL, PB, n_cand, tf, tb, rec)
+                if not bk <= c_max:    # too few candidates: made again to hold the lowest found (or all)
+                    c_max = bk * up if best >= 0 else np.inf
+                    if best < 0:
+                        span = window
+                    up = 1.0 + (up - 1.0) * 2.0
+                    if traced:
+                        trace[2] += 1
+                    c_end = t + span - 1
+                    tb = tt
+                    n_cand = _make(t, span, c_max, n_res, sbase, SF, SL, SX, SB, QF, QL, PF, PL, PB, rec, n_cand)
+                    best, bk = _lowest_entry(QF, QL, PF, PL, PB, n_cand, tf, tb, rec)
+                join = c_max * _JOIN_MARGIN
+                v_last = bk
+                vb = PB[_U(best)]
+                rv = _U(4 * vb)
+                if ff < bk or (ff == bk and rec[r + _U(3)] < rec[rv + _U(3)]):
+                    t += 1             # the miss ranks lowest: bypassed
+                    continue
+                s = rec[rv + _U(1)]    # the lowest leaves
+                rec[rv + _U(1)] = -1
+                rec[rv + _U(2)] = -1
+                n_cand = _drop(best, n_cand, QF, QL, PF, PL, PB, rec)
+            SF[_U(s)] = np.float32(ff)
+            SL[_U(s)] = np.float32(t - sbase)
+            SX[_U(s)] = tt
+            SB[_U(s)] = b
+            rec[r + _U(1)] = s
+            if ff <= join * float(c_end + 1 - t):
+                q = n_cand
+                n_cand += 1
+                PF[_U(q)] = ff
+                PL[_U(q)] = tt
+                QF[_U(q)] = np.float32(ff)
+                QL[_U(q)] = np.float32(tt - tb)
+                PB[_U(q)] = b
+                rec[r + _U(2)] = q
+            t += 1
