@@ -33,12 +33,13 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .._jit import jit_helper, jit_inline, jit_loop
 from ._kernels import _cttz
 from ._pages import Packed
-from ._simd import _I32, _I64, _lanes, _splat, lanes_below
+from ._simd import _CMP_MOVMSK, _I32, _I64, _lanes, _splat, lanes_below
 
 __all__ = ["MANY", "REBASE", "UP", "WINDOW", "replay_lfru_cands"]
 
@@ -77,7 +78,7 @@ def _slot_cands(typingctx, SF, SL, off, thr, ce):
         f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[2], 64, _F32), align=4)
         last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[2], 64, _F32), align=4)
         p = builder.fmul(_splat(builder, args[3], vt, 64), builder.fsub(_splat(builder, args[4], vt, 64), last))
-        return builder.bitcast(builder.fcmp_ordered("<=", f, p), _I64)
+        return _le_bits(builder, builder.fsub(f, p), ir.Constant(_F32, 0.0), 64)
 
     return sig, codegen
 
@@ -101,10 +102,22 @@ def _lowest(builder, x, n):
     return builder.extract_element(x, ir.Constant(_I32, 0))
 
 
-def _bits(builder, c, n):
-    """A ``<n x i1>`` compare as the low bits of a uint64."""
-    x = builder.bitcast(c, ir.IntType(n))
-    return builder.zext(x, _I64) if n < 64 else x
+def _le_bits(builder, x, v, n):
+    """The lanes of the ``n`` float32 lanes ``x`` at most the float32 ``v``, as the low bits of a uint64: where
+    AVX2 is the widest (:data:`._simd._CMP_MOVMSK`), a compare and a ``vmovmskps`` per eight lanes, shifted into
+    place; else one compare and a bitcast."""
+    if not _CMP_MOVMSK:
+        c = builder.bitcast(builder.fcmp_ordered("<=", x, _splat(builder, v, ir.VectorType(_F32, n), n)), ir.IntType(n))
+        return builder.zext(c, _I64) if n < 64 else c
+    vt = ir.VectorType(_F32, 8)
+    movmsk = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [vt]), "llvm.x86.avx.movmsk.ps.256")
+    vs = _splat(builder, v, vt, 8)
+    word = ir.Constant(_I64, 0)
+    for q in range(n // 8):
+        xs = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_I32, 8), list(range(8 * q, 8 * q + 8))))
+        c = builder.bitcast(builder.sext(builder.fcmp_ordered("<=", xs, vs), ir.VectorType(_I32, 8)), vt)
+        word = builder.or_(word, builder.shl(builder.zext(builder.call(movmsk, [c]), _I64), ir.Constant(_I64, 8 * q)))
+    return word
 
 
 def _low_n(n):
@@ -121,8 +134,7 @@ def _low_n(n):
             x = _keys32(context, builder, signature, args, n)
             v = _lowest(builder, x, n)
             near = builder.fmul(v, ir.Constant(_F32, float(_NEAR)))
-            c = builder.fcmp_ordered("<=", x, _splat(builder, near, ir.VectorType(_F32, n), n))
-            return context.make_tuple(builder, rt, [_bits(builder, c, n), v])
+            return context.make_tuple(builder, rt, [_le_bits(builder, x, near, n), v])
 
         return sig, codegen
 
@@ -133,7 +145,7 @@ def _low_n(n):
 _low8, _low16, _low24, _low32, _low40, _low48, _low56, _low64 = (_low_n(8 * k) for k in range(1, 9))
 
 
-@jit_helper
+@jit_inline
 def _low_lanes(QF, QL, a, n_cand):
     """:func:`_low_n` over the first ``n_cand`` (1 to 64) lanes, rounded up to a multiple of 8."""
     k = (n_cand + 7) >> 3
@@ -163,9 +175,7 @@ def _near64(typingctx, QF, QL, off, a, v):
     sig = types.uint64(QF, QL, types.int64, types.float32, types.float32)
 
     def codegen(context, builder, signature, args):
-        x = _keys32(context, builder, signature, args, 64)
-        return _bits(builder, builder.fcmp_ordered("<=", x, _splat(builder, args[4], ir.VectorType(_F32, 64), 64)),
-                     64)
+        return _le_bits(builder, _keys32(context, builder, signature, args, 64), args[4], 64)
 
     return sig, codegen
 
