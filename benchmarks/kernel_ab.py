@@ -23,7 +23,8 @@ slots loop whatever the cache (``_kernels_lrfu_slots.replay_lrfu_slots``; in a c
 pool loop), ``lrfu-global-seq``, sequential ``lrfu``
 (lambda 0.5) with one global pool (``_kernels_lrfu_window.replay_lrfu_window``, else the pool loop
 ``_kernels_lrfu_global.replay_lrfu_global``), ``lfru-global-seq``, sequential ``lfru`` with one global pool
-(``_kernels_lfru_groups.replay_lfru_groups``), and ``lfu-global`` / ``lfu-global-seq``, event-atomic / sequential
+(``_kernels_lfru_cands.replay_lfru_cands``; in a checkout from before session 53, the frequency groups,
+``_kernels_lfru_groups.replay_lfru_groups``), and ``lfu-global`` / ``lfu-global-seq``, event-atomic / sequential
 ``lfu`` with one global pool (``_kernels_lfu_buckets.replay_lfu_buckets``), ``lfu-global-seq-in-cache`` the latter
 with in-cache counters, ``shuffle``, sequential-random's shuffle of every event
 (``_kernels_order.shuffle_events``, seed 0; the orders must be equal where the others' hits must), ``lru-layers``,
@@ -195,8 +196,12 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
                     win.replay_lrfu_window(s.offsets, s.expert, s.layer, N, L, pool, global_order[1], 0.5, 0, h, m,
                                            flags)
             elif kernel == "lfru-global-seq":
-                _sibling(generic, "_kernels_lfru_groups").replay_lfru_groups(
-                    s.offsets, s.expert, s.layer, N, L, False, pool, tie, 0, h, m, flags)
+                ca = _sibling(generic, "_kernels_lfru_cands")
+                if ca is None:             # a checkout without it: the frequency groups the engine ran there
+                    _sibling(generic, "_kernels_lfru_groups").replay_lfru_groups(
+                        s.offsets, s.expert, s.layer, N, L, False, pool, tie, 0, h, m, flags)
+                else:
+                    ca.replay_lfru_cands(s.offsets, s.expert, s.layer, N, L, pool, tie, 0, h, m, flags)
             elif kernel.startswith("lfu-global"):
                 _sibling(generic, "_kernels_lfu_buckets").replay_lfu_buckets(
                     s.offsets, s.expert, s.layer, N, L, kernel == "lfu-global", pool, global_order[1],

@@ -12,7 +12,8 @@ the ``j``-th lowest tie rank in that layer (``tie_pos`` of
 They make exactly the decision of their list/heap counterparts in
 :mod:`expertcache.replay._kernels` (the engine dispatches here only where they
 apply; tests/test_fast_lru_belady.py compares them on random streams).
-Global ``lfru`` replays in :mod:`._kernels_lfru_groups` (small event-atomic caches in :mod:`._kernels_lfru_slots`).
+Global ``lfru`` replays in :mod:`._kernels_lfru_groups` (small event-atomic caches in :mod:`._kernels_lfru_slots`,
+sequential units in :mod:`._kernels_lfru_cands`).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ float key's bits order like the float).
 The engine runs :func:`replay_select` for ``lfru`` per layer where the bitset
 loop of ``_kernels_bits`` does not apply (more than 1,024 experts, streams past
 its bound of units); :mod:`._kernels_lfru_groups` takes
-global scope (:mod:`._kernels_lfru_slots` small event-atomic global caches).
+global scope (:mod:`._kernels_lfru_slots` small event-atomic global caches, :mod:`._kernels_lfru_cands`
+sequential units).
 """
 
 from __future__ import annotations

@@ -92,7 +92,8 @@ _UP = 1.0 + 2.0 ** -40
 #: on ``benchmarks/replay_throughput.py``'s stream (flat within a few percent around them).
 TUNE = (4, 16, 1.03, 1.06, 1.005)
 #: :data:`TUNE` for sequential units (one to leave each): a larger pool before ``theta`` falls, a larger rise
-#: (``benchmarks/lfru_groups_tune.py``; docs/performance.md, *Session 43*).
+#: (``benchmarks/lfru_groups_tune.py``; docs/performance.md, *Session 43*). The engine replays sequential units on
+#: :mod:`._kernels_lfru_cands` since session 53 (0.41-0.97 of this loop's time on the shapes measured there).
 TUNE_SEQ = (8, 32, 1.03, 1.12, 1.005)
 #: A group's unit in the wheel is at most this far past its front's last unit with int32 records (early,
 #: never late: :func:`_span`); ``2**60`` with int64 ones.
