@@ -218,3 +218,41 @@ def test_the_benchmark_prints_a_row_per_rho_and_refuses_bad_arguments():
                           r.stdout)
         assert [float(x[0]) for x in rows] == [0.1, 0.6] and all(float(x[1]) > 0 < float(x[2]) for x in rows), r.stdout
     assert_refused("lfru_cands_vs_groups.py", (["--rhos", "2"], ["--stream", "drifting:x"], ["--pairs", "0"]))
+
+
+_WORDS_CHECK = """
+import numpy as np
+import sys
+import test_lfru_cands as T
+from expertcache.replay import _simd as S
+from expertcache.replay import engine
+from test_twin_large import random_stream
+assert S._CMP_MOVMSK == (sys.argv[1] == "haswell")
+for seed in range(2):
+    stream = random_stream(500 + seed, L=3, N=40, k=5, steps=120)
+    tie = engine._tie_ranks("random", seed, stream.n_blocks)
+    for cap in (1, 7, 30, 100):
+        T._check(stream, cap, tie, 2, settings=({}, {"up": 8.0, "many": 1e9, "window": 200}))
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("cpu", ["generic", "haswell", "skylake-avx512"])
+def test_the_words_of_each_vector_width(tmp_path, cpu):
+    """The float32 compares' words by a bitcast of the compare (a generic x86-64, or AVX-512) and by one sign-bit
+    mask per eight lanes (Haswell's AVX2, :data:`._simd._CMP_MOVMSK`), the kernels compiled afresh for each: the
+    counts and flags of ``replay_select``, pools of up to 64 lanes and past them. A form this machine cannot run,
+    or whose kernels are its own (the tests in this process run them), is skipped."""
+    import subprocess
+    import sys
+
+    from test_lfru_slots import named_cpu_env
+
+    from expertcache.replay import _simd as S
+
+    env = named_cpu_env(tmp_path, cpu)
+    if cpu == "haswell" and S._CMP_MOVMSK:
+        pytest.skip("this machine's own kernels build their words by sign-bit masks: this process tests them")
+    proc = subprocess.run([sys.executable, "-c", _WORDS_CHECK, cpu], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]

@@ -208,6 +208,25 @@ def skip_unless_host_runs(features: str) -> None:
         pytest.skip(f"this machine cannot run code compiled with {', '.join(missing)}")
 
 
+def named_cpu_env(tmp_path, cpu: str) -> dict[str, str]:
+    """The environment of a subprocess whose kernels compile afresh (a numba cache under ``tmp_path``) for ``cpu``:
+    ``generic`` (x86-64), ``haswell`` (:data:`_HASWELL`) or ``skylake-avx512`` (:data:`_SKYLAKE_X`), with this
+    directory on the path. Skipped on a machine other than x86-64, or one that cannot run that code."""
+    import os
+    import platform
+    from pathlib import Path
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("the targets named here are x86-64's")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_CPU")}
+    env.update(NUMBA_CPU_NAME=cpu, NUMBA_CACHE_DIR=str(tmp_path / "numba"),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parent), env.get("PYTHONPATH")])))
+    if cpu != "generic":
+        env["NUMBA_CPU_FEATURES"] = _HASWELL if cpu == "haswell" else _SKYLAKE_X
+        skip_unless_host_runs(env["NUMBA_CPU_FEATURES"])
+    return env
+
+
 def skip_where_host_runs_the_haswell_forms(need_fma: bool) -> None:
     """Skip a check compiled for Haswell where this machine's own kernels are those forms (no AVX-512; with FMA
     where ``need_fma``, the forms of checks whose passes fuse with it): the tests in its own process run them."""
@@ -248,20 +267,10 @@ def test_the_slots_without_avx512(tmp_path, cpu):
     AVX-512 but not VBMI2 (Skylake-X), the list split by gathers (``split_low16``, where an AMD core splits one slot
     at a time) and the one-cut pass's mask listed apart: the same counts and flags. Haswell's form is skipped on a
     machine without AVX-512 that has FMA: its own kernels are that form, and the tests in this process run them."""
-    import os
-    import platform
     import subprocess
     import sys
-    from pathlib import Path
 
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        pytest.skip("the generic target named here is x86-64's")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_CPU")}
-    env.update(NUMBA_CPU_NAME=cpu, NUMBA_CACHE_DIR=str(tmp_path / "numba"),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parent), env.get("PYTHONPATH")])))
-    if cpu != "generic":
-        env["NUMBA_CPU_FEATURES"] = _HASWELL if cpu == "haswell" else _SKYLAKE_X
-        skip_unless_host_runs(env["NUMBA_CPU_FEATURES"])
+    env = named_cpu_env(tmp_path, cpu)
     if cpu == "haswell":
         skip_where_host_runs_the_haswell_forms(need_fma=True)
     proc = subprocess.run([sys.executable, "-c", _GENERIC_CHECK, cpu], env=env, capture_output=True, text=True,
