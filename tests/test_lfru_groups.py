@@ -165,7 +165,8 @@ def test_int64_node_records():
 @pytest.mark.parametrize("semantics", ("event-atomic", "sequential-ascending", "sequential-random"))
 def test_the_engine_dispatches_global_lfru_here(semantics):
     """``replay`` / ``replay_hits`` under global scope give ``replay_select``'s counts and flags (any rho,
-    warm-up): this kernel's, or for small event-atomic caches ``_kernels_lfru_slots``'s."""
+    warm-up): this kernel's, for small event-atomic caches ``_kernels_lfru_slots``'s, and for sequential units
+    ``_kernels_lfru_cands``'s."""
     stream = random_stream(5, L=3, N=20, k=4, steps=40)
     for rho in (0.0, 0.1, 0.4, 1.0):
         cfg = ReplayConfig("lfru", rho=rho, scope="global", semantics=semantics, seed=2, warmup_events=3)

@@ -6,21 +6,21 @@ one access, and an access that misses a full cache makes one block leave: the lo
 miss itself (a miss that ranks lowest is bypassed). The frequency groups of :mod:`._kernels_lfru_groups` find it
 exactly, but every access moves its block through linked lists and a timing wheel (86-99 ns an access on the
 benchmark stream on an AVX2 core). Here the residents sit in dense *slots* and the lowest is found among a few
-*candidates*, made afresh every :data:`WINDOW` units by one vector pass over the slots:
+*candidates*, made afresh for a window of about :data:`WINDOW` overflowing units by one vector pass over the slots:
 
 * A key only falls while its block is not accessed, so a resident whose key at the window's last unit ``c_end``
   is above a bound ``c_max`` stays above it at every unit of the window. The pass lists the slots whose count is
   at most ``c_max * (c_end - last + 1)`` (float32 lanes, :func:`_slot_cands`, with a margin that keeps every
   slot it leaves out above ``c_max`` in the float64 key); an accessed block whose key may fall to ``c_max`` by
-  ``c_end`` joins them (a hit, or a miss taking a slot), and a candidate that is accessed stays one.
+  ``c_end`` joins them (a hit, or a miss taking a slot) or stays one, any other accessed candidate leaves them.
 * At a miss the candidates' keys are computed as float32 vectors (:func:`_low_n`: a copy of their counts and last
   units, the float32 division) and the lanes within a relative ``2**-19`` of the lowest (they hold every lane that
   may tie with it in float64) are ranked by their exact float64 keys and tie ranks. Where that lowest key is at
   most ``c_max`` it is the lowest of every resident; otherwise (too few candidates) they are made again with
   ``c_max`` at that key times ``up``, which holds it.
 * ``c_max`` is the last leaving key times ``up``; ``up`` shrinks after a pass that lists more than
-  :data:`MANY` times the window's units and grows after a window whose candidates ran out (any positive value
-  gives the same decision).
+  :data:`MANY` times :data:`WINDOW` candidates and grows after a window whose candidates ran out (any value above
+  1 gives the same decision). A window spans :data:`WINDOW` times the units an overflow took in the last one.
 
 The slots' float32 last units are kept relative to a base moved up every :data:`REBASE` units; a slot older than
 ``2**23`` units then has its float32 count set to 0 (a candidate at every pass) until it is accessed. The
@@ -47,13 +47,15 @@ __all__ = ["MANY", "REBASE", "UP", "WINDOW", "replay_lfru_cands"]
 _U = np.uint64
 _F32 = ir.FloatType()
 
-#: Units a set of candidates serves before it is made again.
+#: Overflowing units a set of candidates serves before it is made again, about: its window spans this many times
+#: the units an overflow took in the last window (at least this many units, at most :data:`_MAX_SPAN`).
 WINDOW = 32
 #: The first ``c_max`` is the last leaving key times this.
 UP = 1.05
 #: The most units a set of candidates serves.
 _MAX_SPAN = 1 << 16
-#: A pass listing more than this many candidates a unit of the window makes ``up`` smaller.
+#: A pass listing more than this many candidates an overflow of the window (times :data:`WINDOW`) makes ``up``
+#: smaller.
 MANY = 2
 #: The slots' float32 last units are relative to a base moved up every this many units (below ``2**23``).
 REBASE = 1 << 22
