@@ -33,13 +33,12 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 from numba import types
-from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .._jit import jit_helper, jit_inline, jit_loop
 from ._kernels import _cttz
 from ._pages import Packed
-from ._simd import _CMP_MOVMSK, _I32, _I64, _lanes, _splat, lanes_below
+from ._simd import _lanes, _splat, compare_word, lanes_below, lowest_lane
 
 __all__ = ["MANY", "REBASE", "UP", "WINDOW", "replay_lfru_cands"]
 
@@ -80,46 +79,17 @@ def _slot_cands(typingctx, SF, SL, off, thr, ce):
         f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[2], 64, _F32), align=4)
         last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[2], 64, _F32), align=4)
         p = builder.fmul(_splat(builder, args[3], vt, 64), builder.fsub(_splat(builder, args[4], vt, 64), last))
-        return _le_bits(builder, builder.fsub(f, p), ir.Constant(_F32, 0.0), 64)
+        return compare_word(builder, "<=", f, p)
 
     return sig, codegen
 
 
-def _keys32(context, builder, signature, args, n):
+def _cand_keys(context, builder, signature, args, n):
     """``QF / (a - QL)`` on the ``n`` float32 lanes from ``off`` (``args``: ``QF``, ``QL``, ``off``, ``a``)."""
     vt = ir.VectorType(_F32, n)
     f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[2], n, _F32), align=4)
     last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[2], n, _F32), align=4)
     return builder.fdiv(f, builder.fsub(_splat(builder, args[3], vt, n), last))
-
-
-def _lowest(builder, x, n):
-    """The lowest of the ``n`` lanes of ``x``, halved in registers."""
-    h = n
-    while h > 1:
-        h //= 2
-        a = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_I32, h), list(range(h))))
-        b = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_I32, h), list(range(h, 2 * h))))
-        x = builder.select(builder.fcmp_ordered("<", a, b), a, b)
-    return builder.extract_element(x, ir.Constant(_I32, 0))
-
-
-def _le_bits(builder, x, v, n):
-    """The lanes of the ``n`` float32 lanes ``x`` at most the float32 ``v``, as the low bits of a uint64: where
-    AVX2 is the widest (:data:`._simd._CMP_MOVMSK`), a compare and a ``vmovmskps`` per eight lanes, shifted into
-    place; else one compare and a bitcast."""
-    if not _CMP_MOVMSK:
-        c = builder.bitcast(builder.fcmp_ordered("<=", x, _splat(builder, v, ir.VectorType(_F32, n), n)), ir.IntType(n))
-        return builder.zext(c, _I64) if n < 64 else c
-    vt = ir.VectorType(_F32, 8)
-    movmsk = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [vt]), "llvm.x86.avx.movmsk.ps.256")
-    vs = _splat(builder, v, vt, 8)
-    word = ir.Constant(_I64, 0)
-    for q in range(n // 8):
-        xs = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_I32, 8), list(range(8 * q, 8 * q + 8))))
-        c = builder.bitcast(builder.sext(builder.fcmp_ordered("<=", xs, vs), ir.VectorType(_I32, 8)), vt)
-        word = builder.or_(word, builder.shl(builder.zext(builder.call(movmsk, [c]), _I64), ir.Constant(_I64, 8 * q)))
-    return word
 
 
 def _low_n(n):
@@ -133,10 +103,10 @@ def _low_n(n):
         sig = rt(QF, QL, types.int64, types.float32)
 
         def codegen(context, builder, signature, args):
-            x = _keys32(context, builder, signature, args, n)
-            v = _lowest(builder, x, n)
-            near = builder.fmul(v, ir.Constant(_F32, float(_NEAR)))
-            return context.make_tuple(builder, rt, [_le_bits(builder, x, near, n), v])
+            x = _cand_keys(context, builder, signature, args, n)
+            v = lowest_lane(builder, x)
+            near = _splat(builder, builder.fmul(v, ir.Constant(_F32, float(_NEAR))), ir.VectorType(_F32, n), n)
+            return context.make_tuple(builder, rt, [compare_word(builder, "<=", x, near), v])
 
         return sig, codegen
 
@@ -166,7 +136,7 @@ def _min64(typingctx, QF, QL, off, a):
     sig = types.float32(QF, QL, types.int64, types.float32)
 
     def codegen(context, builder, signature, args):
-        return _lowest(builder, _keys32(context, builder, signature, args, 64), 64)
+        return lowest_lane(builder, _cand_keys(context, builder, signature, args, 64))
 
     return sig, codegen
 
@@ -177,7 +147,8 @@ def _near64(typingctx, QF, QL, off, a, v):
     sig = types.uint64(QF, QL, types.int64, types.float32, types.float32)
 
     def codegen(context, builder, signature, args):
-        return _le_bits(builder, _keys32(context, builder, signature, args, 64), args[4], 64)
+        x = _cand_keys(context, builder, signature, args, 64)
+        return compare_word(builder, "<=", x, _splat(builder, args[4], ir.VectorType(_F32, 64), 64))
 
     return sig, codegen
 

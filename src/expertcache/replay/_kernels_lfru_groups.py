@@ -77,7 +77,17 @@ from ._kernels_bits import _kth_lowest, _popc
 from ._kernels_lfru import _sel_offer
 from ._kernels_order import _ctlz
 from ._pages import Packed
-from ._simd import _F64, _I32, _I64, _lanes, _splat, lanes_below, mask_eq, mask_lt, sort_small
+from ._simd import (
+    _F64,
+    _I64,
+    _lanes,
+    _splat,
+    lanes_below,
+    lowest_lane,
+    mask_eq,
+    mask_lt,
+    sort_small,
+)
 
 #: An unsigned index: numba skips the negative-index wraparound (no index here is negative).
 _U = np.uint64
@@ -157,14 +167,7 @@ def _keys_min_n(n):
             x = _stored_keys(context, builder, signature, args, n)
             it = ir.VectorType(_I64, n)
             live = builder.icmp_signed("<", ir.Constant(it, list(range(n))), _splat(builder, args[5], it, n))
-            y = builder.select(live, x, ir.Constant(vt, [float("inf")] * n))
-            h = n
-            while h > 1:               # the lower half against the upper, until one lane is left
-                h //= 2
-                a = builder.shuffle_vector(y, y, ir.Constant(ir.VectorType(_I32, h), list(range(h))))
-                b = builder.shuffle_vector(y, y, ir.Constant(ir.VectorType(_I32, h), list(range(h, 2 * h))))
-                y = builder.select(builder.fcmp_ordered("<", a, b), a, b)
-            return builder.extract_element(y, ir.Constant(_I32, 0))
+            return lowest_lane(builder, builder.select(live, x, ir.Constant(vt, [float("inf")] * n)))
 
         return sig, codegen
 

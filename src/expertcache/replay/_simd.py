@@ -949,28 +949,52 @@ def lrfu_cut2(typingctx, V, off, bounds, out, qa, qb):
     return sig, _lrfu_cuts_codegen(2)
 
 
-def _lanes_word_avx2(builder, x, v, op: str, it):
-    """``icmp op`` of the 64 lanes ``x`` (of type ``it``) with the splat ``v``, as a word: per 256-bit chunk one
-    compare and one sign-bit mask (``vmovmskps`` for int32, ``vmovmskpd`` for int64), shifted into place. Without
-    AVX-512, LLVM lowered the bitcast of such a compare (where a vector reduction gave ``v``: the Belady lanes loop)
-    a byte at a time, about a hundred ``vpextrb`` / ``vpinsrb`` a word."""
-    per = 256 // it.width
-    ft = ir.FloatType() if it.width == 32 else _F64
-    name = "llvm.x86.avx.movmsk.ps.256" if it.width == 32 else "llvm.x86.avx.movmsk.pd.256"
-    ct = ir.VectorType(it, per)
-    movmsk = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [ir.VectorType(ft, per)]), name)
-    vs = _splat(builder, v, ct, per)
+def compare_word(builder, op: str, x, y, movmsk: bool | None = None):
+    """The lanes where ``x op y`` (two ``<n x T>`` vectors, ``n`` at most 64; ``T`` int32 or int64, compared signed,
+    or float32 or float64, ordered) as the low bits of a uint64. Where ``movmsk`` (by default :data:`_CMP_MOVMSK`:
+    x86 with AVX2, no AVX-512) per 256-bit chunk one compare and one sign-bit mask (``vmovmskps`` for 32-bit lanes,
+    ``vmovmskpd`` for 64-bit ones), shifted into place (``n`` a multiple of the chunk's lanes); else one compare
+    and a bitcast. Without AVX-512, LLVM lowered the bitcast of such a compare (where a vector reduction gave the
+    splat: the Belady lanes loop) a byte at a time, about a hundred ``vpextrb`` / ``vpinsrb`` a word, and packed a
+    64-lane float compare with long chains of ``vpackssdw`` (the sequential global lfru candidates' pass)."""
+    et = x.type.element
+    n = x.type.count
+    fp = isinstance(et, (ir.FloatType, ir.DoubleType))
+
+    def cmp(a, b):
+        return builder.fcmp_ordered(op, a, b) if fp else builder.icmp_signed(op, a, b)
+
+    if not (_CMP_MOVMSK if movmsk is None else movmsk):
+        bits = builder.bitcast(cmp(x, y), ir.IntType(n))
+        return builder.zext(bits, _I64) if n < 64 else bits
+    width = 32 if isinstance(et, ir.FloatType) or (not fp and et.width == 32) else 64
+    per = 256 // width
+    ft = ir.FloatType() if width == 32 else _F64
+    name = "llvm.x86.avx.movmsk.ps.256" if width == 32 else "llvm.x86.avx.movmsk.pd.256"
+    movmsk_fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [ir.VectorType(ft, per)]), name)
     word = ir.Constant(_I64, 0)
-    for q in range(64 // per):
-        xs = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_I32, per), list(range(q * per, (q + 1) * per))))
-        c = builder.sext(builder.icmp_signed(op, xs, vs), ct)
-        bits = builder.zext(builder.call(movmsk, [builder.bitcast(c, ir.VectorType(ft, per))]), _I64)
+    for q in range(n // per):
+        idx = ir.Constant(ir.VectorType(_I32, per), list(range(q * per, (q + 1) * per)))
+        c = builder.sext(cmp(builder.shuffle_vector(x, x, idx), builder.shuffle_vector(y, y, idx)),
+                         ir.VectorType(ir.IntType(width), per))
+        bits = builder.zext(builder.call(movmsk_fn, [builder.bitcast(c, ir.VectorType(ft, per))]), _I64)
         word = builder.or_(word, builder.shl(bits, ir.Constant(_I64, q * per)))
     return word
 
 
-#: Whether :data:`lanes_eq` and :data:`lanes_ge` build their words by :func:`_lanes_word_avx2` (x86 with AVX2, no
-#: AVX-512: per-layer Belady on the lanes in 0.46-0.50 of its time on a Zen 3 core, docs/performance.md,
+def lowest_lane(builder, x):
+    """The lowest of the lanes of the float vector ``x`` (a power of two of them), halved in registers."""
+    h = x.type.count
+    while h > 1:
+        h //= 2
+        a = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_I32, h), list(range(h))))
+        b = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_I32, h), list(range(h, 2 * h))))
+        x = builder.select(builder.fcmp_ordered("<", a, b), a, b)
+    return builder.extract_element(x, ir.Constant(_I32, 0))
+
+
+#: Whether :func:`compare_word` (:data:`lanes_eq`, :data:`lanes_ge`) builds its words by sign-bit masks (x86 with
+#: AVX2, no AVX-512: per-layer Belady on the lanes in 0.46-0.50 of its time on a Zen 3 core, docs/performance.md,
 #: *Session 51*).
 _CMP_MOVMSK = _has_feature("avx2") and not WIDE_VECTORS
 
@@ -978,7 +1002,7 @@ _CMP_MOVMSK = _has_feature("avx2") and not WIDE_VECTORS
 def _make_lanes_cmp(op: str, movmsk: bool = _CMP_MOVMSK):
     """:data:`lanes_eq` (``op`` ``"=="``) or :data:`lanes_ge` (``">="``): bit ``q`` set where ``buf[off + q] op v``
     for the 64 integer lanes from ``off`` (int64 or int32; ``v`` compared at the lanes' width); the word by
-    :func:`_lanes_word_avx2` where ``movmsk`` (x86 with AVX only), else by a bitcast of the compare."""
+    :func:`compare_word`, by sign-bit masks where ``movmsk`` (x86 with AVX only), else by a bitcast of the compare."""
 
     @intrinsic
     def _cmp(typingctx, buf, off, v):
@@ -989,10 +1013,7 @@ def _make_lanes_cmp(op: str, movmsk: bool = _CMP_MOVMSK):
             x = builder.load(_lanes(context, builder, signature.args[0], args[0], args[1], 64, it),
                              align=it.width // 8)
             v = args[2] if it.width == 64 else builder.trunc(args[2], it)
-            if movmsk:
-                return _lanes_word_avx2(builder, x, v, op, it)
-            c = builder.icmp_signed(op, x, _splat(builder, v, ir.VectorType(it, 64), 64))
-            return builder.bitcast(c, _I64)
+            return compare_word(builder, op, x, _splat(builder, v, ir.VectorType(it, 64), 64), movmsk)
 
         return sig, codegen
 
