@@ -139,11 +139,12 @@ def test_strided_experts():
 
 
 def _pool(rng: np.random.Generator, n: int, tb: float, width: int = 192):
-    """Candidate arrays of ``n`` entries (float32 copies as ``_make`` writes them), past them keys of ``inf``:
-    counts and ages near ``2**25``, beyond float32's integers, so that their float32 keys err and cluster."""
+    """Candidate arrays of ``n`` entries (float32 copies as ``_make`` writes them: minus the count's reciprocal,
+    the last unit), past them ranks of 0: counts and ages near ``2**25``, beyond float32's integers, so that their
+    float32 ranks err and cluster."""
     PF = np.zeros(width)
     PL = np.zeros(width)
-    QF = np.full(width, np.inf, dtype=np.float32)
+    QR = np.zeros(width, dtype=np.float32)
     QL = np.zeros(width, dtype=np.float32)
     PB = np.zeros(width, dtype=np.int32)
     c = float(rng.integers(2**25, 2**26))
@@ -151,23 +152,23 @@ def _pool(rng: np.random.Generator, n: int, tb: float, width: int = 192):
         age = float(rng.integers(2**25, 2**26))
         f = np.floor(c * (age + 1) / (2**25)) + float(rng.integers(-2, 3))   # keys near c / 2**25
         PF[q], PL[q] = f, tb - age
-        QF[q], QL[q] = np.float32(f), np.float32(PL[q] - tb)
+        QR[q], QL[q] = np.float32(-1.0 / f), np.float32(PL[q] - tb)
         PB[q] = q
-    return PF, PL, QF, QL, PB
+    return PF, PL, QR, QL, PB
 
 
 @pytest.mark.parametrize("n", (1, 5, 8, 13, 33, 64, 65, 150))
 def test_the_lowest_candidate_against_every_exact_key(n):
-    """``_lowest_entry`` (float32 keys, then float64 ones near the lowest) returns the entry of lowest ``(float64 key,
-    tie rank)`` on pools whose float32 keys err by a few ulps and tie often, every width of its lanes."""
+    """``_lowest_entry`` (float32 ranks, then float64 keys near the lowest) returns the entry of lowest ``(float64 key,
+    tie rank)`` on pools whose float32 ranks err by a few ulps and tie often, every width of its lanes."""
     rng = np.random.default_rng(n)
     for trial in range(300):
         tb = float(rng.integers(2**27, 2**28))
-        PF, PL, QF, QL, PB = _pool(rng, n, tb)
+        PF, PL, QR, QL, PB = _pool(rng, n, tb)
         rec = np.zeros(4 * 192, dtype=np.int32)
         rec[3::4] = rng.permutation(192)
         tf = tb + float(rng.integers(1, 40))
-        best, bk = KC._lowest_entry(QF, QL, PF, PL, PB, n, tf, tb, rec)
+        best, bk = KC._lowest_entry(QR, QL, PF, PL, PB, n, tf, tb, rec)
         keys = PF[:n] / (tf - PL[:n])
         want = min(range(n), key=lambda q: (keys[q], rec[4 * q + 3]))
         assert (best, bk) == (want, keys[want]), (trial, n)
@@ -190,15 +191,17 @@ def test_a_pass_lists_every_slot_at_or_below_the_bound():
     rec[0::4][:n] = f
     keys = f / (float(t + window) - last)      # at unit t + window - 1
     for c_max in keys[:40]:
-        QF = np.full(width, np.inf, dtype=np.float32)
-        QL = np.zeros(width, dtype=np.float32)
+        QR = np.full(width, np.inf, dtype=np.float32)         # stale lanes (150 old entries): reset past the list
+        QL = np.full(width, 7.0, dtype=np.float32)
         PF, PL, PB = np.zeros(width), np.zeros(width), np.zeros(width, dtype=np.int32)
         rec[2::4] = -1
-        k = KC._make(t, window, c_max, n, sbase, SF, SL, SX, SB, QF, QL, PF, PL, PB, rec, 0)
+        k = KC._make(t, window, c_max, n, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, rec, 150,
+                     np.zeros(width, dtype=np.int32))
         listed = set(PB[:k].tolist())
         assert {int(s) for s in np.flatnonzero(keys <= c_max)} <= listed
         assert all(rec[4 * b + 2] == q for q, b in enumerate(PB[:k]))
-        assert (PF[:k] == f[PB[:k]]).all() and (PL[:k] == last[PB[:k]]).all() and np.isinf(QF[k:]).all()
+        assert (PF[:k] == f[PB[:k]]).all() and (PL[:k] == last[PB[:k]]).all()
+        assert (QR[:k] == np.float32(-1.0 / f[PB[:k]])).all() and (QR[k:150] == 0).all() and (QL[k:150] == 0).all()
 
 
 def test_the_benchmark_prints_a_row_per_rho_and_refuses_bad_arguments():

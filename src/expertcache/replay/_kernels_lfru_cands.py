@@ -13,11 +13,12 @@ benchmark stream on an AVX2 core). Here the residents sit in dense *slots* and t
   at most ``c_max * (c_end - last + 1)`` (float32 lanes, :func:`_slot_cands`, with a margin that keeps every
   slot it leaves out above ``c_max`` in the float64 key); an accessed block whose key may fall to ``c_max`` by
   ``c_end`` joins them (a hit, or a miss taking a slot) or stays one, any other accessed candidate leaves them.
-* At a miss the candidates' keys are computed as float32 vectors (:func:`_low_n`: a copy of their counts and last
-  units, the float32 division) and the lanes within a relative ``2**-19`` of the lowest (they hold every lane that
-  may tie with it in float64) are ranked by their exact float64 keys and tie ranks. Where that lowest key is at
-  most ``c_max`` it is the lowest of every resident; otherwise (too few candidates) they are made again with
-  ``c_max`` at that key times ``up``, which holds it.
+* At a miss the candidates are ranked as float32 vectors (:func:`_low_n`) by ``-(age / count)``, the product of
+  a copy of minus their count's reciprocal and their age (the lowest key has the lowest rank; a division took
+  1.05x the loop's time: docs/performance.md, *Session 54*), and the lanes within a relative ``2**-19`` of the
+  lowest rank (they hold every lane that may tie with it in float64) are ranked by their exact float64 keys and
+  tie ranks. Where that lowest key is at most ``c_max`` it is the lowest of every resident; otherwise (too few
+  candidates) they are made again with ``c_max`` at that key times ``up``, which holds it.
 * ``c_max`` is the last leaving key times ``up``; ``up`` shrinks after a pass that lists more than
   :data:`MANY` times :data:`WINDOW` candidates and grows after a window whose candidates ran out (any value above
   1 gives the same decision). A window spans :data:`WINDOW` times the units an overflow took in the last one.
@@ -38,7 +39,7 @@ from numba.extending import intrinsic
 from .._jit import jit_helper, jit_inline, jit_loop
 from ._kernels import _cttz
 from ._pages import Packed
-from ._simd import _lanes, _splat, compare_word, lanes_below, lowest_lane
+from ._simd import _lanes, _splat, bit_positions, compare_word, lanes_below, lowest_lane
 
 __all__ = ["MANY", "REBASE", "UP", "WINDOW", "replay_lfru_cands"]
 
@@ -61,8 +62,9 @@ REBASE = 1 << 22
 #: A slot last accessed more than this many units before the base is a candidate at every pass (its float32 last
 #: unit would not be exact).
 _OLD = float(1 << 23)
-#: Candidate lanes: float32 keys within this factor of the lowest (every lane that may tie with it in float64).
-_NEAR = np.float32(1.0 + 2.0 ** -19)
+#: Candidate lanes: float32 ranks ``-(age / count)`` at most the lowest times this (every lane that may tie with it
+#: in float64: each rank is within four roundings of its exact value; ranks are negative).
+_NEAR = np.float32(1.0 - 2.0 ** -19)
 #: The pass's bound: ``c_max`` times this in float32 (slots left out have float64 keys above ``c_max``).
 _PASS_MARGIN = 1.0 + 2.0 ** -18
 #: A joining block's bound: ``c_max`` times this in float64.
@@ -85,22 +87,23 @@ def _slot_cands(typingctx, SF, SL, off, thr, ce):
 
 
 def _cand_keys(context, builder, signature, args, n):
-    """``QF / (a - QL)`` on the ``n`` float32 lanes from ``off`` (``args``: ``QF``, ``QL``, ``off``, ``a``)."""
+    """The ranks ``QR * (a - QL)`` (``-(age / count)``) of the ``n`` float32 lanes from ``off`` (``args``: ``QR``,
+    ``QL``, ``off``, ``a``)."""
     vt = ir.VectorType(_F32, n)
     f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[2], n, _F32), align=4)
     last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[2], n, _F32), align=4)
-    return builder.fdiv(f, builder.fsub(_splat(builder, args[3], vt, n), last))
+    return builder.fmul(f, builder.fsub(_splat(builder, args[3], vt, n), last))
 
 
 def _low_n(n):
-    """An intrinsic for the ``n`` lanes from ``off``: ``(bits, v)``, ``v`` the lowest float32 key ``QF / (a - QL)``
-    of them and ``bits`` the lanes whose key is at most ``v`` times :data:`_NEAR` (lanes past the candidates hold
-    ``QF = inf``, ``QL = 0``)."""
+    """An intrinsic for the ``n`` lanes from ``off``: ``(bits, v)``, ``v`` the lowest float32 rank ``QR * (a - QL)``
+    of them and ``bits`` the lanes whose rank is at most ``v`` times :data:`_NEAR` (lanes past the candidates hold
+    ``QR = 0``, ``QL = 0``: a rank of 0, above every candidate's)."""
 
     @intrinsic
-    def low(typingctx, QF, QL, off, a):
+    def low(typingctx, QR, QL, off, a):
         rt = types.Tuple((types.uint64, types.float32))
-        sig = rt(QF, QL, types.int64, types.float32)
+        sig = rt(QR, QL, types.int64, types.float32)
 
         def codegen(context, builder, signature, args):
             x = _cand_keys(context, builder, signature, args, n)
@@ -118,22 +121,22 @@ _low8, _low16, _low24, _low32, _low40, _low48, _low56, _low64 = (_low_n(8 * k) f
 
 
 @jit_inline
-def _low_lanes(QF, QL, a, n_cand):
+def _low_lanes(QR, QL, a, n_cand):
     """:func:`_low_n` over the first ``n_cand`` (1 to 64) lanes, rounded up to a multiple of 8."""
     k = (n_cand + 7) >> 3
     if k <= 4:
         if k <= 2:
-            return _low8(QF, QL, 0, a) if k == 1 else _low16(QF, QL, 0, a)
-        return _low24(QF, QL, 0, a) if k == 3 else _low32(QF, QL, 0, a)
+            return _low8(QR, QL, 0, a) if k == 1 else _low16(QR, QL, 0, a)
+        return _low24(QR, QL, 0, a) if k == 3 else _low32(QR, QL, 0, a)
     if k <= 6:
-        return _low40(QF, QL, 0, a) if k == 5 else _low48(QF, QL, 0, a)
-    return _low56(QF, QL, 0, a) if k == 7 else _low64(QF, QL, 0, a)
+        return _low40(QR, QL, 0, a) if k == 5 else _low48(QR, QL, 0, a)
+    return _low56(QR, QL, 0, a) if k == 7 else _low64(QR, QL, 0, a)
 
 
 @intrinsic
-def _min64(typingctx, QF, QL, off, a):
-    """The lowest float32 key ``QF / (a - QL)`` of the 64 lanes from ``off``."""
-    sig = types.float32(QF, QL, types.int64, types.float32)
+def _min64(typingctx, QR, QL, off, a):
+    """The lowest float32 rank ``QR * (a - QL)`` of the 64 lanes from ``off``."""
+    sig = types.float32(QR, QL, types.int64, types.float32)
 
     def codegen(context, builder, signature, args):
         return lowest_lane(builder, _cand_keys(context, builder, signature, args, 64))
@@ -142,9 +145,9 @@ def _min64(typingctx, QF, QL, off, a):
 
 
 @intrinsic
-def _near64(typingctx, QF, QL, off, a, v):
-    """The bits of the 64 lanes from ``off`` whose float32 key ``QF / (a - QL)`` is at most ``v``."""
-    sig = types.uint64(QF, QL, types.int64, types.float32, types.float32)
+def _near64(typingctx, QR, QL, off, a, v):
+    """The bits of the 64 lanes from ``off`` whose float32 rank ``QR * (a - QL)`` is at most ``v``."""
+    sig = types.uint64(QR, QL, types.int64, types.float32, types.float32)
 
     def codegen(context, builder, signature, args):
         x = _cand_keys(context, builder, signature, args, 64)
@@ -154,9 +157,9 @@ def _near64(typingctx, QF, QL, off, a, v):
 
 
 @jit_inline
-def _lowest_entry(QF, QL, PF, PL, PB, n_cand, tf, tb, rec):
+def _lowest_entry(QR, QL, PF, PL, PB, n_cand, tf, tb, rec):
     """The candidate of lowest ``(float64 key at unit tf - 1, tie rank)``: ``(its entry, its key)``; ``(-1, inf)``
-    without candidates. Where one lane alone lies near the lowest float32 key, it is the lowest (no other lane's
+    without candidates. Where one lane alone lies near the lowest float32 rank, it is the lowest (no other lane's
     float64 key can equal its own). ``rec[4 b + 3]``: block ``b``'s tie rank."""
     a = np.float32(tf - tb)
     best = -1
@@ -164,7 +167,7 @@ def _lowest_entry(QF, QL, PF, PL, PB, n_cand, tf, tb, rec):
     if n_cand <= 0:
         return best, bk
     if n_cand <= 64:
-        x, v = _low_lanes(QF, QL, a, n_cand)
+        x, v = _low_lanes(QR, QL, a, n_cand)
         if x and not x & (x - _U(1)):
             q = np.int64(_cttz(x))
             return q, PF[_U(q)] / (tf - PL[_U(q)])
@@ -173,11 +176,11 @@ def _lowest_entry(QF, QL, PF, PL, PB, n_cand, tf, tb, rec):
         v = np.float32(np.inf)
         w_hi = (n_cand + 63) >> 6
         for w in range(w_hi):
-            v = min(v, _min64(QF, QL, w << 6, a))
-        x = _near64(QF, QL, 0, a, v * _NEAR)
+            v = min(v, _min64(QR, QL, w << 6, a))
+        x = _near64(QR, QL, 0, a, v * _NEAR)
     for w in range(w_hi):
         if w > 0:
-            x = _near64(QF, QL, w << 6, a, v * _NEAR)
+            x = _near64(QR, QL, w << 6, a, v * _NEAR)
         while x:
             q = (w << 6) + np.int64(_cttz(x))
             x &= x - _U(1)
@@ -189,51 +192,52 @@ def _lowest_entry(QF, QL, PF, PL, PB, n_cand, tf, tb, rec):
 
 
 @jit_inline
-def _drop(q, n_cand, QF, QL, PF, PL, PB, rec):
-    """Candidate entry ``q`` leaves (the last entry takes its place, its lane then a key of ``inf``); returns how
-    many are left."""
+def _drop(q, n_cand, QR, QL, PF, PL, PB, rec):
+    """Candidate entry ``q`` leaves (the last entry takes its place, its lane then a rank of 0); returns how many
+    are left."""
     n = n_cand - 1
     if q != n:
         b = PB[_U(n)]
         PF[_U(q)] = PF[_U(n)]
         PL[_U(q)] = PL[_U(n)]
-        QF[_U(q)] = QF[_U(n)]
+        QR[_U(q)] = QR[_U(n)]
         QL[_U(q)] = QL[_U(n)]
         PB[_U(q)] = b
         rec[_U(4 * b + 2)] = q
-    QF[_U(n)] = np.float32(np.inf)
+    QR[_U(n)] = np.float32(0.0)
     QL[_U(n)] = np.float32(0.0)
     return n
 
 
 @jit_helper
-def _make(t, window, c_max, n_res, sbase, SF, SL, SX, SB, QF, QL, PF, PL, PB, rec, n_cand):
+def _make(t, window, c_max, n_res, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, rec, n_cand, LS):
     """The candidates for units ``t .. t + window - 1``: every slot whose count is at most ``c_max`` times its age
     at the last of them (float32, :data:`_PASS_MARGIN`); returns how many. The old candidates' entries are cleared
-    first, and the lanes past the new ones hold ``QF = inf`` and ``QL = 0`` (a key of ``inf``)."""
+    first, and the lanes past the new ones hold ``QR = 0`` and ``QL = 0`` (a rank of 0). The pass lists the slots
+    of every word in ``LS`` (:data:`._simd.bit_positions`: no loop over a word's bits, whose exit a branch
+    predictor misses: docs/performance.md, *Session 54*) before their entries are written."""
     for q in range(n_cand):
         rec[_U(4 * PB[_U(q)] + 2)] = -1
     thr = np.float32(c_max * _PASS_MARGIN)
     ce = np.float32(t + window - sbase)
     tb = float(t)
-    n = 0
+    n_l = 0
     for w in range((n_res + 63) >> 6):
-        x = _slot_cands(SF, SL, w << 6, thr, ce) & lanes_below(n_res - (w << 6))
-        while x:
-            s = (w << 6) + np.int64(_cttz(x))
-            x &= x - _U(1)
-            b = SB[_U(s)]
-            f = float(rec[_U(4 * b)])
-            last = SX[_U(s)]
-            PF[_U(n)] = f
-            PL[_U(n)] = last
-            QF[_U(n)] = np.float32(f)
-            QL[_U(n)] = np.float32(last - tb)
-            PB[_U(n)] = b
-            rec[_U(4 * b + 2)] = n
-            n += 1
+        n_l = bit_positions(_slot_cands(SF, SL, w << 6, thr, ce) & lanes_below(n_res - (w << 6)), w << 6, LS, n_l)
+    for n in range(n_l):
+        s = LS[_U(n)]
+        b = SB[_U(s)]
+        f = float(rec[_U(4 * b)])
+        last = SX[_U(s)]
+        PF[_U(n)] = f
+        PL[_U(n)] = last
+        QR[_U(n)] = np.float32(-1.0 / f)
+        QL[_U(n)] = np.float32(last - tb)
+        PB[_U(n)] = b
+        rec[_U(4 * b + 2)] = n
+    n = n_l
     for q in range(n, n_cand):
-        QF[_U(q)] = np.float32(np.inf)
+        QR[_U(q)] = np.float32(0.0)
         QL[_U(q)] = np.float32(0.0)
     return n
 
@@ -284,18 +288,18 @@ def replay_lfru_cands(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
                        min(max(float(_OLD if old is None else old), 1.0), _OLD),
                        np.zeros(0, np.int64) if trace is None else trace, rec.reshape(-1),
                        pa(width, f32, 0), pa(width, f32, 0), pa(width, f64, 0), pa(width, ix, 0),
-                       pa(width, f32, np.inf), pa(width, f32, 0), pa(width, f64, 0), pa(width, f64, 0),
-                       pa(width, ix, 0))
+                       pa(width, f32, 0), pa(width, f32, 0), pa(width, f64, 0), pa(width, f64, 0),
+                       pa(width, ix, 0), pa(width, np.int32, 0))
 
 
 @jit_loop
 def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hits, misses, hit_flag, window, up,
-                       many, rebase, old, trace, rec, SF, SL, SX, SB, QF, QL, PF, PL, PB):
+                       many, rebase, old, trace, rec, SF, SL, SX, SB, QR, QL, PF, PL, PB, LS):
     """The loop of :func:`replay_lfru_cands`. ``rec[4 b .. 4 b + 3]``: block ``b``'s count, slot (-1: not
     resident), candidate entry (-1: none) and tie rank; slot ``s``: float32 count ``SF`` and last unit ``SL``
-    (relative to the base ``sbase``), exact last unit ``SX``, block ``SB``; candidate entry ``q``: float32 count
-    ``QF`` and last unit ``QL`` (relative to ``tb``, the unit they were made at), exact count ``PF`` and last unit
-    ``PL``, block ``PB``."""
+    (relative to the base ``sbase``), exact last unit ``SX``, block ``SB``; candidate entry ``q``: minus its
+    count's reciprocal ``QR`` and its last unit ``QL`` (float32; relative to ``tb``, the unit they were made at),
+    exact count ``PF`` and last unit ``PL``, block ``PB``; ``LS`` the pass's list of slots."""
     record = hit_flag.shape[0] > 0
     traced = trace.shape[0] > 0
     n_events = offsets.shape[0] - 1
@@ -343,11 +347,11 @@ def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hi
                         rec[r + _U(2)] = q
                     PF[_U(q)] = ff
                     PL[_U(q)] = tt
-                    QF[_U(q)] = np.float32(ff)
+                    QR[_U(q)] = np.float32(-1.0 / ff)
                     QL[_U(q)] = np.float32(tt - tb)
                 elif q >= 0:           # a candidate no more
                     rec[r + _U(2)] = -1
-                    n_cand = _drop(q, n_cand, QF, QL, PF, PL, PB, rec)
+                    n_cand = _drop(q, n_cand, QR, QL, PF, PL, PB, rec)
                 t += 1
                 continue
             if counted:
@@ -368,7 +372,8 @@ def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hi
                     c_max = v_last * up if v_last >= 0.0 else np.inf
                     c_end = t + span - 1
                     tb = tt
-                    n_cand = _make(t, span, c_max, n_res, sbase, SF, SL, SX, SB, QF, QL, PF, PL, PB, rec, n_cand)
+                    n_cand = _make(t, span, c_max, n_res, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, rec, n_cand,
+                                   LS)
                     if n_cand > many * window:
                         up = 1.0 + (up - 1.0) * 0.8
                     if traced:
@@ -377,7 +382,7 @@ def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hi
                     trace[0] += 1
                     trace[3] += n_cand
                     trace[4] += n_cand > 64
-                best, bk = _lowest_entry(QF, QL, PF, PL, PB, n_cand, tf, tb, rec)
+                best, bk = _lowest_entry(QR, QL, PF, PL, PB, n_cand, tf, tb, rec)
                 if not bk <= c_max:    # too few candidates: made again to hold the lowest found (or all)
                     c_max = bk * up if best >= 0 else np.inf
                     if best < 0:
@@ -387,8 +392,9 @@ def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hi
                         trace[2] += 1
                     c_end = t + span - 1
                     tb = tt
-                    n_cand = _make(t, span, c_max, n_res, sbase, SF, SL, SX, SB, QF, QL, PF, PL, PB, rec, n_cand)
-                    best, bk = _lowest_entry(QF, QL, PF, PL, PB, n_cand, tf, tb, rec)
+                    n_cand = _make(t, span, c_max, n_res, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, rec, n_cand,
+                                   LS)
+                    best, bk = _lowest_entry(QR, QL, PF, PL, PB, n_cand, tf, tb, rec)
                 join = c_max * _JOIN_MARGIN
                 v_last = bk
                 vb = PB[_U(best)]
@@ -399,7 +405,7 @@ def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hi
                 s = rec[rv + _U(1)]    # the lowest leaves
                 rec[rv + _U(1)] = -1
                 rec[rv + _U(2)] = -1
-                n_cand = _drop(best, n_cand, QF, QL, PF, PL, PB, rec)
+                n_cand = _drop(best, n_cand, QR, QL, PF, PL, PB, rec)
             SF[_U(s)] = np.float32(ff)
             SL[_U(s)] = np.float32(t - sbase)
             SX[_U(s)] = tt
@@ -410,7 +416,7 @@ def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hi
                 n_cand += 1
                 PF[_U(q)] = ff
                 PL[_U(q)] = tt
-                QF[_U(q)] = np.float32(ff)
+                QR[_U(q)] = np.float32(-1.0 / ff)
                 QL[_U(q)] = np.float32(tt - tb)
                 PB[_U(q)] = b
                 rec[r + _U(2)] = q
