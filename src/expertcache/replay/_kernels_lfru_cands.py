@@ -86,7 +86,7 @@ def _slot_cands(typingctx, SF, SL, off, thr, ce):
     return sig, codegen
 
 
-def _cand_keys(context, builder, signature, args, n):
+def _cand_ranks(context, builder, signature, args, n):
     """The ranks ``QR * (a - QL)`` (``-(age / count)``) of the ``n`` float32 lanes from ``off`` (``args``: ``QR``,
     ``QL``, ``off``, ``a``)."""
     vt = ir.VectorType(_F32, n)
@@ -106,7 +106,7 @@ def _low_n(n):
         sig = rt(QR, QL, types.int64, types.float32)
 
         def codegen(context, builder, signature, args):
-            x = _cand_keys(context, builder, signature, args, n)
+            x = _cand_ranks(context, builder, signature, args, n)
             v = lowest_lane(builder, x)
             near = _splat(builder, builder.fmul(v, ir.Constant(_F32, float(_NEAR))), ir.VectorType(_F32, n), n)
             return context.make_tuple(builder, rt, [compare_word(builder, "<=", x, near), v])
@@ -139,7 +139,7 @@ def _min64(typingctx, QR, QL, off, a):
     sig = types.float32(QR, QL, types.int64, types.float32)
 
     def codegen(context, builder, signature, args):
-        return lowest_lane(builder, _cand_keys(context, builder, signature, args, 64))
+        return lowest_lane(builder, _cand_ranks(context, builder, signature, args, 64))
 
     return sig, codegen
 
@@ -150,7 +150,7 @@ def _near64(typingctx, QR, QL, off, a, v):
     sig = types.uint64(QR, QL, types.int64, types.float32, types.float32)
 
     def codegen(context, builder, signature, args):
-        x = _cand_keys(context, builder, signature, args, 64)
+        x = _cand_ranks(context, builder, signature, args, 64)
         return compare_word(builder, "<=", x, _splat(builder, args[4], ir.VectorType(_F32, 64), 64))
 
     return sig, codegen
