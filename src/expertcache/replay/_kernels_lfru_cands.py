@@ -192,6 +192,19 @@ def _lowest_entry(QR, QL, PF, PL, PB, n_cand, tf, tb, rec):
 
 
 @jit_inline
+def _put(q, f, last, tb, b, QR, QL, PF, PL, PB, rec):
+    """Candidate entry ``q``: block ``b`` of count ``f`` last accessed at unit ``last``, its float32 copies (minus
+    the count's reciprocal, the unit relative to ``tb``) beside the exact ones, and ``b``'s record names the entry.
+    Every entry is written here (the pass, a hit, a miss that joins)."""
+    PF[_U(q)] = f
+    PL[_U(q)] = last
+    QR[_U(q)] = np.float32(-1.0 / f)
+    QL[_U(q)] = np.float32(last - tb)
+    PB[_U(q)] = b
+    rec[_U(4 * b + 2)] = q
+
+
+@jit_inline
 def _drop(q, n_cand, QR, QL, PF, PL, PB, rec):
     """Candidate entry ``q`` leaves (the last entry takes its place, its lane then a rank of 0); returns how many
     are left."""
@@ -224,22 +237,14 @@ def _make(t, window, c_max, n_res, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, re
     n_l = 0
     for w in range((n_res + 63) >> 6):
         n_l = bit_positions(_slot_cands(SF, SL, w << 6, thr, ce) & lanes_below(n_res - (w << 6)), w << 6, LS, n_l)
-    for n in range(n_l):
-        s = LS[_U(n)]
+    for q in range(n_l):
+        s = LS[_U(q)]
         b = SB[_U(s)]
-        f = float(rec[_U(4 * b)])
-        last = SX[_U(s)]
-        PF[_U(n)] = f
-        PL[_U(n)] = last
-        QR[_U(n)] = np.float32(-1.0 / f)
-        QL[_U(n)] = np.float32(last - tb)
-        PB[_U(n)] = b
-        rec[_U(4 * b + 2)] = n
-    n = n_l
-    for q in range(n, n_cand):
+        _put(q, float(rec[_U(4 * b)]), SX[_U(s)], tb, b, QR, QL, PF, PL, PB, rec)
+    for q in range(n_l, n_cand):
         QR[_U(q)] = np.float32(0.0)
         QL[_U(q)] = np.float32(0.0)
-    return n
+    return n_l
 
 
 @jit_helper
@@ -343,12 +348,7 @@ def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hi
                     if q < 0:
                         q = n_cand
                         n_cand += 1
-                        PB[_U(q)] = b
-                        rec[r + _U(2)] = q
-                    PF[_U(q)] = ff
-                    PL[_U(q)] = tt
-                    QR[_U(q)] = np.float32(-1.0 / ff)
-                    QL[_U(q)] = np.float32(tt - tb)
+                    _put(q, ff, tt, tb, b, QR, QL, PF, PL, PB, rec)
                 elif q >= 0:           # a candidate no more
                     rec[r + _U(2)] = -1
                     n_cand = _drop(q, n_cand, QR, QL, PF, PL, PB, rec)
@@ -412,12 +412,6 @@ def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hi
             SB[_U(s)] = b
             rec[r + _U(1)] = s
             if ff <= join * float(c_end + 1 - t):
-                q = n_cand
+                _put(n_cand, ff, tt, tb, b, QR, QL, PF, PL, PB, rec)
                 n_cand += 1
-                PF[_U(q)] = ff
-                PL[_U(q)] = tt
-                QR[_U(q)] = np.float32(-1.0 / ff)
-                QL[_U(q)] = np.float32(tt - tb)
-                PB[_U(q)] = b
-                rec[r + _U(2)] = q
             t += 1
