@@ -1244,11 +1244,11 @@ def test_sequential_lrfu_loop_past_its_decay_table():
                          [(3, 0.5, None, 16), (3, 0.0001, None, 16), (3, 0.0001, 1000, None), (20, 0.25, None, 32),
                           (40, 0.0, None, 64), (64, 1.0, None, 64), (65, 0.5, None, None)])
 def test_sequential_lrfu_slot_loop_where_its_table_holds_every_decay(monkeypatch, quota, lam, bound, width):
-    """Quotas up to 64 take the slot loop (packed keys in registers, 16 / 32 / 64 lanes; tie positions too for 16
-    and 32, an array of each block's slot for 64) where its decay table holds every gap the stream has or every gap
-    before the decay is 0 (here 70,000 units a layer: lambda 0.5 needs 2,154 decays, 0.0001 all 70,001; lambda 0
-    decays nothing); past the table's bound (forced to 1,000 here) and for larger quotas the tie-position loop runs.
-    Either equals replay_heap, blocks idle since the first accesses coming back last."""
+    """Quotas up to 64 take the slot loop (packed keys in registers, 16 / 32 / 64 lanes; tie positions too for 16,
+    and 32 with AVX-512, an array of each block's slot for more) where its decay table holds every gap the stream has
+    or every gap before the decay is 0 (here 70,000 units a layer: lambda 0.5 needs 2,154 decays, 0.0001 all 70,001;
+    lambda 0 decays nothing); past the table's bound (forced to 1,000 here) and for larger quotas the tie-position
+    loop runs. Either equals replay_heap, blocks idle since the first accesses coming back last."""
     seen = []
     for name in ("_replay_lrfu_seq_v", "_replay_lrfu_seq"):
         real = getattr(KQ, name)

@@ -38,9 +38,11 @@ lanes that LLVM vectorizes (``lfu`` computes its packed keys in that reduction i
   event's layer's reciprocal counts and last units are also held as two vectors in registers through its accesses,
   so that a pass does not wait for the stores of the access before it.
 
-The ``lrfu`` and ``lfru`` loops run two events of different layers side by side (:func:`_paired`; the ``lfru`` slot
-loop up to 32 slots): each event's accesses form one chain of dependent work, and two chains keep the core busy
-where one waits. ``lru`` runs one event at a time, which measured faster on its lists (:data:`_LFRU_PAIR_LANE_BITS`).
+The ``lrfu`` and ``lfru`` loops run two events of different layers side by side (:func:`_paired`; the slot loops
+while two layers' vectors fit the registers: ``lfru`` up to 32 slots with AVX-512 and 16 without, ``lrfu`` at every
+width with it and up to 32 without): each event's accesses form one chain of dependent work, and two chains keep the
+core busy where one waits. ``lru`` runs one event at a time, which measured faster on its lists
+(:data:`_LFRU_PAIR_LANE_BITS`).
 
 Each loop is also given by ranges of events (``lru_seq_ranges``, ``lfu_seq_ranges``, ``lrfu_seq_ranges``,
 ``lfru_seq_ranges``; :func:`_ranges`), its state carried from one range to the next, so that
@@ -70,7 +72,7 @@ from ._kernels_bits import (
     _popc,
 )
 from ._kernels_ranked import _below
-from ._simd import _splat, f2u, u2f
+from ._simd import WIDE_VECTORS, _splat, f2u, u2f
 from ._vec import (
     WIDTHS,
     Lanes,
@@ -108,16 +110,26 @@ _LRFU_DECAY_ZERO = 1076.0
 _LRFU_SLOT_DECAYS = 1 << 20
 #: Slot loops of up to ``2**_TP_LANE_BITS`` slots hold their slots' tie positions in registers and find an accessed
 #: block's slot by one compare; 64 slots keep an array of each block's slot (the compare over four vectors, and the
-#: registers they take, cost more than the array there: docs/performance.md, *Session 38*).
-_TP_LANE_BITS = 5
+#: registers they take, cost more than the array there: docs/performance.md, *Session 38*). Without AVX-512 (16
+#: vector registers of 256 bits) 32 slots keep the array too: two layers' 32 packed keys and 32 tie positions, side
+#: by side, took every register, and LLVM kept them on the stack (with the array: 0.85 / 0.78 / 0.77 of the time at
+#: rho 0.15 / 0.2 / 0.25 on a Zen 3 core; docs/performance.md, *Session 55*).
+_TP_LANE_BITS = 5 if WIDE_VECTORS else 4
+#: The ``lrfu`` slot loop runs two events side by side up to ``2**_LRFU_PAIR_LANE_BITS`` slots: at every width with
+#: AVX-512, up to 32 without it (two layers' 64 packed keys take all 16 registers of 256 bits: one event at a time
+#: took 0.89 / 0.88 of the time at rho 0.3 / 0.4 on a Zen 3 core, at 32 slots 1.09-1.16x: docs/performance.md,
+#: *Session 55*).
+_LRFU_PAIR_LANE_BITS = 6 if WIDE_VECTORS else 5
 #: Which loops run two events of different layers side by side (:func:`_pair`), as measured (docs/performance.md,
 #: *Session 39*): the ``lrfu`` loops (one event at a time took 1.30x the slot loop's time at 16 or 32 slots, 1.20x
 #: at 64 slots and rho 0.3), the ``lfru`` loop in memory, and the ``lfru`` slot loop up to
 #: ``2**_LFRU_PAIR_LANE_BITS`` slots (one at a time: 1.52x / 1.06x at 16 / 32 slots, 0.85-0.96x at 64, where two
-#: layers' reciprocal counts and last units, 16 vectors, and their keys do not fit the registers). Per-layer ``lru``
+#: layers' reciprocal counts and last units, 16 vectors, and their keys do not fit the registers); without AVX-512 up
+#: to 16 slots (at 32, two layers' vectors take all 16 registers of 256 bits: one event at a time took 0.84 / 0.84 /
+#: 0.85 of the time at rho 0.15 / 0.2 / 0.25 on a Zen 3 core; docs/performance.md, *Session 55*). Per-layer ``lru``
 #: runs one event at a time (0.84-0.89x the time of two side by side: the core overlaps consecutive events' list
 #: moves on its own).
-_LFRU_PAIR_LANE_BITS = 5
+_LFRU_PAIR_LANE_BITS = 5 if WIDE_VECTORS else 4
 #: Per-layer sequential ``lru`` runs on ranks (:func:`_replay_lru_seq_ranks`) where every layer's quota (at most
 #: ``N``) is at most ``_LRU_RANKS_MAX`` (its resident ranks one 64-bit word of bits) and at most
 #: ``_LRU_RANKS_PER_MEMBER`` times the stream's mean event (an event's list is rebuilt whole: with small events and a
@@ -916,8 +928,8 @@ def _decay_at(P, beyond, gap):
 def _lrfu_vaccess(a, cap, base, pbase, so, tie_pos, expert, lam, d, S, slot, sK, sTP, n, u, ub, K, T, P, beyond, scale,
                   record, hit_flag, lanes):
     """Access ``a`` of :func:`_replay_lrfu_seq_v` (quota ``cap``, slots from ``so``, the layer's unit ``u``, base
-    unit ``ub``, residents ``n``, their packed keys ``K`` in registers, and for 16 or 32 slots their tie positions
-    ``T``): ``(1 where it hits, n, ub, K, T)``. A decay is ``P[gap]``, or ``beyond`` past the table
+    unit ``ub``, residents ``n``, their packed keys ``K`` in registers, and up to ``2**_TP_LANE_BITS`` slots their tie
+    positions ``T``): ``(1 where it hits, n, ub, K, T)``. A decay is ``P[gap]``, or ``beyond`` past the table
     (:func:`lrfu_seq_ranges`)."""
     sbits = lane_bits(lanes)
     in_regs = sbits <= _TP_LANE_BITS
@@ -984,11 +996,12 @@ def _replay_lrfu_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
     bits replaced by the slot's index; an empty slot ``_EMPTY32``) and the tie position (-1: none) of the block in
     slot ``v``. An event's layer's packed keys are held as one :class:`._vec.I32Vec` through its accesses: a miss
     past the quota takes the smallest by one reduction in registers (where the tie-position loop passes over the
-    layer's lanes in memory twice) and a count of those within the margins by one compare. For 16 or 32 slots the
-    tie positions are held too, and an access finds its block's slot by one compare (``slot`` unused; with the
-    array, whose store at an eviction has an address known only after the reduction, the loop took 1.04-1.11x the
-    time: :data:`_TP_LANE_BITS`); 64 slots keep ``slot[l * 64 W + j]``, the slot of layer ``l``'s tie position ``j``
-    while it is resident (else -1). Two events of different layers run side by side (:func:`_paired`)."""
+    layer's lanes in memory twice) and a count of those within the margins by one compare. For 16 slots, and 32
+    with AVX-512, the tie positions are held too, and an access finds its block's slot by one compare (``slot``
+    unused; with the array, whose store at an eviction has an address known only after the reduction, the loop took
+    1.04-1.11x the time there: :data:`_TP_LANE_BITS`); more slots keep ``slot[l * 64 W + j]``, the slot of layer
+    ``l``'s tie position ``j`` while it is resident (else -1). Two events of different layers run side by side
+    (:func:`_paired`) while their vectors fit the registers (:data:`_LRFU_PAIR_LANE_BITS`)."""
     record = hit_flag.shape[0] > 0
     in_regs = lane_bits(lanes) <= _TP_LANE_BITS
     npad = (n_experts + 63) // 64 * 64
@@ -996,7 +1009,8 @@ def _replay_lrfu_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
     d = _lrfu_range_ulps(offsets, lunits, lam, lane_bits(lanes))
     i = 0
     while i < n_events:
-        two, la, ca, lo, na, lb, cb, lob, nb = _pair(offsets, ev_layer, capacity, i, n_events, True)
+        two, la, ca, lo, na, lb, cb, lob, nb = _pair(offsets, ev_layer, capacity, i, n_events,
+                                                     lane_bits(lanes) <= _LRFU_PAIR_LANE_BITS)
         soa = la * ns
         sob = lb * ns
         Ka = vload(sK, soa, lanes)
