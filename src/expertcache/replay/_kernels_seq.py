@@ -130,6 +130,13 @@ _LRFU_PAIR_LANE_BITS = 6 if WIDE_VECTORS else 5
 #: runs one event at a time (0.84-0.89x the time of two side by side: the core overlaps consecutive events' list
 #: moves on its own).
 _LFRU_PAIR_LANE_BITS = 5 if WIDE_VECTORS else 4
+#: The ``lfru`` slot loop of ``2**_LFRU_TP_FIRST_BITS`` slots or more reads an event's tie positions into a buffer
+#: when the event begins, so that an access's count is one load after its member where it was two: without AVX-512,
+#: 64 slots (two vectors of 64 lanes take all 16 registers of 256 bits and go through the stack, and each access
+#: waits on more): 0.89 / 0.83 / 0.81 of the time at rho 0.3 / 0.4 / 0.5 on a Zen 3 core (at 16 slots, where
+#: nothing goes through the stack, 1.075x; docs/performance.md, *Session 55*); with AVX-512 none (7: above every
+#: width; the loop as before, not measured there).
+_LFRU_TP_FIRST_BITS = 7 if WIDE_VECTORS else 6
 #: Per-layer sequential ``lru`` runs on ranks (:func:`_replay_lru_seq_ranks`) where every layer's quota (at most
 #: ``N``) is at most ``_LRU_RANKS_MAX`` (its resident ranks one 64-bit word of bits) and at most
 #: ``_LRU_RANKS_PER_MEMBER`` times the stream's mean event (an event's list is rebuilt whole: with small events and a
@@ -1138,7 +1145,9 @@ def lfru_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, c
             np.zeros(n_layers * ns, np.int32), np.zeros(n_layers, np.int64), ns)
     head = (n_experts, capacity, tie_pos.astype(np.int32))
     if ns in WIDTHS:
-        return _ranges(_replay_lfru_seq_v, offsets, ev_layer, head, count_from, (*tail, Lanes(ns)))
+        widest = int(np.max(np.diff(offsets))) if offsets.shape[0] > 1 else 0     # the buffer of an event's tie
+        return _ranges(_replay_lfru_seq_v, offsets, ev_layer, head, count_from,    # positions
+                       (*tail, np.zeros(max(widest, 1), np.int32), Lanes(ns)))
     return _ranges(_replay_lfru_seq, offsets, ev_layer, (*head, _tie_bits(ns)), count_from, tail)
 
 
@@ -1216,8 +1225,13 @@ def _slot_take(v, j, tp, so, pbase, slot, sTP):
 def _lfru_touch(a, base, pbase, tie_pos, expert, freq, last, slot):
     """Access ``a``'s block counted at unit ``a``: ``(the unit as float32, its tie position, its lane over tie
     positions, its count, the count's reciprocal, its slot or -1)``."""
+    return _lfru_touch_at(a, np.int64(tie_pos[_U(base + expert[_U(a)])]), pbase, freq, last, slot)
+
+
+@jit_inline
+def _lfru_touch_at(a, tp, pbase, freq, last, slot):
+    """:func:`_lfru_touch` of a block whose tie position ``tp`` was read before."""
     tf = np.float32(a)
-    tp = np.int64(tie_pos[_U(base + expert[_U(a)])])
     j = pbase + tp
     f = freq[_U(j)] + np.float32(1.0)
     rf = np.float32(1.0) / f
@@ -1288,12 +1302,16 @@ def _replay_lfru_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, sb
 
 @jit_inline
 def _lfru_vaccess(a, layer, cap, base, pbase, so, tie_pos, expert, freq, last, slot, sR, sL, sTP, n, R, L, record,
-                  hit_flag, lanes):
+                  hit_flag, lanes, tp_read):
     """:func:`_lfru_access` with the layer's slots' reciprocal counts and last units held as two vectors, ``R``
     and ``L`` (its residents ``n``), through an event: returns ``(1 where it hits, n, R, L)``. ``sR`` / ``sL`` are
-    written from the vectors where the exact keys decide, and when the event ends."""
+    written from the vectors where the exact keys decide, and when the event ends. ``tp_read``: the block's tie
+    position where the loop read it when the event began (:data:`_LFRU_TP_FIRST_BITS`), else -1 (read here)."""
     sbits = lane_bits(lanes)
-    tf, tp, j, f, rf, v = _lfru_touch(a, base, pbase, tie_pos, expert, freq, last, slot)
+    if tp_read >= 0:
+        tf, tp, j, f, rf, v = _lfru_touch_at(a, tp_read, pbase, freq, last, slot)
+    else:
+        tf, tp, j, f, rf, v = _lfru_touch(a, base, pbase, tie_pos, expert, freq, last, slot)
     hit = v >= 0
     if hit:
         if record:
@@ -1323,11 +1341,13 @@ def _lfru_vaccess(a, layer, cap, base, pbase, so, tie_pos, expert, freq, last, s
 
 @jit_loop
 def _replay_lfru_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses, hit_flag,
-                       freq, last, slot, sR, sL, sTP, size, ns, lanes):
+                       freq, last, slot, sR, sL, sTP, size, ns, TP, lanes):
     """:func:`_replay_lfru_seq` for ``ns`` (= ``lanes``' width) of 16, 32 or 64: an event's layer's slots are
     loaded as two vectors (reciprocal counts, last units) when the event begins, held in registers through its
     accesses (:func:`_lfru_vaccess`), so that no pass waits for the stores of the access before it, and stored
-    when it ends (its slots' index bits ``lane_bits(lanes)``, a constant of the compiled loop)."""
+    when it ends (its slots' index bits ``lane_bits(lanes)``, a constant of the compiled loop). From
+    ``2**_LFRU_TP_FIRST_BITS`` slots, which run one event at a time, the event's tie positions are read into ``TP``
+    (as long as the widest event) when it begins."""
     record = hit_flag.shape[0] > 0
     npad = (n_experts + 63) // 64 * 64
     n_events = offsets.shape[0] - 1
@@ -1345,14 +1365,20 @@ def _replay_lfru_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
         sb = size[_U(lb)]
         ha = 0
         hb = 0
+        first = lane_bits(lanes) >= _LFRU_TP_FIRST_BITS    # (one event at a time: no second event's to read)
+        if first:
+            for k in range(na):
+                TP[_U(k)] = tie_pos[_U(la * n_experts + expert[_U(lo + k)])]
         for k in range(max(na, nb)):
             if k < na:
                 x, sa, Ra, La = _lfru_vaccess(lo + k, la, ca, la * n_experts, la * npad, soa, tie_pos, expert, freq,
-                                              last, slot, sR, sL, sTP, sa, Ra, La, record, hit_flag, lanes)
+                                              last, slot, sR, sL, sTP, sa, Ra, La, record, hit_flag, lanes,
+                                              np.int64(TP[_U(k)]) if first else np.int64(-1))
                 ha += x
             if k < nb:
                 x, sb, Rb, Lb = _lfru_vaccess(lob + k, lb, cb, lb * n_experts, lb * npad, sob, tie_pos, expert, freq,
-                                              last, slot, sR, sL, sTP, sb, Rb, Lb, record, hit_flag, lanes)
+                                              last, slot, sR, sL, sTP, sb, Rb, Lb, record, hit_flag, lanes,
+                                              np.int64(-1))
                 hb += x
         vstore(sR, soa, Ra)
         vstore(sL, soa, La)
