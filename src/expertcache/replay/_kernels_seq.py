@@ -1145,9 +1145,9 @@ def lfru_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, c
             np.zeros(n_layers * ns, np.int32), np.zeros(n_layers, np.int64), ns)
     head = (n_experts, capacity, tie_pos.astype(np.int32))
     if ns in WIDTHS:
-        widest = int(np.max(np.diff(offsets))) if offsets.shape[0] > 1 else 0     # the buffer of an event's tie
-        return _ranges(_replay_lfru_seq_v, offsets, ev_layer, head, count_from,    # positions
-                       (*tail, np.zeros(max(widest, 1), np.int32), Lanes(ns)))
+        widest = int(np.max(np.diff(offsets))) if offsets.shape[0] > 1 else 0
+        tp_first = np.zeros(max(widest, 1), np.int32)      # an event's tie positions (_LFRU_TP_FIRST_BITS)
+        return _ranges(_replay_lfru_seq_v, offsets, ev_layer, head, count_from, (*tail, tp_first, Lanes(ns)))
     return _ranges(_replay_lfru_seq, offsets, ev_layer, (*head, _tie_bits(ns)), count_from, tail)
 
 
@@ -1365,7 +1365,7 @@ def _replay_lfru_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
         sb = size[_U(lb)]
         ha = 0
         hb = 0
-        first = lane_bits(lanes) >= _LFRU_TP_FIRST_BITS    # (one event at a time: no second event's to read)
+        first = lane_bits(lanes) >= _LFRU_TP_FIRST_BITS    # (a second event of a pair reads its own)
         if first:
             for k in range(na):
                 TP[_U(k)] = tie_pos[_U(la * n_experts + expert[_U(lo + k)])]
