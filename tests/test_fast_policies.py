@@ -1103,29 +1103,14 @@ def test_lfru_bitset_loop_without_bitalg(tmp_path, cpu):
     loop its band by compressed stores; compiled for Haswell (AVX2, no AVX-512), the lfru loop builds its band in
     sixteen steps with no branch (``_simd._band16_2_fixed``), the lrfu loop by a loop over the bits (skipped on a
     machine without AVX-512, whose own kernels are those forms); each with the generic kernel's counts and flags."""
-    import os
-    import platform
     import subprocess
     import sys
-    from pathlib import Path
 
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        pytest.skip("the Skylake-X target named here is x86-64's")
-    from test_lfru_slots import (
-        _HASWELL,
-        _SKYLAKE_X,
-        skip_unless_host_runs,
-        skip_where_host_runs_the_haswell_forms,
-    )
+    from test_lfru_slots import named_cpu_env, skip_where_host_runs_the_haswell_forms
 
-    features = _SKYLAKE_X if cpu == "skylake-avx512" else _HASWELL
-    skip_unless_host_runs(features)
+    env = named_cpu_env(tmp_path, cpu)
     if cpu == "haswell":
         skip_where_host_runs_the_haswell_forms(need_fma=False)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_CPU")}
-    env.update(NUMBA_CPU_NAME=cpu, NUMBA_CPU_FEATURES=features,
-               NUMBA_CACHE_DIR=str(tmp_path / "nb"),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parent), env.get("PYTHONPATH")])))
     form = "loop" if cpu == "skylake-avx512" else "fixed"
     proc = subprocess.run([sys.executable, "-c", _NO_BITALG_CHECK, form], env=env, capture_output=True, text=True,
                           timeout=600)

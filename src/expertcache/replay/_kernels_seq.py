@@ -61,7 +61,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from .._jit import jit, jit_helper, jit_inline, jit_loop
-from ._kernels import crf_decays, crf_key
+from ._kernels import _max_unit, crf_decays, crf_key
 from ._kernels_bits import (
     _LRFU_DECAYS,
     _LRFU_SPAN,
@@ -1145,8 +1145,8 @@ def lfru_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, c
             np.zeros(n_layers * ns, np.int32), np.zeros(n_layers, np.int64), ns)
     head = (n_experts, capacity, tie_pos.astype(np.int32))
     if ns in WIDTHS:
-        widest = int(np.max(np.diff(offsets))) if offsets.shape[0] > 1 else 0
-        tp_first = np.zeros(max(widest, 1), np.int32)      # an event's tie positions (_LFRU_TP_FIRST_BITS)
+        widest = int(_max_unit(offsets, True)) if ns >= 1 << _LFRU_TP_FIRST_BITS else 1
+        tp_first = np.zeros(widest, np.int32)      # an event's tie positions, where read first (_LFRU_TP_FIRST_BITS)
         return _ranges(_replay_lfru_seq_v, offsets, ev_layer, head, count_from, (*tail, tp_first, Lanes(ns)))
     return _ranges(_replay_lfru_seq, offsets, ev_layer, (*head, _tie_bits(ns)), count_from, tail)
 
