@@ -137,6 +137,9 @@ _LFRU_PAIR_LANE_BITS = 5 if WIDE_VECTORS else 4
 #: nothing goes through the stack, 1.075x; docs/performance.md, *Session 55*); with AVX-512 none (7: above every
 #: width; the loop as before, not measured there).
 _LFRU_TP_FIRST_BITS = 7 if WIDE_VECTORS else 6
+#: The same for the ``lrfu`` slot loop: without AVX-512 from 64 slots (one event at a time there,
+#: :data:`_LRFU_PAIR_LANE_BITS`; the measurements: docs/performance.md, *Session 56*); with AVX-512 none.
+_LRFU_TP_FIRST_BITS = 7 if WIDE_VECTORS else 6
 #: Per-layer sequential ``lru`` runs on ranks (:func:`_replay_lru_seq_ranks`) where every layer's quota (at most
 #: ``N``) is at most ``_LRU_RANKS_MAX`` (its resident ranks one 64-bit word of bits) and at most
 #: ``_LRU_RANKS_PER_MEMBER`` times the stream's mean event (an event's list is rebuilt whole: with small events and a
@@ -740,13 +743,15 @@ def lrfu_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, l
     n_tab = min(n_units + 1, int(_LRFU_DECAY_ZERO / lam) + 2) if lam > 0.0 else 1
     if ns in WIDTHS and n_tab <= _LRFU_SLOT_DECAYS:
         P = crf_decays(lam, max(n_tab, 2))
+        widest = int(_max_unit(offsets, True)) if ns >= 1 << _LRFU_TP_FIRST_BITS else 1
+        tp_first = np.zeros(widest, np.int32)      # an event's tie positions, where read first (_LRFU_TP_FIRST_BITS)
         return _ranges(_replay_lrfu_seq_v, offsets, ev_layer, (n_experts, capacity, tie_pos.astype(np.int32), lam),
                        count_from,
                        (hits, misses, hit_flag, np.zeros(2 * n_layers * npad),
                         np.full(n_layers * npad if ns > 1 << _TP_LANE_BITS else 0, -1, np.int32),
                         np.full(n_layers * ns, _EMPTY32), np.full(n_layers * ns, -1, np.int32),
                         np.zeros(n_layers, np.int64), np.zeros(n_layers, np.int64), np.zeros(n_layers, np.int64), P,
-                        1.0 if lam == 0.0 else 0.0, scale, ns, Lanes(ns)))
+                        1.0 if lam == 0.0 else 0.0, scale, ns, tp_first, Lanes(ns)))
     return _ranges(_replay_lrfu_seq, offsets, ev_layer, (n_experts, capacity, tie_pos.astype(np.int32), tbits, lam),
                    count_from,
                    (hits, misses, hit_flag, np.tile(np.array([0.0, -1.0]), n_layers * npad),
@@ -933,11 +938,12 @@ def _decay_at(P, beyond, gap):
 
 @jit_inline
 def _lrfu_vaccess(a, cap, base, pbase, so, tie_pos, expert, lam, d, S, slot, sK, sTP, n, u, ub, K, T, P, beyond, scale,
-                  record, hit_flag, lanes):
+                  record, hit_flag, tp_read, lanes):
     """Access ``a`` of :func:`_replay_lrfu_seq_v` (quota ``cap``, slots from ``so``, the layer's unit ``u``, base
     unit ``ub``, residents ``n``, their packed keys ``K`` in registers, and up to ``2**_TP_LANE_BITS`` slots their tie
     positions ``T``): ``(1 where it hits, n, ub, K, T)``. A decay is ``P[gap]``, or ``beyond`` past the table
-    (:func:`lrfu_seq_ranges`)."""
+    (:func:`lrfu_seq_ranges`). ``tp_read``: the block's tie position where the loop read it when the event began
+    (:data:`_LRFU_TP_FIRST_BITS`), else -1 (read here)."""
     sbits = lane_bits(lanes)
     in_regs = sbits <= _TP_LANE_BITS
     smask = np.int64((1 << sbits) - 1)
@@ -953,7 +959,7 @@ def _lrfu_vaccess(a, cap, base, pbase, so, tie_pos, expert, lam, d, S, slot, sK,
         ub = u
         g = 0
         K = vload(sK, so, lanes)
-    tp = np.int64(tie_pos[_U(base + expert[_U(a)])])
+    tp = tp_read if tp_read >= 0 else np.int64(tie_pos[_U(base + expert[_U(a)])])
     j = pbase + tp
     s = 1.0 + S[_U(2 * j)] * _decay_at(P, beyond, u - _unit_of(S[_U(2 * j + 1)]))     # (1.0 at a first access)
     S[_U(2 * j)] = s
@@ -995,7 +1001,7 @@ def _lrfu_vaccess(a, cap, base, pbase, so, tie_pos, expert, lam, d, S, slot, sK,
 
 @jit_loop
 def _replay_lrfu_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, lam, count_from, hits, misses,
-                       hit_flag, S, slot, sK, sTP, size, lunits, ubase, P, beyond, scale, ns, lanes):
+                       hit_flag, S, slot, sK, sTP, size, lunits, ubase, P, beyond, scale, ns, TP, lanes):
     """:func:`replay_lrfu_seq` where a layer's residents fit ``ns`` (= ``lanes``' width: 16, 32 or 64) slots:
     ``S[2 q]`` the CRF of lane ``q = l * 64 W + j`` (0 before its first access: ``1 + 0 * decay`` is 1, as
     :func:`._kernels.crf_update` gives) and ``S[2 q + 1]`` its last unit as the bits of a float64 (0 at first, a
@@ -1008,7 +1014,9 @@ def _replay_lrfu_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
     unused; with the array, whose store at an eviction has an address known only after the reduction, the loop took
     1.04-1.11x the time there: :data:`_TP_LANE_BITS`); more slots keep ``slot[l * 64 W + j]``, the slot of layer
     ``l``'s tie position ``j`` while it is resident (else -1). Two events of different layers run side by side
-    (:func:`_paired`) while their vectors fit the registers (:data:`_LRFU_PAIR_LANE_BITS`)."""
+    (:func:`_paired`) while their vectors fit the registers (:data:`_LRFU_PAIR_LANE_BITS`). From
+    ``2**_LRFU_TP_FIRST_BITS`` slots the first event's tie positions are read into ``TP`` (as long as the widest
+    event) when it begins."""
     record = hit_flag.shape[0] > 0
     in_regs = lane_bits(lanes) <= _TP_LANE_BITS
     npad = (n_experts + 63) // 64 * 64
@@ -1032,16 +1040,20 @@ def _replay_lrfu_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
         bb = ubase[_U(lb)]
         ha = 0
         hb = 0
+        first = lane_bits(lanes) >= _LRFU_TP_FIRST_BITS    # (a second event of a pair reads its own)
+        if first:
+            for k in range(na):
+                TP[_U(k)] = tie_pos[_U(la * n_experts + expert[_U(lo + k)])]
         for k in range(max(na, nb)):
             if k < na:
                 x, sa, ba, Ka, Ta = _lrfu_vaccess(lo + k, ca, la * n_experts, la * npad, soa, tie_pos, expert, lam, d, S,
                                                   slot, sK, sTP, sa, ua + k, ba, Ka, Ta, P, beyond, scale, record,
-                                                  hit_flag, lanes)
+                                                  hit_flag, np.int64(TP[_U(k)]) if first else np.int64(-1), lanes)
                 ha += x
             if k < nb:
                 x, sb, bb, Kb, Tb = _lrfu_vaccess(lob + k, cb, lb * n_experts, lb * npad, sob, tie_pos, expert, lam,
                                                   d, S, slot, sK, sTP, sb, ub_ + k, bb, Kb, Tb, P, beyond, scale, record,
-                                                  hit_flag, lanes)
+                                                  hit_flag, np.int64(-1), lanes)
                 hb += x
         vstore(sK, soa, Ka)
         if in_regs:
