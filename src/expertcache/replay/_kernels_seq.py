@@ -137,8 +137,9 @@ _LFRU_PAIR_LANE_BITS = 5 if WIDE_VECTORS else 4
 #: nothing goes through the stack, 1.075x; docs/performance.md, *Session 55*); with AVX-512 none (7: above every
 #: width; the loop as before, not measured there).
 _LFRU_TP_FIRST_BITS = 7 if WIDE_VECTORS else 6
-#: The same for the ``lrfu`` slot loop: without AVX-512 from 64 slots (one event at a time there,
-#: :data:`_LRFU_PAIR_LANE_BITS`; the measurements: docs/performance.md, *Session 56*); with AVX-512 none.
+#: The same for the ``lrfu`` slot loop: without AVX-512, 64 slots (one event at a time there,
+#: :data:`_LRFU_PAIR_LANE_BITS`): 0.97 / 0.88 / 0.87 of the time at rho 0.3 / 0.4 / 0.5 on a Zen 3 core (at 32 slots
+#: within the noise, at 16 1.01-1.03x; docs/performance.md, *Session 56*); with AVX-512 none (7).
 _LRFU_TP_FIRST_BITS = 7 if WIDE_VECTORS else 6
 #: Per-layer sequential ``lru`` runs on ranks (:func:`_replay_lru_seq_ranks`) where every layer's quota (at most
 #: ``N``) is at most ``_LRU_RANKS_MAX`` (its resident ranks one 64-bit word of bits) and at most
