@@ -234,6 +234,20 @@ def _count(hits, misses, layer, n, n_hit, counted):
         misses[_U(layer)] += n - n_hit
 
 
+def _tp_first_buffer(offsets, ns: int, bits: int) -> np.ndarray:
+    """The buffer a slot loop of ``ns`` slots reads an event's tie positions into when the event begins, from
+    ``2**bits`` slots (:data:`_LFRU_TP_FIRST_BITS`, :data:`_LRFU_TP_FIRST_BITS`): as long as the widest event of the
+    stream (so that ranges of it fit), one element where the loop does not read them first."""
+    return np.zeros(int(_max_unit(offsets, True)) if ns >= 1 << bits else 1, np.int32)
+
+
+@jit_inline
+def _read_tie_positions(TP, tie_pos, base, expert, lo, n):
+    """The tie positions of the members ``expert[lo:lo + n]`` (blocks ``base + e``) into ``TP[:n]``."""
+    for k in range(n):
+        TP[_U(k)] = tie_pos[_U(base + expert[_U(lo + k)])]
+
+
 def _ranges(loop, offsets, ev_layer, head, count_from, tail):
     """A function ``run(order, e0, e1)`` that replays events ``e0 .. e1 - 1`` of the member order ``order`` by
     ``loop`` (called as ``loop(offsets, order, ev_layer, *head, count_from, *tail)`` on the range), its state in
@@ -744,15 +758,14 @@ def lrfu_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, l
     n_tab = min(n_units + 1, int(_LRFU_DECAY_ZERO / lam) + 2) if lam > 0.0 else 1
     if ns in WIDTHS and n_tab <= _LRFU_SLOT_DECAYS:
         P = crf_decays(lam, max(n_tab, 2))
-        widest = int(_max_unit(offsets, True)) if ns >= 1 << _LRFU_TP_FIRST_BITS else 1
-        tp_first = np.zeros(widest, np.int32)      # an event's tie positions, where read first (_LRFU_TP_FIRST_BITS)
         return _ranges(_replay_lrfu_seq_v, offsets, ev_layer, (n_experts, capacity, tie_pos.astype(np.int32), lam),
                        count_from,
                        (hits, misses, hit_flag, np.zeros(2 * n_layers * npad),
                         np.full(n_layers * npad if ns > 1 << _TP_LANE_BITS else 0, -1, np.int32),
                         np.full(n_layers * ns, _EMPTY32), np.full(n_layers * ns, -1, np.int32),
                         np.zeros(n_layers, np.int64), np.zeros(n_layers, np.int64), np.zeros(n_layers, np.int64), P,
-                        1.0 if lam == 0.0 else 0.0, scale, ns, tp_first, Lanes(ns)))
+                        1.0 if lam == 0.0 else 0.0, scale, ns, _tp_first_buffer(offsets, ns, _LRFU_TP_FIRST_BITS),
+                        Lanes(ns)))
     return _ranges(_replay_lrfu_seq, offsets, ev_layer, (n_experts, capacity, tie_pos.astype(np.int32), tbits, lam),
                    count_from,
                    (hits, misses, hit_flag, np.tile(np.array([0.0, -1.0]), n_layers * npad),
@@ -1043,8 +1056,7 @@ def _replay_lrfu_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
         hb = 0
         first = lane_bits(lanes) >= _LRFU_TP_FIRST_BITS    # (a second event of a pair reads its own)
         if first:
-            for k in range(na):
-                TP[_U(k)] = tie_pos[_U(la * n_experts + expert[_U(lo + k)])]
+            _read_tie_positions(TP, tie_pos, la * n_experts, expert, lo, na)
         for k in range(max(na, nb)):
             if k < na:
                 x, sa, ba, Ka, Ta = _lrfu_vaccess(lo + k, ca, la * n_experts, la * npad, soa, tie_pos, expert, lam, d, S,
@@ -1158,9 +1170,8 @@ def lfru_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, c
             np.zeros(n_layers * ns, np.int32), np.zeros(n_layers, np.int64), ns)
     head = (n_experts, capacity, tie_pos.astype(np.int32))
     if ns in WIDTHS:
-        widest = int(_max_unit(offsets, True)) if ns >= 1 << _LFRU_TP_FIRST_BITS else 1
-        tp_first = np.zeros(widest, np.int32)      # an event's tie positions, where read first (_LFRU_TP_FIRST_BITS)
-        return _ranges(_replay_lfru_seq_v, offsets, ev_layer, head, count_from, (*tail, tp_first, Lanes(ns)))
+        return _ranges(_replay_lfru_seq_v, offsets, ev_layer, head, count_from,
+                       (*tail, _tp_first_buffer(offsets, ns, _LFRU_TP_FIRST_BITS), Lanes(ns)))
     return _ranges(_replay_lfru_seq, offsets, ev_layer, (*head, _tie_bits(ns)), count_from, tail)
 
 
@@ -1380,8 +1391,7 @@ def _replay_lfru_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
         hb = 0
         first = lane_bits(lanes) >= _LFRU_TP_FIRST_BITS    # (a second event of a pair reads its own)
         if first:
-            for k in range(na):
-                TP[_U(k)] = tie_pos[_U(la * n_experts + expert[_U(lo + k)])]
+            _read_tie_positions(TP, tie_pos, la * n_experts, expert, lo, na)
         for k in range(max(na, nb)):
             if k < na:
                 x, sa, Ra, La = _lfru_vaccess(lo + k, la, ca, la * n_experts, la * npad, soa, tie_pos, expert, freq,
