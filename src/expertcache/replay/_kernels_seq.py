@@ -242,10 +242,16 @@ def _tp_first_buffer(offsets, ns: int, bits: int) -> np.ndarray:
 
 
 @jit_inline
+def _tie_position(tie_pos, base, expert, a):
+    """The tie position of access ``a``'s block (block ``base + expert[a]``)."""
+    return np.int64(tie_pos[_U(base + expert[_U(a)])])
+
+
+@jit_inline
 def _read_tie_positions(TP, tie_pos, base, expert, lo, n):
     """The tie positions of the members ``expert[lo:lo + n]`` (blocks ``base + e``) into ``TP[:n]``."""
     for k in range(n):
-        TP[_U(k)] = tie_pos[_U(base + expert[_U(lo + k)])]
+        TP[_U(k)] = _tie_position(tie_pos, base, expert, lo + k)
 
 
 def _ranges(loop, offsets, ev_layer, head, count_from, tail):
@@ -951,13 +957,12 @@ def _decay_at(P, beyond, gap):
 
 
 @jit_inline
-def _lrfu_vaccess(a, cap, base, pbase, so, tie_pos, expert, lam, d, S, slot, sK, sTP, n, u, ub, K, T, P, beyond, scale,
-                  record, hit_flag, tp_read, lanes):
-    """Access ``a`` of :func:`_replay_lrfu_seq_v` (quota ``cap``, slots from ``so``, the layer's unit ``u``, base
-    unit ``ub``, residents ``n``, their packed keys ``K`` in registers, and up to ``2**_TP_LANE_BITS`` slots their tie
-    positions ``T``): ``(1 where it hits, n, ub, K, T)``. A decay is ``P[gap]``, or ``beyond`` past the table
-    (:func:`lrfu_seq_ranges`). ``tp_read``: the block's tie position where the loop read it when the event began
-    (:data:`_LRFU_TP_FIRST_BITS`), else -1 (read here)."""
+def _lrfu_vaccess(a, cap, pbase, so, tp, lam, d, S, slot, sK, sTP, n, u, ub, K, T, P, beyond, scale, record, hit_flag,
+                  lanes):
+    """Access ``a`` of :func:`_replay_lrfu_seq_v` to the block of tie position ``tp`` (quota ``cap``, slots from
+    ``so``, the layer's unit ``u``, base unit ``ub``, residents ``n``, their packed keys ``K`` in registers, and up to
+    ``2**_TP_LANE_BITS`` slots their tie positions ``T``): ``(1 where it hits, n, ub, K, T)``. A decay is
+    ``P[gap]``, or ``beyond`` past the table (:func:`lrfu_seq_ranges`)."""
     sbits = lane_bits(lanes)
     in_regs = sbits <= _TP_LANE_BITS
     smask = np.int64((1 << sbits) - 1)
@@ -973,7 +978,6 @@ def _lrfu_vaccess(a, cap, base, pbase, so, tie_pos, expert, lam, d, S, slot, sK,
         ub = u
         g = 0
         K = vload(sK, so, lanes)
-    tp = tp_read if tp_read >= 0 else np.int64(tie_pos[_U(base + expert[_U(a)])])
     j = pbase + tp
     s = 1.0 + S[_U(2 * j)] * _decay_at(P, beyond, u - _unit_of(S[_U(2 * j + 1)]))     # (1.0 at a first access)
     S[_U(2 * j)] = s
@@ -1059,14 +1063,15 @@ def _replay_lrfu_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
             _read_tie_positions(TP, tie_pos, la * n_experts, expert, lo, na)
         for k in range(max(na, nb)):
             if k < na:
-                x, sa, ba, Ka, Ta = _lrfu_vaccess(lo + k, ca, la * n_experts, la * npad, soa, tie_pos, expert, lam, d, S,
-                                                  slot, sK, sTP, sa, ua + k, ba, Ka, Ta, P, beyond, scale, record,
-                                                  hit_flag, np.int64(TP[_U(k)]) if first else np.int64(-1), lanes)
+                tp = np.int64(TP[_U(k)]) if first else _tie_position(tie_pos, la * n_experts, expert, lo + k)
+                x, sa, ba, Ka, Ta = _lrfu_vaccess(lo + k, ca, la * npad, soa, tp, lam, d, S, slot, sK, sTP, sa, ua + k,
+                                                  ba, Ka, Ta, P, beyond, scale, record, hit_flag, lanes)
                 ha += x
             if k < nb:
-                x, sb, bb, Kb, Tb = _lrfu_vaccess(lob + k, cb, lb * n_experts, lb * npad, sob, tie_pos, expert, lam,
-                                                  d, S, slot, sK, sTP, sb, ub_ + k, bb, Kb, Tb, P, beyond, scale, record,
-                                                  hit_flag, np.int64(-1), lanes)
+                x, sb, bb, Kb, Tb = _lrfu_vaccess(lob + k, cb, lb * npad, sob,
+                                                  _tie_position(tie_pos, lb * n_experts, expert, lob + k), lam, d, S,
+                                                  slot, sK, sTP, sb, ub_ + k, bb, Kb, Tb, P, beyond, scale, record,
+                                                  hit_flag, lanes)
                 hb += x
         vstore(sK, soa, Ka)
         if in_regs:
@@ -1249,7 +1254,7 @@ def _slot_take(v, j, tp, so, pbase, slot, sTP):
 def _lfru_touch(a, base, pbase, tie_pos, expert, freq, last, slot):
     """Access ``a``'s block counted at unit ``a``: ``(the unit as float32, its tie position, its lane over tie
     positions, its count, the count's reciprocal, its slot or -1)``."""
-    return _lfru_touch_at(a, np.int64(tie_pos[_U(base + expert[_U(a)])]), pbase, freq, last, slot)
+    return _lfru_touch_at(a, _tie_position(tie_pos, base, expert, a), pbase, freq, last, slot)
 
 
 @jit_inline
@@ -1325,17 +1330,12 @@ def _replay_lfru_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, sb
 
 
 @jit_inline
-def _lfru_vaccess(a, layer, cap, base, pbase, so, tie_pos, expert, freq, last, slot, sR, sL, sTP, n, R, L, record,
-                  hit_flag, lanes, tp_read):
-    """:func:`_lfru_access` with the layer's slots' reciprocal counts and last units held as two vectors, ``R``
-    and ``L`` (its residents ``n``), through an event: returns ``(1 where it hits, n, R, L)``. ``sR`` / ``sL`` are
-    written from the vectors where the exact keys decide, and when the event ends. ``tp_read``: the block's tie
-    position where the loop read it when the event began (:data:`_LFRU_TP_FIRST_BITS`), else -1 (read here)."""
+def _lfru_vaccess(a, cap, pbase, so, tp, freq, last, slot, sR, sL, sTP, n, R, L, record, hit_flag, lanes):
+    """:func:`_lfru_access` to the block of tie position ``tp`` with the layer's slots' reciprocal counts and last
+    units held as two vectors, ``R`` and ``L`` (its residents ``n``), through an event: returns ``(1 where it hits,
+    n, R, L)``. ``sR`` / ``sL`` are written from the vectors where the exact keys decide, and when the event ends."""
     sbits = lane_bits(lanes)
-    if tp_read >= 0:
-        tf, tp, j, f, rf, v = _lfru_touch_at(a, tp_read, pbase, freq, last, slot)
-    else:
-        tf, tp, j, f, rf, v = _lfru_touch(a, base, pbase, tie_pos, expert, freq, last, slot)
+    tf, tp, j, f, rf, v = _lfru_touch_at(a, tp, pbase, freq, last, slot)
     hit = v >= 0
     if hit:
         if record:
@@ -1394,14 +1394,14 @@ def _replay_lfru_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
             _read_tie_positions(TP, tie_pos, la * n_experts, expert, lo, na)
         for k in range(max(na, nb)):
             if k < na:
-                x, sa, Ra, La = _lfru_vaccess(lo + k, la, ca, la * n_experts, la * npad, soa, tie_pos, expert, freq,
-                                              last, slot, sR, sL, sTP, sa, Ra, La, record, hit_flag, lanes,
-                                              np.int64(TP[_U(k)]) if first else np.int64(-1))
+                tp = np.int64(TP[_U(k)]) if first else _tie_position(tie_pos, la * n_experts, expert, lo + k)
+                x, sa, Ra, La = _lfru_vaccess(lo + k, ca, la * npad, soa, tp, freq, last, slot, sR, sL, sTP, sa, Ra, La,
+                                              record, hit_flag, lanes)
                 ha += x
             if k < nb:
-                x, sb, Rb, Lb = _lfru_vaccess(lob + k, lb, cb, lb * n_experts, lb * npad, sob, tie_pos, expert, freq,
-                                              last, slot, sR, sL, sTP, sb, Rb, Lb, record, hit_flag, lanes,
-                                              np.int64(-1))
+                x, sb, Rb, Lb = _lfru_vaccess(lob + k, cb, lb * npad, sob,
+                                              _tie_position(tie_pos, lb * n_experts, expert, lob + k), freq, last,
+                                              slot, sR, sL, sTP, sb, Rb, Lb, record, hit_flag, lanes)
                 hb += x
         vstore(sR, soa, Ra)
         vstore(sL, soa, La)
