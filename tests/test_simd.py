@@ -329,6 +329,36 @@ def test_band_masks_compare_only_the_network_lanes(n):
         assert int(eq) == sum(1 << q for q in range(width) if buf[q] == v)
 
 
+def _lowest_of(n):
+    """A kernel: ``lowest_lane`` of the first ``n`` float32 lanes of an array."""
+    from llvmlite import ir
+    from numba import types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def low(typingctx, a):
+        def codegen(context, builder, signature, args):
+            p = S._lanes(context, builder, signature.args[0], args[0], ir.Constant(ir.IntType(64), 0), n,
+                         ir.FloatType())
+            return S.lowest_lane(builder, builder.load(p, align=4))
+
+        return types.float32(a), codegen
+
+    return njit(cache=False)(lambda a: low(a))
+
+
+@pytest.mark.parametrize("n", (1, 3, 5, 8, 12, 16, 24, 32, 40, 48, 56, 64))
+def test_lowest_lane_of_any_number_of_lanes(n):
+    """The lowest of ``n`` lanes, its lane drawn anywhere, for lane counts that are and are not powers of two (the
+    sequential global lfru candidates' 24, 40, 48 and 56: halving 40 lanes left one of five out)."""
+    low = _lowest_of(n)
+    rng = np.random.default_rng(n)
+    for q in range(n):
+        a = rng.random(n).astype(np.float32) + np.float32(1.0)
+        a[q] = np.float32(0.5)
+        assert low(a) == np.float32(0.5), (n, q)
+
+
 @njit(cache=False)
 def _pdeps(src, mask):
     return S.pdep(src, mask), S._pdep_loop(src, mask)

@@ -982,8 +982,24 @@ def compare_word(builder, op: str, x, y, movmsk: bool | None = None):
     return word
 
 
+def _chunks(builder, x, p):
+    """The lanes of vector ``x`` as consecutive vectors of ``p`` lanes (``p`` divides their number)."""
+    n = x.type.count
+    if p == n:
+        return [x]
+    return [builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_I32, p), list(range(j, j + p))))
+            for j in range(0, n, p)]
+
+
 def lowest_lane(builder, x):
-    """The lowest of the lanes of the float vector ``x`` (a power of two of them), halved in registers."""
+    """The lowest of the lanes of the float vector ``x``, halved in registers. Where the lanes are not a power of
+    two, the chunks of the largest power of two that divides their number are first reduced lane by lane, as a
+    tree (halving 40 lanes would leave one lane of five out at the third step)."""
+    chunks = _chunks(builder, x, x.type.count & -x.type.count)
+    while len(chunks) > 1:
+        pairs = [(chunks[q], chunks[q + 1]) for q in range(0, len(chunks) - 1, 2)]
+        chunks = [builder.select(builder.fcmp_ordered("<", a, b), a, b) for a, b in pairs] + chunks[len(pairs) * 2:]
+    x = chunks[0]
     h = x.type.count
     while h > 1:
         h //= 2
