@@ -168,10 +168,26 @@ def test_the_lowest_candidate_against_every_exact_key(n):
         rec = np.zeros(4 * 192, dtype=np.int32)
         rec[3::4] = rng.permutation(192)
         tf = tb + float(rng.integers(1, 40))
-        best, bk = KC._lowest_entry(QR, QL, PF, PL, PB, n, tf, tb, rec)
+        best, bf, ba = KC._lowest_entry(QR, QL, PF, PL, PB, n, tf, tb, rec)
         keys = PF[:n] / (tf - PL[:n])
         want = min(range(n), key=lambda q: (keys[q], rec[4 * q + 3]))
-        assert (best, bk) == (want, keys[want]), (trial, n)
+        assert (best, bf / ba) == (want, keys[want]), (trial, n)
+
+
+def test_the_key_tests_by_products_equal_the_divisions():
+    """``_at_most`` and ``_against`` (a product where it decides, else the division) against the float64 key
+    ``g / age`` they stand for: bounds at the key, a float64 step either side and drawn; counts equal to the
+    product, one either side and drawn; counts and ages from 1 to past ``2**26`` (products past ``2**52``)."""
+    rng = np.random.default_rng(5)
+    for trial in range(4000):
+        hi = (2**8, 2**20, 2**27, 2**40)[trial % 4]
+        g, age, f = (float(x) for x in rng.integers(1, hi, 3))
+        k = g / age
+        for c in (k, np.nextafter(k, 0.0), np.nextafter(k, np.inf), k * rng.uniform(0.5, 2.0), np.inf):
+            assert KC._at_most(g, age, c) == (k <= c), (g, age, c)
+        for x in (g, f * age, f * age - 1.0, f * age + 1.0):
+            want = (f < x / age, f == x / age)
+            assert KC._against(f, x, age) == want, (f, x, age)
 
 
 def test_a_pass_lists_every_slot_at_or_below_the_bound():
