@@ -219,7 +219,8 @@ def _against(f, g, age):
 def _put(q, f, last, tb, b, QR, QL, PF, PL, PB, rec):
     """Candidate entry ``q``: block ``b`` of count ``f`` last accessed at unit ``last``, its float32 copies (minus
     the count's reciprocal, the unit relative to ``tb``) beside the exact ones, and ``b``'s record names the entry.
-    Every entry is written here (the pass, a hit, a miss that joins)."""
+    A hit's entry and a joining miss's are written here; :func:`_make` writes the same values for the pass's in
+    two loops (the float32 copies as vectors: 0.97 of the loop's time at rho 0.1)."""
     PF[_U(q)] = f
     PL[_U(q)] = last
     QR[_U(q)] = np.float32(-1.0 / f)
@@ -261,10 +262,16 @@ def _make(t, window, c_max, n_res, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, re
     n_l = 0
     for w in range((n_res + 63) >> 6):
         n_l = bit_positions(_slot_cands(SF, SL, w << 6, thr, ce) & lanes_below(n_res - (w << 6)), w << 6, LS, n_l)
-    for q in range(n_l):
-        s = LS[_U(q)]
+    for q in range(n_l):               # the entries' exact values, then their float32 copies as vectors (no
+        s = LS[_U(q)]                  # division waits on the next)
         b = SB[_U(s)]
-        _put(q, float(rec[_U(4 * b)]), SX[_U(s)], tb, b, QR, QL, PF, PL, PB, rec)
+        PF[_U(q)] = float(rec[_U(4 * b)])
+        PL[_U(q)] = SX[_U(s)]
+        PB[_U(q)] = b
+        rec[_U(4 * b + 2)] = q
+    for q in range(n_l):
+        QR[_U(q)] = np.float32(-1.0 / PF[_U(q)])
+        QL[_U(q)] = np.float32(PL[_U(q)] - tb)
     for q in range(n_l, n_cand):
         QR[_U(q)] = np.float32(0.0)
         QL[_U(q)] = np.float32(0.0)
