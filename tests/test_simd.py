@@ -330,33 +330,44 @@ def test_band_masks_compare_only_the_network_lanes(n):
 
 
 def _lowest_of(n):
-    """A kernel: ``lowest_lane`` of the first ``n`` float32 lanes of an array."""
+    """A kernel: ``lowest_lane`` of the first ``n`` float32 lanes of an array, and ``lowest_lane_at``'s value and
+    lane."""
     from llvmlite import ir
     from numba import types
     from numba.extending import intrinsic
 
     @intrinsic
     def low(typingctx, a):
+        rt = types.Tuple((types.float32, types.float32, types.int32))
+
         def codegen(context, builder, signature, args):
             p = S._lanes(context, builder, signature.args[0], args[0], ir.Constant(ir.IntType(64), 0), n,
                          ir.FloatType())
-            return S.lowest_lane(builder, builder.load(p, align=4))
+            x = builder.load(p, align=4)
+            return context.make_tuple(builder, rt, [S.lowest_lane(builder, x), *S.lowest_lane_at(builder, x)])
 
-        return types.float32(a), codegen
+        return rt(a), codegen
 
     return njit(cache=False)(lambda a: low(a))
 
 
 @pytest.mark.parametrize("n", (1, 3, 5, 8, 12, 16, 24, 32, 40, 48, 56, 64))
 def test_lowest_lane_of_any_number_of_lanes(n):
-    """The lowest of ``n`` lanes, its lane drawn anywhere, for lane counts that are and are not powers of two (the
-    sequential global lfru candidates' 24, 40, 48 and 56: halving 40 lanes left one of five out)."""
+    """The lowest of ``n`` lanes, and with it the lane that holds it, its lane drawn anywhere, for lane counts that
+    are and are not powers of two (the sequential global lfru candidates' 24, 40, 48 and 56: halving 40 lanes left
+    one of five out); of two equal lowest lanes, either."""
     low = _lowest_of(n)
     rng = np.random.default_rng(n)
     for q in range(n):
         a = rng.random(n).astype(np.float32) + np.float32(1.0)
         a[q] = np.float32(0.5)
-        assert low(a) == np.float32(0.5), (n, q)
+        assert low(a) == (np.float32(0.5), np.float32(0.5), q), (n, q)
+        if n > 1:
+            r = int(rng.integers(0, n - 1))
+            r += r >= q
+            a[r] = np.float32(0.5)
+            v, w, at = low(a)
+            assert v == w == np.float32(0.5) and at in (q, r), (n, q, r)
 
 
 @njit(cache=False)

@@ -1009,6 +1009,34 @@ def lowest_lane(builder, x):
     return builder.extract_element(x, ir.Constant(_I32, 0))
 
 
+def lowest_lane_at(builder, x):
+    """:func:`lowest_lane` and a lane that holds it (an ``i32``; of equal lowest lanes, any): each step keeps the
+    lower of two lanes and its lane number, so the number is known when the value is."""
+    n = x.type.count
+    p = n & -n
+    chunks = list(zip(_chunks(builder, x, p),
+                      _chunks(builder, ir.Constant(ir.VectorType(_I32, n), list(range(n))), p), strict=True))
+    while len(chunks) > 1:
+        out = []
+        for q in range(0, len(chunks) - 1, 2):
+            (a, ia), (b, ib) = chunks[q], chunks[q + 1]
+            lt = builder.fcmp_ordered("<", b, a)
+            out.append((builder.select(lt, b, a), builder.select(lt, ib, ia)))
+        chunks = out + chunks[len(out) * 2:]
+    x, ix = chunks[0]
+    h = x.type.count
+    while h > 1:
+        h //= 2
+        lo = ir.Constant(ir.VectorType(_I32, h), list(range(h)))
+        hi = ir.Constant(ir.VectorType(_I32, h), list(range(h, 2 * h)))
+        a, b = builder.shuffle_vector(x, x, lo), builder.shuffle_vector(x, x, hi)
+        ia, ib = builder.shuffle_vector(ix, ix, lo), builder.shuffle_vector(ix, ix, hi)
+        lt = builder.fcmp_ordered("<", b, a)
+        x, ix = builder.select(lt, b, a), builder.select(lt, ib, ia)
+    zero = ir.Constant(_I32, 0)
+    return builder.extract_element(x, zero), builder.extract_element(ix, zero)
+
+
 #: Whether :func:`compare_word` (:data:`lanes_eq`, :data:`lanes_ge`) builds its words by sign-bit masks (x86 with
 #: AVX2, no AVX-512: per-layer Belady on the lanes in 0.46-0.50 of its time on a Zen 3 core, docs/performance.md,
 #: *Session 51*).
