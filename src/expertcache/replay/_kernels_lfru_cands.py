@@ -366,6 +366,7 @@ def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hi
         layer = ev_layer[_U(i)]
         base = layer * n_experts
         counted = i >= count_from
+        n_hit = 0                      # the event's hits (its misses: the rest), added when it ends
         for a in range(offsets[_U(i)], offsets[_U(i + 1)]):
             b = base + expert[_U(a)]
             r = _U(4 * b)
@@ -378,8 +379,7 @@ def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hi
                 _rebase(t, sbase, n_res, SF, SL, old)
                 sbase = t
             if s >= 0:                 # a hit: the slot's count and unit; a candidate's copy, or it joins
-                if counted:
-                    hits[_U(layer)] += 1
+                n_hit += 1
                 if record:
                     hit_flag[_U(a)] = 1
                 SF[_U(s)] = np.float32(ff)
@@ -396,8 +396,6 @@ def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hi
                     n_cand = _drop(q, n_cand, QR, QL, PF, PL, PB, rec)
                 t += 1
                 continue
-            if counted:
-                misses[_U(layer)] += 1
             if cap == 0:
                 t += 1
                 continue
@@ -459,3 +457,7 @@ def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hi
                 _put(n_cand, ff, tt, tb, b, QR, QL, PF, PL, PB, rec)
                 n_cand += 1
             t += 1
+        if counted:
+            n = offsets[_U(i + 1)] - offsets[_U(i)]
+            hits[_U(layer)] += n_hit
+            misses[_U(layer)] += n - n_hit
