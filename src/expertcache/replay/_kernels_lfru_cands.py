@@ -209,7 +209,7 @@ def _lowest_entry(QR, QL, PF, PL, PB, n_cand, tf, tb, rec):
 def _at_most(f, age, c):
     """Whether the float64 key ``f / age`` (a count and an age, integers below ``2**53``) is at most ``c`` (positive
     or ``inf``): where ``f`` lies below ``c * age`` by more than the products round, without the division that
-    would otherwise wait on the candidate's lane (sequential global lfru at rho 0.1 in 0.9x the time)."""
+    would otherwise wait on the candidate's lane (sequential global lfru at rho 0.1 in 0.97x the time)."""
     return f <= c * age * _FAST or f / age <= c
 
 

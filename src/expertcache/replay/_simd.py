@@ -991,50 +991,43 @@ def _chunks(builder, x, p):
             for j in range(0, n, p)]
 
 
-def lowest_lane(builder, x):
-    """The lowest of the lanes of the float vector ``x``, halved in registers. Where the lanes are not a power of
-    two, the chunks of the largest power of two that divides their number are first reduced lane by lane, as a
-    tree (halving 40 lanes would leave one lane of five out at the third step)."""
-    chunks = _chunks(builder, x, x.type.count & -x.type.count)
-    while len(chunks) > 1:
-        pairs = [(chunks[q], chunks[q + 1]) for q in range(0, len(chunks) - 1, 2)]
-        chunks = [builder.select(builder.fcmp_ordered("<", a, b), a, b) for a, b in pairs] + chunks[len(pairs) * 2:]
-    x = chunks[0]
-    h = x.type.count
-    while h > 1:
-        h //= 2
-        a = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_I32, h), list(range(h))))
-        b = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_I32, h), list(range(h, 2 * h))))
-        x = builder.select(builder.fcmp_ordered("<", a, b), a, b)
-    return builder.extract_element(x, ir.Constant(_I32, 0))
+def _lowest(builder, x, ix=None):
+    """The lowest lane of the float vector ``x`` and, where ``ix`` (an ``i32`` vector beside it) is given, its lane
+    of ``ix`` (else ``None``): the chunks of the largest power of two that divides the lane count reduced lane by
+    lane as a tree, then halved; each step keeps the lower of two lanes (and its ``ix``)."""
+    p = x.type.count & -x.type.count
+    xs = _chunks(builder, x, p)
+    chunks = list(zip(xs, _chunks(builder, ix, p) if ix is not None else [None] * len(xs), strict=True))
 
+    def lower(a, b):
+        lt = builder.fcmp_ordered("<", b[0], a[0])
+        return builder.select(lt, b[0], a[0]), None if a[1] is None else builder.select(lt, b[1], a[1])
 
-def lowest_lane_at(builder, x):
-    """:func:`lowest_lane` and a lane that holds it (an ``i32``; of equal lowest lanes, any): each step keeps the
-    lower of two lanes and its lane number, so the number is known when the value is."""
-    n = x.type.count
-    p = n & -n
-    chunks = list(zip(_chunks(builder, x, p),
-                      _chunks(builder, ir.Constant(ir.VectorType(_I32, n), list(range(n))), p), strict=True))
     while len(chunks) > 1:
-        out = []
-        for q in range(0, len(chunks) - 1, 2):
-            (a, ia), (b, ib) = chunks[q], chunks[q + 1]
-            lt = builder.fcmp_ordered("<", b, a)
-            out.append((builder.select(lt, b, a), builder.select(lt, ib, ia)))
+        out = [lower(chunks[q], chunks[q + 1]) for q in range(0, len(chunks) - 1, 2)]
         chunks = out + chunks[len(out) * 2:]
     x, ix = chunks[0]
     h = x.type.count
     while h > 1:
         h //= 2
-        lo = ir.Constant(ir.VectorType(_I32, h), list(range(h)))
-        hi = ir.Constant(ir.VectorType(_I32, h), list(range(h, 2 * h)))
-        a, b = builder.shuffle_vector(x, x, lo), builder.shuffle_vector(x, x, hi)
-        ia, ib = builder.shuffle_vector(ix, ix, lo), builder.shuffle_vector(ix, ix, hi)
-        lt = builder.fcmp_ordered("<", b, a)
-        x, ix = builder.select(lt, b, a), builder.select(lt, ib, ia)
+        halves = [ir.Constant(ir.VectorType(_I32, h), list(range(k, k + h))) for k in (0, h)]
+        a, b = ((builder.shuffle_vector(x, x, m), None if ix is None else builder.shuffle_vector(ix, ix, m))
+                for m in halves)
+        x, ix = lower(a, b)
     zero = ir.Constant(_I32, 0)
-    return builder.extract_element(x, zero), builder.extract_element(ix, zero)
+    return builder.extract_element(x, zero), None if ix is None else builder.extract_element(ix, zero)
+
+
+def lowest_lane(builder, x):
+    """The lowest of the lanes of the float vector ``x``, halved in registers (:func:`_lowest`: where the lanes are
+    not a power of two, their chunks first; halving 40 lanes would leave one lane of five out at the third step)."""
+    return _lowest(builder, x)[0]
+
+
+def lowest_lane_at(builder, x):
+    """:func:`lowest_lane` and a lane that holds it (an ``i32``; of equal lowest lanes, any): each step keeps the
+    lower of two lanes and its lane number, so the number is known when the value is."""
+    return _lowest(builder, x, ir.Constant(ir.VectorType(_I32, x.type.count), list(range(x.type.count))))
 
 
 #: Whether :func:`compare_word` (:data:`lanes_eq`, :data:`lanes_ge`) builds its words by sign-bit masks (x86 with
