@@ -227,16 +227,29 @@ def _against(f, g, age):
 
 @jit_inline
 def _put(q, f, last, tb, b, QR, QL, PF, PL, PB, rec):
-    """Candidate entry ``q``: block ``b`` of count ``f`` last accessed at unit ``last``, its float32 copies (minus
-    the count's reciprocal, the unit relative to ``tb``) beside the exact ones, and ``b``'s record names the entry.
-    A hit's entry and a joining miss's are written here; :func:`_make` writes the same values for the pass's in
-    two loops (the float32 copies as vectors: 0.97 of the loop's time at rho 0.1)."""
+    """Candidate entry ``q``: block ``b`` of count ``f`` last accessed at unit ``last`` (:func:`_put_exact`), its
+    float32 copies beside (:func:`_put_copies`). A hit's entry and a joining miss's; :func:`_make` calls the two
+    parts in two loops (the float32 copies as vectors: 0.97 of the loop's time at rho 0.1)."""
+    _put_exact(q, f, last, b, PF, PL, PB, rec)
+    _put_copies(q, tb, QR, QL, PF, PL)
+
+
+@jit_inline
+def _put_exact(q, f, last, b, PF, PL, PB, rec):
+    """Candidate entry ``q``'s exact values (block ``b`` of count ``f`` last accessed at unit ``last``), and ``b``'s
+    record names the entry."""
     PF[_U(q)] = f
     PL[_U(q)] = last
-    QR[_U(q)] = np.float32(-1.0 / f)
-    QL[_U(q)] = np.float32(last - tb)
     PB[_U(q)] = b
     rec[_U(4 * b + 2)] = q
+
+
+@jit_inline
+def _put_copies(q, tb, QR, QL, PF, PL):
+    """Candidate entry ``q``'s float32 copies of its exact values: minus the count's reciprocal, the unit relative
+    to ``tb``."""
+    QR[_U(q)] = np.float32(-1.0 / PF[_U(q)])
+    QL[_U(q)] = np.float32(PL[_U(q)] - tb)
 
 
 @jit_inline
@@ -275,13 +288,9 @@ def _make(t, window, c_max, n_res, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, re
     for q in range(n_l):               # the entries' exact values, then their float32 copies as vectors (no
         s = LS[_U(q)]                  # division waits on the next)
         b = SB[_U(s)]
-        PF[_U(q)] = float(rec[_U(4 * b)])
-        PL[_U(q)] = SX[_U(s)]
-        PB[_U(q)] = b
-        rec[_U(4 * b + 2)] = q
+        _put_exact(q, float(rec[_U(4 * b)]), SX[_U(s)], b, PF, PL, PB, rec)
     for q in range(n_l):
-        QR[_U(q)] = np.float32(-1.0 / PF[_U(q)])
-        QL[_U(q)] = np.float32(PL[_U(q)] - tb)
+        _put_copies(q, tb, QR, QL, PF, PL)
     for q in range(n_l, n_cand):
         QR[_U(q)] = np.float32(0.0)
         QL[_U(q)] = np.float32(0.0)
@@ -457,7 +466,7 @@ def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hi
                 _put(n_cand, ff, tt, tb, b, QR, QL, PF, PL, PB, rec)
                 n_cand += 1
             t += 1
-        if counted:
+        if counted:                    # (_kernels_seq._count, written out: as that call, 1.02x the time at rho 0.2-0.3)
             n = offsets[_U(i + 1)] - offsets[_U(i)]
             hits[_U(layer)] += n_hit
             misses[_U(layer)] += n - n_hit
