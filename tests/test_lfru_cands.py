@@ -192,7 +192,8 @@ def test_the_key_tests_by_products_equal_the_divisions():
 
 def test_a_pass_lists_every_slot_at_or_below_the_bound():
     """``_make`` lists every slot whose float64 key at the window's last unit is at most ``c_max``, with ``c_max``
-    each slot's own key in turn (the bound's edge), counts past float32's integers included."""
+    each slot's own key in turn (the bound's edge), counts past float32's integers included; its words listed both
+    ways (``n_last``, the last pass's count: ``bit_positions`` or ``bit_positions_some``)."""
     rng = np.random.default_rng(3)
     n, width, window, t, sbase = 150, 256, 9, 5_000_000, 4_000_000
     f = rng.integers(1, 2**26, n).astype(np.float64)
@@ -206,13 +207,13 @@ def test_a_pass_lists_every_slot_at_or_below_the_bound():
     rec = np.full(4 * width, -1, dtype=np.int32)
     rec[0::4][:n] = f
     keys = f / (float(t + window) - last)      # at unit t + window - 1
-    for c_max in keys[:40]:
+    for c_max, n_last in zip(keys[:40], [0, 1_000] * 20, strict=True):   # (n_last: how its words are listed)
         QR = np.full(width, np.inf, dtype=np.float32)         # stale lanes (150 old entries): reset past the list
         QL = np.full(width, 7.0, dtype=np.float32)
         PF, PL, PB = np.zeros(width), np.zeros(width), np.zeros(width, dtype=np.int32)
         rec[2::4] = -1
         k = KC._make(t, window, c_max, n, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, rec, 150,
-                     np.zeros(width, dtype=np.int32))
+                     np.zeros(width, dtype=np.int32), n_last)
         listed = set(PB[:k].tolist())
         assert {int(s) for s in np.flatnonzero(keys <= c_max)} <= listed
         assert all(rec[4 * b + 2] == q for q, b in enumerate(PB[:k]))

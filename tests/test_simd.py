@@ -401,20 +401,21 @@ def _positions_of(fn):
 
 @pytest.mark.parametrize("name", ["bit_positions", "bit_positions_dense", "_bit_positions_loop",
                                   "_bit_positions_bytes", "_bit_positions_few", "_bit_positions_avx512",
-                                  "_bit_positions_vbmi2"])
+                                  "_bit_positions_vbmi2", "bit_positions_some", "_bit_positions_few8"])
 def test_bit_positions_list_the_set_bits_in_order(name):
     """Every set bit of a run of words, ascending, as ``base + 64 w + bit`` after the ``q`` entries already there
     (left as they were); empty words, full words (past 16 bits: the VBMI2 form's rarer path), the top bit, words of
-    ``FEW_BITS`` and one more set bits (the few form's two paths). The AVX-512 forms only where the machine has them;
-    the loop, the bytes and the few form (machines without AVX-512) on any."""
+    ``FEW_BITS`` or ``MANY_BITS`` and one more set bits (the few forms' two paths). The AVX-512 forms only where the
+    machine has them; the loop, the bytes and the few forms (machines without AVX-512) on any."""
     need = {"_bit_positions_avx512": "avx512f", "_bit_positions_vbmi2": "avx512vbmi2"}.get(name)
     if need and not S._has_feature(need):
         pytest.skip(f"no {need} here")
     positions = _positions_of(getattr(S, name))
     rng = np.random.default_rng(5)
-    assert S.FEW_BITS == 4
+    assert S.FEW_BITS == 4 and S.MANY_BITS == 8
     special = [0, 2**64 - 1, 1, 2**63, 0x8000_0000_0001_0001, 0x0000_FFFF_0000_0000, 0x8000_0400_0001_0001,
-               0x8000_0400_0001_0003, 0x0000_0000_0000_000F, 0x0000_0000_0000_001F]
+               0x8000_0400_0001_0003, 0x0000_0000_0000_000F, 0x0000_0000_0000_001F, 0x8000_0000_0100_0C0F,
+               0x8000_0000_0100_0C1F]
     for _ in range(300):
         n = int(rng.integers(1, 6))
         def word():

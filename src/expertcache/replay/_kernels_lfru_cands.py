@@ -43,6 +43,7 @@ from ._simd import (
     _lanes,
     _splat,
     bit_positions,
+    bit_positions_some,
     compare_word,
     lanes_below,
     lowest_lane,
@@ -76,6 +77,9 @@ _NEAR = np.float32(1.0 - 2.0 ** -19)
 #: :func:`_at_most` tests ``f <= c * age * _FAST`` first: true only where ``f / age`` rounds to at most ``c`` (the
 #: two products' roundings and the division's are each below ``2**-52`` relative).
 _FAST = 1.0 - 2.0 ** -50
+#: A pass lists its slots by :data:`._simd.bit_positions_some` where the last one listed more than this many a word
+#: of slots (:data:`._simd.bit_positions`, whose unrolled steps take words of four, otherwise).
+_SOME = 3
 #: The pass's bound: ``c_max`` times this in float32 (slots left out have float64 keys above ``c_max``).
 _PASS_MARGIN = 1.0 + 2.0 ** -18
 #: A joining block's bound: ``c_max`` times this in float64.
@@ -271,20 +275,28 @@ def _drop(q, n_cand, QR, QL, PF, PL, PB, rec):
 
 
 @jit_helper
-def _make(t, window, c_max, n_res, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, rec, n_cand, LS):
+def _make(t, window, c_max, n_res, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, rec, n_cand, LS, n_last):
     """The candidates for units ``t .. t + window - 1``: every slot whose count is at most ``c_max`` times its age
     at the last of them (float32, :data:`_PASS_MARGIN`); returns how many. The old candidates' entries are cleared
     first, and the lanes past the new ones hold ``QR = 0`` and ``QL = 0`` (a rank of 0). The pass lists the slots
     of every word in ``LS`` (:data:`._simd.bit_positions`: no loop over a word's bits, whose exit a branch
-    predictor misses: docs/performance.md, *Session 54*) before their entries are written."""
+    predictor misses: docs/performance.md, *Session 54*) before their entries are written; where the last pass
+    listed ``n_last``, more than :data:`_SOME` a word of slots, by :data:`._simd.bit_positions_some` (0.90-0.97 of
+    the loop's time at rho 0.1, about five a word: *Session 58*)."""
     for q in range(n_cand):
         rec[_U(4 * PB[_U(q)] + 2)] = -1
     thr = np.float32(c_max * _PASS_MARGIN)
     ce = np.float32(t + window - sbase)
     tb = float(t)
     n_l = 0
-    for w in range((n_res + 63) >> 6):
-        n_l = bit_positions(_slot_cands(SF, SL, w << 6, thr, ce) & lanes_below(n_res - (w << 6)), w << 6, LS, n_l)
+    n_w = (n_res + 63) >> 6
+    if n_last > _SOME * n_w:
+        for w in range(n_w):
+            x = _slot_cands(SF, SL, w << 6, thr, ce) & lanes_below(n_res - (w << 6))
+            n_l = bit_positions_some(x, w << 6, LS, n_l)
+    else:
+        for w in range(n_w):
+            n_l = bit_positions(_slot_cands(SF, SL, w << 6, thr, ce) & lanes_below(n_res - (w << 6)), w << 6, LS, n_l)
     for q in range(n_l):               # the entries' exact values, then their float32 copies as vectors (no
         s = LS[_U(q)]                  # division waits on the next)
         b = SB[_U(s)]
@@ -371,6 +383,7 @@ def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hi
     t_made = 0                         # the unit the candidates were made at
     n_go = 0                           # overflowing units since then
     t = 0
+    n_last = 0                         # the candidates the last pass listed
     for i in range(n_events):
         layer = ev_layer[_U(i)]
         base = layer * n_experts
@@ -422,7 +435,8 @@ def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hi
                     c_end = t + span - 1
                     tb = tt
                     n_cand = _make(t, span, c_max, n_res, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, rec, n_cand,
-                                   LS)
+                                   LS, n_last)
+                    n_last = n_cand
                     if n_cand > many * window:
                         up = 1.0 + (up - 1.0) * 0.8
                     if traced:
@@ -442,7 +456,8 @@ def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hi
                     c_end = t + span - 1
                     tb = tt
                     n_cand = _make(t, span, c_max, n_res, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, rec, n_cand,
-                                   LS)
+                                   LS, n_last)
+                    n_last = n_cand
                     best, bf, ba = _lowest_entry(QR, QL, PF, PL, PB, n_cand, tf, tb, rec)
                 join = c_max * _JOIN_MARGIN
                 v_f = bf

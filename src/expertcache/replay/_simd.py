@@ -42,7 +42,8 @@ must hold ``off + 64`` (or ``n``) elements.
 * :data:`cut_list1_32_fma` — :func:`cut_mask1_32_fma`'s lanes listed as :func:`bit_positions` lists them, in
   one step (AVX-512 VBMI2; the mask and the listing otherwise; the global slots loop's one-cut pass).
 * :func:`bit_positions` — the set bits of a word as a list of positions (AVX-512 compress where the machine
-  has it, a table of each byte's positions otherwise).
+  has it, a table of each byte's positions otherwise); :data:`bit_positions_some` the same for words of about
+  three to eight set bits.
 * :func:`values_at`, :func:`values_at32` — the float64 (float32) values at the set bits of a word, as a list
   (AVX-512 compress where the machine has it, a loop otherwise; ``values_at32`` the per-layer lrfu and lfru
   loops' bands).
@@ -855,35 +856,49 @@ def _bit_positions_bytes(typingctx, x, base, out, q):
 FEW_BITS = 4
 
 
-@intrinsic
-def _bit_positions_few(typingctx, x, base, out, q):
-    """:func:`_bit_positions_bytes` for words that are mostly sparse: a word of at most :data:`FEW_BITS` set bits
-    writes ``FEW_BITS`` positions, each the lowest set bit of what is left (``cttz``, then the bit cleared; past the
-    last, 63 plus ``base``, beyond the returned count), where the byte table writes eight rows whatever the word;
-    a denser word takes the table. The branch is on the count, taken the same way while the words are sparse."""
-    sig = types.int64(types.uint64, types.int64, out, types.int64)
+def _few_positions(few: int):
+    """:func:`_bit_positions_bytes` for words of at most ``few`` set bits (an intrinsic): such a word writes ``few``
+    positions, each the lowest set bit of what is left (``cttz``, then the bit cleared; past the last, 63 plus
+    ``base``, beyond the returned count), where the byte table writes eight rows whatever the word; a denser word
+    takes the table. The branch is on the count, taken the same way while the words hold at most ``few``."""
 
-    def codegen(context, builder, signature, args):
-        x, base, out, q = args
-        data = context.make_array(signature.args[2])(context, builder, out).data
-        ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64]), "llvm.ctpop.i64")
-        n = builder.call(ctpop, [x])
-        few = builder.icmp_unsigned("<=", n, ir.Constant(_I64, FEW_BITS))
-        with builder.if_else(few, likely=True) as (then, otherwise):
-            with then:
-                y = x
-                b32 = builder.trunc(base, _I32)
-                top = ir.Constant(_I64, 1 << 63)
-                for k in range(FEW_BITS):
-                    t = builder.cttz(builder.or_(y, top), ir.Constant(ir.IntType(1), 0))
-                    builder.store(builder.add(b32, builder.trunc(t, _I32)),
-                                  builder.gep(data, [builder.add(q, ir.Constant(_I64, k))]))
-                    y = builder.and_(y, builder.sub(y, ir.Constant(_I64, 1)))
-            with otherwise:
-                _positions_bytes(builder, data, x, base, q)
-        return builder.add(q, n)
+    @intrinsic
+    def positions(typingctx, x, base, out, q):
+        sig = types.int64(types.uint64, types.int64, out, types.int64)
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            x, base, out, q = args
+            data = context.make_array(signature.args[2])(context, builder, out).data
+            ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64]), "llvm.ctpop.i64")
+            n = builder.call(ctpop, [x])
+            ok = builder.icmp_unsigned("<=", n, ir.Constant(_I64, few))
+            with builder.if_else(ok, likely=True) as (then, otherwise):
+                with then:
+                    y = x
+                    b32 = builder.trunc(base, _I32)
+                    top = ir.Constant(_I64, 1 << 63)
+                    for k in range(few):
+                        t = builder.cttz(builder.or_(y, top), ir.Constant(ir.IntType(1), 0))
+                        builder.store(builder.add(b32, builder.trunc(t, _I32)),
+                                      builder.gep(data, [builder.add(q, ir.Constant(_I64, k))]))
+                        y = builder.and_(y, builder.sub(y, ir.Constant(_I64, 1)))
+                with otherwise:
+                    _positions_bytes(builder, data, x, base, q)
+            return builder.add(q, n)
+
+        return sig, codegen
+
+    return positions
+
+
+#: :func:`_few_positions` for words of at most :data:`FEW_BITS` set bits, mostly sparse ones (the slots loops' cuts).
+_bit_positions_few = _few_positions(FEW_BITS)
+#: A word of at most this many set bits is listed by :func:`_bit_positions_few8`'s unrolled lowest-bit steps.
+MANY_BITS = 8
+#: :func:`_few_positions` for words of at most :data:`MANY_BITS` set bits: words of about three to eight set bits,
+#: where :func:`_bit_positions_few`'s branch on its four goes either way (the sequential global lfru candidates'
+#: pass at rho 0.1, about five a word).
+_bit_positions_few8 = _few_positions(MANY_BITS)
 
 
 #: ``bit_positions(x, base, out, q)``: ``base + i`` for every set bit ``i`` of the word ``x``, ascending, written
@@ -899,6 +914,11 @@ bit_positions = (_bit_positions_vbmi2 if _has_feature("avx512vbmi2") else
 #: :data:`bit_positions` for lists of many set bits a word (the global lfru slots loop's candidates): the byte table
 #: alone where there is no AVX-512, so that no branch on the count is taken for such words.
 bit_positions_dense = bit_positions if WIDE_VECTORS else _bit_positions_bytes
+#: :data:`bit_positions` for words of about three to eight set bits: :func:`_bit_positions_few8` where there is no
+#: AVX-512 (sequential global lfru at rho 0.1 in 0.90-0.97 of its time, four runs: docs/performance.md,
+#: *Session 58*).
+bit_positions_some = (_bit_positions_vbmi2 if _has_feature("avx512vbmi2") else
+                      _bit_positions_avx512 if _has_feature("avx512f") else _bit_positions_few8)
 
 
 def _f32_arrays(*tys) -> bool:
