@@ -168,10 +168,28 @@ def test_the_lowest_candidate_against_every_exact_key(n):
         rec = np.zeros(4 * 192, dtype=np.int32)
         rec[3::4] = rng.permutation(192)
         tf = tb + float(rng.integers(1, 40))
-        best, bf, ba = KC._lowest_entry(QR, QL, PF, PL, PB, n, tf, tb, rec)
+        dead = rng.random(n) < (0.0 if trial % 3 == 0 else 0.5)
+        dead[rng.integers(0, n)] = False
+        DW = np.zeros(4, dtype=np.uint64)
+        for q in np.flatnonzero(dead):
+            DW[q >> 6] |= np.uint64(1) << np.uint64(q & 63)
+        best, bf, ba = KC._lowest_entry(QR, QL, PF, PL, PB, DW, n, int(n - dead.sum()), tf, tb, rec)
         keys = PF[:n] / (tf - PL[:n])
-        want = min(range(n), key=lambda q: (keys[q], rec[4 * q + 3]))
+        want = min(np.flatnonzero(~dead), key=lambda q: (keys[q], rec[4 * q + 3]))
         assert (best, bf / ba) == (want, keys[want]), (trial, n)
+
+
+def test_entries_that_leave_are_marked_and_their_lanes_taken_again_lowest_first():
+    """``_drop`` marks an entry's lane in the dead words (any of 130 lanes) and returns one fewer; ``_free_lane``
+    gives the lowest dead lane (its bit cleared), and lane ``n_lanes`` (one more in use) when none is dead."""
+    DW = np.zeros(3, dtype=np.uint64)
+    n = 130
+    for q in (129, 3, 64, 70, 0):
+        n = KC._drop(q, n, DW)
+    assert n == 125 and [int(w) for w in DW] == [2**0 + 2**3, 2**0 + 2**6, 2**1]
+    got = [KC._free_lane(DW, 130) for _ in range(6)]
+    assert got == [(0, 130), (3, 130), (64, 130), (70, 130), (129, 130), (130, 131)]
+    assert not DW.any() and KC._free_lane(DW, 0) == (0, 1)
 
 
 def test_the_key_tests_by_products_equal_the_divisions():
@@ -212,8 +230,9 @@ def test_a_pass_lists_every_slot_at_or_below_the_bound():
         QL = np.full(width, 7.0, dtype=np.float32)
         PF, PL, PB = np.zeros(width), np.zeros(width), np.zeros(width, dtype=np.int32)
         rec[2::4] = -1
+        DW = np.full(4, 2**64 - 1, dtype=np.uint64)                # (every old entry had left)
         k = KC._make(t, window, c_max, n, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, rec, 150,
-                     np.zeros(width, dtype=np.int32), n_last)
+                     np.zeros(width, dtype=np.int32), n_last, DW)
         listed = set(PB[:k].tolist())
         assert {int(s) for s in np.flatnonzero(keys <= c_max)} <= listed
         assert all(rec[4 * b + 2] == q for q, b in enumerate(PB[:k]))

@@ -13,6 +13,8 @@ benchmark stream on an AVX2 core). Here the residents sit in dense *slots* and t
   at most ``c_max * (c_end - last + 1)`` (float32 lanes, :func:`_slot_cands`, with a margin that keeps every
   slot it leaves out above ``c_max`` in the float64 key); an accessed block whose key may fall to ``c_max`` by
   ``c_end`` joins them (a hit, or a miss taking a slot) or stays one, any other accessed candidate leaves them.
+  A candidate that leaves (or is evicted) keeps its lane, marked in words of dead lanes that the ranking reads
+  (:func:`_drop`): no store goes to the lanes the next ranking loads; one that joins takes the lowest dead lane.
 * At a miss the candidates are ranked as float32 vectors (:func:`_low_n`) by ``-(age / count)``, the product of
   a copy of minus their count's reciprocal and their age (the lowest key has the lowest rank; a division took
   1.05x the loop's time: docs/performance.md, *Session 54*), and the lanes within a relative ``2**-19`` of the
@@ -103,11 +105,23 @@ def _slot_cands(typingctx, SF, SL, off, thr, ce):
 
 def _cand_ranks(context, builder, signature, args, n):
     """The ranks ``QR * (a - QL)`` (``-(age / count)``) of the ``n`` float32 lanes from ``off`` (``args``: ``QR``,
-    ``QL``, ``off``, ``a``)."""
+    ``QL``, ``off``, ``a``, ``dead``), 0 in the lanes whose bit of the word ``dead`` is set (entries that left: a
+    rank of 0 lies above every candidate's). Each lane's bit is shifted into the sign of an int32 lane (one variable
+    shift of the word's half), which selects the 0."""
     vt = ir.VectorType(_F32, n)
     f = builder.load(_lanes(context, builder, signature.args[0], args[0], args[2], n, _F32), align=4)
     last = builder.load(_lanes(context, builder, signature.args[1], args[1], args[2], n, _F32), align=4)
-    return builder.fmul(f, builder.fsub(_splat(builder, args[3], vt, n), last))
+    x = builder.fmul(f, builder.fsub(_splat(builder, args[3], vt, n), last))
+    i32 = ir.IntType(32)
+    it = ir.VectorType(i32, n)
+    dead = args[4]
+    pair = ir.VectorType(i32, 2)
+    halves = builder.insert_element(
+        builder.insert_element(ir.Constant(pair, None), builder.trunc(dead, i32), ir.Constant(i32, 0)),
+        builder.trunc(builder.lshr(dead, ir.Constant(ir.IntType(64), 32)), i32), ir.Constant(i32, 1))
+    words = builder.shuffle_vector(halves, ir.Constant(pair, None), ir.Constant(it, [j >> 5 for j in range(n)]))
+    signs = builder.shl(words, ir.Constant(it, [31 - (j & 31) for j in range(n)]))
+    return builder.select(builder.icmp_signed("<", signs, ir.Constant(it, [0] * n)), ir.Constant(vt, [0.0] * n), x)
 
 
 def _low_n(n):
@@ -118,9 +132,9 @@ def _low_n(n):
     :data:`_NEAR` (lanes past the candidates hold ``QR = 0``, ``QL = 0``: a rank of 0, above every candidate's)."""
 
     @intrinsic
-    def low(typingctx, QR, QL, off, a):
+    def low(typingctx, QR, QL, off, a, dead):
         rt = types.Tuple((types.uint64, types.float32, types.int64))
-        sig = rt(QR, QL, types.int64, types.float32)
+        sig = rt(QR, QL, types.int64, types.float32, types.uint64)
 
         def codegen(context, builder, signature, args):
             x = _cand_ranks(context, builder, signature, args, n)
@@ -139,22 +153,22 @@ _low8, _low16, _low24, _low32, _low40, _low48, _low56, _low64 = (_low_n(8 * k) f
 
 
 @jit_inline
-def _low_lanes(QR, QL, a, n_cand):
-    """:func:`_low_n` over the first ``n_cand`` (1 to 64) lanes, rounded up to a multiple of 8."""
-    k = (n_cand + 7) >> 3
+def _low_lanes(QR, QL, a, n_lanes, dead):
+    """:func:`_low_n` over the first ``n_lanes`` (1 to 64) lanes, rounded up to a multiple of 8."""
+    k = (n_lanes + 7) >> 3
     if k <= 4:
         if k <= 2:
-            return _low8(QR, QL, 0, a) if k == 1 else _low16(QR, QL, 0, a)
-        return _low24(QR, QL, 0, a) if k == 3 else _low32(QR, QL, 0, a)
+            return _low8(QR, QL, 0, a, dead) if k == 1 else _low16(QR, QL, 0, a, dead)
+        return _low24(QR, QL, 0, a, dead) if k == 3 else _low32(QR, QL, 0, a, dead)
     if k <= 6:
-        return _low40(QR, QL, 0, a) if k == 5 else _low48(QR, QL, 0, a)
-    return _low56(QR, QL, 0, a) if k == 7 else _low64(QR, QL, 0, a)
+        return _low40(QR, QL, 0, a, dead) if k == 5 else _low48(QR, QL, 0, a, dead)
+    return _low56(QR, QL, 0, a, dead) if k == 7 else _low64(QR, QL, 0, a, dead)
 
 
 @intrinsic
-def _min64(typingctx, QR, QL, off, a):
-    """The lowest float32 rank ``QR * (a - QL)`` of the 64 lanes from ``off``."""
-    sig = types.float32(QR, QL, types.int64, types.float32)
+def _min64(typingctx, QR, QL, off, a, dead):
+    """The lowest float32 rank ``QR * (a - QL)`` of the 64 lanes from ``off`` (0 in the lanes of ``dead``)."""
+    sig = types.float32(QR, QL, types.int64, types.float32, types.uint64)
 
     def codegen(context, builder, signature, args):
         return lowest_lane(builder, _cand_ranks(context, builder, signature, args, 64))
@@ -163,42 +177,44 @@ def _min64(typingctx, QR, QL, off, a):
 
 
 @intrinsic
-def _near64(typingctx, QR, QL, off, a, v):
-    """The bits of the 64 lanes from ``off`` whose float32 rank ``QR * (a - QL)`` is at most ``v``."""
-    sig = types.uint64(QR, QL, types.int64, types.float32, types.float32)
+def _near64(typingctx, QR, QL, off, a, dead, v):
+    """The bits of the 64 lanes from ``off`` whose float32 rank ``QR * (a - QL)`` (0 in the lanes of ``dead``) is
+    at most ``v``."""
+    sig = types.uint64(QR, QL, types.int64, types.float32, types.uint64, types.float32)
 
     def codegen(context, builder, signature, args):
         x = _cand_ranks(context, builder, signature, args, 64)
-        return compare_word(builder, "<=", x, _splat(builder, args[4], ir.VectorType(_F32, 64), 64))
+        return compare_word(builder, "<=", x, _splat(builder, args[5], ir.VectorType(_F32, 64), 64))
 
     return sig, codegen
 
 
 @jit_inline
-def _lowest_entry(QR, QL, PF, PL, PB, n_cand, tf, tb, rec):
+def _lowest_entry(QR, QL, PF, PL, PB, DW, n_lanes, n_cand, tf, tb, rec):
     """The candidate of lowest ``(float64 key at unit tf - 1, tie rank)``: ``(its entry, its count, its age)``, its
     key the count over the age; ``(-1, inf, 1)`` without candidates. Where one lane alone lies near the lowest
     float32 rank, it is the lowest (no other lane's float64 key can equal its own): no division (the caller's
-    tests on the key multiply where they can, :func:`_at_most`). ``rec[4 b + 3]``: block ``b``'s tie rank."""
+    tests on the key multiply where they can, :func:`_at_most`). ``rec[4 b + 3]``: block ``b``'s tie rank; the
+    entries sit in the first ``n_lanes`` lanes, ``n_cand`` of them live, those whose bits of ``DW`` are set gone."""
     a = np.float32(tf - tb)
     best = -1
     bk = np.inf
     if n_cand <= 0:
         return best, np.inf, 1.0
-    if n_cand <= 64:
-        x, v, q = _low_lanes(QR, QL, a, n_cand)
+    if n_lanes <= 64:
+        x, v, q = _low_lanes(QR, QL, a, n_lanes, DW[0])
         if x and not x & (x - _U(1)):  # (q, the lowest lane, is that bit: known before the bits are)
             return q, PF[_U(q)], tf - PL[_U(q)]
         w_hi = 1
     else:
         v = np.float32(np.inf)
-        w_hi = (n_cand + 63) >> 6
+        w_hi = (n_lanes + 63) >> 6
         for w in range(w_hi):
-            v = min(v, _min64(QR, QL, w << 6, a))
-        x = _near64(QR, QL, 0, a, v * _NEAR)
+            v = min(v, _min64(QR, QL, w << 6, a, DW[_U(w)]))
+        x = _near64(QR, QL, 0, a, DW[0], v * _NEAR)
     for w in range(w_hi):
         if w > 0:
-            x = _near64(QR, QL, w << 6, a, v * _NEAR)
+            x = _near64(QR, QL, w << 6, a, DW[_U(w)], v * _NEAR)
         while x:
             q = (w << 6) + np.int64(_cttz(x))
             x &= x - _U(1)
@@ -257,33 +273,37 @@ def _put_copies(q, tb, QR, QL, PF, PL):
 
 
 @jit_inline
-def _drop(q, n_cand, QR, QL, PF, PL, PB, rec):
-    """Candidate entry ``q`` leaves (the last entry takes its place, its lane then a rank of 0); returns how many
-    are left."""
-    n = n_cand - 1
-    if q != n:
-        b = PB[_U(n)]
-        PF[_U(q)] = PF[_U(n)]
-        PL[_U(q)] = PL[_U(n)]
-        QR[_U(q)] = QR[_U(n)]
-        QL[_U(q)] = QL[_U(n)]
-        PB[_U(q)] = b
-        rec[_U(4 * b + 2)] = q
-    QR[_U(n)] = np.float32(0.0)
-    QL[_U(n)] = np.float32(0.0)
-    return n
+def _drop(q, n_cand, DW):
+    """Candidate entry ``q`` leaves: its bit of the dead words ``DW`` set (its lane then ranks 0; no lane is
+    written, so the next ranking's loads wait on no store of this one: a throwaway loop of rankings alone that moved
+    the last entry into the freed lane took twice the time of one that marked it, docs/performance.md, *Session
+    58*); returns how many are left."""
+    DW[_U(q >> 6)] |= _U(1) << _U(q & 63)
+    return n_cand - 1
+
+
+@jit_inline
+def _free_lane(DW, n_lanes):
+    """A lane for a joining entry: the lowest dead one (its bit cleared), else lane ``n_lanes``; returns
+    ``(lane, lanes in use)``."""
+    for w in range((n_lanes + 63) >> 6):
+        d = DW[_U(w)]
+        if d:
+            DW[_U(w)] = d & (d - _U(1))
+            return (w << 6) + np.int64(_cttz(d)), n_lanes
+    return n_lanes, n_lanes + 1
 
 
 @jit_helper
-def _make(t, window, c_max, n_res, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, rec, n_cand, LS, n_last):
+def _make(t, window, c_max, n_res, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, rec, n_lanes, LS, n_last, DW):
     """The candidates for units ``t .. t + window - 1``: every slot whose count is at most ``c_max`` times its age
-    at the last of them (float32, :data:`_PASS_MARGIN`); returns how many. The old candidates' entries are cleared
-    first, and the lanes past the new ones hold ``QR = 0`` and ``QL = 0`` (a rank of 0). The pass lists the slots
-    of every word in ``LS`` (:data:`._simd.bit_positions`: no loop over a word's bits, whose exit a branch
-    predictor misses: docs/performance.md, *Session 54*) before their entries are written; where the last pass
-    listed ``n_last``, more than :data:`_SOME` a word of slots, by :data:`._simd.bit_positions_some` (0.90-0.97 of
-    the loop's time at rho 0.1, about five a word: *Session 58*)."""
-    for q in range(n_cand):
+    at the last of them (float32, :data:`_PASS_MARGIN`); returns how many. The old candidates' entries (the first
+    ``n_lanes`` lanes) are cleared first, the lanes past the new ones hold ``QR = 0`` and ``QL = 0`` (a rank of 0)
+    and the dead words ``DW`` none. The pass lists the slots of every word in ``LS`` (:data:`._simd.bit_positions`:
+    no loop over a word's bits, whose exit a branch predictor misses: docs/performance.md, *Session 54*) before
+    their entries are written; where the last pass listed ``n_last``, more than :data:`_SOME` a word of slots, by
+    :data:`._simd.bit_positions_some` (0.90-0.97 of the loop's time at rho 0.1, about five a word: *Session 58*)."""
+    for q in range(n_lanes):
         rec[_U(4 * PB[_U(q)] + 2)] = -1
     thr = np.float32(c_max * _PASS_MARGIN)
     ce = np.float32(t + window - sbase)
@@ -303,9 +323,11 @@ def _make(t, window, c_max, n_res, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, re
         _put_exact(q, float(rec[_U(4 * b)]), SX[_U(s)], b, PF, PL, PB, rec)
     for q in range(n_l):
         _put_copies(q, tb, QR, QL, PF, PL)
-    for q in range(n_l, n_cand):
+    for q in range(n_l, n_lanes):
         QR[_U(q)] = np.float32(0.0)
         QL[_U(q)] = np.float32(0.0)
+    for w in range((max(n_lanes, n_l) + 63) >> 6):
+        DW[_U(w)] = _U(0)
     return n_l
 
 
@@ -334,7 +356,7 @@ def replay_lfru_cands(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
     most), ``old`` (the age past which a rebased slot is a candidate at every pass, ``2**23`` the most), ``wide``
     (int64 block records, as streams of ``2**31`` accesses or more take), ``trace`` (an int64[5], when given
     accumulates the overflowing units, the sets of candidates made, those made again because they ran out, the
-    candidates summed over the overflowing units, and the overflowing units with more than 64 candidates) and
+    candidates summed over the overflowing units, and the overflowing units with more than 64 lanes of them) and
     ``pages``, the allocator of the state arrays (:class:`._pages.Packed` by default). The state is allocated here
     and the loop runs in :func:`_replay_lfru_cands`.
     """
@@ -356,25 +378,28 @@ def replay_lfru_cands(offsets, expert, ev_layer, n_experts, n_layers, capacity, 
                        np.zeros(0, np.int64) if trace is None else trace, rec.reshape(-1),
                        pa(width, f32, 0), pa(width, f32, 0), pa(width, f64, 0), pa(width, ix, 0),
                        pa(width, f32, 0), pa(width, f32, 0), pa(width, f64, 0), pa(width, f64, 0),
-                       pa(width, ix, 0), pa(width, np.int32, 0))
+                       pa(width, ix, 0), pa(width, np.int32, 0), pa((width + 63) >> 6, np.uint64, 0))
 
 
 @jit_loop
 def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hits, misses, hit_flag, window, up,
-                       many, rebase, old, trace, rec, SF, SL, SX, SB, QR, QL, PF, PL, PB, LS):
+                       many, rebase, old, trace, rec, SF, SL, SX, SB, QR, QL, PF, PL, PB, LS, DW):
     """The loop of :func:`replay_lfru_cands`. ``rec[4 b .. 4 b + 3]``: block ``b``'s count, slot (-1: not
     resident), candidate entry (-1: none) and tie rank; slot ``s``: float32 count ``SF`` and last unit ``SL``
     (relative to the base ``sbase``), exact last unit ``SX``, block ``SB``; candidate entry ``q``: minus its
     count's reciprocal ``QR`` and its last unit ``QL`` (float32; relative to ``tb``, the unit they were made at),
-    exact count ``PF`` and last unit ``PL``, block ``PB``; ``LS`` the pass's list of slots."""
+    exact count ``PF`` and last unit ``PL``, block ``PB``; ``DW`` the words of the entries that left (a bit a lane;
+    ``n_lanes`` lanes in use, ``n_cand`` of them live); ``LS`` the pass's list of slots."""
     record = hit_flag.shape[0] > 0
     traced = trace.shape[0] > 0
     n_events = offsets.shape[0] - 1
     n_res = 0
     n_cand = 0
+    n_lanes = 0                        # the lanes of candidate entries, those that left among them (DW)
     c_end = -1                         # the candidates hold up to this unit (none yet)
     c_max = np.inf
     join = np.inf                      # c_max * _JOIN_MARGIN
+    jmax = -np.inf                     # join times the window's units, the most of join * (c_end + 1 - t) in it
     tb = 0.0
     sbase = 0
     v_f = -1.0                         # the last leaving key, v_f / v_a (none yet)
@@ -408,14 +433,14 @@ def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hi
                 SL[_U(s)] = np.float32(t - sbase)
                 SX[_U(s)] = tt
                 q = rec[r + _U(2)]
-                if ff <= join * float(c_end + 1 - t):   # its key may fall to c_max within the window
+                if ff <= jmax and ff <= join * float(c_end + 1 - t):   # its key may fall to c_max in the window
                     if q < 0:
-                        q = n_cand
+                        q, n_lanes = _free_lane(DW, n_lanes)
                         n_cand += 1
                     _put(q, ff, tt, tb, b, QR, QL, PF, PL, PB, rec)
                 elif q >= 0:           # a candidate no more
                     rec[r + _U(2)] = -1
-                    n_cand = _drop(q, n_cand, QR, QL, PF, PL, PB, rec)
+                    n_cand = _drop(q, n_cand, DW)
                 t += 1
                 continue
             if cap == 0:
@@ -433,10 +458,12 @@ def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hi
                     n_go = 1
                     c_max = v_f / v_a * up if v_f >= 0.0 else np.inf
                     c_end = t + span - 1
+                    join = c_max * _JOIN_MARGIN
+                    jmax = join * float(span)
                     tb = tt
-                    n_cand = _make(t, span, c_max, n_res, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, rec, n_cand,
-                                   LS, n_last)
-                    n_last = n_cand
+                    n_cand = _make(t, span, c_max, n_res, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, rec, n_lanes,
+                                   LS, n_last, DW)
+                    n_last = n_lanes = n_cand
                     if n_cand > many * window:
                         up = 1.0 + (up - 1.0) * 0.8
                     if traced:
@@ -444,8 +471,8 @@ def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hi
                 if traced:
                     trace[0] += 1
                     trace[3] += n_cand
-                    trace[4] += n_cand > 64
-                best, bf, ba = _lowest_entry(QR, QL, PF, PL, PB, n_cand, tf, tb, rec)
+                    trace[4] += n_lanes > 64
+                best, bf, ba = _lowest_entry(QR, QL, PF, PL, PB, DW, n_lanes, n_cand, tf, tb, rec)
                 if not _at_most(bf, ba, c_max):     # too few candidates: made again to hold the lowest found
                     c_max = bf / ba * up if best >= 0 else np.inf               # (or all)
                     if best < 0:
@@ -454,31 +481,34 @@ def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hi
                     if traced:
                         trace[2] += 1
                     c_end = t + span - 1
+                    join = c_max * _JOIN_MARGIN
+                    jmax = join * float(span)
                     tb = tt
-                    n_cand = _make(t, span, c_max, n_res, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, rec, n_cand,
-                                   LS, n_last)
-                    n_last = n_cand
-                    best, bf, ba = _lowest_entry(QR, QL, PF, PL, PB, n_cand, tf, tb, rec)
-                join = c_max * _JOIN_MARGIN
+                    n_cand = _make(t, span, c_max, n_res, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, rec, n_lanes,
+                                   LS, n_last, DW)
+                    n_last = n_lanes = n_cand
+                    best, bf, ba = _lowest_entry(QR, QL, PF, PL, PB, DW, n_lanes, n_cand, tf, tb, rec)
                 v_f = bf
                 v_a = ba
                 vb = PB[_U(best)]
                 rv = _U(4 * vb)
-                lt, eq = _against(ff, bf, ba)  # the miss's key (its count over an age of 1) against the lowest's
-                if lt or (eq and rec[r + _U(3)] < rec[rv + _U(3)]):
-                    t += 1             # the miss ranks lowest: bypassed
-                    continue
+                if ff <= c_max:        # (else above the lowest's key, at most c_max)
+                    lt, eq = _against(ff, bf, ba)  # the miss's key (its count over an age of 1) against the lowest's
+                    if lt or (eq and rec[r + _U(3)] < rec[rv + _U(3)]):
+                        t += 1         # the miss ranks lowest: bypassed
+                        continue
                 s = rec[rv + _U(1)]    # the lowest leaves
                 rec[rv + _U(1)] = -1
                 rec[rv + _U(2)] = -1
-                n_cand = _drop(best, n_cand, QR, QL, PF, PL, PB, rec)
+                n_cand = _drop(best, n_cand, DW)
             SF[_U(s)] = np.float32(ff)
             SL[_U(s)] = np.float32(t - sbase)
             SX[_U(s)] = tt
             SB[_U(s)] = b
             rec[r + _U(1)] = s
-            if ff <= join * float(c_end + 1 - t):
-                _put(n_cand, ff, tt, tb, b, QR, QL, PF, PL, PB, rec)
+            if ff <= jmax and ff <= join * float(c_end + 1 - t):
+                q, n_lanes = _free_lane(DW, n_lanes)
+                _put(q, ff, tt, tb, b, QR, QL, PF, PL, PB, rec)
                 n_cand += 1
             t += 1
         if counted:                    # (_kernels_seq._count, written out: as that call, 1.02x the time at rho 0.2-0.3)
