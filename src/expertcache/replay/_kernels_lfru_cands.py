@@ -129,7 +129,8 @@ def _low_n(n):
     ``QR * (a - QL)`` of them, ``q`` a lane that holds it (:func:`._simd.lowest_lane_at`: the lane is known with the
     value, so the caller's loads of that candidate need not wait on ``bits``; 0.91-0.94 of the loop's time at rho
     0.1-0.2, where the bits' lowest set bit gave it) and ``bits`` the lanes whose rank is at most ``v`` times
-    :data:`_NEAR` (lanes past the candidates hold ``QR = 0``, ``QL = 0``: a rank of 0, above every candidate's)."""
+    :data:`_NEAR` (lanes past the candidates hold ``QR = 0``, ``QL = 0``, and the lanes whose bit of the word
+    ``dead`` is set are ranked 0 by :func:`_cand_ranks`: a rank of 0, above every candidate's)."""
 
     @intrinsic
     def low(typingctx, QR, QL, off, a, dead):
