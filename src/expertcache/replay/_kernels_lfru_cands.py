@@ -247,6 +247,14 @@ def _against(f, g, age):
 
 
 @jit_inline
+def _may_join(ff, jmax, join, c_end, t):
+    """Whether a block of count ``ff`` accessed at unit ``t`` may have its key fall to ``c_max`` by the window's last
+    unit ``c_end`` (``ff <= join * (c_end + 1 - t)``, ``join`` ``c_max`` with its margin): first against ``jmax``,
+    that bound at the window's first unit, which decides most accesses without the conversion and product."""
+    return ff <= jmax and ff <= join * float(c_end + 1 - t)
+
+
+@jit_inline
 def _put(q, f, last, tb, b, QR, QL, PF, PL, PB, rec):
     """Candidate entry ``q``: block ``b`` of count ``f`` last accessed at unit ``last`` (:func:`_put_exact`), its
     float32 copies beside (:func:`_put_copies`). A hit's entry and a joining miss's; :func:`_make` calls the two
@@ -311,13 +319,10 @@ def _make(t, window, c_max, n_res, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, re
     tb = float(t)
     n_l = 0
     n_w = (n_res + 63) >> 6
-    if n_last > _SOME * n_w:
-        for w in range(n_w):
-            x = _slot_cands(SF, SL, w << 6, thr, ce) & lanes_below(n_res - (w << 6))
-            n_l = bit_positions_some(x, w << 6, LS, n_l)
-    else:
-        for w in range(n_w):
-            n_l = bit_positions(_slot_cands(SF, SL, w << 6, thr, ce) & lanes_below(n_res - (w << 6)), w << 6, LS, n_l)
+    some = n_last > _SOME * n_w
+    for w in range(n_w):
+        x = _slot_cands(SF, SL, w << 6, thr, ce) & lanes_below(n_res - (w << 6))
+        n_l = bit_positions_some(x, w << 6, LS, n_l) if some else bit_positions(x, w << 6, LS, n_l)
     for q in range(n_l):               # the entries' exact values, then their float32 copies as vectors (no
         s = LS[_U(q)]                  # division waits on the next)
         b = SB[_U(s)]
@@ -434,7 +439,7 @@ def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hi
                 SL[_U(s)] = np.float32(t - sbase)
                 SX[_U(s)] = tt
                 q = rec[r + _U(2)]
-                if ff <= jmax and ff <= join * float(c_end + 1 - t):   # its key may fall to c_max in the window
+                if _may_join(ff, jmax, join, c_end, t):
                     if q < 0:
                         q, n_lanes = _free_lane(DW, n_lanes)
                         n_cand += 1
@@ -507,7 +512,7 @@ def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hi
             SX[_U(s)] = tt
             SB[_U(s)] = b
             rec[r + _U(1)] = s
-            if ff <= jmax and ff <= join * float(c_end + 1 - t):
+            if _may_join(ff, jmax, join, c_end, t):
                 q, n_lanes = _free_lane(DW, n_lanes)
                 _put(q, ff, tt, tb, b, QR, QL, PF, PL, PB, rec)
                 n_cand += 1

@@ -546,7 +546,7 @@ def _cut_list1_32_fma_vbmi2(typingctx, F, L, off, nth, c, out, q):
         f, last = _counts_units32(context, builder, signature, args)
         m = _fused_cut_word(builder, f, last, args[3], args[4])
         data = context.make_array(signature.args[5])(context, builder, args[5]).data
-        return _positions_vbmi2(context, builder, data, m, args[2], args[6])
+        return _positions_vbmi2(builder, data, m, args[2], args[6])
 
     return sig, codegen
 
@@ -727,19 +727,33 @@ def _compress_store(builder, data, q, x, vt, align, name, lanes_of):
     return q
 
 
-@intrinsic
-def _bit_positions_avx512(typingctx, x, base, out, q):
-    sig = types.int64(types.uint64, types.int64, out, types.int64)
+def _positions_intrinsic(body, doc: str | None = None):
+    """An intrinsic ``(x, base, out, q) -> int64`` (the form of every :data:`bit_positions`) whose code is
+    ``body(builder, data, x, base, q)`` (``data`` the int32 pointer of ``out``; returns the new ``q``); its
+    docstring ``doc``, else the body's."""
 
-    def codegen(context, builder, signature, args):
-        x, base, out, q = args
-        data = context.make_array(signature.args[2])(context, builder, out).data
-        vt = ir.VectorType(_I32, 16)
-        b = _splat(builder, builder.trunc(base, _I32), vt, 16)
-        return _compress_store(builder, data, q, x, vt, 4, "llvm.x86.avx512.mask.compress.v16i32",
-                               lambda c: builder.add(ir.Constant(vt, list(range(16 * c, 16 * c + 16))), b))
+    def positions(typingctx, x, base, out, q):
+        sig = types.int64(types.uint64, types.int64, out, types.int64)
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            x, base, out, q = args
+            return body(builder, context.make_array(signature.args[2])(context, builder, out).data, x, base, q)
+
+        return sig, codegen
+
+    positions.__doc__ = doc or body.__doc__
+    return intrinsic(positions)
+
+
+def _positions_avx512(builder, data, x, base, q):
+    """Codegen of :func:`_bit_positions_avx512`: four 16-lane compresses of the lane numbers plus ``base``."""
+    vt = ir.VectorType(_I32, 16)
+    b = _splat(builder, builder.trunc(base, _I32), vt, 16)
+    return _compress_store(builder, data, q, x, vt, 4, "llvm.x86.avx512.mask.compress.v16i32",
+                           lambda c: builder.add(ir.Constant(vt, list(range(16 * c, 16 * c + 16))), b))
+
+
+_bit_positions_avx512 = _positions_intrinsic(_positions_avx512)
 
 
 def _packed_lanes(builder, x, first=0):
@@ -753,7 +767,7 @@ def _packed_lanes(builder, x, first=0):
                                    builder.bitcast(x, ir.VectorType(ir.IntType(1), 64))])
 
 
-def _positions_vbmi2(context, builder, data, x, base, q):
+def _positions_vbmi2(builder, data, x, base, q):
     """``base + i`` for every set bit ``i`` of the word ``x`` (``_I64``), stored as int32 at ``data[q:]`` (16 lanes
     at a time, whole); returns ``q`` plus their count. AVX-512 VBMI2: one byte compress of the lane numbers."""
     vt = ir.VectorType(_I32, 16)
@@ -776,16 +790,7 @@ def _positions_vbmi2(context, builder, data, x, base, q):
     return builder.add(q, n)
 
 
-@intrinsic
-def _bit_positions_vbmi2(typingctx, x, base, out, q):
-    sig = types.int64(types.uint64, types.int64, out, types.int64)
-
-    def codegen(context, builder, signature, args):
-        x, base, out, q = args
-        data = context.make_array(signature.args[2])(context, builder, out).data
-        return _positions_vbmi2(context, builder, data, x, base, q)
-
-    return sig, codegen
+_bit_positions_vbmi2 = _positions_intrinsic(_positions_vbmi2)
 
 
 @jit_helper
@@ -813,7 +818,11 @@ _BYTE_POSITIONS = _byte_positions()
 
 
 def _positions_bytes(builder, data, x, base, q):
-    """Codegen of :func:`_bit_positions_bytes`'s body (``data`` the int32 pointer of ``out``); returns the new ``q``."""
+    """Codegen of :func:`_bit_positions_bytes`, :func:`_bit_positions_loop` with no branch on the data: each of the
+    word's eight bytes writes the eight positions of its row of :data:`_BYTE_POSITIONS` (plus ``base``; one widening
+    load, an add and a store of eight int32 lanes) from ``out[q]`` and moves ``q`` on by its count (``out`` must hold
+    ``q + 64`` elements). For machines without AVX-512: a loop over the bits ends at a count that depends on the
+    data, and a branch predictor misses that exit about once a word."""
     i8 = ir.IntType(8)
     name = "expertcache_byte_positions"
     table = builder.module.globals.get(name)
@@ -835,21 +844,7 @@ def _positions_bytes(builder, data, x, base, q):
     return q
 
 
-@intrinsic
-def _bit_positions_bytes(typingctx, x, base, out, q):
-    """:func:`_bit_positions_loop` with no branch on the data: each of the word's eight bytes writes the eight
-    positions of its row of :data:`_BYTE_POSITIONS` (plus ``base``; one widening load, an add and a store of eight
-    int32 lanes) from ``out[q]`` and moves ``q`` on by its count (``out`` must hold ``q + 64`` elements). For
-    machines without AVX-512: a loop over the bits ends at a count that depends on the data, and a branch predictor
-    misses that exit about once a word."""
-    sig = types.int64(types.uint64, types.int64, out, types.int64)
-
-    def codegen(context, builder, signature, args):
-        x, base, out, q = args
-        data = context.make_array(signature.args[2])(context, builder, out).data
-        return _positions_bytes(builder, data, x, base, q)
-
-    return sig, codegen
+_bit_positions_bytes = _positions_intrinsic(_positions_bytes)
 
 
 #: A word of at most this many set bits is listed by :func:`_bit_positions_few`'s unrolled lowest-bit steps.
@@ -862,33 +857,24 @@ def _few_positions(few: int):
     ``base``, beyond the returned count), where the byte table writes eight rows whatever the word; a denser word
     takes the table. The branch is on the count, taken the same way while the words hold at most ``few``."""
 
-    @intrinsic
-    def positions(typingctx, x, base, out, q):
-        sig = types.int64(types.uint64, types.int64, out, types.int64)
+    def body(builder, data, x, base, q):
+        ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64]), "llvm.ctpop.i64")
+        n = builder.call(ctpop, [x])
+        with builder.if_else(builder.icmp_unsigned("<=", n, ir.Constant(_I64, few)), likely=True) as (then, other):
+            with then:
+                y = x
+                b32 = builder.trunc(base, _I32)
+                top = ir.Constant(_I64, 1 << 63)
+                for k in range(few):
+                    t = builder.cttz(builder.or_(y, top), ir.Constant(ir.IntType(1), 0))
+                    builder.store(builder.add(b32, builder.trunc(t, _I32)),
+                                  builder.gep(data, [builder.add(q, ir.Constant(_I64, k))]))
+                    y = builder.and_(y, builder.sub(y, ir.Constant(_I64, 1)))
+            with other:
+                _positions_bytes(builder, data, x, base, q)
+        return builder.add(q, n)
 
-        def codegen(context, builder, signature, args):
-            x, base, out, q = args
-            data = context.make_array(signature.args[2])(context, builder, out).data
-            ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64]), "llvm.ctpop.i64")
-            n = builder.call(ctpop, [x])
-            ok = builder.icmp_unsigned("<=", n, ir.Constant(_I64, few))
-            with builder.if_else(ok, likely=True) as (then, otherwise):
-                with then:
-                    y = x
-                    b32 = builder.trunc(base, _I32)
-                    top = ir.Constant(_I64, 1 << 63)
-                    for k in range(few):
-                        t = builder.cttz(builder.or_(y, top), ir.Constant(ir.IntType(1), 0))
-                        builder.store(builder.add(b32, builder.trunc(t, _I32)),
-                                      builder.gep(data, [builder.add(q, ir.Constant(_I64, k))]))
-                        y = builder.and_(y, builder.sub(y, ir.Constant(_I64, 1)))
-                with otherwise:
-                    _positions_bytes(builder, data, x, base, q)
-            return builder.add(q, n)
-
-        return sig, codegen
-
-    return positions
+    return _positions_intrinsic(body, _few_positions.__doc__)
 
 
 #: :func:`_few_positions` for words of at most :data:`FEW_BITS` set bits, mostly sparse ones (the slots loops' cuts).
