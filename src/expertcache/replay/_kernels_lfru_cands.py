@@ -303,6 +303,17 @@ def _free_lane(DW, n_lanes):
     return n_lanes, n_lanes + 1
 
 
+@jit_inline
+def _window(t, span, c_max, n_res, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, rec, n_lanes, LS, n_last, DW):
+    """The candidates made (:func:`_make`) for the window of units ``t .. t + span - 1`` and the bound ``c_max``
+    (at a window's end, and where they ran out): returns ``(c_end, join, jmax, n_cand)``, the window's last unit,
+    the joining bound ``c_max`` times :data:`_JOIN_MARGIN`, that bound times the window's units (the most of ``join
+    * (c_end + 1 - t)`` in it, :func:`_may_join`) and the candidates."""
+    join = c_max * _JOIN_MARGIN
+    n_cand = _make(t, span, c_max, n_res, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, rec, n_lanes, LS, n_last, DW)
+    return t + span - 1, join, join * float(span), n_cand
+
+
 @jit_helper
 def _make(t, window, c_max, n_res, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, rec, n_lanes, LS, n_last, DW):
     """The candidates for units ``t .. t + window - 1``: every slot whose count is at most ``c_max`` times its age
@@ -463,12 +474,9 @@ def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hi
                     t_made = t
                     n_go = 1
                     c_max = v_f / v_a * up if v_f >= 0.0 else np.inf
-                    c_end = t + span - 1
-                    join = c_max * _JOIN_MARGIN
-                    jmax = join * float(span)
+                    c_end, join, jmax, n_cand = _window(t, span, c_max, n_res, sbase, SF, SL, SX, SB, QR, QL, PF,
+                                                        PL, PB, rec, n_lanes, LS, n_last, DW)
                     tb = tt
-                    n_cand = _make(t, span, c_max, n_res, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, rec, n_lanes,
-                                   LS, n_last, DW)
                     n_last = n_lanes = n_cand
                     if n_cand > many * window:
                         up = 1.0 + (up - 1.0) * 0.8
@@ -486,12 +494,9 @@ def _replay_lfru_cands(offsets, expert, ev_layer, n_experts, cap, count_from, hi
                     up = 1.0 + (up - 1.0) * 2.0
                     if traced:
                         trace[2] += 1
-                    c_end = t + span - 1
-                    join = c_max * _JOIN_MARGIN
-                    jmax = join * float(span)
+                    c_end, join, jmax, n_cand = _window(t, span, c_max, n_res, sbase, SF, SL, SX, SB, QR, QL, PF,
+                                                        PL, PB, rec, n_lanes, LS, n_last, DW)
                     tb = tt
-                    n_cand = _make(t, span, c_max, n_res, sbase, SF, SL, SX, SB, QR, QL, PF, PL, PB, rec, n_lanes,
-                                   LS, n_last, DW)
                     n_last = n_lanes = n_cand
                     best, bf, ba = _lowest_entry(QR, QL, PF, PL, PB, DW, n_lanes, n_cand, tf, tb, rec)
                 v_f = bf
