@@ -1412,9 +1412,13 @@ def _band16_2_loop(A, B, off, xa, xb, outA, outB):
 
 #: Whether the machine has AVX-512 VBMI and VBMI2 (byte permutes and compresses).
 HAS_VBMI2 = _has_feature("avx512vbmi") and _has_feature("avx512vbmi2")
+#: The elements a band list's out array must hold: 16, and past them the 64 lanes of :data:`values_at32`'s last
+#: whole compress (machines with AVX-512F and without VBMI2).
+BAND16_OUT = 16 + 64
 #: ``band16_1(A, B, off, xa, xb, outA, outB)`` / ``band16_2``: the float32 values ``A[off + i]`` and ``B[off + i]``
 #: at the set bits ``i`` of a band of at most 16 lanes over one word ``xa`` (two: ``xa``, then ``xb`` for the lanes
-#: from ``off + 64``), in order, into ``outA[:16]`` / ``outB[:16]`` (lanes past the band undefined). With AVX-512
+#: from ``off + 64``), in order, into ``outA[:16]`` / ``outB[:16]`` (lanes past the band undefined; each out array
+#: must hold :data:`BAND16_OUT` elements, which the AVX-512F form's whole compresses may write). With AVX-512
 #: VBMI and VBMI2 built in registers and stored once each, so that a load of the band is forwarded from that store
 #: (:data:`values_at32`'s compressed stores sit at offsets that depend on the data, and a load over several of them
 #: waits until they are written); with AVX-512F alone :data:`values_at32` word by word; without AVX-512 in sixteen
