@@ -689,7 +689,9 @@ def test_cut_list1_32_fma_lists_the_lanes_below_an_exact_cut(name):
 
 
 #: The band lists of each form (two arrays for one and two words, then one array): as this machine picks them, the
-#: loops over the bits, and the sixteen steps of machines without AVX-512 (whose one-array lists are the loops).
+#: word-by-word lists of machines without VBMI2 (``values_at32``: a loop over the bits without AVX-512, whole 16-lane
+#: compresses with it, hence out arrays of ``S.BAND16_OUT``), and the sixteen steps of machines without AVX-512
+#: (whose one-array lists are the word-by-word ones).
 _BAND16_FORMS = {"host": ("band16_1", "band16_2", "band16v_1", "band16v_2"),
                  "loop": ("_band16_1_loop", "_band16_2_loop", "_band16v_1_loop", "_band16v_2_loop"),
                  "fixed": ("_band16_1_fixed", "_band16_2_fixed", "_band16v_1_loop", "_band16v_2_loop")}
