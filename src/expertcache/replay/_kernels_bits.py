@@ -1254,6 +1254,14 @@ _LRFU_MAX_MOVES = 64
 #: against the last value (1.0): 0.25 took 0.992 / 0.980 / 0.978 / 0.970 of the time at rho 0.1 / 0.2 / 0.3 / 0.5,
 #: 0.125 1.002 / 0.987 / 0.983 / 0.974 (docs/performance.md, *Session 33*).
 _LRFU_CENTRE_RATE = 0.25
+#: Units of at most this many members (a layer of one or two words, every gap in the decay table: batch 1 of a
+#: top-8 model) have their bitset built in two registers by the member loop, larger ones by one vector compare of
+#: the last units after it. The compare waits for the loop's stores; the registers' five operations a member cost
+#: more than that wait at the benchmark's batch 8 (40 members: 1.10x the time), less at batch 1:
+#: ``kernel_ab --kernel lrfu --batch 1`` 0.92-0.96 of the time at rho 0.1-0.75, against 0.99-1.00 with this at 0 (the
+#: path compiled, never taken). 12 keeps batch 2's units (13-16 members) off it: at 16 they straddle it, and the
+#: branch mispredicted (docs/performance.md, *Session 61*).
+_LRFU_FEW_MEMBERS = 12
 
 
 def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, lam, count_from, hits,
@@ -1265,7 +1273,9 @@ def replay_lrfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     :func:`expertcache.replay._kernels.crf_update` and ``crf_key``; keys change only on access, ties leave by
     lower tie rank. A layer's residents are a bitset over tie positions; ``S``, ``u`` and a *value* are dense
     arrays in tie-position order (``u`` int32: streams of fewer than :data:`MAX_LRFU_EVENTS` events), updated
-    by the member loop (the decay from a table of :func:`expertcache.replay._kernels.crf_decays`).
+    by the member loop (the decay from a table of :func:`expertcache.replay._kernels.crf_decays`). The unit's
+    bitset is one vector compare of the last units after that loop, or, for a unit of at most
+    :data:`_LRFU_FEW_MEMBERS` members on a layer of one or two words, built in registers by the loop.
 
     The value is ``V = S * 2**(lam * (u - R))`` for a base unit ``R`` of the layer, kept as float32:
     ``2**(key - lam R)``, so it ranks like the key, and costs one multiplication per access (the scale
@@ -1550,7 +1560,25 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
             ubase[ul] = u
             g = 0
         qu = scale[g]
-        if whole and n_words <= 2:     # every gap is in the decay table: no test per member (one loop testing
+        if whole and n_words <= 2 and n_mem <= _LRFU_FEW_MEMBERS:
+            Vu = Pr[Pr.shape[0] - 2 - u:]               # a small unit (batch 1): its bitset built in two
+            e0 = zero                  # registers as its members are updated, so that no vector compare of the
+            e1 = zero                  # last units waits for the loop's stores (_LRFU_FEW_MEMBERS)
+            for a in range(lo, hi):
+                j = _U(lane[_U(base + expert[_U(a)])])
+                s = 1.0 + S[j] * Vu[_U(PL[j] + 1)]
+                S[j] = s
+                PL[j] = u
+                V[j] = np.float32(s * qu)
+                tp = j & _U(npad - 1)    # its tie position (npad 64 or 128)
+                bit = one << (tp & _U(63))
+                hw = tp >> _U(6)       # the member's word, 0 or 1: masks, no branch
+                e0 |= bit & (hw - one)
+                e1 |= bit & (zero - hw)
+            ev[0] = e0
+            if n_words == 2:
+                ev[1] = e1
+        elif whole and n_words <= 2:   # every gap is in the decay table: no test per member (one loop testing
                                        # `whole or g < n_pow` per member measured 1.12x the time)
             Vu = Pr[Pr.shape[0] - 2 - u:]               # Vu[PL + 1] = P[u - PL]: the decay read by the last
             for a in range(lo, hi):    # unit with no subtraction per member, and the lane from one table: 11
