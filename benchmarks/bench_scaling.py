@@ -13,7 +13,9 @@ row is the kernel's cost on an idle-as-possible core, not an alternated ratio.
 * universe: ``routed_stream`` (below: Zipf(0.9) popularity over a random
   ranking per layer, each of B = 8 requests draws top-8 distinct experts by
   Gumbel top-k; no drift) with L x N from 8 x 128 (1 k blocks) to
-  96 x 1024 (98 k blocks), ~2 M accesses each, rho 0.4;
+  96 x 1024 (98 k blocks), ~2 M accesses each, rho 0.4, and 192 x 128 and
+  768 x 128: the block counts of 48 x 512 and 96 x 1024 with 128 experts a
+  layer, so that the rows tell the number of blocks from a layer's width;
 * batch: ``routed_stream`` 48 x 128 with B = 1 ... 64, ~2 M accesses each, rho 0.4;
 * rho: the 4 M prefix at rho 0.1, 0.25, 0.4, 0.75, 0.9.
 
@@ -116,7 +118,7 @@ def main() -> None:
     four = stream_prefix(full, int(min(4, args.max_m) * 1e6 / ACCESSES_PER_STEP))
     del full
     n_acc = int(args.accesses * 1e6)
-    for L, N in ((8, 128), (48, 128), (48, 512), (96, 512), (96, 1024)):
+    for L, N in ((8, 128), (48, 128), (192, 128), (768, 128), (48, 512), (96, 512), (96, 1024)):
         run("universe", f"{L * N:,d} blocks ({L} x {N})", routed_stream(L, N, 8, n_acc))
     for B in (1, 4, 16, 64):
         s = routed_stream(48, 128, B, n_acc)
