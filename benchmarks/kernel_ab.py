@@ -40,7 +40,7 @@ a process: docs/performance.md, *Placement noise*) of each process's median per-
 (ours / baseline), and their range. Stream: ``bench_vs_libcachesim.drifting_qwen_stream(steps)`` (48 x 128, B = 8;
 5,200 steps is the 10 M-access benchmark stream, 650 the 1.25 M one), or with ``--batch B``
 ``bench_scaling.routed_stream`` at batch ``B`` (48 x 128, as many union accesses as ``steps`` steps of the drifting
-stream). The processes compile into a numba cache of
+stream; ``--experts N``: 48 x N, at batch 8 unless ``--batch`` says). The processes compile into a numba cache of
 their own, removed at the end (a kernel cached under the baseline's second name would not load in a plain run of that
 checkout).
 """
@@ -96,7 +96,7 @@ def _sibling(generic, name: str):
 
 
 def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, first: int,
-          timing_only: bool = False, batch: int = 0) -> None:
+          timing_only: bool = False, batch: int = 0, experts: int = 128) -> None:
     from bench_scaling import ACCESSES_PER_STEP, routed_stream
     from bench_vs_libcachesim import drifting_qwen_stream
 
@@ -107,7 +107,7 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
     from expertcache.replay import engine
 
     sides = ((KB, KS, KQ, KK), _baseline(src))
-    s = (routed_stream(48, 128, batch, steps * ACCESSES_PER_STEP) if batch
+    s = (routed_stream(48, experts, batch, steps * ACCESSES_PER_STEP) if batch
          else drifting_qwen_stream(steps, sample_seed=1))
     L, N = s.n_layers, s.n_experts
     tie = engine._tie_ranks("random", 0, L * N)
@@ -255,6 +255,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=0,
                     help="replay bench_scaling.routed_stream at this batch (48 x 128, as many accesses as --steps "
                          "steps of the drifting stream) instead of the drifting stream")
+    ap.add_argument("--experts", type=int, default=128,
+                    help="experts a layer of the routed stream (48 x N; at batch 8 unless --batch says)")
     ap.add_argument("--timing-only", action="store_true",
                     help="time a prototype whose counts differ from the baseline's (a part taken out of the "
                          "kernel); rows say where they differ")
@@ -264,10 +266,14 @@ def main() -> None:
     a = ap.parse_args()
     rhos = [float(x) for x in a.rhos.split(",")]
     if a.child >= 0:
-        child(a.baseline, a.kernel, a.steps, rhos, a.pairs, a.child, a.timing_only, a.batch)
+        child(a.baseline, a.kernel, a.steps, rhos, a.pairs, a.child, a.timing_only, a.batch, a.experts)
         return
     if a.batch < 0:
         raise SystemExit(f"--batch {a.batch}: a batch is at least 1 (0: the drifting stream)")
+    if not 1 <= a.experts <= 1024:
+        raise SystemExit(f"--experts {a.experts}: a layer of the routed stream has 1 to 1024 experts")
+    if a.experts != 128 and not a.batch:
+        a.batch = 8
     if _baseline(a.baseline)[2] is None and a.kernel in ("lfu-seq", "lrfu-seq", "lfru-seq"):   # fails here, once
         raise SystemExit(f"{a.baseline}: this checkout has no replay/_kernels_seq.py (sequential loops, session 34); "
                          f"--kernel {a.kernel} needs one on both sides")
@@ -275,13 +281,15 @@ def main() -> None:
     env = dict(os.environ, NUMBA_CACHE_DIR=cache)
     try:
         cols = pooled_rows([sys.executable, __file__, "--baseline", a.baseline, "--kernel", a.kernel, "--steps",
-                            str(a.steps), "--rhos", a.rhos, "--pairs", str(a.pairs), "--batch", str(a.batch)]
+                            str(a.steps), "--rhos", a.rhos, "--pairs", str(a.pairs), "--batch", str(a.batch),
+                            "--experts", str(a.experts)]
                            + (["--timing-only"] if a.timing_only else []), a.processes, env)
     finally:
         if not a.cache_dir:
             shutil.rmtree(cache, ignore_errors=True)
     print(f"machine: {machine()}")
-    stream = f"routed stream at batch {a.batch}, " if a.batch else ""
+    shape = f" 48 x {a.experts}" if a.experts != 128 else ""
+    stream = f"routed stream{shape} at batch {a.batch}, " if a.batch else ""
     print(f"{a.kernel}, {stream}{a.steps} steps, {a.processes} processes x {a.pairs} pairs: ours / baseline (median, "
           "process range)")
     for rho, col, eq in zip(rhos, cols[:len(rhos)], cols[len(rhos):], strict=True):

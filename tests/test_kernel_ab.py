@@ -84,13 +84,20 @@ def test_sequential_kernels_need_them_on_both_sides(tmp_path):
     assert "_kernels_seq.py" in r.stderr and "--kernel lfu-seq" in r.stderr
 
 
-def test_a_batch_replays_the_routed_stream_and_a_negative_one_is_a_one_line_error(shared):
-    """--batch B: the rows name the routed stream at that batch; --batch -1 is refused in one line."""
+@pytest.mark.parametrize("flag, value, label, bad, refusal", [
+    ("--batch", "64", "lfru, routed stream at batch 64, 3 steps", "-1",
+     "--batch -1: a batch is at least 1 (0: the drifting stream)"),
+    ("--experts", "256", "lfru, routed stream 48 x 256 at batch 8, 3 steps", "0",
+     "--experts 0: a layer of the routed stream has 1 to 1024 experts")])
+def test_the_routed_stream_by_batch_and_experts_and_a_bad_value_is_a_one_line_error(shared, flag, value, label, bad,
+                                                                                    refusal):
+    """--batch B: the rows name the routed stream at that batch; --experts N: the stream 48 x N (at batch 8 unless
+    --batch says); a batch below 1 or a layer of no experts is refused in one line."""
     src, cache = shared
-    r = _run(src, "--kernel", "lfru", "--rhos", "0.4", "--processes", "1", "--batch", "64", cache=cache)
+    r = _run(src, "--kernel", "lfru", "--rhos", "0.4", "--processes", "1", flag, value, cache=cache)
     assert r.returncode == 0, r.stderr
-    assert "lfru, routed stream at batch 64, 3 steps" in r.stdout
+    assert label in r.stdout
     assert len([ln for ln in r.stdout.splitlines() if ln.startswith("  rho 0.4 ")]) == 1
-    bad = _run(src, "--kernel", "lfru", "--batch", "-1")
-    assert bad.returncode != 0 and "Traceback" not in bad.stderr
-    assert bad.stderr.strip().splitlines()[-1].endswith("--batch -1: a batch is at least 1 (0: the drifting stream)")
+    r = _run(src, "--kernel", "lfru", flag, bad)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1].endswith(refusal)

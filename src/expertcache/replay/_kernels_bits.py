@@ -920,7 +920,8 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
     float64 key is at most ``theta`` (a key ``f / a`` other than the cut differs from it by more than float64
     rounds); the pass marks the lanes of older blocks, which are tested in float64 (exact; nearly never any).
     Streams of ``2**24`` units (events; accesses where ``sequential``) or more take ``replay_select``. The next
-    cuts of the layer are a running mean of its ``need``-th keys (:data:`_LFRU_CENTRE_RATE`) times 0.85 and 1.2,
+    cuts of the layer are a running mean of its ``need``-th keys (:data:`_LFRU_CENTRE_RATE`) times 0.85 and 1.2
+    (their square roots where its quota holds more than :data:`_LFRU_WIDE_CAP` blocks),
     kept apart for units with more members than the quota and for the others (with more, the ``need``-th key is
     most often a member's count over an age of 1; with fewer, another block's count over an age of a step or more:
     at rho 0.3 on the benchmark stream the two alternate, and one pair of cuts moved 1.25 times per overflow, a
@@ -960,6 +961,17 @@ def replay_lfru_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, t
 #: at rho 0.2-0.4; 0.7 / 1.5: 1.03-1.07; docs/performance.md).
 _LFRU_CUT_LOW = 0.85
 _LFRU_CUT_HIGH = 1.2
+#: A layer whose quota holds more than this many blocks takes its next cuts at the square roots of those factors
+#: (half as far from the centre in key space): the band between the cuts holds about as many blocks as lie near the
+#: centre, which grows with the quota. On 48 x 512 at batch 8 the usual cuts' band held 20-27 blocks at rho 0.25-0.75
+#: (quotas of 128-384), narrowed (:func:`_narrow`) after 76-97% of the overflows; ``kernel_ab --kernel lfru --experts
+#: 512`` 0.95 / 0.90 / 0.88 of the time at rho 0.25 / 0.4 / 0.75 (factors to the power 0.35: 0.98 / 0.91 / 0.88, 0.7:
+#: 0.95 / 0.94 / 0.93; at rho 0.1, a quota of 52, these closer cuts took 1.03 of the usual ones' time), ``--experts
+#: 256`` 1.01 / 0.96 at rho 0.4 / 0.75 (quotas of 102 / 192); quotas of 96 or fewer (every rho up to 0.75 at 128
+#: experts) keep the usual ones (docs/performance.md, *Session 61*).
+_LFRU_WIDE_CAP = 96
+_LFRU_CUT_LOW_WIDE = _LFRU_CUT_LOW ** 0.5
+_LFRU_CUT_HIGH_WIDE = _LFRU_CUT_HIGH ** 0.5
 #: The first step by which a cut on the wrong side moves out (``_replay_lfru_bits``), squared at each further step.
 _LFRU_STEP = 1.5
 #: A band of more blocks than this between the two cuts of ``_replay_lfru_bits`` is narrowed first (:func:`_narrow`).
@@ -1218,8 +1230,12 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         elif need > 0:                 # (with none to rank, v is the low cut, not a key: the centre stays)
             c += (1.0 if sequential else _LFRU_CENTRE_RATE) * (v - c)      # (one unit per access: the last key)
         thr[ul, 4 + (rg >> 1)] = c
-        thr[ul, rg] = dyadic8_down(_LFRU_CUT_LOW * c)
-        thr[ul, rg + 1] = dyadic8_up(_LFRU_CUT_HIGH * c)
+        if cap > _LFRU_WIDE_CAP:       # (more residents near the centre: closer cuts)
+            thr[ul, rg] = dyadic8_down(_LFRU_CUT_LOW_WIDE * c)
+            thr[ul, rg + 1] = dyadic8_up(_LFRU_CUT_HIGH_WIDE * c)
+        else:
+            thr[ul, rg] = dyadic8_down(_LFRU_CUT_LOW * c)
+            thr[ul, rg + 1] = dyadic8_up(_LFRU_CUT_HIGH * c)
 
 
 #: Largest table of decays :func:`replay_lrfu_bits` builds (a layer with more units computes the longer gaps'
