@@ -40,9 +40,9 @@ a process: docs/performance.md, *Placement noise*) of each process's median per-
 (ours / baseline), and their range. Stream: ``bench_vs_libcachesim.drifting_qwen_stream(steps)`` (48 x 128, B = 8;
 5,200 steps is the 10 M-access benchmark stream, 650 the 1.25 M one), or with ``--batch B``
 ``bench_scaling.routed_stream`` at batch ``B`` (48 x 128, as many union accesses as ``steps`` steps of the drifting
-stream; ``--experts N``: 48 x N, at batch 8 unless ``--batch`` says). The processes compile into a numba cache of
-their own, removed at the end (a kernel cached under the baseline's second name would not load in a plain run of that
-checkout).
+stream; ``--experts N`` other than 128: 48 x N, at batch 8 unless ``--batch`` says). The processes compile into a
+numba cache of their own, removed at the end (a kernel cached under the baseline's second name would not load in a
+plain run of that checkout).
 """
 
 from __future__ import annotations
@@ -253,10 +253,11 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=11, help="alternated pairs per rho in each process")
     ap.add_argument("--processes", type=int, default=4)
     ap.add_argument("--batch", type=int, default=0,
-                    help="replay bench_scaling.routed_stream at this batch (48 x 128, as many accesses as --steps "
-                         "steps of the drifting stream) instead of the drifting stream")
+                    help="replay bench_scaling.routed_stream at this batch (48 x --experts, as many accesses as "
+                         "--steps steps of the drifting stream) instead of the drifting stream")
     ap.add_argument("--experts", type=int, default=128,
-                    help="experts a layer of the routed stream (48 x N; at batch 8 unless --batch says)")
+                    help="experts a layer of the routed stream (48 x N); other than 128, the routed stream at batch 8 "
+                         "unless --batch says")
     ap.add_argument("--timing-only", action="store_true",
                     help="time a prototype whose counts differ from the baseline's (a part taken out of the "
                          "kernel); rows say where they differ")
