@@ -162,10 +162,11 @@ def test_every_fast_kernel_equals_the_generic_kernels(seed):
                 assert all((a == b).all() for a, b in zip((hits, misses, flags), want, strict=True))
 
 
-@pytest.mark.parametrize("N", (1, 7, 64, 65, 130, 1024))
+@pytest.mark.parametrize("N", (1, 7, 64, 65, 130, 256, 500, 1024))
 @pytest.mark.parametrize("in_cache", (False, True))
 def test_lfu_frequency_buckets_equal_the_generic_kernel(N, in_cache):
-    """replay_lfu_bits called directly: capacities from 0 past N, multi-word bitsets, warm-up, hit flags."""
+    """replay_lfu_bits called directly: capacities from 0 past N, multi-word bitsets (one or two words in registers,
+    three or more than eight in loops, four to eight in registers: 256, 500), warm-up, hit flags."""
     L = 3
     stream = random_stream(N + 11 * in_cache, L=L, N=N, k=min(N, 9), steps=40 if N < 1024 else 12)
     tie = engine._tie_ranks("random", N, L * N)

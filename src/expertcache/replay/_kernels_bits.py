@@ -784,7 +784,7 @@ def replay_lfu_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
                      hits, misses, hit_flag, np.zeros(n_layers, dtype=np.int64),
                      np.zeros((n_layers, n_words), dtype=np.uint64), np.zeros(n_words, dtype=np.uint64),
                      np.zeros((n_layers, n_planes, n_words), dtype=np.uint64), np.zeros(n_layers, dtype=np.int64),
-                     np.zeros(n_words, dtype=np.uint64), np.zeros(n_words, dtype=np.uint64))
+                     np.zeros(max(n_words, 8), dtype=np.uint64), np.zeros(max(n_words, 8), dtype=np.uint64))
 
 
 @jit_helper
@@ -814,6 +814,50 @@ def _radix2(pp, t, n_words, g0, g1, rem):
         g1 = (g1 & b1 & keep) | (z1 & ~keep)
         rem -= zc & np.int64(keep)
     return o0, o1, g0, g1, rem
+
+
+@jit_helper
+def _radix8(pp, t, n_words, grp, out, rem):
+    """The radix selection of :func:`_radix2` over four to eight words, each in a register: ``grp[:8]`` the group
+    (C ∪ U; the words past ``n_words`` 0, and a plane's last word read in their place), ``rem`` the blocks to leave;
+    writes the words that leave surely to ``out[:8]`` and the group left at the last count to ``grp[:8]``, and returns
+    how many of it leave. The loop over words it replaces stored the group a word at a time and loaded it back as
+    vectors for the next plane's count, a load that waited for the stores (docs/performance.md, *Session 61*)."""
+    P = array_at(pp, t * n_words)
+    zero = np.uint64(0)
+    w1 = n_words - 1
+    i2, i3, i4, i5, i6, i7 = min(2, w1), min(3, w1), min(4, w1), min(5, w1), min(6, w1), min(7, w1)
+    g0, g1, g2, g3, g4, g5, g6, g7 = grp[0], grp[1], grp[2], grp[3], grp[4], grp[5], grp[6], grp[7]
+    o0 = o1 = o2 = o3 = o4 = o5 = o6 = o7 = zero
+    for p in range(t - 1, -1, -1):
+        q = p * n_words
+        b0, b1, b2, b3 = P[_U(q)], P[_U(q + 1)], P[_U(q + i2)], P[_U(q + i3)]
+        b4, b5, b6, b7 = P[_U(q + i4)], P[_U(q + i5)], P[_U(q + i6)], P[_U(q + i7)]
+        z0, z1, z2, z3 = g0 & ~b0, g1 & ~b1, g2 & ~b2, g3 & ~b3
+        z4, z5, z6, z7 = g4 & ~b4, g5 & ~b5, g6 & ~b6, g7 & ~b7
+        zc = (np.int64(_popc(z0)) + np.int64(_popc(z1)) + np.int64(_popc(z2)) + np.int64(_popc(z3))
+              + np.int64(_popc(z4)) + np.int64(_popc(z5)) + np.int64(_popc(z6)) + np.int64(_popc(z7)))
+        keep = below_mask(zc, rem)                  # all the 0s leave (zc < rem)
+        o0 |= z0 & keep
+        o1 |= z1 & keep
+        o2 |= z2 & keep
+        o3 |= z3 & keep
+        o4 |= z4 & keep
+        o5 |= z5 & keep
+        o6 |= z6 & keep
+        o7 |= z7 & keep
+        g0 = (g0 & b0 & keep) | (z0 & ~keep)
+        g1 = (g1 & b1 & keep) | (z1 & ~keep)
+        g2 = (g2 & b2 & keep) | (z2 & ~keep)
+        g3 = (g3 & b3 & keep) | (z3 & ~keep)
+        g4 = (g4 & b4 & keep) | (z4 & ~keep)
+        g5 = (g5 & b5 & keep) | (z5 & ~keep)
+        g6 = (g6 & b6 & keep) | (z6 & ~keep)
+        g7 = (g7 & b7 & keep) | (z7 & ~keep)
+        rem -= zc & np.int64(keep)
+    out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7] = o0, o1, o2, o3, o4, o5, o6, o7
+    grp[0], grp[1], grp[2], grp[3], grp[4], grp[5], grp[6], grp[7] = g0, g1, g2, g3, g4, g5, g6, g7
+    return rem
 
 
 @jit_loop
@@ -866,6 +910,10 @@ def _replay_lfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, re
             o0, o1, g0, g1, rem = _radix2(data_at(planes, layer * n_planes * n_words), t, n_words, g0, g1, m)
             _store_words(grp, g0, g1, n_words)
             _store_words(out, o0, o1, n_words)
+        elif 4 <= n_words <= 8:        # each word in a register (_radix8); the words past the layer's are 0
+            for w in range(n_words):
+                grp[w] = mem[layer, w] | ev[w]
+            rem = _radix8(data_at(planes, layer * n_planes * n_words), t, n_words, grp, out, m)
         else:
             for w in range(n_words):
                 grp[w] = mem[layer, w] | ev[w]
