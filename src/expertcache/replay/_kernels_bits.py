@@ -89,6 +89,15 @@ def _most_layer_events(ev_layer, n_layers):
 
 
 @jit_inline
+def _add_bit2(e0, e1, tp):
+    """The bitset of two words ``(e0, e1)`` with tie position ``tp`` (below 128) added: its bit masked into its word,
+    no branch."""
+    bit = np.uint64(1) << np.uint64(tp & 63)
+    up = np.uint64(0) - np.uint64(tp >> 6)         # all ones in the second word
+    return e0 | (bit & ~up), e1 | (bit & up)
+
+
+@jit_inline
 def _unit_bits(expert, lo, hi, base, tie_pos, ev, n_words):
     """Put the members ``expert[lo:hi]`` of a unit (block ``base + e``) in ``ev`` (tie positions). With one or two
     words the bitset is built in registers: two OR reductions, which LLVM vectorizes (gathers of the tie
@@ -100,11 +109,7 @@ def _unit_bits(expert, lo, hi, base, tie_pos, ev, n_words):
         e0 = np.uint64(0)
         e1 = np.uint64(0)
         for a in range(lo, hi):
-            tp = tie_pos[_U(base + expert[_U(a)])]
-            bit = one << np.uint64(tp & 63)
-            up = np.uint64(0) - np.uint64(tp >> 6)     # all ones in the second word
-            e0 |= bit & ~up
-            e1 |= bit & up
+            e0, e1 = _add_bit2(e0, e1, tie_pos[_U(base + expert[_U(a)])])
         _store_words(ev, e0, e1, n_words)
     else:
         for w in range(n_words):
@@ -121,15 +126,10 @@ def _unit_bits_bitalg(expert, lo, hi, base, tie_pos, order, toff, ev, n_words):
     positions by :data:`._simd.tie_bits2` from ``order[toff:]``, the layer's experts by tie position
     (:func:`tie_order_bytes`); :func:`_unit_bits` for more words."""
     if n_words <= 2:
-        one = np.uint64(1)
         e0 = np.uint64(0)
         e1 = np.uint64(0)
-        for a in range(lo, hi):
-            e = np.int64(expert[_U(a)])
-            bit = one << np.uint64(e & 63)
-            up = np.uint64(0) - np.uint64(e >> 6)      # all ones for the second word
-            e0 |= bit & ~up
-            e1 |= bit & up
+        for a in range(lo, hi):                        # (bits over experts, not tie positions)
+            e0, e1 = _add_bit2(e0, e1, np.int64(expert[_U(a)]))
         if n_words == 2:
             tie_bits2(e0, e1, order, toff, ev)
         else:
@@ -1278,12 +1278,9 @@ def _replay_lfru_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         elif need > 0:                 # (with none to rank, v is the low cut, not a key: the centre stays)
             c += (1.0 if sequential else _LFRU_CENTRE_RATE) * (v - c)      # (one unit per access: the last key)
         thr[ul, 4 + (rg >> 1)] = c
-        if cap > _LFRU_WIDE_CAP:       # (more residents near the centre: closer cuts)
-            thr[ul, rg] = dyadic8_down(_LFRU_CUT_LOW_WIDE * c)
-            thr[ul, rg + 1] = dyadic8_up(_LFRU_CUT_HIGH_WIDE * c)
-        else:
-            thr[ul, rg] = dyadic8_down(_LFRU_CUT_LOW * c)
-            thr[ul, rg + 1] = dyadic8_up(_LFRU_CUT_HIGH * c)
+        wide = cap > _LFRU_WIDE_CAP    # (more residents near the centre: closer cuts)
+        thr[ul, rg] = dyadic8_down((_LFRU_CUT_LOW_WIDE if wide else _LFRU_CUT_LOW) * c)
+        thr[ul, rg + 1] = dyadic8_up((_LFRU_CUT_HIGH_WIDE if wide else _LFRU_CUT_HIGH) * c)
 
 
 #: Largest table of decays :func:`replay_lrfu_bits` builds (a layer with more units computes the longer gaps'
@@ -1634,14 +1631,8 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
                 S[j] = s
                 PL[j] = u
                 V[j] = np.float32(s * qu)
-                tp = j & _U(npad - 1)    # its tie position (npad 64 or 128)
-                bit = one << (tp & _U(63))
-                hw = tp >> _U(6)       # the member's word, 0 or 1: masks, no branch
-                e0 |= bit & (hw - one)
-                e1 |= bit & (zero - hw)
-            ev[0] = e0
-            if n_words == 2:
-                ev[1] = e1
+                e0, e1 = _add_bit2(e0, e1, j & _U(npad - 1))     # its tie position (npad 64 or 128)
+            _store_words(ev, e0, e1, n_words)
         elif whole and n_words <= 2:   # every gap is in the decay table: no test per member (one loop testing
                                        # `whole or g < n_pow` per member measured 1.12x the time)
             Vu = Pr[Pr.shape[0] - 2 - u:]               # Vu[PL + 1] = P[u - PL]: the decay read by the last
