@@ -1579,6 +1579,122 @@ def _lrfu_narrow(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, cnt
     return False
 
 
+@jit_inline
+def _lrfu_overflow(mem, size, layer, cap, m, u, qu, lam, ubase, centre, fac, spread, th, thv, cu, ev, msk, w8, cnt, V,
+                   S, PL, ckey, sel, sel2, fb, band, cpos, max_moves):
+    """An overflow of layer ``layer`` in :func:`_replay_lrfu_bits` (and the sequential loop of
+    :mod:`._kernels_lrfu_seq`): ``m`` blocks of ``C ∪ U`` (``mem[layer] | ev``) leave, the ``m`` lowest ``(key, tie
+    position)``, found by the cuts around the layer's centre (at unit ``u``, whose scale is ``qu``), its band
+    ranked by values or exact keys as :func:`replay_lrfu_bits` describes; the layer's size becomes ``cap`` and its
+    centre moves towards the leaving value (29 parameters: a call of more than 30 is built as a tuple, which numba
+    does not inline)."""
+    zero = np.uint64(0)
+    ul = _U(layer)
+    n_words = mem.shape[1]
+    pbase = layer * (n_words * 64)
+    lam_r = lam * float(ubase[ul])
+    delta = _lrfu_margin(u, lam)
+    cv = centre[ul] * qu
+    if cv > 0.0:
+        for q in range(4):
+            _lrfu_set_cut(th, thv, q, cv * fac[ul, q], delta)
+    else:                          # no centre: every block of C ∪ U is ranked
+        _lrfu_set_cut(th, thv, 0, -1.0, delta)
+        _lrfu_set_cut(th, thv, 1, -1.0, delta)
+        _lrfu_set_cut(th, thv, 2, np.inf, delta)
+        _lrfu_set_cut(th, thv, 3, np.inf, delta)
+    for w in range(n_words):
+        cu[w] = mem[layer, w] | ev[w]
+    _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, 1, 2, cnt)
+    a = 1                          # the inner cuts, and an outer one only where an inner one does not do
+    b = 2
+    moves = 0
+    if cnt[1] > m:                 # more than leave sit below the inner low cut: the outer one, moved down
+        a = 0                      # until it holds at most m (the log of its distance grows 5x a step);
+        b = 1                      # the inner low cut bounds the band from above (narrower than cut 2)
+        while moves < max_moves:
+            _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, 0, 0, cnt)
+            if cnt[0] <= m:
+                break
+            r = min(th[0] / th[1], _LRFU_MIN_STEP_DOWN)
+            t = th[0] * (r * r) * (r * r)
+            _lrfu_set_cut(th, thv, 0, t if t >= _LRFU_FLOOR else -1.0, delta)
+            moves += 1
+    elif cnt[2] < m:               # fewer than leave sit below the inner high cut: the outer one, moved up;
+        a = 2                      # the inner high cut bounds the band from below
+        b = 3
+        while moves < max_moves:
+            _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, 3, 3, cnt)
+            if cnt[3] >= m:
+                break
+            r = max(th[3] / th[2], _LRFU_MIN_STEP_UP)
+            _lrfu_set_cut(th, thv, 3, th[3] * (r * r) * (r * r), delta)
+            moves += 1
+    c_lo = cnt[a]
+    c_hi = cnt[b]
+    need = m - c_lo
+    nb = c_hi - c_lo
+    bound = a != 1 and moves >= max_moves
+    if bound:                      # an outer cut that never enclosed the m-th value (values that disagree
+        need = 1                   # with the keys, e.g. NaN: no stream makes them): every block of C ∪ U ranked
+        nb = 65                    # by exact keys (the wide band's path), so that no state loops without end
+    v = th[a]
+    if need == 0:
+        for w in range(n_words):
+            mem[layer, w] = cu[w] & ~msk[a, w]
+    elif need == nb:               # the whole band leaves: every block below cut b; the next cuts centre on it
+        v = th[b]
+        for w in range(n_words):
+            mem[layer, w] = cu[w] & ~msk[b, w]
+    elif nb <= 64:
+        if nb <= 16 and n_words == 2:  # the band's values built in registers and stored once, so that
+                                   # lrfu_pick32's load is forwarded (with AVX-512 VBMI2, as per-layer lfru's)
+            band16v_2(V, pbase, msk[b, 0] & ~msk[a, 0], msk[b, 1] & ~msk[a, 1], band)
+        elif nb <= 16 and n_words == 1:
+            band16v_1(V, pbase, msk[b, 0] & ~msk[a, 0], zero, band)
+        else:                      # compressed from their words
+            q = 0
+            for w in range(n_words):
+                q = values_at32(V, pbase + (w << 6), msk[b, w] & ~msk[a, w], band, q)
+        v, nxt, leave = lrfu_rank_band(band, nb, need, w8, ckey, sel)
+        if nxt <= v * (1.0 + 3.0 * delta) or nxt < _LRFU_FLOOR:     # the need-th is not separated from the
+            leave = _lrfu_band_exact(S, PL, pbase, lam, msk, a, b, n_words, ckey, sel, need, nb)[1]   # next
+        elif nb > 16:
+            leave = _band_leave(ckey, v, need, nb)
+        _lrfu_leave_band(mem, layer, cu, msk, a, b, leave, n_words)
+    elif not bound and 0.0 < th[a] and th[b] < np.inf and _lrfu_narrow(V, S, PL, pbase, lam, lam_r, cu, n_words,
+                                                                        th, thv, w8, msk, cnt, a, b, m, delta):
+        a = np.int64(w8[0])        # a wide band narrowed to at most 64 (_lrfu_narrow): exact keys of the band
+        b = np.int64(w8[1])
+        _lrfu_spread(fac, spread, ul, 0.25)     # (the layer's next cuts closer to its centre)
+        need = m - cnt[a]
+        v = th[a]
+        if need == 0:
+            for w in range(n_words):
+                mem[layer, w] = cu[w] & ~msk[a, w]
+        else:
+            vk, leave = _lrfu_band_exact(S, PL, pbase, lam, msk, a, b, n_words, ckey, sel, need, cnt[b] - cnt[a])
+            _lrfu_leave_band(mem, layer, cu, msk, a, b, leave, n_words)
+            v = 2.0 ** (vk - lam_r)
+    else:                          # a wide band: every block of C ∪ U, exact keys
+        for w in range(n_words):
+            mem[layer, w] = cu[w]
+        k = _positions(mem, layer, n_words, cpos)
+        for r in range(k):
+            c = _lrfu_key(S, PL, pbase + cpos[r], lam)
+            sel2[r] = c
+            sel[r] = c
+        vk = _kth_lowest(sel, fb, k, m)
+        _evict_ranked(mem, layer, sel2, cpos, k, m, vk)
+        v = 2.0 ** (vk - lam_r)
+    if moves and spread[ul] < 1.0:  # an outer cut moved: the layer's next cuts further out again
+        _lrfu_spread(fac, spread, ul, 2.0)
+    size[layer] = cap
+    x = v / qu if 0.0 < v < np.inf else 0.0     # the next cuts' centre, relative to the scale
+    c = centre[ul]
+    centre[ul] = x if x == 0.0 or c == 0.0 else c + _LRFU_CENTRE_RATE * (x - c)
+
+
 @jit_loop
 def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, lam, count_from, hits, misses,
                       hit_flag, size, mem, ev, cu, msk, w8, S, PL, V, lunits, ubase, P, scale, centre, th, thv, cpos,
@@ -1678,104 +1794,5 @@ def _replay_lrfu_bits(offsets, expert, ev_layer, n_experts, capacity, tie_pos, l
         m = _admit(mem, ev, size, layer, n_words, n_mem - n_hit, cap)
         if m == 0:
             continue
-        lam_r = lam * float(ubase[ul])
-        delta = _lrfu_margin(u, lam)
-        cv = centre[ul] * qu
-        if cv > 0.0:
-            for q in range(4):
-                _lrfu_set_cut(th, thv, q, cv * fac[ul, q], delta)
-        else:                          # no centre: every block of C ∪ U is ranked
-            _lrfu_set_cut(th, thv, 0, -1.0, delta)
-            _lrfu_set_cut(th, thv, 1, -1.0, delta)
-            _lrfu_set_cut(th, thv, 2, np.inf, delta)
-            _lrfu_set_cut(th, thv, 3, np.inf, delta)
-        for w in range(n_words):
-            cu[w] = mem[layer, w] | ev[w]
-        _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, 1, 2, cnt)
-        a = 1                          # the inner cuts, and an outer one only where an inner one does not do
-        b = 2
-        moves = 0
-        if cnt[1] > m:                 # more than leave sit below the inner low cut: the outer one, moved down
-            a = 0                      # until it holds at most m (the log of its distance grows 5x a step);
-            b = 1                      # the inner low cut bounds the band from above (narrower than cut 2)
-            while moves < max_moves:
-                _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, 0, 0, cnt)
-                if cnt[0] <= m:
-                    break
-                r = min(th[0] / th[1], _LRFU_MIN_STEP_DOWN)
-                t = th[0] * (r * r) * (r * r)
-                _lrfu_set_cut(th, thv, 0, t if t >= _LRFU_FLOOR else -1.0, delta)
-                moves += 1
-        elif cnt[2] < m:               # fewer than leave sit below the inner high cut: the outer one, moved up;
-            a = 2                      # the inner high cut bounds the band from below
-            b = 3
-            while moves < max_moves:
-                _lrfu_cut_pass(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, 3, 3, cnt)
-                if cnt[3] >= m:
-                    break
-                r = max(th[3] / th[2], _LRFU_MIN_STEP_UP)
-                _lrfu_set_cut(th, thv, 3, th[3] * (r * r) * (r * r), delta)
-                moves += 1
-        c_lo = cnt[a]
-        c_hi = cnt[b]
-        need = m - c_lo
-        nb = c_hi - c_lo
-        bound = a != 1 and moves >= max_moves
-        if bound:                      # an outer cut that never enclosed the m-th value (values that disagree
-            need = 1                   # with the keys, e.g. NaN: no stream makes them): every block of C ∪ U ranked
-            nb = 65                    # by exact keys (the wide band's path), so that no state loops without end
-        v = th[a]
-        if need == 0:
-            for w in range(n_words):
-                mem[layer, w] = cu[w] & ~msk[a, w]
-        elif need == nb:               # the whole band leaves: every block below cut b; the next cuts centre on it
-            v = th[b]
-            for w in range(n_words):
-                mem[layer, w] = cu[w] & ~msk[b, w]
-        elif nb <= 64:
-            if nb <= 16 and n_words == 2:  # the band's values built in registers and stored once, so that
-                                       # lrfu_pick32's load is forwarded (with AVX-512 VBMI2, as per-layer lfru's)
-                band16v_2(V, pbase, msk[b, 0] & ~msk[a, 0], msk[b, 1] & ~msk[a, 1], band)
-            elif nb <= 16 and n_words == 1:
-                band16v_1(V, pbase, msk[b, 0] & ~msk[a, 0], zero, band)
-            else:                      # compressed from their words
-                q = 0
-                for w in range(n_words):
-                    q = values_at32(V, pbase + (w << 6), msk[b, w] & ~msk[a, w], band, q)
-            v, nxt, leave = lrfu_rank_band(band, nb, need, w8, ckey, sel)
-            if nxt <= v * (1.0 + 3.0 * delta) or nxt < _LRFU_FLOOR:     # the need-th is not separated from the
-                leave = _lrfu_band_exact(S, PL, pbase, lam, msk, a, b, n_words, ckey, sel, need, nb)[1]   # next
-            elif nb > 16:
-                leave = _band_leave(ckey, v, need, nb)
-            _lrfu_leave_band(mem, layer, cu, msk, a, b, leave, n_words)
-        elif not bound and 0.0 < th[a] and th[b] < np.inf and _lrfu_narrow(V, S, PL, pbase, lam, lam_r, cu, n_words,
-                                                                            th, thv, w8, msk, cnt, a, b, m, delta):
-            a = np.int64(w8[0])        # a wide band narrowed to at most 64 (_lrfu_narrow): exact keys of the band
-            b = np.int64(w8[1])
-            _lrfu_spread(fac, spread, ul, 0.25)     # (the layer's next cuts closer to its centre)
-            need = m - cnt[a]
-            v = th[a]
-            if need == 0:
-                for w in range(n_words):
-                    mem[layer, w] = cu[w] & ~msk[a, w]
-            else:
-                vk, leave = _lrfu_band_exact(S, PL, pbase, lam, msk, a, b, n_words, ckey, sel, need, cnt[b] - cnt[a])
-                _lrfu_leave_band(mem, layer, cu, msk, a, b, leave, n_words)
-                v = 2.0 ** (vk - lam_r)
-        else:                          # a wide band: every block of C ∪ U, exact keys
-            for w in range(n_words):
-                mem[layer, w] = cu[w]
-            k = _positions(mem, layer, n_words, cpos)
-            for r in range(k):
-                c = _lrfu_key(S, PL, pbase + cpos[r], lam)
-                sel2[r] = c
-                sel[r] = c
-            vk = _kth_lowest(sel, fb, k, m)
-            _evict_ranked(mem, layer, sel2, cpos, k, m, vk)
-            v = 2.0 ** (vk - lam_r)
-        if moves and spread[ul] < 1.0:  # an outer cut moved: the layer's next cuts further out again
-            _lrfu_spread(fac, spread, ul, 2.0)
-        size[layer] = cap
-        x = v / qu if 0.0 < v < np.inf else 0.0     # the next cuts' centre, relative to the scale
-        c = centre[ul]
-        centre[ul] = x if x == 0.0 or c == 0.0 else c + _LRFU_CENTRE_RATE * (x - c)
+        _lrfu_overflow(mem, size, layer, cap, m, u, qu, lam, ubase, centre, fac, spread, th, thv, cu, ev, msk, w8, cnt,
+                       V, S, PL, ckey, sel, sel2, fb, band, cpos, max_moves)
