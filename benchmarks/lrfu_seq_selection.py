@@ -22,7 +22,8 @@ the residents' old values in registers (``above16``), exact keys where values li
 
 ``--check`` compares its hits, misses and hit flags with the shipped loop (``_kernels_seq.replay_lrfu_seq``) and
 with the heap loop (``_kernels.replay_heap``) on small streams at several lambdas, quotas and tie orders (exit 1
-where any differs). The timing rows alternate the prototype and the shipped loop pair by pair on
+where any differs); ``--check --window 2`` forces a window narrower than lambda's on it, which the check must catch.
+The timing rows alternate the prototype and the shipped loop pair by pair on
 ``bench_vs_libcachesim.drifting_qwen_stream(steps)`` (48 x 128, B = 8, members ascending, lambda 0.5): the
 prototype / shipped ratio (min and median of the pairs), each side's median ns an access, and whether their hit
 counts and flags are equal (exit 1 where not). docs/performance.md, *Session 62*, has the figures and where the
@@ -184,15 +185,17 @@ def _n_scale(lam: float, most_layer_accesses: int) -> int:
 
 
 def replay_lrfu_seq_bits(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, lam, count_from, hits,
-                         misses, hit_flag):
+                         misses, hit_flag, w=None):
     """Sequential (one unit per access), per-layer ``lrfu``: the decision of :func:`._kernels.replay_heap`, where
-    :func:`fits` holds. Parameters are those of :func:`._kernels_bits.replay_lrfu_bits` without ``pages``."""
+    :func:`fits` holds. Parameters are those of :func:`._kernels_bits.replay_lrfu_bits` without ``pages``, and ``w``
+    the window of units taken to decide two keys (``window(lam)`` unless given: a smaller one is wrong, for the check
+    of the check)."""
     lrfu_seq_bits_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, lam, count_from, hits, misses,
-                         hit_flag)(expert, 0, offsets.shape[0] - 1)
+                         hit_flag, w)(expert, 0, offsets.shape[0] - 1)
 
 
 def lrfu_seq_bits_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, lam, count_from, hits, misses,
-                         hit_flag):
+                         hit_flag, w=None):
     """:func:`replay_lrfu_seq_bits` by ranges of events (``run(order, e0, e1)``, as ``_kernels_seq``'s ranges): its
     state allocated here and carried from one range to the next."""
     lam = float(lam)
@@ -217,8 +220,9 @@ def lrfu_seq_bits_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_p
              pa(width + 64, np.float64), pa(width, np.float64), pa(width, np.float64), pa(width, np.float64),
              pa(4, np.int64, 0), pa(width + 64, np.float32), pa.copy(lrfu_lanes(tie_pos, n_layers, n_experts)),
              _LRFU_MAX_MOVES, pa.copy(np.tile(np.array(_LRFU_CUT_FACTORS), (n_layers, 1))),
-             pa(n_layers, np.float64, 1.0), window(lam), pa(largest + 1, np.int64), pa(npad, np.int32, _NO_PLACE),
-             pa(n_words, np.uint64), pa(npad, np.int32), pa(npad + 64, np.float32), pa(npad + 64, np.int32),
+             pa(n_layers, np.float64, 1.0), window(lam) if w is None else w, pa(largest + 1, np.int64),
+             pa(npad, np.int32, _NO_PLACE), pa(n_words, np.uint64), pa(npad, np.int32), pa(npad + 64, np.float32),
+             pa(npad + 64, np.int32),
              pa(16, np.float32), pa(16, np.float32), pa(16, np.int32), pa(17, np.int32), pa(MAX_WINDOW, np.float64),
              pa(MAX_WINDOW, np.float64))
 
@@ -355,8 +359,8 @@ def _replay_lrfu_seq_bits(offsets, expert, ev_layer, n_experts, capacity, lam, c
                 n_hit += sure
                 ut[nu] = np.int32(tp)
                 nu += (1 - sure) & (np.int64(k < cap) | np.int64(k + d < cap + W - 1))
-                if record and sure:
-                    hit_flag[_U(lo + k)] = 1
+                if record:
+                    hit_flag[_U(lo + k)] = np.uint8(sure)
         if nu:                         # the residents' old values and places (kx: a large place outside the event),
             delta = _lrfu_margin(u, lam)   # 16 members counted at once (_simd.above16), the layer as before the event
             for k2 in range(min(W - 1, n_mem)):    # the first members' new CRFs and values
@@ -396,10 +400,10 @@ def _replay_lrfu_seq_bits(offsets, expert, ev_layer, n_experts, capacity, lam, c
                     else:
                         c = np.int64(cnt16[q]) + _new_above(j, np.int64(PL[_U(j)]), k, u0, W, np.float64(mlo[q]),
                                                             np.float64(mhi[q]), jl, nvf, nsf, S, lam)
-                    if c < cap:
-                        n_hit += 1
-                        if record:
-                            hit_flag[_U(lo + k)] = 1
+                    hit = np.int64(c < cap)
+                    n_hit += hit
+                    if record:
+                        hit_flag[_U(lo + k)] = np.uint8(hit)
         if i >= count_from:
             hits[ul] += n_hit
             misses[ul] += n_mem - n_hit
@@ -431,18 +435,19 @@ def _heap_counts(s, caps, tie, lam):
     return h, m, f
 
 
-def _counts(loop, s, caps, tie_pos, lam):
-    """A loop's hits, misses and flags (the parameters of ``_kernels_bits.replay_lrfu_bits``)."""
+def _counts(loop, s, caps, tie_pos, lam, *extra):
+    """A loop's hits, misses and flags (the parameters of ``_kernels_bits.replay_lrfu_bits``, then ``extra``)."""
     L, N = s.n_layers, s.n_experts
     h, m, f = np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(s.union, np.uint8)
-    loop(s.offsets, s.expert, s.layer, N, L, caps, tie_pos, lam, 0, h, m, f)
+    loop(s.offsets, s.expert, s.layer, N, L, caps, tie_pos, lam, 0, h, m, f, *extra)
     return h, m, f
 
 
-def check() -> int:
+def check(w: int | None = None) -> int:
     """The prototype's hits, misses and flags against the shipped loop's and the heap loop's on small streams: the
-    benchmark stream's first 60 steps and ``routed_stream`` shapes (batch 1 to 64, 5 to 256 experts a layer), two tie
-    orders, lambda 0.1 / 0.5 / 1, quotas from 0 to every expert. Prints each difference; 1 where any."""
+    benchmark stream's first 60 steps and ``routed_stream`` shapes (batch 1 to 64, 2 to 256 experts a layer), two tie
+    orders, lambda 0.1 / 0.5 / 1, quotas from 0 to every expert; ``w`` a window of units forced on the prototype.
+    Prints each difference; 1 where any."""
     from bench_scaling import routed_stream
     from bench_vs_libcachesim import drifting_qwen_stream
 
@@ -453,7 +458,8 @@ def check() -> int:
                ("8 x 128, B = 1", routed_stream(8, 128, 1, 100_000)),
                ("6 x 64, B = 64", routed_stream(6, 64, 64, 100_000)),
                ("4 x 256, B = 4", routed_stream(4, 256, 4, 50_000)),
-               ("5 x 5, top-2, B = 2", routed_stream(5, 5, 2, 10_000, 2))]
+               ("5 x 5, top-2, B = 2", routed_stream(5, 5, 2, 10_000, 2)),
+               ("2 x 8, top-2, B = 1", routed_stream(2, 8, 1, 20_000, 2))]
     bad = 0
     n = 0
     for name, s in streams:
@@ -464,7 +470,7 @@ def check() -> int:
             for lam in (0.1, 0.5, 1.0):
                 for rho in (0.0, 0.05, 0.1, 0.2, 0.4, 0.75, 1.0):
                     caps = engine.capacities_for_rho(rho, L, N)
-                    ours = _counts(replay_lrfu_seq_bits, s, caps, tie_pos, lam)
+                    ours = _counts(replay_lrfu_seq_bits, s, caps, tie_pos, lam, w)
                     peers = [("shipped", _counts(replay_lrfu_seq, s, caps, tie_pos, lam))]
                     if seed == 0 and s.union <= 200_000:
                         peers.append(("heap", _heap_counts(s, caps, tie, lam)))
@@ -486,9 +492,14 @@ def main() -> int:
                     help="comma list (default 0.1,0.2,0.3,0.4,0.75)")
     ap.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     ap.add_argument("--check", action="store_true", help="compare with the shipped and heap loops on small streams")
+    ap.add_argument("--window", type=positive_int, default=None,
+                    help="with --check: force this window of units on the prototype (a smaller one than lambda's is "
+                         "wrong: the check must then find differences)")
     args = ap.parse_args()
+    if args.window is not None and not args.check:
+        ap.error("--window goes with --check")
     if args.check:
-        return check()
+        return check(args.window)
     from bench_vs_libcachesim import drifting_qwen_stream
 
     from expertcache.replay import engine
