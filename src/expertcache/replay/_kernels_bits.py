@@ -1582,11 +1582,11 @@ def _lrfu_narrow(V, S, PL, pbase, lam, lam_r, cu, n_words, th, thv, w8, msk, cnt
 @jit_inline
 def _lrfu_overflow(mem, size, layer, cap, m, u, qu, lam, ubase, centre, fac, spread, th, thv, cu, ev, msk, w8, cnt, V,
                    S, PL, ckey, sel, sel2, fb, band, cpos, max_moves):
-    """An overflow of layer ``layer`` in :func:`_replay_lrfu_bits` (and the sequential loop of
-    :mod:`._kernels_lrfu_seq`): ``m`` blocks of ``C ∪ U`` (``mem[layer] | ev``) leave, the ``m`` lowest ``(key, tie
-    position)``, found by the cuts around the layer's centre (at unit ``u``, whose scale is ``qu``), its band
-    ranked by values or exact keys as :func:`replay_lrfu_bits` describes; the layer's size becomes ``cap`` and its
-    centre moves towards the leaving value (29 parameters: a call of more than 30 is built as a tuple, which numba
+    """An overflow of layer ``layer`` in :func:`_replay_lrfu_bits` (and in the sequential prototype of
+    ``benchmarks/lrfu_seq_selection.py``): ``m`` blocks of ``C ∪ U`` (``mem[layer] | ev``) leave, the ``m`` lowest
+    ``(key, tie position)``, found by the cuts around the layer's centre (at unit ``u``, whose scale is ``qu``), its
+    band ranked by values or exact keys as :func:`replay_lrfu_bits` describes; the layer's size becomes ``cap`` and
+    its centre moves towards the leaving value (29 parameters: a call of more than 30 is built as a tuple, which numba
     does not inline)."""
     zero = np.uint64(0)
     ul = _U(layer)
