@@ -263,7 +263,7 @@ def _count_above(mem, ul, R, n_words, pbase, u0, cap, W, k, j, kx, jl, nvf, nsf,
     accessed, counted until ``cap``, from the layer's state before the event: the members before it at their new
     keys, and the residents other than the resident members before it (``R`` the resident members, ``kx`` a
     member's place by tie position) at their old ones. Values decide where they differ by more than the margins
-    (``3 delta``; two compares a word for the residents, :data:`._simd.values_gt`), exact keys elsewhere."""
+    (``3 delta``; two compares a word for the residents, :data:`values_gt`), exact keys elsewhere."""
     one = np.uint64(1)
     p = np.int64(PL[_U(j)])
     tk = j - pbase
@@ -362,7 +362,7 @@ def _replay_lrfu_seq_bits(offsets, expert, ev_layer, n_experts, capacity, lam, c
                 if record:
                     hit_flag[_U(lo + k)] = np.uint8(sure)
         if nu:                         # the residents' old values and places (kx: a large place outside the event),
-            delta = _lrfu_margin(u, lam)   # 16 members counted at once (_simd.above16), the layer as before the event
+            delta = _lrfu_margin(u, lam)   # 16 members counted at once (above16), the layer as before the event
             for k2 in range(min(W - 1, n_mem)):    # the first members' new CRFs and values
                 j2 = _U(jl[k2])
                 s2 = 1.0 + S[j2] * P[_U(min(u0 + k2 - PL[j2], last))]
