@@ -60,45 +60,22 @@ from expertcache.replay._kernels_bits import (  # noqa: E402
     _admit,
     _lrfu_margin,
     _lrfu_overflow,
+    _lrfu_set_cut,
     lrfu_lanes,
 )
 from expertcache.replay._kernels_lrfu_window import MAX_WINDOW, window  # noqa: E402
+from expertcache.replay._kernels_seq import _LRFU_DECAY_ZERO  # noqa: E402
 from expertcache.replay._pages import Packed  # noqa: E402
-from expertcache.replay._simd import (  # noqa: E402,E501
+from expertcache.replay._simd import (  # noqa: E402
     _I32,
     _I64,
     _f32_arrays,
     _lanes,
     _splat,
-    compare_word,
     lanes_ge,
+    lrfu_cut1,
     values_at32,
 )
-
-
-def _make_values_cmp(op: str):
-    """``values_gt`` (``op`` ``">"``) or ``values_ge`` (``">="``): bit ``q`` set where the float32 ``buf[off + q]``
-    is ``op`` ``v`` (a float64 rounded to float32), for the 64 lanes from ``off``."""
-
-    @intrinsic
-    def _cmp(typingctx, buf, off, v):
-        if not _f32_arrays(buf):
-            return None
-        sig = types.uint64(buf, types.int64, types.float64)
-
-        def codegen(context, builder, signature, args):
-            f32 = ir.FloatType()
-            x = builder.load(_lanes(context, builder, signature.args[0], args[0], args[1], 64, f32), align=4)
-            return compare_word(builder, op, x, _splat(builder, builder.fptrunc(args[2], f32),
-                                                       ir.VectorType(f32, 64), 64))
-
-        return sig, codegen
-
-    return _cmp
-
-
-values_gt = _make_values_cmp(">")
-values_ge = _make_values_cmp(">=")
 
 
 def _make_above(n16: int):
@@ -142,6 +119,9 @@ def _make_above(n16: int):
 
 
 _above8, _above16 = _make_above(8), _make_above(16)
+#: The place of a lane that is not a member of the event being replayed: after every member (and of an unused lane of
+#: :func:`above16`).
+_NO_PLACE = np.int32(2**31 - 1)
 
 
 @jit_inline
@@ -151,18 +131,13 @@ def above16(cv, ck, n, hi, lo, mk, out):
     int32 places ``ck[r]``), counting only the items placed after the lane (``ck[r] > mk[q]``): ``out[q]`` (int32)
     the items above ``hi[q]``, and ``out[16]`` the bits of the lanes with an item within ``[lo[q], hi[q]]`` (more at
     least ``lo[q]`` than above ``hi[q]``). Each item one broadcast and three compares against all the lanes."""
-    if mk[8] == 2**31 - 1:
+    if mk[8] == _NO_PLACE:
         _above8(cv, ck, n, hi, lo, mk, out)
     else:
         _above16(cv, ck, n, hi, lo, mk, out)
 
-
-#: ``crf_decay(lam, g)`` is 0.0 where ``lam * g`` reaches it (``2**-1076`` rounds to 0): the decay table stops there.
-_DECAY_ZERO = 1076.0
 #: Accesses of a layer below this (int32 last units, and a unit plus :data:`._kernels_lrfu_window.MAX_WINDOW`).
 MAX_LAYER_ACCESSES = 2**31 - 2 * MAX_WINDOW
-#: The place of a lane that is not a member of the event being replayed: after every member.
-_NO_PLACE = np.int32(2**31 - 1)
 
 
 def fits(lam: float, n_experts: int, most_layer_accesses: int, largest_event: int) -> bool:
@@ -189,15 +164,7 @@ def replay_lrfu_seq_bits(offsets, expert, ev_layer, n_experts, n_layers, capacit
     """Sequential (one unit per access), per-layer ``lrfu``: the decision of :func:`._kernels.replay_heap`, where
     :func:`fits` holds. Parameters are those of :func:`._kernels_bits.replay_lrfu_bits` without ``pages``, and ``w``
     the window of units taken to decide two keys (``window(lam)`` unless given: a smaller one is wrong, for the check
-    of the check)."""
-    lrfu_seq_bits_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, lam, count_from, hits, misses,
-                         hit_flag, w)(expert, 0, offsets.shape[0] - 1)
-
-
-def lrfu_seq_bits_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, lam, count_from, hits, misses,
-                         hit_flag, w=None):
-    """:func:`replay_lrfu_seq_bits` by ranges of events (``run(order, e0, e1)``, as ``_kernels_seq``'s ranges): its
-    state allocated here and carried from one range to the next."""
+    of the check). The state is allocated here and the loop runs in :func:`_replay_lrfu_seq_bits`."""
     lam = float(lam)
     n_words = (n_experts + 63) // 64
     npad = n_words * 64
@@ -208,7 +175,7 @@ def lrfu_seq_bits_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_p
         raise ValueError("replay_lrfu_seq_bits: lrfu_lambda, the experts, a layer's accesses or an event are past "
                          "its bounds (fits)")
     width = max(min(int(np.max(capacity, initial=0)) + largest, n_experts) + 1, 64)      # |C ∪ U| at most
-    n_tab = min(most + 1, int(_DECAY_ZERO / lam) + 2)                # every decay the stream needs that is not 0
+    n_tab = min(most + 1, int(_LRFU_DECAY_ZERO / lam) + 2)                # every decay the stream needs that is not 0
     tie_pos = tie_pos.astype(np.int16)
     pa = Packed()
     state = (pa(n_layers, np.int64, 0), pa((n_layers, n_words), np.uint64, 0), pa(n_words, np.uint64, 0),
@@ -226,12 +193,8 @@ def lrfu_seq_bits_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_p
              pa(16, np.float32), pa(16, np.float32), pa(16, np.int32), pa(17, np.int32), pa(MAX_WINDOW, np.float64),
              pa(MAX_WINDOW, np.float64))
 
-    def run(order, e0, e1):
-        if e1 > e0:
-            _replay_lrfu_seq_bits(offsets[e0:e1 + 1], order, ev_layer[e0:e1], n_experts, capacity, lam,
-                                  count_from - e0, hits, misses, hit_flag, *state)
-
-    return run
+    _replay_lrfu_seq_bits(offsets, expert, ev_layer, n_experts, capacity, lam, count_from, hits, misses, hit_flag,
+                          *state)
 
 
 @jit_inline
@@ -258,29 +221,32 @@ def _new_above(j, p, k, u0, W, lo_, hi, jl, nvf, nsf, S, lam):
 
 
 @jit_inline
-def _count_above(mem, ul, R, n_words, pbase, u0, cap, W, k, j, kx, jl, nvf, nsf, S, PL, V, lam, delta):
+def _count_above(mem, ul, R, n_words, pbase, u0, cap, W, k, j, kx, jl, nvf, nsf, S, PL, V, lam, delta, th, thv,
+                 w8):
     """How many blocks rank above the old key of member ``k`` (lane ``j``, resident before the event) when it is
     accessed, counted until ``cap``, from the layer's state before the event: the members before it at their new
     keys, and the residents other than the resident members before it (``R`` the resident members, ``kx`` a
     member's place by tie position) at their old ones. Values decide where they differ by more than the margins
-    (``3 delta``; two compares a word for the residents, :data:`values_gt`), exact keys elsewhere."""
+    (``3 delta``; a cut of the residents' values a word, ``_simd.lrfu_cut1``), exact keys elsewhere (a value of 0
+    stands for any below ``_LRFU_TINY``: every value up to the floor is compared by its exact key)."""
     one = np.uint64(1)
     p = np.int64(PL[_U(j)])
     tk = j - pbase
     kk = np.inf                        # its exact key, computed where a value lies within the margins
     v = np.float64(V[_U(j)])
-    tiny = v < _LRFU_FLOOR             # (a value of 0 stands for any below _LRFU_TINY: every value up to the floor
-    hi = max(v, _LRFU_FLOOR) * (1.0 + 3.0 * delta)      # is compared by its exact key)
-    lo_ = -1.0 if tiny else v * (1.0 - 3.0 * delta)
+    tiny = v < _LRFU_FLOOR
+    _lrfu_set_cut(th, thv, 0, v, 3.0 * delta)       # (raised to the floor where below it)
+    hi = np.float64(thv[1])
+    lo_ = -1.0 if tiny else np.float64(thv[0])
     c = _new_above(j, p, k, u0, W, lo_, hi, jl, nvf, nsf, S, lam)
     for w in range(n_words):           # the residents but the resident members up to it
         if c >= cap:
             break
         o = w << 6
         x = mem[ul, w] & ~(R[w] & ~lanes_ge(kx, o, k + 1))
-        above = values_gt(V, pbase + o, hi) & x
-        c += np.int64(_popc(above))
-        near = values_ge(V, pbase + o, lo_) & x & ~above
+        lrfu_cut1(V, pbase + o, thv, w8, 0)
+        c += np.int64(_popc(x & ~w8[1]))
+        near = x & w8[1] & (w8[1] if tiny else ~w8[0])
         if near:
             kk = crf_key(S[_U(j)], float(p), lam) if kk == np.inf else kk
         while near:
@@ -396,7 +362,7 @@ def _replay_lrfu_seq_bits(offsets, expert, ev_layer, n_experts, capacity, lam, c
                     k = np.int64(kx[_U(tp)])
                     if (near >> q) & 1:    # a resident within the margins: every count again, exact where near
                         c = _count_above(mem, ul, R, n_words, pbase, u0, cap, W, k, j, kx, jl, nvf, nsf, S, PL, V,
-                                         lam, delta)
+                                         lam, delta, th, thv, w8)
                     else:
                         c = np.int64(cnt16[q]) + _new_above(j, np.int64(PL[_U(j)]), k, u0, W, np.float64(mlo[q]),
                                                             np.float64(mhi[q]), jl, nvf, nsf, S, lam)
