@@ -2,7 +2,9 @@
 argument types and output of the scripts that check what they time or count (``seq_outcomes.py``,
 ``lfru_global_fronts.py``, ``random_order_costs.py``, ``lru_ranks_shapes.py``), and the checked, alternated rows of
 those that time two loops on ``bench_scaling.routed_stream`` (``lrfu_global.py``, ``lrfu_slots.py``,
-``lru_direct.py``, ``belady_lanes.py``; the last two by shape, batch and rho through ``routed_rows``).
+``lru_direct.py``, ``belady_lanes.py``; the last two by shape, batch and rho through ``routed_rows``), and the
+tables of a sequential loop on ranks against its peer by batch and rho (``lru_ranks_shapes.py``,
+``lrfu_ranks_shapes.py``: ``ranks_shapes``).
 
 A kernel's time moves by up to ~15% with where its code lands in a process (docs/performance.md, *Placement
 noise*), so each benchmark times both sides in one process, alternated pair by pair, in several fresh
@@ -253,6 +255,68 @@ def report(rows: list[dict], as_json: bool, meta: dict, header: list[str], line:
         for r in rows:
             print(line(r))
     return 0 if all(r["hits_equal"] for r in rows) else 1
+
+
+def ranks_orders(s, pairs: int, peer: str, timed: Callable[[bool, np.ndarray], tuple[float, np.ndarray]]) -> dict:
+    """A sequential loop on ranks against its ``peer`` on stream ``s``, ``timed(on_ranks, expert)`` returning
+    ``(seconds, hits)``: in each member order (ascending, and sequential-random's shuffled beforehand, not timed) the
+    two runs' hits compared (also the warm-up), then ``pairs`` alternated pairs; each side's median ns per access
+    (``ranks_ns``, ``PEER_ns``) and the median per-pair ratio, and ``hits_equal``."""
+    from expertcache.replay import engine
+
+    out: dict = {}
+    same = True
+    for name, expert in (("ascending", s.expert), ("shuffled", engine._member_order(s, "sequential-random", 0))):
+        same &= bool(np.array_equal(timed(True, expert)[1], timed(False, expert)[1]))
+        ranks: list[float] = []
+        other: list[float] = []
+        for k in range(pairs):
+            for on_ranks in ((True, False) if k % 2 == 0 else (False, True)):
+                (ranks if on_ranks else other).append(timed(on_ranks, expert)[0])
+        out[name] = {"ranks_ns": statistics.median(ranks) / s.union * 1e9,
+                     f"{peer}_ns": statistics.median(other) / s.union * 1e9,
+                     "ratio": statistics.median([a / b for a, b in zip(ranks, other, strict=True)])}
+    out["hits_equal"] = same
+    return out
+
+
+def ranks_shapes(argv: list[str] | None, description: str, peer: str, title: str, batches: list[int],
+                 accesses: int, pairs: int, row: Callable[..., dict]) -> int:
+    """The command line of a ranks-against-``peer`` table: ``--batches``, ``--rhos`` (quotas up to 64 of 128),
+    :func:`stream_options`; per batch ``bench_scaling.routed_stream(48, 128, B, accesses)`` and per rho
+    ``row(s, rho, pairs)`` (its ``rho``, ``quota``, ``rule_picks`` and :func:`ranks_orders`' fields), under the
+    machine, ``title`` and a header."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--batches", type=int_list, default=batches,
+                    help=f"comma list (default {','.join(map(str, batches))})")
+    ap.add_argument("--rhos", type=rho_list, default=[0.1, 0.2, 0.3, 0.4, 0.5],
+                    help="comma list, quotas up to 64 (default 0.1,0.2,0.3,0.4,0.5)")
+    stream_options(ap, accesses, pairs)
+    args = ap.parse_args(argv)
+    if max(args.rhos) * 128 > 64.5:
+        ap.error(f"--rhos: expected rho values up to 0.5 (quotas up to 64 of 128 experts; larger ones run on the "
+                 f"{peer} loop only)")
+
+    from bench_scaling import routed_stream
+
+    rows = []
+    for b in args.batches:
+        s = routed_stream(48, 128, b, args.accesses)
+        for rho in args.rhos:
+            rows.append({"batch": b, "mean_event": s.union / s.n_events, **row(s, rho, args.pairs)})
+
+    def line(r: dict) -> str:
+        a, z = r["ascending"], r["shuffled"]
+        return (f"{r['batch']:>3} {r['mean_event']:>6.1f} {r['rho']:>5} {r['quota']:>3}  {a['ranks_ns']:>9.2f} "
+                f"{a[peer + '_ns']:>6.2f} {a['ratio']:>6.2f}  {z['ranks_ns']:>10.2f} {z[peer + '_ns']:>6.2f} "
+                f"{z['ratio']:>6.2f}  {r['rule_picks']:<6} {yes_no(r['hits_equal'])}")
+
+    return report(rows, args.json, {"machine": machine(), "accesses": args.accesses, "pairs": args.pairs},
+                  [f"machine: {machine()}",
+                   f"{title}ns per access (medians of {args.pairs} alternated pairs); ranks / {peer}: median of "
+                   "per-pair ratios",
+                   f"{'B':>3} {'|E|':>6} {'rho':>5} {'c':>3}  {'asc ranks':>9} {peer:>6} {'ratio':>6}  "
+                   f"{'shuf ranks':>10} {peer:>6} {'ratio':>6}  rule   hits equal"], line)
 
 
 def yes_no(ok: bool) -> str:

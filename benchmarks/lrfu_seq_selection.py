@@ -1,4 +1,4 @@
-"""Sequential per-layer lrfu on the event-atomic loop's selection: a prototype, against the shipped slot loop.
+"""Sequential per-layer lrfu on the event-atomic loop's selection: a prototype, against the slot loop.
 
     python benchmarks/lrfu_seq_selection.py [--steps 2600] [--pairs 5] [--rhos 0.1,0.2,0.3,0.4,0.75] [--json]
     python benchmarks/lrfu_seq_selection.py --check
@@ -20,12 +20,13 @@ units (one access a unit), so a block last accessed ``W`` units after another ra
 ``max(W - 1 - d, 0)`` on rank above it surely (``c`` of them: a miss). The others are counted 16 at a time against
 the residents' old values in registers (``above16``), exact keys where values lie within the margins.
 
-``--check`` compares its hits, misses and hit flags with the shipped loop (``_kernels_seq.replay_lrfu_seq``) and
+``--check`` compares its hits, misses and hit flags with the slot loop (``_kernels_seq.replay_lrfu_seq`` with
+``on_ranks=False``: the engine's loop before session 63 moved large events to ranks, ``_kernels_lrfu_ranks``) and
 with the heap loop (``_kernels.replay_heap``) on small streams at several lambdas, quotas and tie orders (exit 1
 where any differs); ``--check --window 2`` forces a window narrower than lambda's on it, which the check must catch.
-The timing rows alternate the prototype and the shipped loop pair by pair on
+The timing rows alternate the prototype and the slot loop pair by pair on
 ``bench_vs_libcachesim.drifting_qwen_stream(steps)`` (48 x 128, B = 8, members ascending, lambda 0.5): the
-prototype / shipped ratio (min and median of the pairs), each side's median ns an access, and whether their hit
+prototype / slot loop ratio (min and median of the pairs), each side's median ns an access, and whether their hit
 counts and flags are equal (exit 1 where not). docs/performance.md, *Session 62*, has the figures and where the
 prototype's time goes.
 """
@@ -401,6 +402,13 @@ def _heap_counts(s, caps, tie, lam):
     return h, m, f
 
 
+def _slot_loop(*args) -> None:
+    """``_kernels_seq.replay_lrfu_seq`` on its slot loop (not on ranks), the prototype's peer."""
+    from expertcache.replay._kernels_seq import replay_lrfu_seq
+
+    replay_lrfu_seq(*args, on_ranks=False)
+
+
 def _counts(loop, s, caps, tie_pos, lam, *extra):
     """A loop's hits, misses and flags (the parameters of ``_kernels_bits.replay_lrfu_bits``, then ``extra``)."""
     L, N = s.n_layers, s.n_experts
@@ -410,7 +418,7 @@ def _counts(loop, s, caps, tie_pos, lam, *extra):
 
 
 def check(w: int | None = None) -> int:
-    """The prototype's hits, misses and flags against the shipped loop's and the heap loop's on small streams: the
+    """The prototype's hits, misses and flags against the slot loop's and the heap loop's on small streams: the
     benchmark stream's first 60 steps and ``routed_stream`` shapes (batch 1 to 64, 2 to 256 experts a layer), two tie
     orders, lambda 0.1 / 0.5 / 1, quotas from 0 to every expert; ``w`` a window of units forced on the prototype.
     Prints each difference; 1 where any."""
@@ -418,7 +426,6 @@ def check(w: int | None = None) -> int:
     from bench_vs_libcachesim import drifting_qwen_stream
 
     from expertcache.replay import engine
-    from expertcache.replay._kernels_seq import replay_lrfu_seq
 
     streams = [("drifting, 60 steps", drifting_qwen_stream(60, sample_seed=1)),
                ("8 x 128, B = 1", routed_stream(8, 128, 1, 100_000)),
@@ -437,7 +444,7 @@ def check(w: int | None = None) -> int:
                 for rho in (0.0, 0.05, 0.1, 0.2, 0.4, 0.75, 1.0):
                     caps = engine.capacities_for_rho(rho, L, N)
                     ours = _counts(replay_lrfu_seq_bits, s, caps, tie_pos, lam, w)
-                    peers = [("shipped", _counts(replay_lrfu_seq, s, caps, tie_pos, lam))]
+                    peers = [("slot", _counts(_slot_loop, s, caps, tie_pos, lam))]
                     if seed == 0 and s.union <= 200_000:
                         peers.append(("heap", _heap_counts(s, caps, tie, lam)))
                     for peer, counts in peers:
@@ -457,7 +464,7 @@ def main() -> int:
     ap.add_argument("--rhos", type=rho_list, default=[0.1, 0.2, 0.3, 0.4, 0.75],
                     help="comma list (default 0.1,0.2,0.3,0.4,0.75)")
     ap.add_argument("--json", action="store_true", help="one JSON object instead of the table")
-    ap.add_argument("--check", action="store_true", help="compare with the shipped and heap loops on small streams")
+    ap.add_argument("--check", action="store_true", help="compare with the slot and heap loops on small streams")
     ap.add_argument("--window", type=positive_int, default=None,
                     help="with --check: force this window of units on the prototype (a smaller one than lambda's is "
                          "wrong: the check must then find differences)")
@@ -469,7 +476,6 @@ def main() -> int:
     from bench_vs_libcachesim import drifting_qwen_stream
 
     from expertcache.replay import engine
-    from expertcache.replay._kernels_seq import replay_lrfu_seq
 
     s = drifting_qwen_stream(args.steps, sample_seed=1)
     L, N = s.n_layers, s.n_experts
@@ -481,23 +487,23 @@ def main() -> int:
         def timed(first: bool, record: bool, caps=caps) -> tuple:
             h, m = np.zeros(L, np.int64), np.zeros(L, np.int64)
             f = np.zeros(s.union if record else 0, np.uint8)
-            loop = replay_lrfu_seq_bits if first else replay_lrfu_seq
+            loop = replay_lrfu_seq_bits if first else _slot_loop
             t0 = time.perf_counter()
             loop(s.offsets, s.expert, s.layer, N, L, caps, tie_pos, 0.5, 0, h, m, f)
             return time.perf_counter() - t0, h, m, f
 
         first, second, equal = checked_pairs(timed, args.pairs)
         rows.append({"rho": rho, "capacity": int(caps[0]),
-                     **pair_fields(("prototype", "shipped"), first, second, s.union), "hits_equal": equal})
+                     **pair_fields(("prototype", "slot"), first, second, s.union), "hits_equal": equal})
     meta = {"machine": machine(), "steps": args.steps, "pairs": args.pairs, "union": s.union}
     header = [f"machine: {meta['machine']}",
               f"sequential per-layer lrfu (lambda 0.5), {args.steps} steps ({s.union:,} accesses), {args.pairs} "
-              "alternated pairs: prototype / shipped slot loop",
-              f"{'rho':>5} {'c':>4} {'ratio min':>9} {'median':>7} {'prototype ns':>12} {'shipped ns':>10} "
+              "alternated pairs: prototype / slot loop",
+              f"{'rho':>5} {'c':>4} {'ratio min':>9} {'median':>7} {'prototype ns':>12} {'slot ns':>10} "
               f"{'hits equal':>10}"]
     return report(rows, args.json, meta, header,
                   lambda r: f"{r['rho']:>5} {r['capacity']:>4} {r['ratio_min']:>9.3f} {r['ratio']:>7.3f} "
-                            f"{r['prototype_ns']:>12.2f} {r['shipped_ns']:>10.2f} {yes_no(r['hits_equal']):>10}")
+                            f"{r['prototype_ns']:>12.2f} {r['slot_ns']:>10.2f} {yes_no(r['hits_equal']):>10}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """``benchmarks/lrfu_seq_selection.py``: sequential per-layer lrfu on the event-atomic selection, a prototype that
-must decide as the heap loop and the shipped slot loop do."""
+must decide as the heap loop and the slot loop do."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=900)
 
 
-def test_check_finds_every_count_equal_to_the_heap_and_shipped_loops():
+def test_check_finds_every_count_equal_to_the_heap_and_slot_loops():
     r = _run("--check")
     assert r.returncode == 0, r.stdout + r.stderr
     done, _, total = r.stdout.splitlines()[-1].split()[:3]
@@ -27,7 +27,7 @@ def test_a_window_too_narrow_is_caught():
     # counts reorder recent blocks (short gaps: 2 layers of 8 experts, top-2, batch 1)
     r = _run("--check", "--window", "2")
     assert r.returncode == 1 and "Traceback" not in r.stderr
-    assert "differs from the shipped loop: 2 x 8, top-2, B = 1" in r.stdout
+    assert "differs from the slot loop: 2 x 8, top-2, B = 1" in r.stdout
     assert "differs from the heap loop" in r.stdout
     done, _, total = r.stdout.splitlines()[-1].split()[:3]
     assert int(done) < int(total)

@@ -1,5 +1,5 @@
-"""``benchmarks/lru_ranks_shapes.py`` and ``benchmarks/random_order_costs.py``: they run, check the hits they time, and
-refuse bad arguments in one line."""
+"""``benchmarks/lru_ranks_shapes.py``, ``benchmarks/lrfu_ranks_shapes.py`` and ``benchmarks/random_order_costs.py``: they
+run, check the hits they time, and refuse bad arguments in one line."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from conftest import ROOT
 from expertcache.replay import _kernels_seq as KQ
 
 SHAPES = ROOT / "benchmarks" / "lru_ranks_shapes.py"
+LRFU_SHAPES = ROOT / "benchmarks" / "lrfu_ranks_shapes.py"
 COSTS = ROOT / "benchmarks" / "random_order_costs.py"
 
 
@@ -32,6 +33,19 @@ def test_the_shapes_script_times_both_loops_and_names_the_rule():
     assert {x["rule_picks"] for x in rows} == {"ranks", "lists"}     # batch 1 at rho 0.5: 64 > 4 x 8
 
 
+def test_the_lrfu_shapes_script_times_both_loops_and_names_the_rule():
+    r = _run(LRFU_SHAPES, "--batches", "1,16", "--rhos", "0.1,0.5", "--accesses", "30000", "--pairs", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["rows"]
+    assert [(x["batch"], x["rho"]) for x in rows] == [(1, 0.1), (1, 0.5), (16, 0.1), (16, 0.5)]
+    for x in rows:
+        assert x["hits_equal"] and x["quota"] <= 64
+        assert x["rule_picks"] == ("ranks" if x["mean_event"] >= KQ._LRFU_RANKS_MIN_EVENT else "slots")
+        for order in ("ascending", "shuffled"):
+            assert x[order]["ranks_ns"] > 0 and x[order]["slots_ns"] > 0 and x[order]["ratio"] > 0
+    assert [x["rule_picks"] for x in rows] == ["slots", "slots", "ranks", "ranks"]     # mean events of 8 and ~60
+
+
 def test_the_random_order_script_splits_the_time_and_checks_the_hits():
     r = _run(COSTS, "--steps", "12", "--rhos", "0.1,0.4", "--policies", "lru,lfu", "--pairs", "1", "--json")
     assert r.returncode == 0, r.stderr
@@ -45,6 +59,7 @@ def test_the_random_order_script_splits_the_time_and_checks_the_hits():
 
 def test_bad_arguments_get_one_line_and_exit_2():
     for script, args in ((SHAPES, ["--rhos", "0.6"]), (SHAPES, ["--batches", "0"]), (SHAPES, ["--batches", "x"]),
+                         (LRFU_SHAPES, ["--rhos", "0.6"]), (LRFU_SHAPES, ["--batches", "0"]),
                          (COSTS, ["--policies", "belady"]), (COSTS, ["--steps", "0"]), (COSTS, ["--rhos", "2"])):
         r = _run(script, *args)
         assert r.returncode == 2 and "Traceback" not in r.stderr, (script.name, args)

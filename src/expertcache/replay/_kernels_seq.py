@@ -23,7 +23,9 @@ lanes that LLVM vectorizes (``lfu`` computes its packed keys in that reduction i
   the time of packed keys kept per tie position with the lowest count's residents as bits, its loop before session
   44 (0.59-0.60 with in-cache counters; ``python benchmarks/kernel_ab.py --kernel lfu-seq``, ``--kernel
   lfu-seq-in-cache``).
-* :func:`replay_lrfu_seq`: the float32 value of :func:`._kernels_bits.replay_lrfu_bits` (``2**(key - lam R)``,
+* :func:`replay_lrfu_seq`: where every quota is at most 64 and the stream's events are large (:func:`lrfu_on_ranks`),
+  each layer's residents as ranks in key order, an event replayed whole (:mod:`._kernels_lrfu_ranks`). Otherwise
+  the float32 value of :func:`._kernels_bits.replay_lrfu_bits` (``2**(key - lam R)``,
   ``R`` a base unit of the layer), its low bits replaced by a position. Where the quota fits 16, 32 or 64 slots
   (and a table holds every decay the stream needs), the layer's residents sit in slots and an event's layer's
   packed keys (the slot's index in the low bits) are held as one int32 vector in registers (:mod:`._vec`): a miss
@@ -61,6 +63,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from .._jit import jit, jit_helper, jit_inline, jit_loop
+from . import _kernels_lrfu_ranks as KRK
 from ._kernels import _max_unit, crf_decays, crf_key
 from ._kernels_bits import (
     _LRFU_DECAYS,
@@ -148,6 +151,11 @@ _LRFU_TP_FIRST_BITS = 7 if WIDE_VECTORS else 6
 #: *Session 40*).
 _LRU_RANKS_MAX = 64
 _LRU_RANKS_PER_MEMBER = 4
+#: Per-layer sequential ``lrfu`` runs on ranks (:mod:`._kernels_lrfu_ranks`) where the stream's mean event has at least
+#: this many members: with smaller events each event's list rebuilt costs more than the slot loop's accesses
+#: (``python benchmarks/lrfu_ranks_shapes.py``, mean events of 8 / 14 / 20 / 25-110 members at batch 1 / 2 / 3 / 4-64:
+#: 0.96-1.54x / 0.76-1.32x / 0.66-0.92x / 0.26-0.81x the slot loop's time; docs/performance.md, *Session 63*).
+_LRFU_RANKS_MIN_EVENT = 16
 #: A rank byte: the block is not resident / it is a member of the event being replayed (ranks are below 64).
 _RANK_OUT = np.uint8(255)
 _RANK_MEMBER = np.uint8(254)
@@ -730,8 +738,13 @@ def _replay_belady_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
 
 
 def replay_lrfu_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, tie_pos, lam, count_from, hits,
-                    misses, hit_flag):
+                    misses, hit_flag, on_ranks=None):
     """Sequential (one unit per access), per-layer ``lrfu``: the decision of :func:`._kernels.replay_heap`.
+
+    Where every quota is at most 64, ``lam``'s window of units at most 64 and the stream's mean event at least
+    :data:`_LRFU_RANKS_MIN_EVENT` members (:func:`lrfu_on_ranks`), each layer's residents are ranks in key order
+    and an event is replayed whole (:mod:`._kernels_lrfu_ranks`); ``on_ranks`` True / False forces that loop / the
+    loops below, None chooses by :func:`lrfu_on_ranks`.
 
     A block's CRF and last unit follow :func:`._kernels.crf_update` at each of its accesses (a layer's units
     count its accesses); the lowest ``(key, tie)`` (:func:`._kernels.crf_key`) of a layer's residents and the
@@ -746,12 +759,30 @@ def replay_lrfu_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
     :func:`._kernels_bits.replay_lrfu_bits` without ``pages``.
     """
     lrfu_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, lam, count_from, hits, misses,
-                    hit_flag)(expert, 0, offsets.shape[0] - 1)
+                    hit_flag, on_ranks)(expert, 0, offsets.shape[0] - 1)
+
+
+def lrfu_on_ranks(offsets, n_experts: int, capacity, lam: float) -> bool:
+    """Whether per-layer sequential ``lrfu`` runs on ranks (:mod:`._kernels_lrfu_ranks`): the loop takes the quotas and
+    ``lam`` (:func:`._kernels_lrfu_ranks.fits`) and the stream's mean event has at least
+    :data:`_LRFU_RANKS_MIN_EVENT` members."""
+    n_events = offsets.shape[0] - 1
+    return KRK.fits(lam, n_experts, capacity) and (
+        n_events <= 0 or int(offsets[-1] - offsets[0]) >= _LRFU_RANKS_MIN_EVENT * n_events)
 
 
 def lrfu_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, lam, count_from, hits, misses,
-                    hit_flag):
-    """:func:`replay_lrfu_seq` by ranges of events (:func:`_ranges`): its state allocated here."""
+                    hit_flag, on_ranks=None):
+    """:func:`replay_lrfu_seq` by ranges of events (:func:`_ranges`): its state allocated here. ``on_ranks`` as
+    :func:`replay_lrfu_seq`'s."""
+    if on_ranks is None:
+        on_ranks = lrfu_on_ranks(offsets, n_experts, capacity, lam)
+    elif on_ranks and not KRK.fits(lam, n_experts, capacity):
+        raise ValueError(f"sequential lrfu on ranks takes quotas up to {KRK.RANKS_MAX} and a window of units up to "
+                         f"{KRK.MAX_WINDOW} (lambda about 0.04 or more)")
+    if on_ranks:
+        return _ranges(KRK.replay_lrfu_ranks, offsets, ev_layer, (n_experts, capacity, tie_pos.astype(np.int32)),
+                       count_from, (hits, misses, hit_flag, *KRK.lrfu_ranks_state(offsets, n_experts, n_layers, lam)))
     tbits = _tie_bits(n_experts)
     npad = (n_experts + 63) // 64 * 64
     n_units = int(_most_layer_accesses(offsets, ev_layer, n_layers))

@@ -1,0 +1,294 @@
+"""numba kernel for sequential per-layer ``lrfu`` on ranks: each layer's residents in key order, an event at a time.
+
+Under sequential semantics (one unit an access) a layer's cache after each access holds the ``c`` highest ``(key,
+tie position)`` of the blocks of the layer accessed so far, ``c`` its quota: :func:`._kernels.replay_heap` admits a
+miss and drops the lowest, and an ``lrfu`` key changes only at its block's access, where it rises, so a block that
+left sits below every resident until its next access. The residents not accessed keep their order, so a layer's
+residents are kept as a list by key (``P``, highest first) and each block's place in it (``rank``), as
+:func:`._kernels_seq._replay_lru_seq_ranks` keeps ``lru``'s recency, and an event is replayed whole:
+
+* a member that was resident at the event's start, ``j``-th of the event (from 0) at rank ``r``, hits where fewer
+  than ``c`` blocks rank above its old key when it is accessed: the residents of lower rank not yet accessed
+  (``r - below``, ``below`` the earlier members of lower rank) and the ``j`` members before it, less those whose new
+  key ranks below its old key;
+* after the event the list is the ``c`` highest of the members at their new keys and the residents the event did
+  not access: two ordered lists merged.
+
+A key ``log2(S) + lam u`` (:func:`._kernels.crf_key`, ``S`` the CRF at the last access, unit ``u``) lies in ``[lam u,
+lam u + log2(S_max))``, so of two blocks whose last units lie :func:`._kernels_lrfu_window.window` (``w``) or more
+apart the later ranks above. Two blocks are compared by units first, then by ``S_x 2**(lam (u_x - u_y))`` against
+``S_y`` beyond a relative margin that covers the keys' rounding, then by their exact keys and tie positions
+(:func:`_above_su`). So:
+
+* a member's old key can rank above an earlier member's new key only where its old unit lies within ``w`` of the
+  event's first: a *recent* resident, among its layer's last ``w - 1`` accesses (a flag in its rank byte). The few
+  such members are set aside in the pass over the members and counted after it (:func:`_not_above`), so that the
+  pass holds no call and no branch that waits on a block's state;
+* the members' order by key is their order by unit but within the window: where each of the last ``c + w - 1``
+  members ranks surely above the one before it (one vector pass over their new CRFs), the ``c`` last are the
+  highest, newest first, and where the event has ``c + w - 1`` members or more they are the new list; otherwise the
+  members are sorted by insertion (each moves less than ``w`` places);
+* only residents within the window of the event's first unit are compared in the merge; past the first that is not,
+  every member ranks above and the residents follow in their order.
+
+:func:`._kernels_seq.lrfu_on_ranks` says where the engine runs it (quotas up to :data:`RANKS_MAX`, windows up to
+:data:`MAX_WINDOW`, large events); tests/test_lrfu_ranks.py compares it with the heap loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._bits import U as _U
+from .._bits import cttz as _cttz
+from .._bits import popc as _popc
+from .._jit import jit_helper, jit_inline, jit_loop
+from ._kernels import crf_decays
+from ._kernels_lrfu_window import window
+from ._simd import f2u, u2f
+
+#: The longest quota the loop takes: an event's resident members are bits of one 64-bit word by rank.
+RANKS_MAX = 64
+#: The longest window (layer units) the loop takes (``lam`` about 0.04 or more).
+MAX_WINDOW = 64
+#: A rank byte of a block not resident (a resident's is its rank, below 64, plus :data:`_RECENT` where recent).
+_OUT = np.uint8(255)
+#: A rank byte's flag (added to its rank) of a resident among its layer's last ``window - 1`` accesses.
+_RECENT = 64
+#: A block never accessed: its last unit (its CRF is 0, and a first access's CRF is 1).
+_NEVER = -(1 << 40)
+
+
+def fits(lam: float, n_experts: int, capacity) -> bool:
+    """Whether :func:`replay_lrfu_ranks` takes a stream: every layer's quota (at most ``n_experts``) at most
+    :data:`RANKS_MAX`, ``lam`` with a window of at most :data:`MAX_WINDOW` units."""
+    most = min(int(capacity.max()), n_experts) if capacity.shape[0] else 0
+    return most <= RANKS_MAX and window(float(lam)) <= MAX_WINDOW
+
+
+def lrfu_ranks_state(offsets, n_experts: int, n_layers: int, lam: float) -> tuple:
+    """The arguments of :func:`replay_lrfu_ranks` after ``hit_flag`` for a stream (``offsets``) and ``lam``: its
+    tables and margin, every block's CRF and unit (none accessed), every layer's list (empty), its scratch."""
+    lam = float(lam)
+    n_blocks = n_layers * n_experts
+    n_units = int(offsets[-1] - offsets[0]) if offsets.shape[0] > 1 else 0
+    n_tab = min(n_units + 1, int(1076.0 / lam) + 2)      # gaps past it decay to 0 exactly (or are first accesses)
+    decays = np.zeros(n_tab + 1)
+    decays[:n_tab] = crf_decays(lam, n_tab)[:n_tab]
+    w = window(lam)
+    pw = 2.0 ** (lam * np.arange(-w, w + 1, dtype=np.float64))
+    key_max = lam * float(n_units + 1) + 4.0
+    eps = 1e-13 + 16.0 * key_max * 2.0 ** -52          # keys' rounding (libm's log2, lam u, their sum) and ours
+    SU = np.zeros(2 * n_blocks, np.int64)          # a CRF's bits (0.0: never accessed), a last unit
+    SU[1::2] = _NEVER
+    return (lam, w, decays, pw, eps, SU, np.zeros(n_blocks, np.int16), np.full(n_blocks, _OUT, np.uint8),
+            np.zeros(n_layers, np.int64), np.zeros(n_layers, np.int64), np.zeros(2 * RANKS_MAX + 2, np.int64),
+            np.zeros(n_experts + 1), np.zeros(3 * (RANKS_MAX + MAX_WINDOW), np.int64),
+            np.zeros(RANKS_MAX + MAX_WINDOW))
+
+
+@jit_inline
+def _crf(SU, b):
+    """Block ``b``'s CRF (its bits at ``SU[2 b]``)."""
+    return u2f(np.uint64(SU[_U(2 * b)]))
+
+
+@jit_inline
+def _above_su(sx, ux, tx, sy, uy, ty, lam, w, pw, eps):
+    """Whether a block of CRF ``sx`` at unit ``ux`` and tie position ``tx`` ranks above one of ``sy``,
+    ``uy``, ``ty``: by units past the window, else by ``sx 2**(lam (ux - uy))`` against ``sy`` past the margin
+    ``eps``, else by exact keys (:func:`._kernels.crf_key`), then tie positions."""
+    d = ux - uy
+    if d >= w:
+        return True
+    if d <= -w:
+        return False
+    a = sx * pw[_U(d + w)]
+    if a > sy * (1.0 + eps):
+        return True
+    if a < sy * (1.0 - eps):
+        return False
+    kx = np.log2(sx) + lam * float(ux)
+    ky = np.log2(sy) + lam * float(uy)
+    return ky < kx or (kx == ky and ty < tx)
+
+
+@jit_inline
+def _above(x, y, SU, tp, lam, w, pw, eps):
+    """Whether block ``x`` ranks above block ``y`` (both accessed; :func:`_above_su`)."""
+    return _above_su(_crf(SU, x), SU[_U(2 * x + 1)], tp[_U(x)], _crf(SU, y), SU[_U(2 * y + 1)], tp[_U(y)], lam, w,
+                     pw, eps)
+
+
+@jit_helper
+def _not_above(expert, lo, n, base, sb, ub, tb, SU, tp, lam, w, pw, eps):
+    """How many of the event's first ``n`` members (from ``lo``; blocks ``base + e``) rank, at their new keys, below
+    a block of CRF ``sb`` at unit ``ub`` and tie position ``tb`` (a member's old state): out of line, as few members
+    take it (in the loop it cost the loop a third of its time at rho 0.4)."""
+    k = 0
+    for i in range(n):
+        x = base + expert[_U(lo + i)]
+        k += not _above_su(_crf(SU, x), SU[_U(2 * x + 1)], tp[_U(x)], sb, ub, tb, lam, w, pw, eps)
+    return k
+
+
+@jit_loop
+def replay_lrfu_ranks(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses, hit_flag,
+                      lam, w, decays, pw, eps, SU, P, rank, size, unit, buf, NS, NJ, NO):
+    """Sequential per-layer ``lrfu`` on ranks, the decision of :func:`._kernels.replay_heap` (parameters up to
+    ``hit_flag`` as :func:`._kernels_seq.replay_lrfu_seq`'s, ``tie_pos`` as int32; the rest from
+    :func:`lrfu_ranks_state`): ``lam`` and its window ``w``, ``decays[g]`` the decay of a gap of ``g`` units (its
+    last entry 0, every longer gap's), ``pw[d + w]`` ``2**(lam d)``, ``eps`` the margin; ``SU[2 b]`` / ``SU[2 b + 1]``
+    block ``b``'s CRF (its bits) and last layer unit, ``P[l N : l N + size[l]]`` layer ``l``'s residents by key
+    (expert ids, highest first), ``rank`` each block's rank byte, ``unit`` each layer's accesses so far; scratch:
+    ``buf`` (the members by key, then the merged list), ``NS`` the members' new CRFs, ``NJ`` / ``NO`` the recent
+    resident members (place, shortfall and old unit; old CRF)."""
+    record = hit_flag.shape[0] > 0
+    last = decays.shape[0] - 1
+    L = buf[:RANKS_MAX + 1]
+    M = buf[RANKS_MAX + 1:]
+    one = np.uint64(1)
+    for e in range(offsets.shape[0] - 1):
+        layer = ev_layer[e]
+        ul = _U(layer)
+        c = min(capacity[ul], n_experts)
+        lo = offsets[e]
+        n = offsets[e + 1] - lo
+        base = layer * n_experts
+        t0 = unit[ul]
+        s = size[ul]
+        m = np.uint64(0)                            # the resident members' old ranks
+        n_hit = 0
+        nn = 0                                      # recent resident members (NJ, NO)
+        lim = min(n, c + w - 1)                     # later members surely miss: c blocks rank above them
+        for j in range(lim):
+            b = base + expert[_U(lo + j)]
+            sb = _crf(SU, b)
+            ub = SU[_U(2 * b + 1)]
+            rb = np.int64(rank[_U(b)])
+            held = rb < 128
+            r = rb & (RANKS_MAX - 1)
+            bit = (one << np.uint64(r)) & (np.uint64(0) - np.uint64(held))
+            below = np.int64(_popc(m & (bit - one)))
+            m |= bit
+            if (rb & 0xC0) == _RECENT:              # held and among the layer's last w - 1 accesses (rare, and
+                NJ[_U(nn)] = j                      # known from the rank byte, early): decided after the loop,
+                NJ[_U(nn + RANKS_MAX + MAX_WINDOW)] = r - below + j - c     # its old state kept
+                NO[_U(nn)] = sb
+                NJ[_U(nn + 2 * (RANKS_MAX + MAX_WINDOW))] = ub
+                nn += 1
+            hit = held & (r - below + j < c)
+            n_hit += hit
+            if record:
+                hit_flag[_U(lo + j)] = hit
+            sn = 1.0 + sb * decays[_U(min(t0 - ub + j, last))]
+            SU[_U(2 * b)] = np.int64(f2u(sn))
+            NS[_U(j)] = sn
+            SU[_U(2 * b + 1)] = t0 + j
+        for z in range(nn):                         # the recent resident members: hits where more than
+            j = NJ[_U(z)]                           # short = r - below + j - c of the earlier members within
+            short = NJ[_U(z + RANKS_MAX + MAX_WINDOW)]      # the window of its old unit rank below it
+            uo = NJ[_U(z + 2 * (RANKS_MAX + MAX_WINDOW))]
+            n_near = min(j, w - (t0 - uo))
+            if 0 <= short < n_near:
+                b = base + expert[_U(lo + j)]
+                hit = _not_above(expert, lo, n_near, base, NO[_U(z)], uo, tie_pos[_U(b)], SU, tie_pos, lam, w, pw,
+                                 eps) > short
+                n_hit += hit
+                if record:
+                    hit_flag[_U(lo + j)] = hit
+        for j in range(lim, n):                     # (their rank bytes below, where the list is merged)
+            b = base + expert[_U(lo + j)]
+            sn = 1.0 + _crf(SU, b) * decays[_U(min(t0 - SU[_U(2 * b + 1)] + j, last))]
+            SU[_U(2 * b)] = np.int64(f2u(sn))
+            NS[_U(j)] = sn
+            SU[_U(2 * b + 1)] = t0 + j
+        unit[ul] = t0 + n
+        # the members by key, highest first, the c highest at most: by unit where each of the last c + w - 1
+        # ranks surely above the one before it (by transitivity, and the earlier members lie past the window)
+        ordered = True
+        down = pw[_U(w - 1)] * (1.0 + eps)          # 2**-lam, a margin: S_j 2**-lam below S_{j+1} beyond it
+        for j in range(max(n - c - w + 1, 0), n - 1):
+            ordered &= NS[_U(j)] * down < NS[_U(j + 1)] * (1.0 - eps)
+        if ordered and n >= c + w - 1:             # the list becomes the event's last c members, newest first
+            for z in range(s):
+                rank[_U(base + P[_U(base + z)])] = _OUT
+            for z in range(c):
+                x = expert[_U(lo + n - 1 - z)]
+                P[_U(base + z)] = x
+                rank[_U(base + x)] = np.uint8(z + _RECENT * (z < w - 1))
+            size[ul] = c
+            if e >= count_from:
+                hits[ul] += n_hit
+                misses[ul] += n - n_hit
+            continue
+        for j in range(lim, n):                     # the resident members' ranks (the first lim's are in m)
+            b = base + expert[_U(lo + j)]
+            rb = np.int64(rank[_U(b)])
+            m |= (one << np.uint64(rb & (RANKS_MAX - 1))) & (np.uint64(0) - np.uint64(rb < 128))
+        for j in range(n):
+            rank[_U(base + expert[_U(lo + j)])] = _OUT
+        k = 0
+        if ordered:
+            k = min(n, c)
+            for i in range(k):
+                L[i] = base + expert[_U(lo + n - 1 - i)]
+        for j in range(n - 1, -1 if not ordered else n, -1):
+            x = base + expert[_U(lo + j)]
+            if k == c:
+                if k == 0 or SU[_U(2 * L[k - 1] + 1)] - (t0 + j) >= w:
+                    break
+                if not _above(x, L[k - 1], SU, tie_pos, lam, w, pw, eps):
+                    continue
+                k -= 1
+            p = k
+            while p > 0 and _above(x, L[p - 1], SU, tie_pos, lam, w, pw, eps):
+                L[p] = L[p - 1]
+                p -= 1
+            L[p] = x
+            k += 1
+        # merged with the residents not accessed (bits of ``kept`` by old rank), cut at c: only residents within
+        # the window of the event's first unit may rank below a member; past the first that does not, the members
+        # come first and the residents follow in their order
+        kept = (np.uint64(0) if s == 0 else (np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(64 - s))) & ~m
+        q = 0
+        i = 0
+        while q < c and kept != 0 and i < k:
+            y = base + P[_U(base + np.int64(_cttz(kept)))]
+            uy = SU[_U(2 * y + 1)]
+            if t0 - uy >= w:
+                break
+            if ordered:                             # the members surely above y: L[i]'s unit is t0 + n - 1 - i
+                i_to = min(t0 - uy + n - w, k, i + c - q)
+                while i < i_to:
+                    M[_U(q)] = L[_U(i)]
+                    i += 1
+                    q += 1
+            while q < c and i < k and _above(L[_U(i)], y, SU, tie_pos, lam, w, pw, eps):
+                M[_U(q)] = L[_U(i)]
+                i += 1
+                q += 1
+            if q < c:
+                M[_U(q)] = y
+                kept &= kept - one
+                q += 1
+        while q < c and i < k:
+            M[_U(q)] = L[_U(i)]
+            i += 1
+            q += 1
+        while q < c and kept != 0:
+            M[_U(q)] = base + P[_U(base + np.int64(_cttz(kept)))]
+            kept &= kept - one
+            q += 1
+        while kept != 0:
+            rank[_U(base + P[_U(base + np.int64(_cttz(kept)))])] = _OUT
+            kept &= kept - one
+        t_new = t0 + n - (w - 1)                  # a block last accessed at t_new or later is recent (only the
+        for z in range(q):                          # first 2 w - 1 by key can be)
+            x = M[_U(z)]
+            P[_U(base + z)] = np.int16(x - base)
+            rank[_U(x)] = np.uint8(z + _RECENT * (z < 2 * w - 1 and SU[_U(2 * x + 1)] >= t_new))
+        size[ul] = q
+        if e >= count_from:
+            hits[ul] += n_hit
+            misses[ul] += n - n_hit
