@@ -61,9 +61,10 @@ _NEVER = -(1 << 40)
 
 def fits(lam: float, n_experts: int, capacity) -> bool:
     """Whether :func:`replay_lrfu_ranks` takes a stream: every layer's quota (at most ``n_experts``) at most
-    :data:`RANKS_MAX`, ``lam`` with a window of at most :data:`MAX_WINDOW` units."""
+    :data:`RANKS_MAX`, ``lam`` with a window of at most :data:`MAX_WINDOW` units, expert ids that fit the lists'
+    int16."""
     most = min(int(capacity.max()), n_experts) if capacity.shape[0] else 0
-    return most <= RANKS_MAX and window(float(lam)) <= MAX_WINDOW
+    return most <= RANKS_MAX and window(float(lam)) <= MAX_WINDOW and n_experts <= np.iinfo(np.int16).max + 1
 
 
 def lrfu_ranks_state(offsets, n_experts: int, n_layers: int, lam: float) -> tuple:
