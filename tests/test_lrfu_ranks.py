@@ -172,7 +172,7 @@ def test_the_rule_and_the_engine_take_ranks_for_large_events(monkeypatch):
     assert not KQ.lrfu_on_ranks(small.offsets, 64, caps, 0.5)
     assert KQ.lrfu_on_ranks(big.offsets, 64, np.array([65, 1, 1], np.int64), 0.5)      # a quota counts up to N
     assert not KQ.lrfu_on_ranks(big.offsets, 128, np.array([65, 1, 1], np.int64), 0.5)
-    assert not KQ.lrfu_on_ranks(big.offsets, 64, caps, 0.01)              # a window of 600 units
+    assert not KQ.lrfu_on_ranks(big.offsets, 64, caps, 0.01)              # a window of 719 units
     assert not KQ.lrfu_on_ranks(big.offsets, 40_000, caps, 0.5)           # ids past the lists' int16
     with pytest.raises(ValueError, match="quotas up to 64"):
         KQ.lrfu_seq_ranges(big.offsets, big.layer, 128, 3, np.array([65, 1, 1], np.int64),

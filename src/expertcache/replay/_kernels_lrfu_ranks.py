@@ -49,7 +49,7 @@ from ._simd import f2u, u2f
 
 #: The longest quota the loop takes: an event's resident members are bits of one 64-bit word by rank.
 RANKS_MAX = 64
-#: The longest window (layer units) the loop takes (``lam`` about 0.04 or more).
+#: The longest window (layer units) the loop takes (``lam`` 0.07 or more: ``window(0.07)`` is 64).
 MAX_WINDOW = 64
 #: A rank byte of a block not resident (a resident's is its rank, below 64, plus :data:`_RECENT` where recent).
 _OUT = np.uint8(255)

@@ -14,8 +14,8 @@ layer's lowest is found again where the block was in the window); a miss past th
 root's: the lower leaves (the miss is bypassed, or the root's block is evicted and its layer's lowest found again in
 its window, a walk of at most ``window`` residents, and the tree updated along one path). The decision, hit counts and
 hit flags are those of the pool loop (:func:`._kernels_lrfu_global.replay_lrfu_global`) and of ``replay_ranked``.
-The engine runs it for sequential global ``lrfu`` where :func:`window` is at most :data:`MAX_WINDOW` (``lam`` about
-0.04 or more; ``lam = 0`` has no window).
+The engine runs it for sequential global ``lrfu`` where :func:`window` is at most :data:`MAX_WINDOW` (``lam`` 0.07
+or more: ``window(0.07)`` is 64, ``window(0.04)`` 131; ``lam = 0`` has no window).
 
 A key's ``log2(S)`` comes from a memo of earlier results keyed by the CRF's bits (:func:`_log2_memo`), libm's
 ``log2`` only where the memo does not hold that CRF: under sequential units a block's gaps are long, so its CRF is 1

@@ -779,7 +779,7 @@ def lrfu_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, l
         on_ranks = lrfu_on_ranks(offsets, n_experts, capacity, lam)
     elif on_ranks and not KRK.fits(lam, n_experts, capacity):
         raise ValueError(f"sequential lrfu on ranks takes quotas up to {KRK.RANKS_MAX}, a window of units up to "
-                         f"{KRK.MAX_WINDOW} (lambda about 0.04 or more) and up to 32,768 experts a layer")
+                         f"{KRK.MAX_WINDOW} (lambda 0.07 or more) and up to 32,768 experts a layer")
     if on_ranks:
         return _ranges(KRK.replay_lrfu_ranks, offsets, ev_layer, (n_experts, capacity, tie_pos.astype(np.int32)),
                        count_from, (hits, misses, hit_flag, *KRK.lrfu_ranks_state(offsets, n_experts, n_layers, lam)))
