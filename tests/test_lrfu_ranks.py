@@ -188,3 +188,19 @@ def test_the_rule_and_the_engine_take_ranks_for_large_events(monkeypatch):
             want = naive_replay(big, "lrfu", **kw)
             assert (got.hits, got.demand_misses) == (want["hits"], want["demand_misses"]), kw
     assert calls
+
+
+def test_a_comparison_by_units_by_crfs_and_by_tie_positions():
+    """``_above_su``: blocks ``w`` units apart rank by unit whatever their CRFs; closer ones by ``S 2**(lam u)``; equal
+    keys by tie position (the higher ranks above, as the heap loop's ``_below``)."""
+    lam, w = 0.5, 5
+    pw = 2.0 ** (lam * np.arange(-w, w + 1, dtype=np.float64))
+    eps = 1e-12
+    above = KRK._above_su
+    assert above(1.0, 105, 0, 3.4, 100, 9, lam, w, pw, eps)          # 5 units later: above a CRF of 3.4
+    assert not above(3.4, 100, 9, 1.0, 105, 0, lam, w, pw, eps)
+    assert above(3.0, 100, 0, 1.0, 103, 9, lam, w, pw, eps)          # log2(3) > 1.5
+    assert not above(2.5, 100, 0, 1.0, 103, 9, lam, w, pw, eps)      # log2(2.5) < 1.5
+    assert above(2.0, 100, 3, 1.0, 102, 2, lam, w, pw, eps)          # equal keys (101): tie position 3 above 2
+    assert not above(2.0, 100, 2, 1.0, 102, 3, lam, w, pw, eps)
+    assert not above(1.0, 102, 2, 2.0, 100, 3, lam, w, pw, eps)
