@@ -212,8 +212,7 @@ def replay_lrfu_ranks(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         for j in range(max(n - c - w + 1, 0), n - 1):
             ordered &= NS[_U(j)] * down < NS[_U(j + 1)] * (1.0 - eps)
         if ordered and n >= c + w - 1:             # the list becomes the event's last c members, newest first
-            for z in range(s):
-                rank[_U(base + P[_U(base + z)])] = _OUT
+            rank[base:base + n_experts] = _OUT      # (every rank byte of the layer at once: a few vector stores)
             for z in range(c):
                 x = expert[_U(lo + n - 1 - z)]
                 P[_U(base + z)] = x
