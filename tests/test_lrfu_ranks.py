@@ -6,11 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from naive import naive_replay
-from test_fast_policies import _shuffled
+from test_fast_policies import _seq_generic, _shuffled
 
 from expertcache.events import EventStream
 from expertcache.replay import ReplayConfig, engine, replay
-from expertcache.replay import _kernels as K
 from expertcache.replay import _kernels_lrfu_ranks as KRK
 from expertcache.replay import _kernels_seq as KQ
 from expertcache.replay.keys import KEY_LRFU
@@ -33,12 +32,8 @@ def _stream(seed: int, L: int, N: int, steps: int, lo: int, hi: int, alpha: floa
 
 
 def _heap(stream, expert, caps, tie, lam, warm):
-    """replay_heap, sequential per layer, one unit per access in the order ``expert``: the twin."""
-    L = stream.n_layers
-    out = [np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(stream.union, np.uint8)]
-    K.replay_heap(stream.offsets, expert, stream.layer, stream.step, stream.n_experts, L, False, False,
-                  np.empty(0, np.int32), caps, tie, KEY_LRFU, False, lam, warm, *out)
-    return out
+    """The heap loop's counts and flags (test_fast_policies' twin), sequential per layer, lrfu at ``lam``."""
+    return _seq_generic(stream, expert, caps, tie, KEY_LRFU, lam, False, warm)
 
 
 def _ranks(stream, expert, caps, tie_pos, lam, warm, on_ranks=True):

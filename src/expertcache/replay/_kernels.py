@@ -228,6 +228,10 @@ def _policy_state(n_blocks):
             np.zeros(n_blocks, dtype=np.int64), crf)
 
 
+#: ``crf_decay(lam, g)`` is 0.0 where ``lam * g`` reaches it (``2**-1076`` rounds to 0).
+LRFU_DECAY_ZERO = 1076.0
+
+
 @jit_helper
 def crf_decay(lam, gap):
     """``2**(-lam * gap)``: the factor by which LRFU's CRF decays over ``gap`` units of a layer.

@@ -43,7 +43,7 @@ from .._bits import U as _U
 from .._bits import cttz as _cttz
 from .._bits import popc as _popc
 from .._jit import jit_helper, jit_inline, jit_loop
-from ._kernels import crf_decays
+from ._kernels import LRFU_DECAY_ZERO, crf_decays
 from ._kernels_lrfu_window import window
 from ._simd import f2u, u2f
 
@@ -73,9 +73,9 @@ def lrfu_ranks_state(offsets, n_experts: int, n_layers: int, lam: float) -> tupl
     lam = float(lam)
     n_blocks = n_layers * n_experts
     n_units = int(offsets[-1] - offsets[0]) if offsets.shape[0] > 1 else 0
-    n_tab = min(n_units + 1, int(1076.0 / lam) + 2)      # gaps past it decay to 0 exactly (or are first accesses)
-    decays = np.zeros(n_tab + 1)
-    decays[:n_tab] = crf_decays(lam, n_tab)[:n_tab]
+    n_tab = min(n_units + 1, int(LRFU_DECAY_ZERO / lam) + 2)     # gaps past it decay to 0 (or are first accesses)
+    decays = crf_decays(lam, n_tab + 1)
+    decays[n_tab] = 0.0
     w = window(lam)
     pw = 2.0 ** (lam * np.arange(-w, w + 1, dtype=np.float64))
     key_max = lam * float(n_units + 1) + 4.0

@@ -64,7 +64,7 @@ from numba.extending import intrinsic
 
 from .._jit import jit, jit_helper, jit_inline, jit_loop
 from . import _kernels_lrfu_ranks as KRK
-from ._kernels import _max_unit, crf_decays, crf_key
+from ._kernels import LRFU_DECAY_ZERO, _max_unit, crf_decays, crf_key
 from ._kernels_bits import (
     _LRFU_DECAYS,
     _LRFU_SPAN,
@@ -105,8 +105,8 @@ _EMPTY32 = np.int32(2**31 - 1)
 _TINY_BITS = np.int64(np.float32(_LRFU_TINY).view(np.int32))
 #: Sequential ``lfu``'s bound of a layer that holds no resident (a quota of 0): above every packed key.
 _LFU_NONE = np.int64(1) << 62
-#: ``crf_decay(lam, g)`` is 0.0 where ``lam * g`` reaches it (``2**-1076`` rounds to 0).
-_LRFU_DECAY_ZERO = 1076.0
+#: ``_kernels.crf_decay(lam, g)`` is 0.0 where ``lam * g`` reaches it.
+_LRFU_DECAY_ZERO = LRFU_DECAY_ZERO
 #: The most decays the slot loop of sequential ``lrfu`` tabulates (8 MiB): it runs where the table holds every gap
 #: of the stream, or every gap before the decay is 0 (:func:`lrfu_seq_ranges`), so that no access calls ``pow``
 #: (a call in the access path made LLVM keep the loop's vectors in memory).
