@@ -31,6 +31,11 @@ apart the later ranks above. Two blocks are compared by units first, then by ``S
 * only residents within the window of the event's first unit are compared in the merge; past the first that is not,
   every member ranks above and the residents follow in their order.
 
+Where an event's last ``c`` members become the list (the first case above), nothing is written: the layer records
+the event's end (``fend``), and until its next event the ranks are its accesses counted back from its last unit (a
+block last accessed at unit ``u`` has rank ``t - 1 - u`` where that is below ``c``, ``t`` the layer's next unit). An
+event of that layer that ends on a merge first writes that list out (``P``, the rank bytes).
+
 :func:`._kernels_seq.lrfu_on_ranks` says where the engine runs it (quotas up to :data:`RANKS_MAX`, windows up to
 :data:`MAX_WINDOW`, large events); tests/test_lrfu_ranks.py compares it with the heap loop.
 """
@@ -51,10 +56,12 @@ from ._simd import f2u, u2f
 RANKS_MAX = 64
 #: The longest window (layer units) the loop takes (``lam`` 0.07 or more: ``window(0.07)`` is 64).
 MAX_WINDOW = 64
-#: A rank byte of a block not resident (a resident's is its rank, below 64, plus :data:`_RECENT` where recent).
-_OUT = np.uint8(255)
+#: A rank byte of a block not resident (a resident's is its rank, below 64, plus :data:`_RECENT` where recent): as a
+#: rank, 127 counts no hit, and its bit (``127 & 63``) lies above every resident's but rank 63's, which the merge
+#: corrects (no test of residence per member).
+_OUT = np.uint8(127)
 #: A rank byte's flag (added to its rank) of a resident among its layer's last ``window - 1`` accesses.
-_RECENT = 64
+_RECENT = 128
 #: A block never accessed: its last unit (its CRF is 0, and a first access's CRF is 1).
 _NEVER = -(1 << 40)
 
@@ -69,7 +76,8 @@ def fits(lam: float, n_experts: int, capacity) -> bool:
 
 def lrfu_ranks_state(offsets, n_experts: int, n_layers: int, lam: float) -> tuple:
     """The arguments of :func:`replay_lrfu_ranks` after ``hit_flag`` for a stream (``offsets``) and ``lam``: its
-    tables and margin, every block's CRF and unit (none accessed), every layer's list (empty), its scratch."""
+    tables and margin, every block's CRF and unit (none accessed), every layer's list (empty), its scratch, and no
+    layer's list a fast event's."""
     lam = float(lam)
     n_blocks = n_layers * n_experts
     n_units = int(offsets[-1] - offsets[0]) if offsets.shape[0] > 1 else 0
@@ -85,7 +93,7 @@ def lrfu_ranks_state(offsets, n_experts: int, n_layers: int, lam: float) -> tupl
     return (lam, w, decays, pw, eps, SU, np.zeros(n_blocks, np.int16), np.full(n_blocks, _OUT, np.uint8),
             np.zeros(n_layers, np.int64), np.zeros(n_layers, np.int64), np.zeros(2 * RANKS_MAX + 2, np.int64),
             np.zeros(n_experts + 1), np.zeros(3 * (RANKS_MAX + MAX_WINDOW), np.int64),
-            np.zeros(RANKS_MAX + MAX_WINDOW))
+            np.zeros(RANKS_MAX + MAX_WINDOW), np.full(n_layers, -1, np.int64))
 
 
 @jit_inline
@@ -121,6 +129,53 @@ def _above(x, y, SU, tp, lam, w, pw, eps):
                      pw, eps)
 
 
+@jit_inline
+def _members(expert, lo, lim, base, SU, rank, decays, NS, NJ, NO, hit_flag, t0, c, last, wc, fast, record):
+    """The event's first ``lim`` members (from ``lo``; blocks ``base + e``) from unit ``t0``: their old ranks as bits
+    (``m``, with a bit of rank 63 for members not resident), their hits where not recent (added to ``n_hit``, in
+    ``hit_flag`` where ``record``), the recent residents set aside (``nn`` of them in ``NJ`` / ``NO``), their new
+    CRFs (``SU``, ``NS``) and units. ``fast``: the ranks by units (the layer's list a fast event's last ``c``
+    members, ``wc`` = ``min(w - 1, c)`` of them recent), else by rank bytes. Returns ``(m, n_hit, nn)``."""
+    one = np.uint64(1)
+    m = np.uint64(0)
+    n_hit = 0
+    nn = 0
+    tj = t0                                         # the member's unit
+    cj = c                                          # c less the members before it
+    for j in range(lim):
+        b = base + expert[_U(lo + j)]
+        sb = _crf(SU, b)
+        ub = SU[_U(2 * b + 1)]
+        if fast:                                    # not resident where c or more: its bit above the residents'
+            r = t0 - 1 - ub
+            bit = one << np.uint64(min(r, 63))
+            recent = r < wc
+        else:                                       # 127 where not resident: bit 63
+            rb = np.int64(rank[_U(b)])
+            r = rb & 127
+            bit = one << np.uint64(r & 63)
+            recent = rb >= _RECENT
+        below = np.int64(_popc(m & (bit - one)))
+        m |= bit
+        if recent:                                  # held and among the layer's last w - 1 accesses (rare, and
+            NJ[_U(nn)] = j                          # known early): decided after the loop, its old state kept
+            NJ[_U(nn + RANKS_MAX + MAX_WINDOW)] = r - below + j - c
+            NO[_U(nn)] = sb
+            NJ[_U(nn + 2 * (RANKS_MAX + MAX_WINDOW))] = ub
+            nn += 1
+        hit = r - below < cj                        # never where not resident: r >= c and below <= j
+        n_hit += hit
+        if record:
+            hit_flag[_U(lo + j)] = hit
+        sn = 1.0 + sb * decays[_U(min(tj - ub, last))]
+        SU[_U(2 * b)] = np.int64(f2u(sn))
+        NS[_U(j)] = sn
+        SU[_U(2 * b + 1)] = tj
+        tj += 1
+        cj -= 1
+    return m, n_hit, nn
+
+
 @jit_helper
 def _not_above(expert, lo, n, base, sb, ub, tb, SU, tp, lam, w, pw, eps):
     """How many of the event's first ``n`` members (from ``lo``; blocks ``base + e``) rank, at their new keys, below
@@ -135,7 +190,7 @@ def _not_above(expert, lo, n, base, sb, ub, tb, SU, tp, lam, w, pw, eps):
 
 @jit_loop
 def replay_lrfu_ranks(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses, hit_flag,
-                      lam, w, decays, pw, eps, SU, P, rank, size, unit, buf, NS, NJ, NO):
+                      lam, w, decays, pw, eps, SU, P, rank, size, unit, buf, NS, NJ, NO, fend):
     """Sequential per-layer ``lrfu`` on ranks, the decision of :func:`._kernels.replay_heap` (parameters up to
     ``hit_flag`` as :func:`._kernels_seq.replay_lrfu_seq`'s, ``tie_pos`` as int32; the rest from
     :func:`lrfu_ranks_state`): ``lam`` and its window ``w``, ``decays[g]`` the decay of a gap of ``g`` units (its
@@ -143,7 +198,8 @@ def replay_lrfu_ranks(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
     block ``b``'s CRF (its bits) and last layer unit, ``P[l N : l N + size[l]]`` layer ``l``'s residents by key
     (expert ids, highest first), ``rank`` each block's rank byte, ``unit`` each layer's accesses so far; scratch:
     ``buf`` (the members by key, then the merged list), ``NS`` the members' new CRFs, ``NJ`` / ``NO`` the recent
-    resident members (place, shortfall and old unit; old CRF)."""
+    resident members (place, shortfall and old unit; old CRF); ``fend[l]`` the end of the fast event whose last
+    ``size[l]`` members are layer ``l``'s list, -1 where ``P`` and the rank bytes hold it."""
     record = hit_flag.shape[0] > 0
     last = decays.shape[0] - 1
     L = buf[:RANKS_MAX + 1]
@@ -158,34 +214,18 @@ def replay_lrfu_ranks(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         base = layer * n_experts
         t0 = unit[ul]
         s = size[ul]
-        m = np.uint64(0)                            # the resident members' old ranks
-        n_hit = 0
-        nn = 0                                      # recent resident members (NJ, NO)
         lim = min(n, c + w - 1)                     # later members surely miss: c blocks rank above them
-        for j in range(lim):
-            b = base + expert[_U(lo + j)]
-            sb = _crf(SU, b)
-            ub = SU[_U(2 * b + 1)]
-            rb = np.int64(rank[_U(b)])
-            held = rb < 128
-            r = rb & (RANKS_MAX - 1)
-            bit = (one << np.uint64(r)) & (np.uint64(0) - np.uint64(held))
-            below = np.int64(_popc(m & (bit - one)))
-            m |= bit
-            if (rb & 0xC0) == _RECENT:              # held and among the layer's last w - 1 accesses (rare, and
-                NJ[_U(nn)] = j                      # known from the rank byte, early): decided after the loop,
-                NJ[_U(nn + RANKS_MAX + MAX_WINDOW)] = r - below + j - c     # its old state kept
-                NO[_U(nn)] = sb
-                NJ[_U(nn + 2 * (RANKS_MAX + MAX_WINDOW))] = ub
-                nn += 1
-            hit = held & (r - below + j < c)
-            n_hit += hit
-            if record:
-                hit_flag[_U(lo + j)] = hit
-            sn = 1.0 + sb * decays[_U(min(t0 - ub + j, last))]
-            SU[_U(2 * b)] = np.int64(f2u(sn))
-            NS[_U(j)] = sn
-            SU[_U(2 * b + 1)] = t0 + j
+        wc = min(w - 1, c)
+        fe = fend[ul]
+        if record:
+            m, n_hit, nn = _members(expert, lo, lim, base, SU, rank, decays, NS, NJ, NO, hit_flag, t0, c, last, wc,
+                                    fe >= 0, True)
+        elif fe >= 0:                               # (one loop for each: a test per member cost more)
+            m, n_hit, nn = _members(expert, lo, lim, base, SU, rank, decays, NS, NJ, NO, hit_flag, t0, c, last, wc,
+                                    True, False)
+        else:
+            m, n_hit, nn = _members(expert, lo, lim, base, SU, rank, decays, NS, NJ, NO, hit_flag, t0, c, last, wc,
+                                    False, False)
         for z in range(nn):                         # the recent resident members: hits where more than
             j = NJ[_U(z)]                           # short = r - below + j - c of the earlier members within
             short = NJ[_U(z + RANKS_MAX + MAX_WINDOW)]      # the window of its old unit rank below it
@@ -212,20 +252,26 @@ def replay_lrfu_ranks(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         for j in range(max(n - c - w + 1, 0), n - 1):
             ordered &= NS[_U(j)] * down < NS[_U(j + 1)] * (1.0 - eps)
         if ordered and n >= c + w - 1:             # the list becomes the event's last c members, newest first
-            rank[base:base + n_experts] = _OUT      # (every rank byte of the layer at once: a few vector stores)
-            for z in range(c):
-                x = expert[_U(lo + n - 1 - z)]
-                P[_U(base + z)] = x
-                rank[_U(base + x)] = np.uint8(z + _RECENT * (z < w - 1))
+            fend[ul] = lo + n                       # (written out where a later event merges)
             size[ul] = c
             if e >= count_from:
                 hits[ul] += n_hit
                 misses[ul] += n - n_hit
             continue
-        for j in range(lim, n):                     # the resident members' ranks (the first lim's are in m)
-            b = base + expert[_U(lo + j)]
-            rb = np.int64(rank[_U(b)])
-            m |= (one << np.uint64(rb & (RANKS_MAX - 1))) & (np.uint64(0) - np.uint64(rb < 128))
+        if fe >= 0:                                 # the list a fast event's last s members: written out, and
+            rank[base:base + n_experts] = _OUT      # the resident members' ranks by their new units (every rank
+            m = np.uint64(0)                        # byte of the layer at once: a few vector stores)
+            for z in range(s):
+                x = expert[_U(fe - 1 - z)]
+                P[_U(base + z)] = x
+                m |= np.uint64(SU[_U(2 * (base + x) + 1)] >= t0) << np.uint64(z)
+            fend[ul] = -1
+        else:
+            for j in range(lim, n):                 # the resident members' ranks (the first lim's are in m)
+                m |= one << np.uint64(rank[_U(base + expert[_U(lo + j)])] & 63)
+            if s == RANKS_MAX:                      # bit 63 also set by members not resident: rank 63's own
+                y = base + P[_U(base + RANKS_MAX - 1)]
+                m = (m & (~np.uint64(0) >> one)) | (np.uint64(SU[_U(2 * y + 1)] >= t0) << np.uint64(63))
         for j in range(n):
             rank[_U(base + expert[_U(lo + j)])] = _OUT
         k = 0
