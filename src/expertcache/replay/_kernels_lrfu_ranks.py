@@ -93,7 +93,7 @@ def lrfu_ranks_state(offsets, n_experts: int, n_layers: int, lam: float) -> tupl
     return (lam, w, decays, pw, eps, SU, np.zeros(n_blocks, np.int16), np.full(n_blocks, _OUT, np.uint8),
             np.zeros(n_layers, np.int64), np.zeros(n_layers, np.int64), np.zeros(2 * RANKS_MAX + 2, np.int64),
             np.zeros(n_experts + 1), np.zeros(3 * (RANKS_MAX + MAX_WINDOW), np.int64),
-            np.zeros(RANKS_MAX + MAX_WINDOW), np.full(n_layers, -1, np.int64))
+            np.zeros(RANKS_MAX + MAX_WINDOW), np.full(n_layers, -1, np.int64), np.zeros(n_layers, np.int64))
 
 
 @jit_inline
@@ -130,50 +130,58 @@ def _above(x, y, SU, tp, lam, w, pw, eps):
 
 
 @jit_inline
-def _members(expert, lo, lim, base, SU, rank, decays, NS, NJ, NO, hit_flag, t0, c, last, wc, fast, record):
+def _members(expert, lo, lim, base, SU, rank, decays, NS, NJ, NO, hit_flag, t0, c, last, wc, mode, record):
     """The event's first ``lim`` members (from ``lo``; blocks ``base + e``) from unit ``t0``: their old ranks as bits
-    (``m``, with a bit of rank 63 for members not resident), their hits where not recent (added to ``n_hit``, in
-    ``hit_flag`` where ``record``), the recent residents set aside (``nn`` of them in ``NJ`` / ``NO``), their new
-    CRFs (``SU``, ``NS``) and units. ``fast``: the ranks by units (the layer's list a fast event's last ``c``
-    members, ``wc`` = ``min(w - 1, c)`` of them recent), else by rank bytes. Returns ``(m, n_hit, nn)``."""
+    (``m``), their hits where not recent (added to ``n_hit``, in ``hit_flag`` where ``record``), the recent
+    residents set aside (``nn`` of them in ``NJ`` / ``NO``), their new CRFs (``SU``, ``NS``) and units. ``mode`` 0:
+    the ranks from rank bytes (a member not resident sets bit 63); 1: by units (the layer's list a fast event's last
+    ``c`` members, ``wc`` = ``min(w - 1, c)`` of them recent; a member not resident sets a bit of rank ``c`` or
+    more); 2: by units, a branch on residence (where residents are rare: no bit for the others). Returns ``(m,
+    n_hit, nn, nh)``, ``nh`` the resident members where the ranks are by units."""
     one = np.uint64(1)
     m = np.uint64(0)
     n_hit = 0
     nn = 0
+    nh = 0
     tj = t0                                         # the member's unit
     cj = c                                          # c less the members before it
     for j in range(lim):
         b = base + expert[_U(lo + j)]
         sb = _crf(SU, b)
         ub = SU[_U(2 * b + 1)]
-        if fast:                                    # not resident where c or more: its bit above the residents'
-            r = t0 - 1 - ub
-            bit = one << np.uint64(min(r, 63))
-            recent = r < wc
-        else:                                       # 127 where not resident: bit 63
+        if mode == 0:                               # 127 where not resident: bit 63
             rb = np.int64(rank[_U(b)])
             r = rb & 127
             bit = one << np.uint64(r & 63)
             recent = rb >= _RECENT
-        below = np.int64(_popc(m & (bit - one)))
-        m |= bit
-        if recent:                                  # held and among the layer's last w - 1 accesses (rare, and
-            NJ[_U(nn)] = j                          # known early): decided after the loop, its old state kept
-            NJ[_U(nn + RANKS_MAX + MAX_WINDOW)] = r - below + j - c
-            NO[_U(nn)] = sb
-            NJ[_U(nn + 2 * (RANKS_MAX + MAX_WINDOW))] = ub
-            nn += 1
-        hit = r - below < cj                        # never where not resident: r >= c and below <= j
-        n_hit += hit
-        if record:
-            hit_flag[_U(lo + j)] = hit
+        else:                                       # not resident where c or more: its bit above the residents'
+            r = t0 - 1 - ub
+            bit = one << np.uint64(min(r, 63))
+            recent = r < wc
+        if mode != 2 or r < c:
+            below = np.int64(_popc(m & (bit - one)))
+            m |= bit
+            if recent:                              # held and among the layer's last w - 1 accesses (rare, and
+                NJ[_U(nn)] = j                      # known early): decided after the loop, its old state kept
+                NJ[_U(nn + RANKS_MAX + MAX_WINDOW)] = r - below + j - c
+                NO[_U(nn)] = sb
+                NJ[_U(nn + 2 * (RANKS_MAX + MAX_WINDOW))] = ub
+                nn += 1
+            hit = r - below < cj                    # never where not resident: r >= c and below <= j
+            n_hit += hit
+            if record:
+                hit_flag[_U(lo + j)] = hit
+            if mode == 2:
+                nh += 1
         sn = 1.0 + sb * decays[_U(min(tj - ub, last))]
         SU[_U(2 * b)] = np.int64(f2u(sn))
         NS[_U(j)] = sn
         SU[_U(2 * b + 1)] = tj
         tj += 1
         cj -= 1
-    return m, n_hit, nn
+    if mode == 1:
+        nh = np.int64(_popc(m & (np.uint64(0) if c == 0 else ~np.uint64(0) >> np.uint64(64 - c))))
+    return m, n_hit, nn, nh
 
 
 @jit_helper
@@ -190,7 +198,7 @@ def _not_above(expert, lo, n, base, sb, ub, tb, SU, tp, lam, w, pw, eps):
 
 @jit_loop
 def replay_lrfu_ranks(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses, hit_flag,
-                      lam, w, decays, pw, eps, SU, P, rank, size, unit, buf, NS, NJ, NO, fend):
+                      lam, w, decays, pw, eps, SU, P, rank, size, unit, buf, NS, NJ, NO, fend, fheld):
     """Sequential per-layer ``lrfu`` on ranks, the decision of :func:`._kernels.replay_heap` (parameters up to
     ``hit_flag`` as :func:`._kernels_seq.replay_lrfu_seq`'s, ``tie_pos`` as int32; the rest from
     :func:`lrfu_ranks_state`): ``lam`` and its window ``w``, ``decays[g]`` the decay of a gap of ``g`` units (its
@@ -217,15 +225,21 @@ def replay_lrfu_ranks(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         lim = min(n, c + w - 1)                     # later members surely miss: c blocks rank above them
         wc = min(w - 1, c)
         fe = fend[ul]
+        mode = 0 if fe < 0 else 2 if fheld[ul] == 0 else 1
         if record:
-            m, n_hit, nn = _members(expert, lo, lim, base, SU, rank, decays, NS, NJ, NO, hit_flag, t0, c, last, wc,
-                                    fe >= 0, True)
-        elif fe >= 0:                               # (one loop for each: a test per member cost more)
-            m, n_hit, nn = _members(expert, lo, lim, base, SU, rank, decays, NS, NJ, NO, hit_flag, t0, c, last, wc,
-                                    True, False)
+            m, n_hit, nn, nh = _members(expert, lo, lim, base, SU, rank, decays, NS, NJ, NO, hit_flag, t0, c, last,
+                                        wc, mode, True)
+        elif mode == 2:                             # (a loop for each: a test per member cost more)
+            m, n_hit, nn, nh = _members(expert, lo, lim, base, SU, rank, decays, NS, NJ, NO, hit_flag, t0, c, last,
+                                        wc, 2, False)
+        elif mode == 1:
+            m, n_hit, nn, nh = _members(expert, lo, lim, base, SU, rank, decays, NS, NJ, NO, hit_flag, t0, c, last,
+                                        wc, 1, False)
         else:
-            m, n_hit, nn = _members(expert, lo, lim, base, SU, rank, decays, NS, NJ, NO, hit_flag, t0, c, last, wc,
-                                    False, False)
+            m, n_hit, nn, nh = _members(expert, lo, lim, base, SU, rank, decays, NS, NJ, NO, hit_flag, t0, c, last,
+                                        wc, 0, False)
+        if fe >= 0:
+            fheld[ul] = nh
         for z in range(nn):                         # the recent resident members: hits where more than
             j = NJ[_U(z)]                           # short = r - below + j - c of the earlier members within
             short = NJ[_U(z + RANKS_MAX + MAX_WINDOW)]      # the window of its old unit rank below it
