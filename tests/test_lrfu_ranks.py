@@ -199,3 +199,38 @@ def test_a_comparison_by_units_by_crfs_and_by_tie_positions():
     assert above(2.0, 100, 3, 1.0, 102, 2, lam, w, pw, eps)          # equal keys (101): tie position 3 above 2
     assert not above(2.0, 100, 2, 1.0, 102, 3, lam, w, pw, eps)
     assert not above(1.0, 102, 2, 2.0, 100, 3, lam, w, pw, eps)
+
+
+def test_ranks_loop_on_fast_lists_next_to_busy_blocks():
+    """A layer's list kept as a fast event's last members (its ranks by units), then events of ``c`` to ``c + w``
+    members, some of which leave it as it is where no resident left ranks above the ``c``-th newest member: runs of
+    one-member events raise a few blocks' CRFs near their bound first (accesses a unit apart), and the next events
+    start or end with them, in the order given, so that residents within the window rank above or below new
+    members. Counts and flags equal the heap loop's."""
+    from expertcache.replay._kernels_lrfu_window import window
+
+    N = 24
+    tie = engine._tie_ranks("random", 5, N)
+    _, tie_pos = engine._tie_order(tie, 1, N)
+    for seed in range(12):
+        rng = np.random.default_rng(seed)
+        c = int(rng.choice((2, 3, 5, 8)))
+        for lam in (0.1, 0.25, 0.5, 1.0):
+            w = window(lam)
+            hot = rng.choice(N, 3, replace=False)
+            order = []
+            for _ in range(120):
+                if rng.random() < 0.35:
+                    order += [[int(rng.choice(hot))]] * int(rng.integers(1, 8))
+                else:
+                    size = min(int(rng.integers(c, c + w + 2)), N)
+                    ev = rng.choice(N, size, replace=False).tolist()
+                    h = [x for x in ev if x in hot]
+                    rest = [x for x in ev if x not in hot]
+                    order.append(h + rest if rng.random() < 0.5 else rest + h)
+            stream = EventStream.from_lists(1, N, N, list(range(len(order))), [0] * len(order),
+                                            [sorted(x) for x in order], [1] * len(order))
+            expert = np.concatenate([np.array(x, np.int16) for x in order])
+            caps = np.array([c], np.int64)
+            got = _ranks(stream, expert, caps, tie_pos, lam, 0)
+            assert _equal(got, _heap(stream, expert, caps, tie, lam, 0)), (seed, c, lam)

@@ -26,7 +26,8 @@ apart the later ranks above. Two blocks are compared by units first, then by ``S
   pass holds no call and no branch that waits on a block's state;
 * the members' order by key is their order by unit but within the window: where each of the last ``c + w - 1``
   members ranks surely above the one before it (one vector pass over their new CRFs), the ``c`` last are the
-  highest, newest first, and where the event has ``c + w - 1`` members or more they are the new list; otherwise the
+  highest, newest first, and they are the new list where the event has ``c + w - 1`` members or more, or ``c`` or
+  more and the highest resident it did not access ranks below the ``c``-th newest (one comparison); otherwise the
   members are sorted by insertion (each moves less than ``w`` places);
 * only residents within the window of the event's first unit are compared in the merge; past the first that is not,
   every member ranks above and the residents follow in their order.
@@ -184,6 +185,18 @@ def _members(expert, lo, lim, base, SU, rank, decays, NS, NJ, NO, hit_flag, t0, 
     return m, n_hit, nn, nh
 
 
+@jit_inline
+def _kept(m, s, P, base, SU, t0):
+    """The residents of a list of ``s`` (``P`` from ``base``) that an event from unit ``t0`` did not access, as bits
+    by rank: those not in ``m``, the members' old ranks, whose bit 63 may be a member not resident's (so rank 63's
+    own by its unit)."""
+    kept = (np.uint64(0) if s == 0 else (np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(64 - s))) & ~m
+    if s == RANKS_MAX:
+        y = base + P[_U(base + RANKS_MAX - 1)]
+        kept = (kept & (~np.uint64(0) >> np.uint64(1))) | (np.uint64(SU[_U(2 * y + 1)] < t0) << np.uint64(63))
+    return kept
+
+
 @jit_helper
 def _not_above(expert, lo, n, base, sb, ub, tb, SU, tp, lam, w, pw, eps):
     """How many of the event's first ``n`` members (from ``lo``; blocks ``base + e``) rank, at their new keys, below
@@ -265,7 +278,21 @@ def replay_lrfu_ranks(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         down = pw[_U(w - 1)] * (1.0 + eps)          # 2**-lam, a margin: S_j 2**-lam below S_{j+1} beyond it
         for j in range(max(n - c - w + 1, 0), n - 1):
             ordered &= NS[_U(j)] * down < NS[_U(j + 1)] * (1.0 - eps)
-        if ordered and n >= c + w - 1:             # the list becomes the event's last c members, newest first
+        fast = ordered and n >= c + w - 1
+        if ordered and c <= n < c + w - 1:          # also where no resident not accessed ranks above the c-th
+            y = np.int64(-1)                        # newest member: the highest such resident
+            if fe >= 0:
+                for z in range(s):
+                    x = base + expert[_U(fe - 1 - z)]
+                    if SU[_U(2 * x + 1)] < t0:
+                        y = x
+                        break
+            else:
+                kept = _kept(m, s, P, base, SU, t0)     # (every member's bit in m: lim is n)
+                y = -1 if kept == 0 else base + P[_U(base + np.int64(_cttz(kept)))]
+            x = base + expert[_U(lo + n - c)]
+            fast = y < 0 or t0 + n - c - SU[_U(2 * y + 1)] >= w or _above(x, y, SU, tie_pos, lam, w, pw, eps)
+        if fast:                                    # the list becomes the event's last c members, newest first
             fend[ul] = lo + n                       # (written out where a later event merges)
             size[ul] = c
             if e >= count_from:
@@ -283,9 +310,7 @@ def replay_lrfu_ranks(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         else:
             for j in range(lim, n):                 # the resident members' ranks (the first lim's are in m)
                 m |= one << np.uint64(rank[_U(base + expert[_U(lo + j)])] & 63)
-            if s == RANKS_MAX:                      # bit 63 also set by members not resident: rank 63's own
-                y = base + P[_U(base + RANKS_MAX - 1)]
-                m = (m & (~np.uint64(0) >> one)) | (np.uint64(SU[_U(2 * y + 1)] >= t0) << np.uint64(63))
+        kept = _kept(m, s, P, base, SU, t0)
         for j in range(n):
             rank[_U(base + expert[_U(lo + j)])] = _OUT
         k = 0
@@ -310,7 +335,6 @@ def replay_lrfu_ranks(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         # merged with the residents not accessed (bits of ``kept`` by old rank), cut at c: only residents within
         # the window of the event's first unit may rank below a member; past the first that does not, the members
         # come first and the residents follow in their order
-        kept = (np.uint64(0) if s == 0 else (np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(64 - s))) & ~m
         q = 0
         i = 0
         while q < c and kept != 0 and i < k:
