@@ -5,9 +5,9 @@
 
 ``replay/_kernels_seq.py`` replays per-layer sequential ``lrfu`` on ranks (``_kernels_lrfu_ranks``: each layer's
 residents in key order, an event replayed whole) where ``lrfu_on_ranks`` says so: every quota at most 64, lambda's
-window of units at most 64 and the stream's mean event at least 16 members. An event's list is rebuilt whole, so
-with small events (batch 1: 8 members) the slot loop, which decides each access in registers, costs less. Per
-batch size, on ``bench_scaling.routed_stream(48, 128, B, accesses)`` (Zipf routing, top-8), and per rho, this
+window of units at most 64 and the stream's mean event at least 16 members, or at least 12 where every quota is at
+most 4 times it. An event's list is rebuilt whole, so with small events (batch 1: 8 members) the slot loop, which
+decides each access in registers, costs less. Per batch size, on ``bench_scaling.routed_stream(48, 128, B, accesses)`` (Zipf routing, top-8), and per rho, this
 times both loops alternated pair by pair (``lrfu_seq_ranges(..., on_ranks=True / False)``, lambda 0.5), members
 ascending and in sequential-random's order (shuffled beforehand, not timed), and prints each side's nanoseconds per
 access (medians), ranks / slots (the median of per-pair ratios), and which loop the rule picks. Both loops' hit

@@ -158,13 +158,18 @@ def test_ranks_by_ranges_equal_one_call():
 
 def test_the_rule_and_the_engine_take_ranks_for_large_events(monkeypatch):
     """Ranks where every quota (at most N) is at most 64, lambda's window at most 64 units and the mean event at least 16
-    members; the engine then runs the loop (counts equal to the naive twin's); forcing it past its quota is an
-    error."""
+    members, or at least 12 with every quota at most 4 times it; the engine then runs the loop (counts equal to the
+    naive twin's); forcing it past its quota is an error."""
     big = _stream(2, 3, 64, 30, 20, 40)
     small = _stream(2, 3, 64, 30, 1, 8)
     caps = np.array([10, 30, 64], np.int64)
     assert KQ.lrfu_on_ranks(big.offsets, 64, caps, 0.5)
     assert not KQ.lrfu_on_ranks(small.offsets, 64, caps, 0.5)
+    twelve = EventStream.from_lists(1, 64, 64, [0, 1], [0, 0], [list(range(12)), list(range(10, 22))], [1, 1])
+    eleven = EventStream.from_lists(1, 64, 64, [0, 1], [0, 0], [list(range(12)), list(range(10, 20))], [1, 1])
+    assert KQ.lrfu_on_ranks(twelve.offsets, 64, np.array([48], np.int64), 0.5)        # 12 members, 48 = 4 x 12
+    assert not KQ.lrfu_on_ranks(twelve.offsets, 64, np.array([49], np.int64), 0.5)
+    assert not KQ.lrfu_on_ranks(eleven.offsets, 64, np.array([8], np.int64), 0.5)      # 11 members
     assert KQ.lrfu_on_ranks(big.offsets, 64, np.array([65, 1, 1], np.int64), 0.5)      # a quota counts up to N
     assert not KQ.lrfu_on_ranks(big.offsets, 128, np.array([65, 1, 1], np.int64), 0.5)
     assert not KQ.lrfu_on_ranks(big.offsets, 64, caps, 0.01)              # a window of 719 units

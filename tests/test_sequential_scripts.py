@@ -40,7 +40,9 @@ def test_the_lrfu_shapes_script_times_both_loops_and_names_the_rule():
     assert [(x["batch"], x["rho"]) for x in rows] == [(1, 0.1), (1, 0.5), (16, 0.1), (16, 0.5)]
     for x in rows:
         assert x["hits_equal"] and x["quota"] <= 64
-        assert x["rule_picks"] == ("ranks" if x["mean_event"] >= KQ._LRFU_RANKS_MIN_EVENT else "slots")
+        small = (x["mean_event"] >= KQ._LRFU_RANKS_SMALL_EVENT
+                 and x["quota"] <= KQ._LRFU_RANKS_PER_MEMBER * x["mean_event"])
+        assert x["rule_picks"] == ("ranks" if x["mean_event"] >= KQ._LRFU_RANKS_MIN_EVENT or small else "slots")
         for order in ("ascending", "shuffled"):
             assert x[order]["ranks_ns"] > 0 and x[order]["slots_ns"] > 0 and x[order]["ratio"] > 0
     assert [x["rule_picks"] for x in rows] == ["slots", "slots", "ranks", "ranks"]     # mean events of 8 and ~60

@@ -152,10 +152,14 @@ _LRFU_TP_FIRST_BITS = 7 if WIDE_VECTORS else 6
 _LRU_RANKS_MAX = 64
 _LRU_RANKS_PER_MEMBER = 4
 #: Per-layer sequential ``lrfu`` runs on ranks (:mod:`._kernels_lrfu_ranks`) where the stream's mean event has at least
-#: this many members: with smaller events each event's list rebuilt costs more than the slot loop's accesses
-#: (``python benchmarks/lrfu_ranks_shapes.py``, mean events of 8 / 14 / 20 / 25-110 members at batch 1 / 2 / 3 / 4-64:
-#: 0.96-1.54x / 0.76-1.32x / 0.66-0.92x / 0.26-0.81x the slot loop's time; docs/performance.md, *Session 63*).
+#: :data:`_LRFU_RANKS_MIN_EVENT` members, or at least :data:`_LRFU_RANKS_SMALL_EVENT` and every quota is at most
+#: :data:`_LRFU_RANKS_PER_MEMBER` times it: with smaller events each event's list rebuilt costs more than the slot
+#: loop's accesses (``python benchmarks/lrfu_ranks_shapes.py``, mean events of 8 / 14 / 20 / 25-110 members at batch
+#: 1 / 2 / 3 / 4-64: 0.89-1.55x / 0.69-0.91x and 1.05-1.09x at quota 64 / 0.44-0.94x / 0.15-0.77x the slot loop's
+#: time; docs/performance.md, *Session 64*).
 _LRFU_RANKS_MIN_EVENT = 16
+_LRFU_RANKS_SMALL_EVENT = 12
+_LRFU_RANKS_PER_MEMBER = 4
 #: A rank byte: the block is not resident / it is a member of the event being replayed (ranks are below 64).
 _RANK_OUT = np.uint8(255)
 _RANK_MEMBER = np.uint8(254)
@@ -741,8 +745,8 @@ def replay_lrfu_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
                     misses, hit_flag, on_ranks=None):
     """Sequential (one unit per access), per-layer ``lrfu``: the decision of :func:`._kernels.replay_heap`.
 
-    Where every quota is at most 64, ``lam``'s window of units at most 64 and the stream's mean event at least
-    :data:`_LRFU_RANKS_MIN_EVENT` members (:func:`lrfu_on_ranks`), each layer's residents are ranks in key order
+    Where every quota is at most 64, ``lam``'s window of units at most 64 and the stream's events large enough
+    (:func:`lrfu_on_ranks`), each layer's residents are ranks in key order
     and an event is replayed whole (:mod:`._kernels_lrfu_ranks`); ``on_ranks`` True / False forces that loop / the
     loops below, None chooses by :func:`lrfu_on_ranks`.
 
@@ -765,10 +769,17 @@ def replay_lrfu_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
 def lrfu_on_ranks(offsets, n_experts: int, capacity, lam: float) -> bool:
     """Whether per-layer sequential ``lrfu`` runs on ranks (:mod:`._kernels_lrfu_ranks`): the loop takes the quotas and
     ``lam`` (:func:`._kernels_lrfu_ranks.fits`) and the stream's mean event has at least
-    :data:`_LRFU_RANKS_MIN_EVENT` members."""
+    :data:`_LRFU_RANKS_MIN_EVENT` members, or at least :data:`_LRFU_RANKS_SMALL_EVENT` where every quota is at most
+    :data:`_LRFU_RANKS_PER_MEMBER` times it."""
     n_events = offsets.shape[0] - 1
-    return KRK.fits(lam, n_experts, capacity) and (
-        n_events <= 0 or int(offsets[-1] - offsets[0]) >= _LRFU_RANKS_MIN_EVENT * n_events)
+    if not KRK.fits(lam, n_experts, capacity):
+        return False
+    if n_events <= 0:
+        return True
+    n_acc = int(offsets[-1] - offsets[0])
+    most = min(int(capacity.max()), n_experts) if capacity.shape[0] else 0
+    return n_acc >= _LRFU_RANKS_MIN_EVENT * n_events or (
+        n_acc >= _LRFU_RANKS_SMALL_EVENT * n_events and most * n_events <= _LRFU_RANKS_PER_MEMBER * n_acc)
 
 
 def lrfu_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, lam, count_from, hits, misses,
