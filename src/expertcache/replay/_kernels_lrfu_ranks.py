@@ -25,10 +25,11 @@ apart the later ranks above. Two blocks are compared by units first, then by ``S
   such members are set aside in the pass over the members and counted after it (:func:`_not_above`), so that the
   pass holds no call and no branch that waits on a block's state;
 * the members' order by key is their order by unit but within the window: where each of the last ``c + w - 1``
-  members ranks surely above the one before it (one vector pass over their new CRFs), the ``c`` last are the
-  highest, newest first, and they are the new list where the event has ``c + w - 1`` members or more, or ``c`` or
-  more and the highest resident it did not access ranks below the ``c``-th newest (one comparison); otherwise the
-  members are sorted by insertion (each moves less than ``w`` places);
+  members ranks surely above the one before it (where every new CRF, at least 1, is below ``2**lam`` within the
+  margins; else one pass over them), the ``c`` last are the highest, newest first, and they are the new list where
+  the event has ``c + w - 1`` members or more, or ``c`` or more and the highest resident it did not access ranks below
+  the ``c``-th newest (one comparison); otherwise the members are sorted by insertion (each moves less than ``w``
+  places);
 * only residents within the window of the event's first unit are compared in the merge; past the first that is not,
   every member ranks above and the residents follow in their order.
 
@@ -93,8 +94,8 @@ def lrfu_ranks_state(offsets, n_experts: int, n_layers: int, lam: float) -> tupl
     SU[1::2] = _NEVER
     return (lam, w, decays, pw, eps, SU, np.zeros(n_blocks, np.int16), np.full(n_blocks, _OUT, np.uint8),
             np.zeros(n_layers, np.int64), np.zeros(n_layers, np.int64), np.zeros(2 * RANKS_MAX + 2, np.int64),
-            np.zeros(n_experts + 1), np.zeros(3 * (RANKS_MAX + MAX_WINDOW), np.int64),
-            np.zeros(RANKS_MAX + MAX_WINDOW), np.full(n_layers, -1, np.int64), np.zeros(n_layers, np.int64))
+            np.zeros(3 * (RANKS_MAX + MAX_WINDOW), np.int64), np.zeros(RANKS_MAX + MAX_WINDOW),
+            np.full(n_layers, -1, np.int64), np.zeros(n_layers, np.int64))
 
 
 @jit_inline
@@ -131,19 +132,20 @@ def _above(x, y, SU, tp, lam, w, pw, eps):
 
 
 @jit_inline
-def _members(expert, lo, lim, base, SU, rank, decays, NS, NJ, NO, hit_flag, t0, c, last, wc, mode, record):
+def _members(expert, lo, lim, base, SU, rank, decays, NJ, NO, hit_flag, t0, c, last, wc, mode, record):
     """The event's first ``lim`` members (from ``lo``; blocks ``base + e``) from unit ``t0``: their old ranks as bits
     (``m``), their hits where not recent (added to ``n_hit``, in ``hit_flag`` where ``record``), the recent
-    residents set aside (``nn`` of them in ``NJ`` / ``NO``), their new CRFs (``SU``, ``NS``) and units. ``mode`` 0:
+    residents set aside (``nn`` of them in ``NJ`` / ``NO``), their new CRFs (``SU``) and units. ``mode`` 0:
     the ranks from rank bytes (a member not resident sets bit 63); 1: by units (the layer's list a fast event's last
     ``c`` members, ``wc`` = ``min(w - 1, c)`` of them recent; a member not resident sets a bit of rank ``c`` or
     more); 2: by units, a branch on residence (where residents are rare: no bit for the others). Returns ``(m,
-    n_hit, nn, nh)``, ``nh`` the resident members where the ranks are by units."""
+    n_hit, nn, nh, mx)``, ``nh`` the resident members where the ranks are by units, ``mx`` the largest new CRF."""
     one = np.uint64(1)
     m = np.uint64(0)
     n_hit = 0
     nn = 0
     nh = 0
+    mx = 0.0                                        # the largest new CRF
     tj = t0                                         # the member's unit
     cj = c                                          # c less the members before it
     for j in range(lim):
@@ -176,13 +178,13 @@ def _members(expert, lo, lim, base, SU, rank, decays, NS, NJ, NO, hit_flag, t0, 
                 nh += 1
         sn = 1.0 + sb * decays[_U(min(tj - ub, last))]
         SU[_U(2 * b)] = np.int64(f2u(sn))
-        NS[_U(j)] = sn
+        mx = max(mx, sn)
         SU[_U(2 * b + 1)] = tj
         tj += 1
         cj -= 1
     if mode == 1:
         nh = np.int64(_popc(m & (np.uint64(0) if c == 0 else ~np.uint64(0) >> np.uint64(64 - c))))
-    return m, n_hit, nn, nh
+    return m, n_hit, nn, nh, mx
 
 
 @jit_inline
@@ -211,18 +213,20 @@ def _not_above(expert, lo, n, base, sb, ub, tb, SU, tp, lam, w, pw, eps):
 
 @jit_loop
 def replay_lrfu_ranks(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses, hit_flag,
-                      lam, w, decays, pw, eps, SU, P, rank, size, unit, buf, NS, NJ, NO, fend, fheld):
+                      lam, w, decays, pw, eps, SU, P, rank, size, unit, buf, NJ, NO, fend, fheld):
     """Sequential per-layer ``lrfu`` on ranks, the decision of :func:`._kernels.replay_heap` (parameters up to
     ``hit_flag`` as :func:`._kernels_seq.replay_lrfu_seq`'s, ``tie_pos`` as int32; the rest from
     :func:`lrfu_ranks_state`): ``lam`` and its window ``w``, ``decays[g]`` the decay of a gap of ``g`` units (its
     last entry 0, every longer gap's), ``pw[d + w]`` ``2**(lam d)``, ``eps`` the margin; ``SU[2 b]`` / ``SU[2 b + 1]``
     block ``b``'s CRF (its bits) and last layer unit, ``P[l N : l N + size[l]]`` layer ``l``'s residents by key
     (expert ids, highest first), ``rank`` each block's rank byte, ``unit`` each layer's accesses so far; scratch:
-    ``buf`` (the members by key, then the merged list), ``NS`` the members' new CRFs, ``NJ`` / ``NO`` the recent
-    resident members (place, shortfall and old unit; old CRF); ``fend[l]`` the end of the fast event whose last
-    ``size[l]`` members are layer ``l``'s list, -1 where ``P`` and the rank bytes hold it."""
+    ``buf`` (the members by key, then the merged list), ``NJ`` / ``NO`` the recent resident members (place,
+    shortfall and old unit; old CRF); ``fend[l]`` the end of the fast event whose last ``size[l]`` members are layer
+    ``l``'s list, -1 where ``P`` and the rank bytes hold it; ``fheld[l]`` the resident members among the first of
+    layer ``l``'s last event whose ranks were by units."""
     record = hit_flag.shape[0] > 0
     last = decays.shape[0] - 1
+    up = pw[_U(w + 1)] * (1.0 - eps) / (1.0 + eps) * (1.0 - 2.0 ** -40)  # 2**lam within the margins, less a bit
     L = buf[:RANKS_MAX + 1]
     M = buf[RANKS_MAX + 1:]
     one = np.uint64(1)
@@ -240,16 +244,16 @@ def replay_lrfu_ranks(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         fe = fend[ul]
         mode = 0 if fe < 0 else 2 if fheld[ul] == 0 else 1
         if record:
-            m, n_hit, nn, nh = _members(expert, lo, lim, base, SU, rank, decays, NS, NJ, NO, hit_flag, t0, c, last,
+            m, n_hit, nn, nh, mx = _members(expert, lo, lim, base, SU, rank, decays, NJ, NO, hit_flag, t0, c, last,
                                         wc, mode, True)
         elif mode == 2:                             # (a loop for each: a test per member cost more)
-            m, n_hit, nn, nh = _members(expert, lo, lim, base, SU, rank, decays, NS, NJ, NO, hit_flag, t0, c, last,
+            m, n_hit, nn, nh, mx = _members(expert, lo, lim, base, SU, rank, decays, NJ, NO, hit_flag, t0, c, last,
                                         wc, 2, False)
         elif mode == 1:
-            m, n_hit, nn, nh = _members(expert, lo, lim, base, SU, rank, decays, NS, NJ, NO, hit_flag, t0, c, last,
+            m, n_hit, nn, nh, mx = _members(expert, lo, lim, base, SU, rank, decays, NJ, NO, hit_flag, t0, c, last,
                                         wc, 1, False)
         else:
-            m, n_hit, nn, nh = _members(expert, lo, lim, base, SU, rank, decays, NS, NJ, NO, hit_flag, t0, c, last,
+            m, n_hit, nn, nh, mx = _members(expert, lo, lim, base, SU, rank, decays, NJ, NO, hit_flag, t0, c, last,
                                         wc, 0, False)
         if fe >= 0:
             fheld[ul] = nh
@@ -269,15 +273,19 @@ def replay_lrfu_ranks(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
             b = base + expert[_U(lo + j)]
             sn = 1.0 + _crf(SU, b) * decays[_U(min(t0 - SU[_U(2 * b + 1)] + j, last))]
             SU[_U(2 * b)] = np.int64(f2u(sn))
-            NS[_U(j)] = sn
+            mx = max(mx, sn)
             SU[_U(2 * b + 1)] = t0 + j
         unit[ul] = t0 + n
         # the members by key, highest first, the c highest at most: by unit where each of the last c + w - 1
-        # ranks surely above the one before it (by transitivity, and the earlier members lie past the window)
-        ordered = True
-        down = pw[_U(w - 1)] * (1.0 + eps)          # 2**-lam, a margin: S_j 2**-lam below S_{j+1} beyond it
-        for j in range(max(n - c - w + 1, 0), n - 1):
-            ordered &= NS[_U(j)] * down < NS[_U(j + 1)] * (1.0 - eps)
+        # ranks surely above the one before it (by transitivity, and the earlier members lie past the window):
+        # surely where every new CRF is below up (each at least 1), else by a pass over them
+        ordered = mx < up
+        if not ordered:
+            ordered = True
+            down = pw[_U(w - 1)] * (1.0 + eps)      # 2**-lam, a margin: S_j 2**-lam below S_{j+1} beyond it
+            for j in range(max(n - c - w + 1, 0), n - 1):
+                ordered &= (_crf(SU, base + expert[_U(lo + j)]) * down
+                            < _crf(SU, base + expert[_U(lo + j + 1)]) * (1.0 - eps))
         fast = ordered and n >= c + w - 1
         if ordered and c <= n < c + w - 1:          # also where no resident not accessed ranks above the c-th
             y = np.int64(-1)                        # newest member: the highest such resident
