@@ -182,8 +182,8 @@ def _members(expert, lo, lim, base, SU, rank, decays, NJ, NO, hit_flag, t0, c, l
         SU[_U(2 * b + 1)] = tj
         tj += 1
         cj -= 1
-    if mode == 1:
-        nh = np.int64(_popc(m & (np.uint64(0) if c == 0 else ~np.uint64(0) >> np.uint64(64 - c))))
+    if mode == 1:                                   # (at a quota of 64 a member not resident may count: only the
+        nh = np.int64(_popc(m & (np.uint64(0) if c == 0 else ~np.uint64(0) >> np.uint64(64 - c))))  # loop's choice)
     return m, n_hit, nn, nh, mx
 
 
@@ -222,8 +222,8 @@ def replay_lrfu_ranks(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
     (expert ids, highest first), ``rank`` each block's rank byte, ``unit`` each layer's accesses so far; scratch:
     ``buf`` (the members by key, then the merged list), ``NJ`` / ``NO`` the recent resident members (place,
     shortfall and old unit; old CRF); ``fend[l]`` the end of the fast event whose last ``size[l]`` members are layer
-    ``l``'s list, -1 where ``P`` and the rank bytes hold it; ``fheld[l]`` the resident members among the first of
-    layer ``l``'s last event whose ranks were by units."""
+    ``l``'s list, -1 where ``P`` and the rank bytes hold it; ``fheld[l]`` how many of the first members of layer
+    ``l``'s last event with ranks by units were resident (0: its next such event branches on residence)."""
     record = hit_flag.shape[0] > 0
     last = decays.shape[0] - 1
     up = pw[_U(w + 1)] * (1.0 - eps) / (1.0 + eps) * (1.0 - 2.0 ** -40)  # 2**lam within the margins, less a bit
@@ -244,17 +244,17 @@ def replay_lrfu_ranks(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         fe = fend[ul]
         mode = 0 if fe < 0 else 2 if fheld[ul] == 0 else 1
         if record:
-            m, n_hit, nn, nh, mx = _members(expert, lo, lim, base, SU, rank, decays, NJ, NO, hit_flag, t0, c, last,
-                                        wc, mode, True)
+            m, n_hit, nn, nh, mx = _members(expert, lo, lim, base, SU, rank, decays, NJ, NO, hit_flag, t0, c,
+                                            last, wc, mode, True)
         elif mode == 2:                             # (a loop for each: a test per member cost more)
-            m, n_hit, nn, nh, mx = _members(expert, lo, lim, base, SU, rank, decays, NJ, NO, hit_flag, t0, c, last,
-                                        wc, 2, False)
+            m, n_hit, nn, nh, mx = _members(expert, lo, lim, base, SU, rank, decays, NJ, NO, hit_flag, t0, c,
+                                            last, wc, 2, False)
         elif mode == 1:
-            m, n_hit, nn, nh, mx = _members(expert, lo, lim, base, SU, rank, decays, NJ, NO, hit_flag, t0, c, last,
-                                        wc, 1, False)
+            m, n_hit, nn, nh, mx = _members(expert, lo, lim, base, SU, rank, decays, NJ, NO, hit_flag, t0, c,
+                                            last, wc, 1, False)
         else:
-            m, n_hit, nn, nh, mx = _members(expert, lo, lim, base, SU, rank, decays, NJ, NO, hit_flag, t0, c, last,
-                                        wc, 0, False)
+            m, n_hit, nn, nh, mx = _members(expert, lo, lim, base, SU, rank, decays, NJ, NO, hit_flag, t0, c,
+                                            last, wc, 0, False)
         if fe >= 0:
             fheld[ul] = nh
         for z in range(nn):                         # the recent resident members: hits where more than
