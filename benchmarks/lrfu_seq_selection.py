@@ -50,7 +50,7 @@ from _ab import checked_pairs, machine, pair_fields, positive_int, report, rho_l
 from expertcache._bits import U as _U  # noqa: E402
 from expertcache._bits import popc as _popc  # noqa: E402
 from expertcache._jit import jit_inline, jit_loop  # noqa: E402
-from expertcache.replay._kernels import _cttz, crf_decays, crf_key  # noqa: E402
+from expertcache.replay._kernels import LRFU_DECAY_ZERO, _cttz, crf_decays, crf_key  # noqa: E402
 from expertcache.replay._kernels_bits import (  # noqa: E402
     _LRFU_CUT_FACTORS,
     _LRFU_FLOOR,
@@ -65,7 +65,6 @@ from expertcache.replay._kernels_bits import (  # noqa: E402
     lrfu_lanes,
 )
 from expertcache.replay._kernels_lrfu_window import MAX_WINDOW, window  # noqa: E402
-from expertcache.replay._kernels_seq import _LRFU_DECAY_ZERO  # noqa: E402
 from expertcache.replay._pages import Packed  # noqa: E402
 from expertcache.replay._simd import (  # noqa: E402
     _I32,
@@ -176,7 +175,7 @@ def replay_lrfu_seq_bits(offsets, expert, ev_layer, n_experts, n_layers, capacit
         raise ValueError("replay_lrfu_seq_bits: lrfu_lambda, the experts, a layer's accesses or an event are past "
                          "its bounds (fits)")
     width = max(min(int(np.max(capacity, initial=0)) + largest, n_experts) + 1, 64)      # |C ∪ U| at most
-    n_tab = min(most + 1, int(_LRFU_DECAY_ZERO / lam) + 2)                # every decay the stream needs that is not 0
+    n_tab = min(most + 1, int(LRFU_DECAY_ZERO / lam) + 2)                # every decay the stream needs that is not 0
     tie_pos = tie_pos.astype(np.int16)
     pa = Packed()
     state = (pa(n_layers, np.int64, 0), pa((n_layers, n_words), np.uint64, 0), pa(n_words, np.uint64, 0),

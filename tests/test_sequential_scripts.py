@@ -20,31 +20,33 @@ def _run(script, *args):
     return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=600)
 
 
-def test_the_shapes_script_times_both_loops_and_names_the_rule():
-    r = _run(SHAPES, "--batches", "1,16", "--rhos", "0.1,0.5", "--accesses", "30000", "--pairs", "1", "--json")
+def _shapes_rows(script, peer: str, quota_max: int) -> list[dict]:
+    """A shapes script's rows at batches 1 and 16, rho 0.1 and 0.5: in that order, hits equal, quotas at most
+    ``quota_max``, both loops' times (``ranks`` and ``peer``) and ratios positive in either member order."""
+    r = _run(script, "--batches", "1,16", "--rhos", "0.1,0.5", "--accesses", "30000", "--pairs", "1", "--json")
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)["rows"]
     assert [(x["batch"], x["rho"]) for x in rows] == [(1, 0.1), (1, 0.5), (16, 0.1), (16, 0.5)]
     for x in rows:
-        assert x["hits_equal"] and x["quota"] <= KQ._LRU_RANKS_MAX
-        assert x["rule_picks"] == ("ranks" if x["quota"] <= KQ._LRU_RANKS_PER_MEMBER * x["mean_event"] else "lists")
+        assert x["hits_equal"] and x["quota"] <= quota_max
         for order in ("ascending", "shuffled"):
-            assert x[order]["ranks_ns"] > 0 and x[order]["lists_ns"] > 0 and x[order]["ratio"] > 0
+            assert x[order]["ranks_ns"] > 0 and x[order][peer + "_ns"] > 0 and x[order]["ratio"] > 0
+    return rows
+
+
+def test_the_shapes_script_times_both_loops_and_names_the_rule():
+    rows = _shapes_rows(SHAPES, "lists", KQ._LRU_RANKS_MAX)
+    for x in rows:
+        assert x["rule_picks"] == ("ranks" if x["quota"] <= KQ._LRU_RANKS_PER_MEMBER * x["mean_event"] else "lists")
     assert {x["rule_picks"] for x in rows} == {"ranks", "lists"}     # batch 1 at rho 0.5: 64 > 4 x 8
 
 
 def test_the_lrfu_shapes_script_times_both_loops_and_names_the_rule():
-    r = _run(LRFU_SHAPES, "--batches", "1,16", "--rhos", "0.1,0.5", "--accesses", "30000", "--pairs", "1", "--json")
-    assert r.returncode == 0, r.stderr
-    rows = json.loads(r.stdout)["rows"]
-    assert [(x["batch"], x["rho"]) for x in rows] == [(1, 0.1), (1, 0.5), (16, 0.1), (16, 0.5)]
+    rows = _shapes_rows(LRFU_SHAPES, "slots", 64)
     for x in rows:
-        assert x["hits_equal"] and x["quota"] <= 64
         small = (x["mean_event"] >= KQ._LRFU_RANKS_SMALL_EVENT
                  and x["quota"] <= KQ._LRFU_RANKS_PER_MEMBER * x["mean_event"])
         assert x["rule_picks"] == ("ranks" if x["mean_event"] >= KQ._LRFU_RANKS_MIN_EVENT or small else "slots")
-        for order in ("ascending", "shuffled"):
-            assert x[order]["ranks_ns"] > 0 and x[order]["slots_ns"] > 0 and x[order]["ratio"] > 0
     assert [x["rule_picks"] for x in rows] == ["slots", "slots", "ranks", "ranks"]     # mean events of 8 and ~60
 
 

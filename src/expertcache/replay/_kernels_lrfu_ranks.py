@@ -318,9 +318,9 @@ def replay_lrfu_ranks(offsets, expert, ev_layer, n_experts, capacity, tie_pos, c
         else:
             for j in range(lim, n):                 # the resident members' ranks (the first lim's are in m)
                 m |= one << np.uint64(rank[_U(base + expert[_U(lo + j)])] & 63)
+            for j in range(n):                      # (written out above, every byte is _OUT already)
+                rank[_U(base + expert[_U(lo + j)])] = _OUT
         kept = _kept(m, s, P, base, SU, t0)
-        for j in range(n):
-            rank[_U(base + expert[_U(lo + j)])] = _OUT
         k = 0
         if ordered:
             k = min(n, c)

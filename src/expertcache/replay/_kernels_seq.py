@@ -105,8 +105,6 @@ _EMPTY32 = np.int32(2**31 - 1)
 _TINY_BITS = np.int64(np.float32(_LRFU_TINY).view(np.int32))
 #: Sequential ``lfu``'s bound of a layer that holds no resident (a quota of 0): above every packed key.
 _LFU_NONE = np.int64(1) << 62
-#: ``_kernels.crf_decay(lam, g)`` is 0.0 where ``lam * g`` reaches it.
-_LRFU_DECAY_ZERO = LRFU_DECAY_ZERO
 #: The most decays the slot loop of sequential ``lrfu`` tabulates (8 MiB): it runs where the table holds every gap
 #: of the stream, or every gap before the decay is 0 (:func:`lrfu_seq_ranges`), so that no access calls ``pow``
 #: (a call in the access path made LLVM keep the loop's vectors in memory).
@@ -803,7 +801,7 @@ def lrfu_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, l
         n_scale = min(n_scale, int(_LRFU_SPAN / lam) + 1)             # lam * (n_scale - 1) <= _LRFU_SPAN
     scale = 2.0 ** (lam * np.arange(n_scale, dtype=np.float64))
     ns = _n_slots(capacity, n_experts)
-    n_tab = min(n_units + 1, int(_LRFU_DECAY_ZERO / lam) + 2) if lam > 0.0 else 1
+    n_tab = min(n_units + 1, int(LRFU_DECAY_ZERO / lam) + 2) if lam > 0.0 else 1
     if ns in WIDTHS and n_tab <= _LRFU_SLOT_DECAYS:
         P = crf_decays(lam, max(n_tab, 2))
         return _ranges(_replay_lrfu_seq_v, offsets, ev_layer, (n_experts, capacity, tie_pos.astype(np.int32), lam),
