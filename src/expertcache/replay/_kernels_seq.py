@@ -138,6 +138,15 @@ _LFRU_PAIR_LANE_BITS = 5 if WIDE_VECTORS else 4
 #: nothing goes through the stack, 1.075x; docs/performance.md, *Session 55*); with AVX-512 none (7: above every
 #: width; the loop as before, not measured there).
 _LFRU_TP_FIRST_BITS = 7 if WIDE_VECTORS else 6
+#: The ``lfru`` slot loop of ``2**_LFRU_AHEAD_BITS`` slots or more, and the loop in memory, read the next access's
+#: tie position and count before an access's decision (its own were read at the access before; an event's members are
+#: distinct and the two events of a pair are of different layers, so no access changes the next one's count), so that
+#: an access after a mispredicted branch (hit or miss: 16-36% hits at rho 0.2-0.3) need not wait for those loads.
+#: With AVX-512 (``kernel_ab.py --kernel lfru-seq``, three runs): 0.96-0.97 / 0.90-0.92 / 0.84-0.87 / 0.85-0.93 of
+#: the time at rho 0.2 / 0.3 / 0.4 / 0.5 (32 and 64 slots), 0.93-0.98 at rho 0.6-0.9 (in memory); at 16 slots (rho
+#: 0.1, two events of 16 lanes side by side, 99% misses) 1.04-1.13x, so there both accesses' loads come at the top of
+#: the step instead (0.93-0.96); docs/performance.md, *Session 65*; without AVX-512 not measured.
+_LFRU_AHEAD_BITS = 5
 #: The same for the ``lrfu`` slot loop: without AVX-512, 64 slots (one event at a time there,
 #: :data:`_LRFU_PAIR_LANE_BITS`): 0.97 / 0.88 / 0.87 of the time at rho 0.3 / 0.4 / 0.5 on a Zen 3 core (at 32 slots
 #: within the noise, at 16 1.01-1.03x; docs/performance.md, *Session 56*); with AVX-512 none (7).
@@ -1291,18 +1300,12 @@ def _slot_take(v, j, tp, so, pbase, slot, sTP):
 
 
 @jit_inline
-def _lfru_touch(a, base, pbase, tie_pos, expert, freq, last, slot):
-    """Access ``a``'s block counted at unit ``a``: ``(the unit as float32, its tie position, its lane over tie
-    positions, its count, the count's reciprocal, its slot or -1)``."""
-    return _lfru_touch_at(a, _tie_position(tie_pos, base, expert, a), pbase, freq, last, slot)
-
-
-@jit_inline
-def _lfru_touch_at(a, tp, pbase, freq, last, slot):
-    """:func:`_lfru_touch` of a block whose tie position ``tp`` was read before."""
+def _lfru_touch_counted(a, tp, pbase, f, freq, last, slot):
+    """Access ``a``'s block (tie position ``tp``, new count ``f``: its count plus one, :func:`_lfru_next`) counted
+    and stamped at unit ``a``: ``(the unit as float32, its tie position, its lane over tie positions, its count,
+    the count's reciprocal, its slot or -1)``."""
     tf = np.float32(a)
     j = pbase + tp
-    f = freq[_U(j)] + np.float32(1.0)
     rf = np.float32(1.0) / f
     freq[_U(j)] = f
     last[_U(j)] = tf
@@ -1311,11 +1314,52 @@ def _lfru_touch_at(a, tp, pbase, freq, last, slot):
 
 
 @jit_inline
-def _lfru_access(a, layer, cap, base, pbase, so, ns, tie_pos, expert, sbits, freq, last, slot, sR, sL, sTP, size,
-                 record, hit_flag):
-    """Access ``a`` of :func:`_replay_lfru_seq` (layer ``layer``, quota ``cap``, slots from ``so``): 1 where it
-    hits."""
-    tf, tp, j, f, rf, v = _lfru_touch(a, base, pbase, tie_pos, expert, freq, last, slot)
+def _lfru_next(TP, first, tie_pos, base, pbase, expert, freq, lo, k):
+    """The tie position of an event's access ``k`` (its first access at ``lo``; from ``TP`` where ``first``) and its
+    block's count plus one: ``(tp, f)``."""
+    tp = np.int64(TP[_U(k)]) if first else _tie_position(tie_pos, base, expert, lo + k)
+    return tp, freq[_U(pbase + tp)] + np.float32(1.0)
+
+
+@jit_inline
+def _lfru_pair_start(TP, first, tie_pos, expert, freq, la, lb, lo, lob, na, nb, n_experts, ahead):
+    """The first blocks and lanes of a pair's layers (events of ``na`` / ``nb`` accesses from ``lo`` / ``lob``), and
+    where the loop reads ahead, their first accesses' tie positions and counts (:func:`_lfru_next`; else 0 and 1):
+    ``(ba, bb, pa, pb, tpa, fa, tpb, fb)``."""
+    npad = (n_experts + 63) // 64 * 64
+    ba = la * n_experts
+    bb = lb * n_experts
+    pa = la * npad
+    pb = lb * npad
+    tpa, fa = _lfru_next(TP, first, tie_pos, ba, pa, expert, freq, lo, 0) if ahead and na > 0 else (0, np.float32(1.0))
+    tpb, fb = _lfru_next(TP, False, tie_pos, bb, pb, expert, freq, lob, 0) if ahead and nb > 0 else (0, np.float32(1.0))
+    return ba, bb, pa, pb, tpa, fa, tpb, fb
+
+
+@jit_inline
+def _lfru_reads(TP, first, tie_pos, expert, freq, ba, bb, pa, pb, lo, lob, na, nb, k, tpa, fa, tpb, fb, ahead):
+    """Step ``k`` of a pair's accesses (:func:`_lfru_pair_start`): ``(ta, ga, tb, gb, tpa, fa, tpb, fb)``, the tie
+    positions and counts of its two accesses, and those read ahead. Where ``ahead`` (:data:`_LFRU_AHEAD_BITS`), its
+    accesses' were read at the step before (``tpa`` ... ``fb``), and the next step's are read now, before this
+    step's decisions; else its own are read now."""
+    one = np.float32(1.0)
+    if ahead:
+        ta, ga, tb, gb = tpa, fa, tpb, fb
+        if k + 1 < na:
+            tpa, fa = _lfru_next(TP, first, tie_pos, ba, pa, expert, freq, lo, k + 1)
+        if k + 1 < nb:
+            tpb, fb = _lfru_next(TP, False, tie_pos, bb, pb, expert, freq, lob, k + 1)
+    else:
+        ta, ga = _lfru_next(TP, first, tie_pos, ba, pa, expert, freq, lo, k) if k < na else (0, one)
+        tb, gb = _lfru_next(TP, False, tie_pos, bb, pb, expert, freq, lob, k) if k < nb else (0, one)
+    return ta, ga, tb, gb, tpa, fa, tpb, fb
+
+
+@jit_inline
+def _lfru_access(a, layer, cap, pbase, so, ns, tp, f, sbits, freq, last, slot, sR, sL, sTP, size, record, hit_flag):
+    """Access ``a`` of :func:`_replay_lfru_seq` (layer ``layer``, quota ``cap``, slots from ``so``) to the block of tie
+    position ``tp`` and new count ``f`` (:func:`_lfru_next`): 1 where it hits."""
+    tf, tp, j, f, rf, v = _lfru_touch_counted(a, tp, pbase, f, freq, last, slot)
     hit = v >= 0
     if hit:
         if record:
@@ -1350,32 +1394,36 @@ def _replay_lfru_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, sb
     ``s`` (an empty slot: reciprocal 0, a product 0 that ranks above every resident); ``size[l]`` the layer's
     residents (slots ``0 .. size - 1``). Two events of different layers run side by side (:func:`_paired`)."""
     record = hit_flag.shape[0] > 0
-    npad = (n_experts + 63) // 64 * 64
     n_events = offsets.shape[0] - 1
     i = 0
     while i < n_events:
         two, la, ca, lo, na, lb, cb, lob, nb = _pair(offsets, ev_layer, capacity, i, n_events, True)
         ha = 0
         hb = 0
+        ba, bb, pa, pb, tpa, fa, tpb, fb = _lfru_pair_start(tie_pos, False, tie_pos, expert, freq, la, lb, lo, lob,
+                                                            na, nb, n_experts, True)
         for k in range(max(na, nb)):
+            ta, ga, tb, gb, tpa, fa, tpb, fb = _lfru_reads(tie_pos, False, tie_pos, expert, freq, ba, bb, pa, pb, lo,
+                                                           lob, na, nb, k, tpa, fa, tpb, fb, True)
             if k < na:
-                ha += _lfru_access(lo + k, la, ca, la * n_experts, la * npad, la * ns, ns, tie_pos, expert, sbits,
-                                   freq, last, slot, sR, sL, sTP, size, record, hit_flag)
+                ha += _lfru_access(lo + k, la, ca, pa, la * ns, ns, ta, ga, sbits, freq, last, slot, sR, sL, sTP, size,
+                                   record, hit_flag)
             if k < nb:
-                hb += _lfru_access(lob + k, lb, cb, lb * n_experts, lb * npad, lb * ns, ns, tie_pos, expert,
-                                   sbits, freq, last, slot, sR, sL, sTP, size, record, hit_flag)
+                hb += _lfru_access(lob + k, lb, cb, pb, lb * ns, ns, tb, gb, sbits, freq, last, slot, sR, sL, sTP, size,
+                                   record, hit_flag)
         _count(hits, misses, la, na, ha, i >= count_from)
         _count(hits, misses, lb, nb, hb, two and i + 1 >= count_from)
         i += 2 if two else 1
 
 
 @jit_inline
-def _lfru_vaccess(a, cap, pbase, so, tp, freq, last, slot, sR, sL, sTP, n, R, L, record, hit_flag, lanes):
-    """:func:`_lfru_access` to the block of tie position ``tp`` with the layer's slots' reciprocal counts and last
-    units held as two vectors, ``R`` and ``L`` (its residents ``n``), through an event: returns ``(1 where it hits,
-    n, R, L)``. ``sR`` / ``sL`` are written from the vectors where the exact keys decide, and when the event ends."""
+def _lfru_vaccess(a, cap, pbase, so, tp, f, freq, last, slot, sR, sL, sTP, n, R, L, record, hit_flag, lanes):
+    """:func:`_lfru_access` to the block of tie position ``tp`` and new count ``f`` (:func:`_lfru_next`) with the
+    layer's slots' reciprocal counts and last units held as two vectors, ``R`` and ``L`` (its residents ``n``),
+    through an event: returns ``(1 where it hits, n, R, L)``. ``sR`` / ``sL`` are written from the vectors where the
+    exact keys decide, and when the event ends."""
     sbits = lane_bits(lanes)
-    tf, tp, j, f, rf, v = _lfru_touch_at(a, tp, pbase, freq, last, slot)
+    tf, tp, j, f, rf, v = _lfru_touch_counted(a, tp, pbase, f, freq, last, slot)
     hit = v >= 0
     if hit:
         if record:
@@ -1413,7 +1461,6 @@ def _replay_lfru_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
     ``2**_LFRU_TP_FIRST_BITS`` slots, which run one event at a time, the event's tie positions are read into ``TP``
     (as long as the widest event) when it begins."""
     record = hit_flag.shape[0] > 0
-    npad = (n_experts + 63) // 64 * 64
     n_events = offsets.shape[0] - 1
     i = 0
     while i < n_events:
@@ -1432,16 +1479,19 @@ def _replay_lfru_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
         first = lane_bits(lanes) >= _LFRU_TP_FIRST_BITS    # (a second event of a pair reads its own)
         if first:
             _read_tie_positions(TP, tie_pos, la * n_experts, expert, lo, na)
+        ahead = lane_bits(lanes) >= _LFRU_AHEAD_BITS
+        ba, bb, pa, pb, tpa, fa, tpb, fb = _lfru_pair_start(TP, first, tie_pos, expert, freq, la, lb, lo, lob, na,
+                                                            nb, n_experts, ahead)
         for k in range(max(na, nb)):
+            ta, ga, tb, gb, tpa, fa, tpb, fb = _lfru_reads(TP, first, tie_pos, expert, freq, ba, bb, pa, pb, lo, lob,
+                                                           na, nb, k, tpa, fa, tpb, fb, ahead)
             if k < na:
-                tp = np.int64(TP[_U(k)]) if first else _tie_position(tie_pos, la * n_experts, expert, lo + k)
-                x, sa, Ra, La = _lfru_vaccess(lo + k, ca, la * npad, soa, tp, freq, last, slot, sR, sL, sTP, sa, Ra, La,
+                x, sa, Ra, La = _lfru_vaccess(lo + k, ca, pa, soa, ta, ga, freq, last, slot, sR, sL, sTP, sa, Ra, La,
                                               record, hit_flag, lanes)
                 ha += x
             if k < nb:
-                x, sb, Rb, Lb = _lfru_vaccess(lob + k, cb, lb * npad, sob,
-                                              _tie_position(tie_pos, lb * n_experts, expert, lob + k), freq, last,
-                                              slot, sR, sL, sTP, sb, Rb, Lb, record, hit_flag, lanes)
+                x, sb, Rb, Lb = _lfru_vaccess(lob + k, cb, pb, sob, tb, gb, freq, last, slot, sR, sL, sTP, sb, Rb, Lb,
+                                              record, hit_flag, lanes)
                 hb += x
         vstore(sR, soa, Ra)
         vstore(sL, soa, La)
