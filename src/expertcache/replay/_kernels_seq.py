@@ -1006,9 +1006,10 @@ def _decay_at(P, beyond, gap):
 
 
 @jit_inline
-def _lrfu_vaccess(a, cap, pbase, so, tp, lam, d, S, slot, sK, sTP, n, u, ub, K, T, P, beyond, scale, record, hit_flag,
-                  lanes):
-    """Access ``a`` of :func:`_replay_lrfu_seq_v` to the block of tie position ``tp`` (quota ``cap``, slots from
+def _lrfu_vaccess(a, cap, pbase, so, tp, c0, c1, lam, d, S, slot, sK, sTP, n, u, ub, K, T, P, beyond, scale, record,
+                  hit_flag, lanes):
+    """Access ``a`` of :func:`_replay_lrfu_seq_v` to the block of tie position ``tp`` (its CRF ``c0`` and last unit
+    ``c1``, ``S[2 j]`` and ``S[2 j + 1]``, read by the loop one access ahead; quota ``cap``, slots from
     ``so``, the layer's unit ``u``, base unit ``ub``, residents ``n``, their packed keys ``K`` in registers, and up to
     ``2**_TP_LANE_BITS`` slots their tie positions ``T``): ``(1 where it hits, n, ub, K, T)``. A decay is
     ``P[gap]``, or ``beyond`` past the table (:func:`lrfu_seq_ranges`)."""
@@ -1028,7 +1029,7 @@ def _lrfu_vaccess(a, cap, pbase, so, tp, lam, d, S, slot, sK, sTP, n, u, ub, K, 
         g = 0
         K = vload(sK, so, lanes)
     j = pbase + tp
-    s = 1.0 + S[_U(2 * j)] * _decay_at(P, beyond, u - _unit_of(S[_U(2 * j + 1)]))     # (1.0 at a first access)
+    s = 1.0 + c0 * _decay_at(P, beyond, u - _unit_of(c1))     # (1.0 at a first access)
     S[_U(2 * j)] = s
     S[_U(2 * j + 1)] = u2f(np.uint64(u))
     kh = np.int64(_f32_bits(np.float32(s * scale[_U(g)])) & hmask)        # (at least 1: no floor of values)
@@ -1110,17 +1111,33 @@ def _replay_lrfu_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
         first = lane_bits(lanes) >= _LRFU_TP_FIRST_BITS    # (a second event of a pair reads its own)
         if first:
             _read_tie_positions(TP, tie_pos, la * n_experts, expert, lo, na)
-        for k in range(max(na, nb)):
+        pa = la * npad
+        pb = lb * npad
+        tpa = np.int64(TP[0]) if first else _tie_position(tie_pos, la * n_experts, expert, lo) if na > 0 else 0
+        tpb = _tie_position(tie_pos, lb * n_experts, expert, lob) if nb > 0 else 0
+        a0 = S[_U(2 * (pa + tpa))]
+        a1 = S[_U(2 * (pa + tpa) + 1)]
+        b0 = S[_U(2 * (pb + tpb))]
+        b1 = S[_U(2 * (pb + tpb) + 1)]
+        for k in range(max(na, nb)):   # the next access's tie position, CRF and last unit read before this
+            ta, x0, x1 = tpa, a0, a1       # access's decision, as the lfru loops do (_LFRU_AHEAD_BITS; at every
+            tb, y0, y1 = tpb, b0, b1       # width here: `kernel_ab.py --kernel lrfu-seq --batch 1`, 0.89-0.96 of
+                                           # the time at rho 0.1-0.5; docs/performance.md, *Session 65*)
+            if k + 1 < na:
+                tpa = np.int64(TP[_U(k + 1)]) if first else _tie_position(tie_pos, la * n_experts, expert, lo + k + 1)
+                a0 = S[_U(2 * (pa + tpa))]
+                a1 = S[_U(2 * (pa + tpa) + 1)]
+            if k + 1 < nb:
+                tpb = _tie_position(tie_pos, lb * n_experts, expert, lob + k + 1)
+                b0 = S[_U(2 * (pb + tpb))]
+                b1 = S[_U(2 * (pb + tpb) + 1)]
             if k < na:
-                tp = np.int64(TP[_U(k)]) if first else _tie_position(tie_pos, la * n_experts, expert, lo + k)
-                x, sa, ba, Ka, Ta = _lrfu_vaccess(lo + k, ca, la * npad, soa, tp, lam, d, S, slot, sK, sTP, sa, ua + k,
+                x, sa, ba, Ka, Ta = _lrfu_vaccess(lo + k, ca, pa, soa, ta, x0, x1, lam, d, S, slot, sK, sTP, sa, ua + k,
                                                   ba, Ka, Ta, P, beyond, scale, record, hit_flag, lanes)
                 ha += x
             if k < nb:
-                x, sb, bb, Kb, Tb = _lrfu_vaccess(lob + k, cb, lb * npad, sob,
-                                                  _tie_position(tie_pos, lb * n_experts, expert, lob + k), lam, d, S,
-                                                  slot, sK, sTP, sb, ub_ + k, bb, Kb, Tb, P, beyond, scale, record,
-                                                  hit_flag, lanes)
+                x, sb, bb, Kb, Tb = _lrfu_vaccess(lob + k, cb, pb, sob, tb, y0, y1, lam, d, S, slot, sK, sTP, sb,
+                                                  ub_ + k, bb, Kb, Tb, P, beyond, scale, record, hit_flag, lanes)
                 hb += x
         vstore(sK, soa, Ka)
         if in_regs:
