@@ -714,8 +714,14 @@ def _replay_belady_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
         n = offsets[i + 1] - lo
         n_hit = 0
         mk = maxk[ul]
-        for a in range(lo, lo + n):
-            tp = np.int64(tie_pos[_U(base + expert[_U(a)])])
+        tpn = np.int64(tie_pos[_U(base + expert[_U(lo)])]) if n > 0 else 0
+        for a in range(lo, lo + n):    # the next access's tie position read before this access's outcome (as the
+                                       # lfru loops, _LFRU_AHEAD_BITS): `kernel_ab.py --kernel belady-seq` 0.89-0.90
+                                       # / 0.89 / 0.98 of the time at rho 0.1 / 0.2 / 0.4 (at batch 1 0.90 / 0.96 /
+                                       # 0.99; docs/performance.md, *Session 65*)
+            tp = tpn
+            if a + 1 < lo + n:
+                tpn = np.int64(tie_pos[_U(base + expert[_U(a + 1)])])
             j = _U(pbase + tp)
             key = (np.int64(access_next[_U(a)]) << tbits) | (mask - tp)
             s = np.int64(slot[j])
