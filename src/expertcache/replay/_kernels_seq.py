@@ -1216,10 +1216,10 @@ def replay_lfru_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
     :func:`._kernels.replay_scan`.
 
     A block's key is ``freq / (t - last + 1)`` (float64, as ``replay_scan`` evaluates it), so every key drifts
-    with the clock and the lowest is found again at each eviction. Every block's count and last unit (float32:
-    integers below ``2**24``, the stream's bound, so the age is exact) sit in arrays over tie positions; a layer's
-    residents also sit in ``s`` slots (its quota rounded up to 16), each holding the reciprocal of its count, its
-    last unit and its tie position. An eviction runs :func:`lfru_lowest` over the slots: the float32 product
+    with the clock and the lowest is found again at each eviction. Every block's count (float32: integers below
+    ``2**24``, the stream's bound) sits in an array over tie positions; a layer's residents also sit in ``s`` slots
+    (its quota rounded up to 16), each holding the reciprocal of its count, its last unit (float32, so the age is
+    exact) and its tie position (a block's last unit matters only while it is resident). An eviction runs :func:`lfru_lowest` over the slots: the float32 product
     ``age * (1 / count)`` (a multiplication where a division takes several times its latency: docs/performance.md,
     *Session 38*), within a factor ``1 + 2**-22`` of the exact ``age / count``, its bits flipped so that the
     largest product (the smallest key) is the smallest integer, its low ``sbits`` bits (those of a slot's index)
@@ -1242,7 +1242,7 @@ def lfru_seq_ranges(offsets, ev_layer, n_experts, n_layers, capacity, tie_pos, c
     npad = (n_experts + 63) // 64 * 64
     ns = _n_slots(capacity, n_experts)
     n = n_layers * npad
-    tail = (hits, misses, hit_flag, np.zeros(n, np.float32), np.zeros(n, np.float32), np.full(n, -1, np.int32),
+    tail = (hits, misses, hit_flag, np.zeros(n, np.float32), np.full(n, -1, np.int32),
             np.zeros(n_layers * ns, np.float32), np.zeros(n_layers * ns, np.float32),
             np.zeros(n_layers * ns, np.int32), np.zeros(n_layers, np.int64), ns)
     head = (n_experts, capacity, tie_pos.astype(np.int32))
@@ -1323,7 +1323,7 @@ def _slot_take(v, j, tp, so, pbase, slot, sTP):
 
 
 @jit_inline
-def _lfru_touch_counted(a, tp, pbase, f, freq, last, slot):
+def _lfru_touch_counted(a, tp, pbase, f, freq, slot):
     """Access ``a``'s block (tie position ``tp``, new count ``f``: its count plus one, :func:`_lfru_next`) counted
     and stamped at unit ``a``: ``(the unit as float32, its tie position, its lane over tie positions, its count,
     the count's reciprocal, its slot or -1)``."""
@@ -1331,7 +1331,6 @@ def _lfru_touch_counted(a, tp, pbase, f, freq, last, slot):
     j = pbase + tp
     rf = np.float32(1.0) / f
     freq[_U(j)] = f
-    last[_U(j)] = tf
     v = np.int64(slot[_U(j)])
     return tf, tp, j, f, rf, v
 
@@ -1379,10 +1378,10 @@ def _lfru_reads(TP, first, tie_pos, expert, freq, ba, bb, pa, pb, lo, lob, na, n
 
 
 @jit_inline
-def _lfru_access(a, layer, cap, pbase, so, ns, tp, f, sbits, freq, last, slot, sR, sL, sTP, size, record, hit_flag):
+def _lfru_access(a, layer, cap, pbase, so, ns, tp, f, sbits, freq, slot, sR, sL, sTP, size, record, hit_flag):
     """Access ``a`` of :func:`_replay_lfru_seq` (layer ``layer``, quota ``cap``, slots from ``so``) to the block of tie
     position ``tp`` and new count ``f`` (:func:`_lfru_next`): 1 where it hits."""
-    tf, tp, j, f, rf, v = _lfru_touch_counted(a, tp, pbase, f, freq, last, slot)
+    tf, tp, j, f, rf, v = _lfru_touch_counted(a, tp, pbase, f, freq, slot)
     hit = v >= 0
     if hit:
         if record:
@@ -1410,9 +1409,9 @@ def _lfru_access(a, layer, cap, pbase, so, ns, tp, f, sbits, freq, last, slot, s
 
 @jit_loop
 def _replay_lfru_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, sbits, count_from, hits, misses,
-                     hit_flag, freq, last, slot, sR, sL, sTP, size, ns):
-    """The loop of :func:`replay_lfru_seq`: ``freq`` / ``last`` ``[l * 64 W + j]`` the count and last unit of
-    layer ``l``'s tie position ``j``, ``slot`` its slot while it is resident (``0 .. ns - 1``; else -1); ``sR`` /
+                     hit_flag, freq, slot, sR, sL, sTP, size, ns):
+    """The loop of :func:`replay_lfru_seq`: ``freq[l * 64 W + j]`` the count of layer ``l``'s tie position
+    ``j``, ``slot`` its slot while it is resident (``0 .. ns - 1``; else -1); ``sR`` /
     ``sL`` / ``sTP`` ``[l * ns + s]`` the reciprocal count, the last unit and the tie position of the block in slot
     ``s`` (an empty slot: reciprocal 0, a product 0 that ranks above every resident); ``size[l]`` the layer's
     residents (slots ``0 .. size - 1``). Two events of different layers run side by side (:func:`_paired`)."""
@@ -1429,10 +1428,10 @@ def _replay_lfru_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, sb
             ta, ga, tb, gb, tpa, fa, tpb, fb = _lfru_reads(tie_pos, False, tie_pos, expert, freq, ba, bb, pa, pb, lo,
                                                            lob, na, nb, k, tpa, fa, tpb, fb, True)
             if k < na:
-                ha += _lfru_access(lo + k, la, ca, pa, la * ns, ns, ta, ga, sbits, freq, last, slot, sR, sL, sTP, size,
+                ha += _lfru_access(lo + k, la, ca, pa, la * ns, ns, ta, ga, sbits, freq, slot, sR, sL, sTP, size,
                                    record, hit_flag)
             if k < nb:
-                hb += _lfru_access(lob + k, lb, cb, pb, lb * ns, ns, tb, gb, sbits, freq, last, slot, sR, sL, sTP, size,
+                hb += _lfru_access(lob + k, lb, cb, pb, lb * ns, ns, tb, gb, sbits, freq, slot, sR, sL, sTP, size,
                                    record, hit_flag)
         _count(hits, misses, la, na, ha, i >= count_from)
         _count(hits, misses, lb, nb, hb, two and i + 1 >= count_from)
@@ -1440,13 +1439,13 @@ def _replay_lfru_seq(offsets, expert, ev_layer, n_experts, capacity, tie_pos, sb
 
 
 @jit_inline
-def _lfru_vaccess(a, cap, pbase, so, tp, f, freq, last, slot, sR, sL, sTP, n, R, L, record, hit_flag, lanes):
+def _lfru_vaccess(a, cap, pbase, so, tp, f, freq, slot, sR, sL, sTP, n, R, L, record, hit_flag, lanes):
     """:func:`_lfru_access` to the block of tie position ``tp`` and new count ``f`` (:func:`_lfru_next`) with the
     layer's slots' reciprocal counts and last units held as two vectors, ``R`` and ``L`` (its residents ``n``),
     through an event: returns ``(1 where it hits, n, R, L)``. ``sR`` / ``sL`` are written from the vectors where the
     exact keys decide, and when the event ends."""
     sbits = lane_bits(lanes)
-    tf, tp, j, f, rf, v = _lfru_touch_counted(a, tp, pbase, f, freq, last, slot)
+    tf, tp, j, f, rf, v = _lfru_touch_counted(a, tp, pbase, f, freq, slot)
     hit = v >= 0
     if hit:
         if record:
@@ -1476,7 +1475,7 @@ def _lfru_vaccess(a, cap, pbase, so, tp, f, freq, last, slot, sR, sL, sTP, n, R,
 
 @jit_loop
 def _replay_lfru_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, count_from, hits, misses, hit_flag,
-                       freq, last, slot, sR, sL, sTP, size, ns, TP, lanes):
+                       freq, slot, sR, sL, sTP, size, ns, TP, lanes):
     """:func:`_replay_lfru_seq` for ``ns`` (= ``lanes``' width) of 16, 32 or 64: an event's layer's slots are
     loaded as two vectors (reciprocal counts, last units) when the event begins, held in registers through its
     accesses (:func:`_lfru_vaccess`), so that no pass waits for the stores of the access before it, and stored
@@ -1509,11 +1508,11 @@ def _replay_lfru_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
             ta, ga, tb, gb, tpa, fa, tpb, fb = _lfru_reads(TP, first, tie_pos, expert, freq, ba, bb, pa, pb, lo, lob,
                                                            na, nb, k, tpa, fa, tpb, fb, ahead)
             if k < na:
-                x, sa, Ra, La = _lfru_vaccess(lo + k, ca, pa, soa, ta, ga, freq, last, slot, sR, sL, sTP, sa, Ra, La,
+                x, sa, Ra, La = _lfru_vaccess(lo + k, ca, pa, soa, ta, ga, freq, slot, sR, sL, sTP, sa, Ra, La,
                                               record, hit_flag, lanes)
                 ha += x
             if k < nb:
-                x, sb, Rb, Lb = _lfru_vaccess(lob + k, cb, pb, sob, tb, gb, freq, last, slot, sR, sL, sTP, sb, Rb, Lb,
+                x, sb, Rb, Lb = _lfru_vaccess(lob + k, cb, pb, sob, tb, gb, freq, slot, sR, sL, sTP, sb, Rb, Lb,
                                               record, hit_flag, lanes)
                 hb += x
         vstore(sR, soa, Ra)
