@@ -1012,6 +1012,15 @@ def _decay_at(P, beyond, gap):
 
 
 @jit_inline
+def _lrfu_next(TP, first, tie_pos, base, pbase, expert, S, lo, k):
+    """The tie position of an event's access ``k`` (its first access at ``lo``; from ``TP`` where ``first``) and its
+    block's CRF and last unit (``S[2 j]``, ``S[2 j + 1]``): ``(tp, c0, c1)``, as :func:`_lfru_next` for ``lrfu``."""
+    tp = np.int64(TP[_U(k)]) if first else _tie_position(tie_pos, base, expert, lo + k)
+    j = pbase + tp
+    return tp, S[_U(2 * j)], S[_U(2 * j + 1)]
+
+
+@jit_inline
 def _lrfu_vaccess(a, cap, pbase, so, tp, c0, c1, lam, d, S, slot, sK, sTP, n, u, ub, K, T, P, beyond, scale, record,
                   hit_flag, lanes):
     """Access ``a`` of :func:`_replay_lrfu_seq_v` to the block of tie position ``tp`` (its CRF ``c0`` and last unit
@@ -1114,29 +1123,23 @@ def _replay_lrfu_seq_v(offsets, expert, ev_layer, n_experts, capacity, tie_pos, 
         bb = ubase[_U(lb)]
         ha = 0
         hb = 0
+        ea = la * n_experts
+        eb = lb * n_experts
         first = lane_bits(lanes) >= _LRFU_TP_FIRST_BITS    # (a second event of a pair reads its own)
         if first:
-            _read_tie_positions(TP, tie_pos, la * n_experts, expert, lo, na)
+            _read_tie_positions(TP, tie_pos, ea, expert, lo, na)
         pa = la * npad
         pb = lb * npad
-        tpa = np.int64(TP[0]) if first else _tie_position(tie_pos, la * n_experts, expert, lo) if na > 0 else 0
-        tpb = _tie_position(tie_pos, lb * n_experts, expert, lob) if nb > 0 else 0
-        a0 = S[_U(2 * (pa + tpa))]
-        a1 = S[_U(2 * (pa + tpa) + 1)]
-        b0 = S[_U(2 * (pb + tpb))]
-        b1 = S[_U(2 * (pb + tpb) + 1)]
+        tpa, a0, a1 = _lrfu_next(TP, first, tie_pos, ea, pa, expert, S, lo, 0) if na > 0 else (0, 0.0, 0.0)
+        tpb, b0, b1 = _lrfu_next(TP, False, tie_pos, eb, pb, expert, S, lob, 0) if nb > 0 else (0, 0.0, 0.0)
         for k in range(max(na, nb)):   # the next access's tie position, CRF and last unit read before this
             ta, x0, x1 = tpa, a0, a1       # access's decision, as the lfru loops do (_LFRU_AHEAD_BITS; at every
             tb, y0, y1 = tpb, b0, b1       # width here: `kernel_ab.py --kernel lrfu-seq --batch 1`, 0.89-0.96 of
                                            # the time at rho 0.1-0.5; docs/performance.md, *Session 65*)
             if k + 1 < na:
-                tpa = np.int64(TP[_U(k + 1)]) if first else _tie_position(tie_pos, la * n_experts, expert, lo + k + 1)
-                a0 = S[_U(2 * (pa + tpa))]
-                a1 = S[_U(2 * (pa + tpa) + 1)]
+                tpa, a0, a1 = _lrfu_next(TP, first, tie_pos, ea, pa, expert, S, lo, k + 1)
             if k + 1 < nb:
-                tpb = _tie_position(tie_pos, lb * n_experts, expert, lob + k + 1)
-                b0 = S[_U(2 * (pb + tpb))]
-                b1 = S[_U(2 * (pb + tpb) + 1)]
+                tpb, b0, b1 = _lrfu_next(TP, False, tie_pos, eb, pb, expert, S, lob, k + 1)
             if k < na:
                 x, sa, ba, Ka, Ta = _lrfu_vaccess(lo + k, ca, pa, soa, ta, x0, x1, lam, d, S, slot, sK, sTP, sa, ua + k,
                                                   ba, Ka, Ta, P, beyond, scale, record, hit_flag, lanes)
@@ -1324,15 +1327,14 @@ def _slot_take(v, j, tp, so, pbase, slot, sTP):
 
 @jit_inline
 def _lfru_touch_counted(a, tp, pbase, f, freq, slot):
-    """Access ``a``'s block (tie position ``tp``, new count ``f``: its count plus one, :func:`_lfru_next`) counted
-    and stamped at unit ``a``: ``(the unit as float32, its tie position, its lane over tie positions, its count,
-    the count's reciprocal, its slot or -1)``."""
+    """Access ``a``'s block (tie position ``tp``, new count ``f``: its count plus one, :func:`_lfru_next`) counted:
+    ``(the unit as float32, its lane over tie positions, the count's reciprocal, its slot or -1)``."""
     tf = np.float32(a)
     j = pbase + tp
     rf = np.float32(1.0) / f
     freq[_U(j)] = f
     v = np.int64(slot[_U(j)])
-    return tf, tp, j, f, rf, v
+    return tf, j, rf, v
 
 
 @jit_inline
@@ -1381,7 +1383,7 @@ def _lfru_reads(TP, first, tie_pos, expert, freq, ba, bb, pa, pb, lo, lob, na, n
 def _lfru_access(a, layer, cap, pbase, so, ns, tp, f, sbits, freq, slot, sR, sL, sTP, size, record, hit_flag):
     """Access ``a`` of :func:`_replay_lfru_seq` (layer ``layer``, quota ``cap``, slots from ``so``) to the block of tie
     position ``tp`` and new count ``f`` (:func:`_lfru_next`): 1 where it hits."""
-    tf, tp, j, f, rf, v = _lfru_touch_counted(a, tp, pbase, f, freq, slot)
+    tf, j, rf, v = _lfru_touch_counted(a, tp, pbase, f, freq, slot)
     hit = v >= 0
     if hit:
         if record:
@@ -1445,7 +1447,7 @@ def _lfru_vaccess(a, cap, pbase, so, tp, f, freq, slot, sR, sL, sTP, n, R, L, re
     through an event: returns ``(1 where it hits, n, R, L)``. ``sR`` / ``sL`` are written from the vectors where the
     exact keys decide, and when the event ends."""
     sbits = lane_bits(lanes)
-    tf, tp, j, f, rf, v = _lfru_touch_counted(a, tp, pbase, f, freq, slot)
+    tf, j, rf, v = _lfru_touch_counted(a, tp, pbase, f, freq, slot)
     hit = v >= 0
     if hit:
         if record:
