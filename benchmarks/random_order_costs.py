@@ -1,6 +1,7 @@
 """Where sequential-random's time goes: the shuffle, the shuffled order's own replay, and the two beside each other.
 
     python benchmarks/random_order_costs.py [--steps 2600] [--rhos 0.1,0.2,0.4] [--policies lru] [--pairs 7] [--json]
+    python benchmarks/random_order_costs.py --curves --policies lru,lfu,lrfu,lfru,belady --rhos 0.1,0.2,0.3,0.4
 
 ``sequential-random`` replays each event's members in a seeded shuffled order; its loop shuffles the stream on a
 second thread, chunk by chunk, ahead of the replay (``replay/_kernels_order.shuffled_replay``). Per policy and rho,
@@ -19,6 +20,12 @@ the four timed in turn within each pair, their order rotated pair by pair (media
 difference is what running the shuffle beside the replay costs (a wait for it, or the two cores slowing each
 other). Each row checks that the ``pre-shuffled`` and ``random`` replays' per-layer hits equal those of
 ``expertcache.replay(..., semantics="sequential-random")`` (exit 1 otherwise).
+
+``--curves`` instead times, per policy (``belady`` allowed too), a sequential-random curve at ``--rhos`` as
+separate replays (``replay_curve(..., one_pass=False)``: within one ``engine.reuse_belady_inputs`` scope, so the
+order is shuffled once and the later replays run on it) against the same replays one by one outside any scope
+(each shuffling again), alternated pair by pair: milliseconds of each (medians) and the per-pair ratios one by
+one / curve (min and median); each row checks that the two give equal results (exit 1 otherwise).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _ab import machine, positive_int, report, rho_list, yes_no  # noqa: E402
+from _ab import alternated_pairs, machine, positive_int, report, rho_list, yes_no  # noqa: E402
 
 #: The policies this script times: those whose sequential per-layer loop ``shuffled_replay`` runs.
 POLICIES = ("lru", "lfu", "lfru", "lrfu")
@@ -100,6 +107,28 @@ def row(s, policy: str, rho: float, pairs: int) -> dict:
             "random_over_ascending": ns["random"] / ns["ascending"], "hits_equal": same}
 
 
+def curve_row(s, policy: str, rhos: list[float], pairs: int) -> dict:
+    """One policy's sequential-random curve in one scope against its replays one by one (module docstring)."""
+    from expertcache.replay import ReplayConfig, replay, replay_curve
+
+    cfg = ReplayConfig(policy, semantics="sequential-random")
+
+    def timed(side: int) -> tuple[float, tuple]:
+        t0 = time.perf_counter()
+        if side == 0:
+            out = replay_curve(s, cfg, rhos, one_pass=False)
+        else:
+            out = tuple(replay(s, ReplayConfig(policy, rho=r, semantics="sequential-random")) for r in rhos)
+        return time.perf_counter() - t0, out
+
+    same = timed(0)[1] == timed(1)[1]                # (also the warm-up)
+    curve, apart = alternated_pairs(lambda side: timed(side)[0], pairs)
+    ratios = [b / a for a, b in zip(curve, apart, strict=True)]
+    return {"policy": policy, "rhos": rhos, "curve_ms": statistics.median(curve) * 1e3,
+            "one_by_one_ms": statistics.median(apart) * 1e3, "ratio_min": min(ratios),
+            "ratio": statistics.median(ratios), "hits_equal": same}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=positive_int, default=2600, help="scheduling steps (default 2600, ~5 M accesses)")
@@ -107,15 +136,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policies", default="lru", help=f"comma list of {', '.join(POLICIES)} (default lru)")
     ap.add_argument("--pairs", type=positive_int, default=7, help="rounds of the four sides (default 7)")
     ap.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    ap.add_argument("--curves", action="store_true",
+                    help="time each policy's sequential-random curve at --rhos in one scope against its replays one "
+                         "by one (belady allowed)")
     args = ap.parse_args(argv)
+    allowed = (*POLICIES, "belady") if args.curves else POLICIES
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    bad = [p for p in policies if p not in POLICIES]
+    bad = [p for p in policies if p not in allowed]
     if bad or not policies:
-        ap.error(f"--policies: expected a comma list of {', '.join(POLICIES)}; got {args.policies!r}")
+        ap.error(f"--policies: expected a comma list of {', '.join(allowed)}; got {args.policies!r}")
 
     from bench_vs_libcachesim import drifting_qwen_stream
 
     s = drifting_qwen_stream(args.steps, sample_seed=1)
+    if args.curves:
+        return report([curve_row(s, p, args.rhos, args.pairs) for p in policies], args.json,
+                      {"machine": machine(), "steps": args.steps, "union": int(s.union), "pairs": args.pairs},
+                      [f"machine: {machine()}",
+                       f"stream: {s.n_events} events, {s.union} union accesses; sequential-random at rho "
+                       f"{', '.join(map(str, args.rhos))}; ms, median of {args.pairs} pairs",
+                       f"{'policy':<14}{'curve':>10}{'one by one':>12}{'ratio min/med':>16}  results equal"],
+                      lambda r: f"{r['policy']:<14}{r['curve_ms']:>10.1f}{r['one_by_one_ms']:>12.1f}"
+                      f"{r['ratio_min']:>9.2f} /{r['ratio']:>5.2f}  {yes_no(r['hits_equal'])}")
     rows = [row(s, p, rho, args.pairs) for p in policies for rho in args.rhos]
     return report(rows, args.json,
                   {"machine": machine(), "steps": args.steps, "union": int(s.union), "pairs": args.pairs},

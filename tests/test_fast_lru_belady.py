@@ -241,12 +241,13 @@ def test_reused_belady_inputs_never_serve_another_stream_or_tie_order(loop):
             kept = engine._REUSED["bitsets" if loop == "walk" else "next"]
             assert len(kept) == 2 and {id(k[0][0]) for k in kept} == {id(a.offsets), id(b.offsets)}
             assert engine._REUSED["next" if loop == "walk" else "bitsets"] == []
-    assert engine._REUSED == {"bitsets": [], "next": []}
+    assert engine._REUSED == {"bitsets": [], "next": [], "order": []}
 
 
-def test_reused_next_uses_skip_a_shuffled_member_order():
-    """A sequential-random replay's next uses follow a shuffled copy of the members, met once: inside
-    engine.reuse_belady_inputs they are not kept (sequential-ascending's are), and the counts are the replays'
+def test_reused_next_uses_follow_the_kept_shuffled_member_order():
+    """A sequential-random replay's next uses follow the shuffled member order, which
+    engine.reuse_belady_inputs keeps: inside it the order and those next uses are kept (one entry each, the next
+    uses keyed by the kept order), sequential-ascending's next uses beside them, and the counts are the replays'
     outside it."""
     from expertcache.replay import engine
 
@@ -254,9 +255,13 @@ def test_reused_next_uses_skip_a_shuffled_member_order():
     cfgs = [ReplayConfig("belady", rho=0.3, semantics=m) for m in ("sequential-random", "sequential-ascending")]
     want = [replay(s, c) for c in cfgs]
     with engine.reuse_belady_inputs():
-        assert replay(s, cfgs[0]) == want[0] and engine._REUSED["next"] == []
-        assert replay(s, cfgs[1]) == want[1] and len(engine._REUSED["next"]) == 1
-        assert replay(s, cfgs[1]) == want[1] and len(engine._REUSED["next"]) == 1
+        assert replay(s, cfgs[0]) == want[0] and len(engine._REUSED["next"]) == 1
+        order = engine._REUSED["order"][0][2]
+        assert engine._REUSED["next"][0][0][1] is order and order is not s.expert
+        assert replay(s, cfgs[0]) == want[0] and len(engine._REUSED["next"]) == 1
+        assert replay(s, cfgs[1]) == want[1] and len(engine._REUSED["next"]) == 2
+        assert replay(s, cfgs[1]) == want[1] and len(engine._REUSED["next"]) == 2
+        assert len(engine._REUSED["order"]) == 1
 
 
 @pytest.mark.parametrize("direct", [True, False, None])

@@ -360,6 +360,68 @@ def test_sequential_random_loops_shuffle_beside_their_replay(threads, monkeypatc
     assert len(called) == 7 and all((x == stream.expert).all() for x in called)
 
 
+_RANDOM_POLICIES = ("lru", "lfu", "lfru", "lrfu", "least-stale", "belady", "belady-forced")
+
+
+def _count_shuffles(monkeypatch) -> list:
+    """Every shuffle the engine makes (``shuffled_replay`` beside a replay, ``shuffle_events`` for a loop given the
+    shuffled order), recorded as the seed words it starts from."""
+    made = []
+    real_beside, real_events = KO.shuffled_replay, KO.shuffle_events
+    monkeypatch.setattr(KO, "shuffled_replay", lambda o, e, w, *a: made.append(w.copy()) or real_beside(o, e, w, *a))
+    monkeypatch.setattr(KO, "shuffle_events", lambda o, e, w: made.append(w.copy()) or real_events(o, e, w))
+    return made
+
+
+def test_a_reuse_scope_keeps_each_streams_shuffled_order_per_seed(monkeypatch):
+    """Inside engine.reuse_belady_inputs, sequential-random replays of two streams at two seeds, interleaved, give
+    the naive twin's counts (which shuffles each event itself): a kept order never serves another stream or seed.
+    Replays of one stream and seed in a row shuffle once, both for the loops that shuffle beside their replay and
+    for those given the order (belady); the kept order is numpy's permutation loop's; the scope leaves nothing."""
+    made = _count_shuffles(monkeypatch)
+    a = random_stream(16, L=3, N=24, k=6, steps=12)
+    b = random_stream(17, L=3, N=24, k=6, steps=12)
+    want = {}
+    for name, st in (("a", a), ("b", b)):
+        for seed in (0, 5):
+            for p in _RANDOM_POLICIES:
+                kw = dict(rho=0.3, semantics="sequential-random", seed=seed)
+                want[(name, seed, p)] = naive_counts(naive_replay(st, p, **kw))
+    made.clear()
+    with engine.reuse_belady_inputs():
+        for name, seed in (("a", 0), ("a", 0), ("b", 0), ("a", 5), ("b", 0), ("b", 5), ("a", 5), ("a", 0)):
+            st = a if name == "a" else b
+            for p in _RANDOM_POLICIES:
+                got = replay(st, ReplayConfig(p, rho=0.3, semantics="sequential-random", seed=seed))
+                assert counts(got) == want[(name, seed, p)], (name, seed, p)
+        kept = engine._REUSED["order"]
+        assert len(kept) == 2 and (kept[0][2] == _python_order(a, 0)).all()
+    # the last two orders made are kept: a0, b0, a5, b5 and a0 again (evicted by b5) are made; b0, a5 are found
+    assert len(made) == 5
+    assert engine._REUSED == {"bitsets": [], "next": [], "order": []}
+    made.clear()
+    for p in _RANDOM_POLICIES:                      # outside a scope every replay shuffles
+        replay(a, ReplayConfig(p, rho=0.3, semantics="sequential-random", seed=0))
+    assert len(made) == len(_RANDOM_POLICIES)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_sweep_shuffles_once_per_seed_in_a_process(jobs, monkeypatch):
+    """An in-process sweep of sequential-random curves of several policies (separate replays) shuffles once per
+    seed, and its results equal replays outside any scope; with worker processes too (their counts uncounted here)."""
+    from expertcache.replay import sweep
+
+    made = _count_shuffles(monkeypatch)
+    stream = random_stream(18, L=3, N=24, k=6, steps=12)
+    configs = [ReplayConfig(p, rho=r, semantics="sequential-random", seed=s)
+               for s in (1, 2) for p in ("lru", "lfu", "lrfu", "belady") for r in (0.2, 0.5)]
+    want = [replay(stream, c) for c in configs]
+    made.clear()
+    assert sweep(stream, configs, jobs=jobs) == want
+    assert len(made) == (2 if jobs == 1 else 0)
+    assert engine._REUSED == {"bitsets": [], "next": [], "order": []}
+
+
 def _lru_cases(rng, stream):
     """Per-layer quotas for the sequential lru tests: 0, 1, small, past N, and one drawn per layer."""
     L, N = stream.n_layers, stream.n_experts

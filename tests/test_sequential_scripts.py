@@ -61,10 +61,21 @@ def test_the_random_order_script_splits_the_time_and_checks_the_hits():
         assert x["random_over_ascending"] == x["ns_per_access"]["random"] / x["ns_per_access"]["ascending"]
 
 
+def test_the_random_order_script_times_curves_in_one_scope_and_checks_them():
+    r = _run(COSTS, "--curves", "--steps", "12", "--rhos", "0.1,0.4", "--policies", "lru,belady", "--pairs", "2",
+             "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["rows"]
+    assert [(x["policy"], x["rhos"]) for x in rows] == [("lru", [0.1, 0.4]), ("belady", [0.1, 0.4])]
+    for x in rows:
+        assert x["hits_equal"] and x["curve_ms"] > 0 and x["one_by_one_ms"] > 0 and 0 < x["ratio_min"] <= x["ratio"]
+
+
 def test_bad_arguments_get_one_line_and_exit_2():
     for script, args in ((SHAPES, ["--rhos", "0.6"]), (SHAPES, ["--batches", "0"]), (SHAPES, ["--batches", "x"]),
                          (LRFU_SHAPES, ["--rhos", "0.6"]), (LRFU_SHAPES, ["--batches", "0"]),
-                         (COSTS, ["--policies", "belady"]), (COSTS, ["--steps", "0"]), (COSTS, ["--rhos", "2"])):
+                         (COSTS, ["--policies", "belady"]), (COSTS, ["--curves", "--policies", "opt"]),
+                         (COSTS, ["--steps", "0"]), (COSTS, ["--rhos", "2"])):
         r = _run(script, *args)
         assert r.returncode == 2 and "Traceback" not in r.stderr, (script.name, args)
         assert "expected" in r.stderr.strip().splitlines()[-1], (script.name, args, r.stderr)

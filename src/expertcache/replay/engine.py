@@ -188,9 +188,13 @@ def _member_order(stream: EventStream, semantics: str, seed: int) -> np.ndarray:
     (the order of ``seg[rng.permutation(len(seg))]`` event by event, ``rng = np.random.default_rng([seed, 1])``)."""
     if semantics != "sequential-random":
         return stream.expert
-    expert = stream.expert.copy()
-    KO.shuffle_events(stream.offsets, expert, _order_words(seed))
-    return expert
+
+    def shuffled() -> np.ndarray:
+        expert = stream.expert.copy()
+        KO.shuffle_events(stream.offsets, expert, _order_words(seed))
+        return expert
+
+    return _reused("order", (stream.offsets, stream.expert), int(seed), shuffled)
 
 
 def _order_words(seed: int) -> np.ndarray:
@@ -222,10 +226,13 @@ def _sequential(config: ReplayConfig, offsets, expert, run) -> None:
     """A sequential loop by ranges (``run``, ``_kernels_seq.*_seq_ranges``) over the stream's member order as
     given: shuffled chunk by chunk on a second thread for sequential-random (:func:`._kernels_order.shuffled_replay`),
     else in one call."""
-    if config.semantics == "sequential-random":
-        KO.shuffled_replay(offsets, expert, _order_words(int(config.seed)), run)
-    else:
-        run(expert, 0, offsets.shape[0] - 1)
+    if config.semantics != "sequential-random":
+        return run(expert, 0, offsets.shape[0] - 1)
+    seed = int(config.seed)
+    order = _kept("order", (offsets, expert), seed)     # shuffled by an earlier replay within reuse_belady_inputs
+    if order is not None:
+        return run(order, 0, offsets.shape[0] - 1)
+    _keep("order", (offsets, expert), seed, KO.shuffled_replay(offsets, expert, _order_words(seed), run))
 
 
 def _kernel_inputs(stream: EventStream, config: ReplayConfig, needs_next_use: bool, ordered: bool = True) -> tuple:
@@ -237,8 +244,7 @@ def _kernel_inputs(stream: EventStream, config: ReplayConfig, needs_next_use: bo
         raise ValidationError(f"streams of more than {int(K.NEVER) - 1} units are not supported; split the stream")
     expert = _member_order(stream, config.semantics, int(config.seed)) if ordered else stream.expert
     layer = stream.layer
-    next_use = _next_use if expert is stream.expert else K.next_use      # (a shuffled copy is never met again)
-    access_next = (next_use(stream.offsets, expert, layer, stream.n_experts, stream.n_layers, atomic)
+    access_next = (_next_use(stream.offsets, expert, layer, stream.n_experts, stream.n_layers, atomic)
                    if needs_next_use else np.empty(0, dtype=np.int32))
     return (stream.offsets, expert, layer, stream.step, stream.n_experts, stream.n_layers,
             config.scope == "global", atomic, access_next)
@@ -398,20 +404,21 @@ def _belady_loop(config: ReplayConfig, policy: Policy, n_experts: int, caps: np.
     return "walk"
 
 
-_REUSED: dict[str, list[tuple]] = {"bitsets": [], "next": []}   # the last two built of each (keys, result)
+_REUSED: dict[str, list[tuple]] = {"bitsets": [], "next": [], "order": []}   # the last two of each (keys, result)
 _REUSE_LOCK = threading.Lock()
 _REUSE_DEPTH = [0]                  # open reuse_belady_inputs() scopes
 
 
 @contextmanager
 def reuse_belady_inputs() -> Iterator[None]:
-    """Within this scope, Belady's loops keep what they build from a stream for the last two streams: the next-use
-    arrays (per semantics) and the walk's event bitsets (per tie order).
+    """Within this scope, replays keep what they build from a stream for the last two streams: Belady's next-use
+    arrays (per semantics and member order) and the walk's event bitsets (per tie order), and sequential-random's
+    shuffled member order (per seed), so that later replays of the stream skip the shuffle.
 
-    Belady and Belady-forced, a curve's capacities and a report's decompositions replay one stream under one
-    tie order several times, and these depend on nothing else. The scope is for code that does not change
-    a stream's arrays in place between those replays (entries are matched by array identity); the kept
-    arrays are dropped when the outermost scope closes.
+    Belady and Belady-forced, a curve's capacities, a report's policies and its decompositions replay one stream
+    under one tie order and seed several times, and these depend on nothing else. The scope is for code that
+    does not change a stream's arrays in place between those replays (entries are matched by array identity);
+    the kept arrays are dropped when the outermost scope closes.
     """
     with _REUSE_LOCK:
         _REUSE_DEPTH[0] += 1
@@ -425,25 +432,37 @@ def reuse_belady_inputs() -> Iterator[None]:
                     kept.clear()
 
 
-def _reused(kind: str, arrays: tuple, extra, build) -> object:
-    """``build()``, or within :func:`reuse_belady_inputs` the result kept for the same ``arrays`` (by identity)
-    and ``extra`` (an array compared by value, or a scalar)."""
+def _kept(kind: str, arrays: tuple, extra) -> object:
+    """Within :func:`reuse_belady_inputs`, the result kept for the same ``arrays`` (by identity) and ``extra`` (an
+    array compared by value, or a scalar); else None."""
     def same(a, b) -> bool:
         if isinstance(a, np.ndarray):
             return a.shape == b.shape and bool((a == b).all())
         return a == b
 
     with _REUSE_LOCK:
-        reuse = _REUSE_DEPTH[0] > 0
-        for keys, x, res in _REUSED[kind] if reuse else ():
+        for keys, x, res in _REUSED[kind] if _REUSE_DEPTH[0] > 0 else ():
             if all(k is a for k, a in zip(keys, arrays, strict=True)) and same(x, extra):
                 return res
-    res = build()
-    if reuse:
-        with _REUSE_LOCK:
-            if _REUSE_DEPTH[0] > 0:
-                _REUSED[kind].insert(0, (arrays, extra.copy() if isinstance(extra, np.ndarray) else extra, res))
-                del _REUSED[kind][2:]
+    return None
+
+
+def _keep(kind: str, arrays: tuple, extra, res) -> None:
+    """Within :func:`reuse_belady_inputs`, keep ``res`` for ``arrays`` and ``extra`` (the last two of each kind);
+    else nothing."""
+    with _REUSE_LOCK:
+        if _REUSE_DEPTH[0] > 0:
+            _REUSED[kind].insert(0, (arrays, extra.copy() if isinstance(extra, np.ndarray) else extra, res))
+            del _REUSED[kind][2:]
+
+
+def _reused(kind: str, arrays: tuple, extra, build) -> object:
+    """``build()``, or within :func:`reuse_belady_inputs` the result kept for the same ``arrays`` and ``extra``
+    (:func:`_kept`; a result built there is kept)."""
+    res = _kept(kind, arrays, extra)
+    if res is None:
+        res = build()
+        _keep(kind, arrays, extra, res)
     return res
 
 

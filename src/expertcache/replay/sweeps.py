@@ -4,7 +4,10 @@ Configurations that differ only in ``rho`` form one task, answered by
 :func:`replay_curve` (one pass for stack policies). Tasks run in worker
 processes when ``jobs > 1``; results come back in the order of the input
 configurations and are identical to a serial run (every replay is a pure
-function of its stream, configuration and seed).
+function of its stream, configuration and seed). The tasks of a process (this
+one, or each worker) share what :func:`.engine.reuse_belady_inputs` keeps:
+sequential-random's shuffled member order of a seed is made once there, as
+are Belady's next uses.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from ..events import EventStream
-from .engine import ReplayConfig, replay_curve
+from .engine import ReplayConfig, replay_curve, reuse_belady_inputs
 from .result import ReplayResult
 
 __all__ = ["sweep", "default_jobs"]
@@ -34,6 +37,13 @@ def _init(stream: EventStream, calibration: EventStream | None, advice=None) -> 
     _STATE["stream"] = stream
     _STATE["calibration"] = calibration
     _STATE["advice"] = advice
+
+
+def _init_worker(stream: EventStream, calibration: EventStream | None, advice=None) -> None:
+    """:func:`_init` in a worker process, which then keeps what :func:`.engine.reuse_belady_inputs` keeps for all
+    its tasks (the scope closes with the process)."""
+    _init(stream, calibration, advice)
+    reuse_belady_inputs().__enter__()
 
 
 def _run(base: ReplayConfig, rhos: list[float]) -> tuple[ReplayResult, ...]:
@@ -83,14 +93,15 @@ def sweep(stream: EventStream, configs: Sequence[ReplayConfig], calibration: Eve
     if jobs <= 1 or len(tasks) <= 1:
         _init(stream, calibration, advice)
         try:
-            for done, task in enumerate(tasks, start=1):
-                base, rhos, _ = task
-                res = _run(base, rhos) if base.capacity is None else (_replay_one(base),)
-                place(task, res, done)
+            with reuse_belady_inputs():    # the tasks share a shuffled member order, next uses, event bitsets
+                for done, task in enumerate(tasks, start=1):
+                    base, rhos, _ = task
+                    res = _run(base, rhos) if base.capacity is None else (_replay_one(base),)
+                    place(task, res, done)
         finally:
             _STATE.clear()
     else:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), initializer=_init,
+        with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), initializer=_init_worker,
                                  initargs=(stream, calibration, advice)) as pool:
             futures = {}
             for task in tasks:
