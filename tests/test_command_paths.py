@@ -202,6 +202,37 @@ def test_read_events_in_batches_keeps_stored_types(tmp_path, monkeypatch):
         assert np.array_equal(getattr(got, name), getattr(s, name)), name
 
 
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 1 << 16])
+def test_chunked_multiplicity_bounds_take_each_members_own_event(chunk, monkeypatch):
+    """The multiplicity bound [1, active of the member's event], checked a chunk of members at a time (events
+    straddle chunks): every multiplicity at its event's bound passes, and one below 1 or above its event's active
+    names the first such event, as a member-by-member loop finds it."""
+    import expertcache.events.stream as S
+    from expertcache.errors import ValidationError
+
+    monkeypatch.setattr(S, "_CHECK_CHUNK", chunk)
+    rng = np.random.default_rng([chunk, 6])
+    for _ in range(20):
+        s = _random_stream(rng, 2, 9, 12)
+        active = rng.integers(1, 6, s.n_events).astype(np.int32)
+        at_bound = np.repeat(active, np.diff(s.offsets)).astype(np.int32)      # each member at its event's bound
+
+        def check(mult, s=s, active=active):
+            S._check_events(s.step, s.layer, active, s.offsets, s.expert, mult, None, active.astype(np.int64) * 9,
+                            s.n_layers, s.n_experts, s.top_k, "t")
+
+        check(at_bound)
+        mult = at_bound.copy()
+        for _ in range(int(rng.integers(1, 4))):
+            j = int(rng.integers(0, mult.shape[0]))
+            mult[j] = 0 if rng.random() < 0.3 else mult[j] + 1
+        first = next(j for j in range(mult.shape[0])
+                     if not 1 <= mult[j] <= active[int(np.searchsorted(s.offsets, j, side="right")) - 1])
+        event = int(np.searchsorted(s.offsets, first, side="right")) - 1
+        with pytest.raises(ValidationError, match=f"record {event + 1}\\b.*multiplicity must be in"):
+            check(mult)
+
+
 def test_chunked_member_checks_name_the_first_bad_event(monkeypatch):
     import expertcache.events.stream as S
     from expertcache.errors import ValidationError

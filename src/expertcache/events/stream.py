@@ -341,9 +341,12 @@ def _check_events(step, layer, active, offsets, expert, mult, gate_mass, logical
                                   source=source, record=rec(event_of(j + 1)), field="experts")
 
     def bad_mult(lo: int, hi: int) -> np.ndarray:
-        ev = np.searchsorted(offsets, np.arange(lo, hi), side="right") - 1
+        # each member's event's active count: the events over [lo, hi) repeated by their members in it
+        e0 = int(np.searchsorted(offsets, lo, side="right")) - 1
+        e1 = int(np.searchsorted(offsets, hi, side="left"))
+        cut = np.clip(offsets[e0:e1 + 1], lo, hi)
         m = mult[lo:hi]
-        return (m < 1) | (m > active[ev])
+        return (m < 1) | (m > np.repeat(active[e0:e1], np.diff(cut)))
 
     j = _first_chunked(mult.shape[0], bad_mult)
     if j is not None:
