@@ -40,7 +40,9 @@ a process: docs/performance.md, *Placement noise*) of each process's median per-
 (ours / baseline), and their range. Stream: ``bench_vs_libcachesim.drifting_qwen_stream(steps)`` (48 x 128, B = 8;
 5,200 steps is the 10 M-access benchmark stream, 650 the 1.25 M one), or with ``--batch B``
 ``bench_scaling.routed_stream`` at batch ``B`` (48 x 128, as many union accesses as ``steps`` steps of the drifting
-stream; ``--experts N`` other than 128: 48 x N, at batch 8 unless ``--batch`` says). The processes compile into a
+stream; ``--experts N`` other than 128: 48 x N, at batch 8 unless ``--batch`` says); with ``--shuffled`` a sequential
+kernel replays the members in sequential-random's order (seed 0, shuffled once beforehand, not timed) instead of
+ascending. The processes compile into a
 numba cache of their own, removed at the end (a kernel cached under the baseline's second name would not load in a
 plain run of that checkout).
 """
@@ -95,8 +97,22 @@ def _sibling(generic, name: str):
         return None
 
 
+#: The kernels ``--shuffled`` takes: the sequential loops, one unit per access, whose order within an event matters.
+SEQUENTIAL = ("lfu-seq", "lfu-seq-in-cache", "lrfu-seq", "lfru-seq", "lru-seq", "lru-seq-global", "belady-seq",
+              "belady-global-seq", "lrfu-global-seq", "lfru-global-seq", "lfu-global-seq", "lfu-global-seq-in-cache")
+
+
+class _Reordered:
+    """A stream's arrays with its members in another order within each event (``--shuffled``)."""
+
+    def __init__(self, s, expert: np.ndarray):
+        for name in ("offsets", "layer", "step", "n_layers", "n_experts"):
+            setattr(self, name, getattr(s, name))
+        self.expert = expert
+
+
 def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, first: int,
-          timing_only: bool = False, batch: int = 0, experts: int = 128) -> None:
+          timing_only: bool = False, batch: int = 0, experts: int = 128, shuffled: bool = False) -> None:
     from bench_scaling import ACCESSES_PER_STEP, routed_stream
     from bench_vs_libcachesim import drifting_qwen_stream
 
@@ -109,6 +125,8 @@ def child(src: str, kernel: str, steps: int, rhos: list[float], pairs: int, firs
     sides = ((KB, KS, KQ, KK), _baseline(src))
     s = (routed_stream(48, experts, batch, steps * ACCESSES_PER_STEP) if batch
          else drifting_qwen_stream(steps, sample_seed=1))
+    if shuffled:                   # sequential-random's order of seed 0, shuffled once, not timed
+        s = _Reordered(s, engine._member_order(s, "sequential-random", 0))
     L, N = s.n_layers, s.n_experts
     tie = engine._tie_ranks("random", 0, L * N)
     order, tie_pos = engine._tie_order(tie, L, N)
@@ -258,6 +276,9 @@ def main() -> None:
     ap.add_argument("--experts", type=int, default=128,
                     help="experts a layer of the routed stream (48 x N); other than 128, the routed stream at batch 8 "
                          "unless --batch says")
+    ap.add_argument("--shuffled", action="store_true",
+                    help="a sequential kernel on the members in sequential-random's order (seed 0, shuffled once "
+                         "beforehand), not ascending")
     ap.add_argument("--timing-only", action="store_true",
                     help="time a prototype whose counts differ from the baseline's (a part taken out of the "
                          "kernel); rows say where they differ")
@@ -267,8 +288,10 @@ def main() -> None:
     a = ap.parse_args()
     rhos = [float(x) for x in a.rhos.split(",")]
     if a.child >= 0:
-        child(a.baseline, a.kernel, a.steps, rhos, a.pairs, a.child, a.timing_only, a.batch, a.experts)
+        child(a.baseline, a.kernel, a.steps, rhos, a.pairs, a.child, a.timing_only, a.batch, a.experts, a.shuffled)
         return
+    if a.shuffled and a.kernel not in SEQUENTIAL:
+        ap.error(f"--shuffled: expected a sequential kernel ({', '.join(SEQUENTIAL)}); got {a.kernel}")
     if a.batch < 0:
         raise SystemExit(f"--batch {a.batch}: a batch is at least 1 (0: the drifting stream)")
     if not 1 <= a.experts <= 1024:
@@ -284,13 +307,15 @@ def main() -> None:
         cols = pooled_rows([sys.executable, __file__, "--baseline", a.baseline, "--kernel", a.kernel, "--steps",
                             str(a.steps), "--rhos", a.rhos, "--pairs", str(a.pairs), "--batch", str(a.batch),
                             "--experts", str(a.experts)]
-                           + (["--timing-only"] if a.timing_only else []), a.processes, env)
+                           + (["--timing-only"] if a.timing_only else []) + (["--shuffled"] if a.shuffled else []),
+                           a.processes, env)
     finally:
         if not a.cache_dir:
             shutil.rmtree(cache, ignore_errors=True)
     print(f"machine: {machine()}")
     shape = f" 48 x {a.experts}" if a.experts != 128 else ""
-    stream = f"routed stream{shape} at batch {a.batch}, " if a.batch else ""
+    stream = (f"routed stream{shape} at batch {a.batch}, " if a.batch else "") + ("members shuffled, " if a.shuffled
+                                                                                   else "")
     print(f"{a.kernel}, {stream}{a.steps} steps, {a.processes} processes x {a.pairs} pairs: ours / baseline (median, "
           "process range)")
     for rho, col, eq in zip(rhos, cols[:len(rhos)], cols[len(rhos):], strict=True):

@@ -101,3 +101,16 @@ def test_the_routed_stream_by_batch_and_experts_and_a_bad_value_is_a_one_line_er
     r = _run(src, "--kernel", "lfru", flag, bad)
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines()[-1].endswith(refusal)
+
+
+def test_shuffled_members_for_a_sequential_kernel_and_a_one_line_refusal_otherwise(shared):
+    """--shuffled: a sequential kernel's rows name the shuffled members; an event-atomic kernel is refused in one
+    line (exit 2)."""
+    src, cache = shared
+    r = _run(src, "--kernel", "lru-seq", "--rhos", "0.1", "--processes", "1", "--shuffled", cache=cache)
+    assert r.returncode == 0, r.stderr
+    assert "lru-seq, members shuffled, 3 steps" in r.stdout
+    assert len([ln for ln in r.stdout.splitlines() if ln.startswith("  rho 0.1 ")]) == 1
+    r = _run(src, "--kernel", "lfru", "--shuffled")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "--shuffled: expected a sequential kernel" in r.stderr.strip().splitlines()[-1]
