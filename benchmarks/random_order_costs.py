@@ -2,6 +2,7 @@
 
     python benchmarks/random_order_costs.py [--steps 2600] [--rhos 0.1,0.2,0.4] [--policies lru] [--pairs 7] [--json]
     python benchmarks/random_order_costs.py --curves --policies lru,lfu,lrfu,lfru,belady --rhos 0.1,0.2,0.3,0.4
+    python benchmarks/random_order_costs.py --chunks 65536,262144 --policies lru,lfu --rhos 0.1,0.2
 
 ``sequential-random`` replays each event's members in a seeded shuffled order; its loop shuffles the stream on a
 second thread, chunk by chunk, ahead of the replay (``replay/_kernels_order.shuffled_replay``). Per policy and rho,
@@ -20,6 +21,11 @@ the four timed in turn within each pair, their order rotated pair by pair (media
 difference is what running the shuffle beside the replay costs (a wait for it, or the two cores slowing each
 other). Each row checks that the ``pre-shuffled`` and ``random`` replays' per-layer hits equal those of
 ``expertcache.replay(..., semantics="sequential-random")`` (exit 1 otherwise).
+
+``--chunks A,B,...`` instead times the ``random`` side alone at each chunk size (accesses a chunk of
+``_kernels_order.CHUNK_ACCESSES``, the share of the stream the second thread shuffles ahead at a time), in turn
+within each round, their order rotated round by round: nanoseconds per access and the median per-round ratio to
+the first size, hits checked as above.
 
 ``--curves`` instead times, per policy (``belady`` allowed too), a sequential-random curve at ``--rhos`` as
 separate replays (``replay_curve(..., one_pass=False)``: within one ``engine.reuse_belady_inputs`` scope, so the
@@ -40,7 +46,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _ab import alternated_pairs, machine, positive_int, report, rho_list, yes_no  # noqa: E402
+from _ab import alternated_pairs, int_list, machine, positive_int, report, rho_list, yes_no  # noqa: E402
 
 #: The policies this script times: those whose sequential per-layer loop ``shuffled_replay`` runs.
 POLICIES = ("lru", "lfu", "lfru", "lrfu")
@@ -107,6 +113,45 @@ def row(s, policy: str, rho: float, pairs: int) -> dict:
             "random_over_ascending": ns["random"] / ns["ascending"], "hits_equal": same}
 
 
+def chunk_row(s, policy: str, rho: float, chunks: list[int], pairs: int) -> dict:
+    """One policy and rho: the ``random`` side (``shuffled_replay`` on two threads) at each chunk size in ``chunks``
+    (``_kernels_order.CHUNK_ACCESSES``), timed in turn within each pair, their order rotated pair by pair: nanoseconds
+    per access (medians) and each one's per-pair ratio to the first size's (median); hits checked against
+    ``expertcache.replay`` at every size."""
+    from expertcache.replay import ReplayConfig, engine, replay
+    from expertcache.replay import _kernels_order as KO
+
+    L, N = s.n_layers, s.n_experts
+    caps = engine.capacities_for_rho(rho, L, N)
+    _, tie_pos = engine._tie_order(engine._tie_ranks("random", 0, L * N), L, N)
+    words = engine._order_words(0)
+    keep = KO.CHUNK_ACCESSES
+
+    def timed(chunk: int) -> tuple[float, np.ndarray]:
+        hits = np.zeros(L, np.int64)
+        run = _ranges(policy, s, caps, tie_pos, hits, np.zeros(L, np.int64))
+        KO.CHUNK_ACCESSES = chunk
+        try:
+            t0 = time.perf_counter()
+            KO.shuffled_replay(s.offsets, s.expert, words, run, threads=True)
+            return time.perf_counter() - t0, hits
+        finally:
+            KO.CHUNK_ACCESSES = keep
+
+    want = np.array([x.hits for x in replay(s, ReplayConfig(policy=policy, rho=rho,
+                                                            semantics="sequential-random")).per_layer])
+    same = all(np.array_equal(timed(c)[1], want) for c in chunks)     # (also a warm-up)
+    secs: dict[int, list[float]] = {c: [] for c in chunks}
+    for k in range(pairs):
+        for j in range(len(chunks)):
+            c = chunks[(j + k) % len(chunks)]
+            secs[c].append(timed(c)[0])
+    return {"policy": policy, "rho": rho, "chunks": chunks,
+            "ns_per_access": {str(c): statistics.median(v) / s.union * 1e9 for c, v in secs.items()},
+            "ratio_to_first": {str(c): statistics.median([a / b for a, b in zip(v, secs[chunks[0]], strict=True)])
+                               for c, v in secs.items()}, "hits_equal": same}
+
+
 def curve_row(s, policy: str, rhos: list[float], pairs: int) -> dict:
     """One policy's sequential-random curve in one scope against its replays one by one (module docstring)."""
     from expertcache.replay import ReplayConfig, replay, replay_curve
@@ -139,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--curves", action="store_true",
                     help="time each policy's sequential-random curve at --rhos in one scope against its replays one "
                          "by one (belady allowed)")
+    ap.add_argument("--chunks", type=int_list, default=None,
+                    help="time the random side at each of these chunk sizes (accesses, comma list)")
     args = ap.parse_args(argv)
     allowed = (*POLICIES, "belady") if args.curves else POLICIES
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
@@ -149,6 +196,18 @@ def main(argv: list[str] | None = None) -> int:
     from bench_vs_libcachesim import drifting_qwen_stream
 
     s = drifting_qwen_stream(args.steps, sample_seed=1)
+    if args.chunks:
+        return report([chunk_row(s, p, rho, args.chunks, args.pairs) for p in policies for rho in args.rhos],
+                      args.json, {"machine": machine(), "steps": args.steps, "union": int(s.union), "pairs": args.pairs},
+                      [f"machine: {machine()}",
+                       f"stream: {s.n_events} events, {s.union} union accesses; the random side, ns per access "
+                       f"(median of {args.pairs} rounds) and its ratio to chunk {args.chunks[0]} (median of per-round "
+                       "ratios)",
+                       f"{'policy':<7}{'rho':>6}" + "".join(f"{'chunk ' + str(c):>22}" for c in args.chunks)
+                       + "  hits equal"],
+                      lambda r: f"{r['policy']:<7}{r['rho']:>6}" + "".join(
+                          f"{r['ns_per_access'][str(c)]:>13.2f} ({r['ratio_to_first'][str(c)]:.3f})"
+                          for c in r["chunks"]) + "  " + yes_no(r["hits_equal"]))
     if args.curves:
         return report([curve_row(s, p, args.rhos, args.pairs) for p in policies], args.json,
                       {"machine": machine(), "steps": args.steps, "union": int(s.union), "pairs": args.pairs},

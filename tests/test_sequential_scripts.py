@@ -71,11 +71,22 @@ def test_the_random_order_script_times_curves_in_one_scope_and_checks_them():
         assert x["hits_equal"] and x["curve_ms"] > 0 and x["one_by_one_ms"] > 0 and 0 < x["ratio_min"] <= x["ratio"]
 
 
+def test_the_random_order_script_times_the_random_side_by_chunk_size():
+    r = _run(COSTS, "--chunks", "64,4096", "--steps", "12", "--rhos", "0.1", "--policies", "lru,lfu", "--pairs", "2",
+             "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["rows"]
+    assert [(x["policy"], x["chunks"]) for x in rows] == [("lru", [64, 4096]), ("lfu", [64, 4096])]
+    for x in rows:
+        assert x["hits_equal"] and set(x["ns_per_access"]) == {"64", "4096"} and x["ratio_to_first"]["64"] == 1.0
+        assert all(v > 0 for v in x["ns_per_access"].values())
+
+
 def test_bad_arguments_get_one_line_and_exit_2():
     for script, args in ((SHAPES, ["--rhos", "0.6"]), (SHAPES, ["--batches", "0"]), (SHAPES, ["--batches", "x"]),
                          (LRFU_SHAPES, ["--rhos", "0.6"]), (LRFU_SHAPES, ["--batches", "0"]),
                          (COSTS, ["--policies", "belady"]), (COSTS, ["--curves", "--policies", "opt"]),
-                         (COSTS, ["--steps", "0"]), (COSTS, ["--rhos", "2"])):
+                         (COSTS, ["--steps", "0"]), (COSTS, ["--rhos", "2"]), (COSTS, ["--chunks", "0"])):
         r = _run(script, *args)
         assert r.returncode == 2 and "Traceback" not in r.stderr, (script.name, args)
         assert "expected" in r.stderr.strip().splitlines()[-1], (script.name, args, r.stderr)

@@ -170,9 +170,11 @@ def shuffle_range(offsets, expert, st, e0, e1):
 
 
 #: Accesses from which :func:`shuffled_replay` shuffles on a second thread, and about how many a chunk holds (the
-#: first an eighth of that: its shuffle runs before any replay).
+#: first an eighth of that: its shuffle runs before any replay). Chunks of ``2**18`` took 0.92-1.00 of the time of
+#: chunks of ``2**16`` (sequential-random ``lru`` and ``lfu`` at rho 0.1-0.2: fewer hand-overs between the threads;
+#: ``python benchmarks/random_order_costs.py --chunks 65536,262144``, docs/performance.md, *Session 66*).
 THREAD_MIN_ACCESSES = 1 << 20
-CHUNK_ACCESSES = 1 << 16
+CHUNK_ACCESSES = 1 << 18
 
 
 def _usable_cpus() -> int:
