@@ -360,6 +360,29 @@ def test_sequential_random_loops_shuffle_beside_their_replay(threads, monkeypatc
     assert len(called) == 7 and all((x == stream.expert).all() for x in called)
 
 
+def test_a_sweep_worker_keeps_its_reuse_scope_open(monkeypatch):
+    """A sweep's worker initializer opens one reuse_belady_inputs scope that stays open after a garbage collection
+    (a scope object left unreferenced would close at once), and a second initialisation opens no second scope."""
+    import gc
+
+    from expertcache.replay import sweeps
+
+    monkeypatch.setattr(sweeps, "_WORKER_SCOPE", [])
+    stream = random_stream(19, L=2, N=8, k=2, steps=3)
+    try:
+        sweeps._init_worker(stream, None)
+        sweeps._init_worker(stream, None)
+        gc.collect()
+        assert engine._REUSE_DEPTH[0] == 1
+        replay(stream, ReplayConfig("lru", rho=0.5, semantics="sequential-random"))
+        assert len(engine._REUSED["order"]) == 1
+    finally:
+        for scope in sweeps._WORKER_SCOPE:
+            scope.__exit__(None, None, None)
+        sweeps._STATE.clear()
+    assert engine._REUSE_DEPTH[0] == 0 and engine._REUSED["order"] == []
+
+
 _RANDOM_POLICIES = ("lru", "lfu", "lfru", "lrfu", "least-stale", "belady", "belady-forced")
 
 

@@ -39,11 +39,19 @@ def _init(stream: EventStream, calibration: EventStream | None, advice=None) -> 
     _STATE["advice"] = advice
 
 
+#: A worker process's open :func:`.engine.reuse_belady_inputs` scope, held so that it stays open (a scope object no
+#: longer referenced would be collected, and its generator closed, at once).
+_WORKER_SCOPE: list = []
+
+
 def _init_worker(stream: EventStream, calibration: EventStream | None, advice=None) -> None:
     """:func:`_init` in a worker process, which then keeps what :func:`.engine.reuse_belady_inputs` keeps for all
     its tasks (the scope closes with the process)."""
     _init(stream, calibration, advice)
-    reuse_belady_inputs().__enter__()
+    if not _WORKER_SCOPE:
+        scope = reuse_belady_inputs()
+        scope.__enter__()
+        _WORKER_SCOPE.append(scope)
 
 
 def _run(base: ReplayConfig, rhos: list[float]) -> tuple[ReplayResult, ...]:
