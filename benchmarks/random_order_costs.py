@@ -187,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunks", type=int_list, default=None,
                     help="time the random side at each of these chunk sizes (accesses, comma list)")
     args = ap.parse_args(argv)
+    if args.curves and args.chunks:
+        ap.error("--curves, --chunks: expected one of the two, not both")
     allowed = (*POLICIES, "belady") if args.curves else POLICIES
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     bad = [p for p in policies if p not in allowed]

@@ -86,7 +86,8 @@ def test_bad_arguments_get_one_line_and_exit_2():
     for script, args in ((SHAPES, ["--rhos", "0.6"]), (SHAPES, ["--batches", "0"]), (SHAPES, ["--batches", "x"]),
                          (LRFU_SHAPES, ["--rhos", "0.6"]), (LRFU_SHAPES, ["--batches", "0"]),
                          (COSTS, ["--policies", "belady"]), (COSTS, ["--curves", "--policies", "opt"]),
-                         (COSTS, ["--steps", "0"]), (COSTS, ["--rhos", "2"]), (COSTS, ["--chunks", "0"])):
+                         (COSTS, ["--steps", "0"]), (COSTS, ["--rhos", "2"]), (COSTS, ["--chunks", "0"]),
+                         (COSTS, ["--chunks", "64", "--curves"])):
         r = _run(script, *args)
         assert r.returncode == 2 and "Traceback" not in r.stderr, (script.name, args)
         assert "expected" in r.stderr.strip().splitlines()[-1], (script.name, args, r.stderr)
