@@ -225,7 +225,7 @@ def test_chunked_multiplicity_bounds_take_each_members_own_event(chunk, monkeypa
         mult = at_bound.copy()
         for _ in range(int(rng.integers(1, 4))):
             j = int(rng.integers(0, mult.shape[0]))
-            mult[j] = 0 if rng.random() < 0.3 else mult[j] + 1
+            mult[j] = 0 if rng.random() < 0.3 else at_bound[j] + 1         # out of bounds whatever came before
         first = next(j for j in range(mult.shape[0])
                      if not 1 <= mult[j] <= active[int(np.searchsorted(s.offsets, j, side="right")) - 1])
         event = int(np.searchsorted(s.offsets, first, side="right")) - 1
