@@ -69,15 +69,42 @@ def _ranges(policy: str, s, caps, tie_pos, hits, misses):
     return KQ.lrfu_seq_ranges(s.offsets, s.layer, N, L, caps, tie_pos, 0.5, 0, hits, misses, flags)
 
 
-def row(s, policy: str, rho: float, pairs: int) -> dict:
-    """One policy and rho: the four sides' nanoseconds per access (medians), the two ratios, and the check."""
-    from expertcache.replay import ReplayConfig, engine, replay
-    from expertcache.replay import _kernels_order as KO
+def _inputs(s, rho: float) -> tuple:
+    """The per-layer quotas at ``rho``, the tie positions (tie break random, seed 0) and sequential-random's
+    generator words (seed 0) that the engine's default replay uses."""
+    from expertcache.replay import engine
 
     L, N = s.n_layers, s.n_experts
-    caps = engine.capacities_for_rho(rho, L, N)
     _, tie_pos = engine._tie_order(engine._tie_ranks("random", 0, L * N), L, N)
-    words = engine._order_words(0)
+    return engine.capacities_for_rho(rho, L, N), tie_pos, engine._order_words(0)
+
+
+def _engine_hits(s, policy: str, rho: float) -> np.ndarray:
+    """Per-layer hits of ``expertcache.replay(..., semantics="sequential-random")``: what every timed side must give."""
+    from expertcache.replay import ReplayConfig, replay
+
+    return np.array([x.hits for x in replay(s, ReplayConfig(policy=policy, rho=rho,
+                                                             semantics="sequential-random")).per_layer])
+
+
+def _rotated(timed, sides: list, pairs: int) -> dict:
+    """Seconds of each side (``timed(side)[0]``) over ``pairs`` rounds, the sides timed in turn within a round and
+    their order rotated round by round."""
+    secs: dict = {side: [] for side in sides}
+    for k in range(pairs):
+        for j in range(len(sides)):
+            side = sides[(j + k) % len(sides)]
+            secs[side].append(timed(side)[0])
+    return secs
+
+
+def row(s, policy: str, rho: float, pairs: int) -> dict:
+    """One policy and rho: the four sides' nanoseconds per access (medians), the two ratios, and the check."""
+    from expertcache.replay import _kernels_order as KO
+    from expertcache.replay import engine
+
+    L = s.n_layers
+    caps, tie_pos, words = _inputs(s, rho)
     order = engine._member_order(s, "sequential-random", 0)
     n_events = s.offsets.shape[0] - 1
 
@@ -97,16 +124,11 @@ def row(s, policy: str, rho: float, pairs: int) -> dict:
             run(s.expert if side == "ascending" else order, 0, n_events)
         return time.perf_counter() - t0, hits
 
-    want = np.array([x.hits for x in replay(s, ReplayConfig(policy=policy, rho=rho,
-                                                            semantics="sequential-random")).per_layer])
+    want = _engine_hits(s, policy, rho)
     same = all(np.array_equal(timed(side)[1], want) for side in ("pre-shuffled", "random"))   # (also a warm-up)
     timed("ascending")
     timed("shuffle")
-    secs = {side: [] for side in SIDES}
-    for k in range(pairs):
-        for j in range(len(SIDES)):
-            side = SIDES[(j + k) % len(SIDES)]
-            secs[side].append(timed(side)[0])
+    secs = _rotated(timed, list(SIDES), pairs)
     ns = {side: statistics.median(v) / s.union * 1e9 for side, v in secs.items()}
     return {"policy": policy, "rho": rho, "ns_per_access": ns,
             "pre_shuffled_over_ascending": ns["pre-shuffled"] / ns["ascending"],
@@ -118,13 +140,10 @@ def chunk_row(s, policy: str, rho: float, chunks: list[int], pairs: int) -> dict
     (``_kernels_order.CHUNK_ACCESSES``), timed in turn within each pair, their order rotated pair by pair: nanoseconds
     per access (medians) and each one's per-pair ratio to the first size's (median); hits checked against
     ``expertcache.replay`` at every size."""
-    from expertcache.replay import ReplayConfig, engine, replay
     from expertcache.replay import _kernels_order as KO
 
-    L, N = s.n_layers, s.n_experts
-    caps = engine.capacities_for_rho(rho, L, N)
-    _, tie_pos = engine._tie_order(engine._tie_ranks("random", 0, L * N), L, N)
-    words = engine._order_words(0)
+    L = s.n_layers
+    caps, tie_pos, words = _inputs(s, rho)
     keep = KO.CHUNK_ACCESSES
 
     def timed(chunk: int) -> tuple[float, np.ndarray]:
@@ -138,14 +157,9 @@ def chunk_row(s, policy: str, rho: float, chunks: list[int], pairs: int) -> dict
         finally:
             KO.CHUNK_ACCESSES = keep
 
-    want = np.array([x.hits for x in replay(s, ReplayConfig(policy=policy, rho=rho,
-                                                            semantics="sequential-random")).per_layer])
+    want = _engine_hits(s, policy, rho)
     same = all(np.array_equal(timed(c)[1], want) for c in chunks)     # (also a warm-up)
-    secs: dict[int, list[float]] = {c: [] for c in chunks}
-    for k in range(pairs):
-        for j in range(len(chunks)):
-            c = chunks[(j + k) % len(chunks)]
-            secs[c].append(timed(c)[0])
+    secs = _rotated(timed, chunks, pairs)
     return {"policy": policy, "rho": rho, "chunks": chunks,
             "ns_per_access": {str(c): statistics.median(v) / s.union * 1e9 for c, v in secs.items()},
             "ratio_to_first": {str(c): statistics.median([a / b for a, b in zip(v, secs[chunks[0]], strict=True)])
@@ -199,8 +213,9 @@ def main(argv: list[str] | None = None) -> int:
 
     s = drifting_qwen_stream(args.steps, sample_seed=1)
     if args.chunks:
+        meta = {"machine": machine(), "steps": args.steps, "union": int(s.union), "pairs": args.pairs}
         return report([chunk_row(s, p, rho, args.chunks, args.pairs) for p in policies for rho in args.rhos],
-                      args.json, {"machine": machine(), "steps": args.steps, "union": int(s.union), "pairs": args.pairs},
+                      args.json, meta,
                       [f"machine: {machine()}",
                        f"stream: {s.n_events} events, {s.union} union accesses; the random side, ns per access "
                        f"(median of {args.pairs} rounds) and its ratio to chunk {args.chunks[0]} (median of per-round "

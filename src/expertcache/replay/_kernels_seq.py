@@ -1222,9 +1222,10 @@ def replay_lfru_seq(offsets, expert, ev_layer, n_experts, n_layers, capacity, ti
     with the clock and the lowest is found again at each eviction. Every block's count (float32: integers below
     ``2**24``, the stream's bound) sits in an array over tie positions; a layer's residents also sit in ``s`` slots
     (its quota rounded up to 16), each holding the reciprocal of its count, its last unit (float32, so the age is
-    exact) and its tie position (a block's last unit matters only while it is resident). An eviction runs :func:`lfru_lowest` over the slots: the float32 product
-    ``age * (1 / count)`` (a multiplication where a division takes several times its latency: docs/performance.md,
-    *Session 38*), within a factor ``1 + 2**-22`` of the exact ``age / count``, its bits flipped so that the
+    exact) and its tie position (a block's last unit matters only while it is resident). An eviction runs
+    :func:`lfru_lowest` over the slots: the float32 product ``age * (1 / count)`` (a multiplication where a
+    division takes several times its latency: docs/performance.md, *Session 38*), within a factor ``1 + 2**-22`` of
+    the exact ``age / count``, its bits flipped so that the
     largest product (the smallest key) is the smallest integer, its low ``sbits`` bits (those of a slot's index)
     replaced by the slot's index, so that the smallest names its slot. The smallest leaves where the next (and the
     accessed block's, from ``1 / count``: its age is 1) lie more than ``2**sbits + 2`` float32 units in the last
