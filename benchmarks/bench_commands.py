@@ -16,6 +16,8 @@ holding them is reused):
   run with the baseline code), about 11 M union accesses at full size.
 * ``spec.toml``: 180 conditions = policy {lru, lfu, lfru, least-stale, belady} x rho {0.1, 0.2, 0.3, 0.4}
   x tie seed {0, 1, 2} x batch {4, 8, 16}, per-layer scope, event-atomic, on the trace.
+* ``nextuse-model.json``: a linear next-use model (``expertcache nextuse fit``, the baseline code) of the stream,
+  which ``nextuse-eval`` evaluates on it.
 * ``tiny/``: a 2-request stream: ``replay`` on it gives the process floor (interpreter, numpy, pyarrow,
   numba and the kernels loaded) that is subtracted from ``replay``'s peak RSS.
 
@@ -33,6 +35,8 @@ BLAS single-threaded on both sides unless ``--blas-threads`` says otherwise):
 ``transition``        ``expertcache experiment transition TRACE --json`` (§8.1 warm-cache transitions)
 ``nextuse-fit``       ``expertcache nextuse fit STREAM -o model.json --overwrite --json`` (the fitted model file
                       must agree too)
+``nextuse-eval``      ``expertcache nextuse eval MODEL STREAM --json`` (``MODEL``: ``nextuse-model.json``, a linear
+                      model the baseline fits on the stream once, beside the inputs)
 
 Every command is run once per side untimed first (numba caches warm, files in the page cache; ``--no-warmup``
 skips it when the caches are known warm, and compares the first pair's outputs instead); then the sides alternate pair by pair (baseline, ours; baseline, ours; ...), so load drift on a shared machine
@@ -65,7 +69,7 @@ sys.path.insert(0, str(HERE))
 from _ab import machine  # noqa: E402
 
 COMMANDS = ("report", "prefetch-compare", "spec-run", "audit", "replay", "affinity", "events-build", "transition",
-            "nextuse-fit")
+            "nextuse-fit", "nextuse-eval")
 #: What a run without ``--only`` times: the issue's commands (the others, added in session 42, by name).
 DEFAULT = COMMANDS[:5]
 
@@ -134,6 +138,8 @@ def build_inputs(d: Path, quick: bool, baseline: Path) -> None:
                        env={**os.environ, "PYTHONPATH": str(baseline)})
     if not (d / "stream" / "manifest.json").is_file():
         run_child(baseline, ["events", "build", "trace", "--batch", "8", "-o", "stream"], d)
+    if not (d / "nextuse-model.json").is_file():
+        run_child(baseline, ["nextuse", "fit", "stream", "-o", "nextuse-model.json", "--json"], d)
     if not (d / "tiny" / "manifest.json").is_file():
         code = ("import sys; from expertcache.trace import read_trace, select_requests; "
                 "select_requests(read_trace(sys.argv[1]), [0, 1]).save(sys.argv[2])")
@@ -166,6 +172,8 @@ def command_args(name: str) -> list[str]:
         return ["experiment", "transition", "../trace", "--json"]
     if name == "nextuse-fit":
         return ["nextuse", "fit", "../stream", "-o", "model.json", "--overwrite", "--json"]
+    if name == "nextuse-eval":
+        return ["nextuse", "eval", "../nextuse-model.json", "../stream", "--json"]
     return ["replay", "../stream", *REPLAY["args"], "--json"]
 
 

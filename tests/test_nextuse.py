@@ -44,6 +44,7 @@ def test_features_by_hand():
     assert np.allclose(f.X[:, 7], [0, 0, 1.0, 0, 0.5, 1.0])              # accesses / prior layer events
     assert f.never_again.tolist() == [False, False, False, True, True, True]
     assert np.allclose(f.log_next_distance[:3], np.log([2, 1, 1]))
+    assert np.isnan(f.log_next_distance[3:]).all()                     # never again: NaN, not a distance
 
 
 @pytest.mark.parametrize("scope", ["per-layer", "global"])
@@ -236,10 +237,12 @@ def test_victims_command(splits, tmp_path):
 def test_linear_fit_and_r2_equal_their_plain_formulas(splits):
     """The fit's sample (rows with a next use, then a seeded sample of them, copied once) and the in-sample R²
     (rows standardised in place) give exactly the plain expressions' values, and ``predict`` leaves its input
-    as it was."""
-    from expertcache.nextuse.predictors import _fit_rows
+    as it was. Both take the rows :data:`PREDICT_ROWS` at a time (three chunks here, the last partial): each
+    row's product with the coefficients is the bits of one product over every row."""
+    from expertcache.nextuse.predictors import PREDICT_ROWS, _fit_rows
 
     f = access_features(splits[0])
+    assert (~f.never_again).sum() > 2 * PREDICT_ROWS and f.X.shape[0] % PREDICT_ROWS
     ok = ~f.never_again
     X, y = _fit_rows(f, 50, 3)
     idx = np.sort(np.random.default_rng(3).choice(int(ok.sum()), size=50, replace=False))
@@ -274,3 +277,41 @@ def test_features_equal_a_plain_loop_on_random_streams():
             last[b] = i
             count[b] = count.get(b, 0) + 1
         events[layer] = events.get(layer, 0) + 1
+
+
+def test_boosted_predictions_by_chunks_equal_one_walk_over_every_row(splits):
+    """The trees' prediction, taken :data:`PREDICT_ROWS` rows at a time (three chunks here, the last partial), and
+    its R² equal one walk over every row and the plain expression exactly."""
+    pytest.importorskip("sklearn")
+    from expertcache.nextuse.predictors import PREDICT_ROWS
+
+    calib, held = splits
+    f = access_features(held)
+    assert f.X.shape[0] > 2 * PREDICT_ROWS and f.X.shape[0] % PREDICT_ROWS
+    model = GradientBoostedNextUse.fit(access_features(calib), n_estimators=8, max_rows=5000)
+    whole = model._predict(f.X)
+    assert np.array_equal(model.predict(f.X), whole)
+    ok = ~f.never_again
+    yy, pp = f.log_next_distance[ok], whole[ok]
+    assert transfer_r2(model, f) == float(1.0 - ((yy - pp) ** 2).sum() / ((yy - yy.mean()) ** 2).sum())
+
+
+def test_advice_from_predictions_equals_its_plain_expression():
+    """Each step taken in place on one array gives the plain expression's advice, for predictions that are NaN,
+    infinite, negative, past the clip or near the int32 bound, and leaves the predictions as they were."""
+    from expertcache.nextuse.features import AccessFeatures
+    from expertcache.replay import _kernels as K
+
+    rng = np.random.default_rng(0)
+    n = 5000
+    unit = np.sort(rng.integers(0, 2**31 - 10, n))
+    x = rng.normal(0.0, 20.0, n)
+    x[::97], x[::89], x[::83], x[::79], x[::71] = np.nan, np.inf, -np.inf, 41.0, -0.0
+    before = x.copy()
+    f = AccessFeatures(np.zeros((n, 8)), np.zeros(n), np.zeros(n, bool), unit, np.zeros(n, np.int32))
+    with np.errstate(invalid="ignore"):            # (NaN cast to an integer, both sides)
+        got = advice_from_predictions(f, x).next_use
+        dist = np.maximum(1.0, np.rint(np.exp(np.clip(x, 0.0, 40.0))))
+        want = np.minimum(unit + dist, float(K.NEVER)).astype(np.int64).astype(np.int32)
+    assert got.dtype == np.int32 and np.array_equal(got, want)
+    assert np.array_equal(x, before, equal_nan=True)

@@ -158,8 +158,14 @@ def load_advice(path, stream=None) -> Advice:
 def advice_from_predictions(features: AccessFeatures, log_distance: np.ndarray,
                             provenance: dict[str, Any] | None = None) -> Advice:
     """Turn predicted log next-use distances into next-use advice (distance rounded, at least 1)."""
-    dist = np.maximum(1.0, np.rint(np.exp(np.clip(log_distance, 0.0, 40.0))))
-    nxt = np.minimum(features.unit + dist, float(K.NEVER)).astype(np.int64)
+    dist = np.clip(log_distance, 0.0, 40.0)        # one array, each step in place: the values of
+    np.exp(dist, out=dist)                         # min(unit + max(1, rint(exp(clip(x)))), NEVER)
+    np.rint(dist, out=dist)
+    np.maximum(dist, 1.0, out=dist)
+    np.add(features.unit, dist, out=dist)
+    np.minimum(dist, float(K.NEVER), out=dist)
+    nxt = dist.astype(np.int64)
+    del dist
     return Advice(nxt.astype(np.int32), dict(provenance or {}))
 
 

@@ -98,5 +98,8 @@ def access_features(stream: EventStream) -> AccessFeatures:
     _features(stream.offsets, stream.expert, stream.layer, stream.n_experts, stream.n_layers, gm,
               stream.multiplicity, X, unit)
     never = nxt == K.NEVER
-    dist = np.where(never, np.nan, nxt.astype(np.float64) - unit)
-    return AccessFeatures(X, np.log(dist), never, unit, nxt)
+    dist = nxt.astype(np.float64)                  # in place from here: the values of
+    dist -= unit                                   # np.log(np.where(never, nan, nxt - unit)), one array
+    dist[never] = np.nan
+    np.log(dist, out=dist)
+    return AccessFeatures(X, dist, never, unit, nxt)

@@ -18,7 +18,22 @@ import numpy as np
 from ..errors import ExpertCacheError, ValidationError
 from .features import FEATURE_NAMES, AccessFeatures
 
-__all__ = ["LinearNextUse", "GradientBoostedNextUse", "load_predictor", "transfer_r2"]
+__all__ = ["LinearNextUse", "GradientBoostedNextUse", "load_predictor", "predict_rows", "transfer_r2"]
+
+
+#: Rows a prediction takes at a time (both models' ``predict``, :func:`predict_rows`): a chunk's standardised copy
+#: (4 MiB) where one of every row took 64 bytes a row. A power of two, so that each chunk starts where a block of
+#: rows of one BLAS product over every row would: each row's product with the coefficients is the same bits
+#: (``tests/test_nextuse.py``).
+PREDICT_ROWS = 1 << 16
+
+
+def predict_rows(model: LinearNextUse | GradientBoostedNextUse, X: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``model.predict(X[rows])``, :data:`PREDICT_ROWS` of the rows copied at a time (not all of them at once)."""
+    out = np.empty(rows.shape[0], dtype=np.float64)
+    for a in range(0, rows.shape[0], PREDICT_ROWS):
+        out[a:a + PREDICT_ROWS] = model.predict(X[rows[a:a + PREDICT_ROWS]], overwrite=True)
+    return out
 
 
 def _fit_rows(f: AccessFeatures, max_rows: int | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -54,15 +69,18 @@ class LinearNextUse:
         return cls(mean, scale, sol[:-1], float(sol[-1]))
 
     def predict(self, X: np.ndarray, overwrite: bool = False) -> np.ndarray:
-        """Predicted log next-use distance for feature rows ``X``; ``overwrite``: ``X`` is a copy the caller no longer
-        needs, standardised in place (no temporary the size of ``X``)."""
-        if overwrite:
-            X -= self.mean
-            Z = X
-        else:
-            Z = X - self.mean
-        Z /= self.scale                            # in place: one temporary at most, where (X - mean) / scale made two
-        pred = Z @ self.coef
+        """Predicted log next-use distance for feature rows ``X``, :data:`PREDICT_ROWS` rows at a time (a chunk's
+        standardised copy, not one of ``X``); ``overwrite``: ``X`` is a copy the caller no longer needs, standardised
+        in place."""
+        pred = np.empty(X.shape[0], dtype=np.float64)
+        for a in range(0, X.shape[0], PREDICT_ROWS):
+            Z = X[a:a + PREDICT_ROWS]
+            if overwrite:
+                Z -= self.mean
+            else:
+                Z = Z - self.mean
+            Z /= self.scale                        # in place: one temporary at most, where (X - mean) / scale made two
+            pred[a:a + PREDICT_ROWS] = Z @ self.coef
         pred += self.intercept
         return pred
 
@@ -114,7 +132,13 @@ class GradientBoostedNextUse:
 
     def predict(self, X: np.ndarray, overwrite: bool = False) -> np.ndarray:
         """Predicted log next-use distance for feature rows ``X`` (``overwrite`` as :meth:`LinearNextUse.predict`'s;
-        the trees only read ``X``)."""
+        the trees only read ``X``), :data:`PREDICT_ROWS` rows at a time (a walk holds several arrays of its rows)."""
+        out = np.empty(X.shape[0], dtype=np.float64)
+        for a in range(0, X.shape[0], PREDICT_ROWS):
+            out[a:a + PREDICT_ROWS] = self._predict(X[a:a + PREDICT_ROWS])
+        return out
+
+    def _predict(self, X: np.ndarray) -> np.ndarray:
         out = np.full(X.shape[0], self.init)
         rows = np.arange(X.shape[0])
         for j in range(self.tree_offsets.shape[0] - 1):
@@ -262,8 +286,13 @@ def _first_true(mask: np.ndarray) -> int | None:
 
 def transfer_r2(model: LinearNextUse | GradientBoostedNextUse, f: AccessFeatures) -> float:
     """R² of predicted log next-use distance on ``f``'s accesses that have a next use."""
-    ok = ~f.never_again
-    y = f.log_next_distance[ok]
-    pred = model.predict(f.X[ok], overwrite=True)      # the selected rows are a copy already
-    ss = ((y - y.mean()) ** 2).sum()
-    return float(1.0 - ((y - pred) ** 2).sum() / ss) if ss > 0 else 0.0
+    rows = np.flatnonzero(~f.never_again)
+    y = f.log_next_distance[rows]
+    d = y - y.mean()                               # the squares in place: the values of ((y - y.mean()) ** 2),
+    d **= 2                                        # summed the same way
+    ss = d.sum()
+    del d
+    pred = predict_rows(model, f.X, rows)          # a chunk of the rows copied at a time, not all of them
+    np.subtract(y, pred, out=pred)
+    pred **= 2
+    return float(1.0 - pred.sum() / ss) if ss > 0 else 0.0
