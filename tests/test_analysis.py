@@ -101,6 +101,30 @@ def test_permutation_preserves_the_event_multiset_and_r_bar(stream):
     assert np.all(np.diff(perm.step) >= 0)
 
 
+def test_permutation_moves_every_array_by_whole_steps_as_a_plain_loop_does(stream):
+    """The permuted stream's arrays against a loop over the steps in the drawn order, event by event (the members
+    are moved a step's slice at a time)."""
+    assert stream.gate_mass is not None
+    perm = permute_steps(stream, np.random.default_rng(7))
+    steps = np.unique(stream.step)
+    order = np.random.default_rng(7).permutation(steps.shape[0])
+    layer, active, expert, mult, gm, new_step = [], [], [], [], [], []
+    for i, o in enumerate(order):
+        for e in np.flatnonzero(stream.step == steps[o]):
+            lo, hi = stream.offsets[e], stream.offsets[e + 1]
+            layer.append(stream.layer[e])
+            active.append(stream.active[e])
+            new_step.append(i)
+            expert += stream.expert[lo:hi].tolist()
+            mult += stream.multiplicity[lo:hi].tolist()
+            gm += stream.gate_mass[lo:hi].tolist()
+    assert perm.step.tolist() == new_step and perm.layer.tolist() == layer and perm.active.tolist() == active
+    assert perm.expert.tolist() == expert and perm.multiplicity.tolist() == mult
+    assert perm.gate_mass.tolist() == gm
+    assert (perm.expert.dtype, perm.multiplicity.dtype, perm.gate_mass.dtype) == (
+        stream.expert.dtype, stream.multiplicity.dtype, stream.gate_mass.dtype)
+
+
 def test_permutation_ablation_runs(stream):
     res = permutation_ablation(stream, n_permutations=3, seed=1, rho=0.4)
     assert len(res.permuted_gaps) == 3 and len(res.permuted_best_causal) == 3
@@ -126,6 +150,28 @@ def test_gate_mass_by_rank_is_a_descending_distribution():
     assert shares.shape == (8,)
     assert shares.sum() == pytest.approx(1.0)
     assert np.all(np.diff(shares) <= 1e-12)
+
+
+def test_gate_mass_by_rank_equals_its_plain_expression_on_ties_zeros_and_negatives():
+    """The decode rows' gates sorted in place as float32 (in a copy) give the plain expression's shares exactly (the
+    sort of the float64 copy, negated twice), with ties, zeros of either sign and negative gates, and prefill rows
+    left out."""
+    from types import SimpleNamespace
+
+    from expertcache.trace import DECODE, PREFILL
+
+    rng = np.random.default_rng(3)
+    g = np.round(rng.normal(0.2, 0.3, size=(3000, 5, 8)), 2).astype(np.float32)
+    g[::7, :, :3] = 0.0
+    g[::11, :, 5:] = -0.0
+    phase = np.where(rng.random(3000) < 0.8, DECODE, PREFILL).astype(np.int8)
+    before = g.copy()
+    got = gate_mass_by_rank(SimpleNamespace(gates=g, phase=phase))
+    assert np.array_equal(g, before)                       # the trace's gates left as they were
+    d = g[phase == DECODE].astype(np.float64)
+    mass = (-np.sort(-d, axis=2)).sum(axis=(0, 1))
+    assert got.tolist() == (mass / mass.sum()).tolist()
+    assert gate_mass_by_rank(SimpleNamespace(gates=None, phase=phase)) is None
 
 
 def test_traffic_reading_cells(stream):

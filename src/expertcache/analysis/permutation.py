@@ -31,14 +31,21 @@ def permute_steps(stream: EventStream, rng: np.random.Generator) -> EventStream:
     sizes = stream.event_size[ev]
     offsets = np.zeros(ev.shape[0] + 1, dtype=np.int64)
     np.cumsum(sizes, out=offsets[1:])
-    take = concat_ranges(stream.offsets[ev], sizes)
+    # a step's events, and so its members, are contiguous: the members moved a step's slice at a time (an index
+    # of every member, gathered from, took most of the time: docs/performance.md, *Session 67*)
+    acc = stream.offsets[bounds]
+    ranges = list(zip(acc[:-1][order].tolist(), acc[1:][order].tolist(), strict=True))
+
+    def moved(a: np.ndarray) -> np.ndarray:
+        return np.concatenate([a[lo:hi] for lo, hi in ranges]) if ranges else a[:0].copy()
+
     prov = {**stream.provenance, "permutation": "whole steps permuted (§6.5 ablation)"}
     # valid by construction: whole steps of a valid stream, renumbered in their new order, each step's events
     # still in layer order; the per-event checks run, the passes over every member do not
     return EventStream._trusted(stream.n_layers, stream.n_experts, stream.top_k, new_step, stream.layer[ev],
-                                stream.active[ev], stream.logical_per_event[ev], offsets, stream.expert[take],
-                                stream.multiplicity[take],
-                                None if stream.gate_mass is None else stream.gate_mass[take], prov)
+                                stream.active[ev], stream.logical_per_event[ev], offsets, moved(stream.expert),
+                                moved(stream.multiplicity),
+                                None if stream.gate_mass is None else moved(stream.gate_mass), prov)
 
 
 @dataclass(frozen=True)
