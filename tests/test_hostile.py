@@ -285,6 +285,51 @@ def test_trace_expert_ids_beyond_int16_are_not_wrapped(trace_dir, tmp_path):
     refuse(tmp_path, ["trace", "info", trace_dir], "routes.parquet", "field 'experts'", "got 655")
 
 
+def _list_column(t: pa.Table, name: str, case: str) -> pa.Array:
+    """A crafted list column ``name`` of ``t``: its values with one fault (:func:`test_list_columns_are_checked`)."""
+    col = t[name].combine_chunks()
+    k = col.type.list_size
+    flat = col.flatten().to_numpy(zero_copy_only=False).copy()
+    if case == "null row":
+        rows = [None if i == 7 else flat[i * k:(i + 1) * k].tolist() for i in range(len(col))]
+        return pa.array(rows, pa.list_(col.type.value_type, k))
+    if case == "null entry":
+        vals = flat.tolist()
+        vals[3 * k + 2] = None
+        return pa.FixedSizeListArray.from_arrays(pa.array(vals, col.type.value_type), k)
+    if case == "size":
+        wide = np.concatenate([flat.reshape(-1, k), flat.reshape(-1, k)[:, :1]], axis=1).ravel()
+        return pa.FixedSizeListArray.from_arrays(pa.array(wide, col.type.value_type), k + 1)
+    if case == "length":
+        rows = [flat[i * k:(i + 1) * k - (i == 5)].tolist() for i in range(len(col))]
+        return pa.array(rows, pa.list_(col.type.value_type))
+    if case == "flat":
+        return pa.array(flat[:len(col)], col.type.value_type)
+    flat[9 * k + 1] = 128 if case == "id" else flat[9 * k + 1]
+    return pa.FixedSizeListArray.from_arrays(pa.array(flat, col.type.value_type), k)
+
+
+@pytest.mark.parametrize("name,case,fragments", [
+    ("experts", "null row", ("null", "record 8")),
+    ("experts", "null entry", ("null", "record 4")),
+    ("experts", "size", ("top_k=",)),
+    ("experts", "length", ("entries (top_k)", "record 6")),
+    ("experts", "flat", ("expected a list column",)),
+    ("experts", "id", ("expert id must be in", "got 128", "record 10")),
+    ("gates", "null entry", ("field 'gates'", "null", "record 4")),
+    ("gates", "length", ("field 'gates'", "record 6")),
+])
+@pytest.mark.parametrize("read_rows", [None, 3])
+def test_list_columns_are_checked(trace_dir, tmp_path, monkeypatch, name, case, fragments, read_rows):
+    """Each fault of a list column (a null row or entry, a list of another size or length, no list, an id out of
+    range) is refused in one line naming the first faulty record, read in one chunk or in chunks of 3 rows."""
+    if read_rows is not None:
+        monkeypatch.setattr("expertcache.trace.model._READ_ROWS", read_rows)
+    t = _routes(trace_dir)
+    rewrite_table(trace_dir, "routes.parquet", set_column(t, name, _list_column(t, name, case)))
+    refuse(tmp_path, ["trace", "info", trace_dir], "routes.parquet", f"field '{name}'", *fragments)
+
+
 def test_trace_nan_expert_ids_are_not_read_as_zero(trace_dir, tmp_path):
     t = _routes(trace_dir)
     flat = t["experts"].combine_chunks().flatten().to_numpy().astype(np.float64)

@@ -76,3 +76,5 @@ def test_read_trace_reads_a_column_at_a_time_in_small_batches(tmp_path, monkeypa
             continue
         other = getattr(got, name)
         assert (np.array_equal(other, value) if isinstance(value, np.ndarray) else other == value), name
+        if isinstance(other, np.ndarray):          # arrays of the trace's own, not read-only views of Arrow's
+            assert other.flags.writeable, name

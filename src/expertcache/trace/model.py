@@ -321,10 +321,11 @@ def read_trace(directory: str | os.PathLike[str]) -> RoutingTrace:
         if row is not None:
             raise ValidationError(f"expected layer {expect_layer[row]} (rows are token-major, layers 0..L-1); "
                                   f"got {layer[row]}", source=src, record=row + 1, field="layer")
-        experts = _fixed_list(table["experts"], k, src, "experts", integer=(0, N)).reshape(n, L, k).astype(np.int16)
+        experts = _fixed_list(table["experts"], k, src, "experts", integer=(0, N)).reshape(n, L, k).astype(
+            np.int16, copy=False)            # (a new array already: converted only where stored wider)
         gates = None
         if "gates" in table.column_names:
-            gates = _fixed_list(table["gates"], k, src, "gates").reshape(n, L, k).astype(np.float32)
+            gates = _fixed_list(table["gates"], k, src, "gates").reshape(n, L, k).astype(np.float32, copy=False)
         request_ids, request = _request_column(table["request_id"], n, L, src)
         phase_col = table["phase"].combine_chunks()
         if phase_col.null_count:
@@ -355,7 +356,7 @@ def read_trace(directory: str | os.PathLike[str]) -> RoutingTrace:
             token_id = np.full(n, -1, dtype=np.int64)
         probs = entropy = margin = None
         if "probs" in table.column_names:
-            probs = _fixed_list(table["probs"], k, src, "probs").reshape(n, L, k).astype(np.float32)
+            probs = _fixed_list(table["probs"], k, src, "probs").reshape(n, L, k).astype(np.float32, copy=False)
         if "entropy" in table.column_names:
             entropy = _float_column(table, "entropy", src).reshape(n, L)
         if "margin" in table.column_names:
@@ -496,24 +497,28 @@ def _request_column(column: pa.ChunkedArray, n: int, L: int, src: str) -> tuple[
 def _fixed_list(column: pa.ChunkedArray, k: int, src: str, name: str,
                 integer: tuple[int, int] | None = None) -> np.ndarray:
     """The flat values of a list column of ``k`` entries per row: integers in ``integer = (lo, hi)``
-    (checked before any narrowing cast), or floats (NaN allowed only where the caller checks)."""
-    arr = column.combine_chunks()
-    if arr.null_count:
-        raise ValidationError("null entries are not allowed", source=src, record=_first_null(arr), field=name)
-    if pa.types.is_fixed_size_list(arr.type):
-        if arr.type.list_size != k:
-            raise ValidationError(f"expected lists of top_k={k}; got {arr.type.list_size}", source=src, field=name)
-    elif pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+    (checked before any narrowing cast), or floats (NaN allowed only where the caller checks); a new array of the
+    stored type (:func:`_values`: a fixed-size list column's chunks copied once, not combined first)."""
+    if column.null_count:
+        raise ValidationError("null entries are not allowed", source=src, record=_first_null(column.combine_chunks()),
+                              field=name)
+    typ = column.type
+    if pa.types.is_fixed_size_list(typ):
+        if typ.list_size != k:
+            raise ValidationError(f"expected lists of top_k={k}; got {typ.list_size}", source=src, field=name)
+        flat = pa.chunked_array([c.flatten() for c in column.chunks], type=typ.value_type)
+    elif pa.types.is_list(typ) or pa.types.is_large_list(typ):
+        arr = column.combine_chunks()
         lengths = arr.value_lengths().to_numpy(zero_copy_only=False)
         row = _first(lengths != k)
         if row is not None:
             raise ValidationError(f"expected {k} entries (top_k); got {lengths[row]}", source=src,
                                   record=row + 1, field=name)
+        flat = pa.chunked_array([arr.flatten()])
     else:
-        raise ValidationError(f"expected a list column; got {arr.type}", source=src, field=name)
-    flat = arr.flatten()
+        raise ValidationError(f"expected a list column; got {typ}", source=src, field=name)
     if flat.null_count:
-        pos = _first(~np.asarray(flat.is_valid().to_numpy(zero_copy_only=False), dtype=bool))
+        pos = _first(~_values(pc.is_valid(flat)).astype(bool))
         raise ValidationError("null entries are not allowed", source=src,
                               record=None if pos is None else pos // k + 1, field=name)
     if integer is not None:
@@ -522,7 +527,7 @@ def _fixed_list(column: pa.ChunkedArray, k: int, src: str, name: str,
         lo, hi = integer
         if pa.types.is_uint64(flat.type) and (pc.max(flat).as_py() or 0) >= 2 ** 63:
             raise ValidationError(f"must be in [{lo}, {hi}); got {pc.max(flat).as_py()}", source=src, field=name)
-        values = flat.to_numpy(zero_copy_only=False)  # in the stored type (the bounds compare exactly in any
+        values = _values(flat)                         # in the stored type (the bounds compare exactly in any
         bad = values < lo                              # integer type): no int64 copy, 4x an int16 column
         bad |= values >= hi
         pos = _first(bad)
@@ -532,7 +537,19 @@ def _fixed_list(column: pa.ChunkedArray, k: int, src: str, name: str,
         return values
     if not pa.types.is_floating(flat.type):
         raise ValidationError(f"expected floating-point numbers; got {flat.type}", source=src, field=name)
-    return flat.to_numpy(zero_copy_only=False)
+    return _values(flat)
+
+
+def _values(flat: pa.ChunkedArray) -> np.ndarray:
+    """The values of a chunked array without nulls as one new numpy array of their stored type, each chunk copied
+    into it once (where combining the chunks copied them, and converting the read-only view of the result copied
+    them again: ``read_trace``'s experts and gates, docs/performance.md, *Session 67*)."""
+    out = np.empty(len(flat), dtype=flat.type.to_pandas_dtype())
+    at = 0
+    for chunk in flat.chunks:
+        out[at:at + len(chunk)] = chunk.to_numpy(zero_copy_only=False)
+        at += len(chunk)
+    return out
 
 
 def select_requests(trace: RoutingTrace, indices: np.ndarray | list[int], note: str = "") -> RoutingTrace:
