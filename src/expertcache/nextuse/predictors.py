@@ -10,6 +10,7 @@ needed to fit, not to load or predict).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,19 +22,26 @@ from .features import FEATURE_NAMES, AccessFeatures
 __all__ = ["LinearNextUse", "GradientBoostedNextUse", "load_predictor", "predict_rows", "transfer_r2"]
 
 
-#: Rows a prediction takes at a time (both models' ``predict``, :func:`predict_rows`): a chunk's standardised copy
-#: (4 MiB) where one of every row took 64 bytes a row. A power of two, so that each chunk starts where a block of
-#: rows of one BLAS product over every row would: each row's product with the coefficients is the same bits
-#: (``tests/test_nextuse.py``).
+#: Rows a prediction takes at a time (both models' ``predict`` and :func:`predict_rows`, by :func:`_in_chunks`): a
+#: chunk's standardised copy (4 MiB) where one of every row took 64 bytes a row. A power of two, so that each chunk
+#: starts where a block of rows of one BLAS product over every row would: each row's product with the coefficients
+#: is the same bits (``tests/test_nextuse.py``).
 PREDICT_ROWS = 1 << 16
+
+
+def _in_chunks(n: int, predict: Callable[[int, int], np.ndarray]) -> np.ndarray:
+    """The predictions ``predict(a, b)`` of rows ``a .. b`` of ``n``, :data:`PREDICT_ROWS` rows at a time, in one
+    array."""
+    out = np.empty(n, dtype=np.float64)
+    for a in range(0, n, PREDICT_ROWS):
+        b = min(a + PREDICT_ROWS, n)
+        out[a:b] = predict(a, b)
+    return out
 
 
 def predict_rows(model: LinearNextUse | GradientBoostedNextUse, X: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``model.predict(X[rows])``, :data:`PREDICT_ROWS` of the rows copied at a time (not all of them at once)."""
-    out = np.empty(rows.shape[0], dtype=np.float64)
-    for a in range(0, rows.shape[0], PREDICT_ROWS):
-        out[a:a + PREDICT_ROWS] = model.predict(X[rows[a:a + PREDICT_ROWS]], overwrite=True)
-    return out
+    return _in_chunks(rows.shape[0], lambda a, b: model.predict(X[rows[a:b]], overwrite=True))
 
 
 def _fit_rows(f: AccessFeatures, max_rows: int | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -72,15 +80,16 @@ class LinearNextUse:
         """Predicted log next-use distance for feature rows ``X``, :data:`PREDICT_ROWS` rows at a time (a chunk's
         standardised copy, not one of ``X``); ``overwrite``: ``X`` is a copy the caller no longer needs, standardised
         in place."""
-        pred = np.empty(X.shape[0], dtype=np.float64)
-        for a in range(0, X.shape[0], PREDICT_ROWS):
-            Z = X[a:a + PREDICT_ROWS]
+        def chunk(a: int, b: int) -> np.ndarray:
+            Z = X[a:b]
             if overwrite:
                 Z -= self.mean
             else:
                 Z = Z - self.mean
             Z /= self.scale                        # in place: one temporary at most, where (X - mean) / scale made two
-            pred[a:a + PREDICT_ROWS] = Z @ self.coef
+            return Z @ self.coef
+
+        pred = _in_chunks(X.shape[0], chunk)
         pred += self.intercept
         return pred
 
@@ -133,10 +142,7 @@ class GradientBoostedNextUse:
     def predict(self, X: np.ndarray, overwrite: bool = False) -> np.ndarray:
         """Predicted log next-use distance for feature rows ``X`` (``overwrite`` as :meth:`LinearNextUse.predict`'s;
         the trees only read ``X``), :data:`PREDICT_ROWS` rows at a time (a walk holds several arrays of its rows)."""
-        out = np.empty(X.shape[0], dtype=np.float64)
-        for a in range(0, X.shape[0], PREDICT_ROWS):
-            out[a:a + PREDICT_ROWS] = self._predict(X[a:a + PREDICT_ROWS])
-        return out
+        return _in_chunks(X.shape[0], lambda a, b: self._predict(X[a:b]))
 
     def _predict(self, X: np.ndarray) -> np.ndarray:
         out = np.full(X.shape[0], self.init)

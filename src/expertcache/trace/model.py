@@ -518,7 +518,7 @@ def _fixed_list(column: pa.ChunkedArray, k: int, src: str, name: str,
     else:
         raise ValidationError(f"expected a list column; got {typ}", source=src, field=name)
     if flat.null_count:
-        pos = _first(~_values(pc.is_valid(flat)).astype(bool))
+        pos = _first(~_values(pc.is_valid(flat)))
         raise ValidationError("null entries are not allowed", source=src,
                               record=None if pos is None else pos // k + 1, field=name)
     if integer is not None:
