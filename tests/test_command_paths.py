@@ -95,15 +95,23 @@ def test_scatter_kernel_is_bit_identical(dtype):
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
-@pytest.mark.parametrize("case", ["sem+traj", "traj", "sem-only", "ties", "small-store"])
-def test_expert_map_kernel_is_bit_identical(case):
-    from expertcache.prefetch._kernels import expert_map_scores
+@pytest.mark.parametrize("case, k, m", [("sem+traj", 3, 3), ("traj", 3, 3), ("sem-only", 3, 3), ("ties", 3, 3),
+                                         ("small-store", 3, 3), ("sem+traj", 8, 3), ("traj", 6, 1), ("traj", 9, 4),
+                                         ("sem+traj", 5, 5), ("ties", 8, 6), ("wide", 8, 3), ("negative", 8, 3),
+                                         ("negative", 4, 6)])
+def test_expert_map_kernel_is_bit_identical(case, k, m):
+    """The expert-map kernel against the numpy expression it replaced (sums of k rows from 0 in expert order, then
+    added; the stable argsort's m best; their mean row), every array over the stored maps by place: rows in
+    passes of four with the last four padded (k = 3, 5, 6, 8, 9), the m-th best near value in registers (m <= 4)
+    and by insertion (m = 5, 6), a tail block past the store (S = 9, 2; below every similarity where all are
+    negative) and none (S = 24)."""
+    from expertcache.prefetch._kernels import expert_map_scores, store_places
     from expertcache.prefetch.expert_map import top_m_rows
 
     rng = np.random.default_rng(2)
-    n, S, N, alpha = 50, 9 if case != "small-store" else 2, 6, 0.5
-    m_take = min(3, S)
-    k = 3
+    n, N, alpha = 50, 10, 0.5
+    S = {"small-store": 2, "wide": 24}.get(case, 9)
+    m_take = min(m, S)
     dot = rng.random((n, S))
     ex = np.sort(np.stack([rng.choice(N, k, replace=False) for _ in range(n)]), axis=1)
     w = rng.random((n, k)).astype(np.float32)
@@ -117,12 +125,15 @@ def test_expert_map_kernel_is_bit_identical(case):
     sem_row = rng.integers(0, 7, n).astype(np.int64)
     maps = rng.random((S, N)).astype(np.float32)
     maps[rng.random((S, N)) < 0.4] = 0.0
+    if case == "negative":                          # every similarity below 0 (cosines of hidden states can be)
+        sem_tab -= 2.0
     if case == "ties":
-        dot[:, 1] = dot[:, 4]
-        m_sq[1] = m_sq[4]
-        sem_tab[:, 1] = sem_tab[:, 4]
-        maps_prev[:, 1] = maps_prev[:, 4]
-    use_sem = case in ("sem+traj", "sem-only", "ties", "small-store")
+        for a, b in ((1, 4), (2, 7), (3, 8)):
+            dot[:, a] = dot[:, b]
+            m_sq[a] = m_sq[b]
+            sem_tab[:, a] = sem_tab[:, b]
+            maps_prev[:, a] = maps_prev[:, b]
+    use_sem = case in ("sem+traj", "sem-only", "ties", "small-store", "negative")
     use_traj = case != "sem-only"
     sem = sem_tab[sem_row]
     ref_dot = dot.copy()
@@ -143,14 +154,47 @@ def test_expert_map_kernel_is_bit_identical(case):
         sim = sem
     ref = maps[top_m_rows(sim, m_take)].mean(axis=1)
     ref[ref <= 0] = np.nan
+    # the kernel's arrays by place, their tail zero; a zero row below the maps
+    place = store_places(S)
+    n_pos = -(-S // 8) * 8
+    assert sorted(place.tolist()) == sorted(set(place.tolist())) and place.max() < n_pos
+
+    def by_place(a):
+        out = np.zeros((*a.shape[:-1], n_pos), dtype=a.dtype)
+        out[..., place] = a
+        return out
+
+    dot_p, m_sq_p, sem_p = by_place(dot), by_place(m_sq), by_place(sem_tab)
+    prev_p = np.vstack([by_place(maps_prev), np.zeros((1, n_pos), np.float32)])
     got = np.empty((n, N), dtype=np.float32)
     none = np.zeros((0, 0), np.float32)
-    expert_map_scores(dot, ex if use_traj else np.zeros((0, 0), np.int64), w if use_traj else none,
-                      maps_prev if use_traj else none, x_sq, m_sq, sem_tab if use_sem else np.zeros((0, 0)),
+    expert_map_scores(dot_p, ex if use_traj else np.zeros((0, 0), np.int64), w if use_traj else none,
+                      prev_p if use_traj else none, x_sq, m_sq_p, sem_p if use_sem else np.zeros((0, 0)),
                       sem_row if use_sem else np.zeros(0, np.int64), alpha, use_traj, m_take, maps, got)
     assert np.array_equal(ref.view(np.uint32), got.view(np.uint32))
     if use_traj:
-        assert np.array_equal(dot, ref_dot) and np.array_equal(x_sq, ref_x_sq)
+        assert np.array_equal(dot_p[:, place], ref_dot) and np.array_equal(x_sq, ref_x_sq)
+        assert not np.delete(dot_p, place, axis=1).any()
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 7])
+def test_near_threshold_is_the_mth_largest(m):
+    """The expert-map kernel's filter value: the m-th largest of the values by place (blocks of 8 a row apart),
+    in registers for m <= 4 and by insertion above, with ties and -inf places."""
+    from expertcache.prefetch._kernels import _near_threshold
+
+    rng = np.random.default_rng(m)
+    for trial in range(200):
+        n_blocks = int(rng.integers(1, 20))
+        v = rng.integers(-5, 5, 8 * n_blocks).astype(np.float64)     # whole numbers: many ties
+        v[rng.random(v.size) < 0.1] = -np.inf
+        if m > v.size:
+            continue
+        blocks = v.reshape(8, n_blocks)                              # block b's values: column b
+        bmax = np.array([max(max(max(c[0], c[1]), max(c[2], c[3])), max(max(c[4], c[5]), max(c[6], c[7])))
+                         for c in blocks.T])
+        want = np.sort(v)[-m]
+        assert _near_threshold(v, bmax, m, np.empty(m)) == want, (trial, m)
 
 
 def test_prefix_activations_equal_cumsum():

@@ -119,10 +119,12 @@ def semantic_embeddings(trace: RoutingTrace, hidden: np.ndarray | None) -> np.nd
 
 def expert_map_search(ctx: AdviceContext, calibration: RoutingTrace, store_size: int = 1000, top_m: int = 3,
                       alpha: float = 0.5, seed: int = 0, hidden: np.ndarray | None = None,
-                      hidden_calibration: np.ndarray | None = None, chunk: int = 4096) -> Produced:
+                      hidden_calibration: np.ndarray | None = None, chunk: int = 512) -> Produced:
     """FineMoE-style prefetch advice for ``ctx`` (see the module docstring), ``chunk`` executed tokens at a time
-    (the advice does not depend on it: each token's row is its own)."""
-    from ._kernels import expert_map_scores
+    (the advice does not depend on it: each token's row is its own; 512 tokens' dot products with 1,000 stored
+    maps are 4 MB, which stay in cache between layers where 4,096 tokens' did not: docs/performance.md,
+    *Session 68*)."""
+    from ._kernels import expert_map_scores, store_places
 
     trace = ctx.trace
     L, N = trace.n_layers, trace.n_experts
@@ -139,10 +141,15 @@ def expert_map_search(ctx: AdviceContext, calibration: RoutingTrace, store_size:
         return out
 
     maps = np.stack([vectors(calibration, pick, layer) for layer in range(L)], axis=1)   # [S, L, N]
-    map_sq = np.zeros((pick.size, L), dtype=np.float64)                                  # [S, L]
+    # the kernel's arrays over the stored maps hold them by place (blocks of 8 a row apart), their tail zero
+    place = store_places(pick.size)
+    n_pos = ((pick.size + 7) >> 3) << 3
+    map_sq = np.zeros((n_pos, L), dtype=np.float64)                                      # [places, L]
     for e in range(N):              # in expert order, as the kernel sums a token's squared weights
-        map_sq += maps[:, :, e].astype(np.float64) ** 2
-    maps_t = np.ascontiguousarray(maps.transpose(1, 2, 0))                               # [L, N, S]
+        map_sq[place] += maps[:, :, e].astype(np.float64) ** 2
+    maps_t = np.zeros((L, N + 1, n_pos), dtype=np.float32)                     # [L, N + 1, places]: a zero row
+    maps_t[:, :N, place] = maps.transpose(1, 2, 0)
+    maps_l = np.ascontiguousarray(maps.transpose(1, 0, 2))                               # [L, S, N]
     # semantic cosines once per (evaluated request, calibration request in the store), then per stored map
     cal_req, store_col = np.unique(calibration.request[pick], return_inverse=True)
     vec_store = prompt_vectors(calibration, hidden_calibration)[cal_req]
@@ -157,29 +164,33 @@ def expert_map_search(ctx: AdviceContext, calibration: RoutingTrace, store_size:
         sem, sem_row = _NO_COS, _NO_ROWS
         if sem_req is not None:     # the chunk's requests' cosines to every stored map [n_req, S], row per token
             req, sem_row = np.unique(ctx.exec_request[x], return_inverse=True)
-            sem = np.ascontiguousarray(sem_req[req][:, store_col])
+            sem = np.zeros((req.size, n_pos), dtype=np.float64)
+            sem[:, place] = sem_req[req][:, store_col]
             sem_row = sem_row.astype(np.int64)
-        dot = np.zeros((x.size, pick.size), dtype=np.float64)
+        dot = np.zeros((x.size, n_pos), dtype=np.float64)
         x_sq = np.zeros(x.size, dtype=np.float64)
-        m_sq = np.zeros(pick.size, dtype=np.float64)
+        m_sq = np.zeros(n_pos, dtype=np.float64)
         score = np.empty((x.size, N), dtype=np.float32)
+        # every layer's vectors: k weights each, experts ascending
+        ex_all = trace.experts[rows].astype(np.int64)
+        w_all = trace.gates[rows].astype(np.float32) if weighted else np.ones(ex_all.shape, np.float32)
+        order = np.argsort(ex_all, axis=2, kind="stable")
+        ex_all = np.take_along_axis(ex_all, order, axis=2)
+        w_all = np.take_along_axis(w_all, order, axis=2)
         for layer in range(L):
             if layer == 0 and sem_req is None:
                 continue
             ex, w = _NO_EXPERTS, _NO_SEM
-            if layer > 0:           # the previous layer's vectors: k weights each, experts ascending
-                ex = trace.experts[rows, layer - 1].astype(np.int64)
-                w = trace.gates[rows, layer - 1].astype(np.float32) if weighted else np.ones(ex.shape, np.float32)
-                order = np.argsort(ex, axis=1, kind="stable")
-                ex = np.take_along_axis(ex, order, axis=1)
-                w = np.take_along_axis(w, order, axis=1)
+            if layer > 0:           # the previous layer's vectors
+                ex = np.ascontiguousarray(ex_all[:, layer - 1])
+                w = np.ascontiguousarray(w_all[:, layer - 1])
                 m_sq += map_sq[:, layer - 1]
             if m_take == 0:         # an empty store: no map, no candidate
                 continue
             # the previous layer's dot products, the similarity, the m_take best maps (ties: lower store index
             # first) and their mean row, per token
             expert_map_scores(dot, ex, w, maps_t[layer - 1] if layer > 0 else _NO_SEM, x_sq, m_sq, sem, sem_row,
-                              float(alpha), layer > 0, m_take, np.ascontiguousarray(maps[:, layer, :]), score)
+                              float(alpha), layer > 0, m_take, maps_l[layer], score)
             ctx.scatter(pf, layer, score, rows=x)
     adv = ctx.advice(None, pf, {"producer": "expert-map search (FineMoE style)", "store": int(pick.size),
                                 "semantic": "hidden" if hidden is not None else "prompt routing"})
