@@ -127,6 +127,35 @@ def test_every_baseline_charges_its_proactive_loads(small):
     assert res["te-moe-oracle"].hit > res["lru"].hit
 
 
+@pytest.mark.parametrize("jobs", [2, 3, 16])
+def test_compare_in_threads_gives_the_rows_of_one_thread(small, jobs, monkeypatch):
+    """Baselines side by side (``jobs`` threads, more than the baselines too) give every row of a serial run, in
+    its order, with the timing rows; progress is told once per row."""
+    import threading
+
+    import expertcache.prefetch.comparison as comparison
+    from expertcache.timing import load_profile
+
+    cfg = CompareConfig(capacity=5, budget=3, expert_bytes=1000, batch=2)
+    profile = load_profile("pcie-gen4-x16")
+    one = compare(small, cfg, profile=profile)
+    one_plain = compare(small, cfg)
+    seen, where = [], set()
+    plain = comparison.replay_proactive
+
+    def noted(*args, **kwargs):
+        where.add(threading.current_thread() is threading.main_thread())
+        return plain(*args, **kwargs)
+
+    monkeypatch.setattr(comparison, "replay_proactive", noted)
+    many = compare(small, cfg, profile=profile, jobs=jobs, progress=seen.append)
+    many_plain = compare(small, cfg, jobs=jobs)
+    assert [r.name for r in many.rows] == list(BASELINES) and len(seen) == len(BASELINES)
+    assert json.dumps(many.to_dict(), sort_keys=True) == json.dumps(one.to_dict(), sort_keys=True)
+    assert json.dumps(many_plain.to_dict(), sort_keys=True) == json.dumps(one_plain.to_dict(), sort_keys=True)
+    assert where == {False}                 # every row replayed in a worker thread
+
+
 def test_stream_input_skips_trace_baselines_with_a_reason(small):
     from expertcache.events import build_events
 
@@ -291,6 +320,15 @@ def test_cli_compare_on_the_bundled_example(tmp_path):
     assert (tmp_path / "f.png").stat().st_size > 0
     table = runner.invoke(main, ["prefetch", "compare", "example", "--policy", "lru,te-moe", "-C", "8"])
     assert table.exit_code == 0 and "AdjHit" in table.output and "te-moe" in table.output
+
+
+def test_cli_jobs_must_not_be_negative(tmp_path):
+    runner = CliRunner()
+    for args in (["prefetch", "compare", "example", "--jobs", "-1"],
+                 ["report", "--example", "-o", str(tmp_path / "r"), "--jobs", "-1"]):
+        res = runner.invoke(main, args)
+        assert res.exit_code == 2 and res.output.strip() == "error: --jobs must be >= 0; got -1", res.output
+    assert not (tmp_path / "r").exists()
 
 
 def test_cli_errors_are_one_line(tmp_path):

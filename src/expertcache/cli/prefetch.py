@@ -93,19 +93,25 @@ def _hidden(trace_dir: str | None, use: bool):
               help="A hardware profile (built-in name or JSON, docs/timing.md): time every row too, its prefetches "
                    "issued at its decision availability and sharing the link with demand misses (TPOT, stall "
                    "share, timely/late/useless prefetches); needs a block size (--expert-bytes or the trace's).")
+@click.option("--jobs", "-j", type=int, default=1, show_default=True,
+              help="Baselines run side by side in this many threads (0 = all local cores); the rows are the same, "
+                   "and up to this many baselines' advice arrays are held at once.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @_guard
 def compare_cmd(source: str, calibration: str | None, rho: float, capacity: int | None, budget: int | None,
                 batch: int, prefill_init: bool | None, lookahead: int, store_size: int, option_steps: int,
                 lrfu_lambda: float, expert_bytes: int | None, policies: str | None, seed: int, tie_break: str,
-                use_hidden: bool, plot_path: str | None, overwrite: bool, profile_name: str | None,
+                use_hidden: bool, plot_path: str | None, overwrite: bool, profile_name: str | None, jobs: int,
                 as_json: bool) -> None:
     """Compare classic, MoE-specific and prefetching baselines on SOURCE (a trace or stream directory,
     or 'example' for the bundled trace): Hit, AdjHit, Load per token, added parameters, decision availability.
     """
     from ..prefetch.comparison import CompareConfig, compare, plot_compare
+    from ..replay import default_jobs
     from ..trace import RoutingTrace
 
+    if jobs < 0:
+        _fail(f"--jobs must be >= 0; got {jobs}")
     if plot_path:
         _require_new(plot_path, overwrite, file=True)
     names = tuple(p.strip() for p in policies.split(",") if p.strip()) if policies else None
@@ -149,7 +155,8 @@ def compare_cmd(source: str, calibration: str | None, rho: float, capacity: int 
             bar.update(task, total=total, advance=1)
 
         report = compare(data, cfg, calibration=calib, hidden=hidden, hidden_calibration=hidden_cal,
-                         label="example" if source == "example" else label, progress=tick, profile=profile)
+                         label="example" if source == "example" else label, progress=tick, profile=profile,
+                         jobs=jobs or default_jobs())
     if plot_path:
         plot_compare(report, plot_path)
     if as_json:

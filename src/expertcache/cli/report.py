@@ -120,6 +120,8 @@ def report_cmd(source: str | None, example: bool, out: str, rho: float, scope: s
 
     if bool(source) == example:
         _fail("give either SOURCE (a trace or stream directory) or --example")
+    if jobs < 0:
+        _fail(f"--jobs must be >= 0; got {jobs}")
     _require_new(out, overwrite)
     cfg = ReportConfig(rho=rho, scope=scope, batch=batch, offsets=offsets, seeds=tuple(seeds),
                        batches=tuple(batches), rhos=tuple(rhos), n_permutations=permutations,

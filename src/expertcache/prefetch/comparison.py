@@ -194,7 +194,7 @@ def split_trace(trace: RoutingTrace) -> tuple[RoutingTrace, RoutingTrace, np.nda
 def compare(source: RoutingTrace | EventStream, config: CompareConfig = CompareConfig(),
             calibration: RoutingTrace | None = None, hidden: np.ndarray | None = None,
             hidden_calibration: np.ndarray | None = None, label: str = "",
-            progress: Callable[[int], None] | None = None, profile: Any = None) -> CompareReport:
+            progress: Callable[[int], None] | None = None, profile: Any = None, jobs: int = 1) -> CompareReport:
     """Run every selected baseline on ``source`` and return the table.
 
     Parameters
@@ -210,6 +210,11 @@ def compare(source: RoutingTrace | EventStream, config: CompareConfig = CompareC
         ``calibration`` if given); ``None`` = routing-derived features.
     progress
         Called once per finished row with the total.
+    jobs
+        Baselines run side by side in this many threads (numba's kernels and numpy's large operations release
+        the GIL); each row depends on its baseline alone, so the rows are the same, in the same order. Up to
+        ``jobs`` baselines' advice arrays (``float32[n_events, N]`` each) are held at once, where one run holds
+        one baseline's.
     profile
         A :class:`expertcache.timing.HardwareProfile`: each row is also put on a timeline, its prefetches issued
         at its decision availability (:func:`expertcache.timing.prefetch.issue_for_availability`); the counts
@@ -278,39 +283,51 @@ def compare(source: RoutingTrace | EventStream, config: CompareConfig = CompareC
         timings[name] = t
         return t.replay
 
-    rows = []
-    for name in names:
+    def row(name: str) -> CompareRow:
+        """The row of one baseline: its advice produced, replayed and dropped (only the counts are kept)."""
         b = BASELINES[name]
         if b.needs_trace and ctx is None:
-            rows.append(CompareRow(name, b.family, b.description, None, None, 0, "", "",
-                                   skipped="needs per-request routing (a routing trace), got an event stream"))
+            return CompareRow(name, b.family, b.description, None, None, 0, "", "",
+                              skipped="needs per-request routing (a routing trace), got an event stream")
+        if name in ("lru", "lfu", "lrfu"):
+            avail = "Curr. layer"
+            p = Produced(None, name, False, availability=avail,
+                         note=f"lambda = {config.lrfu_lambda}" if name == "lrfu" else "")
+        elif name == "least-stale":
+            # one event per (step, layer) and a cache per layer: a block's last step orders exactly as its
+            # last use, so the stalest step's block is the least recently used one (same ties)
+            p = Produced(None, "lru", False, availability="Curr. layer", note=LEAST_STALE_NOTE)
+        elif name == "moe-infinity":
+            p = activation_aware(ctx, calibration, config.store_size)
+        elif name == "promoe":
+            p = lookahead(ctx, calibration, config.lookahead, hidden, hidden_calibration)
+        elif name == "finemoe":
+            p = expert_map_search(ctx, calibration, config.store_size, seed=config.seed, hidden=hidden,
+                                  hidden_calibration=hidden_calibration)
+        elif name in ("te-moe", "te-moe-oracle"):
+            p = option_set(stream, config.option_steps, "past" if name == "te-moe" else "future", mask)
         else:
-            if name in ("lru", "lfu", "lrfu"):
-                avail = "Curr. layer"
-                p = Produced(None, name, False, availability=avail,
-                             note=f"lambda = {config.lrfu_lambda}" if name == "lrfu" else "")
-            elif name == "least-stale":
-                # one event per (step, layer) and a cache per layer: a block's last step orders exactly as its
-                # last use, so the stalest step's block is the least recently used one (same ties)
-                p = Produced(None, "lru", False, availability="Curr. layer",
-                             note=LEAST_STALE_NOTE)
-            elif name == "moe-infinity":
-                p = activation_aware(ctx, calibration, config.store_size)
-            elif name == "promoe":
-                p = lookahead(ctx, calibration, config.lookahead, hidden, hidden_calibration)
-            elif name == "finemoe":
-                p = expert_map_search(ctx, calibration, config.store_size, seed=config.seed, hidden=hidden,
-                                      hidden_calibration=hidden_calibration)
-            elif name in ("te-moe", "te-moe-oracle"):
-                p = option_set(stream, config.option_steps, "past" if name == "te-moe" else "future", mask)
-            else:
-                p = next_true(stream, mask)
-            result = run(p, name)
-            rows.append(CompareRow(name, b.family, b.description, result, p.added_params, p.store_entries,
-                                   p.availability, p.note, details=p.details, timing=timings.get(name)))
-            del p                   # one baseline's advice arrays alive at a time
-        if progress is not None:
-            progress(len(names))
+            p = next_true(stream, mask)
+        result = run(p, name)
+        return CompareRow(name, b.family, b.description, result, p.added_params, p.store_entries,
+                          p.availability, p.note, details=p.details, timing=timings.get(name))
+
+    rows = []
+    if jobs <= 1 or len(names) <= 1:
+        for name in names:
+            rows.append(row(name))  # one baseline's advice arrays alive at a time
+            if progress is not None:
+                progress(len(names))
+    else:
+        # baselines side by side in threads (the kernels release the GIL); each row depends on its baseline alone,
+        # so the rows are the same, in the same order
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(jobs, len(names))) as pool:
+            for r in pool.map(row, names):
+                rows.append(r)
+                if progress is not None:
+                    progress(len(names))
     batch = config.batch if ctx is not None else stream.provenance.get("batch")
     n_warm = 0 if mask is None else int((~mask).sum())
     return CompareReport(tuple(rows), config, label, n_eval, n_cal, caps, budget, bool(pinit), hidden_kind,
