@@ -88,6 +88,32 @@ def test_transition_warm_cache_hand_counts():
     assert scope["units"] == 2 and scope["units_meeting"] == 0
 
 
+@pytest.mark.parametrize("jobs", [2, 5])
+def test_transition_in_threads_gives_the_units_of_one_thread(jobs, monkeypatch):
+    """Units (and their cold replays) side by side in threads: the units of one thread, in its order; every
+    replay in a worker thread."""
+    import threading
+
+    import expertcache.experiment.scoped as scoped
+    from expertcache.trace.synth import SynthConfig, synthesize_trace
+
+    t = synthesize_trace(SynthConfig(n_layers=3, n_experts=16, top_k=2, n_requests=18, decode_tokens=6,
+                                     working_set=4, n_categories=3, seed=5))
+    kw = dict(windows=(2, 3), rhos=(0.2, 0.4), seeds=(0, 1), batch=2)
+    one, scope_one = scoped.warm_transition(t, None, **kw)
+    where = set()
+    plain = scoped.replay_curve
+
+    def noted(*args, **kwargs):
+        where.add(threading.current_thread() is threading.main_thread())
+        return plain(*args, **kwargs)
+
+    monkeypatch.setattr(scoped, "replay_curve", noted)
+    many, scope_many = scoped.warm_transition(t, None, jobs=jobs, **kw)
+    assert [u.to_dict() for u in many] == [u.to_dict() for u in one] and scope_many == scope_one
+    assert len(one) == 6 * 2 * 2 * 2 and where == {False}
+
+
 def test_transition_rejects_small_categories():
     from expertcache.errors import ValidationError
     from expertcache.experiment.scoped import warm_transition
@@ -123,6 +149,11 @@ def test_cli_transition_and_partition_print_scope(tmp_path):
                                   "0.25", "--seed", "0", "-B", "2"])
     assert r.exit_code == 0, r.output
     assert r.output.startswith("scope: model") and "units meet gap >= 10%" in r.output
+    r2 = CliRunner().invoke(main, ["experiment", "transition", str(tmp_path / "t"), "--windows", "2,4", "--rho",
+                                   "0.25", "--seed", "0", "-B", "2", "--jobs", "2"])
+    assert r2.exit_code == 0 and r2.output == r.output
+    r2 = CliRunner().invoke(main, ["experiment", "transition", str(tmp_path / "t"), "--jobs", "-1"])
+    assert r2.exit_code == 2 and r2.output.strip() == "error: --jobs must be >= 0; got -1"
     r = CliRunner().invoke(main, ["experiment", "partition", str(tmp_path / "t"), "--groups",
                                   "category-0;*", "--slots", "1", "--json"])
     assert r.exit_code == 0, r.output

@@ -295,22 +295,28 @@ def experiment_prefill_gap(trace_dir: str, chunk: int, rhos: list[float], seeds:
               help="Request-order seeds.")
 @click.option("--batch", "-B", type=int, default=8, show_default=True)
 @click.option("--threshold", type=float, default=0.10, show_default=True, help="Criterion: gap >= threshold.")
+@click.option("--jobs", "-j", type=int, default=1, show_default=True,
+              help="Units replayed side by side in this many threads (0 = all local cores); the units are the same.")
 @click.option("--json", "as_json", is_flag=True)
 @_guard
 def experiment_transition(trace_dir: str, labels: str | None, windows: list[int], warm: int | None,
-                          rhos: list[float], seeds: list[int], batch: int, threshold: float, as_json: bool) -> None:
+                          rhos: list[float], seeds: list[int], batch: int, threshold: float, jobs: int,
+                          as_json: bool) -> None:
     """Warm-cache workload transition A -> B over windows of N requests (§8.1): gap after a warm start."""
     from ..experiment.scoped import warm_transition
-    from ..replay import ReplayConfig
+    from ..replay import ReplayConfig, default_jobs
     from ..trace import read_trace
 
     for r in rhos:
         ReplayConfig(rho=r)
     if batch < 1:
         _fail(f"--batch must be a positive integer; got {batch}")
+    if jobs < 0:
+        _fail(f"--jobs must be >= 0; got {jobs}")
     trace = read_trace(trace_dir)
     with _working("warm transitions"):
-        units, scope = warm_transition(trace, labels, windows, rhos, seeds, batch, warm, threshold=threshold)
+        units, scope = warm_transition(trace, labels, windows, rhos, seeds, batch, warm, threshold=threshold,
+                                       jobs=jobs or default_jobs())
     if _scoped(scope, as_json, {"units": [u.to_dict() for u in units]}):
         return
     click.echo(f"{'A -> B':28s} {'N':>4s} {'rho':>5s} {'seed':>4s} {'best causal':>12s} {'m':>8s} {'belady':>8s} "

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .._threads import thread_map
 from ..events import ArrivalOffsets, EventStream, build_events
 from ..events.rotation import SCHEDULERS, RotationConfig, RotationStats, rotation_events
 from ..replay import ReplayConfig, replay, replay_curve
@@ -161,7 +162,7 @@ PAPER_WINDOWS = (10, 25, 50, 100)
 def warm_transition(trace: RoutingTrace, categories: Any, windows: Sequence[int] | None = None,
                     rhos: Sequence[float] = (0.2, 0.3, 0.4), seeds: Sequence[int] = (0, 1, 2), batch: int = 8,
                     warm: int | None = None, pairs: Sequence[tuple[str, str]] | None = None,
-                    threshold: float = 0.10) -> tuple[list[TransitionUnit], dict[str, Any]]:
+                    threshold: float = 0.10, jobs: int = 1) -> tuple[list[TransitionUnit], dict[str, Any]]:
     """Directed A -> B transitions over windows of N requests (§8.1, Table 17 row 2).
 
     ``categories`` is what :func:`expertcache.trace.labels.request_categories` accepts (a mapping, a labels
@@ -169,7 +170,8 @@ def warm_transition(trace: RoutingTrace, categories: Any, windows: Sequence[int]
     unless ``pairs`` names some. ``warm`` A requests warm the cache (default: the largest window).
     Requests are drawn in a seeded order; a window larger than the target category is an error.
     Without ``windows``, the paper's (10, 25, 50, 100) that the smallest category can fill are used
-    (or that category's size, if even 10 is too many); the scope block names what was dropped.
+    (or that category's size, if even 10 is too many); the scope block names what was dropped. ``jobs``
+    threads replay the units side by side (the same units, in the same order).
     """
     import numpy as np
 
@@ -199,35 +201,49 @@ def warm_transition(trace: RoutingTrace, categories: Any, windows: Sequence[int]
             if members[c].size < need:
                 raise ValidationError(f"category {c!r} has {members[c].size} requests; the transition needs "
                                       f"{need} (lower --windows/--warm or collect more requests)")
-    units = []
+    # every unit's requests in a seeded order per category; B's first w requests replayed from cold, per rho,
+    # are the same for every A, so built and replayed once per (seed, B, w)
+    tasks, cold_order = [], {}
     for seed in seeds:
         rng = np.random.default_rng([int(seed), 8, 1])
         order = {n: rng.permutation(members[n]) for n in names}
-        # B's first w requests replayed from cold, per rho: the same for every A, so built and replayed once
-        cold_of: dict[tuple[str, int], dict[float, float]] = {}
         for a, b in pairs:
             for w in windows:
-                idx = np.concatenate([order[a][:n_warm], order[b][:w]])
-                sub = select_requests(trace, idx, note=f"transition {a}->{b}, window {w}, seed {seed}")
-                lengths, _ = decode_rows(sub)
-                step, req, tok = fcfs_schedule(lengths, np.zeros(sub.n_requests, np.int64), batch)
-                stream = events_from_schedule(sub, step, req, tok, {"discipline": "fcfs-continuous-batching",
-                                                                    "batch": int(batch)})
-                n_warmup = events_before_request(stream, step, req, n_warm)
-                if (b, w) not in cold_of:
-                    cold_stream = build_events(select_requests(trace, order[b][:w]), batch)
-                    cold_curves = [replay_curve(cold_stream, ReplayConfig(p), rhos) for p in CAUSAL]
-                    cold_of[b, w] = {rho: min(c[i].miss_fraction for c in cold_curves) for i, rho in enumerate(rhos)}
-                # every rho of a policy at once (one pass where it is cheaper; Belady's event bitsets shared)
-                curves = {p: replay_curve(stream, ReplayConfig(p, warmup_events=n_warmup), rhos)
-                          for p in (*CAUSAL, "belady")}
-                for i, rho in enumerate(rhos):
-                    m = {p: curves[p][i].miss_fraction for p in curves}
-                    best = _best(m)
-                    cold = cold_of[b, w][rho]
-                    gap = (m[best] - m["belady"]) / m[best] if m[best] else 0.0
-                    units.append(TransitionUnit(a, b, w, float(rho), int(seed), n_warmup,
-                                                stream.n_events - n_warmup, m, best, gap, cold))
+                tasks.append((int(seed), a, b, w, order))
+                cold_order.setdefault((int(seed), b, w), order)
+
+    def cold(key: tuple) -> dict[float, float]:
+        _, b, w = key
+        order = cold_order[key]
+        cold_stream = build_events(select_requests(trace, order[b][:w]), batch)
+        cold_curves = [replay_curve(cold_stream, ReplayConfig(p), rhos) for p in CAUSAL]
+        return {rho: min(c[i].miss_fraction for c in cold_curves) for i, rho in enumerate(rhos)}
+
+    def unit(task: tuple) -> list[TransitionUnit]:
+        seed, a, b, w, order = task
+        idx = np.concatenate([order[a][:n_warm], order[b][:w]])
+        sub = select_requests(trace, idx, note=f"transition {a}->{b}, window {w}, seed {seed}")
+        lengths, _ = decode_rows(sub)
+        step, req, tok = fcfs_schedule(lengths, np.zeros(sub.n_requests, np.int64), batch)
+        stream = events_from_schedule(sub, step, req, tok, {"discipline": "fcfs-continuous-batching",
+                                                            "batch": int(batch)})
+        n_warmup = events_before_request(stream, step, req, n_warm)
+        # every rho of a policy at once (one pass where it is cheaper; Belady's event bitsets shared)
+        curves = {p: replay_curve(stream, ReplayConfig(p, warmup_events=n_warmup), rhos) for p in (*CAUSAL, "belady")}
+        out = []
+        for i, rho in enumerate(rhos):
+            m = {p: curves[p][i].miss_fraction for p in curves}
+            best = _best(m)
+            gap = (m[best] - m["belady"]) / m[best] if m[best] else 0.0
+            out.append(TransitionUnit(a, b, w, float(rho), seed, n_warmup, stream.n_events - n_warmup, m, best, gap,
+                                      cold_of[seed, b, w][rho]))
+        return out
+
+    # the units in threads where asked (the kernels release the GIL): each is a function of its requests alone,
+    # so the units are the same, in the same order
+    with thread_map(jobs) as run:
+        cold_of = dict(zip(cold_order, run(cold, list(cold_order)), strict=True))
+        units = [u for us in run(unit, tasks) for u in us]
     scope = scope_block(trace, list(rhos), f"B = {batch}", "continuous batching (FCFS)", "n/a")
     if dropped:
         scope["windows_dropped"] = f"{dropped} (the smallest category holds fewer requests)"

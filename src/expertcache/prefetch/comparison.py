@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .._threads import thread_map
 from ..errors import ValidationError
 from ..events import EventStream
 from ..replay.proactive import ProactiveConfig, ProactiveResult, replay_proactive
@@ -312,22 +313,14 @@ def compare(source: RoutingTrace | EventStream, config: CompareConfig = CompareC
         return CompareRow(name, b.family, b.description, result, p.added_params, p.store_entries,
                           p.availability, p.note, details=p.details, timing=timings.get(name))
 
+    # baselines side by side in threads where asked: each row depends on its baseline alone, so the rows are the
+    # same, in the same order (one thread: one baseline's advice arrays alive at a time)
     rows = []
-    if jobs <= 1 or len(names) <= 1:
-        for name in names:
-            rows.append(row(name))  # one baseline's advice arrays alive at a time
+    with thread_map(min(jobs, len(names))) as each:
+        for r in each(row, names):
+            rows.append(r)
             if progress is not None:
                 progress(len(names))
-    else:
-        # baselines side by side in threads (the kernels release the GIL); each row depends on its baseline alone,
-        # so the rows are the same, in the same order
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=min(jobs, len(names))) as pool:
-            for r in pool.map(row, names):
-                rows.append(r)
-                if progress is not None:
-                    progress(len(names))
     batch = config.batch if ctx is not None else stream.provenance.get("batch")
     n_warm = 0 if mask is None else int((~mask).sum())
     return CompareReport(tuple(rows), config, label, n_eval, n_cal, caps, budget, bool(pinit), hidden_kind,
