@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1] / "src" / "expertcache"
 #: Stage of each top-level folder or module, in pipeline order (docs/design.md §1). Equal ranks may import
 #: each other's modules only where no cycle results (checked below).
 RANK = {
-    "": 0, "errors": 0, "storage": 0, "jsonl": 0, "_jit": 0, "_bits": 0, "_notes": 0, "frames": 0,
+    "": 0, "errors": 0, "storage": 0, "jsonl": 0, "_jit": 0, "_bits": 0, "_notes": 0, "_threads": 0, "frames": 0,
     "trace": 1, "probes": 1,
     "collect": 2, "events": 2, "examples": 2,
     "replay": 3,
