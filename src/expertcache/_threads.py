@@ -3,10 +3,19 @@ large operations, so tasks that spend their time there run in parallel without c
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
+
+
+def default_jobs() -> int:
+    """Local cores available to this process."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
 
 
 @contextmanager

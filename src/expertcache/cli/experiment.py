@@ -9,6 +9,7 @@ from .main import (
     _echo_json,
     _fail,
     _guard,
+    _jobs,
     _working,
     main,
     read_calibration,
@@ -304,19 +305,18 @@ def experiment_transition(trace_dir: str, labels: str | None, windows: list[int]
                           as_json: bool) -> None:
     """Warm-cache workload transition A -> B over windows of N requests (§8.1): gap after a warm start."""
     from ..experiment.scoped import warm_transition
-    from ..replay import ReplayConfig, default_jobs
+    from ..replay import ReplayConfig
     from ..trace import read_trace
 
     for r in rhos:
         ReplayConfig(rho=r)
     if batch < 1:
         _fail(f"--batch must be a positive integer; got {batch}")
-    if jobs < 0:
-        _fail(f"--jobs must be >= 0; got {jobs}")
+    jobs = _jobs(jobs)
     trace = read_trace(trace_dir)
     with _working("warm transitions"):
         units, scope = warm_transition(trace, labels, windows, rhos, seeds, batch, warm, threshold=threshold,
-                                       jobs=jobs or default_jobs())
+                                       jobs=jobs)
     if _scoped(scope, as_json, {"units": [u.to_dict() for u in units]}):
         return
     click.echo(f"{'A -> B':28s} {'N':>4s} {'rho':>5s} {'seed':>4s} {'best causal':>12s} {'m':>8s} {'belady':>8s} "

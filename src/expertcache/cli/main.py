@@ -23,6 +23,15 @@ def _fail(message: str) -> None:
     sys.exit(EXIT_USER_ERROR)
 
 
+def _jobs(jobs: int) -> int:
+    """``--jobs`` checked (one line and exit 2 below 0) and resolved: 0 = the local cores."""
+    from .._threads import default_jobs
+
+    if jobs < 0:
+        _fail(f"--jobs must be >= 0; got {jobs}")
+    return jobs or default_jobs()
+
+
 def _require_new(out: str, overwrite: bool, *, file: bool = False) -> None:
     """Refuse an output before any work: an existing one without ``--overwrite``, and with it anything but
     a directory (or file) this tool may replace (:func:`expertcache.storage.check_output`, docs/safety.md).

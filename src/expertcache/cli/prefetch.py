@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from .main import _console, _echo_json, _fail, _guard, _progress, _require_new
+from .main import _console, _echo_json, _fail, _guard, _jobs, _progress, _require_new
 
 
 @click.group("prefetch")
@@ -107,11 +107,9 @@ def compare_cmd(source: str, calibration: str | None, rho: float, capacity: int 
     or 'example' for the bundled trace): Hit, AdjHit, Load per token, added parameters, decision availability.
     """
     from ..prefetch.comparison import CompareConfig, compare, plot_compare
-    from ..replay import default_jobs
     from ..trace import RoutingTrace
 
-    if jobs < 0:
-        _fail(f"--jobs must be >= 0; got {jobs}")
+    jobs = _jobs(jobs)
     if plot_path:
         _require_new(plot_path, overwrite, file=True)
     names = tuple(p.strip() for p in policies.split(",") if p.strip()) if policies else None
@@ -156,7 +154,7 @@ def compare_cmd(source: str, calibration: str | None, rho: float, capacity: int 
 
         report = compare(data, cfg, calibration=calib, hidden=hidden, hidden_calibration=hidden_cal,
                          label="example" if source == "example" else label, progress=tick, profile=profile,
-                         jobs=jobs or default_jobs())
+                         jobs=jobs)
     if plot_path:
         plot_compare(report, plot_path)
     if as_json:

@@ -13,6 +13,7 @@ from .main import (
     _echo_json,
     _fail,
     _guard,
+    _jobs,
     _progress,
     _require_new,
     _rho_list,
@@ -88,13 +89,12 @@ def replay_cmd(stream_dir: str, policies: list[str], rhos: list[float], scope: s
                             lfu_in_cache_counters=lfu_in_cache_counters, lrfu_lambda=lrfu_lambda,
                             warmup_events=warmup_events or 0)
                for p in policies for s in semantics for r in rhos]   # validates before any work
-    if jobs < 0:
-        _fail(f"--jobs must be >= 0; got {jobs}")
+    jobs = _jobs(jobs)
     if plot_path and not plot_path.lower().endswith((".png", ".pdf", ".svg")):
         _fail(f"{plot_path}: --plot file must end in .png, .pdf or .svg")
     if plot_path:
         _require_new(plot_path, overwrite, file=True)
-    from ..replay import default_jobs, sweep
+    from ..replay import sweep
 
     stream = read_events(stream_dir, gate_mass=False)          # no replay reads it: 4 bytes per access less
     if warmup_events is None and stream.provenance.get("warmup_events"):
@@ -107,7 +107,7 @@ def replay_cmd(stream_dir: str, policies: list[str], rhos: list[float], scope: s
         advice = load_advice(advice_path, stream=stream)
     with _progress() as bar:
         task = bar.add_task("replay", total=None)
-        results = sweep(stream, configs, calib, jobs=jobs or default_jobs(), advice=advice,
+        results = sweep(stream, configs, calib, jobs=jobs, advice=advice,
                         progress=lambda done, total: bar.update(task, completed=done, total=total))
     if plot_path:
         from ..plot import plot_miss_ratio_curves

@@ -10,6 +10,7 @@ from .main import (
     _echo_json,
     _fail,
     _guard,
+    _jobs,
     _progress,
     _require_new,
     main,
@@ -115,20 +116,18 @@ def report_cmd(source: str | None, example: bool, out: str, rho: float, scope: s
     """Measure SOURCE (a trace or stream directory) and write the reporting block, tables and figures."""
     from importlib import resources
 
-    from ..replay import default_jobs
     from ..report import ReportConfig, build_report, write_report
 
     if bool(source) == example:
         _fail("give either SOURCE (a trace or stream directory) or --example")
-    if jobs < 0:
-        _fail(f"--jobs must be >= 0; got {jobs}")
+    jobs = _jobs(jobs)
     _require_new(out, overwrite)
     cfg = ReportConfig(rho=rho, scope=scope, batch=batch, offsets=offsets, seeds=tuple(seeds),
                        batches=tuple(batches), rhos=tuple(rhos), n_permutations=permutations,
                        block_bytes=block_bytes, block_bytes_preset=block_bytes_preset,
                        target_tokens_per_s=target_tokens_per_s,
                        bandwidth_budget=bandwidth, profile=profile, nextuse_model=nextuse_model, labels=labels, prompts=prompts,
-                       jobs=jobs or default_jobs())
+                       jobs=jobs)
     # the complete, canonical command (defaults spelled out), so the report can be regenerated exactly
     command = " ".join([
         "expertcache report", "--example" if example else source, "-o", out, "--rho", f"{rho:g}", "--scope", scope,

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from .main import _console, _echo_json, _fail, _guard
+from .main import _console, _echo_json, _fail, _guard, _jobs
 
 #: A path fragment of numba's own modules (not imported here: the command line starts without numba).
 _NUMBA_DIR = os.sep + "numba" + os.sep
@@ -102,14 +102,11 @@ def spec_run(spec_file: str, store: str, executor: str, jobs: int, address: str 
     """Run every condition of SPEC_FILE that STORE lacks; interrupting loses no stored result."""
     from ..experiment.runner import run_spec
     from ..experiment.spec import load_spec
-    from ..replay import default_jobs
 
-    if jobs < 0:
-        _fail(f"--jobs must be >= 0; got {jobs}")
+    jobs = _jobs(jobs)
     if chunk_seconds < 0:
         _fail(f"--chunk-seconds must be >= 0; got {chunk_seconds}")
     sp = load_spec(spec_file)
-    jobs = jobs or default_jobs()
 
     state = {"done": 0, "terminated": False}
 

@@ -316,7 +316,7 @@ def compare(source: RoutingTrace | EventStream, config: CompareConfig = CompareC
     # baselines side by side in threads where asked: each row depends on its baseline alone, so the rows are the
     # same, in the same order (one thread: one baseline's advice arrays alive at a time)
     rows = []
-    with thread_map(min(jobs, len(names))) as each:
+    with thread_map(jobs) as each:
         for r in each(row, names):
             rows.append(r)
             if progress is not None:

@@ -158,7 +158,7 @@ def expert_map_search(ctx: AdviceContext, calibration: RoutingTrace, store_size:
     sem_req = semantic_similarity(vec_eval, vec_store) if has_sem else None               # [n_requests, U]
     pf = ctx.empty()
     m_take = min(top_m, pick.size)
-    for lo in range(0, ctx.n_exec, chunk):
+    for lo in range(0, ctx.n_exec if m_take > 0 else 0, chunk):   # an empty store: no map, no candidate
         x = np.arange(lo, min(lo + chunk, ctx.n_exec))
         rows = ctx.exec_row[x]
         sem, sem_row = _NO_COS, _NO_ROWS
@@ -185,8 +185,6 @@ def expert_map_search(ctx: AdviceContext, calibration: RoutingTrace, store_size:
                 ex = np.ascontiguousarray(ex_all[:, layer - 1])
                 w = np.ascontiguousarray(w_all[:, layer - 1])
                 m_sq += map_sq[:, layer - 1]
-            if m_take == 0:         # an empty store: no map, no candidate
-                continue
             # the previous layer's dot products, the similarity, the m_take best maps (ties: lower store index
             # first) and their mean row, per token
             expert_map_scores(dot, ex, w, maps_t[layer - 1] if layer > 0 else _NO_SEM, x_sq, m_sq, sem, sem_row,

@@ -12,10 +12,10 @@ are Belady's next uses.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
+from .._threads import default_jobs
 from ..events import EventStream
 from .engine import ReplayConfig, replay_curve, reuse_belady_inputs
 from .result import ReplayResult
@@ -23,14 +23,6 @@ from .result import ReplayResult
 __all__ = ["sweep", "default_jobs"]
 
 _STATE: dict[str, EventStream | None] = {}
-
-
-def default_jobs() -> int:
-    """Local cores available to this process."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
 
 
 def _init(stream: EventStream, calibration: EventStream | None, advice=None) -> None:
