@@ -1151,33 +1151,41 @@ def _tie_bits2(e0, e1, order, off, ev):
     KB.tie_bits2(e0, e1, order, off, ev)
 
 
+def _no_bitalg_cases():
+    """(key, stream, capacities, tie ranks, tie positions, policy, code, lambda) of the check compiled for CPUs
+    without BITALG."""
+    for N in (64, 128):
+        stream = _skewed_stream(2, N, 120, 6, 8)
+        tie = engine._tie_ranks("random", N, 2 * N)
+        _, tie_pos = engine._tie_order(tie, 2, N)
+        for frac in (0.1, 0.4):
+            caps = np.full(2, max(1, int(frac * N)), dtype=np.int64)
+            for policy, code, lam in (("lfru", KEY_LFRU, -1.0), ("lrfu", KEY_LRFU, 0.5)):
+                yield f"{N}-{frac}-{policy}", stream, caps, tie, tie_pos, policy, code, lam
+
+
 _NO_BITALG_CHECK = """
 import numpy as np
 import test_fast_policies as T
+from test_lfru_slots import load_wants
 from expertcache.replay import _kernels_bits as KB
-from expertcache.replay import engine
-from expertcache.replay import ReplayConfig
 from expertcache.replay import _simd as S
 assert not KB.HAS_BITALG and KB._unit_bits_ordered is KB._unit_bits_no_order
 import sys
 form = sys.argv[1]             # the band's lists without VBMI2: compressed stores (AVX-512), else sixteen steps
 assert not S.HAS_VBMI2 and S.band16_2 is getattr(S, "_band16_2_" + form) and S.band16v_2 is S._band16v_2_loop
 assert S.band16_1 is getattr(S, "_band16_1_" + form)
-for N in (64, 128):
-    stream = T._skewed_stream(2, N, 120, 6, 8)
-    tie = engine._tie_ranks("random", N, 2 * N)
-    _, tie_pos = engine._tie_order(tie, 2, N)
-    for frac in (0.1, 0.4):
-        caps = np.full(2, max(1, int(frac * N)), dtype=np.int64)
-        for policy, code, lam in (("lfru", T.KEY_LFRU, -1.0), ("lrfu", T.KEY_LRFU, 0.5)):
-            want = T._generic(stream, ReplayConfig(policy), True, False, caps, tie, code, lam, False)
-            got = [np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(stream.union, np.uint8)]
-            head = (stream.offsets, stream.expert, stream.layer, N, 2, caps, tie_pos)
-            if policy == "lfru":
-                KB.replay_lfru_bits(*head, 0, *got)
-            else:
-                KB.replay_lrfu_bits(*head, lam, 0, *got)
-            assert all((a == b).all() for a, b in zip(got, want, strict=True)), (N, frac, policy)
+wants = load_wants(sys.argv[2])
+for key, stream, caps, tie, tie_pos, policy, code, lam in T._no_bitalg_cases():
+    want = wants.pop(key)
+    got = [np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(stream.union, np.uint8)]
+    head = (stream.offsets, stream.expert, stream.layer, stream.n_experts, 2, caps, tie_pos)
+    if policy == "lfru":
+        KB.replay_lfru_bits(*head, 0, *got)
+    else:
+        KB.replay_lrfu_bits(*head, lam, 0, *got)
+    assert all((a == b).all() for a, b in zip(got, want, strict=True)), key
+assert not wants
 print("ok")
 """
 
@@ -1192,14 +1200,17 @@ def test_lfru_bitset_loop_without_bitalg(tmp_path, cpu):
     import subprocess
     import sys
 
-    from test_lfru_slots import named_cpu_env, skip_where_host_runs_the_haswell_forms
+    from test_lfru_slots import named_cpu_env, save_wants, skip_where_host_runs_the_haswell_forms
 
     env = named_cpu_env(tmp_path, cpu)
     if cpu == "haswell":
         skip_where_host_runs_the_haswell_forms(need_fma=False)
     form = "loop" if cpu == "skylake-avx512" else "fixed"
-    proc = subprocess.run([sys.executable, "-c", _NO_BITALG_CHECK, form], env=env, capture_output=True, text=True,
-                          timeout=600)
+    wants = save_wants(tmp_path / "wants.npz",
+                       {key: _generic(stream, ReplayConfig(policy), True, False, caps, tie, code, lam, False)
+                        for key, stream, caps, tie, _, policy, code, lam in _no_bitalg_cases()})
+    proc = subprocess.run([sys.executable, "-c", _NO_BITALG_CHECK, form, wants], env=env, capture_output=True,
+                          text=True, timeout=600)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 
 

@@ -37,9 +37,11 @@ def _cands(stream: EventStream, cap: int, tie: np.ndarray, warm: int, expert=Non
     return hits, misses, flags
 
 
-def _check(stream: EventStream, cap: int, tie: np.ndarray, warm: int, settings=SETTINGS) -> np.ndarray:
-    """Every setting against ``replay_select`` (sequential units); returns the summed trace."""
-    want = _run(KL.replay_select, stream, False, cap, tie, warm)
+def _check(stream: EventStream, cap: int, tie: np.ndarray, warm: int, settings=SETTINGS, want=None) -> np.ndarray:
+    """Every setting against ``replay_select`` (sequential units; or ``want``, its counts and flags computed
+    elsewhere); returns the summed trace."""
+    if want is None:
+        want = _run(KL.replay_select, stream, False, cap, tie, warm)
     total = np.zeros(5, dtype=np.int64)
     for kw in settings:
         trace = np.zeros(5, dtype=np.int64)
@@ -259,19 +261,30 @@ def test_the_benchmark_prints_a_row_per_rho_and_refuses_bad_arguments():
     assert_refused("lfru_cands_vs_groups.py", (["--rhos", "2"], ["--stream", "drifting:x"], ["--pairs", "0"]))
 
 
+#: The settings of the check compiled for other targets: as in use, and loose bounds over a long window.
+_WORDS_SETTINGS = ({}, {"up": 8.0, "many": 1e9, "window": 200})
+
+
+def _words_cases():
+    """(key, stream, capacity, tie ranks) of the check compiled for other targets."""
+    for seed in range(2):
+        stream = random_stream(500 + seed, L=3, N=40, k=5, steps=120)
+        tie = engine._tie_ranks("random", seed, stream.n_blocks)
+        for cap in (1, 7, 30, 100):
+            yield f"{seed}-{cap}", stream, cap, tie
+
+
 _WORDS_CHECK = """
 import numpy as np
 import sys
 import test_lfru_cands as T
+from test_lfru_slots import load_wants
 from expertcache.replay import _simd as S
-from expertcache.replay import engine
-from test_twin_large import random_stream
 assert S._CMP_MOVMSK == (sys.argv[1] == "haswell")
-for seed in range(2):
-    stream = random_stream(500 + seed, L=3, N=40, k=5, steps=120)
-    tie = engine._tie_ranks("random", seed, stream.n_blocks)
-    for cap in (1, 7, 30, 100):
-        T._check(stream, cap, tie, 2, settings=({}, {"up": 8.0, "many": 1e9, "window": 200}))
+wants = load_wants(sys.argv[2])
+for key, stream, cap, tie in T._words_cases():
+    T._check(stream, cap, tie, 2, settings=T._WORDS_SETTINGS, want=wants.pop(key))
+assert not wants
 print("ok")
 """
 
@@ -285,13 +298,15 @@ def test_the_words_of_each_vector_width(tmp_path, cpu):
     import subprocess
     import sys
 
-    from test_lfru_slots import named_cpu_env
+    from test_lfru_slots import named_cpu_env, save_wants
 
     from expertcache.replay import _simd as S
 
     env = named_cpu_env(tmp_path, cpu)
     if cpu == "haswell" and S._CMP_MOVMSK:
         pytest.skip("this machine's own kernels build their words by sign-bit masks: this process tests them")
-    proc = subprocess.run([sys.executable, "-c", _WORDS_CHECK, cpu], env=env, capture_output=True, text=True,
-                          timeout=600)
+    wants = save_wants(tmp_path / "wants.npz", {key: _run(KL.replay_select, stream, False, cap, tie, 2)
+                                                for key, stream, cap, tie in _words_cases()})
+    proc = subprocess.run([sys.executable, "-c", _WORDS_CHECK, cpu, wants], env=env, capture_output=True,
+                          text=True, timeout=600)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]

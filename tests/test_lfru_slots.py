@@ -35,11 +35,14 @@ def _run(kernel, stream: EventStream, cap: int, tie: np.ndarray, warm: int):
     return hits, misses, flags
 
 
-def _check(stream: EventStream, cap: int, tie: np.ndarray, warm: int, old_age: float | None = None) -> None:
-    """The slots loop against ``replay_select``, four ways: as in use; the high cut alone in the vector pass at
-    any size (``one_cut_words=0``) over every slot; the same over candidates at any size (``cand_words=0``); and
-    over candidates made afresh every 3 events with the units' base moved every 7 (every 2**15 in use)."""
-    want = _run(KL.replay_select, stream, cap, tie, warm)
+def _check(stream: EventStream, cap: int, tie: np.ndarray, warm: int, old_age: float | None = None,
+           want=None) -> None:
+    """The slots loop against ``replay_select`` (or ``want``, its counts and flags computed elsewhere), four ways: as
+    in use; the high cut alone in the vector pass at any size (``one_cut_words=0``) over every slot; the same over
+    candidates at any size (``cand_words=0``); and over candidates made afresh every 3 events with the units' base
+    moved every 7 (every 2**15 in use)."""
+    if want is None:
+        want = _run(KL.replay_select, stream, cap, tie, warm)
     ages = {} if old_age is None else {"old_age": old_age}
     for one_cut, cand_words, cand_k, rebase in ((None, None, None, None), (0, -1, None, None), (0, 0, None, None),
                                                 (0, 0, 3, 7)):
@@ -236,12 +239,37 @@ def skip_where_host_runs_the_haswell_forms(need_fma: bool) -> None:
         pytest.skip("this machine's own kernels are the Haswell forms: the tests in this process run them")
 
 
+def _generic_cases():
+    """(key, stream, capacity, tie ranks) of the check compiled for other targets."""
+    for seed in range(3):
+        stream = random_stream(300 + seed, L=3, N=70, k=6, steps=150)
+        tie = engine._tie_ranks("random", seed, stream.n_blocks)
+        for cap in (1, 9, 40, 150):
+            yield f"{seed}-{cap}", stream, cap, tie
+
+
+def save_wants(path, wants: dict) -> str:
+    """Write the reference's counts and flags (``key -> arrays``), computed in this process, whose kernels are
+    compiled for this machine and cached, for a subprocess whose kernels compile afresh for another target: it
+    compiles only the kernels under test. Returns the file's path as a string."""
+    np.savez(path, **{f"{key}/{i}": a for key, arrays in wants.items() for i, a in enumerate(arrays)})
+    return str(path)
+
+
+def load_wants(path: str) -> dict:
+    """``key -> [arrays]`` as :func:`save_wants` wrote them."""
+    parts: dict = {}
+    with np.load(path) as z:
+        for name in z.files:
+            key, i = name.rsplit("/", 1)
+            parts.setdefault(key, {})[int(i)] = z[name]
+    return {key: [d[i] for i in range(len(d))] for key, d in parts.items()}
+
+
 _GENERIC_CHECK = """
 import numpy as np
 import test_lfru_slots as T
 from expertcache.replay import _simd as S
-from expertcache.replay import engine
-from test_twin_large import random_stream
 import sys
 avx512 = sys.argv[1] == "skylake-avx512"
 assert S.bit_positions is (S._bit_positions_avx512 if avx512 else S._bit_positions_few)
@@ -249,11 +277,10 @@ assert S.bit_positions_dense is (S._bit_positions_avx512 if avx512 else S._bit_p
 assert S.HAS_FMA == (sys.argv[1] != "generic")
 assert S.FAST_GATHERS == avx512 and S.cut_list1_32_fma is S._cut_list1_32_fma_any
 assert S.cut_list1_32_fma_dense is S._cut_list1_32_fma_any_dense
-for seed in range(3):
-    stream = random_stream(300 + seed, L=3, N=70, k=6, steps=150)
-    tie = engine._tie_ranks("random", seed, stream.n_blocks)
-    for cap in (1, 9, 40, 150):
-        T._check(stream, cap, tie, 3)
+wants = T.load_wants(sys.argv[2])
+for key, stream, cap, tie in T._generic_cases():
+    T._check(stream, cap, tie, 3, want=wants.pop(key))
+assert not wants
 print("ok")
 """
 
@@ -273,8 +300,10 @@ def test_the_slots_without_avx512(tmp_path, cpu):
     env = named_cpu_env(tmp_path, cpu)
     if cpu == "haswell":
         skip_where_host_runs_the_haswell_forms(need_fma=True)
-    proc = subprocess.run([sys.executable, "-c", _GENERIC_CHECK, cpu], env=env, capture_output=True, text=True,
-                          timeout=600)
+    wants = save_wants(tmp_path / "wants.npz", {key: _run(KL.replay_select, stream, cap, tie, 3)
+                                                for key, stream, cap, tie in _generic_cases()})
+    proc = subprocess.run([sys.executable, "-c", _GENERIC_CHECK, cpu, wants], env=env, capture_output=True,
+                          text=True, timeout=600)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 
 
