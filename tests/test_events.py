@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -173,12 +174,18 @@ def test_read_events_can_leave_gate_mass_unread(tmp_path, monkeypatch):
     assert replay(lean, cfg) == replay(full, cfg)
 
 
-@pytest.mark.parametrize("n_experts", [8, 64, 200, 4096])
-def test_step_layer_events_equal_the_sorting_build(n_experts):
-    """The per-step kernel (members read from bits where they span few words, else sorted by insertion) against
-    the build that sorts every (token, layer, slot) entry: the same events, members, multiplicities and gate sums,
-    on random schedules (N = 4096 with k = 2 takes the insertion sort, the others the bits)."""
+@pytest.mark.parametrize("kernel", ["step_layer_events", "_step_layer_events_any"])
+@pytest.mark.parametrize("n_experts", [1, 8, 64, 65, 128, 129, 200, 4096])
+def test_step_layer_events_equal_the_sorting_build(n_experts, kernel, monkeypatch):
+    """The per-step kernel (for N <= 128 with no branch per entry, members read from two words of bits; past it,
+    and at any N as ``_step_layer_events_any``, which ``benchmarks/event_build.py`` times, members read from bits
+    where they span few words, else sorted by insertion) against the build that sorts every (token, layer, slot)
+    entry: the same events, members, multiplicities and gate sums, bit for bit (zeros of either sign among the
+    gates), on random schedules (N = 4096 with k = 2 takes the insertion sort)."""
+    from expertcache.events import _kernels as K
     from expertcache.events.fcfs import _schedule_events, _sorted_schedule_events
+
+    monkeypatch.setattr(K, "step_layer_events", getattr(K, kernel))
 
     rng = np.random.default_rng(n_experts)
     k = 2 if n_experts == 4096 else min(4, n_experts)
@@ -187,12 +194,36 @@ def test_step_layer_events_equal_the_sorting_build(n_experts):
     experts = [[[rng.choice(n_experts, size=k, replace=False).tolist() for _ in range(L)] for _ in range(n)]
                for n in lengths]
     tr = _trace(lengths, L=L, N=n_experts, k=k, experts=experts)
-    tr = replace(tr, gates=rng.random(tr.gates.shape).astype(np.float32))     # sums that depend on their order
+    gates = rng.random(tr.gates.shape).astype(np.float32)            # sums that depend on their order
+    gates[rng.random(gates.shape) < 0.5] = -0.0
+    gates[rng.random(gates.shape) < 0.1] = 0.0
+    tr = replace(tr, gates=gates)
     rows = np.arange(tr.n_tokens)
+    negative_zero_sums = 0
     for _ in range(5):
         step = np.sort(rng.integers(0, 6, size=rows.shape[0]))
         pick = rng.permutation(rows)                         # tokens of a step in any order
         a = _sorted_schedule_events(tr, step, pick)
         b = _schedule_events(tr, step, pick)
         for x, y, name in zip(a, b, ("ev_ids", "csr", "expert", "mult", "gm", "active"), strict=True):
-            assert np.array_equal(np.asarray(x), np.asarray(y)), name
+            x, y = np.asarray(x), np.asarray(y)
+            assert x.dtype == y.dtype and np.array_equal(x.view(np.uint8), y.view(np.uint8)), name
+        negative_zero_sums += int((np.signbit(a[4]) & (a[4] == 0)).sum())
+    assert negative_zero_sums, "no sum of -0.0 gates"
+
+
+def test_the_event_build_benchmark_times_both_kernels_and_checks_them():
+    """``benchmarks/event_build.py`` runs both per-step kernels on one schedule per batch, checks their outputs equal,
+    prints ns per entry and the min and median ratios, and refuses bad arguments (and layers past 128 experts) in
+    one line."""
+    from conftest import assert_refused, run_benchmark
+
+    r = run_benchmark("event_build.py", "--batches", "1,5", "--requests", "3", "--tokens", "20", "--experts", "70",
+                      "--pairs", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert (out["experts"], out["top_k"], out["pairs"]) == (70, 8, 2)
+    assert [x["batch"] for x in out["rows"]] == [1, 5]
+    assert all(x["outputs_equal"] and x["entries"] == 3 * 20 * 48 * 8 and x["bits_ns"] > 0 and x["any_ns"] > 0
+               and 0 < x["ratio_min"] <= x["ratio"] for x in out["rows"])
+    assert_refused("event_build.py", [["--experts", "129"], ["--batches", "0"], ["--pairs", "x"]])

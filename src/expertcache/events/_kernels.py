@@ -13,13 +13,31 @@ import numpy as np
 
 from .._bits import U as _U
 from .._bits import cttz
-from .._jit import jit
+from .._jit import jit, jit_inline
+
+
+@jit_inline
+def _step_end(step, g0, n):
+    """The end of the rows of ``step[g0]``'s step (``step`` non-decreasing)."""
+    g1 = g0
+    while g1 < n and step[g1] == step[g0]:
+        g1 += 1
+    return g1
+
+
+@jit_inline
+def _end_event(ev_ids, active, csr, n_ev, n_u, ev_id, n_active):
+    """Close event ``n_ev`` (its members end at ``n_u``): its id and ``|A(s)|``; returns the events so far."""
+    ev_ids[n_ev] = ev_id
+    active[n_ev] = n_active
+    csr[n_ev + 1] = n_u
+    return n_ev + 1
 
 
 @jit
 def step_layer_events(step, rows, experts, gates, has_gates, n_experts, ev_ids, csr, expert, mult, gm, active):
     """Fill the event arrays of the schedule ``(step[i], rows[i])`` (``step`` non-decreasing); return
-    ``(n_events, n_union)``.
+    ``(n_events, n_union)``. Layers of at most 128 experts take :func:`_step_layer_events_bits`.
 
     Parameters
     ----------
@@ -38,6 +56,18 @@ def step_layer_events(step, rows, experts, gates, has_gates, n_experts, ev_ids, 
     expert, mult, gm : int16, int32, float32 [>= n * L * k]
         Output: members ascending within each event, their multiplicity and summed gate mass.
     """
+    if n_experts <= 128:
+        return _step_layer_events_bits(step, rows, experts, gates, has_gates, n_experts, ev_ids, csr, expert, mult,
+                                       gm, active)
+    return _step_layer_events_any(step, rows, experts, gates, has_gates, n_experts, ev_ids, csr, expert, mult, gm,
+                                  active)
+
+
+@jit
+def _step_layer_events_any(step, rows, experts, gates, has_gates, n_experts, ev_ids, csr, expert, mult, gm, active):
+    """:func:`step_layer_events` for any ``N``: an entry's first test of its count lists its expert as new (and
+    sets its bit); the members are read from the bits where they span few words, else sorted by insertion
+    (``benchmarks/event_build.py`` times it against :func:`_step_layer_events_bits`)."""
     n = step.shape[0]
     n_layers, k = experts.shape[1], experts.shape[2]
     count = np.zeros(n_experts, dtype=np.int64)
@@ -50,9 +80,7 @@ def step_layer_events(step, rows, experts, gates, has_gates, n_experts, ev_ids, 
     csr[0] = 0
     g0 = 0
     while g0 < n:
-        g1 = g0
-        while g1 < n and step[g1] == step[g0]:
-            g1 += 1
+        g1 = _step_end(step, g0, n)
         for l in range(n_layers):
             n_t = 0
             for i in range(g0, g1):
@@ -99,10 +127,59 @@ def step_layer_events(step, rows, experts, gates, has_gates, n_experts, ev_ids, 
                     gm[_U(n_u)] = np.float32(gsum[e])
                 count[e] = 0
                 n_u += 1
-            ev_ids[n_ev] = step[g0] * n_layers + l
-            active[n_ev] = g1 - g0
-            n_ev += 1
-            csr[n_ev] = n_u
+            n_ev = _end_event(ev_ids, active, csr, n_ev, n_u, step[g0] * n_layers + l, g1 - g0)
+        g0 = g1
+    return n_ev, n_u
+
+
+@jit
+def _step_layer_events_bits(step, rows, experts, gates, has_gates, n_experts, ev_ids, csr, expert, mult, gm,
+                            active):
+    """:func:`step_layer_events` for ``N <= 128``, with no branch per entry: each entry sets its expert's bit in
+    one of two registers and adds to its count and gate sum; the members are read from the bits in ascending
+    order, each count and sum read and cleared there (:func:`_step_layer_events_any`'s test of a first entry per
+    entry, true about half the time on a Qwen3-sized trace, made it take 1.4-2.2x this loop's time at B = 1-32:
+    ``benchmarks/event_build.py``). The sums start at ``-0.0``, so that a first gate is its own sum, ``-0.0``
+    included; every later one is added in the same order."""
+    n = step.shape[0]
+    n_layers, k = experts.shape[1], experts.shape[2]
+    count = np.zeros(n_experts, dtype=np.int64)
+    gsum = np.full(n_experts, -0.0, dtype=np.float64)
+    one = np.uint64(1)
+    zero = np.uint64(0)
+    n_ev = 0
+    n_u = 0
+    csr[0] = 0
+    g0 = 0
+    while g0 < n:
+        g1 = _step_end(step, g0, n)
+        for l in range(n_layers):
+            w0 = zero                  # the event's experts below 64, and from 64
+            w1 = zero
+            for i in range(g0, g1):
+                r = rows[_U(i)]
+                for j in range(k):
+                    e = _U(experts[_U(r), _U(l), _U(j)])
+                    bit = one << (e & np.uint64(63))
+                    hi = e >> np.uint64(6)
+                    w0 |= bit & (hi - one)
+                    w1 |= bit & (zero - hi)
+                    count[e] += 1
+                    if has_gates:
+                        gsum[e] += np.float64(gates[_U(r), _U(l), _U(j)])
+            for w in range(2):
+                x = w0 if w == 0 else w1
+                while x:
+                    e = _U((w << 6) + np.int64(cttz(x)))
+                    x &= x - one
+                    expert[_U(n_u)] = e
+                    mult[_U(n_u)] = count[e]
+                    count[e] = 0
+                    if has_gates:
+                        gm[_U(n_u)] = np.float32(gsum[e])
+                        gsum[e] = -0.0
+                    n_u += 1
+            n_ev = _end_event(ev_ids, active, csr, n_ev, n_u, step[g0] * n_layers + l, g1 - g0)
         g0 = g1
     return n_ev, n_u
 
