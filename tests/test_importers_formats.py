@@ -264,3 +264,40 @@ def test_the_sorted_shortcut_agrees_with_lexsort():
             r, p, layer = r[o], p[o], layer[o]
         in_place = bool(np.array_equal(np.lexsort((np.arange(n), layer, p, r)), np.arange(n)))
         assert _lex_sorted(r, p, layer) == in_place
+
+
+def test_assembly_in_blocks_of_records_gives_the_same_trace_and_report(tmp_path, monkeypatch):
+    """``assemble`` sorts and copies the records' ids and gates a block of records at a time (``_BLOCK_ROWS``):
+    blocks of 1 and 3 records give the default's trace and report, bit for bit, on rows out of order, a row with a
+    repeated id, one with an id out of range and one with too few ids (skipped with ``skip_bad_rows``; the first
+    of them named without it)."""
+    import expertcache.trace.importers._common as C
+    from expertcache.errors import ValidationError
+
+    rng = np.random.default_rng(5)
+    rows = [{"request_id": f"q{r}", "phase": "decode", "position": pos, "layer": layer,
+             "experts": rng.choice(8, 3, replace=False).tolist(), "gates": rng.random(3).tolist()}
+            for r in range(4) for pos in range(6) for layer in range(3)]
+    order = rng.permutation(len(rows))
+    rows = [rows[i] for i in order]                   # out of order: the assembly sorts them
+    rows[5]["experts"] = [1, 1, 2]
+    rows[9]["experts"] = [1, 9, 2]
+    rows[17]["experts"] = [4, 5]
+    rows[17]["gates"] = [0.5, 0.5]
+    path = _lines(tmp_path / "r.jsonl", rows)
+
+    def run():
+        tr, rep = import_columnar(path, n_layers=3, n_experts=8, top_k=3, skip_bad_rows=True)
+        with pytest.raises(ValidationError) as err:
+            import_columnar(path, n_layers=3, n_experts=8, top_k=3)
+        return tr, rep, str(err.value)
+
+    want = run()
+    assert want[1].n_bad_rows == 3 and "record 6" in want[2] and "distinct" in want[2]
+    for block in (1, 3):
+        monkeypatch.setattr(C, "_BLOCK_ROWS", block)
+        got = run()
+        for name in ("request", "phase", "position", "experts", "gates", "token_id"):
+            a, b = getattr(got[0], name), getattr(want[0], name)
+            assert a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8)), (block, name)
+        assert got[0].request_ids == want[0].request_ids and got[1:] == want[1:], block

@@ -411,6 +411,25 @@ def _lex_sorted(r: np.ndarray, p: np.ndarray, l: np.ndarray) -> bool:
     return bool(((dr > 0) | ((dr == 0) & ((dp > 0) | ((dp == 0) & (dl >= 0))))).all())
 
 
+#: Records a block where :func:`assemble` sorts or copies their ``k`` ids or gates (int64 / float64) in pieces, so that
+#: those temporaries take ``k * 8 * _BLOCK_ROWS`` bytes (16 MiB at k = 8), not eight bytes per id of the import.
+_BLOCK_ROWS = 1 << 18
+
+
+def _rows_with_repeats(ex: np.ndarray) -> np.ndarray:
+    """``bool[n]``: the rows of ``ex`` (``n x k``) holding an id twice, a sorted copy made :data:`_BLOCK_ROWS` rows
+    at a time.
+
+    >>> _rows_with_repeats(np.array([[3, 1, 3], [0, 1, 2]])).tolist()
+    [True, False]
+    """
+    out = np.zeros(ex.shape[0], bool)
+    for a in range(0, ex.shape[0], _BLOCK_ROWS):
+        srt = np.sort(ex[a:a + _BLOCK_ROWS], axis=1)
+        out[a:a + _BLOCK_ROWS] = (srt[:, 1:] == srt[:, :-1]).any(axis=1)
+    return out
+
+
 def _group_starts(*keys: np.ndarray) -> np.ndarray:
     """For arrays sorted by ``keys``: True where a new group starts."""
     n = keys[0].shape[0]
@@ -500,11 +519,9 @@ def assemble(recs: Records, *, fmt: str, n_layers: int | None, n_experts: int | 
     else:
         faults.check(high, lambda i: f"expert id must be < {MAX_EXPERTS} (the trace stores int16 ids); got "
                                      f"{int(_row_ex(recs, starts, i).max())}", "experts", rows_k)
-    srt = np.sort(ex, axis=1)
-    faults.check((srt[:, 1:] == srt[:, :-1]).any(axis=1),
+    faults.check(_rows_with_repeats(ex),
                  lambda i: f"expert ids of one token and layer must be distinct; got {_ids(recs, starts, i)}",
                  "experts", rows_k)
-    del srt
 
     # ---- gates
     has_gates = recs.gate_values is not None
@@ -726,14 +743,15 @@ def assemble(recs: Records, *, fmt: str, n_layers: int | None, n_experts: int | 
     experts = np.empty((T, L, k), np.int16)
     ti = new_index[tok_of[rec_keep]]
     lk = l_o[rec_keep]
-    experts[ti, lk] = ex[ex_of[o[rec_keep]]].astype(np.int16)
-    gates = None
-    if has_gates:
-        assert recs.gate_values is not None
-        g_rows = o[rec_keep]
-        take = (gstarts[g_rows][:, None] + np.arange(k)[None, :]).reshape(-1)
-        gates = np.empty((T, L, k), np.float32)
-        gates[ti, lk] = recs.gate_values[take].reshape(-1, k).astype(np.float32)
+    kept = o[rec_keep]
+    gates = np.empty((T, L, k), np.float32) if has_gates else None
+    for a in range(0, kept.shape[0], _BLOCK_ROWS):      # a block of records at a time: the copies' temporaries
+        b = a + _BLOCK_ROWS                             # (k ids or gates a record, 8 bytes each) stay small
+        experts[ti[a:b], lk[a:b]] = ex[ex_of[kept[a:b]]].astype(np.int16)
+        if gates is not None:
+            assert recs.gate_values is not None
+            take = (gstarts[kept[a:b]][:, None] + np.arange(k)[None, :]).reshape(-1)
+            gates[ti[a:b], lk[a:b]] = recs.gate_values[take].reshape(-1, k).astype(np.float32)
     used_req = np.unique(t_req[keep_tok])  # request indices are first-appearance order
     remap = np.full(R, -1, np.int32)
     remap[used_req] = np.arange(used_req.size, dtype=np.int32)
