@@ -1,16 +1,17 @@
-"""Event building's per-step kernel for layers of at most 128 experts against the general one, alternated.
+"""Event building's per-step kernels with no branch per entry against the general one, alternated, equal outputs.
 
     python benchmarks/event_build.py [--batches 1,8,32] [--requests 48] [--tokens 384] [--experts 128] [--pairs 7]
                                      [--json]
 
 The trace: ``expertcache.trace.synth`` (48 layers x N experts, top-8, with gates, REQUESTS x TOKENS decode tokens,
 seed 0), scheduled by FCFS continuous batching at each batch B. Sides, in one process on the same schedule:
-``bits``, ``events._kernels._step_layer_events_bits`` (what ``step_layer_events`` runs for N <= 128: no branch per
-entry, the members read from two words of bits), and ``any``, ``_step_layer_events_any`` (what it runs for larger
-N, and ran for every N before: a test per entry of whether its expert is new). Each side writes into arrays of its
+``ours``, ``events._kernels.step_layer_events`` as it runs for N <= 1,024 (no branch per entry, the members read
+from the event's bits: ``_step_layer_events_bits`` in two registers for N <= 128, ``_step_layer_events_words``
+past it), and ``any``, ``_step_layer_events_any`` (what it runs past 1,024 experts, and ran for every N before
+session 69: a test per entry of whether its expert is new). Each side writes into arrays of its
 own, allocated and written once before the timing (first touch is not timed); every output array of the two must
 be byte-equal (exit 1 otherwise). Prints per batch each side's median ns per (token, layer, slot) entry over
-``--pairs`` alternated pairs and the min and median of the per-pair ratios any / bits.
+``--pairs`` alternated pairs and the min and median of the per-pair ratios any / ours.
 """
 
 from __future__ import annotations
@@ -55,9 +56,9 @@ def row(trace, batch: int, pairs: int) -> dict:
 
     bufs = {True: arrays(), False: arrays()}
 
-    def timed(bits: bool, check: bool) -> tuple:
-        kernel = K._step_layer_events_bits if bits else K._step_layer_events_any
-        out = bufs[bits]
+    def timed(ours: bool, check: bool) -> tuple:
+        kernel = K.step_layer_events if ours else K._step_layer_events_any
+        out = bufs[ours]
         t0 = time.perf_counter()
         n_ev, n_u = kernel(step, rows, trace.experts, trace.gates, True, N, *out)
         dt = time.perf_counter() - t0
@@ -66,8 +67,8 @@ def row(trace, batch: int, pairs: int) -> dict:
         lengths = (n_ev, n_ev + 1, n_u, n_u, n_u, n_ev)
         return (dt, *(a[:n].view(np.uint8).copy() for a, n in zip(out, lengths, strict=True)))
 
-    bits, other, equal = checked_pairs(timed, pairs)
-    return {"batch": batch, "entries": entries, **pair_fields(("any", "bits"), other, bits, entries),
+    ours, other, equal = checked_pairs(timed, pairs)
+    return {"batch": batch, "entries": entries, **pair_fields(("any", "ours"), other, ours, entries),
             "outputs_equal": equal}
 
 
@@ -76,12 +77,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", type=int_list, default=[1, 8, 32], help="comma list of batch sizes (default 1,8,32)")
     ap.add_argument("--requests", type=positive_int, default=48, help="requests of the trace (default 48)")
     ap.add_argument("--tokens", type=positive_int, default=384, help="decode tokens a request (default 384)")
-    ap.add_argument("--experts", type=positive_int, default=128, help="experts a layer, at most 128 (default 128)")
+    ap.add_argument("--experts", type=positive_int, default=128, help="experts a layer, at most 1024 (default 128)")
     ap.add_argument("--pairs", type=positive_int, default=7, help="alternated pairs a row (default 7)")
     ap.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     args = ap.parse_args(argv)
-    if args.experts > 128:
-        ap.error(f"--experts: expected at most 128 (the bits kernel's layers); got {args.experts}")
+    from expertcache.events import _kernels as K
+
+    if args.experts > K._WORDS_MAX_EXPERTS:
+        ap.error(f"--experts: expected at most {K._WORDS_MAX_EXPERTS} (the layers of the kernels with no branch per "
+                 f"entry); got {args.experts}")
     from expertcache.trace.synth import SynthConfig, synthesize_trace
 
     trace = synthesize_trace(SynthConfig(n_layers=48, n_experts=args.experts, top_k=min(8, args.experts),
@@ -94,11 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"machine: {machine()}")
         print(f"48 x {args.experts}, top-{trace.top_k}, {args.requests} requests x {args.tokens} tokens: ns per entry "
-              f"(medians of {args.pairs} alternated pairs); any / bits: min and median of per-pair ratios")
-        print(f"{'B':>4} {'entries':>11} {'bits':>7} {'any':>7} {'min':>6} {'median':>6}  outputs equal")
+              f"(medians of {args.pairs} alternated pairs); any / ours: min and median of per-pair ratios")
+        print(f"{'B':>4} {'entries':>11} {'ours':>7} {'any':>7} {'min':>6} {'median':>6}  outputs equal")
         for r in rows:
-            print(f"{r['batch']:>4} {r['entries']:>11,} {r['bits_ns']:>7.2f} {r['any_ns']:>7.2f} {r['ratio_min']:>6.2f} "
-                  f"{r['ratio']:>6.2f}  {'yes' if r['outputs_equal'] else 'NO'}")
+            print(f"{r['batch']:>4} {r['entries']:>11,} {r['ours_ns']:>7.2f} {r['any_ns']:>7.2f} "
+                  f"{r['ratio_min']:>6.2f} {r['ratio']:>6.2f}  {'yes' if r['outputs_equal'] else 'NO'}")
     return 0 if all(r["outputs_equal"] for r in rows) else 1
 
 

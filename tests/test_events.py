@@ -175,13 +175,14 @@ def test_read_events_can_leave_gate_mass_unread(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("kernel", ["step_layer_events", "_step_layer_events_any"])
-@pytest.mark.parametrize("n_experts", [1, 8, 64, 65, 128, 129, 200, 4096])
+@pytest.mark.parametrize("n_experts", [1, 8, 64, 65, 128, 129, 200, 1024, 1025, 4096])
 def test_step_layer_events_equal_the_sorting_build(n_experts, kernel, monkeypatch):
-    """The per-step kernel (for N <= 128 with no branch per entry, members read from two words of bits; past it,
-    and at any N as ``_step_layer_events_any``, which ``benchmarks/event_build.py`` times, members read from bits
-    where they span few words, else sorted by insertion) against the build that sorts every (token, layer, slot)
-    entry: the same events, members, multiplicities and gate sums, bit for bit (zeros of either sign among the
-    gates), on random schedules (N = 4096 with k = 2 takes the insertion sort)."""
+    """The per-step kernel (up to N = 1,024 with no branch per entry, members read from the event's bits: two words
+    in registers up to 128, words in memory past it; past 1,024, and at any N as ``_step_layer_events_any``, which
+    ``benchmarks/event_build.py`` times, members read from bits where they span few words, else sorted by insertion)
+    against the build that sorts every (token, layer, slot) entry: the same events, members, multiplicities and gate
+    sums, bit for bit (zeros of either sign among the gates), on random schedules (N = 4096 with k = 2 takes the
+    insertion sort)."""
     from expertcache.events import _kernels as K
     from expertcache.events.fcfs import _schedule_events, _sorted_schedule_events
 
@@ -218,12 +219,13 @@ def test_the_event_build_benchmark_times_both_kernels_and_checks_them():
     one line."""
     from conftest import assert_refused, run_benchmark
 
-    r = run_benchmark("event_build.py", "--batches", "1,5", "--requests", "3", "--tokens", "20", "--experts", "70",
-                      "--pairs", "2", "--json")
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
-    assert (out["experts"], out["top_k"], out["pairs"]) == (70, 8, 2)
-    assert [x["batch"] for x in out["rows"]] == [1, 5]
-    assert all(x["outputs_equal"] and x["entries"] == 3 * 20 * 48 * 8 and x["bits_ns"] > 0 and x["any_ns"] > 0
-               and 0 < x["ratio_min"] <= x["ratio"] for x in out["rows"])
-    assert_refused("event_build.py", [["--experts", "129"], ["--batches", "0"], ["--pairs", "x"]])
+    for n_experts in (70, 300):                          # two words of bits in registers; words in memory
+        r = run_benchmark("event_build.py", "--batches", "1,5", "--requests", "3", "--tokens", "20", "--experts",
+                          str(n_experts), "--pairs", "2", "--json")
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert (out["experts"], out["top_k"], out["pairs"]) == (n_experts, 8, 2)
+        assert [x["batch"] for x in out["rows"]] == [1, 5]
+        assert all(x["outputs_equal"] and x["entries"] == 3 * 20 * 48 * 8 and x["ours_ns"] > 0 and x["any_ns"] > 0
+                   and 0 < x["ratio_min"] <= x["ratio"] for x in out["rows"])
+    assert_refused("event_build.py", [["--experts", "1025"], ["--batches", "0"], ["--pairs", "x"]])

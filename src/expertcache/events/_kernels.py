@@ -15,6 +15,11 @@ from .._bits import U as _U
 from .._bits import cttz
 from .._jit import jit, jit_inline
 
+#: The most experts a layer for which :func:`step_layer_events` reads every event's members from all ``N / 64`` words
+#: of its bits (:func:`_step_layer_events_words`): 1.09x the general loop's speed at N = 1,024, B = 1 (eight members
+#: an event, sixteen words), 1.9-2.2x at B = 8 (``benchmarks/event_build.py``, docs/performance.md, *Session 69*).
+_WORDS_MAX_EXPERTS = 1024
+
 
 @jit_inline
 def _step_end(step, g0, n):
@@ -23,6 +28,24 @@ def _step_end(step, g0, n):
     while g1 < n and step[g1] == step[g0]:
         g1 += 1
     return g1
+
+
+@jit_inline
+def _members_of_word(x, base, count, gsum, has_gates, expert, mult, gm, n_u):
+    """The experts of word ``x`` (ids from ``base``) written as members from ``n_u`` in ascending order, each one's
+    count and gate sum read and cleared (sums to ``-0.0``); returns the members so far."""
+    one = np.uint64(1)
+    while x:
+        e = _U(base + np.int64(cttz(x)))
+        x &= x - one
+        expert[_U(n_u)] = e
+        mult[_U(n_u)] = count[e]
+        count[e] = 0
+        if has_gates:
+            gm[_U(n_u)] = np.float32(gsum[e])
+            gsum[e] = -0.0
+        n_u += 1
+    return n_u
 
 
 @jit_inline
@@ -37,7 +60,8 @@ def _end_event(ev_ids, active, csr, n_ev, n_u, ev_id, n_active):
 @jit
 def step_layer_events(step, rows, experts, gates, has_gates, n_experts, ev_ids, csr, expert, mult, gm, active):
     """Fill the event arrays of the schedule ``(step[i], rows[i])`` (``step`` non-decreasing); return
-    ``(n_events, n_union)``. Layers of at most 128 experts take :func:`_step_layer_events_bits`.
+    ``(n_events, n_union)``. Layers of at most 128 experts take :func:`_step_layer_events_bits`, of at most
+    :data:`_WORDS_MAX_EXPERTS` :func:`_step_layer_events_words`, larger ones :func:`_step_layer_events_any`.
 
     Parameters
     ----------
@@ -59,6 +83,9 @@ def step_layer_events(step, rows, experts, gates, has_gates, n_experts, ev_ids, 
     if n_experts <= 128:
         return _step_layer_events_bits(step, rows, experts, gates, has_gates, n_experts, ev_ids, csr, expert, mult,
                                        gm, active)
+    if n_experts <= _WORDS_MAX_EXPERTS:
+        return _step_layer_events_words(step, rows, experts, gates, has_gates, n_experts, ev_ids, csr, expert, mult,
+                                        gm, active)
     return _step_layer_events_any(step, rows, experts, gates, has_gates, n_experts, ev_ids, csr, expert, mult, gm,
                                   active)
 
@@ -167,18 +194,43 @@ def _step_layer_events_bits(step, rows, experts, gates, has_gates, n_experts, ev
                     count[e] += 1
                     if has_gates:
                         gsum[e] += np.float64(gates[_U(r), _U(l), _U(j)])
-            for w in range(2):
-                x = w0 if w == 0 else w1
-                while x:
-                    e = _U((w << 6) + np.int64(cttz(x)))
-                    x &= x - one
-                    expert[_U(n_u)] = e
-                    mult[_U(n_u)] = count[e]
-                    count[e] = 0
+            n_u = _members_of_word(w0, 0, count, gsum, has_gates, expert, mult, gm, n_u)
+            n_u = _members_of_word(w1, 64, count, gsum, has_gates, expert, mult, gm, n_u)
+            n_ev = _end_event(ev_ids, active, csr, n_ev, n_u, step[g0] * n_layers + l, g1 - g0)
+        g0 = g1
+    return n_ev, n_u
+
+
+@jit
+def _step_layer_events_words(step, rows, experts, gates, has_gates, n_experts, ev_ids, csr, expert, mult, gm,
+                             active):
+    """:func:`_step_layer_events_bits` for more than 128 experts: the event's bits in ``ceil(N / 64)`` words in
+    memory, every word read at the event's end (:data:`_WORDS_MAX_EXPERTS`); the same arrays."""
+    n = step.shape[0]
+    n_layers, k = experts.shape[1], experts.shape[2]
+    count = np.zeros(n_experts, dtype=np.int64)
+    gsum = np.full(n_experts, -0.0, dtype=np.float64)
+    n_words = (n_experts + 63) >> 6
+    seen = np.zeros(n_words, dtype=np.uint64)
+    one = np.uint64(1)
+    n_ev = 0
+    n_u = 0
+    csr[0] = 0
+    g0 = 0
+    while g0 < n:
+        g1 = _step_end(step, g0, n)
+        for l in range(n_layers):
+            for i in range(g0, g1):
+                r = rows[_U(i)]
+                for j in range(k):
+                    e = _U(experts[_U(r), _U(l), _U(j)])
+                    seen[e >> np.uint64(6)] |= one << (e & np.uint64(63))
+                    count[e] += 1
                     if has_gates:
-                        gm[_U(n_u)] = np.float32(gsum[e])
-                        gsum[e] = -0.0
-                    n_u += 1
+                        gsum[e] += np.float64(gates[_U(r), _U(l), _U(j)])
+            for w in range(n_words):
+                n_u = _members_of_word(seen[w], w << 6, count, gsum, has_gates, expert, mult, gm, n_u)
+                seen[w] = 0
             n_ev = _end_event(ev_ids, active, csr, n_ev, n_u, step[g0] * n_layers + l, g1 - g0)
         g0 = g1
     return n_ev, n_u
