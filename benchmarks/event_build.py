@@ -8,10 +8,10 @@ seed 0), scheduled by FCFS continuous batching at each batch B. Sides, in one pr
 ``ours``, ``events._kernels.step_layer_events`` as it runs for N <= 1,024 (no branch per entry, the members read
 from the event's bits: ``_step_layer_events_bits`` in two registers for N <= 128, ``_step_layer_events_words``
 past it), and ``any``, ``_step_layer_events_any`` (what it runs past 1,024 experts, and ran for every N before
-session 69: a test per entry of whether its expert is new). Each side writes into arrays of its
-own, allocated and written once before the timing (first touch is not timed); every output array of the two must
-be byte-equal (exit 1 otherwise). Prints per batch each side's median ns per (token, layer, slot) entry over
-``--pairs`` alternated pairs and the min and median of the per-pair ratios any / ours.
+session 69: a test per entry of whether its expert is new). Each side writes into arrays of its own, allocated and
+written once before the timing (first touch is not timed); every output array of the two must be byte-equal (exit 1
+otherwise). Prints per batch each side's median ns per (token, layer, slot) entry over ``--pairs`` alternated pairs
+and the min and median of the per-pair ratios any / ours.
 """
 
 from __future__ import annotations

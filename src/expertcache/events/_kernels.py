@@ -16,8 +16,9 @@ from .._bits import cttz
 from .._jit import jit, jit_inline
 
 #: The most experts a layer for which :func:`step_layer_events` reads every event's members from all ``N / 64`` words
-#: of its bits (:func:`_step_layer_events_words`): 1.09x the general loop's speed at N = 1,024, B = 1 (eight members
-#: an event, sixteen words), 1.9-2.2x at B = 8 (``benchmarks/event_build.py``, docs/performance.md, *Session 69*).
+#: of its bits (:func:`_step_layer_events_words`): 1.10x the general loop's speed at N = 1,024, B = 1 (eight members
+#: an event, sixteen words), 1.89x / 2.20x at B = 8 / 32 (medians, ``benchmarks/event_build.py --experts 1024``;
+#: docs/performance.md, *Session 69*).
 _WORDS_MAX_EXPERTS = 1024
 
 

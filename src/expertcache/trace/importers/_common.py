@@ -744,14 +744,14 @@ def assemble(recs: Records, *, fmt: str, n_layers: int | None, n_experts: int | 
     ti = new_index[tok_of[rec_keep]]
     lk = l_o[rec_keep]
     kept = o[rec_keep]
-    gates = np.empty((T, L, k), np.float32) if has_gates else None
+    gv = recs.gate_values if has_gates else None
+    gates = np.empty((T, L, k), np.float32) if gv is not None else None
     for a in range(0, kept.shape[0], _BLOCK_ROWS):      # a block of records at a time: the copies' temporaries
         b = a + _BLOCK_ROWS                             # (k ids or gates a record, 8 bytes each) stay small
         experts[ti[a:b], lk[a:b]] = ex[ex_of[kept[a:b]]].astype(np.int16)
-        if gates is not None:
-            assert recs.gate_values is not None
+        if gates is not None and gv is not None:
             take = (gstarts[kept[a:b]][:, None] + np.arange(k)[None, :]).reshape(-1)
-            gates[ti[a:b], lk[a:b]] = recs.gate_values[take].reshape(-1, k).astype(np.float32)
+            gates[ti[a:b], lk[a:b]] = gv[take].reshape(-1, k).astype(np.float32)
     used_req = np.unique(t_req[keep_tok])  # request indices are first-appearance order
     remap = np.full(R, -1, np.int32)
     remap[used_req] = np.arange(used_req.size, dtype=np.int32)
