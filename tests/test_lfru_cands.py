@@ -266,12 +266,10 @@ _WORDS_SETTINGS = ({}, {"up": 8.0, "many": 1e9, "window": 200})
 
 
 def _words_cases():
-    """(key, stream, capacity, tie ranks) of the check compiled for other targets."""
-    for seed in range(2):
-        stream = random_stream(500 + seed, L=3, N=40, k=5, steps=120)
-        tie = engine._tie_ranks("random", seed, stream.n_blocks)
-        for cap in (1, 7, 30, 100):
-            yield f"{seed}-{cap}", stream, cap, tie
+    """The cases of :data:`_WORDS_CHECK` (:func:`test_lfru_slots.seeded_cases`)."""
+    from test_lfru_slots import seeded_cases
+
+    return seeded_cases(2, 500, (1, 7, 30, 100), L=3, N=40, k=5, steps=120)
 
 
 _WORDS_CHECK = """

@@ -239,13 +239,19 @@ def skip_where_host_runs_the_haswell_forms(need_fma: bool) -> None:
         pytest.skip("this machine's own kernels are the Haswell forms: the tests in this process run them")
 
 
-def _generic_cases():
-    """(key, stream, capacity, tie ranks) of the check compiled for other targets."""
-    for seed in range(3):
-        stream = random_stream(300 + seed, L=3, N=70, k=6, steps=150)
+def seeded_cases(seeds: int, base: int, caps: tuple[int, ...], **shape):
+    """(key, stream, capacity, tie ranks) of a check compiled for other targets: ``seeds`` random streams
+    (``random_stream(base + seed, **shape)``, random tie ranks of that seed), each at every capacity of ``caps``."""
+    for seed in range(seeds):
+        stream = random_stream(base + seed, **shape)
         tie = engine._tie_ranks("random", seed, stream.n_blocks)
-        for cap in (1, 9, 40, 150):
+        for cap in caps:
             yield f"{seed}-{cap}", stream, cap, tie
+
+
+def _generic_cases():
+    """The cases of :data:`_GENERIC_CHECK`."""
+    return seeded_cases(3, 300, (1, 9, 40, 150), L=3, N=70, k=6, steps=150)
 
 
 def save_wants(path, wants: dict) -> str:

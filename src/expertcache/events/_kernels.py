@@ -32,6 +32,15 @@ def _step_end(step, g0, n):
 
 
 @jit_inline
+def _add_entry(count, gsum, has_gates, gates, r, l, j, e):
+    """Entry ``(r, l, j)`` of expert ``e`` counted, and its gate added to the expert's sum, with no branch on
+    whether it is the event's first of ``e``."""
+    count[e] += 1
+    if has_gates:
+        gsum[e] += np.float64(gates[_U(r), _U(l), _U(j)])
+
+
+@jit_inline
 def _members_of_word(x, base, count, gsum, has_gates, expert, mult, gm, n_u):
     """The experts of word ``x`` (ids from ``base``) written as members from ``n_u`` in ascending order, each one's
     count and gate sum read and cleared (sums to ``-0.0``); returns the members so far."""
@@ -192,9 +201,7 @@ def _step_layer_events_bits(step, rows, experts, gates, has_gates, n_experts, ev
                     hi = e >> np.uint64(6)
                     w0 |= bit & (hi - one)
                     w1 |= bit & (zero - hi)
-                    count[e] += 1
-                    if has_gates:
-                        gsum[e] += np.float64(gates[_U(r), _U(l), _U(j)])
+                    _add_entry(count, gsum, has_gates, gates, r, l, j, e)
             n_u = _members_of_word(w0, 0, count, gsum, has_gates, expert, mult, gm, n_u)
             n_u = _members_of_word(w1, 64, count, gsum, has_gates, expert, mult, gm, n_u)
             n_ev = _end_event(ev_ids, active, csr, n_ev, n_u, step[g0] * n_layers + l, g1 - g0)
@@ -226,9 +233,7 @@ def _step_layer_events_words(step, rows, experts, gates, has_gates, n_experts, e
                 for j in range(k):
                     e = _U(experts[_U(r), _U(l), _U(j)])
                     seen[e >> np.uint64(6)] |= one << (e & np.uint64(63))
-                    count[e] += 1
-                    if has_gates:
-                        gsum[e] += np.float64(gates[_U(r), _U(l), _U(j)])
+                    _add_entry(count, gsum, has_gates, gates, r, l, j, e)
             for w in range(n_words):
                 n_u = _members_of_word(seen[w], w << 6, count, gsum, has_gates, expert, mult, gm, n_u)
                 seen[w] = 0

@@ -203,24 +203,22 @@ def warm_transition(trace: RoutingTrace, categories: Any, windows: Sequence[int]
                                       f"{need} (lower --windows/--warm or collect more requests)")
     # every unit's requests in a seeded order per category; B's first w requests replayed from cold, per rho,
     # are the same for every A, so built and replayed once per (seed, B, w)
-    tasks, cold_order = [], {}
+    orders = {}
     for seed in seeds:
         rng = np.random.default_rng([int(seed), 8, 1])
-        order = {n: rng.permutation(members[n]) for n in names}
-        for a, b in pairs:
-            for w in windows:
-                tasks.append((int(seed), a, b, w, order))
-                cold_order.setdefault((int(seed), b, w), order)
+        orders[int(seed)] = {n: rng.permutation(members[n]) for n in names}
+    tasks = [(int(seed), a, b, w) for seed in seeds for a, b in pairs for w in windows]
+    cold_keys = list(dict.fromkeys((seed, b, w) for seed, _, b, w in tasks))
 
     def cold(key: tuple) -> dict[float, float]:
-        _, b, w = key
-        order = cold_order[key]
-        cold_stream = build_events(select_requests(trace, order[b][:w]), batch)
+        seed, b, w = key
+        cold_stream = build_events(select_requests(trace, orders[seed][b][:w]), batch)
         cold_curves = [replay_curve(cold_stream, ReplayConfig(p), rhos) for p in CAUSAL]
         return {rho: min(c[i].miss_fraction for c in cold_curves) for i, rho in enumerate(rhos)}
 
     def unit(task: tuple) -> list[TransitionUnit]:
-        seed, a, b, w, order = task
+        seed, a, b, w = task
+        order = orders[seed]
         idx = np.concatenate([order[a][:n_warm], order[b][:w]])
         sub = select_requests(trace, idx, note=f"transition {a}->{b}, window {w}, seed {seed}")
         lengths, _ = decode_rows(sub)
@@ -242,7 +240,7 @@ def warm_transition(trace: RoutingTrace, categories: Any, windows: Sequence[int]
     # the units in threads where asked (the kernels release the GIL): each is a function of its requests alone,
     # so the units are the same, in the same order
     with thread_map(jobs) as run:
-        cold_of = dict(zip(cold_order, run(cold, list(cold_order)), strict=True))
+        cold_of = dict(zip(cold_keys, run(cold, cold_keys), strict=True))
         units = [u for us in run(unit, tasks) for u in us]
     scope = scope_block(trace, list(rhos), f"B = {batch}", "continuous batching (FCFS)", "n/a")
     if dropped:

@@ -158,12 +158,10 @@ def expert_map_scores(dot, ex, w, maps_prev, x_sq, m_sq, sem, sem_row, alpha, us
                 g2, g3 = np.float64(w[x, q + 2]), np.float64(w[x, q + 3])
                 if q == 0:
                     for p in range(n_pos):
-                        add[p] = ((((0.0 + g0 * np.float64(maps_prev[e0, p])) + g1 * np.float64(maps_prev[e1, p]))
-                                   + g2 * np.float64(maps_prev[e2, p])) + g3 * np.float64(maps_prev[e3, p]))
+                        add[p] = _add4(0.0, maps_prev, p, e0, e1, e2, e3, g0, g1, g2, g3)
                 else:
                     for p in range(n_pos):
-                        add[p] = ((((add[p] + g0 * np.float64(maps_prev[e0, p])) + g1 * np.float64(maps_prev[e1, p]))
-                                   + g2 * np.float64(maps_prev[e2, p])) + g3 * np.float64(maps_prev[e3, p]))
+                        add[p] = _add4(add[p], maps_prev, p, e0, e1, e2, e3, g0, g1, g2, g3)
             e0 = e1 = e2 = e3 = zero_row
             g0 = g1 = g2 = g3 = 0.0
             if n_k > 0:
@@ -181,14 +179,12 @@ def expert_map_scores(dot, ex, w, maps_prev, x_sq, m_sq, sem, sem_row, alpha, us
             if has_sem:
                 sx = sem_row[x]
                 for p in range(n_pos):
-                    d = dot[x, p] + ((((add[p] + g0 * np.float64(maps_prev[e0, p])) + g1 * np.float64(maps_prev[e1, p]))
-                                      + g2 * np.float64(maps_prev[e2, p])) + g3 * np.float64(maps_prev[e3, p]))
+                    d = dot[x, p] + _add4(add[p], maps_prev, p, e0, e1, e2, e3, g0, g1, g2, g3)
                     dot[x, p] = d
                     near[p] = alpha * sem[sx, p] + beta * ((d * ix) * inv_m[p])
             else:
                 for p in range(n_pos):
-                    d = dot[x, p] + ((((add[p] + g0 * np.float64(maps_prev[e0, p])) + g1 * np.float64(maps_prev[e1, p]))
-                                      + g2 * np.float64(maps_prev[e2, p])) + g3 * np.float64(maps_prev[e3, p]))
+                    d = dot[x, p] + _add4(add[p], maps_prev, p, e0, e1, e2, e3, g0, g1, g2, g3)
                     dot[x, p] = d
                     near[p] = (d * ix) * inv_m[p]
         else:
@@ -248,6 +244,13 @@ def expert_map_scores(dot, ex, w, maps_prev, x_sq, m_sq, sem, sem_row, alpha, us
         for c in range(n_cols):
             v32 = np.float32(acc[c] / np.float32(m_take))
             score[x, c] = np.nan if v32 <= 0 else v32
+
+
+@jit_inline
+def _add4(acc, maps_prev, p, e0, e1, e2, e3, g0, g1, g2, g3):
+    """``acc`` plus four rows' weighted values at place ``p``, added in row order in float64."""
+    return ((((acc + g0 * np.float64(maps_prev[e0, p])) + g1 * np.float64(maps_prev[e1, p]))
+             + g2 * np.float64(maps_prev[e2, p])) + g3 * np.float64(maps_prev[e3, p]))
 
 
 def store_places(n_store: int) -> np.ndarray:
